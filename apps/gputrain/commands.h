@@ -1,0 +1,18 @@
+// One function per subcommand; each parses nothing itself (main.cpp owns the
+// CLI11 setup) and calls into the library. They return the exit code.
+#pragma once
+#include <string>
+#include <vector>
+
+namespace gputrain::app {
+
+struct CommonArgs {
+  std::string recipe;  // empty = the built-in quickstart
+  std::vector<std::string> overrides;
+};
+
+int cmd_run(const CommonArgs& a, const std::string& output_dir, bool overwrite);
+int cmd_validate(const CommonArgs& a);
+int cmd_print_config(const CommonArgs& a, const std::string& format, bool reference);
+
+}  // namespace gputrain::app

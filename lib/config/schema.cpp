@@ -1,0 +1,418 @@
+#include "config/schema.h"
+
+#include <charconv>
+#include <cmath>
+#include <filesystem>
+#include <limits>
+#include <set>
+
+namespace gputrain {
+namespace {
+
+using json = nlohmann::ordered_json;
+constexpr int64_t kMaxInt = std::numeric_limits<int64_t>::max();
+
+// --- scalar parsing ----------------------------------------------------------
+
+const std::string& scalar_of(const ConfigNode& n, const char* expected) {
+  if (n.kind != ConfigNode::Kind::kScalar)
+    throw FieldProblem{std::string("expected ") + expected + ", got " + n.kind_name(), ""};
+  return n.scalar;
+}
+
+bool parse_double(const std::string& s, double& out) {
+  const char* b = s.data();
+  const char* e = s.data() + s.size();
+  if (b != e && *b == '+') ++b;
+  auto r = std::from_chars(b, e, out);
+  return r.ec == std::errc() && r.ptr == e && std::isfinite(out);
+}
+
+int64_t read_int(const ConfigNode& n, int64_t lo, int64_t hi) {
+  const std::string& s = scalar_of(n, "a whole number");
+  int64_t v = 0;
+  const char* b = s.data();
+  const char* e = s.data() + s.size();
+  if (b != e && *b == '+') ++b;
+  auto r = std::from_chars(b, e, v);
+  if (r.ec != std::errc() || r.ptr != e) {
+    double d = 0;  // accept 1e6 and 1000.0, which are whole numbers
+    if (!parse_double(s, d) || d != std::floor(d) || std::fabs(d) > 9e18)
+      throw FieldProblem{"expected a whole number, got '" + s + "'", "write an integer such as 12"};
+    v = static_cast<int64_t>(d);
+  }
+  if (v < lo || v > hi) {
+    std::string range = hi == kMaxInt ? ">= " + std::to_string(lo)
+                                      : "in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+    throw FieldProblem{"must be " + range + ", got " + s, "use a value " + range};
+  }
+  return v;
+}
+
+struct FloatRange {
+  double lo = -INFINITY, hi = INFINITY;
+  bool lo_open = false, hi_open = false;
+  std::string str() const {
+    std::string a = std::isinf(lo) ? "" : (lo_open ? "> " : ">= ") + json(lo).dump();
+    std::string b = std::isinf(hi) ? "" : (hi_open ? "< " : "<= ") + json(hi).dump();
+    if (!a.empty() && !b.empty()) return a + " and " + b;
+    return a + b;
+  }
+  bool contains(double v) const {
+    return (lo_open ? v > lo : v >= lo) && (hi_open ? v < hi : v <= hi);
+  }
+};
+
+double read_float(const ConfigNode& n, const FloatRange& range) {
+  const std::string& s = scalar_of(n, "a number");
+  double v = 0;
+  if (!parse_double(s, v)) throw FieldProblem{"expected a number, got '" + s + "'", "write a number such as 3e-4"};
+  if (!range.contains(v))
+    throw FieldProblem{"must be " + range.str() + ", got " + s, "use a value " + range.str()};
+  return v;
+}
+
+bool read_bool(const ConfigNode& n) {
+  const std::string& s = scalar_of(n, "true or false");
+  std::string l;
+  for (char c : s) l += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (l == "true" || l == "yes" || l == "on") return true;
+  if (l == "false" || l == "no" || l == "off") return false;
+  throw FieldProblem{"expected true or false, got '" + s + "'", "write true or false"};
+}
+
+std::string read_string(const ConfigNode& n) { return scalar_of(n, "a string"); }
+
+template <class E>
+using EnumTable = std::vector<std::pair<std::string, E>>;
+
+template <class E>
+std::string enum_choices(const EnumTable<E>& t) {
+  std::string s;
+  for (const auto& [name, _] : t) s += (s.empty() ? "" : " | ") + name;
+  return s;
+}
+
+template <class E>
+E read_enum(const ConfigNode& n, const EnumTable<E>& t) {
+  const std::string& s = scalar_of(n, ("one of " + enum_choices(t)).c_str());
+  for (const auto& [name, v] : t)
+    if (name == s) return v;
+  std::vector<std::string> names;
+  for (const auto& [name, _] : t) names.push_back(name);
+  std::string guess = did_you_mean(s, names);
+  throw FieldProblem{"'" + s + "' is not one of " + enum_choices(t),
+                     guess.empty() ? "use one of " + enum_choices(t) : "did you mean '" + guess + "'?"};
+}
+
+template <class E>
+std::string enum_name(const EnumTable<E>& t, E v) {
+  for (const auto& [name, value] : t)
+    if (value == v) return name;
+  return "?";
+}
+
+// --- field factories -----------------------------------------------------------
+// Each takes the dotted path and an accessor returning a reference into Settings;
+// KEY(a.b) writes both from one token so they can never disagree.
+#define KEY(p) #p, [](auto& s) -> auto& { return s.p; }
+
+template <class Acc>
+FieldSpec int_field(std::string path, Acc acc, int64_t lo, int64_t hi, std::string doc) {
+  std::string type = hi == kMaxInt ? "integer >= " + std::to_string(lo)
+                                   : "integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+  return {path, type, doc, [=](Settings& s, const ConfigNode& n) { acc(s) = read_int(n, lo, hi); },
+          [=](const Settings& s) { return json(acc(s)); }};
+}
+
+// An integer where 0 is written "auto".
+template <class Acc>
+FieldSpec auto_int_field(std::string path, Acc acc, int64_t lo, int64_t hi, std::string doc) {
+  FieldSpec f = int_field(path, acc, lo, hi, doc);
+  f.type = "auto | " + f.type;
+  f.read = [=](Settings& s, const ConfigNode& n) {
+    if (n.kind == ConfigNode::Kind::kScalar && n.scalar == "auto")
+      acc(s) = 0;
+    else
+      acc(s) = read_int(n, lo, hi);
+  };
+  f.write = [=](const Settings& s) { return acc(s) == 0 ? json("auto") : json(acc(s)); };
+  return f;
+}
+
+template <class Acc>
+FieldSpec float_field(std::string path, Acc acc, FloatRange r, std::string doc) {
+  return {path, r.str().empty() ? "number" : "number " + r.str(), doc,
+          [=](Settings& s, const ConfigNode& n) { acc(s) = read_float(n, r); },
+          [=](const Settings& s) { return json(acc(s)); }};
+}
+
+template <class Acc>
+FieldSpec float_pair_field(std::string path, Acc acc, FloatRange r, std::string doc) {
+  return {path, "[a, b], each " + r.str(), doc,
+          [=](Settings& s, const ConfigNode& n) {
+            if (n.kind != ConfigNode::Kind::kSequence || n.items.size() != 2)
+              throw FieldProblem{"expected a list of two numbers, got " + n.kind_name(),
+                                 "write it as [a, b]"};
+            for (int i = 0; i < 2; ++i) acc(s)[i] = read_float(n.items[i], r);
+          },
+          [=](const Settings& s) { return json::array({acc(s)[0], acc(s)[1]}); }};
+}
+
+template <class Acc>
+FieldSpec bool_field(std::string path, Acc acc, std::string doc) {
+  return {path, "true | false", doc, [=](Settings& s, const ConfigNode& n) { acc(s) = read_bool(n); },
+          [=](const Settings& s) { return json(acc(s)); }};
+}
+
+template <class Acc>
+FieldSpec string_field(std::string path, Acc acc, std::string doc) {
+  return {path, "string", doc, [=](Settings& s, const ConfigNode& n) { acc(s) = read_string(n); },
+          [=](const Settings& s) { return json(acc(s)); }};
+}
+
+// A file path: relative paths are taken relative to the recipe file that
+// names them (or to the current directory for --set and built-in recipes).
+template <class Acc>
+FieldSpec path_field(std::string path, Acc acc, std::string doc) {
+  return {path, "path", doc,
+          [=](Settings& s, const ConfigNode& n) {
+            std::filesystem::path p = read_string(n);
+            if (!p.empty() && p.is_relative() && n.origin.line > 0)
+              p = std::filesystem::path(n.origin.file).parent_path() / p;
+            acc(s) = p.empty() ? "" : std::filesystem::absolute(p).lexically_normal().string();
+          },
+          [=](const Settings& s) { return json(acc(s)); }};
+}
+
+template <class Acc, class E>
+FieldSpec enum_field(std::string path, Acc acc, EnumTable<E> table, std::string doc) {
+  return {path, enum_choices(table), doc,
+          [=](Settings& s, const ConfigNode& n) { acc(s) = read_enum(n, table); },
+          [=](const Settings& s) { return json(enum_name(table, acc(s))); }};
+}
+
+const EnumTable<DataFormat> kFormats = {{"none", DataFormat::kNone},
+                                        {"synthetic", DataFormat::kSynthetic},
+                                        {"tokens", DataFormat::kTokens},
+                                        {"text", DataFormat::kText}};
+
+void add_data_source(std::vector<FieldSpec>& f, const std::string& which) {
+  // data.train and data.eval share a shape; build their fields from one list.
+  auto src = [which](auto& s) -> auto& {
+    return which == "train" ? s.data.train : s.data.eval;
+  };
+  std::string p = "data." + which + ".";
+  f.push_back(enum_field(p + "format", [=](auto& s) -> auto& { return src(s).format; }, kFormats,
+                         which == "train" ? "where training batches come from"
+                                          : "where evaluation batches come from; none = no evaluation"));
+  f.push_back(path_field(p + "path", [=](auto& s) -> auto& { return src(s).path; },
+                         "tokens/text: the file (relative to the recipe file)"));
+  f.push_back(enum_field(p + "dtype", [=](auto& s) -> auto& { return src(s).dtype; },
+                         EnumTable<TokenDtype>{{"uint16", TokenDtype::kUint16}, {"uint32", TokenDtype::kUint32}},
+                         "tokens: little-endian width of one token id"));
+  f.push_back(float_pair_field(p + "span", [=](auto& s) -> auto& { return src(s).span; },
+                               FloatRange{0.0, 1.0},
+                               "tokens/text: the [start, end) fraction of the file used, e.g. [0.9, 1.0] for a held-out tail"));
+  std::string q = p + "synthetic.";
+  f.push_back(enum_field(q + "kind", [=](auto& s) -> auto& { return src(s).synthetic.kind; },
+                         EnumTable<SyntheticKind>{{"markov", SyntheticKind::kMarkov}, {"uniform", SyntheticKind::kUniform}},
+                         "markov = learnable language with a known entropy floor; uniform = random tokens (speed tests)"));
+  f.push_back(int_field(q + "vocab", [=](auto& s) -> auto& { return src(s).synthetic.vocab; }, 0, kMaxInt,
+                        "token ids the language uses; 0 = model.vocab_size"));
+  f.push_back(int_field(q + "order", [=](auto& s) -> auto& { return src(s).synthetic.order; }, 1, 8,
+                        "markov: how many previous tokens decide the next one"));
+  f.push_back(int_field(q + "branching", [=](auto& s) -> auto& { return src(s).synthetic.branching; }, 1, 65536,
+                        "markov: possible successors of each context"));
+  f.push_back(int_field(q + "seed", [=](auto& s) -> auto& { return src(s).synthetic.seed; }, 0, kMaxInt,
+                        "markov: which language (transition table); train and eval must match to be meaningful"));
+}
+
+std::vector<FieldSpec> build_schema() {
+  std::vector<FieldSpec> f;
+  // run
+  f.push_back(string_field(KEY(run.name), "run name; the default output_dir is runs/<name>"));
+  f.push_back(string_field(KEY(run.output_dir), "where metrics and the resolved recipe go (relative to the current directory); default runs/<name>"));
+  f.push_back(int_field(KEY(run.seed), 0, kMaxInt, "seeds weight init, dropout and data order"));
+  f.push_back(string_field(KEY(run.device), "auto | cpu | cuda | cuda:N; auto = CUDA when LibTorch sees a GPU"));
+  f.push_back(auto_int_field(KEY(run.threads), 1, 4096, "CPU threads for ATen ops; auto = cores this process may use"));
+  // model
+  f.push_back(enum_field(KEY(model.arch), EnumTable<ModelArch>{{"gpt", ModelArch::kGpt}},
+                         "gpt = GPT-2 style decoder (pre-LayerNorm, GELU MLP, learned positions)"));
+  f.push_back(int_field(KEY(model.vocab_size), 2, 1 << 24, "embedding rows; token ids must be below it"));
+  f.push_back(int_field(KEY(model.seq_len), 1, 1 << 20, "context length (tokens per sequence)"));
+  f.push_back(int_field(KEY(model.n_layer), 1, 1024, "transformer blocks"));
+  f.push_back(int_field(KEY(model.n_head), 1, 1024, "attention heads; must divide d_model"));
+  f.push_back(int_field(KEY(model.d_model), 1, 1 << 16, "hidden size"));
+  f.push_back(float_field(KEY(model.mlp_ratio), FloatRange{0, 64, true}, "MLP hidden size = mlp_ratio * d_model"));
+  f.push_back(float_field(KEY(model.dropout), FloatRange{0, 1, false, true}, "dropout after embeddings, attention and MLP (training only)"));
+  f.push_back(bool_field(KEY(model.bias), "biases in the Linear layers (LayerNorms always keep theirs)"));
+  f.push_back(bool_field(KEY(model.tie_embeddings), "output head shares the token embedding matrix"));
+  // data
+  add_data_source(f, "train");
+  add_data_source(f, "eval");
+  f.push_back(int_field(KEY(data.num_workers), 0, 64, "background threads preparing batches; 0 = prepare in the training thread"));
+  f.push_back(int_field(KEY(data.prefetch), 1, 1024, "batches prepared ahead of the training step"));
+  f.push_back(bool_field(KEY(data.pin_memory), "page-locked host batches and asynchronous copies to the GPU (CUDA only)"));
+  // train
+  f.push_back(int_field(KEY(train.per_device_batch_size), 1, 1 << 20, "sequences per micro-batch"));
+  f.push_back(int_field(KEY(train.grad_accum_steps), 1, 1 << 20, "micro-batches accumulated per optimizer step"));
+  f.push_back(int_field(KEY(train.max_steps), 1, kMaxInt, "optimizer steps to run"));
+  f.push_back(int_field(KEY(train.log_every), 1, kMaxInt, "steps between metrics lines"));
+  f.push_back(int_field(KEY(train.eval_every), 0, kMaxInt, "steps between evaluations; 0 = only at the end (needs data.eval)"));
+  f.push_back(int_field(KEY(train.eval_steps), 1, kMaxInt, "batches per evaluation (the same batches every time)"));
+  f.push_back(float_field(KEY(train.max_grad_norm), FloatRange{0}, "clip the global gradient norm to this; 0 = no clipping"));
+  // precision
+  f.push_back(enum_field(KEY(precision.mode), EnumTable<PrecisionMode>{{"fp32", PrecisionMode::kFp32}},
+                         "numeric precision of training"));
+  // optim
+  f.push_back(enum_field(KEY(optim.name), EnumTable<OptimName>{{"adamw", OptimName::kAdamW}}, "optimizer"));
+  f.push_back(float_field(KEY(optim.lr), FloatRange{0, 10, true}, "peak learning rate"));
+  f.push_back(float_pair_field(KEY(optim.betas), FloatRange{0, 1, false, true}, "AdamW [beta1, beta2]"));
+  f.push_back(float_field(KEY(optim.eps), FloatRange{0, 1, true}, "AdamW epsilon"));
+  f.push_back(float_field(KEY(optim.weight_decay), FloatRange{0, 10}, "decoupled weight decay for matrix weights"));
+  f.push_back(bool_field(KEY(optim.decay_embeddings), "also decay the token and position embeddings"));
+  f.push_back(enum_field(KEY(optim.schedule.name),
+                         EnumTable<ScheduleName>{{"constant", ScheduleName::kConstant},
+                                                 {"cosine", ScheduleName::kCosine},
+                                                 {"linear", ScheduleName::kLinear}},
+                         "learning-rate shape after warmup"));
+  f.push_back(int_field(KEY(optim.schedule.warmup_steps), 0, kMaxInt, "linear warmup from lr/warmup_steps to lr"));
+  f.push_back(float_field(KEY(optim.schedule.min_lr_ratio), FloatRange{0, 1}, "cosine/linear: final lr as a fraction of lr"));
+  f.push_back(int_field(KEY(optim.schedule.decay_steps), 0, kMaxInt, "step where decay ends; 0 = train.max_steps"));
+  // parallel
+  f.push_back(int_field(KEY(parallel.dp), 1, 65536, "data-parallel degree"));
+  f.push_back(int_field(KEY(parallel.tp), 1, 65536, "tensor-parallel degree"));
+  f.push_back(int_field(KEY(parallel.pp), 1, 65536, "pipeline-parallel degree"));
+  // metrics
+  f.push_back(enum_field(KEY(metrics.progress),
+                         EnumTable<ProgressStyle>{{"auto", ProgressStyle::kAuto},
+                                                  {"bar", ProgressStyle::kBar},
+                                                  {"lines", ProgressStyle::kLines},
+                                                  {"off", ProgressStyle::kOff}},
+                         "console progress: bar (redrawn line), lines (one per log step), off; auto = bar on a terminal"));
+  return f;
+}
+#undef KEY
+
+// Sections that exist even while they have no keys (printed as {}).
+const std::vector<std::string> kSections = {"run", "model", "data", "train", "precision",
+                                            "optim", "parallel", "checkpoint", "metrics"};
+
+bool is_section(const std::string& path) {
+  for (const auto& s : kSections)
+    if (s == path) return true;
+  for (const auto& f : schema())
+    if (f.path.size() > path.size() && f.path.compare(0, path.size(), path) == 0 && f.path[path.size()] == '.')
+      return true;
+  return false;
+}
+
+// Names that may follow `prefix.` (fields and sub-sections), for suggestions.
+std::vector<std::string> children_of(const std::string& prefix) {
+  std::set<std::string> out;
+  if (prefix.empty())
+    for (const auto& s : kSections) out.insert(s);
+  for (const auto& f : schema()) {
+    if (!prefix.empty() && f.path.compare(0, prefix.size() + 1, prefix + ".") != 0) continue;
+    std::string rest = prefix.empty() ? f.path : f.path.substr(prefix.size() + 1);
+    out.insert(rest.substr(0, rest.find('.')));
+  }
+  return {out.begin(), out.end()};
+}
+
+void unknown_key(const std::string& prefix, const ConfigNode::Entry& e, Diagnostics& diag) {
+  std::string full = prefix.empty() ? e.key : prefix + "." + e.key;
+  std::string fix;
+  std::string guess = did_you_mean(e.key, children_of(prefix));
+  if (!guess.empty()) {
+    fix = "did you mean '" + (prefix.empty() ? guess : prefix + "." + guess) + "'?";
+  } else {
+    for (const auto& f : schema())  // the right key in the wrong section?
+      if (f.path.size() > e.key.size() && f.path.substr(f.path.size() - e.key.size() - 1) == "." + e.key)
+        fix = "did you mean '" + f.path + "'?", guess = f.path;
+    if (guess.empty()) {
+      std::string known;
+      for (const auto& c : children_of(prefix)) known += (known.empty() ? "" : ", ") + c;
+      fix = "known keys " + (prefix.empty() ? std::string("at the top level") : "in " + prefix) + ": " + known;
+    }
+  }
+  diag.error(e.key_origin, full, "unknown key", fix);
+}
+
+void bind_map(const ConfigNode& node, const std::string& prefix, Settings& s,
+              std::map<std::string, Origin>& origins, Diagnostics& diag) {
+  for (const auto& e : node.entries) {
+    std::string full = prefix.empty() ? e.key : prefix + "." + e.key;
+    if (const FieldSpec* f = find_field(full)) {
+      if (e.value.kind == ConfigNode::Kind::kNull) {
+        diag.error(e.value.origin, full, "has no value", "give it a value (" + f->type + ") or remove the key");
+        continue;
+      }
+      try {
+        f->read(s, e.value);
+        origins[full] = e.value.origin;
+      } catch (const FieldProblem& p) {
+        diag.error(e.value.origin, full, p.problem, p.fix.empty() ? "expected " + f->type : p.fix);
+      }
+    } else if (is_section(full)) {
+      if (e.value.kind == ConfigNode::Kind::kMap)
+        bind_map(e.value, full, s, origins, diag);
+      else if (e.value.kind != ConfigNode::Kind::kNull)
+        diag.error(e.value.origin, full, "is a section, so it needs keys, got " + e.value.kind_name(),
+                   "write it as a mapping, e.g. " + full + ": {" + children_of(full).front() + ": ...}");
+    } else {
+      unknown_key(prefix, e, diag);
+    }
+  }
+}
+
+void insert_at(json& root, const std::string& path, json value) {
+  json* node = &root;
+  size_t start = 0;
+  for (size_t dot; (dot = path.find('.', start)) != std::string::npos; start = dot + 1)
+    node = &(*node)[path.substr(start, dot - start)];
+  (*node)[path.substr(start)] = std::move(value);
+}
+
+}  // namespace
+
+const std::vector<FieldSpec>& schema() {
+  static const std::vector<FieldSpec> fields = build_schema();
+  return fields;
+}
+
+const FieldSpec* find_field(const std::string& path) {
+  for (const auto& f : schema())
+    if (f.path == path) return &f;
+  return nullptr;
+}
+
+void bind_settings(const ConfigNode& root, Settings& settings, std::map<std::string, Origin>& origins,
+                   Diagnostics& diag) {
+  for (const auto& f : schema()) origins.emplace(f.path, Origin{"default"});
+  bind_map(root, "", settings, origins, diag);
+}
+
+json settings_to_json(const Settings& settings) {
+  json root = json::object();
+  for (const auto& s : kSections) root[s] = json::object();
+  for (const auto& f : schema()) insert_at(root, f.path, f.write(settings));
+  root["run"]["output_dir"] = settings.resolved_output_dir();
+  return root;
+}
+
+std::string schema_reference_markdown() {
+  const Settings defaults;
+  std::string out = "| key | type | default | meaning |\n|---|---|---|---|\n";
+  for (const auto& f : schema()) {
+    std::string def = f.write(defaults).dump();
+    if (def == "\"\"") def = "(empty)";
+    std::string type = f.type;  // "a | b" would split the Markdown cell
+    for (size_t i = 0; (i = type.find('|', i)) != std::string::npos; i += 2) type.insert(i, "\\");
+    out += "| `" + f.path + "` | " + type + " | `" + def + "` | " + f.doc + " |\n";
+  }
+  return out;
+}
+
+}  // namespace gputrain

@@ -1,0 +1,139 @@
+// The typed recipe. YAML becomes these structs once, in config/ (DESIGN rule 2);
+// nothing outside config/ looks a key up by string. Every field's YAML name,
+// default, allowed range and documentation live in config/schema.cpp.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <string>
+
+namespace gputrain {
+
+struct RunSettings {
+  std::string name = "gputrain";
+  std::string output_dir;  // empty = runs/<name>
+  int64_t seed = 1337;
+  std::string device = "auto";  // auto | cpu | cuda | cuda:N
+  int64_t threads = 0;          // 0 = auto (the cores this process may use)
+};
+
+enum class ModelArch { kGpt };
+
+struct ModelSettings {
+  ModelArch arch = ModelArch::kGpt;
+  int64_t vocab_size = 50304;
+  int64_t seq_len = 1024;
+  int64_t n_layer = 12;
+  int64_t n_head = 12;
+  int64_t d_model = 768;
+  double mlp_ratio = 4.0;
+  double dropout = 0.0;
+  bool bias = true;
+  bool tie_embeddings = true;
+
+  int64_t mlp_hidden() const { return static_cast<int64_t>(mlp_ratio * d_model + 0.5); }
+  int64_t head_dim() const { return d_model / n_head; }
+};
+
+enum class DataFormat { kNone, kSynthetic, kTokens, kText };
+enum class TokenDtype { kUint16, kUint32 };
+enum class SyntheticKind { kMarkov, kUniform };
+
+// A learnable synthetic language: an order-n Markov chain over the vocabulary
+// whose entropy rate is computed exactly (data/synthetic_language.h).
+struct SyntheticSettings {
+  SyntheticKind kind = SyntheticKind::kMarkov;
+  int64_t vocab = 0;       // tokens the language uses; 0 = model.vocab_size
+  int64_t order = 2;       // context length of the chain
+  int64_t branching = 4;   // successors per context
+  int64_t seed = 0;        // the language itself (which successors, which probabilities)
+};
+
+struct DataSourceSettings {
+  DataFormat format = DataFormat::kNone;
+  std::string path;  // tokens / text: the file (absolute after loading)
+  TokenDtype dtype = TokenDtype::kUint16;  // tokens: width of one token id
+  std::array<double, 2> span = {0.0, 1.0};  // fraction of the file used: [start, end)
+  SyntheticSettings synthetic;
+};
+
+struct DataSettings {
+  DataSourceSettings train{.format = DataFormat::kSynthetic};
+  DataSourceSettings eval;  // format none = no evaluation
+  int64_t num_workers = 1;  // background threads preparing batches; 0 = in the training thread
+  int64_t prefetch = 4;     // batches prepared ahead
+  bool pin_memory = true;   // page-locked host batches for async copies (CUDA only)
+};
+
+struct TrainSettings {
+  int64_t per_device_batch_size = 8;
+  int64_t grad_accum_steps = 1;
+  int64_t max_steps = 1000;
+  int64_t log_every = 10;
+  int64_t eval_every = 0;  // 0 = evaluate only at the end (when data.eval is set)
+  int64_t eval_steps = 20;
+  double max_grad_norm = 1.0;  // 0 = no clipping (the norm is still reported)
+};
+
+enum class PrecisionMode { kFp32 };
+
+struct PrecisionSettings {
+  PrecisionMode mode = PrecisionMode::kFp32;
+};
+
+enum class OptimName { kAdamW };
+enum class ScheduleName { kConstant, kCosine, kLinear };
+
+struct ScheduleSettings {
+  ScheduleName name = ScheduleName::kCosine;
+  int64_t warmup_steps = 0;
+  double min_lr_ratio = 0.1;  // final lr = lr * min_lr_ratio (cosine, linear)
+  int64_t decay_steps = 0;    // 0 = train.max_steps
+};
+
+struct OptimSettings {
+  OptimName name = OptimName::kAdamW;
+  double lr = 6e-4;
+  std::array<double, 2> betas = {0.9, 0.95};
+  double eps = 1e-8;
+  double weight_decay = 0.1;
+  bool decay_embeddings = false;
+  ScheduleSettings schedule;
+};
+
+// Degrees of parallelism. Their product must equal the number of processes;
+// this version runs one process, so each is 1.
+struct ParallelSettings {
+  int64_t dp = 1;
+  int64_t tp = 1;
+  int64_t pp = 1;
+};
+
+struct CheckpointSettings {};
+
+enum class ProgressStyle { kAuto, kBar, kLines, kOff };
+
+struct MetricsSettings {
+  ProgressStyle progress = ProgressStyle::kAuto;
+};
+
+struct Settings {
+  RunSettings run;
+  ModelSettings model;
+  DataSettings data;
+  TrainSettings train;
+  PrecisionSettings precision;
+  OptimSettings optim;
+  ParallelSettings parallel;
+  CheckpointSettings checkpoint;
+  MetricsSettings metrics;
+
+  // Derived values every consumer agrees on.
+  int64_t tokens_per_step() const {
+    return train.per_device_batch_size * train.grad_accum_steps * model.seq_len;
+  }
+  std::string resolved_output_dir() const {
+    return run.output_dir.empty() ? "runs/" + run.name : run.output_dir;
+  }
+};
+
+}  // namespace gputrain

@@ -1,0 +1,173 @@
+#include "config/validate.h"
+
+#include <cmath>
+#include <filesystem>
+#include <regex>
+
+namespace gputrain {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Checker {
+  const Settings& s;
+  const std::map<std::string, Origin>& origins;
+  Diagnostics& diag;
+
+  Origin at(const std::string& key) const {
+    auto it = origins.find(key);
+    return it == origins.end() ? Origin{"default"} : it->second;
+  }
+  void error(const std::string& key, std::string problem, std::string fix) {
+    diag.error(at(key), key, std::move(problem), std::move(fix));
+  }
+  void warning(const std::string& key, std::string problem, std::string fix) {
+    diag.warning(at(key), key, std::move(problem), std::move(fix));
+  }
+};
+
+std::string str(int64_t v) { return std::to_string(v); }
+
+void check_run(Checker& c) {
+  static const std::regex device(R"(auto|cpu|cuda|cuda:\d+)");
+  if (!std::regex_match(c.s.run.device, device))
+    c.error("run.device", "'" + c.s.run.device + "' is not a device", "use auto, cpu, cuda or cuda:N");
+  static const std::regex name(R"([A-Za-z0-9._-]+)");
+  if (!std::regex_match(c.s.run.name, name))
+    c.error("run.name", "'" + c.s.run.name + "' cannot be used in a directory name",
+            "use letters, digits, '.', '_' and '-' only");
+}
+
+void check_model(Checker& c) {
+  const ModelSettings& m = c.s.model;
+  if (m.d_model % m.n_head != 0) {
+    std::string divisors;
+    for (int64_t h = 1; h <= m.d_model && divisors.size() < 40; ++h)
+      if (m.d_model % h == 0 && h != m.n_head) divisors += (divisors.empty() ? "" : ", ") + str(h);
+    c.error("model.n_head", "(" + str(m.n_head) + ") must divide model.d_model (" + str(m.d_model) + ")",
+            "pick n_head among " + divisors + ", or change d_model");
+  }
+  double hidden = m.mlp_ratio * m.d_model;
+  if (std::fabs(hidden - std::round(hidden)) > 1e-6 || hidden < 1)
+    c.error("model.mlp_ratio", "mlp_ratio * d_model = " + std::to_string(hidden) + " is not a whole number",
+            "choose mlp_ratio so that mlp_ratio * d_model is an integer");
+}
+
+int64_t token_width(const DataSourceSettings& d) {
+  return d.format == DataFormat::kText ? 1 : (d.dtype == TokenDtype::kUint16 ? 2 : 4);
+}
+
+void check_source(Checker& c, const DataSourceSettings& d, const std::string& which) {
+  const std::string p = "data." + which + ".";
+  const ModelSettings& m = c.s.model;
+  switch (d.format) {
+    case DataFormat::kNone:
+      if (which == "train")
+        c.error(p + "format", "is none, but training needs data", "use synthetic, tokens or text");
+      return;
+    case DataFormat::kSynthetic: {
+      const SyntheticSettings& y = d.synthetic;
+      int64_t vocab = y.vocab == 0 ? m.vocab_size : y.vocab;
+      if (vocab > m.vocab_size)
+        c.error(p + "synthetic.vocab", "(" + str(vocab) + ") exceeds model.vocab_size (" + str(m.vocab_size) + ")",
+                "lower synthetic.vocab or raise model.vocab_size");
+      if (y.kind == SyntheticKind::kMarkov) {
+        double contexts = std::pow(static_cast<double>(vocab), static_cast<double>(y.order));
+        if (contexts * static_cast<double>(std::min(y.branching, vocab)) > double(1 << 24))
+          c.error(p + "synthetic.order", "vocab^order x branching = " + std::to_string(contexts * y.branching) +
+                      " transition entries is more than the 16M this generator keeps in memory",
+                  "lower synthetic.vocab (e.g. 64), synthetic.order or synthetic.branching");
+        if (y.branching > vocab)
+          c.error(p + "synthetic.branching", "(" + str(y.branching) + ") exceeds the language's vocabulary (" +
+                      str(vocab) + ")", "use at most " + str(vocab));
+      }
+      return;
+    }
+    case DataFormat::kTokens:
+    case DataFormat::kText:
+      break;
+  }
+  if (d.span[0] >= d.span[1])
+    c.error(p + "span", "start (" + std::to_string(d.span[0]) + ") must be below end (" + std::to_string(d.span[1]) + ")",
+            "write [start, end) with start < end, e.g. [0.0, 0.9]");
+  if (d.format == DataFormat::kText && m.vocab_size < 256)
+    c.error("model.vocab_size", "(" + str(m.vocab_size) + ") is below 256, but data." + which +
+                " is byte-level text (ids 0..255)", "set model.vocab_size to 256 or more");
+  if (d.path.empty()) {
+    c.error(p + "path", "is required for format " + std::string(d.format == DataFormat::kText ? "text" : "tokens"),
+            "set " + p + "path to the file");
+    return;
+  }
+  std::error_code ec;
+  if (!fs::is_regular_file(d.path, ec)) {
+    c.error(p + "path", "file '" + d.path + "' does not exist or is not a regular file",
+            "check the path (relative paths are relative to the recipe file)");
+    return;
+  }
+  auto bytes = static_cast<int64_t>(fs::file_size(d.path, ec));
+  int64_t width = token_width(d);
+  if (bytes % width != 0)
+    c.error(p + "dtype", "file '" + d.path + "' has " + str(bytes) + " bytes, not a multiple of " + str(width) +
+                " (one " + (width == 2 ? "uint16" : "uint32") + " token)",
+            "check data." + which + ".dtype (uint16 or uint32) or the file");
+  auto tokens = static_cast<int64_t>(static_cast<double>(bytes / width) * (d.span[1] - d.span[0]));
+  if (tokens < m.seq_len + 1)
+    c.error(p + "span", "holds " + str(tokens) + " tokens of '" + d.path + "', fewer than one window of model.seq_len + 1 = " +
+                str(m.seq_len + 1), "use a larger file or span, or a smaller model.seq_len");
+}
+
+void check_data(Checker& c) {
+  check_source(c, c.s.data.train, "train");
+  check_source(c, c.s.data.eval, "eval");
+  const auto& tr = c.s.data.train;
+  const auto& ev = c.s.data.eval;
+  if (tr.format == ev.format && (tr.format == DataFormat::kText || tr.format == DataFormat::kTokens) &&
+      tr.path == ev.path && tr.span[0] < ev.span[1] && ev.span[0] < tr.span[1])
+    c.warning("data.eval.span", "evaluation reads the same part of '" + ev.path + "' as training",
+              "give train and eval disjoint spans, e.g. [0.0, 0.9] and [0.9, 1.0]");
+  if (tr.format == DataFormat::kSynthetic && ev.format == DataFormat::kSynthetic &&
+      (tr.synthetic.kind != ev.synthetic.kind || tr.synthetic.seed != ev.synthetic.seed ||
+       tr.synthetic.order != ev.synthetic.order || tr.synthetic.vocab != ev.synthetic.vocab ||
+       tr.synthetic.branching != ev.synthetic.branching))
+    c.warning("data.eval.synthetic", "evaluation uses a different synthetic language than training",
+              "give data.eval.synthetic the same settings as data.train.synthetic");
+}
+
+void check_train(Checker& c) {
+  const TrainSettings& t = c.s.train;
+  if (t.eval_every > 0 && c.s.data.eval.format == DataFormat::kNone)
+    c.error("train.eval_every", "is " + str(t.eval_every) + " but data.eval is not set",
+            "set data.eval (e.g. the same source with another span) or train.eval_every: 0");
+  if (t.eval_every > t.max_steps)
+    c.warning("train.eval_every", "(" + str(t.eval_every) + ") exceeds train.max_steps (" + str(t.max_steps) +
+                  "); only the final evaluation runs", "lower train.eval_every");
+  const ScheduleSettings& sch = c.s.optim.schedule;
+  int64_t decay_end = sch.decay_steps == 0 ? t.max_steps : sch.decay_steps;
+  if (sch.warmup_steps > decay_end)
+    c.error("optim.schedule.warmup_steps", "(" + str(sch.warmup_steps) + ") exceeds the decay end (" + str(decay_end) + ")",
+            "use fewer warmup steps, or a larger train.max_steps / optim.schedule.decay_steps");
+}
+
+void check_parallel(Checker& c) {
+  const ParallelSettings& p = c.s.parallel;
+  const int64_t world = 1;  // one process until the launcher issue lands
+  if (p.dp * p.tp * p.pp != world)
+    for (auto [key, v] : {std::pair{"parallel.dp", p.dp}, {"parallel.tp", p.tp}, {"parallel.pp", p.pp}}) {
+      if (v != 1)
+        c.error(key, "is " + str(v) + ", but dp x tp x pp must equal the number of processes (" + str(world) +
+                         ") and this version trains in one process", "set it to 1");
+    }
+}
+
+}  // namespace
+
+void validate_settings(const Settings& s, const std::map<std::string, Origin>& origins, Diagnostics& diag) {
+  Checker c{s, origins, diag};
+  check_run(c);
+  check_model(c);
+  check_data(c);
+  check_train(c);
+  check_parallel(c);
+}
+
+}  // namespace gputrain

@@ -1,0 +1,68 @@
+// Turns windows into device batches. With data.num_workers > 0, worker threads
+// prepare batches ahead (at most data.prefetch) while the model trains, in
+// page-locked memory on CUDA so the host-to-device copy is asynchronous.
+// Batch k is the same whatever the number of workers: it is a pure function
+// of (seed, stream, k).
+#pragma once
+#include <torch/types.h>
+
+#include <condition_variable>
+#include <exception>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "data/window_source.h"
+
+namespace gputrain {
+
+struct Batch {
+  torch::Tensor input;   // [B, T] int64
+  torch::Tensor target;  // [B, T] int64, kIgnoreIndex where no loss is taken
+  int64_t target_count = 0;  // targets that count toward the loss
+};
+
+struct LoaderOptions {
+  int64_t batch_size = 1;
+  int64_t seq_len = 1;
+  uint64_t seed = 0;     // run.seed
+  uint64_t stream = 0;   // separates train and eval streams
+  int64_t num_workers = 0;
+  int64_t prefetch = 2;
+  bool pin_memory = false;  // only used when device is CUDA
+  torch::Device device = torch::kCPU;
+};
+
+class BatchLoader {
+ public:
+  BatchLoader(const WindowSource& source, LoaderOptions opts, int64_t first_index = 0);
+  ~BatchLoader();  // stops and joins the workers; never blocks on a full queue
+  BatchLoader(const BatchLoader&) = delete;
+  BatchLoader& operator=(const BatchLoader&) = delete;
+
+  // The next batch, on the device. Rethrows a worker's error (e.g. a bad token id).
+  Batch next();
+  int64_t next_index() const { return next_index_; }
+
+  // Batch `index` on the host; what workers run.
+  Batch make_host_batch(int64_t index) const;
+
+ private:
+  void worker_loop();
+  Batch to_device(Batch b) const;
+
+  const WindowSource& source_;
+  LoaderOptions opts_;
+  int64_t next_index_;  // next batch handed to the caller
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<int64_t, Batch> ready_;
+  int64_t next_claim_;  // next batch index a worker will prepare
+  bool stop_ = false;
+  std::exception_ptr error_;
+  std::vector<std::thread> workers_;
+};
+
+}  // namespace gputrain

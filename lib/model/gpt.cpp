@@ -1,0 +1,108 @@
+#include "model/gpt.h"
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+
+namespace gputrain {
+
+namespace nn = torch::nn;
+
+CausalSelfAttentionImpl::CausalSelfAttentionImpl(const ModelSettings& cfg)
+    : n_head(cfg.n_head), dropout(cfg.dropout) {
+  c_attn = register_module("c_attn", nn::Linear(nn::LinearOptions(cfg.d_model, 3 * cfg.d_model).bias(cfg.bias)));
+  c_proj = register_module("c_proj", nn::Linear(nn::LinearOptions(cfg.d_model, cfg.d_model).bias(cfg.bias)));
+  resid_dropout = register_module("resid_dropout", nn::Dropout(cfg.dropout));
+}
+
+torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
+  const int64_t B = x.size(0), T = x.size(1), C = x.size(2);
+  auto qkv = c_attn(x).view({B, T, 3, n_head, C / n_head}).permute({2, 0, 3, 1, 4});  // [3, B, H, T, D]
+  auto y = at::scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], /*attn_mask=*/{},
+                                            is_training() ? dropout : 0.0, /*is_causal=*/true);
+  y = y.transpose(1, 2).reshape({B, T, C});
+  return resid_dropout(c_proj(y));
+}
+
+MlpImpl::MlpImpl(const ModelSettings& cfg) {
+  c_fc = register_module("c_fc", nn::Linear(nn::LinearOptions(cfg.d_model, cfg.mlp_hidden()).bias(cfg.bias)));
+  c_proj = register_module("c_proj", nn::Linear(nn::LinearOptions(cfg.mlp_hidden(), cfg.d_model).bias(cfg.bias)));
+  dropout = register_module("dropout", nn::Dropout(cfg.dropout));
+}
+
+torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
+  return dropout(c_proj(at::gelu(c_fc(x), "tanh")));
+}
+
+static nn::LayerNorm make_norm(const ModelSettings& cfg) {
+  return nn::LayerNorm(nn::LayerNormOptions({cfg.d_model}).eps(1e-5).elementwise_affine(true));
+}
+
+BlockImpl::BlockImpl(const ModelSettings& cfg) {
+  ln_1 = register_module("ln_1", make_norm(cfg));
+  attn = register_module("attn", CausalSelfAttention(cfg));
+  ln_2 = register_module("ln_2", make_norm(cfg));
+  mlp = register_module("mlp", Mlp(cfg));
+}
+
+torch::Tensor BlockImpl::forward(const torch::Tensor& x) {
+  auto h = x + attn(ln_1(x));
+  return h + mlp(ln_2(h));
+}
+
+GptBodyImpl::GptBodyImpl(const ModelSettings& cfg) {
+  wte = register_module("wte", nn::Embedding(cfg.vocab_size, cfg.d_model));
+  wpe = register_module("wpe", nn::Embedding(cfg.seq_len, cfg.d_model));
+  drop = register_module("drop", nn::Dropout(cfg.dropout));
+  h = register_module("h", nn::ModuleList());
+  for (int64_t i = 0; i < cfg.n_layer; ++i) h->push_back(Block(cfg));
+  ln_f = register_module("ln_f", make_norm(cfg));
+}
+
+GptImpl::GptImpl(const ModelSettings& c) : cfg(c) {
+  transformer = register_module("transformer", GptBody(cfg));
+  if (!cfg.tie_embeddings)
+    lm_head = register_module("lm_head", nn::Linear(nn::LinearOptions(cfg.d_model, cfg.vocab_size).bias(false)));
+  reset_parameters();
+}
+
+torch::Tensor GptImpl::forward(const torch::Tensor& tokens) {
+  const int64_t T = tokens.size(1);
+  TORCH_CHECK(T <= cfg.seq_len, "sequence of ", T, " tokens exceeds model.seq_len ", cfg.seq_len);
+  auto pos = at::arange(T, tokens.options().dtype(at::kLong));
+  auto x = transformer->drop(transformer->wte(tokens) + transformer->wpe(pos));
+  for (const auto& block : *transformer->h) x = block->as<Block>()->forward(x);
+  x = transformer->ln_f(x);
+  return cfg.tie_embeddings ? at::linear(x, transformer->wte->weight) : lm_head(x);
+}
+
+torch::Tensor GptImpl::loss_sum(const torch::Tensor& tokens, const torch::Tensor& targets) {
+  auto logits = forward(tokens);
+  return at::cross_entropy_loss(logits.view({-1, logits.size(-1)}), targets.reshape({-1}), /*weight=*/{},
+                                at::Reduction::Sum, kIgnoreIndex);
+}
+
+void GptImpl::reset_parameters() {
+  torch::NoGradGuard no_grad;
+  const double std = 0.02;
+  const double proj_std = std / std::sqrt(2.0 * static_cast<double>(cfg.n_layer));
+  for (const auto& item : named_parameters(/*recurse=*/true)) {
+    const std::string& name = item.key();
+    torch::Tensor p = item.value();
+    auto ends_with = [&name](const std::string& s) {
+      return name.size() >= s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0;
+    };
+    if (ends_with("c_proj.weight")) p.normal_(0.0, proj_std);
+    else if (p.dim() >= 2) p.normal_(0.0, std);  // Linear and Embedding weights
+    else if (ends_with(".bias")) p.zero_();
+    else p.fill_(1.0);  // LayerNorm weights
+  }
+}
+
+int64_t GptImpl::parameter_count() const {
+  int64_t n = 0;
+  for (const auto& p : parameters()) n += p.numel();
+  return n;
+}
+
+}  // namespace gputrain

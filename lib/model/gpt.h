@@ -1,0 +1,83 @@
+// GPT-2 style decoder: learned positions, pre-LayerNorm blocks, GELU(tanh) MLP,
+// causal attention through scaled_dot_product_attention, tied embeddings.
+// Submodules carry GPT-2's checkpoint names (transformer.h.0.attn.c_attn, ...)
+// so export to other tools is a renaming-free mapping. The model knows nothing
+// of ranks or devices (DESIGN rule 1).
+#pragma once
+#include <torch/nn/module.h>
+#include <torch/nn/modules/container/modulelist.h>
+#include <torch/nn/modules/dropout.h>
+#include <torch/nn/modules/embedding.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/modules/normalization.h>
+
+#include "config/settings.h"
+
+namespace gputrain {
+
+struct CausalSelfAttentionImpl : torch::nn::Module {
+  explicit CausalSelfAttentionImpl(const ModelSettings& cfg);
+  torch::Tensor forward(const torch::Tensor& x);
+
+  int64_t n_head;
+  double dropout;
+  torch::nn::Linear c_attn{nullptr}, c_proj{nullptr};
+  torch::nn::Dropout resid_dropout{nullptr};
+};
+TORCH_MODULE(CausalSelfAttention);
+
+struct MlpImpl : torch::nn::Module {
+  explicit MlpImpl(const ModelSettings& cfg);
+  torch::Tensor forward(const torch::Tensor& x);
+
+  torch::nn::Linear c_fc{nullptr}, c_proj{nullptr};
+  torch::nn::Dropout dropout{nullptr};
+};
+TORCH_MODULE(Mlp);
+
+struct BlockImpl : torch::nn::Module {
+  explicit BlockImpl(const ModelSettings& cfg);
+  torch::Tensor forward(const torch::Tensor& x);
+
+  torch::nn::LayerNorm ln_1{nullptr}, ln_2{nullptr};
+  CausalSelfAttention attn{nullptr};
+  Mlp mlp{nullptr};
+};
+TORCH_MODULE(Block);
+
+// The "transformer." prefix of GPT-2's parameter names.
+struct GptBodyImpl : torch::nn::Module {
+  explicit GptBodyImpl(const ModelSettings& cfg);
+
+  torch::nn::Embedding wte{nullptr}, wpe{nullptr};
+  torch::nn::Dropout drop{nullptr};
+  torch::nn::ModuleList h{nullptr};
+  torch::nn::LayerNorm ln_f{nullptr};
+};
+TORCH_MODULE(GptBody);
+
+struct GptImpl : torch::nn::Module {
+  explicit GptImpl(const ModelSettings& cfg);
+
+  // tokens [B, T] int64 -> logits [B, T, vocab_size].
+  torch::Tensor forward(const torch::Tensor& tokens);
+  // Sum (not mean) of the cross-entropy over targets != kIgnoreIndex, so that
+  // callers can normalize by the token count of a whole accumulated step.
+  torch::Tensor loss_sum(const torch::Tensor& tokens, const torch::Tensor& targets);
+
+  // GPT-2 initialization: N(0, 0.02), zero biases, residual projections
+  // (attn.c_proj, mlp.c_proj) scaled by 1/sqrt(2 * n_layer). Deterministic
+  // given the global torch seed.
+  void reset_parameters();
+
+  int64_t parameter_count() const;  // unique parameters (tied weights once)
+
+  ModelSettings cfg;
+  GptBody transformer{nullptr};
+  torch::nn::Linear lm_head{nullptr};  // only when embeddings are untied
+};
+TORCH_MODULE(Gpt);
+
+inline constexpr int64_t kIgnoreIndex = -100;
+
+}  // namespace gputrain

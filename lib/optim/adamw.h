@@ -1,0 +1,38 @@
+// AdamW (decoupled weight decay, bias correction) over parameter groups, one
+// fused multi-tensor update per group through ATen's _fused_adamw_ (CPU and
+// CUDA kernels in LibTorch 2.x) instead of a loop of small ops per tensor.
+// State is plain tensors under stable names for checkpoints.
+#pragma once
+#include <torch/types.h>
+
+#include <vector>
+
+#include "optim/param_groups.h"
+
+namespace gputrain {
+
+struct AdamWOptions {
+  double beta1 = 0.9, beta2 = 0.95, eps = 1e-8;
+};
+
+class AdamW {
+ public:
+  AdamW(std::vector<ParamGroup> groups, AdamWOptions opts);
+
+  // One update of every parameter that has a gradient, at learning rate lr * group.lr_scale.
+  void step(double lr);
+  void zero_grad();  // sets grads to undefined (frees them) like set_to_none=True
+  const std::vector<ParamGroup>& groups() const { return groups_; }
+  // Bytes of optimizer state (exp_avg, exp_avg_sq, step) for metrics and docs.
+  int64_t state_bytes() const;
+
+ private:
+  struct GroupState {
+    std::vector<torch::Tensor> exp_avg, exp_avg_sq, step;
+  };
+  std::vector<ParamGroup> groups_;
+  std::vector<GroupState> state_;
+  AdamWOptions opts_;
+};
+
+}  // namespace gputrain

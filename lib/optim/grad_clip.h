@@ -1,0 +1,15 @@
+// Global-norm gradient clipping with multi-tensor ops (one norm kernel over
+// all gradients, one scale), as torch.nn.utils.clip_grad_norm_(foreach=True).
+#pragma once
+#include <torch/types.h>
+
+#include <vector>
+
+namespace gputrain {
+
+// Returns the global L2 norm before clipping (a 0-dim float tensor, not synced
+// to the host). Scales gradients by max_norm / norm when the norm exceeds it;
+// max_norm <= 0 only measures.
+torch::Tensor clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm);
+
+}  // namespace gputrain

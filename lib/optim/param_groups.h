@@ -1,0 +1,26 @@
+// Which parameters get weight decay. Decayed: the weight matrices of Linear
+// layers (attention and MLP, and an untied lm_head). Not decayed: biases,
+// LayerNorm weights, and the token/position embeddings (unless
+// optim.decay_embeddings), following GPT-2/nanoGPT practice that decaying
+// them only hurts. A per-group lr_scale is there for later features (LoRA, MoE).
+#pragma once
+#include <torch/nn/module.h>
+
+#include <string>
+#include <vector>
+
+#include "config/settings.h"
+
+namespace gputrain {
+
+struct ParamGroup {
+  std::string name;  // "decay" / "no_decay"
+  std::vector<std::string> names;
+  std::vector<torch::Tensor> params;
+  double weight_decay = 0.0;
+  double lr_scale = 1.0;
+};
+
+std::vector<ParamGroup> make_param_groups(const torch::nn::Module& model, const OptimSettings& o);
+
+}  // namespace gputrain

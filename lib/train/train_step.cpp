@@ -1,0 +1,36 @@
+#include "train/train_step.h"
+
+#include "util/error.h"
+
+namespace gputrain {
+
+torch::Tensor accumulate_gradients(Gpt& model, const std::vector<Batch>& micro_batches) {
+  int64_t total = 0;
+  for (const auto& b : micro_batches) total += b.target_count;
+  if (total == 0) throw runtime_error("a training step has no target tokens (every target is masked)");
+  const double inv_total = 1.0 / static_cast<double>(total);
+  torch::Tensor loss_sum;
+  for (const auto& b : micro_batches) {
+    auto loss = model->loss_sum(b.input, b.target);
+    (loss * inv_total).backward();
+    auto l = loss.detach();
+    loss_sum = loss_sum.defined() ? loss_sum + l : l;
+  }
+  return loss_sum * inv_total;
+}
+
+double evaluate(Gpt& model, const std::vector<Batch>& batches) {
+  torch::NoGradGuard no_grad;
+  const bool was_training = model->is_training();
+  model->eval();
+  double loss = 0;
+  int64_t count = 0;
+  for (const auto& b : batches) {
+    loss += model->loss_sum(b.input, b.target).item<double>();
+    count += b.target_count;
+  }
+  model->train(was_training);
+  return loss / static_cast<double>(std::max<int64_t>(count, 1));
+}
+
+}  // namespace gputrain

@@ -1,0 +1,235 @@
+#include "train/trainer.h"
+
+#include <ATen/Parallel.h>
+#include <torch/utils.h>
+#include <torch/version.h>
+
+#include <chrono>
+#include <csignal>
+#include <cmath>
+#include <filesystem>
+#include <optional>
+
+#include "data/loader.h"
+#include "metrics/metrics_writer.h"
+#include "metrics/progress.h"
+#include "model/gpt.h"
+#include "optim/adamw.h"
+#include "optim/grad_clip.h"
+#include "optim/lr_schedule.h"
+#include "train/signals.h"
+#include "train/train_step.h"
+#include "util/device.h"
+#include "util/error.h"
+
+namespace gputrain {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::ordered_json;
+using Clock = std::chrono::steady_clock;
+
+constexpr uint64_t kTrainStream = 1, kEvalStream = 2;
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+fs::path prepare_output_dir(const Settings& s, const RunOptions& o) {
+  fs::path dir = s.resolved_output_dir();
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw runtime_error("cannot create output directory '" + dir.string() + "': " + ec.message());
+  if (!o.overwrite && (fs::exists(dir / "metrics.jsonl") || fs::exists(dir / "summary.json")))
+    throw usage_error("output directory '" + dir.string() + "' already holds a run (metrics.jsonl)" +
+                      "\n    fix: choose another with --output-dir, or pass --overwrite to replace it");
+  return dir;
+}
+
+double round_to(double v, int digits) {
+  const double f = std::pow(10.0, digits);
+  return std::round(v * f) / f;
+}
+
+Gpt build_model(const Settings& s, torch::Device device) {
+  torch::manual_seed(static_cast<uint64_t>(s.run.seed));
+  Gpt model(s.model);
+  model->to(device);
+  model->train();
+  return model;
+}
+
+LoaderOptions loader_options(const Settings& s, torch::Device device, uint64_t stream, int64_t workers) {
+  LoaderOptions o;
+  o.batch_size = s.train.per_device_batch_size;
+  o.seq_len = s.model.seq_len;
+  o.seed = static_cast<uint64_t>(s.run.seed);
+  o.stream = stream;
+  o.num_workers = workers;
+  o.prefetch = s.data.prefetch;
+  o.pin_memory = s.data.pin_memory;
+  o.device = device;
+  return o;
+}
+
+}  // namespace
+
+RunOutcome run_training(const Recipe& recipe, const RunOptions& options) {
+  const Settings& s = recipe.settings;
+  const auto t_start = Clock::now();
+
+  const int64_t threads = resolve_threads(s.run.threads);
+  at::set_num_threads(static_cast<int>(threads));
+  const torch::Device device = resolve_device(s.run.device);
+  const fs::path out_dir = prepare_output_dir(s, options);
+  write_file_atomic((out_dir / "recipe.resolved.yaml").string(), recipe_to_yaml(s));
+
+  Gpt model = build_model(s, device);
+  AdamW optimizer(make_param_groups(*model, s.optim), AdamWOptions{s.optim.betas[0], s.optim.betas[1], s.optim.eps});
+  LrSchedule schedule(s.optim, s.train.max_steps);
+  const std::vector<torch::Tensor> params = model->parameters();
+
+  auto train_source = make_window_source(s.data.train, s.model);
+  std::unique_ptr<WindowSource> eval_source;
+  std::vector<Batch> eval_batches;
+  if (s.data.eval.format != DataFormat::kNone) {
+    eval_source = make_window_source(s.data.eval, s.model);
+    BatchLoader eval_loader(*eval_source, loader_options(s, device, kEvalStream, 0));
+    for (int64_t i = 0; i < s.train.eval_steps; ++i) eval_batches.push_back(eval_loader.next());
+  }
+  BatchLoader train_loader(*train_source, loader_options(s, device, kTrainStream, s.data.num_workers));
+
+  const std::optional<double> floor = train_source->entropy_floor(s.model.seq_len);
+  const int64_t n_params = model->parameter_count();
+  spdlog::info("gputrain: {} on {} ({} threads), recipe {}", s.run.name, device_name(device), threads, recipe.source);
+  spdlog::info("model: GPT {} layers, d_model {}, {} heads, seq_len {}, vocab {}: {:.2f}M parameters", s.model.n_layer,
+               s.model.d_model, s.model.n_head, s.model.seq_len, s.model.vocab_size, n_params / 1e6);
+  spdlog::info("data: {}", train_source->describe());
+  if (floor) spdlog::info("data: entropy floor {:.4f} nats/token (no model can reach a lower loss)", *floor);
+  spdlog::info("train: {} steps x {} tokens (grad_accum {} x batch {} x seq_len {}); output in {}", s.train.max_steps,
+               s.tokens_per_step(), s.train.grad_accum_steps, s.train.per_device_batch_size, s.model.seq_len,
+               out_dir.string());
+  for (const auto& w : recipe.warnings) spdlog::warn("{}", w.str());
+
+  MetricsWriter metrics((out_dir / "metrics.jsonl").string());
+  Progress progress(s.metrics.progress, s.train.max_steps);
+  StopSignals signals;
+  reset_peak_memory(device);
+
+  json summary;
+  summary["status"] = "running";
+  int64_t step = 0, tokens = 0;
+  double train_seconds = 0, last_loss = NAN;
+  std::optional<double> last_eval;
+
+  auto run_eval = [&]() {
+    const double l = evaluate(model, eval_batches);
+    if (!std::isfinite(l)) throw runtime_error("evaluation loss is not finite at step " + std::to_string(step));
+    last_eval = l;
+    progress.finish();
+    spdlog::info("eval at step {}: loss {:.4f}{}", step, l,
+                 floor ? fmt::format(" (floor {:.4f}, gap {:.4f})", *floor, l - *floor) : std::string());
+    return l;
+  };
+
+  std::string status = "ok";
+  int stop_signal = 0;
+  try {
+    auto interval_start = Clock::now();
+    int64_t interval_tokens = 0, interval_steps = 0;
+    torch::Tensor interval_loss;  // summed on the device; read at log steps only
+    for (; step < s.train.max_steps;) {
+      const auto t0 = Clock::now();
+      std::vector<Batch> micro;
+      int64_t step_tokens = 0;
+      for (int64_t i = 0; i < s.train.grad_accum_steps; ++i) {
+        micro.push_back(train_loader.next());
+        step_tokens += micro.back().target_count;
+      }
+      torch::Tensor loss = accumulate_gradients(model, micro);
+      torch::Tensor grad_norm = clip_grad_norm(params, s.train.max_grad_norm);
+      const double lr = schedule.at(step);
+      optimizer.step(lr);
+      optimizer.zero_grad();
+      ++step;
+      tokens += step_tokens;
+      interval_tokens += step_tokens;
+      ++interval_steps;
+      interval_loss = interval_loss.defined() ? interval_loss + loss : loss;
+      train_seconds += seconds_since(t0);
+
+      const bool eval_now = !eval_batches.empty() &&
+                            ((s.train.eval_every > 0 && step % s.train.eval_every == 0) || step == s.train.max_steps);
+      const bool stop_now = StopSignals::requested() != 0;
+      if (step % s.train.log_every == 0 || eval_now || step == s.train.max_steps || stop_now) {
+        synchronize(device);
+        const double elapsed = seconds_since(interval_start);
+        const double loss_now = loss.item<double>();
+        const double mean_loss = interval_loss.item<double>() / static_cast<double>(interval_steps);
+        const double norm = grad_norm.item<double>();
+        if (!std::isfinite(loss_now) || !std::isfinite(mean_loss))
+          throw runtime_error("training loss became non-finite (" + std::to_string(loss_now) + ") by step " +
+                              std::to_string(step) + "\n    fix: lower optim.lr, raise optim.schedule.warmup_steps, "
+                              "or set train.max_grad_norm");
+        last_loss = loss_now;
+        json rec;
+        rec["step"] = step;
+        rec["loss"] = round_to(loss_now, 6);
+        rec["loss_avg"] = round_to(mean_loss, 6);  // mean over the steps since the last line
+        rec["lr"] = lr;
+        rec["grad_norm"] = round_to(norm, 6);
+        rec["tokens"] = tokens;
+        rec["tokens_per_s"] = round_to(static_cast<double>(interval_tokens) / elapsed, 1);
+        rec["step_ms"] = round_to(1000.0 * elapsed / static_cast<double>(interval_steps), 3);
+        rec["mem_peak_mb"] = round_to(peak_memory_mb(device), 1);
+        if (eval_now) rec["eval_loss"] = round_to(run_eval(), 6);
+        metrics.write(rec);
+        progress.update(step, loss_now, static_cast<double>(interval_tokens) / elapsed, lr,
+                        elapsed / static_cast<double>(interval_steps));
+        interval_start = Clock::now();
+        interval_tokens = interval_steps = 0;
+        interval_loss = torch::Tensor();
+      }
+      if (stop_now) {
+        stop_signal = StopSignals::requested();
+        status = stop_signal == SIGTERM ? "preempted" : "interrupted";
+        break;
+      }
+    }
+  } catch (const std::exception& e) {
+    progress.finish();
+    summary["status"] = "failed";
+    summary["error"] = e.what();
+    summary["steps"] = step;
+    summary["tokens"] = tokens;
+    summary["wall_s"] = round_to(seconds_since(t_start), 3);
+    summary["recipe_hash"] = recipe_hash(s);
+    write_file_atomic((out_dir / "summary.json").string(), summary.dump(2) + "\n");
+    throw;
+  }
+  progress.finish();
+
+  summary["status"] = status;
+  summary["steps"] = step;
+  summary["max_steps"] = s.train.max_steps;
+  summary["tokens"] = tokens;
+  summary["wall_s"] = round_to(seconds_since(t_start), 3);
+  summary["train_s"] = round_to(train_seconds, 3);
+  summary["tokens_per_s"] = round_to(train_seconds > 0 ? static_cast<double>(tokens) / train_seconds : 0.0, 1);
+  summary["final_loss"] = std::isfinite(last_loss) ? json(round_to(last_loss, 6)) : json(nullptr);
+  summary["eval_loss"] = last_eval ? json(round_to(*last_eval, 6)) : json(nullptr);
+  if (floor) summary["entropy_floor"] = round_to(*floor, 6);
+  summary["mem_peak_mb"] = round_to(peak_memory_mb(device), 1);
+  summary["parameters"] = n_params;
+  summary["optimizer_state_mb"] = round_to(static_cast<double>(optimizer.state_bytes()) / (1024.0 * 1024.0), 3);
+  summary["device"] = device_name(device);
+  summary["threads"] = threads;
+  summary["torch_version"] = TORCH_VERSION;
+  summary["recipe_hash"] = recipe_hash(s);
+  write_file_atomic((out_dir / "summary.json").string(), summary.dump(2) + "\n");
+
+  spdlog::info("{}: {} steps, {} tokens in {}, {:.0f} tokens/s; final loss {:.4f}{}", status, step, tokens,
+               format_duration(seconds_since(t_start)), summary["tokens_per_s"].get<double>(), last_loss,
+               last_eval ? fmt::format(", eval loss {:.4f}", *last_eval) : std::string());
+  return RunOutcome{status, stop_signal, summary};
+}
+
+}  // namespace gputrain

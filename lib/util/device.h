@@ -1,0 +1,24 @@
+// Device selection and the few device facts the trainer reports. CUDA-only
+// LibTorch calls live in device_cuda.cpp, compiled only in the CUDA build.
+#pragma once
+#include <torch/types.h>
+
+#include <string>
+
+namespace gputrain {
+
+// "auto" -> cuda:0 when LibTorch sees a GPU, else cpu. Throws a usage Error
+// when CUDA is asked for and not available.
+torch::Device resolve_device(const std::string& spec);
+// run.threads: 0 = the cores this process may run on.
+int64_t resolve_threads(int64_t threads);
+
+bool cuda_build();
+std::string device_name(const torch::Device& d);
+void synchronize(const torch::Device& d);
+// Peak memory since the last reset, in MiB: the caching allocator's peak on
+// CUDA, the process's peak resident set on CPU (which cannot be reset).
+double peak_memory_mb(const torch::Device& d);
+void reset_peak_memory(const torch::Device& d);
+
+}  // namespace gputrain

@@ -1,0 +1,28 @@
+// CUDA-only device hooks (compiled only when GPUTRAIN_WITH_CUDA): the caching
+// allocator's statistics, stream synchronization, the device's name.
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
+
+#include <string>
+
+namespace gputrain {
+
+bool cuda_build() { return true; }
+
+void cuda_synchronize(int index) { c10::cuda::device_synchronize(), (void)index; }
+
+double cuda_peak_memory_mb(int index) {
+  auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(static_cast<c10::DeviceIndex>(index));
+  return static_cast<double>(stats.allocated_bytes[0].peak) / (1024.0 * 1024.0);  // [0] = aggregate
+}
+
+void cuda_reset_peak_memory(int index) {
+  c10::cuda::CUDACachingAllocator::resetPeakStats(static_cast<c10::DeviceIndex>(index));
+}
+
+std::string cuda_device_name(int index) {
+  return at::cuda::getDeviceProperties(static_cast<c10::DeviceIndex>(index))->name;
+}
+
+}  // namespace gputrain

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Configures and builds gputrain into ./build (Release). Extra arguments go to
+# CMake's configure step, e.g. -DGPUTRAIN_CUDA=OFF.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV="${GPUTRAIN_VENV:-$HOME/.cache/gputrain/venv}"
+BUILD_DIR="${GPUTRAIN_BUILD_DIR:-build}"
+TORCH_PREFIX="$("$VENV/bin/python" -c 'import torch;print(torch.utils.cmake_prefix_path)')"
+JOBS="${GPUTRAIN_JOBS:-$(nproc)}"
+mkdir -p "$BUILD_DIR"
+
+cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" "$@" \
+      > "$BUILD_DIR/configure.log" 2>&1 \
+  || { cat "$BUILD_DIR/configure.log"; exit 1; }
+grep -E "gputrain:" "$BUILD_DIR/configure.log" || true
+cmake --build "$BUILD_DIR" -j "$JOBS"

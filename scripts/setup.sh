@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs what gputrain needs on Debian 12 and is quick when all is there:
+#  - Debian packages: compiler, CMake, yaml-cpp, CLI11, spdlog, nlohmann-json, Catch2, ccache
+#  - a Python virtual environment with the pip torch package (LibTorch with
+#    CUDA, pinned) outside the checkout, so fresh clones and CI reuse it.
+# Prints nothing but progress; the venv path is $GPUTRAIN_VENV (default below).
+set -euo pipefail
+
+TORCH_VERSION="${GPUTRAIN_TORCH_VERSION:-2.11.0}"
+VENV="${GPUTRAIN_VENV:-$HOME/.cache/gputrain/venv}"
+APT_PACKAGES=(build-essential cmake git pkg-config python3 python3-venv python3-pip
+              libyaml-cpp-dev libcli11-dev libspdlog-dev libfmt-dev nlohmann-json3-dev catch2 ccache)
+
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing Debian packages: ${missing[*]}"
+  SUDO=""; [[ $(id -u) -ne 0 ]] && SUDO="sudo"
+  $SUDO apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+if ! "$VENV/bin/python" -c "import torch, numpy, sys; sys.exit(0 if torch.__version__.split('+')[0] == '$TORCH_VERSION' else 1)" 2>/dev/null; then
+  echo "setup: installing torch $TORCH_VERSION (LibTorch, several GB) into $VENV"
+  mkdir -p "$(dirname "$VENV")"
+  [[ -x "$VENV/bin/python" ]] || python3 -m venv "$VENV"
+  "$VENV/bin/python" -m pip install -q --upgrade pip
+  "$VENV/bin/python" -m pip install -q "torch==$TORCH_VERSION" numpy
+fi
+echo "setup: ok (torch $("$VENV/bin/python" -c 'import torch;print(torch.__version__)' 2>/dev/null) in $VENV)"
