@@ -52,6 +52,8 @@ static size_t edit_distance(const std::string& a, const std::string& b) {
 std::string did_you_mean(const std::string& word, const std::vector<std::string>& candidates) {
   std::string best;
   size_t best_d = SIZE_MAX;
+  for (const auto& c : candidates)  // "optimizer" -> "optim": one is a prefix of the other
+    if (std::min(c.size(), word.size()) >= 3 && (word.rfind(c, 0) == 0 || c.rfind(word, 0) == 0)) return c;
   for (const auto& c : candidates) {
     size_t d = edit_distance(word, c);
     if (d < best_d) best_d = d, best = c;

@@ -57,7 +57,7 @@ struct DataSourceSettings {
 };
 
 struct DataSettings {
-  DataSourceSettings train{.format = DataFormat::kSynthetic};
+  DataSourceSettings train;  // format none until a recipe names its data
   DataSourceSettings eval;  // format none = no evaluation
   int64_t num_workers = 1;  // background threads preparing batches; 0 = in the training thread
   int64_t prefetch = 4;     // batches prepared ahead

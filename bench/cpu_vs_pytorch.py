@@ -1,0 +1,135 @@
+#!/usr/bin/env python3
+"""CPU training throughput: gputrain vs plain PyTorch eager, same torch install.
+
+Both train the same GPT (pre-LayerNorm, GELU(tanh), SDPA causal attention,
+tied embeddings, GPT-2 init) with AdamW (PyTorch: fused=True; gputrain: ATen's
+fused kernel), fp32, the same batch, sequence length and thread count, on
+uniform random tokens. The first `--warmup` steps are excluded from both rates.
+Prints a Markdown table. Run: scripts/bench.sh (uses the setup's venv).
+"""
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+SIZES = {
+    # name: (n_layer, n_head, d_model, seq_len, batch, vocab)
+    "tiny (0.8M)": (2, 4, 128, 64, 32, 512),
+    "small (7M)": (4, 4, 256, 256, 8, 8192),
+    "gpt-mini (30M)": (6, 6, 384, 256, 8, 50304),
+}
+
+
+class Block(nn.Module):
+    def __init__(self, d, h):
+        super().__init__()
+        self.h = h
+        self.ln_1, self.ln_2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.c_attn, self.attn_proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+        self.c_fc, self.mlp_proj = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = self.c_attn(self.ln_1(x)).view(B, T, 3, self.h, C // self.h).permute(2, 0, 3, 1, 4)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(B, T, C)
+        x = x + self.attn_proj(y)
+        return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
+
+
+class GPT(nn.Module):
+    def __init__(self, L, H, d, T, V):
+        super().__init__()
+        self.wte, self.wpe = nn.Embedding(V, d), nn.Embedding(T, d)
+        self.h = nn.ModuleList(Block(d, H) for _ in range(L))
+        self.ln_f = nn.LayerNorm(d)
+        for n, p in self.named_parameters():
+            if n.endswith("proj.weight"):
+                nn.init.normal_(p, 0, 0.02 / math.sqrt(2 * L))
+            elif p.dim() >= 2:
+                nn.init.normal_(p, 0, 0.02)
+            elif n.endswith("bias"):
+                nn.init.zeros_(p)
+
+    def forward(self, idx, targets):
+        x = self.wte(idx) + self.wpe(torch.arange(idx.size(1)))
+        for b in self.h:
+            x = b(x)
+        logits = F.linear(self.ln_f(x), self.wte.weight)
+        return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
+
+
+def bench_pytorch(L, H, d, T, B, V, steps, warmup, threads):
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    model = GPT(L, H, d, T, V)
+    decay = [p for n, p in model.named_parameters() if p.dim() >= 2 and not n.startswith(("wte", "wpe"))]
+    no_decay = [p for n, p in model.named_parameters() if not (p.dim() >= 2 and not n.startswith(("wte", "wpe")))]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
+                            lr=1e-4, betas=(0.9, 0.95), fused=True)
+    start = None
+    for step in range(warmup + steps):
+        if step == warmup:
+            start = time.perf_counter()
+        tokens = torch.randint(0, V, (B, T + 1))
+        loss = model(tokens[:, :-1], tokens[:, 1:])
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0, foreach=True)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    loss.item()
+    return steps * B * T / (time.perf_counter() - start)
+
+
+def bench_gputrain(binary, L, H, d, T, B, V, steps, warmup, threads):
+    with tempfile.TemporaryDirectory() as tmp:
+        recipe = os.path.join(tmp, "r.yaml")
+        with open(recipe, "w") as f:
+            f.write(f"""run: {{name: bench, threads: {threads}, device: cpu}}
+model: {{vocab_size: {V}, seq_len: {T}, n_layer: {L}, n_head: {H}, d_model: {d}}}
+data: {{train: {{format: synthetic, synthetic: {{kind: uniform}}}}, num_workers: 0}}
+train: {{per_device_batch_size: {B}, max_steps: {warmup + steps}, log_every: {warmup}, max_grad_norm: 1.0}}
+optim: {{lr: 1e-4, schedule: {{name: constant}}}}
+metrics: {{progress: off}}
+""")
+        out = os.path.join(tmp, "out")
+        subprocess.run([binary, "run", recipe, "--output-dir", out], check=True, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL)
+        lines = [json.loads(l) for l in open(os.path.join(out, "metrics.jsonl"))]
+        timed = [l for l in lines if l["step"] > warmup]  # lines after the warm-up interval
+        ms = sum(l["step_ms"] * (l["step"] - p["step"]) for p, l in zip(lines, lines[1:]) if l["step"] > warmup)
+        n = sum(l["step"] - p["step"] for p, l in zip(lines, lines[1:]) if l["step"] > warmup)
+        assert timed and n == steps
+        return steps * B * T / (ms / 1000.0)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--binary", default="build/gputrain")
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
+    ap.add_argument("--repeats", type=int, default=2, help="runs per side; the best is reported")
+    ap.add_argument("--sizes", default=",".join(SIZES), help="comma-separated names from: " + ", ".join(SIZES))
+    args = ap.parse_args()
+
+    print(f"torch {torch.__version__}, {args.threads} threads, fp32, {args.steps} timed steps after {args.warmup} warm-up\n")
+    print("| model | layers x d_model | batch x seq | PyTorch eager tok/s | gputrain tok/s | gputrain / PyTorch |")
+    print("|---|---|---|---|---|---|")
+    for name in args.sizes.split(","):
+        L, H, d, T, B, V = SIZES[name]
+        py = max(bench_pytorch(L, H, d, T, B, V, args.steps, args.warmup, args.threads) for _ in range(args.repeats))
+        gt = max(bench_gputrain(args.binary, L, H, d, T, B, V, args.steps, args.warmup, args.threads)
+                 for _ in range(args.repeats))
+        print(f"| {name} | {L} x {d} | {B} x {T} | {py:,.0f} | {gt:,.0f} | {gt / py:.2f} |", flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

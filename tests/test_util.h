@@ -1,0 +1,35 @@
+// Helpers shared by the tests: temporary directories, files, running the CLI.
+#pragma once
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace gputrain::test {
+
+// A fresh directory under /tmp, removed when the object dies.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  const std::filesystem::path& path() const { return path_; }
+  std::string file(const std::string& name) const { return (path_ / name).string(); }
+
+ private:
+  std::filesystem::path path_;
+};
+
+void write_file(const std::string& path, const std::string& content);
+std::string read_file(const std::string& path);
+
+struct CommandResult {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr together
+};
+// Runs the gputrain binary with `args` (each passed as one argument).
+CommandResult run_gputrain(const std::vector<std::string>& args);
+
+nlohmann::json read_json(const std::string& path);
+std::vector<nlohmann::json> read_jsonl(const std::string& path);
+
+}  // namespace gputrain::test

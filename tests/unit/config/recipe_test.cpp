@@ -1,0 +1,263 @@
+// Recipe loading: types, ranges, unknown keys, cross-field rules, extends,
+// --set overrides, and the resolved dump. Every error message is checked for
+// its position, key and fix, since that message is the user interface.
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+
+#include "config/recipe.h"
+#include "test_util.h"
+#include "util/error.h"
+
+using namespace gputrain;
+using gputrain::test::TempDir;
+using gputrain::test::write_file;
+using Catch::Matchers::Contains;
+
+namespace {
+
+// A small valid recipe; `model_extra` is appended inside the model mapping.
+std::string minimal(const std::string& model_extra = "") {
+  return "run: {name: t}\n"
+         "data:\n"
+         "  train: {format: synthetic, synthetic: {vocab: 16}}\n"
+         "model: {vocab_size: 64, seq_len: 16, n_layer: 1, d_model: 16, n_head: 2" +
+         (model_extra.empty() ? "" : ", " + model_extra) + "}\n";
+}
+const std::string kMinimal = minimal();
+
+// Loads `text` as recipe.yaml in a temp dir; returns the error message ("" if none).
+std::string load_error(const std::string& text, const std::vector<std::string>& overrides = {}) {
+  TempDir dir;
+  write_file(dir.file("recipe.yaml"), text);
+  try {
+    load_recipe(dir.file("recipe.yaml"), overrides);
+  } catch (const Error& e) {
+    CHECK(exit_code_for(e.kind()) == 2);
+    return std::string(e.what());
+  }
+  return "";
+}
+
+Recipe load_text(const std::string& text, const std::vector<std::string>& overrides = {}) {
+  TempDir dir;
+  write_file(dir.file("recipe.yaml"), text);
+  return load_recipe(dir.file("recipe.yaml"), overrides);
+}
+
+}  // namespace
+
+TEST_CASE("a minimal recipe loads with defaults filled in", "[config]") {
+  Recipe r = load_text(kMinimal);
+  CHECK(r.settings.run.name == "t");
+  CHECK(r.settings.model.d_model == 16);
+  CHECK(r.settings.optim.lr == Approx(6e-4));  // default
+  CHECK(r.settings.data.train.format == DataFormat::kSynthetic);
+  CHECK(r.settings.resolved_output_dir() == "runs/t");
+  CHECK(r.origins.at("model.d_model").line == 4);
+  CHECK(r.origins.at("optim.lr").is_default());
+}
+
+TEST_CASE("YAML syntax errors name file, line and column", "[config]") {
+  std::string e = load_error("run:\n  name: [unclosed\n");
+  CHECK_THAT(e, Contains("recipe.yaml:"));
+  CHECK_THAT(e, Contains("YAML syntax error"));
+}
+
+TEST_CASE("unknown keys are errors with a suggestion", "[config]") {
+  std::string e = load_error(kMinimal + "optim: {learning_rate: 0.1, betas: [0.9, 0.99], lr: 1e-3}\ntrain: {max_step: 10}\n");
+  CHECK_THAT(e, Contains("recipe.yaml:5:9: optim.learning_rate: unknown key"));
+  CHECK_THAT(e, Contains("recipe.yaml:6:9: train.max_step: unknown key"));
+  CHECK_THAT(e, Contains("did you mean 'train.max_steps'?"));
+  CHECK_THAT(e, Contains("2 problems"));  // all problems reported in one go
+}
+
+TEST_CASE("a key in the wrong section points to the right one", "[config]") {
+  std::string e = load_error(kMinimal + "train: {lr: 0.1}\n");
+  CHECK_THAT(e, Contains("train.lr: unknown key"));
+  CHECK_THAT(e, Contains("did you mean 'optim.lr'?"));
+}
+
+TEST_CASE("unknown top-level sections are errors", "[config]") {
+  std::string e = load_error(kMinimal + "optimizer: {lr: 0.1}\n");
+  CHECK_THAT(e, Contains("optimizer: unknown key"));
+  CHECK_THAT(e, Contains("did you mean 'optim'?"));
+}
+
+TEST_CASE("wrong types are errors with the value and the expected type", "[config]") {
+  std::string e = load_error(minimal("bias: maybe") + "train: {max_steps: ten, max_grad_norm: big}\n");
+  CHECK_THAT(e, Contains("train.max_steps: expected a whole number, got 'ten'"));
+  CHECK_THAT(e, Contains("train.max_grad_norm: expected a number, got 'big'"));
+  CHECK_THAT(e, Contains("model.bias: expected true or false, got 'maybe'"));
+}
+
+TEST_CASE("a section given a scalar is an error", "[config]") {
+  std::string e = load_error(kMinimal + "train: 5\n");
+  CHECK_THAT(e, Contains("train: is a section, so it needs keys"));
+}
+
+TEST_CASE("out-of-range values are errors naming the range", "[config]") {
+  std::string e = load_error(minimal("dropout: 1.5") + "train: {max_steps: 0}\noptim: {lr: -1}\n");
+  CHECK_THAT(e, Contains("train.max_steps: must be >= 1, got 0"));
+  CHECK_THAT(e, Contains("model.dropout: must be >= 0.0 and < 1.0, got 1.5"));
+  CHECK_THAT(e, Contains("optim.lr: must be > 0.0 and <= 10.0, got -1"));
+}
+
+TEST_CASE("enum values are checked with a suggestion", "[config]") {
+  std::string e = load_error(kMinimal + "optim: {schedule: {name: cosin}}\n");
+  CHECK_THAT(e, Contains("optim.schedule.name: 'cosin' is not one of constant | cosine | linear"));
+  CHECK_THAT(e, Contains("did you mean 'cosine'?"));
+}
+
+TEST_CASE("lists must have the right length", "[config]") {
+  std::string e = load_error(kMinimal + "optim: {betas: [0.9]}\n");
+  CHECK_THAT(e, Contains("optim.betas: expected a list of two numbers"));
+}
+
+TEST_CASE("duplicate keys are errors", "[config]") {
+  std::string e = load_error("run: {name: a}\nrun: {name: b}\n");
+  CHECK_THAT(e, Contains("key 'run' appears twice"));
+}
+
+TEST_CASE("cross-field: n_head must divide d_model, at n_head's position", "[config]") {
+  std::string e = load_error(minimal() + "parallel: {dp: 1}\n", {});
+  CHECK(e.empty());
+  TempDir dir;
+  write_file(dir.file("recipe.yaml"), "run: {name: t}\ndata: {train: {format: synthetic, synthetic: {vocab: 16}}}\n"
+                                      "model: {vocab_size: 64, seq_len: 16, n_layer: 1, d_model: 16,\n"
+                                      "        n_head: 3}\n");
+  try {
+    load_recipe(dir.file("recipe.yaml"), {});
+  } catch (const Error& err) {
+    e = err.what();
+  }
+  CHECK_THAT(e, Contains("recipe.yaml:4:17: model.n_head: (3) must divide model.d_model (16)"));
+  CHECK_THAT(e, Contains("fix: pick n_head among 1, 2, 4, 8, 16"));
+}
+
+TEST_CASE("cross-field: evaluation cadence needs eval data", "[config]") {
+  std::string e = load_error(kMinimal + "train: {eval_every: 10}\n");
+  CHECK_THAT(e, Contains("train.eval_every: is 10 but data.eval is not set"));
+}
+
+TEST_CASE("cross-field: training needs data", "[config]") {
+  std::string e = load_error("model: {vocab_size: 64, seq_len: 8, n_layer: 1, n_head: 1, d_model: 8}\n");
+  CHECK_THAT(e, Contains("data.train.format: is none, but training needs data"));
+}
+
+TEST_CASE("cross-field: parallel degrees must match one process", "[config]") {
+  std::string e = load_error(kMinimal + "parallel: {tp: 2}\n");
+  CHECK_THAT(e, Contains("parallel.tp: is 2, but dp x tp x pp must equal the number of processes (1)"));
+}
+
+TEST_CASE("data files are checked: missing, wrong width, too short", "[config]") {
+  TempDir dir;
+  write_file(dir.file("odd.bin"), std::string(7, '\0'));
+  write_file(dir.file("short.txt"), "abc");
+  const std::string base = "model: {vocab_size: 300, seq_len: 16, n_layer: 1, n_head: 1, d_model: 8}\n";
+  write_file(dir.file("r1.yaml"), base + "data: {train: {format: tokens, path: missing.bin}}\n");
+  write_file(dir.file("r2.yaml"), base + "data: {train: {format: tokens, path: odd.bin}}\n");
+  write_file(dir.file("r3.yaml"), base + "data: {train: {format: text, path: short.txt}}\n");
+  auto err = [&](const std::string& f) {
+    try {
+      load_recipe(dir.file(f), {});
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  CHECK_THAT(err("r1.yaml"), Contains("data.train.path: file '" + dir.file("missing.bin") + "' does not exist"));
+  CHECK_THAT(err("r2.yaml"), Contains("has 7 bytes, not a multiple of 2"));
+  CHECK_THAT(err("r3.yaml"), Contains("holds 3 tokens"));
+}
+
+TEST_CASE("data paths are relative to the recipe file", "[config]") {
+  TempDir dir;
+  std::filesystem::create_directories(dir.path() / "sub");
+  write_file(dir.file("sub/corpus.txt"), std::string(100, 'x'));
+  write_file(dir.file("sub/r.yaml"),
+             "model: {vocab_size: 256, seq_len: 8, n_layer: 1, n_head: 1, d_model: 8}\n"
+             "data: {train: {format: text, path: corpus.txt}}\n");
+  Recipe r = load_recipe(dir.file("sub/r.yaml"), {});
+  CHECK(r.settings.data.train.path == dir.file("sub/corpus.txt"));
+}
+
+TEST_CASE("extends merges bases under the recipe, in order", "[config]") {
+  TempDir dir;
+  write_file(dir.file("a.yaml"), kMinimal + "optim: {lr: 1e-3, eps: 1e-6}\ntrain: {max_steps: 5}\n");
+  write_file(dir.file("b.yaml"), "optim: {lr: 2e-3}\n");
+  write_file(dir.file("r.yaml"), "extends: [a.yaml, b.yaml]\ntrain: {max_steps: 7}\n");
+  Recipe r = load_recipe(dir.file("r.yaml"), {"optim.eps=1e-7"});
+  CHECK(r.settings.optim.lr == Approx(2e-3));   // b over a
+  CHECK(r.settings.train.max_steps == 7);       // recipe over bases
+  CHECK(r.settings.optim.eps == Approx(1e-7));  // --set over everything
+  CHECK(r.settings.model.d_model == 16);        // from a
+  CHECK(r.files.size() == 3);
+  CHECK_THAT(r.origins.at("optim.lr").str(), Contains("b.yaml:1:"));
+
+  write_file(dir.file("single.yaml"), "extends: a.yaml\n");
+  CHECK(load_recipe(dir.file("single.yaml"), {}).settings.train.max_steps == 5);
+}
+
+TEST_CASE("extends errors: missing base and cycles", "[config]") {
+  TempDir dir;
+  write_file(dir.file("r.yaml"), "extends: nope.yaml\n");
+  write_file(dir.file("c1.yaml"), "extends: c2.yaml\n");
+  write_file(dir.file("c2.yaml"), "extends: c1.yaml\n");
+  auto err = [&](const std::string& f) {
+    try {
+      load_recipe(dir.file(f), {});
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  CHECK_THAT(err("r.yaml"), Contains("r.yaml:1:10: extends: base recipe"));
+  CHECK_THAT(err("r.yaml"), Contains("does not exist"));
+  CHECK_THAT(err("c1.yaml"), Contains("extends itself"));
+}
+
+TEST_CASE("overrides from --set are typed and checked like the file", "[config]") {
+  Recipe r = load_text(kMinimal, {"optim.lr=3e-4", "optim.betas=[0.8, 0.9]", "train.max_steps=200",
+                                  "data.eval={format: synthetic, synthetic: {vocab: 16}}"});
+  CHECK(r.settings.optim.lr == Approx(3e-4));
+  CHECK(r.settings.optim.betas[0] == Approx(0.8));
+  CHECK(r.settings.train.max_steps == 200);
+  CHECK(r.settings.data.eval.format == DataFormat::kSynthetic);
+  CHECK(r.origins.at("optim.lr").file == "--set optim.lr=3e-4");
+
+  CHECK_THAT(load_error(kMinimal, {"optim.lr=fast"}), Contains("--set optim.lr=fast: optim.lr: expected a number"));
+  CHECK_THAT(load_error(kMinimal, {"optim.lrr=1"}), Contains("optim.lrr: unknown key"));
+  CHECK_THAT(load_error(kMinimal, {"optim.lr"}), Contains("expected KEY=VALUE"));
+  CHECK_THAT(load_error(kMinimal, {"run.name.x=1"}), Contains("holds a value, not a section"));
+}
+
+TEST_CASE("the resolved recipe round-trips through YAML and JSON", "[config]") {
+  Recipe r = load_text(kMinimal, {"optim.lr=3e-4", "run.threads=2"});
+  TempDir dir;
+  write_file(dir.file("resolved.yaml"), recipe_to_yaml(r.settings));
+  Recipe again = load_recipe(dir.file("resolved.yaml"), {});
+  CHECK(recipe_to_json(again.settings) == recipe_to_json(r.settings));
+  CHECK(recipe_hash(again.settings) == recipe_hash(r.settings));
+  CHECK_THAT(recipe_to_yaml(r.settings), Contains("lr: 3e-04"));
+  CHECK_THAT(recipe_to_json(r.settings), Contains("\"threads\": 2"));
+  CHECK(recipe_hash(load_text(kMinimal, {"optim.lr=1e-4"}).settings) != recipe_hash(r.settings));
+}
+
+TEST_CASE("every recipe in configs/ validates", "[config]") {
+  int count = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(std::string(GPUTRAIN_SOURCE_DIR) + "/configs")) {
+    if (entry.path().extension() != ".yaml") continue;
+    INFO(entry.path().string());
+    CHECK_NOTHROW(load_recipe(entry.path().string(), {}));
+    ++count;
+  }
+  CHECK(count >= 3);
+}
+
+TEST_CASE("the built-in quickstart is configs/quickstart.yaml", "[config]") {
+  Recipe builtin = load_recipe("", {});
+  Recipe file = load_recipe(std::string(GPUTRAIN_SOURCE_DIR) + "/configs/quickstart.yaml", {});
+  CHECK(recipe_to_json(builtin.settings) == recipe_to_json(file.settings));
+  CHECK(builtin.source == kBuiltinQuickstartName);
+}

@@ -1,0 +1,74 @@
+// Gradient accumulation: k micro-batches of b give the same gradients as one
+// batch of k*b, also when micro-batches hold different numbers of targets
+// (the loss is normalized by the step's total target count).
+#include <catch2/catch.hpp>
+#include <ATen/ATen.h>
+
+#include "train/train_step.h"
+
+using namespace gputrain;
+
+namespace {
+
+std::vector<torch::Tensor> grads_of(Gpt& model) {
+  std::vector<torch::Tensor> g;
+  for (const auto& p : model->parameters()) g.push_back(p.grad().clone());
+  return g;
+}
+
+Batch make_batch(const torch::Tensor& in, const torch::Tensor& tg) {
+  return Batch{in, tg, (tg != kIgnoreIndex).sum().item<int64_t>()};
+}
+
+}  // namespace
+
+TEST_CASE("4 micro-batches of 2 give the gradients of one batch of 8", "[train]") {
+  ModelSettings m;
+  m.vocab_size = 50;
+  m.seq_len = 12;
+  m.n_layer = 2;
+  m.n_head = 2;
+  m.d_model = 16;
+  torch::manual_seed(3);
+  Gpt model(m);
+  model->to(torch::kDouble);  // compare the math, not float32 summation order
+
+  auto inputs = torch::randint(0, 50, {8, 12}, torch::kLong);
+  auto targets = torch::randint(0, 50, {8, 12}, torch::kLong);
+  // Unequal masking: micro-batch 0 loses 10 targets, the others none. A
+  // per-micro-batch mean would weight its tokens differently.
+  targets.slice(0, 0, 2).slice(1, 0, 5) = kIgnoreIndex;
+
+  model->zero_grad();
+  auto full_loss = accumulate_gradients(model, {make_batch(inputs, targets)}).item<double>();
+  auto full = grads_of(model);
+
+  model->zero_grad();
+  std::vector<Batch> micro;
+  for (int i = 0; i < 4; ++i) micro.push_back(make_batch(inputs.slice(0, 2 * i, 2 * i + 2), targets.slice(0, 2 * i, 2 * i + 2)));
+  auto accum_loss = accumulate_gradients(model, micro).item<double>();
+  auto accum = grads_of(model);
+
+  CHECK(accum_loss == Approx(full_loss).epsilon(1e-12));
+  for (size_t i = 0; i < full.size(); ++i) {
+    INFO("parameter " << i);
+    CHECK(torch::allclose(accum[i], full[i], 1e-10, 1e-12));
+  }
+
+  // And the loss is the mean over the 86 counted targets, not over 96.
+  auto ref = model->loss_sum(inputs, targets).item<double>() / 86.0;
+  CHECK(full_loss == Approx(ref).epsilon(1e-12));
+}
+
+TEST_CASE("a step whose targets are all masked is an error", "[train]") {
+  ModelSettings m;
+  m.vocab_size = 10;
+  m.seq_len = 4;
+  m.n_layer = 1;
+  m.n_head = 1;
+  m.d_model = 8;
+  Gpt model(m);
+  auto in = torch::zeros({1, 4}, torch::kLong);
+  auto tg = torch::full({1, 4}, kIgnoreIndex, torch::kLong);
+  CHECK_THROWS_WITH(accumulate_gradients(model, {make_batch(in, tg)}), Catch::Contains("no target tokens"));
+}
