@@ -63,7 +63,7 @@ class GPT(nn.Module):
         for b in self.h:
             x = b(x)
         logits = F.linear(self.ln_f(x), self.wte.weight)
-        return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
+        return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1))
 
 
 def bench_pytorch(L, H, d, T, B, V, steps, warmup, threads):

@@ -8,6 +8,9 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "config/recipe.h"
+#include "util/error.h"
+
 namespace gputrain::test {
 
 TempDir::TempDir() {
@@ -63,6 +66,25 @@ CommandResult run_gputrain(const std::vector<std::string>& args) {
   waitpid(pid, &status, 0);
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   return r;
+}
+
+ModelSettings model_settings(int64_t vocab_size, int64_t seq_len, int64_t n_layer, int64_t n_head, int64_t d_model) {
+  ModelSettings m;
+  m.vocab_size = vocab_size;
+  m.seq_len = seq_len;
+  m.n_layer = n_layer;
+  m.n_head = n_head;
+  m.d_model = d_model;
+  return m;
+}
+
+std::string recipe_error(const std::string& path, const std::vector<std::string>& overrides) {
+  try {
+    load_recipe(path, overrides);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
 }
 
 nlohmann::json read_json(const std::string& path) { return nlohmann::json::parse(read_file(path)); }

@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "config/settings.h"
+
 namespace gputrain::test {
 
 // A fresh directory under /tmp, removed when the object dies.
@@ -30,6 +32,12 @@ struct CommandResult {
 CommandResult run_gputrain(const std::vector<std::string>& args);
 
 nlohmann::json read_json(const std::string& path);
+
+// A GPT shape for tests; other model settings keep their defaults.
+ModelSettings model_settings(int64_t vocab_size, int64_t seq_len, int64_t n_layer, int64_t n_head, int64_t d_model);
+
+// The message of the Error that loading recipe `path` throws, or "" when it loads.
+std::string recipe_error(const std::string& path, const std::vector<std::string>& overrides = {});
 std::vector<nlohmann::json> read_jsonl(const std::string& path);
 
 }  // namespace gputrain::test

@@ -20,8 +20,8 @@ torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
   auto qkv = c_attn(x).view({B, T, 3, n_head, C / n_head}).permute({2, 0, 3, 1, 4});  // [3, B, H, T, D]
   auto y = at::scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], /*attn_mask=*/{},
                                             is_training() ? dropout : 0.0, /*is_causal=*/true);
-  y = y.transpose(1, 2).reshape({B, T, C});
-  return resid_dropout(c_proj(y));
+  y = c_proj(y.transpose(1, 2).reshape({B, T, C}));
+  return dropout > 0 ? resid_dropout(y) : y;  // p = 0: skip the op (and its autograd node)
 }
 
 MlpImpl::MlpImpl(const ModelSettings& cfg) {
@@ -31,7 +31,8 @@ MlpImpl::MlpImpl(const ModelSettings& cfg) {
 }
 
 torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
-  return dropout(c_proj(at::gelu(c_fc(x), "tanh")));
+  auto y = c_proj(at::gelu(c_fc(x), "tanh"));
+  return dropout->options.p() > 0 ? dropout(y) : y;
 }
 
 static nn::LayerNorm make_norm(const ModelSettings& cfg) {
@@ -70,7 +71,8 @@ torch::Tensor GptImpl::forward(const torch::Tensor& tokens) {
   const int64_t T = tokens.size(1);
   TORCH_CHECK(T <= cfg.seq_len, "sequence of ", T, " tokens exceeds model.seq_len ", cfg.seq_len);
   auto pos = at::arange(T, tokens.options().dtype(at::kLong));
-  auto x = transformer->drop(transformer->wte(tokens) + transformer->wpe(pos));
+  auto x = transformer->wte(tokens) + transformer->wpe(pos);
+  if (cfg.dropout > 0) x = transformer->drop(x);
   for (const auto& block : *transformer->h) x = block->as<Block>()->forward(x);
   x = transformer->ln_f(x);
   return cfg.tie_embeddings ? at::linear(x, transformer->wte->weight) : lm_head(x);

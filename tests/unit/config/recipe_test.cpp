@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "config/recipe.h"
+#include "config/schema.h"
 #include "test_util.h"
 #include "util/error.h"
 
@@ -126,11 +127,7 @@ TEST_CASE("cross-field: n_head must divide d_model, at n_head's position", "[con
   write_file(dir.file("recipe.yaml"), "run: {name: t}\ndata: {train: {format: synthetic, synthetic: {vocab: 16}}}\n"
                                       "model: {vocab_size: 64, seq_len: 16, n_layer: 1, d_model: 16,\n"
                                       "        n_head: 3}\n");
-  try {
-    load_recipe(dir.file("recipe.yaml"), {});
-  } catch (const Error& err) {
-    e = err.what();
-  }
+  e = gputrain::test::recipe_error(dir.file("recipe.yaml"));
   CHECK_THAT(e, Contains("recipe.yaml:4:17: model.n_head: (3) must divide model.d_model (16)"));
   CHECK_THAT(e, Contains("fix: pick n_head among 1, 2, 4, 8, 16"));
 }
@@ -158,14 +155,7 @@ TEST_CASE("data files are checked: missing, wrong width, too short", "[config]")
   write_file(dir.file("r1.yaml"), base + "data: {train: {format: tokens, path: missing.bin}}\n");
   write_file(dir.file("r2.yaml"), base + "data: {train: {format: tokens, path: odd.bin}}\n");
   write_file(dir.file("r3.yaml"), base + "data: {train: {format: text, path: short.txt}}\n");
-  auto err = [&](const std::string& f) {
-    try {
-      load_recipe(dir.file(f), {});
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string();
-  };
+  auto err = [&](const std::string& f) { return gputrain::test::recipe_error(dir.file(f)); };
   CHECK_THAT(err("r1.yaml"), Contains("data.train.path: file '" + dir.file("missing.bin") + "' does not exist"));
   CHECK_THAT(err("r2.yaml"), Contains("has 7 bytes, not a multiple of 2"));
   CHECK_THAT(err("r3.yaml"), Contains("holds 3 tokens"));
@@ -204,14 +194,7 @@ TEST_CASE("extends errors: missing base and cycles", "[config]") {
   write_file(dir.file("r.yaml"), "extends: nope.yaml\n");
   write_file(dir.file("c1.yaml"), "extends: c2.yaml\n");
   write_file(dir.file("c2.yaml"), "extends: c1.yaml\n");
-  auto err = [&](const std::string& f) {
-    try {
-      load_recipe(dir.file(f), {});
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string();
-  };
+  auto err = [&](const std::string& f) { return gputrain::test::recipe_error(dir.file(f)); };
   CHECK_THAT(err("r.yaml"), Contains("r.yaml:1:10: extends: base recipe"));
   CHECK_THAT(err("r.yaml"), Contains("does not exist"));
   CHECK_THAT(err("c1.yaml"), Contains("extends itself"));
@@ -260,4 +243,10 @@ TEST_CASE("the built-in quickstart is configs/quickstart.yaml", "[config]") {
   Recipe file = load_recipe(std::string(GPUTRAIN_SOURCE_DIR) + "/configs/quickstart.yaml", {});
   CHECK(recipe_to_json(builtin.settings) == recipe_to_json(file.settings));
   CHECK(builtin.source == kBuiltinQuickstartName);
+}
+
+TEST_CASE("the README's recipe reference matches the schema", "[config]") {
+  const std::string readme = gputrain::test::read_file(std::string(GPUTRAIN_SOURCE_DIR) + "/README.md");
+  INFO("regenerate with: build/gputrain print-config --reference, and paste it under '## Recipe reference'");
+  CHECK(readme.find(schema_reference_markdown()) != std::string::npos);
 }

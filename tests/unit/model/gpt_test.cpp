@@ -7,20 +7,13 @@
 #include <set>
 
 #include "model/gpt.h"
+#include "test_util.h"
 
 using namespace gputrain;
 
 namespace {
 
-ModelSettings tiny_model() {
-  ModelSettings m;
-  m.vocab_size = 32;
-  m.seq_len = 8;
-  m.n_layer = 2;
-  m.n_head = 2;
-  m.d_model = 16;
-  return m;
-}
+ModelSettings tiny_model() { return gputrain::test::model_settings(32, 8, 2, 2, 16); }
 
 }  // namespace
 

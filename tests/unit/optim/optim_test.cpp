@@ -11,6 +11,7 @@
 #include "optim/adamw.h"
 #include "optim/grad_clip.h"
 #include "optim/lr_schedule.h"
+#include "test_util.h"
 
 using namespace gputrain;
 
@@ -59,13 +60,7 @@ TEST_CASE("AdamW skips parameters without gradients", "[optim]") {
 }
 
 TEST_CASE("weight decay groups: matrices decay, biases, norms and embeddings do not", "[optim]") {
-  ModelSettings m;
-  m.vocab_size = 16;
-  m.seq_len = 4;
-  m.n_layer = 1;
-  m.n_head = 1;
-  m.d_model = 8;
-  Gpt model(m);
+  Gpt model(gputrain::test::model_settings(16, 4, 1, 1, 8));
   OptimSettings o;
   auto groups = make_param_groups(*model, o);
   REQUIRE(groups.size() == 2);

@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 #include <ATen/ATen.h>
 
+#include "test_util.h"
 #include "train/train_step.h"
 
 using namespace gputrain;
@@ -23,12 +24,7 @@ Batch make_batch(const torch::Tensor& in, const torch::Tensor& tg) {
 }  // namespace
 
 TEST_CASE("4 micro-batches of 2 give the gradients of one batch of 8", "[train]") {
-  ModelSettings m;
-  m.vocab_size = 50;
-  m.seq_len = 12;
-  m.n_layer = 2;
-  m.n_head = 2;
-  m.d_model = 16;
+  ModelSettings m = gputrain::test::model_settings(50, 12, 2, 2, 16);
   torch::manual_seed(3);
   Gpt model(m);
   model->to(torch::kDouble);  // compare the math, not float32 summation order
@@ -61,13 +57,7 @@ TEST_CASE("4 micro-batches of 2 give the gradients of one batch of 8", "[train]"
 }
 
 TEST_CASE("a step whose targets are all masked is an error", "[train]") {
-  ModelSettings m;
-  m.vocab_size = 10;
-  m.seq_len = 4;
-  m.n_layer = 1;
-  m.n_head = 1;
-  m.d_model = 8;
-  Gpt model(m);
+  Gpt model(gputrain::test::model_settings(10, 4, 1, 1, 8));
   auto in = torch::zeros({1, 4}, torch::kLong);
   auto tg = torch::full({1, 4}, kIgnoreIndex, torch::kLong);
   CHECK_THROWS_WITH(accumulate_gradients(model, {make_batch(in, tg)}), Catch::Contains("no target tokens"));
