@@ -19,12 +19,13 @@ namespace {
 namespace fs = std::filesystem;
 
 std::string read_text_file(const fs::path& p, const Origin& named_at) {
-  std::ifstream in(p, std::ios::binary);
-  if (!in) {
+  std::error_code ec;
+  std::ifstream in;
+  if (fs::is_regular_file(p, ec)) in.open(p, std::ios::binary);
+  if (!in.is_open()) {
     std::string where = named_at.file.empty() ? "" : named_at.str() + ": ";
-    throw config_error(where + "cannot read recipe '" + p.string() + "': " +
-                       (fs::exists(p) ? "permission denied" : "no such file") +
-                       "\n    fix: check the path");
+    std::string why = !fs::exists(p, ec) ? "no such file" : fs::is_directory(p, ec) ? "it is a directory" : "permission denied";
+    throw config_error(where + "cannot read recipe '" + p.string() + "': " + why + "\n    fix: check the path");
   }
   std::stringstream ss;
   ss << in.rdbuf();

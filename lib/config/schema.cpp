@@ -236,6 +236,8 @@ std::vector<FieldSpec> build_schema() {
   f.push_back(int_field(KEY(run.seed), 0, kMaxInt, "seeds weight init, dropout and data order"));
   f.push_back(string_field(KEY(run.device), "auto | cpu | cuda | cuda:N; auto = CUDA when LibTorch sees a GPU"));
   f.push_back(auto_int_field(KEY(run.threads), 1, 4096, "CPU threads for ATen ops; auto = cores this process may use"));
+  f.push_back(bool_field(KEY(run.cpu_malloc_cache),
+                         "CPU device: keep freed large buffers for reuse (faster steps, higher peak memory)"));
   // model
   f.push_back(enum_field(KEY(model.arch), EnumTable<ModelArch>{{"gpt", ModelArch::kGpt}},
                          "gpt = GPT-2 style decoder (pre-LayerNorm, GELU MLP, learned positions)"));

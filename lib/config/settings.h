@@ -14,6 +14,7 @@ struct RunSettings {
   int64_t seed = 1337;
   std::string device = "auto";  // auto | cpu | cuda | cuda:N
   int64_t threads = 0;          // 0 = auto (the cores this process may use)
+  bool cpu_malloc_cache = true;  // CPU device: reuse freed large buffers (util/cpu_memory.h)
 };
 
 enum class ModelArch { kGpt };

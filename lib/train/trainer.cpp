@@ -19,6 +19,7 @@
 #include "optim/lr_schedule.h"
 #include "train/signals.h"
 #include "train/train_step.h"
+#include "util/cpu_memory.h"
 #include "util/device.h"
 #include "util/error.h"
 
@@ -79,6 +80,7 @@ RunOutcome run_training(const Recipe& recipe, const RunOptions& options) {
   const int64_t threads = resolve_threads(s.run.threads);
   at::set_num_threads(static_cast<int>(threads));
   const torch::Device device = resolve_device(s.run.device);
+  if (device.is_cpu() && s.run.cpu_malloc_cache) keep_freed_cpu_memory_for_reuse();
   const fs::path out_dir = prepare_output_dir(s, options);
   write_file_atomic((out_dir / "recipe.resolved.yaml").string(), recipe_to_yaml(s));
 
