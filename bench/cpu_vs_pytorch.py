@@ -21,10 +21,10 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 SIZES = {
-    # name: (n_layer, n_head, d_model, seq_len, batch, vocab)
-    "tiny (0.8M)": (2, 4, 128, 64, 32, 512),
-    "small (7M)": (4, 4, 256, 256, 8, 8192),
-    "gpt-mini (30M)": (6, 6, 384, 256, 8, 50304),
+    # name: (n_layer, n_head, d_model, seq_len, batch, vocab), timed steps (about 10-60 s a side)
+    "tiny (0.8M)": ((2, 4, 128, 64, 32, 512), 100),
+    "small (7M)": ((4, 4, 256, 256, 8, 8192), 40),
+    "gpt-mini (30M)": ((6, 6, 384, 256, 8, 50304), 15),
 }
 
 
@@ -113,20 +113,22 @@ metrics: {{progress: off}}
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--binary", default="build/gputrain")
-    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--steps", type=int, default=0, help="timed steps per run; 0 = the size's default")
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
-    ap.add_argument("--repeats", type=int, default=2, help="runs per side; the best is reported")
+    ap.add_argument("--repeats", type=int, default=3, help="runs per side; the best is reported")
     ap.add_argument("--sizes", default=",".join(SIZES), help="comma-separated names from: " + ", ".join(SIZES))
     args = ap.parse_args()
 
-    print(f"torch {torch.__version__}, {args.threads} threads, fp32, {args.steps} timed steps after {args.warmup} warm-up\n")
+    print(f"torch {torch.__version__}, {args.threads} threads, fp32, best of {args.repeats} runs a side, "
+          f"timed after {args.warmup} warm-up steps\n")
     print("| model | layers x d_model | batch x seq | PyTorch eager tok/s | gputrain tok/s | gputrain / PyTorch |")
     print("|---|---|---|---|---|---|")
     for name in args.sizes.split(","):
-        L, H, d, T, B, V = SIZES[name]
-        py = max(bench_pytorch(L, H, d, T, B, V, args.steps, args.warmup, args.threads) for _ in range(args.repeats))
-        gt = max(bench_gputrain(args.binary, L, H, d, T, B, V, args.steps, args.warmup, args.threads)
+        (L, H, d, T, B, V), default_steps = SIZES[name]
+        steps = args.steps or default_steps
+        py = max(bench_pytorch(L, H, d, T, B, V, steps, args.warmup, args.threads) for _ in range(args.repeats))
+        gt = max(bench_gputrain(args.binary, L, H, d, T, B, V, steps, args.warmup, args.threads)
                  for _ in range(args.repeats))
         print(f"| {name} | {L} x {d} | {B} x {T} | {py:,.0f} | {gt:,.0f} | {gt / py:.2f} |", flush=True)
 

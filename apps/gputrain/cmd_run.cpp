@@ -10,7 +10,12 @@ namespace gputrain::app {
 
 int cmd_run(const CommonArgs& a, const std::string& output_dir, bool overwrite) {
   std::vector<std::string> overrides = a.overrides;
-  if (!output_dir.empty()) overrides.push_back("run.output_dir=" + output_dir);
+  if (!output_dir.empty()) {
+    // Single-quoted YAML, so that any path (with ':', '#', '[' ...) stays a plain string.
+    std::string quoted = "'";
+    for (char c : output_dir) quoted += c == '\'' ? std::string("''") : std::string(1, c);
+    overrides.push_back("run.output_dir=" + quoted + "'");
+  }
   Recipe recipe = load_recipe(a.recipe, overrides);
   RunOutcome out = run_training(recipe, RunOptions{.overwrite = overwrite});
   if (out.status == "ok") return 0;
