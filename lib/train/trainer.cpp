@@ -58,6 +58,40 @@ Gpt build_model(const Settings& s, torch::Device device) {
   return model;
 }
 
+// What the loop has done so far; the summary is built from it on every exit path.
+struct Totals {
+  int64_t step = 0;
+  int64_t tokens = 0;
+  double train_seconds = 0;  // time inside training steps (no eval, no logging)
+  double last_loss = NAN;
+  std::optional<double> last_eval;
+};
+
+// summary.json (the metrics contract) for a run that ended with `status`.
+json build_summary(const std::string& status, const Totals& t, const Settings& s, const torch::Device& device,
+                   int64_t threads, int64_t n_params, int64_t optimizer_bytes, std::optional<double> floor,
+                   double wall_s) {
+  json j;
+  j["status"] = status;
+  j["steps"] = t.step;
+  j["max_steps"] = s.train.max_steps;
+  j["tokens"] = t.tokens;
+  j["wall_s"] = round_to(wall_s, 3);
+  j["train_s"] = round_to(t.train_seconds, 3);
+  j["tokens_per_s"] = round_to(t.train_seconds > 0 ? static_cast<double>(t.tokens) / t.train_seconds : 0.0, 1);
+  j["final_loss"] = std::isfinite(t.last_loss) ? json(round_to(t.last_loss, 6)) : json(nullptr);
+  j["eval_loss"] = t.last_eval ? json(round_to(*t.last_eval, 6)) : json(nullptr);
+  if (floor) j["entropy_floor"] = round_to(*floor, 6);
+  j["mem_peak_mb"] = round_to(peak_memory_mb(device), 1);
+  j["parameters"] = n_params;
+  j["optimizer_state_mb"] = round_to(static_cast<double>(optimizer_bytes) / (1024.0 * 1024.0), 3);
+  j["device"] = device_name(device);
+  j["threads"] = threads;
+  j["torch_version"] = TORCH_VERSION;
+  j["recipe_hash"] = recipe_hash(s);
+  return j;
+}
+
 LoaderOptions loader_options(const Settings& s, torch::Device device, uint64_t stream, int64_t workers) {
   LoaderOptions o;
   o.batch_size = s.train.per_device_batch_size;
@@ -116,18 +150,18 @@ RunOutcome run_training(const Recipe& recipe, const RunOptions& options) {
   StopSignals signals;
   reset_peak_memory(device);
 
-  json summary;
-  summary["status"] = "running";
-  int64_t step = 0, tokens = 0;
-  double train_seconds = 0, last_loss = NAN;
-  std::optional<double> last_eval;
+  Totals t;
+  auto summary_for = [&](const std::string& status) {
+    return build_summary(status, t, s, device, threads, n_params, optimizer.state_bytes(), floor,
+                         seconds_since(t_start));
+  };
 
   auto run_eval = [&]() {
     const double l = evaluate(model, eval_batches);
-    if (!std::isfinite(l)) throw runtime_error("evaluation loss is not finite at step " + std::to_string(step));
-    last_eval = l;
+    if (!std::isfinite(l)) throw runtime_error("evaluation loss is not finite at step " + std::to_string(t.step));
+    t.last_eval = l;
     progress.finish();
-    spdlog::info("eval at step {}: loss {:.4f}{}", step, l,
+    spdlog::info("eval at step {}: loss {:.4f}{}", t.step, l,
                  floor ? fmt::format(" (floor {:.4f}, gap {:.4f})", *floor, l - *floor) : std::string());
     return l;
   };
@@ -138,7 +172,7 @@ RunOutcome run_training(const Recipe& recipe, const RunOptions& options) {
     auto interval_start = Clock::now();
     int64_t interval_tokens = 0, interval_steps = 0;
     torch::Tensor interval_loss;  // summed on the device; read at log steps only
-    for (; step < s.train.max_steps;) {
+    while (t.step < s.train.max_steps) {
       const auto t0 = Clock::now();
       std::vector<Batch> micro;
       int64_t step_tokens = 0;
@@ -148,15 +182,15 @@ RunOutcome run_training(const Recipe& recipe, const RunOptions& options) {
       }
       torch::Tensor loss = accumulate_gradients(model, micro);
       torch::Tensor grad_norm = clip_grad_norm(params, s.train.max_grad_norm);
-      const double lr = schedule.at(step);
+      const double lr = schedule.at(t.step);
       optimizer.step(lr);
       optimizer.zero_grad();
-      ++step;
-      tokens += step_tokens;
+      const int64_t step = ++t.step;
+      t.tokens += step_tokens;
       interval_tokens += step_tokens;
       ++interval_steps;
       interval_loss = interval_loss.defined() ? interval_loss + loss : loss;
-      train_seconds += seconds_since(t0);
+      t.train_seconds += seconds_since(t0);
 
       const bool eval_now = !eval_batches.empty() &&
                             ((s.train.eval_every > 0 && step % s.train.eval_every == 0) || step == s.train.max_steps);
@@ -171,14 +205,14 @@ RunOutcome run_training(const Recipe& recipe, const RunOptions& options) {
           throw runtime_error("training loss became non-finite (" + std::to_string(loss_now) + ") by step " +
                               std::to_string(step) + "\n    fix: lower optim.lr, raise optim.schedule.warmup_steps, "
                               "or set train.max_grad_norm");
-        last_loss = loss_now;
+        t.last_loss = loss_now;
         json rec;
         rec["step"] = step;
         rec["loss"] = round_to(loss_now, 6);
         rec["loss_avg"] = round_to(mean_loss, 6);  // mean over the steps since the last line
         rec["lr"] = lr;
         rec["grad_norm"] = round_to(norm, 6);
-        rec["tokens"] = tokens;
+        rec["tokens"] = t.tokens;
         rec["tokens_per_s"] = round_to(static_cast<double>(interval_tokens) / elapsed, 1);
         rec["step_ms"] = round_to(1000.0 * elapsed / static_cast<double>(interval_steps), 3);
         rec["mem_peak_mb"] = round_to(peak_memory_mb(device), 1);
@@ -198,39 +232,18 @@ RunOutcome run_training(const Recipe& recipe, const RunOptions& options) {
     }
   } catch (const std::exception& e) {
     progress.finish();
-    summary["status"] = "failed";
-    summary["error"] = e.what();
-    summary["steps"] = step;
-    summary["tokens"] = tokens;
-    summary["wall_s"] = round_to(seconds_since(t_start), 3);
-    summary["recipe_hash"] = recipe_hash(s);
-    write_file_atomic((out_dir / "summary.json").string(), summary.dump(2) + "\n");
+    json failed = summary_for("failed");
+    failed["error"] = e.what();
+    write_file_atomic((out_dir / "summary.json").string(), failed.dump(2) + "\n");
     throw;
   }
   progress.finish();
 
-  summary["status"] = status;
-  summary["steps"] = step;
-  summary["max_steps"] = s.train.max_steps;
-  summary["tokens"] = tokens;
-  summary["wall_s"] = round_to(seconds_since(t_start), 3);
-  summary["train_s"] = round_to(train_seconds, 3);
-  summary["tokens_per_s"] = round_to(train_seconds > 0 ? static_cast<double>(tokens) / train_seconds : 0.0, 1);
-  summary["final_loss"] = std::isfinite(last_loss) ? json(round_to(last_loss, 6)) : json(nullptr);
-  summary["eval_loss"] = last_eval ? json(round_to(*last_eval, 6)) : json(nullptr);
-  if (floor) summary["entropy_floor"] = round_to(*floor, 6);
-  summary["mem_peak_mb"] = round_to(peak_memory_mb(device), 1);
-  summary["parameters"] = n_params;
-  summary["optimizer_state_mb"] = round_to(static_cast<double>(optimizer.state_bytes()) / (1024.0 * 1024.0), 3);
-  summary["device"] = device_name(device);
-  summary["threads"] = threads;
-  summary["torch_version"] = TORCH_VERSION;
-  summary["recipe_hash"] = recipe_hash(s);
+  json summary = summary_for(status);
   write_file_atomic((out_dir / "summary.json").string(), summary.dump(2) + "\n");
-
-  spdlog::info("{}: {} steps, {} tokens in {}, {:.0f} tokens/s; final loss {:.4f}{}", status, step, tokens,
-               format_duration(seconds_since(t_start)), summary["tokens_per_s"].get<double>(), last_loss,
-               last_eval ? fmt::format(", eval loss {:.4f}", *last_eval) : std::string());
+  spdlog::info("{}: {} steps, {} tokens in {}, {:.0f} tokens/s; final loss {:.4f}{}", status, t.step, t.tokens,
+               format_duration(seconds_since(t_start)), summary["tokens_per_s"].get<double>(), t.last_loss,
+               t.last_eval ? fmt::format(", eval loss {:.4f}", *t.last_eval) : std::string());
   return RunOutcome{status, stop_signal, summary};
 }
 
