@@ -336,7 +336,9 @@ void unknown_key(const std::string& prefix, const ConfigNode::Entry& e, Diagnost
     if (guess.empty()) {
       std::string known;
       for (const auto& c : children_of(prefix)) known += (known.empty() ? "" : ", ") + c;
-      fix = "known keys " + (prefix.empty() ? std::string("at the top level") : "in " + prefix) + ": " + known;
+      fix = known.empty() ? prefix + " has no keys in this version; remove the key"
+                          : "known keys " + (prefix.empty() ? std::string("at the top level") : "in " + prefix) +
+                                ": " + known;
     }
   }
   diag.error(e.key_origin, full, "unknown key", fix);
@@ -360,9 +362,12 @@ void bind_map(const ConfigNode& node, const std::string& prefix, Settings& s,
     } else if (is_section(full)) {
       if (e.value.kind == ConfigNode::Kind::kMap)
         bind_map(e.value, full, s, origins, diag);
-      else if (e.value.kind != ConfigNode::Kind::kNull)
+      else if (e.value.kind != ConfigNode::Kind::kNull) {
+        const auto keys = children_of(full);
         diag.error(e.value.origin, full, "is a section, so it needs keys, got " + e.value.kind_name(),
-                   "write it as a mapping, e.g. " + full + ": {" + children_of(full).front() + ": ...}");
+                   keys.empty() ? "remove it (it has no keys in this version)"
+                                : "write it as a mapping, e.g. " + full + ": {" + keys.front() + ": ...}");
+      }
     } else {
       unknown_key(prefix, e, diag);
     }

@@ -95,6 +95,12 @@ TEST_CASE("wrong types are errors with the value and the expected type", "[confi
 TEST_CASE("a section given a scalar is an error", "[config]") {
   std::string e = load_error(kMinimal + "train: 5\n");
   CHECK_THAT(e, Contains("train: is a section, so it needs keys"));
+  CHECK_THAT(e, Contains("e.g. train: {"));
+  // checkpoint has no keys yet: the messages must still say what to do.
+  CHECK_THAT(load_error(kMinimal + "checkpoint: 5\n"), Contains("remove it (it has no keys in this version)"));
+  CHECK_THAT(load_error(kMinimal + "checkpoint: {every: 5}\n"),
+             Contains("checkpoint.every: unknown key\n    fix: checkpoint has no keys in this version"));
+  CHECK(load_error(kMinimal + "checkpoint: {}\n").empty());
 }
 
 TEST_CASE("out-of-range values are errors naming the range", "[config]") {
