@@ -8,6 +8,12 @@ namespace gputrain {
 
 namespace nn = torch::nn;
 
+// Dropout with p = 0 still runs an op and records an autograd node in
+// training mode; skip it. One rule for every dropout site in the model.
+static torch::Tensor apply_dropout(nn::Dropout& d, const torch::Tensor& x) {
+  return d->options.p() > 0 ? d(x) : x;
+}
+
 CausalSelfAttentionImpl::CausalSelfAttentionImpl(const ModelSettings& cfg)
     : n_head(cfg.n_head), dropout(cfg.dropout) {
   c_attn = register_module("c_attn", nn::Linear(nn::LinearOptions(cfg.d_model, 3 * cfg.d_model).bias(cfg.bias)));
@@ -21,7 +27,7 @@ torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
   auto y = at::scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], /*attn_mask=*/{},
                                             is_training() ? dropout : 0.0, /*is_causal=*/true);
   y = c_proj(y.transpose(1, 2).reshape({B, T, C}));
-  return dropout > 0 ? resid_dropout(y) : y;  // p = 0: skip the op (and its autograd node)
+  return apply_dropout(resid_dropout, y);
 }
 
 MlpImpl::MlpImpl(const ModelSettings& cfg) {
@@ -32,7 +38,7 @@ MlpImpl::MlpImpl(const ModelSettings& cfg) {
 
 torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
   auto y = c_proj(at::gelu(c_fc(x), "tanh"));
-  return dropout->options.p() > 0 ? dropout(y) : y;
+  return apply_dropout(dropout, y);
 }
 
 static nn::LayerNorm make_norm(const ModelSettings& cfg) {
@@ -71,8 +77,7 @@ torch::Tensor GptImpl::forward(const torch::Tensor& tokens) {
   const int64_t T = tokens.size(1);
   TORCH_CHECK(T <= cfg.seq_len, "sequence of ", T, " tokens exceeds model.seq_len ", cfg.seq_len);
   auto pos = at::arange(T, tokens.options().dtype(at::kLong));
-  auto x = transformer->wte(tokens) + transformer->wpe(pos);
-  if (cfg.dropout > 0) x = transformer->drop(x);
+  auto x = apply_dropout(transformer->drop, transformer->wte(tokens) + transformer->wpe(pos));
   for (const auto& block : *transformer->h) x = block->as<Block>()->forward(x);
   x = transformer->ln_f(x);
   return cfg.tie_embeddings ? at::linear(x, transformer->wte->weight) : lm_head(x);
