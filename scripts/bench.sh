@@ -5,5 +5,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh >/dev/null
 GPUTRAIN_TARGET=gputrain bash scripts/build.sh >/dev/null
-VENV="${GPUTRAIN_VENV:-$HOME/.cache/gputrain/venv}"
+source scripts/env.sh
 exec "$VENV/bin/python" bench/cpu_vs_pytorch.py --binary "${GPUTRAIN_BUILD_DIR:-build}/gputrain" "$@"

@@ -3,14 +3,10 @@
 # CMake's configure step, e.g. -DGPUTRAIN_CUDA=OFF.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-VENV="${GPUTRAIN_VENV:-$HOME/.cache/gputrain/venv}"
+source scripts/env.sh
 BUILD_DIR="${GPUTRAIN_BUILD_DIR:-build}"
 TORCH_PREFIX="$("$VENV/bin/python" -c 'import torch;print(torch.utils.cmake_prefix_path)')"
 JOBS="${GPUTRAIN_JOBS:-$(nproc)}"
-# The CUDA toolkit's usual home, for shells that did not source /etc/profile.d.
-if ! command -v nvcc >/dev/null 2>&1 && [[ -x /usr/local/cuda/bin/nvcc ]]; then
-  export PATH="/usr/local/cuda/bin:$PATH"
-fi
 mkdir -p "$BUILD_DIR"
 
 cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" "$@" \

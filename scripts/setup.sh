@@ -3,16 +3,16 @@
 #  - Debian packages: compiler, CMake, yaml-cpp, CLI11, spdlog, nlohmann-json, Catch2, ccache
 #  - a Python virtual environment with the pip torch package (LibTorch with
 #    CUDA, pinned) outside the checkout, so fresh clones and CI reuse it.
-# Prints nothing but progress; the venv path is $GPUTRAIN_VENV (default below).
+# Prints nothing but progress; the venv path is $GPUTRAIN_VENV (default in scripts/env.sh).
 set -euo pipefail
 
 TORCH_VERSION="${GPUTRAIN_TORCH_VERSION:-2.11.0}"
-VENV="${GPUTRAIN_VENV:-$HOME/.cache/gputrain/venv}"
+source "$(dirname "$0")/env.sh"
 APT_PACKAGES=(build-essential cmake git pkg-config python3 python3-venv python3-pip
               libyaml-cpp-dev libcli11-dev libspdlog-dev libfmt-dev nlohmann-json3-dev catch2 ccache)
 
 # LibTorch's CUDA CMake package needs the CUDA 13 toolkit at build time (README "Requirements").
-if ! command -v nvcc >/dev/null 2>&1 && [[ ! -x /usr/local/cuda/bin/nvcc ]]; then
+if ! command -v nvcc >/dev/null 2>&1; then
   echo "setup: error: the CUDA 13 toolkit (nvcc) is not installed; the pip LibTorch's CMake package" >&2
   echo "       requires it even for CPU-only use. Install NVIDIA's cuda-toolkit-13-0 (to /usr/local/cuda)." >&2
   exit 1
