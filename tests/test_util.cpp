@@ -1,5 +1,6 @@
 #include "test_util.h"
 
+#include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -38,33 +39,40 @@ std::string read_file(const std::string& path) {
   return ss.str();
 }
 
-CommandResult run_gputrain(const std::vector<std::string>& args) {
-  int fds[2];
-  if (pipe(fds) != 0) throw std::runtime_error("pipe failed");
+int spawn_gputrain(const std::vector<std::string>& args, int out_fd) {
+  std::string bin = GPUTRAIN_BINARY;
+  std::vector<std::string> copy = args;
+  std::vector<char*> argv{bin.data()};
+  for (auto& a : copy) argv.push_back(a.data());
+  argv.push_back(nullptr);
   pid_t pid = fork();
+  if (pid < 0) throw std::runtime_error("fork failed");
   if (pid == 0) {
-    dup2(fds[1], STDOUT_FILENO);
-    dup2(fds[1], STDERR_FILENO);
-    close(fds[0]);
-    close(fds[1]);
-    std::vector<char*> argv;
-    std::string bin = GPUTRAIN_BINARY;
-    argv.push_back(bin.data());
-    std::vector<std::string> copy = args;
-    for (auto& a : copy) argv.push_back(a.data());
-    argv.push_back(nullptr);
+    dup2(out_fd, STDOUT_FILENO);
+    dup2(out_fd, STDERR_FILENO);
     execv(bin.c_str(), argv.data());
     _exit(127);
   }
+  return pid;
+}
+
+int wait_exit_code(int pid) {
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+CommandResult run_gputrain(const std::vector<std::string>& args) {
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error("pipe failed");
+  const int pid = spawn_gputrain(args, fds[1]);  // dup2 clears CLOEXEC on the child's stdout/stderr
   close(fds[1]);
   CommandResult r;
   char buf[4096];
   ssize_t n;
   while ((n = read(fds[0], buf, sizeof buf)) > 0) r.output.append(buf, static_cast<size_t>(n));
   close(fds[0]);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.exit_code = wait_exit_code(pid);
   return r;
 }
 

@@ -30,6 +30,10 @@ struct CommandResult {
 };
 // Runs the gputrain binary with `args` (each passed as one argument).
 CommandResult run_gputrain(const std::vector<std::string>& args);
+// Starts the gputrain binary with its stdout and stderr on `out_fd`; returns its pid.
+int spawn_gputrain(const std::vector<std::string>& args, int out_fd);
+// Waits for a spawned process; its exit code, or 128 + signal when killed.
+int wait_exit_code(int pid);
 
 nlohmann::json read_json(const std::string& path);
 

@@ -4,7 +4,6 @@
 
 #include <fcntl.h>
 #include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -163,15 +162,10 @@ namespace {
 
 // Starts a run, waits for its first metrics line, sends `sig`, returns the exit code.
 int run_and_signal(const std::string& recipe, const std::string& out, int sig) {
-  pid_t pid = fork();
-  if (pid == 0) {
-    int null = open("/dev/null", O_WRONLY);
-    dup2(null, STDOUT_FILENO);
-    dup2(null, STDERR_FILENO);
-    execl(GPUTRAIN_BINARY, GPUTRAIN_BINARY, "run", recipe.c_str(), "--output-dir", out.c_str(), "--set",
-          "train.max_steps=1000000", "--set", "train.log_every=1", static_cast<char*>(nullptr));
-    _exit(127);
-  }
+  const int null = open("/dev/null", O_WRONLY | O_CLOEXEC);
+  const int pid = spawn_gputrain({"run", recipe, "--output-dir", out, "--set", "train.max_steps=1000000", "--set",
+                                  "train.log_every=1"}, null);
+  close(null);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   while (std::chrono::steady_clock::now() < deadline) {
     std::error_code ec;
@@ -179,9 +173,7 @@ int run_and_signal(const std::string& recipe, const std::string& out, int sig) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   kill(pid, sig);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return wait_exit_code(pid);
 }
 
 }  // namespace
