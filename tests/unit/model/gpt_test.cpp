@@ -113,3 +113,20 @@ TEST_CASE("GPT gradients match finite differences (float64)", "[model]") {
   }
   CHECK(checked > 30);
 }
+
+TEST_CASE("GPT dropout acts in training mode only, and not at all when p = 0", "[model]") {
+  auto tokens = torch::randint(0, 32, {2, 8}, torch::kLong);
+  ModelSettings m = tiny_model();
+  m.dropout = 0.5;
+  torch::manual_seed(5);
+  Gpt noisy(m);
+  noisy->train();
+  CHECK_FALSE(torch::equal(noisy->forward(tokens), noisy->forward(tokens)));
+  noisy->eval();
+  CHECK(torch::equal(noisy->forward(tokens), noisy->forward(tokens)));
+
+  m.dropout = 0.0;
+  Gpt plain(m);
+  plain->train();
+  CHECK(torch::equal(plain->forward(tokens), plain->forward(tokens)));
+}
