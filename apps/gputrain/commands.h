@@ -1,8 +1,11 @@
 // One function per subcommand; each parses nothing itself (main.cpp owns the
 // CLI11 setup) and calls into the library. They return the exit code.
 #pragma once
+#include <cstdint>
 #include <string>
 #include <vector>
+
+#include "data/prepare.h"
 
 namespace gputrain::app {
 
@@ -14,5 +17,7 @@ struct CommonArgs {
 int cmd_run(const CommonArgs& a, const std::string& output_dir, bool overwrite);
 int cmd_validate(const CommonArgs& a);
 int cmd_print_config(const CommonArgs& a, const std::string& format, bool reference);
+int cmd_data_prepare(const PrepareOptions& o);
+int cmd_data_bench(const CommonArgs& a, const std::vector<int64_t>& workers, int64_t batches);
 
 }  // namespace gputrain::app

@@ -47,6 +47,42 @@ int main(int argc, char** argv) {
   print->add_option("--format", format, "output format")->check(CLI::IsMember({"yaml", "json"}));
   print->add_flag("--reference", reference, "print every key with its type, default and meaning (Markdown)");
 
+  auto* data = cli.add_subcommand("data", "prepare token shards from text; measure the data loader");
+  data->require_subcommand(1);
+  gputrain::PrepareOptions prep;
+  std::string tokenizer = "gpt2", documents = "file", input_format = "auto", progress = "auto";
+  auto* prepare = data->add_subcommand("prepare", "encode text or JSONL files into llm.c token shards (+ .json sidecars)");
+  prepare->add_option("inputs", prep.inputs, "text or JSONL files (documents in this order)")->required()->check(CLI::ExistingPath);
+  prepare->add_option("-o,--output", prep.output_dir, "directory for train_*.bin and val_*.bin")->required();
+  prepare->add_option("--tokenizer", tokenizer, "bytes (ids 0..255, end-of-document 256) or gpt2 (byte-level BPE)")
+      ->check(CLI::IsMember({"bytes", "gpt2"}))
+      ->capture_default_str();
+  prepare->add_option("--vocab", prep.tokenizer.vocab_path, "gpt2: GPT-2's encoder.json")->check(CLI::ExistingFile);
+  prepare->add_option("--merges", prep.tokenizer.merges_path, "gpt2: GPT-2's vocab.bpe (merges)")->check(CLI::ExistingFile);
+  prepare->add_option("--input-format", input_format, "text or jsonl; auto = jsonl for *.jsonl and *.json")
+      ->check(CLI::IsMember({"auto", "text", "jsonl"}))
+      ->capture_default_str();
+  prepare->add_option("--text-key", prep.text_key, "jsonl: the key holding each document's text")->capture_default_str();
+  prepare->add_option("--documents", documents, "text: what one document is: file, lines, or paragraphs (blank-line separated)")
+      ->check(CLI::IsMember({"file", "lines", "paragraphs"}))
+      ->capture_default_str();
+  prepare->add_option("--val-fraction", prep.val_fraction, "the last fraction of the input (by bytes) that becomes val_*.bin")
+      ->capture_default_str();
+  prepare->add_option("--shard-tokens", prep.shard_tokens, "tokens per shard file")->capture_default_str();
+  prepare->add_option("--threads", prep.threads, "encoding threads; 0 = all cores")->capture_default_str();
+  prepare->add_flag("--overwrite", prep.overwrite, "replace the shards already in the output directory");
+  prepare->add_option("--progress", progress, "auto, bar, lines or off")
+      ->check(CLI::IsMember({"auto", "bar", "lines", "off"}))
+      ->capture_default_str();
+
+  app::CommonArgs bench_args;
+  std::vector<int64_t> bench_workers = {0, 1, 2, 4};
+  int64_t bench_batches = 200;
+  auto* bench = data->add_subcommand("bench", "measure the recipe's data loader (tokens/s by worker count)");
+  add_recipe_args(bench, bench_args, false);
+  bench->add_option("--workers", bench_workers, "worker counts to measure")->capture_default_str()->expected(1, -1);
+  bench->add_option("--batches", bench_batches, "batches per measurement")->capture_default_str()->check(CLI::PositiveNumber);
+
   try {
     cli.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -65,6 +101,21 @@ int main(int argc, char** argv) {
     if (*run) return app::cmd_run(run_args, output_dir, overwrite);
     if (*validate) return app::cmd_validate(validate_args);
     if (*print) return app::cmd_print_config(print_args, format, reference);
+    if (*prepare) {
+      prep.tokenizer.name = tokenizer;
+      prep.documents = documents == "lines"        ? gputrain::DocumentUnit::kLine
+                       : documents == "paragraphs" ? gputrain::DocumentUnit::kParagraph
+                                                   : gputrain::DocumentUnit::kFile;
+      prep.input_format = input_format == "text"    ? gputrain::InputFormat::kText
+                          : input_format == "jsonl" ? gputrain::InputFormat::kJsonl
+                                                    : gputrain::InputFormat::kAuto;
+      prep.progress = progress == "bar"     ? gputrain::ProgressStyle::kBar
+                      : progress == "lines" ? gputrain::ProgressStyle::kLines
+                      : progress == "off"   ? gputrain::ProgressStyle::kOff
+                                            : gputrain::ProgressStyle::kAuto;
+      return app::cmd_data_prepare(prep);
+    }
+    if (*bench) return app::cmd_data_bench(bench_args, bench_workers, bench_batches);
   } catch (const gputrain::Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return gputrain::exit_code_for(e.kind());

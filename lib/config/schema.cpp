@@ -173,16 +173,43 @@ FieldSpec string_field(std::string path, Acc acc, std::string doc) {
 
 // A file path: relative paths are taken relative to the recipe file that
 // names them (or to the current directory for --set and built-in recipes).
+std::string resolve_path(const ConfigNode& n) {
+  std::filesystem::path p = read_string(n);
+  if (!p.empty() && p.is_relative() && n.origin.line > 0) p = std::filesystem::path(n.origin.file).parent_path() / p;
+  return p.empty() ? "" : std::filesystem::absolute(p).lexically_normal().string();
+}
+
+// One path or a list of them (each may be a glob pattern); one path is
+// written back as a plain string so simple recipes stay simple.
 template <class Acc>
-FieldSpec path_field(std::string path, Acc acc, std::string doc) {
-  return {path, "path", doc,
+FieldSpec path_list_field(std::string path, Acc acc, std::string doc) {
+  return {path, "path | [path, ...]", doc,
           [=](Settings& s, const ConfigNode& n) {
-            std::filesystem::path p = read_string(n);
-            if (!p.empty() && p.is_relative() && n.origin.line > 0)
-              p = std::filesystem::path(n.origin.file).parent_path() / p;
-            acc(s) = p.empty() ? "" : std::filesystem::absolute(p).lexically_normal().string();
+            std::vector<std::string> out;
+            if (n.kind == ConfigNode::Kind::kSequence) {
+              if (n.items.empty()) throw FieldProblem{"is an empty list", "name at least one file or pattern"};
+              for (const auto& item : n.items) out.push_back(resolve_path(item));
+            } else if (std::string p = resolve_path(n); !p.empty()) {
+              out.push_back(p);
+            }
+            acc(s) = std::move(out);
           },
-          [=](const Settings& s) { return json(acc(s)); }};
+          [=](const Settings& s) {
+            const auto& v = acc(s);
+            if (v.empty()) return json("");
+            if (v.size() == 1) return json(v.front());
+            return json(v);
+          }};
+}
+
+// An integer id where "auto" (stored as -1) means "find it elsewhere".
+template <class Acc>
+FieldSpec auto_id_field(std::string path, Acc acc, int64_t hi, std::string doc) {
+  return {path, "auto | integer in [0, " + std::to_string(hi) + "]", doc,
+          [=](Settings& s, const ConfigNode& n) {
+            acc(s) = n.kind == ConfigNode::Kind::kScalar && n.scalar == "auto" ? -1 : read_int(n, 0, hi);
+          },
+          [=](const Settings& s) { return acc(s) < 0 ? json("auto") : json(acc(s)); }};
 }
 
 template <class Acc, class E>
@@ -206,14 +233,22 @@ void add_data_source(std::vector<FieldSpec>& f, const std::string& which) {
   f.push_back(enum_field(p + "format", [=](auto& s) -> auto& { return src(s).format; }, kFormats,
                          which == "train" ? "where training batches come from"
                                           : "where evaluation batches come from; none = no evaluation"));
-  f.push_back(path_field(p + "path", [=](auto& s) -> auto& { return src(s).path; },
-                         "tokens/text: the file (relative to the recipe file)"));
+  f.push_back(path_list_field(p + "path", [=](auto& s) -> auto& { return src(s).paths; },
+                              "tokens/text: a file, a glob such as data/train_*.bin, or a list of them (relative to the recipe file)"));
   f.push_back(enum_field(p + "dtype", [=](auto& s) -> auto& { return src(s).dtype; },
-                         EnumTable<TokenDtype>{{"uint16", TokenDtype::kUint16}, {"uint32", TokenDtype::kUint32}},
-                         "tokens: little-endian width of one token id"));
+                         EnumTable<TokenDtype>{{"auto", TokenDtype::kAuto}, {"uint16", TokenDtype::kUint16},
+                                               {"uint32", TokenDtype::kUint32}},
+                         "tokens: width of one little-endian token id; auto = from the llm.c header or the .json sidecar"));
   f.push_back(float_pair_field(p + "span", [=](auto& s) -> auto& { return src(s).span; },
                                FloatRange{0.0, 1.0},
-                               "tokens/text: the [start, end) fraction of the file used, e.g. [0.9, 1.0] for a held-out tail"));
+                               "tokens/text: the [start, end) fraction of the windows used (in file order), e.g. [0.9, 1.0] for a held-out tail"));
+  f.push_back(enum_field(p + "packing", [=](auto& s) -> auto& { return src(s).packing; },
+                         EnumTable<Packing>{{"stream", Packing::kStream}, {"documents", Packing::kDocuments}},
+                         "tokens: stream = fixed windows over the token stream; documents = windows start at a document and hold whole documents (padding masked)"));
+  f.push_back(bool_field(p + "mask_document_boundaries", [=](auto& s) -> auto& { return src(s).mask_document_boundaries; },
+                         "tokens: no loss where the input is an end-of-document token with an earlier document before it in the window"));
+  f.push_back(auto_id_field(p + "eot_token", [=](auto& s) -> auto& { return src(s).eot_token; }, (1 << 24) - 1,
+                            "tokens: end-of-document id (packing, masking); auto = from the shards' .json sidecar"));
   std::string q = p + "synthetic.";
   f.push_back(enum_field(q + "kind", [=](auto& s) -> auto& { return src(s).synthetic.kind; },
                          EnumTable<SyntheticKind>{{"markov", SyntheticKind::kMarkov}, {"uniform", SyntheticKind::kUniform}},

@@ -5,6 +5,7 @@
 #include <array>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace gputrain {
 
@@ -36,7 +37,9 @@ struct ModelSettings {
 };
 
 enum class DataFormat { kNone, kSynthetic, kTokens, kText };
-enum class TokenDtype { kUint16, kUint32 };
+enum class TokenDtype { kAuto, kUint16, kUint32 };
+// How windows are cut from a token stream (data/token_windows.h).
+enum class Packing { kStream, kDocuments };
 enum class SyntheticKind { kMarkov, kUniform };
 
 // A learnable synthetic language: an order-n Markov chain over the vocabulary
@@ -51,9 +54,14 @@ struct SyntheticSettings {
 
 struct DataSourceSettings {
   DataFormat format = DataFormat::kNone;
-  std::string path;  // tokens / text: the file (absolute after loading)
-  TokenDtype dtype = TokenDtype::kUint16;  // tokens: width of one token id
-  std::array<double, 2> span = {0.0, 1.0};  // fraction of the file used: [start, end)
+  // tokens / text: files or glob patterns, absolute after loading (YAML key
+  // `path`: one string or a list).
+  std::vector<std::string> paths;
+  TokenDtype dtype = TokenDtype::kAuto;  // tokens: width of one id; auto = from the llm.c header or sidecar
+  std::array<double, 2> span = {0.0, 1.0};  // fraction of the windows used: [start, end)
+  Packing packing = Packing::kStream;
+  bool mask_document_boundaries = false;  // no loss on a prediction made from an end-of-document input
+  int64_t eot_token = -1;  // end-of-document id; -1 = auto (from the shards' sidecar)
   SyntheticSettings synthetic;
 };
 

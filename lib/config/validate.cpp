@@ -53,9 +53,7 @@ void check_model(Checker& c) {
             "choose mlp_ratio so that mlp_ratio * d_model is an integer");
 }
 
-int64_t token_width(const DataSourceSettings& d) {
-  return d.format == DataFormat::kText ? 1 : (d.dtype == TokenDtype::kUint16 ? 2 : 4);
-}
+bool is_glob(const std::string& p) { return p.find_first_of("*?[") != std::string::npos; }
 
 void check_source(Checker& c, const DataSourceSettings& d, const std::string& which) {
   const std::string p = "data." + which + ".";
@@ -93,27 +91,29 @@ void check_source(Checker& c, const DataSourceSettings& d, const std::string& wh
   if (d.format == DataFormat::kText && m.vocab_size < 256)
     c.error("model.vocab_size", "(" + str(m.vocab_size) + ") is below 256, but data." + which +
                 " is byte-level text (ids 0..255)", "set model.vocab_size to 256 or more");
-  if (d.path.empty()) {
+  if (d.format == DataFormat::kText && (d.packing != Packing::kStream || d.mask_document_boundaries))
+    c.error(p + "packing", "documents and boundary masking need token shards with end-of-document tokens, but format is text",
+            "prepare the text with `gputrain data prepare --tokenizer bytes` and use format: tokens");
+  if (d.eot_token >= m.vocab_size)
+    c.error(p + "eot_token", "(" + str(d.eot_token) + ") is not below model.vocab_size (" + str(m.vocab_size) + ")",
+            "use the tokenizer's end-of-document id (GPT-2: 50256), or auto");
+  if (d.paths.empty()) {
     c.error(p + "path", "is required for format " + std::string(d.format == DataFormat::kText ? "text" : "tokens"),
-            "set " + p + "path to the file");
+            "set " + p + "path to the file (or a glob such as data/train_*.bin)");
     return;
   }
-  std::error_code ec;
-  if (!fs::is_regular_file(d.path, ec)) {
-    c.error(p + "path", "file '" + d.path + "' does not exist or is not a regular file",
-            "check the path (relative paths are relative to the recipe file)");
-    return;
+  // Plain paths are checked here, where the message can point at the recipe
+  // line; glob patterns, headers and sizes when the data is opened (data/token_dataset.h).
+  for (const auto& path : d.paths) {
+    if (is_glob(path)) continue;
+    std::error_code ec;
+    if (fs::is_directory(path, ec))
+      c.error(p + "path", "'" + path + "' is a directory, not a data file",
+              "name the files, e.g. " + (fs::path(path) / "train_*.bin").string());
+    else if (!fs::is_regular_file(path, ec))
+      c.error(p + "path", "file '" + path + "' does not exist or is not a regular file",
+              "check the path (relative paths are relative to the recipe file)");
   }
-  auto bytes = static_cast<int64_t>(fs::file_size(d.path, ec));
-  int64_t width = token_width(d);
-  if (bytes % width != 0)
-    c.error(p + "dtype", "file '" + d.path + "' has " + str(bytes) + " bytes, not a multiple of " + str(width) +
-                " (one " + (width == 2 ? "uint16" : "uint32") + " token)",
-            "check data." + which + ".dtype (uint16 or uint32) or the file");
-  auto tokens = static_cast<int64_t>(static_cast<double>(bytes / width) * (d.span[1] - d.span[0]));
-  if (tokens < m.seq_len + 1)
-    c.error(p + "span", "holds " + str(tokens) + " tokens of '" + d.path + "', fewer than one window of model.seq_len + 1 = " +
-                str(m.seq_len + 1), "use a larger file or span, or a smaller model.seq_len");
 }
 
 void check_data(Checker& c) {
@@ -122,8 +122,8 @@ void check_data(Checker& c) {
   const auto& tr = c.s.data.train;
   const auto& ev = c.s.data.eval;
   if (tr.format == ev.format && (tr.format == DataFormat::kText || tr.format == DataFormat::kTokens) &&
-      tr.path == ev.path && tr.span[0] < ev.span[1] && ev.span[0] < tr.span[1])
-    c.warning("data.eval.span", "evaluation reads the same part of '" + ev.path + "' as training",
+      tr.paths == ev.paths && tr.span[0] < ev.span[1] && ev.span[0] < tr.span[1])
+    c.warning("data.eval.span", "evaluation reads the same part of the same files as training",
               "give train and eval disjoint spans, e.g. [0.0, 0.9] and [0.9, 1.0]");
   if (tr.format == DataFormat::kSynthetic && ev.format == DataFormat::kSynthetic &&
       (tr.synthetic.kind != ev.synthetic.kind || tr.synthetic.seed != ev.synthetic.seed ||

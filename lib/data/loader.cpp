@@ -2,12 +2,17 @@
 
 #include <ATen/ATen.h>
 
-#include "data/rng.h"
+#include "util/ignore_index.h"
+#include "util/error.h"
 
 namespace gputrain {
 
-BatchLoader::BatchLoader(const WindowSource& source, LoaderOptions opts, int64_t first_index)
-    : source_(source), opts_(opts), next_index_(first_index), next_claim_(first_index) {
+BatchLoader::BatchLoader(const WindowSource& source, const WindowSampler& sampler, LoaderOptions opts,
+                         int64_t first_sample)
+    : source_(source), sampler_(sampler), opts_(opts), first_sample_(first_sample),
+      pad_token_(source.eot_token().value_or(0)) {
+  if (opts_.mask_document_boundaries && !source.eot_token())
+    throw data_error("mask_document_boundaries needs the data's end-of-document id\n    fix: set data.*.eot_token");
   for (int64_t i = 0; i < opts_.num_workers; ++i) workers_.emplace_back([this] { worker_loop(); });
 }
 
@@ -30,12 +35,23 @@ Batch BatchLoader::make_host_batch(int64_t index) const {
   std::vector<int64_t> window(T + 1);
   int64_t* in = b.input.data_ptr<int64_t>();
   int64_t* tg = b.target.data_ptr<int64_t>();
+  const int64_t eot = source_.eot_token().value_or(-1);
+  int64_t counted = 0;
   for (int64_t r = 0; r < B; ++r) {
-    source_.fill_window(mix_seed(opts_.seed, opts_.stream, static_cast<uint64_t>(index * B + r)), T + 1, window.data());
-    std::copy(window.begin(), window.end() - 1, in + r * T);
-    std::copy(window.begin() + 1, window.end(), tg + r * T);
+    const int64_t real = source_.fill_window(sampler_.window(first_sample_ + index * B + r), T + 1, window.data());
+    int64_t* x = in + r * T;
+    int64_t* y = tg + r * T;
+    for (int64_t t = 0; t < T; ++t) {
+      const bool is_real = t + 1 < real;  // both the input and its target are data, not padding
+      x[t] = t < real ? window[t] : pad_token_;
+      y[t] = is_real ? window[t + 1] : kIgnoreIndex;
+      // A prediction made from an end-of-document input with an earlier
+      // document in view crosses a boundary (Megatron's eod_mask_loss).
+      if (is_real && opts_.mask_document_boundaries && t > 0 && x[t] == eot) y[t] = kIgnoreIndex;
+      counted += y[t] != kIgnoreIndex;
+    }
   }
-  b.target_count = B * T;  // every target counts (document masking comes with packed documents)
+  b.target_count = counted;
   return b;
 }
 

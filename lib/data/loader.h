@@ -1,8 +1,9 @@
 // Turns windows into device batches. With data.num_workers > 0, worker threads
 // prepare batches ahead (at most data.prefetch) while the model trains, in
 // page-locked memory on CUDA so the host-to-device copy is asynchronous.
-// Batch k is the same whatever the number of workers: it is a pure function
-// of (seed, stream, k).
+// Batch k holds samples [first + k B, first + (k + 1) B) of the sampler, so it
+// is the same whatever the number of workers, and a loader started at a saved
+// sample continues exactly where another left off.
 #pragma once
 #include <torch/types.h>
 
@@ -13,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "data/sampler.h"
 #include "data/window_source.h"
 
 namespace gputrain {
@@ -26,26 +28,26 @@ struct Batch {
 struct LoaderOptions {
   int64_t batch_size = 1;
   int64_t seq_len = 1;
-  uint64_t seed = 0;     // run.seed
-  uint64_t stream = 0;   // separates train and eval streams
   int64_t num_workers = 0;
   int64_t prefetch = 2;
   bool pin_memory = false;  // only used when device is CUDA
   torch::Device device = torch::kCPU;
+  bool mask_document_boundaries = false;  // needs the source's end-of-document id
 };
 
 class BatchLoader {
  public:
-  BatchLoader(const WindowSource& source, LoaderOptions opts, int64_t first_index = 0);
+  BatchLoader(const WindowSource& source, const WindowSampler& sampler, LoaderOptions opts, int64_t first_sample = 0);
   ~BatchLoader();  // stops and joins the workers; never blocks on a full queue
   BatchLoader(const BatchLoader&) = delete;
   BatchLoader& operator=(const BatchLoader&) = delete;
 
   // The next batch, on the device. Rethrows a worker's error (e.g. a bad token id).
   Batch next();
-  int64_t next_index() const { return next_index_; }
+  // The sampler sample the next batch starts at (what a checkpoint saves).
+  int64_t next_sample() const { return first_sample_ + next_index_ * opts_.batch_size; }
 
-  // Batch `index` on the host; what workers run.
+  // Batch `index` (counted from first_sample) on the host; what workers run.
   Batch make_host_batch(int64_t index) const;
 
  private:
@@ -53,13 +55,16 @@ class BatchLoader {
   Batch to_device(Batch b) const;
 
   const WindowSource& source_;
+  const WindowSampler& sampler_;
   LoaderOptions opts_;
-  int64_t next_index_;  // next batch handed to the caller
+  int64_t first_sample_;
+  int64_t pad_token_;   // input value of padding positions
+  int64_t next_index_ = 0;  // next batch handed to the caller
 
   std::mutex mu_;
   std::condition_variable cv_;
   std::map<int64_t, Batch> ready_;
-  int64_t next_claim_;  // next batch index a worker will prepare
+  int64_t next_claim_ = 0;  // next batch index a worker will prepare
   bool stop_ = false;
   std::exception_ptr error_;
   std::vector<std::thread> workers_;

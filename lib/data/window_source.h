@@ -1,7 +1,9 @@
-// Where training windows come from. A window is seq_len + 1 consecutive tokens
-// (inputs are the first seq_len, targets the last seq_len). Window k of a
-// stream is a pure function of (seed, k), so sources are thread-safe and
-// batches can be produced out of order by several workers.
+// Where training windows come from. A window is up to seq_len + 1
+// consecutive tokens (inputs are the first seq_len, targets the last
+// seq_len). Finite sources (token files) have numbered windows the sampler
+// shuffles; generated sources (synthetic) have endless windows, each a pure
+// function of a 64-bit key. Sources are read-only, so several loader threads
+// may fill windows at once.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -15,16 +17,28 @@ namespace gputrain {
 class WindowSource {
  public:
   virtual ~WindowSource() = default;
-  // Writes `len` tokens (int64) of the window chosen by `window_seed`.
-  virtual void fill_window(uint64_t window_seed, int64_t len, int64_t* out) const = 0;
+  // Windows in the source; 0 = endless (generated from the key).
+  virtual int64_t window_count() const = 0;
+  // Writes window `key` (an index below window_count(), or any key for an
+  // endless source) to out[0..len) and returns how many tokens are real;
+  // positions past that are padding whose values the caller replaces.
+  virtual int64_t fill_window(uint64_t key, int64_t len, int64_t* out) const = 0;
+  // The end-of-document id, where the data has one.
+  virtual std::optional<int64_t> eot_token() const { return std::nullopt; }
   // One line for the log: what the data is.
   virtual std::string describe() const = 0;
   // The loss no model can beat on this data, in nats/token, where it is known.
   virtual std::optional<double> entropy_floor(int64_t /*seq_len*/) const { return std::nullopt; }
 };
 
-// Builds the source named by a data.train / data.eval section. Throws a data
-// Error naming the file for unreadable files.
-std::unique_ptr<WindowSource> make_window_source(const DataSourceSettings& d, const ModelSettings& m);
+// Builds the source of a data.train / data.eval section (`key` names it in
+// messages). Opening checks files, headers and sizes and throws a data Error
+// naming the file and the fix.
+std::unique_ptr<WindowSource> make_window_source(const DataSourceSettings& d, const ModelSettings& m,
+                                                 const std::string& key);
+
+// Opens every data source of a recipe, as `run` would, to report data errors
+// without training (`gputrain validate`).
+void check_data_sources(const Settings& s);
 
 }  // namespace gputrain

@@ -29,11 +29,16 @@ void Progress::update(int64_t step, double loss, double tokens_per_s, double lr,
   char line[256];
   std::snprintf(line, sizeof line, "step %lld/%lld | loss %.4f | lr %.3g | %.0f tok/s | ETA %s",
                 (long long)step, (long long)total_, loss, lr, tokens_per_s, format_duration(eta).c_str());
+  show(line);
+}
+
+void Progress::show(const std::string& line) {
+  if (style_ == ProgressStyle::kOff) return;
   if (style_ == ProgressStyle::kBar) {
-    std::fprintf(stderr, "\r\033[K%s", line);
+    std::fprintf(stderr, "\r\033[K%s", line.c_str());
     open_line_ = true;
   } else {
-    std::fprintf(stderr, "%s\n", line);
+    std::fprintf(stderr, "%s\n", line.c_str());
   }
   std::fflush(stderr);
 }

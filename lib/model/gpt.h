@@ -12,6 +12,7 @@
 #include <torch/nn/modules/normalization.h>
 
 #include "config/settings.h"
+#include "util/ignore_index.h"
 
 namespace gputrain {
 
@@ -77,7 +78,5 @@ struct GptImpl : torch::nn::Module {
   torch::nn::Linear lm_head{nullptr};  // only when embeddings are untied
 };
 TORCH_MODULE(Gpt);
-
-inline constexpr int64_t kIgnoreIndex = -100;
 
 }  // namespace gputrain

@@ -17,7 +17,7 @@
 #include "optim/adamw.h"
 #include "optim/grad_clip.h"
 #include "optim/lr_schedule.h"
-#include "train/signals.h"
+#include "util/signals.h"
 #include "train/train_step.h"
 #include "util/cpu_memory.h"
 #include "util/device.h"
@@ -92,13 +92,12 @@ json build_summary(const std::string& status, const Totals& t, const Settings& s
   return j;
 }
 
-LoaderOptions loader_options(const Settings& s, torch::Device device, uint64_t stream, int64_t workers) {
+LoaderOptions loader_options(const Settings& s, const DataSourceSettings& d, torch::Device device, int64_t workers) {
   LoaderOptions o;
   o.batch_size = s.train.per_device_batch_size;
   o.seq_len = s.model.seq_len;
-  o.seed = static_cast<uint64_t>(s.run.seed);
-  o.stream = stream;
   o.num_workers = workers;
+  o.mask_document_boundaries = d.mask_document_boundaries;
   o.prefetch = s.data.prefetch;
   o.pin_memory = s.data.pin_memory;
   o.device = device;
@@ -115,6 +114,11 @@ RunOutcome run_training(const Recipe& recipe, const RunOptions& options) {
   at::set_num_threads(static_cast<int>(threads));
   const torch::Device device = resolve_device(s.run.device);
   if (device.is_cpu() && s.run.cpu_malloc_cache) keep_freed_cpu_memory_for_reuse();
+  // Data first: a bad data file stops the run before anything is written.
+  const auto seed = static_cast<uint64_t>(s.run.seed);
+  auto train_source = make_window_source(s.data.train, s.model, "data.train");
+  std::unique_ptr<WindowSource> eval_source;
+  if (s.data.eval.format != DataFormat::kNone) eval_source = make_window_source(s.data.eval, s.model, "data.eval");
   const fs::path out_dir = prepare_output_dir(s, options);
   write_file_atomic((out_dir / "recipe.resolved.yaml").string(), recipe_to_yaml(s));
 
@@ -123,15 +127,14 @@ RunOutcome run_training(const Recipe& recipe, const RunOptions& options) {
   LrSchedule schedule(s.optim, s.train.max_steps);
   const std::vector<torch::Tensor> params = model->parameters();
 
-  auto train_source = make_window_source(s.data.train, s.model);
-  std::unique_ptr<WindowSource> eval_source;
   std::vector<Batch> eval_batches;
-  if (s.data.eval.format != DataFormat::kNone) {
-    eval_source = make_window_source(s.data.eval, s.model);
-    BatchLoader eval_loader(*eval_source, loader_options(s, device, kEvalStream, 0));
+  if (eval_source) {
+    WindowSampler eval_sampler(eval_source->window_count(), SamplerOptions{seed, kEvalStream});
+    BatchLoader eval_loader(*eval_source, eval_sampler, loader_options(s, s.data.eval, device, 0));
     for (int64_t i = 0; i < s.train.eval_steps; ++i) eval_batches.push_back(eval_loader.next());
   }
-  BatchLoader train_loader(*train_source, loader_options(s, device, kTrainStream, s.data.num_workers));
+  WindowSampler train_sampler(train_source->window_count(), SamplerOptions{seed, kTrainStream});
+  BatchLoader train_loader(*train_source, train_sampler, loader_options(s, s.data.train, device, s.data.num_workers));
 
   const std::optional<double> floor = train_source->entropy_floor(s.model.seq_len);
   const int64_t n_params = model->parameter_count();
@@ -139,6 +142,12 @@ RunOutcome run_training(const Recipe& recipe, const RunOptions& options) {
   spdlog::info("model: GPT {} layers, d_model {}, {} heads, seq_len {}, vocab {}: {:.2f}M parameters", s.model.n_layer,
                s.model.d_model, s.model.n_head, s.model.seq_len, s.model.vocab_size, n_params / 1e6);
   spdlog::info("data: {}", train_source->describe());
+  if (train_sampler.samples_per_epoch() > 0) {
+    const double epochs = static_cast<double>(s.train.max_steps * s.train.grad_accum_steps * s.train.per_device_batch_size) /
+                          static_cast<double>(train_sampler.samples_per_epoch());
+    spdlog::info("data: {} windows per epoch; {} steps read {:.2f} epochs", train_sampler.samples_per_epoch(),
+                 s.train.max_steps, epochs);
+  }
   if (floor) spdlog::info("data: entropy floor {:.4f} nats/token (no model can reach a lower loss)", *floor);
   spdlog::info("train: {} steps x {} tokens (grad_accum {} x batch {} x seq_len {}); output in {}", s.train.max_steps,
                s.tokens_per_step(), s.train.grad_accum_steps, s.train.per_device_batch_size, s.model.seq_len,

@@ -1,4 +1,4 @@
-#include "train/signals.h"
+#include "util/signals.h"
 
 #include <signal.h>
 #include <unistd.h>

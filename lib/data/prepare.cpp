@@ -1,0 +1,433 @@
+#include "data/prepare.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <csignal>
+#include <exception>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <thread>
+
+#include "data/mapped_file.h"
+#include "data/pretokenize.h"
+#include "data/token_shard.h"
+#include "metrics/progress.h"
+#include "util/device.h"
+#include "util/error.h"
+#include "util/signals.h"
+
+namespace gputrain {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+struct Input {
+  std::unique_ptr<MappedFile> file;
+  InputFormat format;
+  int64_t base = 0;  // offset of its first byte in the concatenated input
+  std::string_view text() const { return {reinterpret_cast<const char*>(file->data()), file->size()}; }
+};
+
+// A piece of one input, encoded by one worker.
+struct Chunk {
+  size_t input;
+  size_t begin, end;
+  bool val;
+  bool starts_document;  // false only for the continuation of a whole-file document
+};
+
+struct Encoded {
+  std::vector<uint32_t> tokens;
+  std::vector<size_t> document_starts;  // offsets into tokens of each document's EOT
+};
+
+bool is_blank(std::string_view line) {
+  return line.find_first_not_of(" \t\r\f\v") == std::string_view::npos;
+}
+
+// The first document boundary at or after `target` in `text`: the offset just
+// after a line break (lines, JSONL), after an empty line (paragraphs), or a
+// safe pre-tokenizer cut (whole-file documents). text.size() if none.
+size_t boundary_at_or_after(std::string_view text, size_t target, DocumentUnit unit, InputFormat format) {
+  if (target >= text.size()) return text.size();
+  if (target == 0) return 0;
+  if (format == InputFormat::kJsonl || unit == DocumentUnit::kLine) {
+    const size_t nl = text.find('\n', target - 1);
+    return nl == std::string_view::npos ? text.size() : nl + 1;
+  }
+  if (unit == DocumentUnit::kParagraph) {
+    const size_t gap = text.find("\n\n", target >= 2 ? target - 2 : 0);
+    return gap == std::string_view::npos ? text.size() : gap + 2;
+  }
+  const size_t safe = safe_split_point(text, target, text.size());
+  return safe == std::string_view::npos ? text.size() : safe;
+}
+
+// The last document boundary before `target` (0 if none).
+size_t boundary_before(std::string_view text, size_t target, DocumentUnit unit, InputFormat format) {
+  if (format == InputFormat::kJsonl || unit == DocumentUnit::kLine) {
+    const size_t nl = target >= 2 ? text.rfind('\n', target - 2) : std::string_view::npos;
+    return nl == std::string_view::npos ? 0 : nl + 1;
+  }
+  if (unit == DocumentUnit::kParagraph) {
+    const size_t gap = target >= 3 ? text.rfind("\n\n", target - 3) : std::string_view::npos;
+    return gap == std::string_view::npos ? 0 : gap + 2;
+  }
+  // A whole-file document: any line break will do for a split that starts a new document.
+  const size_t nl = target >= 2 ? text.rfind('\n', target - 2) : std::string_view::npos;
+  return nl == std::string_view::npos ? 0 : nl + 1;
+}
+
+int64_t line_number(std::string_view text, size_t offset) {
+  return 1 + std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(offset), '\n');
+}
+
+class ChunkEncoder {
+ public:
+  ChunkEncoder(const Tokenizer& t, const PrepareOptions& o) : enc_(t.make_encoder()), eot_(t.eot_id()), o_(o) {}
+
+  Encoded encode(const Input& in, const Chunk& c) {
+    Encoded out;
+    const std::string_view all = in.text();
+    const std::string_view text = all.substr(c.begin, c.end - c.begin);
+    auto document = [&](std::string_view doc) {
+      if (doc.empty()) return;
+      out.document_starts.push_back(out.tokens.size());
+      out.tokens.push_back(eot_);
+      enc_->encode(doc, out.tokens);
+    };
+    if (in.format == InputFormat::kJsonl) {
+      for (size_t pos = 0; pos < text.size();) {
+        size_t nl = text.find('\n', pos);
+        if (nl == std::string_view::npos) nl = text.size();
+        const std::string_view line = text.substr(pos, nl - pos);
+        if (!is_blank(line)) document(json_text(in, line, c.begin + pos));
+        pos = nl + 1;
+      }
+    } else if (o_.documents == DocumentUnit::kFile) {
+      if (c.starts_document) {
+        document(text);
+      } else {
+        enc_->encode(text, out.tokens);
+      }
+    } else if (o_.documents == DocumentUnit::kLine) {
+      for (size_t pos = 0; pos < text.size();) {
+        size_t nl = text.find('\n', pos);
+        if (nl == std::string_view::npos) nl = text.size();
+        std::string_view line = text.substr(pos, nl - pos);
+        if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+        if (!is_blank(line)) document(line);
+        pos = nl + 1;
+      }
+    } else {  // paragraphs: runs of non-blank lines, without the final line break
+      size_t start = std::string_view::npos, last_end = 0;
+      auto flush = [&] {
+        if (start != std::string_view::npos) document(text.substr(start, last_end - start));
+        start = std::string_view::npos;
+      };
+      for (size_t pos = 0; pos < text.size();) {
+        size_t nl = text.find('\n', pos);
+        if (nl == std::string_view::npos) nl = text.size();
+        if (is_blank(text.substr(pos, nl - pos))) {
+          flush();
+        } else {
+          if (start == std::string_view::npos) start = pos;
+          last_end = nl;
+        }
+        pos = nl + 1;
+      }
+      flush();
+    }
+    return out;
+  }
+
+ private:
+  std::string json_text(const Input& in, std::string_view line, size_t offset) {
+    auto fail = [&](const std::string& why) {
+      return data_error(in.file->path() + ":" + std::to_string(line_number(in.text(), offset)) + ": " + why +
+                        "\n    fix: each line must be a JSON object with a string under \"" + o_.text_key +
+                        "\" (choose the key with --text-key)");
+    };
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(line);
+    } catch (const nlohmann::json::exception& e) {
+      throw fail(std::string("not valid JSON (") + e.what() + ")");
+    }
+    if (!j.is_object()) throw fail("expected a JSON object, got " + std::string(j.type_name()));
+    auto it = j.find(o_.text_key);
+    if (it == j.end()) throw fail("no \"" + o_.text_key + "\" key");
+    if (!it->is_string()) throw fail("\"" + o_.text_key + "\" is " + std::string(it->type_name()) + ", not a string");
+    return it->get<std::string>();
+  }
+
+  std::unique_ptr<TokenEncoder> enc_;
+  uint32_t eot_;
+  const PrepareOptions& o_;
+};
+
+// Writes one split (train or val) as a sequence of shards.
+class SplitWriter {
+ public:
+  SplitWriter(std::string dir, std::string split, ShardInfo info, int64_t shard_tokens)
+      : dir_(std::move(dir)), split_(std::move(split)), info_(std::move(info)), shard_tokens_(shard_tokens) {
+    info_.split = split_;
+  }
+
+  void write(const Encoded& e, PrepareResult& r) {
+    size_t next_doc = 0;
+    for (size_t pos = 0; pos < e.tokens.size();) {
+      if (!shard_ || shard_->tokens() == shard_tokens_) open_next(r);
+      const size_t n = std::min(e.tokens.size() - pos, static_cast<size_t>(shard_tokens_ - shard_->tokens()));
+      while (next_doc < e.document_starts.size() && e.document_starts[next_doc] < pos + n) {
+        shard_->add_document();
+        ++documents_;
+        ++next_doc;
+      }
+      shard_->append(std::span<const uint32_t>(e.tokens).subspan(pos, n));
+      tokens_ += static_cast<int64_t>(n);
+      pos += n;
+    }
+  }
+  void finish(PrepareResult& r) {
+    if (!shard_) return;
+    shard_->finish();
+    r.shards.push_back(shard_->path());
+    shard_.reset();
+  }
+  int64_t tokens() const { return tokens_; }
+  int64_t documents() const { return documents_; }
+
+ private:
+  void open_next(PrepareResult& r) {
+    finish(r);
+    char name[64];
+    std::snprintf(name, sizeof name, "%s_%06d.bin", split_.c_str(), index_++);
+    shard_ = std::make_unique<ShardWriter>((fs::path(dir_) / name).string(), info_);
+  }
+
+  std::string dir_, split_;
+  ShardInfo info_;
+  int64_t shard_tokens_;
+  int index_ = 0;
+  std::unique_ptr<ShardWriter> shard_;
+  int64_t tokens_ = 0, documents_ = 0;
+};
+
+void check_options(const PrepareOptions& o) {
+  if (o.inputs.empty()) throw usage_error("data prepare needs at least one input file\n    fix: pass --input FILE");
+  if (!(o.val_fraction >= 0.0 && o.val_fraction < 1.0))
+    throw usage_error("--val-fraction must be in [0, 1), got " + std::to_string(o.val_fraction));
+  if (o.shard_tokens < 1 || o.shard_tokens > kLlmcMaxTokens)
+    throw usage_error("--shard-tokens must be in [1, 2^31 - 1], got " + std::to_string(o.shard_tokens));
+  if (o.output_dir.empty()) throw usage_error("data prepare needs an output directory\n    fix: pass --output DIR");
+  if (o.text_key.empty()) throw usage_error("--text-key must not be empty");
+}
+
+// Creates the output directory; refuses to mix with an earlier dataset unless told to replace it.
+void prepare_output(const PrepareOptions& o) {
+  std::error_code ec;
+  fs::create_directories(o.output_dir, ec);
+  if (ec || !fs::is_directory(o.output_dir))
+    throw usage_error("cannot create output directory '" + o.output_dir + "'" + (ec ? ": " + ec.message() : ""));
+  std::vector<fs::path> old;
+  for (const auto& e : fs::directory_iterator(o.output_dir)) {
+    const std::string name = e.path().filename().string();
+    if ((name.rfind("train_", 0) == 0 || name.rfind("val_", 0) == 0) &&
+        (e.path().extension() == ".bin" || e.path().extension() == ".json" || e.path().extension() == ".partial"))
+      old.push_back(e.path());
+  }
+  if (old.empty()) return;
+  if (!o.overwrite)
+    throw usage_error("output directory '" + o.output_dir + "' already holds shards (" + old.front().filename().string() +
+                      ", ...)\n    fix: choose another --output, or pass --overwrite to replace them");
+  for (const auto& p : old) fs::remove(p);
+}
+
+InputFormat format_of(const std::string& path, InputFormat requested) {
+  if (requested != InputFormat::kAuto) return requested;
+  const std::string ext = fs::path(path).extension().string();
+  return ext == ".jsonl" || ext == ".json" ? InputFormat::kJsonl : InputFormat::kText;
+}
+
+// Splits every input into chunks and marks those after the validation cut.
+std::vector<Chunk> plan_chunks(const std::vector<Input>& inputs, const PrepareOptions& o, int64_t total) {
+  // Where validation starts: (input index, byte offset), the first document
+  // boundary at or after the cut; else the last one before it.
+  size_t val_input = inputs.size(), val_offset = 0;
+  if (o.val_fraction > 0) {
+    const auto cut = static_cast<int64_t>(static_cast<double>(total) * (1.0 - o.val_fraction));
+    size_t k = 0;
+    while (k + 1 < inputs.size() && inputs[k + 1].base <= cut) ++k;
+    const std::string_view text = inputs[k].text();
+    size_t b = boundary_at_or_after(text, static_cast<size_t>(cut - inputs[k].base), o.documents, inputs[k].format);
+    if (b < text.size()) {
+      val_input = k, val_offset = b;
+    } else if (k + 1 < inputs.size()) {
+      val_input = k + 1, val_offset = 0;
+    } else if ((b = boundary_before(text, static_cast<size_t>(cut - inputs[k].base), o.documents, inputs[k].format)) > 0 ||
+               k > 0) {
+      val_input = k, val_offset = b;
+    } else {
+      spdlog::warn("data prepare: the input is a single document with no line break to split at, so the validation "
+                   "split is empty (use --documents lines or paragraphs, or --val-fraction 0)");
+    }
+  }
+  std::vector<Chunk> chunks;
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    const std::string_view text = inputs[k].text();
+    for (size_t pos = 0; pos < text.size();) {
+      size_t end = boundary_at_or_after(text, std::min(text.size(), pos + o.chunk_bytes), o.documents, inputs[k].format);
+      if (k == val_input && pos < val_offset && val_offset < end) end = val_offset;
+      const bool val = k > val_input || (k == val_input && pos >= val_offset);
+      const bool starts = inputs[k].format == InputFormat::kJsonl || o.documents != DocumentUnit::kFile || pos == 0 ||
+                          (k == val_input && pos == val_offset);
+      chunks.push_back(Chunk{k, pos, end, val, starts});
+      pos = end;
+    }
+  }
+  return chunks;
+}
+
+}  // namespace
+
+PrepareResult prepare_dataset(const PrepareOptions& o) {
+  const auto t0 = Clock::now();
+  check_options(o);
+  std::vector<Input> inputs;
+  int64_t total = 0;
+  for (const auto& path : o.inputs) {
+    std::error_code ec;
+    if (fs::is_directory(path, ec))
+      throw data_error("input '" + path + "' is a directory\n    fix: pass the files, e.g. --input " +
+                       (fs::path(path) / "*.txt").string());
+    Input in{std::make_unique<MappedFile>(path), format_of(path, o.input_format), total};
+    if (in.file->size() == 0) throw data_error("input '" + path + "' is empty\n    fix: remove it from the inputs");
+    total += static_cast<int64_t>(in.file->size());
+    inputs.push_back(std::move(in));
+  }
+  const std::unique_ptr<Tokenizer> tokenizer = make_tokenizer(o.tokenizer);
+  prepare_output(o);
+
+  ShardInfo info;
+  info.tokenizer = tokenizer->name();
+  info.vocab_size = tokenizer->vocab_size();
+  info.eot_token = tokenizer->eot_id();
+  info.dtype = tokenizer->vocab_size() <= 65536 ? TokenDtype::kUint16 : TokenDtype::kUint32;
+  SplitWriter train(o.output_dir, "train", info, o.shard_tokens);
+  SplitWriter val(o.output_dir, "val", info, o.shard_tokens);
+
+  const std::vector<Chunk> chunks = plan_chunks(inputs, o, total);
+  const int64_t threads = std::max<int64_t>(1, o.threads > 0 ? o.threads : resolve_threads(0));
+  const size_t max_ahead = static_cast<size_t>(4 * threads);
+
+  // Workers encode chunks in any order; this thread writes them in order.
+  std::mutex mu;
+  std::condition_variable cv;
+  std::map<size_t, Encoded> done;
+  size_t next_claim = 0, next_write = 0;
+  bool stop = false;
+  std::exception_ptr error;
+  auto worker = [&] {
+    ChunkEncoder enc(*tokenizer, o);
+    while (true) {
+      size_t i;
+      {
+        std::unique_lock<std::mutex> lock(mu);
+        cv.wait(lock, [&] { return stop || next_claim >= chunks.size() || next_claim < next_write + max_ahead; });
+        if (stop || next_claim >= chunks.size()) return;
+        i = next_claim++;
+      }
+      try {
+        Encoded e = enc.encode(inputs[chunks[i].input], chunks[i]);
+        std::lock_guard<std::mutex> lock(mu);
+        done.emplace(i, std::move(e));
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(mu);
+        if (!error) error = std::current_exception();
+        stop = true;
+      }
+      cv.notify_all();
+    }
+  };
+
+  PrepareResult r;
+  r.input_bytes = total;
+  StopSignals signals;
+  Progress progress(o.progress, 0);
+  std::vector<std::thread> pool;
+  for (int64_t t = 0; t < threads; ++t) pool.emplace_back(worker);
+  auto stop_workers = [&] {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      stop = true;
+    }
+    cv.notify_all();
+    for (auto& t : pool) t.join();
+    pool.clear();
+  };
+
+  int64_t bytes_done = 0;
+  auto last_shown = Clock::now() - std::chrono::hours(1);
+  try {
+    while (next_write < chunks.size()) {
+      Encoded e;
+      {
+        std::unique_lock<std::mutex> lock(mu);
+        // Wake regularly to notice a stop signal while workers are busy.
+        while (!error && done.count(next_write) == 0 && StopSignals::requested() == 0)
+          cv.wait_for(lock, std::chrono::milliseconds(100));
+        if (error) std::rethrow_exception(error);
+        if (StopSignals::requested() != 0) break;
+        e = std::move(done.at(next_write));
+        done.erase(next_write);
+      }
+      const Chunk& c = chunks[next_write];
+      (c.val ? val : train).write(e, r);
+      bytes_done += static_cast<int64_t>(c.end - c.begin);
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        ++next_write;
+      }
+      cv.notify_all();
+      const double elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
+      if (Clock::now() - last_shown > std::chrono::milliseconds(250) || next_write == chunks.size()) {
+        last_shown = Clock::now();
+        char line[256];
+        std::snprintf(line, sizeof line, "prepare: %5.1f%% | %.1f/%.1f MB | %lld tokens | %.1f MB/s | ETA %s",
+                      100.0 * static_cast<double>(bytes_done) / static_cast<double>(total), bytes_done / 1e6,
+                      total / 1e6, static_cast<long long>(train.tokens() + val.tokens()), bytes_done / 1e6 / elapsed,
+                      format_duration(elapsed * static_cast<double>(total - bytes_done) / std::max<double>(1.0, bytes_done)).c_str());
+        progress.show(line);
+      }
+    }
+  } catch (...) {
+    stop_workers();
+    progress.finish();
+    throw;  // the writers' destructors remove their partial shards
+  }
+  stop_workers();
+  progress.finish();
+  if (StopSignals::requested() != 0) {
+    r.status = "interrupted";
+    r.signal = StopSignals::requested();
+  } else {
+    train.finish(r);
+    val.finish(r);
+  }
+  r.train_tokens = train.tokens(), r.val_tokens = val.tokens();
+  r.train_documents = train.documents(), r.val_documents = val.documents();
+  r.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  return r;
+}
+
+}  // namespace gputrain

@@ -1,0 +1,56 @@
+// `gputrain data prepare`: text or JSONL files -> llm.c token shards with a
+// JSON sidecar each, ready for data.*.format: tokens.
+//  - Documents: a whole text file, each line, or each blank-line-separated
+//    paragraph; in JSONL, the string under --text-key on each line.
+//  - Every document is preceded by the end-of-document token (llm.c's
+//    convention), so the token before a document's first token is always EOT.
+//  - Validation split: the last val_fraction of the input bytes (in input
+//    order), cut at a document boundary (at a line break inside a whole-file
+//    document), goes to val_*.bin; the rest to train_*.bin.
+//  - Encoding runs on `threads` threads over ~4 MB chunks; output is
+//    byte-identical whatever the thread count (big documents are cut only
+//    where GPT-2's pre-tokenizer would cut anyway).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "config/settings.h"
+#include "data/tokenizer.h"
+
+namespace gputrain {
+
+enum class DocumentUnit { kFile, kLine, kParagraph };
+enum class InputFormat { kAuto, kText, kJsonl };
+
+struct PrepareOptions {
+  std::vector<std::string> inputs;
+  InputFormat input_format = InputFormat::kAuto;  // auto: *.jsonl / *.json are JSONL
+  std::string text_key = "text";
+  DocumentUnit documents = DocumentUnit::kFile;   // text inputs
+  TokenizerSpec tokenizer;
+  std::string output_dir;
+  double val_fraction = 0.01;
+  int64_t shard_tokens = 100'000'000;
+  int64_t threads = 0;  // 0 = the cores this process may use
+  bool overwrite = false;
+  ProgressStyle progress = ProgressStyle::kAuto;
+  size_t chunk_bytes = 4 << 20;  // tests use small chunks to exercise splitting
+};
+
+struct PrepareResult {
+  std::string status = "ok";  // ok | interrupted
+  int signal = 0;
+  int64_t input_bytes = 0;
+  int64_t train_tokens = 0, val_tokens = 0;
+  int64_t train_documents = 0, val_documents = 0;
+  std::vector<std::string> shards;
+  double seconds = 0;
+};
+
+// Throws a usage Error for bad options, a data Error naming the file (and
+// line, for JSONL) for unreadable or malformed input. Shards appear only when
+// complete; an interrupted run leaves the finished ones and no partial file.
+PrepareResult prepare_dataset(const PrepareOptions& o);
+
+}  // namespace gputrain
