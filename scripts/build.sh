@@ -9,7 +9,8 @@ TORCH_PREFIX="$("$VENV/bin/python" -c 'import torch;print(torch.utils.cmake_pref
 JOBS="${GPUTRAIN_JOBS:-$(nproc)}"
 mkdir -p "$BUILD_DIR"
 
-cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" "$@" \
+cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" \
+      -DGPUTRAIN_PYTHON="$VENV/bin/python" "$@" \
       > "$BUILD_DIR/configure.log" 2>&1 \
   || { cat "$BUILD_DIR/configure.log"; exit 1; }
 grep -E "gputrain:" "$BUILD_DIR/configure.log" || true

@@ -2,11 +2,14 @@
 # Installs what gputrain needs on Debian 12 and is quick when all is there:
 #  - Debian packages: compiler, CMake, yaml-cpp, CLI11, spdlog, nlohmann-json, Catch2, ccache
 #  - a Python virtual environment with the pip torch package (LibTorch with
-#    CUDA, pinned) outside the checkout, so fresh clones and CI reuse it.
+#    CUDA, pinned) and HF tokenizers (the tests' reference GPT-2 encoder),
+#    outside the checkout, so fresh clones and CI reuse it.
 # Prints nothing but progress; the venv path is $GPUTRAIN_VENV (default in scripts/env.sh).
 set -euo pipefail
 
 TORCH_VERSION="${GPUTRAIN_TORCH_VERSION:-2.11.0}"
+# HF tokenizers: the reference GPT-2 encoder the tests compare our BPE with.
+TOKENIZERS_VERSION="0.23.3"
 source "$(dirname "$0")/env.sh"
 APT_PACKAGES=(build-essential cmake git pkg-config python3 python3-venv python3-pip
               libyaml-cpp-dev libcli11-dev libspdlog-dev libfmt-dev nlohmann-json3-dev catch2 ccache)
@@ -35,5 +38,9 @@ if ! "$VENV/bin/python" -c "import torch, numpy, sys; sys.exit(0 if torch.__vers
   [[ -x "$VENV/bin/python" ]] || python3 -m venv "$VENV"
   "$VENV/bin/python" -m pip install -q --upgrade pip
   "$VENV/bin/python" -m pip install -q "torch==$TORCH_VERSION" numpy
+fi
+if ! "$VENV/bin/python" -c "import tokenizers, sys; sys.exit(0 if tokenizers.__version__ == '$TOKENIZERS_VERSION' else 1)" 2>/dev/null; then
+  echo "setup: installing tokenizers $TOKENIZERS_VERSION (reference tokenizer for tests) into $VENV"
+  "$VENV/bin/python" -m pip install -q "tokenizers==$TOKENIZERS_VERSION"
 fi
 echo "setup: ok (torch $("$VENV/bin/python" -c 'import torch;print(torch.__version__)' 2>/dev/null) in $VENV)"

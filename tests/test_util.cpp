@@ -39,8 +39,9 @@ std::string read_file(const std::string& path) {
   return ss.str();
 }
 
-int spawn_gputrain(const std::vector<std::string>& args, int out_fd) {
-  std::string bin = GPUTRAIN_BINARY;
+namespace {
+
+int spawn(std::string bin, const std::vector<std::string>& args, int out_fd) {
   std::vector<std::string> copy = args;
   std::vector<char*> argv{bin.data()};
   for (auto& a : copy) argv.push_back(a.data());
@@ -56,16 +57,10 @@ int spawn_gputrain(const std::vector<std::string>& args, int out_fd) {
   return pid;
 }
 
-int wait_exit_code(int pid) {
-  int status = 0;
-  waitpid(pid, &status, 0);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
-
-CommandResult run_gputrain(const std::vector<std::string>& args) {
+CommandResult run_program(const std::string& bin, const std::vector<std::string>& args) {
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error("pipe failed");
-  const int pid = spawn_gputrain(args, fds[1]);  // dup2 clears CLOEXEC on the child's stdout/stderr
+  const int pid = spawn(bin, args, fds[1]);  // dup2 clears CLOEXEC on the child's stdout/stderr
   close(fds[1]);
   CommandResult r;
   char buf[4096];
@@ -75,6 +70,22 @@ CommandResult run_gputrain(const std::vector<std::string>& args) {
   r.exit_code = wait_exit_code(pid);
   return r;
 }
+
+}  // namespace
+
+int spawn_gputrain(const std::vector<std::string>& args, int out_fd) { return spawn(GPUTRAIN_BINARY, args, out_fd); }
+
+int wait_exit_code(int pid) {
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+CommandResult run_gputrain(const std::vector<std::string>& args) { return run_program(GPUTRAIN_BINARY, args); }
+
+CommandResult run_python(const std::vector<std::string>& args) { return run_program(GPUTRAIN_PYTHON, args); }
+
+std::string shared_data(const std::string& name) { return std::string(GPUTRAIN_SHARED_DATA_DIR) + "/" + name; }
 
 ModelSettings model_settings(int64_t vocab_size, int64_t seq_len, int64_t n_layer, int64_t n_head, int64_t d_model) {
   ModelSettings m;

@@ -30,6 +30,11 @@ struct CommandResult {
 };
 // Runs the gputrain binary with `args` (each passed as one argument).
 CommandResult run_gputrain(const std::vector<std::string>& args);
+// Runs the Python that holds the reference libraries (torch, tokenizers):
+// the build's virtual environment.
+CommandResult run_python(const std::vector<std::string>& args);
+// A file in ../shared/data (tinyshakespeare.txt, gpt2/encoder.json, ...).
+std::string shared_data(const std::string& name);
 // Starts the gputrain binary with its stdout and stderr on `out_fd`; returns its pid.
 int spawn_gputrain(const std::vector<std::string>& args, int out_fd);
 // Waits for a spawned process; its exit code, or 128 + signal when killed.

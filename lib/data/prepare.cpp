@@ -278,7 +278,7 @@ std::vector<Chunk> plan_chunks(const std::vector<Input>& inputs, const PrepareOp
                k > 0) {
       val_input = k, val_offset = b;
     } else {
-      spdlog::warn("data prepare: the input is a single document with no line break to split at, so the validation "
+      spdlog::warn("data prepare: the input has no document boundary or line break to split at, so the validation "
                    "split is empty (use --documents lines or paragraphs, or --val-fraction 0)");
     }
   }

@@ -151,7 +151,8 @@ TEST_CASE("cli: runtime failures exit 1, data errors exit 2", "[cli]") {
   tokens[2000] = 40000;
   write_file(dir.file("t.bin"), std::string(reinterpret_cast<const char*>(tokens.data()), tokens.size() * 2));
   write_file(dir.file("tok.yaml"), "model: {vocab_size: 64, seq_len: 3999, n_layer: 1, n_head: 1, d_model: 8}\n"
-                                    "data: {train: {format: tokens, path: t.bin}}\ntrain: {per_device_batch_size: 1, max_steps: 2}\n");
+                                    "data: {train: {format: tokens, path: t.bin, dtype: uint16}}\n"
+                                    "train: {per_device_batch_size: 1, max_steps: 2}\n");
   auto bad = run_gputrain({"run", dir.file("tok.yaml"), "--output-dir", dir.file("o2")});
   CHECK(bad.exit_code == 2);
   CHECK_THAT(bad.output, Contains("token id 40000 at token offset 2000"));

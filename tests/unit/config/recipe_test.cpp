@@ -153,18 +153,39 @@ TEST_CASE("cross-field: parallel degrees must match one process", "[config]") {
   CHECK_THAT(e, Contains("parallel.tp: is 2, but dp x tp x pp must equal the number of processes (1)"));
 }
 
-TEST_CASE("data files are checked: missing, wrong width, too short", "[config]") {
+TEST_CASE("data paths are checked where the recipe names them", "[config]") {
   TempDir dir;
-  write_file(dir.file("odd.bin"), std::string(7, '\0'));
-  write_file(dir.file("short.txt"), "abc");
+  std::filesystem::create_directories(dir.path() / "adir");
   const std::string base = "model: {vocab_size: 300, seq_len: 16, n_layer: 1, n_head: 1, d_model: 8}\n";
   write_file(dir.file("r1.yaml"), base + "data: {train: {format: tokens, path: missing.bin}}\n");
-  write_file(dir.file("r2.yaml"), base + "data: {train: {format: tokens, path: odd.bin}}\n");
-  write_file(dir.file("r3.yaml"), base + "data: {train: {format: text, path: short.txt}}\n");
+  write_file(dir.file("r2.yaml"), base + "data: {train: {format: tokens, path: adir}}\n");
+  write_file(dir.file("r3.yaml"), base + "data: {train: {format: tokens, path: []}}\n");
+  write_file(dir.file("r4.yaml"), base + "data: {train: {format: tokens, path: x_*.bin, eot_token: 300}}\n");
+  write_file(dir.file("r5.yaml"), base + "data: {train: {format: text, path: x.txt, packing: documents}}\n");
   auto err = [&](const std::string& f) { return gputrain::test::recipe_error(dir.file(f)); };
+  CHECK_THAT(err("r1.yaml"), Contains("r1.yaml:2:"));
   CHECK_THAT(err("r1.yaml"), Contains("data.train.path: file '" + dir.file("missing.bin") + "' does not exist"));
-  CHECK_THAT(err("r2.yaml"), Contains("has 7 bytes, not a multiple of 2"));
-  CHECK_THAT(err("r3.yaml"), Contains("holds 3 tokens"));
+  CHECK_THAT(err("r2.yaml"), Contains("is a directory, not a data file"));
+  CHECK_THAT(err("r2.yaml"), Contains("fix: name the files, e.g. " + dir.file("adir/train_*.bin")));
+  CHECK_THAT(err("r3.yaml"), Contains("data.train.path: is an empty list"));
+  CHECK_THAT(err("r4.yaml"), Contains("data.train.eot_token: (300) is not below model.vocab_size (300)"));
+  CHECK_THAT(err("r5.yaml"), Contains("need token shards with end-of-document tokens"));
+}
+
+TEST_CASE("data.path takes a list of files and globs, each relative to its recipe", "[config]") {
+  TempDir dir;
+  write_file(dir.file("a.bin"), "xx");
+  write_file(dir.file("r.yaml"), "model: {vocab_size: 300, seq_len: 16, n_layer: 1, n_head: 1, d_model: 8}\n"
+                                 "data: {train: {format: tokens, path: [a.bin, 'shards/train_*.bin'], eot_token: 7}}\n");
+  Recipe r = load_recipe(dir.file("r.yaml"), {});
+  CHECK(r.settings.data.train.paths == std::vector<std::string>{dir.file("a.bin"), dir.file("shards/train_*.bin")});
+  CHECK(r.settings.data.train.eot_token == 7);
+  CHECK(r.settings.data.eval.eot_token == -1);
+  const std::string yaml = recipe_to_yaml(r.settings);
+  CHECK_THAT(yaml, Contains("eot_token: auto"));
+  // The dump loads back to the same settings (lists stay lists, one path stays a string).
+  write_file(dir.file("dump.yaml"), yaml);
+  CHECK(recipe_hash(load_recipe(dir.file("dump.yaml"), {}).settings) == recipe_hash(r.settings));
 }
 
 TEST_CASE("data paths are relative to the recipe file", "[config]") {
@@ -175,7 +196,7 @@ TEST_CASE("data paths are relative to the recipe file", "[config]") {
              "model: {vocab_size: 256, seq_len: 8, n_layer: 1, n_head: 1, d_model: 8}\n"
              "data: {train: {format: text, path: corpus.txt}}\n");
   Recipe r = load_recipe(dir.file("sub/r.yaml"), {});
-  CHECK(r.settings.data.train.path == dir.file("sub/corpus.txt"));
+  CHECK(r.settings.data.train.paths == std::vector<std::string>{dir.file("sub/corpus.txt")});
 }
 
 TEST_CASE("extends merges bases under the recipe, in order", "[config]") {
