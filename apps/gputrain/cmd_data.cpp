@@ -1,5 +1,4 @@
-#include <spdlog/spdlog.h>
-
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 

@@ -75,7 +75,6 @@ std::unique_ptr<WindowSource> make_window_source(const DataSourceSettings& d, co
   throw runtime_error("make_window_source: data format none has no windows");
 }
 
-
 void check_data_sources(const Settings& s) {
   make_window_source(s.data.train, s.model, "data.train");
   if (s.data.eval.format != DataFormat::kNone) make_window_source(s.data.eval, s.model, "data.eval");

@@ -34,7 +34,7 @@ double unigram_entropy(const std::string& shard) {
 
 }  // namespace
 
-TEST_CASE("cli: data prepare writes shards a recipe can train on; errors exit 2", "[cli][data]") {
+TEST_CASE("cli: data prepare writes shards a recipe can train on, and errors exit 2", "[cli][data]") {
   TempDir dir;
   auto r = run_gputrain(prepare_args(dir.file("shk")));
   INFO(r.output);

@@ -181,7 +181,7 @@ TEST_CASE("prepare: malformed JSONL names the file and line", "[data][prepare]")
     CHECK(e.path().extension() != ".bin");
 }
 
-TEST_CASE("prepare: refuses to mix with earlier shards; --overwrite replaces them all", "[data][prepare]") {
+TEST_CASE("prepare: refuses to mix with earlier shards, and --overwrite replaces them all", "[data][prepare]") {
   TempDir dir;
   write_file(dir.file("in.txt"), std::string(3000, 'a') + "\n" + std::string(3000, 'b') + "\n");
   PrepareOptions o = options({dir.file("in.txt")}, dir.file("out"));

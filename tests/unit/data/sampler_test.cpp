@@ -9,7 +9,7 @@
 
 using namespace gputrain;
 
-TEST_CASE("RandomPermutation is a bijection of [0, n) for awkward n", "[data][sampler]") {
+TEST_CASE("RandomPermutation is a bijection of 0..n-1 for awkward n", "[data][sampler]") {
   for (uint64_t n : {1ull, 2ull, 3ull, 5ull, 64ull, 1000ull, 4097ull}) {
     RandomPermutation p(n, 99);
     std::vector<bool> seen(n, false);

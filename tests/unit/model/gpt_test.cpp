@@ -17,7 +17,7 @@ ModelSettings tiny_model() { return gputrain::test::model_settings(32, 8, 2, 2, 
 
 }  // namespace
 
-TEST_CASE("GPT forward gives [B, T, vocab] logits", "[model]") {
+TEST_CASE("GPT forward gives B x T x vocab logits", "[model]") {
   torch::manual_seed(0);
   Gpt model(tiny_model());
   auto tokens = torch::randint(0, 32, {3, 8}, torch::kLong);
