@@ -2,8 +2,8 @@
 
 #include <ATen/ATen.h>
 
-#include "util/ignore_index.h"
 #include "util/error.h"
+#include "util/ignore_index.h"
 
 namespace gputrain {
 

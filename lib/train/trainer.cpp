@@ -17,11 +17,11 @@
 #include "optim/adamw.h"
 #include "optim/grad_clip.h"
 #include "optim/lr_schedule.h"
-#include "util/signals.h"
 #include "train/train_step.h"
 #include "util/cpu_memory.h"
 #include "util/device.h"
 #include "util/error.h"
+#include "util/signals.h"
 
 namespace gputrain {
 namespace {
