@@ -147,6 +147,18 @@ FieldSpec float_field(std::string path, Acc acc, FloatRange r, std::string doc) 
           [=](const Settings& s) { return json(acc(s)); }};
 }
 
+// A positive number where 0 is written as a word (e.g. "dynamic").
+template <class Acc>
+FieldSpec auto_float_field(std::string path, Acc acc, std::string word, FloatRange r, std::string doc) {
+  FieldSpec f = float_field(path, acc, r, doc);
+  f.type = word + " | " + f.type;
+  f.read = [=](Settings& s, const ConfigNode& n) {
+    acc(s) = n.kind == ConfigNode::Kind::kScalar && n.scalar == word ? 0.0 : read_float(n, r);
+  };
+  f.write = [=](const Settings& s) { return acc(s) == 0.0 ? json(word) : json(acc(s)); };
+  return f;
+}
+
 template <class Acc>
 FieldSpec float_pair_field(std::string path, Acc acc, FloatRange r, std::string doc) {
   return {path, "[a, b], each " + r.str(), doc,
@@ -271,6 +283,8 @@ std::vector<FieldSpec> build_schema() {
   f.push_back(int_field(KEY(run.seed), 0, kMaxInt, "seeds weight init, dropout and data order"));
   f.push_back(string_field(KEY(run.device), "auto | cpu | cuda | cuda:N; auto = CUDA when LibTorch sees a GPU"));
   f.push_back(auto_int_field(KEY(run.threads), 1, 4096, "CPU threads for ATen ops; auto = cores this process may use"));
+  f.push_back(auto_int_field(KEY(run.memory_budget_mb), 1, kMaxInt,
+                             "CPU: memory the batch size finder may plan for; auto = 80% of available RAM"));
   f.push_back(bool_field(KEY(run.cpu_malloc_cache),
                          "CPU device: keep freed large buffers for reuse (faster steps, higher peak memory)"));
   // model
@@ -285,6 +299,11 @@ std::vector<FieldSpec> build_schema() {
   f.push_back(float_field(KEY(model.dropout), FloatRange{0, 1, false, true}, "dropout after embeddings, attention and MLP (training only)"));
   f.push_back(bool_field(KEY(model.bias), "biases in the Linear layers (LayerNorms always keep theirs)"));
   f.push_back(bool_field(KEY(model.tie_embeddings), "output head shares the token embedding matrix"));
+  f.push_back(enum_field(KEY(model.attention),
+                         EnumTable<AttentionImpl>{{"sdpa", AttentionImpl::kSdpa}, {"math", AttentionImpl::kMath}},
+                         "sdpa = scaled_dot_product_attention (flash/efficient kernels on CUDA with fp16/bf16); math = explicit softmax(QK^T)V, for reference"));
+  f.push_back(int_field(KEY(model.pad_vocab_to_multiple_of), 0, 4096,
+                        "round the embedding rows up to a multiple of this (64 suits tensor cores); 0 = no padding"));
   // data
   add_data_source(f, "train");
   add_data_source(f, "eval");
@@ -292,16 +311,38 @@ std::vector<FieldSpec> build_schema() {
   f.push_back(int_field(KEY(data.prefetch), 1, 1024, "batches prepared ahead of the training step"));
   f.push_back(bool_field(KEY(data.pin_memory), "page-locked host batches and asynchronous copies to the GPU (CUDA only)"));
   // train
-  f.push_back(int_field(KEY(train.per_device_batch_size), 1, 1 << 20, "sequences per micro-batch"));
+  f.push_back(auto_int_field(KEY(train.per_device_batch_size), 1, 1 << 20,
+                             "sequences per micro-batch; auto = the largest that fits (needs train.global_batch_size)"));
+  f.push_back(int_field(KEY(train.global_batch_size), 0, 1 << 24,
+                        "sequences per optimizer step when per_device_batch_size is auto (grad_accum_steps follows); 0 = unset"));
   f.push_back(int_field(KEY(train.grad_accum_steps), 1, 1 << 20, "micro-batches accumulated per optimizer step"));
   f.push_back(int_field(KEY(train.max_steps), 1, kMaxInt, "optimizer steps to run"));
   f.push_back(int_field(KEY(train.log_every), 1, kMaxInt, "steps between metrics lines"));
   f.push_back(int_field(KEY(train.eval_every), 0, kMaxInt, "steps between evaluations; 0 = only at the end (needs data.eval)"));
   f.push_back(int_field(KEY(train.eval_steps), 1, kMaxInt, "batches per evaluation (the same batches every time)"));
   f.push_back(float_field(KEY(train.max_grad_norm), FloatRange{0}, "clip the global gradient norm to this; 0 = no clipping"));
+  f.push_back(enum_field(KEY(train.gradient_checkpointing),
+                         EnumTable<CheckpointingPolicy>{{"none", CheckpointingPolicy::kNone},
+                                                        {"full", CheckpointingPolicy::kFull},
+                                                        {"selective", CheckpointingPolicy::kSelective}},
+                         "recompute transformer blocks in backward instead of keeping their activations: full = every block, selective = every checkpoint_every-th"));
+  f.push_back(int_field(KEY(train.checkpoint_every), 1, 1024, "selective checkpointing: recompute blocks 0, k, 2k, ..."));
+  f.push_back(int_field(KEY(train.empty_cache_steps), 0, kMaxInt,
+                        "every N steps release cached allocator memory (CUDA caching allocator; malloc_trim on CPU); 0 = never"));
   // precision
-  f.push_back(enum_field(KEY(precision.mode), EnumTable<PrecisionMode>{{"fp32", PrecisionMode::kFp32}},
-                         "numeric precision of training"));
+  f.push_back(enum_field(KEY(precision.mode),
+                         EnumTable<PrecisionMode>{{"fp32", PrecisionMode::kFp32},
+                                                  {"tf32", PrecisionMode::kTf32},
+                                                  {"bf16", PrecisionMode::kBf16},
+                                                  {"fp16", PrecisionMode::kFp16},
+                                                  {"bf16-pure", PrecisionMode::kBf16Pure}},
+                         "fp32; tf32 (TF32 matmuls on Ampere+ GPUs); bf16 / fp16 = mixed precision (fp32 weights and optimizer, autocast compute; fp16 with loss scaling); bf16-pure = bf16 weights, fp32 optimizer state and update with stochastic rounding"));
+  f.push_back(auto_float_field(KEY(precision.loss_scale), "dynamic", FloatRange{0, INFINITY, true},
+                               "fp16: a fixed loss scale, or dynamic (grows and backs off on overflow)"));
+  f.push_back(float_field(KEY(precision.init_scale), FloatRange{0, INFINITY, true}, "fp16 dynamic: the first loss scale"));
+  f.push_back(float_field(KEY(precision.growth_factor), FloatRange{1, INFINITY, true}, "fp16 dynamic: scale multiplier after growth_interval clean steps"));
+  f.push_back(float_field(KEY(precision.backoff_factor), FloatRange{0, 1, true, true}, "fp16 dynamic: scale multiplier after an overflow"));
+  f.push_back(int_field(KEY(precision.growth_interval), 1, kMaxInt, "fp16 dynamic: clean steps before the scale grows"));
   // optim
   f.push_back(enum_field(KEY(optim.name), EnumTable<OptimName>{{"adamw", OptimName::kAdamW}}, "optimizer"));
   f.push_back(float_field(KEY(optim.lr), FloatRange{0, 10, true}, "peak learning rate"));

@@ -15,10 +15,12 @@ struct RunSettings {
   int64_t seed = 1337;
   std::string device = "auto";  // auto | cpu | cuda | cuda:N
   int64_t threads = 0;          // 0 = auto (the cores this process may use)
+  int64_t memory_budget_mb = 0;  // CPU batch size auto: memory a run may use; 0 = 80% of available RAM
   bool cpu_malloc_cache = true;  // CPU device: reuse freed large buffers (util/cpu_memory.h)
 };
 
 enum class ModelArch { kGpt };
+enum class AttentionImpl { kSdpa, kMath };
 
 struct ModelSettings {
   ModelArch arch = ModelArch::kGpt;
@@ -31,8 +33,16 @@ struct ModelSettings {
   double dropout = 0.0;
   bool bias = true;
   bool tie_embeddings = true;
+  AttentionImpl attention = AttentionImpl::kSdpa;
+  int64_t pad_vocab_to_multiple_of = 0;  // 0 = no padding
 
   int64_t mlp_hidden() const { return static_cast<int64_t>(mlp_ratio * d_model + 0.5); }
+  // Embedding rows: vocab_size rounded up for tensor-core-friendly shapes.
+  // The extra rows are never targets; their logits learn to stay low.
+  int64_t padded_vocab() const {
+    const int64_t m = pad_vocab_to_multiple_of;
+    return m > 1 ? (vocab_size + m - 1) / m * m : vocab_size;
+  }
   int64_t head_dim() const { return d_model / n_head; }
 };
 
@@ -73,20 +83,32 @@ struct DataSettings {
   bool pin_memory = true;   // page-locked host batches for async copies (CUDA only)
 };
 
+enum class CheckpointingPolicy { kNone, kFull, kSelective };
+
 struct TrainSettings {
-  int64_t per_device_batch_size = 8;
+  int64_t per_device_batch_size = 8;  // 0 = auto (train/batch_finder.h)
+  int64_t global_batch_size = 0;      // sequences per optimizer step; needed by batch size auto
   int64_t grad_accum_steps = 1;
   int64_t max_steps = 1000;
   int64_t log_every = 10;
   int64_t eval_every = 0;  // 0 = evaluate only at the end (when data.eval is set)
   int64_t eval_steps = 20;
   double max_grad_norm = 1.0;  // 0 = no clipping (the norm is still reported)
+  CheckpointingPolicy gradient_checkpointing = CheckpointingPolicy::kNone;
+  int64_t checkpoint_every = 2;  // selective: blocks 0, k, 2k, ... are recomputed
+  int64_t empty_cache_steps = 0;  // release cached allocator memory every N steps; 0 = never
 };
 
-enum class PrecisionMode { kFp32 };
+enum class PrecisionMode { kFp32, kTf32, kBf16, kFp16, kBf16Pure };
 
+// fp16's loss scaling (precision/loss_scaler.h); the defaults are PyTorch GradScaler's.
 struct PrecisionSettings {
   PrecisionMode mode = PrecisionMode::kFp32;
+  double loss_scale = 0;  // fp16: 0 = dynamic, > 0 = this fixed scale
+  double init_scale = 65536.0;
+  double growth_factor = 2.0;
+  double backoff_factor = 0.5;
+  int64_t growth_interval = 2000;
 };
 
 enum class OptimName { kAdamW };

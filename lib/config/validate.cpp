@@ -148,6 +148,36 @@ void check_train(Checker& c) {
             "use fewer warmup steps, or a larger train.max_steps / optim.schedule.decay_steps");
 }
 
+void check_batch(Checker& c) {
+  const TrainSettings& t = c.s.train;
+  if (t.per_device_batch_size == 0 && t.global_batch_size == 0)
+    c.error("train.per_device_batch_size", "is auto, which needs the global batch to keep",
+            "set train.global_batch_size (sequences per optimizer step), e.g. 512");
+  if (t.per_device_batch_size > 0 && t.global_batch_size > 0 &&
+      t.global_batch_size != t.per_device_batch_size * t.grad_accum_steps)
+    c.error("train.global_batch_size", "(" + str(t.global_batch_size) + ") is not per_device_batch_size x grad_accum_steps (" +
+                str(t.per_device_batch_size * t.grad_accum_steps) + ")",
+            "remove it, or set per_device_batch_size: auto to let the finder choose the split");
+  if (t.gradient_checkpointing == CheckpointingPolicy::kSelective && t.checkpoint_every > c.s.model.n_layer)
+    c.warning("train.checkpoint_every", "(" + str(t.checkpoint_every) + ") exceeds model.n_layer (" +
+                  str(c.s.model.n_layer) + "); only block 0 is recomputed", "lower train.checkpoint_every");
+}
+
+// Tensor cores (and vectorized CPU kernels) want dimensions that are multiples
+// of 8, ideally 64 on A100/H100; odd sizes run, only slower.
+void check_alignment(Checker& c) {
+  const ModelSettings& m = c.s.model;
+  if (m.d_model % 8 != 0)
+    c.warning("model.d_model", "(" + str(m.d_model) + ") is not a multiple of 8, which tensor cores need to run at speed",
+              "use a multiple of 64 on A100/H100");
+  if (m.head_dim() % 8 != 0)
+    c.warning("model.n_head", "gives a head dimension of " + str(m.head_dim()) + ", not a multiple of 8 (flash attention and tensor cores want one)",
+              "choose n_head so that d_model / n_head is a multiple of 8 (64 is typical)");
+  if (m.padded_vocab() % 8 != 0)
+    c.warning("model.vocab_size", "(" + str(m.padded_vocab()) + " embedding rows) is not a multiple of 8, so the output layer misses tensor cores",
+              "set model.pad_vocab_to_multiple_of: 64 (GPT-2's 50257 becomes 50304)");
+}
+
 void check_parallel(Checker& c) {
   const ParallelSettings& p = c.s.parallel;
   const int64_t world = 1;  // one process until the launcher issue lands
@@ -167,6 +197,8 @@ void validate_settings(const Settings& s, const std::map<std::string, Origin>& o
   check_model(c);
   check_data(c);
   check_train(c);
+  check_batch(c);
+  check_alignment(c);
   check_parallel(c);
 }
 

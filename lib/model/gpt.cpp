@@ -3,6 +3,9 @@
 #include <ATen/ATen.h>
 
 #include <cmath>
+#include <limits>
+
+#include "model/activation_checkpointing.h"
 
 namespace gputrain {
 
@@ -14,8 +17,20 @@ static torch::Tensor apply_dropout(nn::Dropout& d, const torch::Tensor& x) {
   return d->options.p() > 0 ? d(x) : x;
 }
 
+// softmax(Q K^T / sqrt(D) + causal mask) V, spelled out: the reference the
+// fused kernels are compared with, and a fallback where they misbehave. It
+// materializes the [B, H, T, T] scores, so it needs far more memory.
+static torch::Tensor math_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, double dropout_p) {
+  const int64_t T = q.size(-2);
+  auto scores = at::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(q.size(-1))));
+  auto future = at::ones({T, T}, q.options().dtype(at::kBool)).triu(1);
+  auto att = at::softmax(scores.masked_fill(future, -std::numeric_limits<double>::infinity()), -1);
+  if (dropout_p > 0) att = at::dropout(att, dropout_p, /*train=*/true);
+  return at::matmul(att, v);
+}
+
 CausalSelfAttentionImpl::CausalSelfAttentionImpl(const ModelSettings& cfg)
-    : n_head(cfg.n_head), dropout(cfg.dropout) {
+    : n_head(cfg.n_head), dropout(cfg.dropout), impl(cfg.attention) {
   c_attn = register_module("c_attn", nn::Linear(nn::LinearOptions(cfg.d_model, 3 * cfg.d_model).bias(cfg.bias)));
   c_proj = register_module("c_proj", nn::Linear(nn::LinearOptions(cfg.d_model, cfg.d_model).bias(cfg.bias)));
   resid_dropout = register_module("resid_dropout", nn::Dropout(cfg.dropout));
@@ -24,8 +39,10 @@ CausalSelfAttentionImpl::CausalSelfAttentionImpl(const ModelSettings& cfg)
 torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
   const int64_t B = x.size(0), T = x.size(1), C = x.size(2);
   auto qkv = c_attn(x).view({B, T, 3, n_head, C / n_head}).permute({2, 0, 3, 1, 4});  // [3, B, H, T, D]
-  auto y = at::scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], /*attn_mask=*/{},
-                                            is_training() ? dropout : 0.0, /*is_causal=*/true);
+  const double p = is_training() ? dropout : 0.0;
+  auto y = impl == AttentionImpl::kSdpa
+               ? at::scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], /*attn_mask=*/{}, p, /*is_causal=*/true)
+               : math_attention(qkv[0], qkv[1], qkv[2], p);
   y = c_proj(y.transpose(1, 2).reshape({B, T, C}));
   return apply_dropout(resid_dropout, y);
 }
@@ -58,7 +75,7 @@ torch::Tensor BlockImpl::forward(const torch::Tensor& x) {
 }
 
 GptBodyImpl::GptBodyImpl(const ModelSettings& cfg) {
-  wte = register_module("wte", nn::Embedding(cfg.vocab_size, cfg.d_model));
+  wte = register_module("wte", nn::Embedding(cfg.padded_vocab(), cfg.d_model));
   wpe = register_module("wpe", nn::Embedding(cfg.seq_len, cfg.d_model));
   drop = register_module("drop", nn::Dropout(cfg.dropout));
   h = register_module("h", nn::ModuleList());
@@ -69,7 +86,7 @@ GptBodyImpl::GptBodyImpl(const ModelSettings& cfg) {
 GptImpl::GptImpl(const ModelSettings& c) : cfg(c) {
   transformer = register_module("transformer", GptBody(cfg));
   if (!cfg.tie_embeddings)
-    lm_head = register_module("lm_head", nn::Linear(nn::LinearOptions(cfg.d_model, cfg.vocab_size).bias(false)));
+    lm_head = register_module("lm_head", nn::Linear(nn::LinearOptions(cfg.d_model, cfg.padded_vocab()).bias(false)));
   reset_parameters();
 }
 
@@ -78,13 +95,18 @@ torch::Tensor GptImpl::forward(const torch::Tensor& tokens) {
   TORCH_CHECK(T <= cfg.seq_len, "sequence of ", T, " tokens exceeds model.seq_len ", cfg.seq_len);
   auto pos = at::arange(T, tokens.options().dtype(at::kLong));
   auto x = apply_dropout(transformer->drop, transformer->wte(tokens) + transformer->wpe(pos));
-  for (const auto& block : *transformer->h) x = block->as<Block>()->forward(x);
+  for (const auto& m : *transformer->h) {
+    auto* block = m->as<Block>();
+    x = block->checkpoint ? checkpointed_block_forward(*block, x) : block->forward(x);
+  }
   x = transformer->ln_f(x);
   return cfg.tie_embeddings ? at::linear(x, transformer->wte->weight) : lm_head(x);
 }
 
 torch::Tensor GptImpl::loss_sum(const torch::Tensor& tokens, const torch::Tensor& targets) {
-  auto logits = forward(tokens);
+  // The loss is taken from fp32 logits whatever the compute precision: a
+  // log-softmax over 50k classes in bf16 loses the small probabilities.
+  auto logits = forward(tokens).to(at::kFloat);
   return at::cross_entropy_loss(logits.view({-1, logits.size(-1)}), targets.reshape({-1}), /*weight=*/{},
                                 at::Reduction::Sum, kIgnoreIndex);
 }

@@ -22,6 +22,7 @@ struct CausalSelfAttentionImpl : torch::nn::Module {
 
   int64_t n_head;
   double dropout;
+  AttentionImpl impl;
   torch::nn::Linear c_attn{nullptr}, c_proj{nullptr};
   torch::nn::Dropout resid_dropout{nullptr};
 };
@@ -43,6 +44,7 @@ struct BlockImpl : torch::nn::Module {
   torch::nn::LayerNorm ln_1{nullptr}, ln_2{nullptr};
   CausalSelfAttention attn{nullptr};
   Mlp mlp{nullptr};
+  bool checkpoint = false;  // set by apply_activation_checkpointing (model/activation_checkpointing.h)
 };
 TORCH_MODULE(Block);
 
@@ -60,7 +62,7 @@ TORCH_MODULE(GptBody);
 struct GptImpl : torch::nn::Module {
   explicit GptImpl(const ModelSettings& cfg);
 
-  // tokens [B, T] int64 -> logits [B, T, vocab_size].
+  // tokens [B, T] int64 -> logits [B, T, padded_vocab()].
   torch::Tensor forward(const torch::Tensor& tokens);
   // Sum (not mean) of the cross-entropy over targets != kIgnoreIndex, so that
   // callers can normalize by the token count of a whole accumulated step.

@@ -1,7 +1,9 @@
 // AdamW (decoupled weight decay, bias correction) over parameter groups, one
 // fused multi-tensor update per group through ATen's _fused_adamw_ (CPU and
 // CUDA kernels in LibTorch 2.x) instead of a loop of small ops per tensor.
-// State is plain tensors under stable names for checkpoints.
+// State is plain tensors under stable names for checkpoints. bf16 weights
+// (precision.mode: bf16-pure) get fp32 moments and an fp32 update written
+// back with stochastic rounding.
 #pragma once
 #include <torch/types.h>
 
@@ -27,6 +29,9 @@ class AdamW {
   int64_t state_bytes() const;
 
  private:
+  // bf16 weights: the update is computed in fp32 and stochastically rounded back.
+  void step_bf16(const torch::Tensor& param, const torch::Tensor& grad, torch::Tensor& m, torch::Tensor& v,
+                 torch::Tensor& step, double lr, double weight_decay);
   struct GroupState {
     std::vector<torch::Tensor> exp_avg, exp_avg_sq, step;
   };

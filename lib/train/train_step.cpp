@@ -4,23 +4,39 @@
 
 namespace gputrain {
 
-torch::Tensor accumulate_gradients(Gpt& model, const std::vector<Batch>& micro_batches) {
+namespace {
+
+AutocastGuard autocast_for(const Precision* p) {
+  return AutocastGuard(p != nullptr && p->uses_autocast(), p ? p->device_type() : c10::DeviceType::CPU,
+                       p ? p->autocast_dtype() : c10::kFloat);
+}
+
+}  // namespace
+
+torch::Tensor accumulate_gradients(Gpt& model, const std::vector<Batch>& micro_batches, const Precision* precision) {
   int64_t total = 0;
   for (const auto& b : micro_batches) total += b.target_count;
   if (total == 0) throw runtime_error("a training step has no target tokens (every target is masked)");
   const double inv_total = 1.0 / static_cast<double>(total);
   torch::Tensor loss_sum;
   for (const auto& b : micro_batches) {
-    auto loss = model->loss_sum(b.input, b.target);
-    (loss * inv_total).backward();
+    torch::Tensor loss;
+    {
+      AutocastGuard autocast = autocast_for(precision);
+      loss = model->loss_sum(b.input, b.target);
+    }
+    // Backward outside autocast, as torch.autocast recommends: it replays the forward's dtypes.
+    const torch::Tensor scaled = loss * inv_total;
+    (precision ? precision->for_backward(scaled) : scaled).backward();
     auto l = loss.detach();
     loss_sum = loss_sum.defined() ? loss_sum + l : l;
   }
   return loss_sum * inv_total;
 }
 
-double evaluate(Gpt& model, const std::vector<Batch>& batches) {
+double evaluate(Gpt& model, const std::vector<Batch>& batches, const Precision* precision) {
   torch::NoGradGuard no_grad;
+  AutocastGuard autocast = autocast_for(precision);
   const bool was_training = model->is_training();
   model->eval();
   double loss = 0;

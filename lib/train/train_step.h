@@ -6,6 +6,7 @@
 
 #include "data/loader.h"
 #include "model/gpt.h"
+#include "precision/precision.h"
 
 namespace gputrain {
 
@@ -15,9 +16,12 @@ namespace gputrain {
 // per micro-batch, so k micro-batches of b give the gradient of one batch of
 // k*b even when micro-batches hold different numbers of targets.
 // Returns that mean loss (a detached 0-dim tensor, not synced to the host).
-torch::Tensor accumulate_gradients(Gpt& model, const std::vector<Batch>& micro_batches);
+// With `precision`, forward passes run under its autocast and backward on
+// its scaled loss (gradients are then still scaled: see Precision).
+torch::Tensor accumulate_gradients(Gpt& model, const std::vector<Batch>& micro_batches,
+                                   const Precision* precision = nullptr);
 
 // Mean per-token loss over `batches`, without gradients, in eval mode.
-double evaluate(Gpt& model, const std::vector<Batch>& batches);
+double evaluate(Gpt& model, const std::vector<Batch>& batches, const Precision* precision = nullptr);
 
 }  // namespace gputrain

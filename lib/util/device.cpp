@@ -1,9 +1,12 @@
 #include "util/device.h"
 
+#include <ATen/CPUGeneratorImpl.h>
+#include <malloc.h>
 #include <sched.h>
 #include <sys/resource.h>
 #include <torch/cuda.h>
 
+#include <mutex>
 #include <regex>
 #include <thread>
 
@@ -18,11 +21,17 @@ void cuda_synchronize(int) {}
 double cuda_peak_memory_mb(int) { return 0.0; }
 void cuda_reset_peak_memory(int) {}
 std::string cuda_device_name(int) { return "cuda"; }
+void cuda_empty_cache() {}
+torch::Tensor cuda_rng_state(int) { return {}; }
+void cuda_set_rng_state(int, const torch::Tensor&) {}
 #else
 void cuda_synchronize(int index);
 double cuda_peak_memory_mb(int index);
 void cuda_reset_peak_memory(int index);
 std::string cuda_device_name(int index);
+void cuda_empty_cache();
+torch::Tensor cuda_rng_state(int index);
+void cuda_set_rng_state(int index, const torch::Tensor& state);
 #endif
 
 torch::Device resolve_device(const std::string& spec) {
@@ -69,6 +78,31 @@ double peak_memory_mb(const torch::Device& d) {
 
 void reset_peak_memory(const torch::Device& d) {
   if (d.is_cuda()) cuda_reset_peak_memory(d.index());
+}
+
+void release_cached_memory(const torch::Device& d) {
+  if (d.is_cuda()) cuda_empty_cache();
+  else malloc_trim(0);
+}
+
+RngSnapshot capture_rng(const torch::Device& d) {
+  RngSnapshot s;
+  auto gen = at::detail::getDefaultCPUGenerator();
+  {
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    s.cpu = gen.get_state();
+  }
+  if (d.is_cuda()) s.cuda = cuda_rng_state(d.index()), s.cuda_index = d.index();
+  return s;
+}
+
+void restore_rng(const RngSnapshot& s) {
+  auto gen = at::detail::getDefaultCPUGenerator();
+  {
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    gen.set_state(s.cpu);
+  }
+  if (s.cuda.defined()) cuda_set_rng_state(s.cuda_index, s.cuda);
 }
 
 }  // namespace gputrain

@@ -20,5 +20,17 @@ void synchronize(const torch::Device& d);
 // CUDA, the process's peak resident set on CPU (which cannot be reset).
 double peak_memory_mb(const torch::Device& d);
 void reset_peak_memory(const torch::Device& d);
+// Hands cached free memory back: the CUDA caching allocator's blocks, or
+// malloc's free pages on CPU (train.empty_cache_steps).
+void release_cached_memory(const torch::Device& d);
+
+// The default generators' states (CPU, and the device's CUDA generator), so
+// a recomputation can replay the same random numbers (dropout).
+struct RngSnapshot {
+  torch::Tensor cpu, cuda;
+  int cuda_index = -1;
+};
+RngSnapshot capture_rng(const torch::Device& d);
+void restore_rng(const RngSnapshot& s);
 
 }  // namespace gputrain

@@ -1,9 +1,11 @@
 // CUDA-only device hooks (compiled only when GPUTRAIN_WITH_CUDA): the caching
 // allocator's statistics, stream synchronization, the device's name.
 #include <ATen/cuda/CUDAContext.h>
+#include <ATen/cuda/CUDAGeneratorImpl.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
 
+#include <mutex>
 #include <string>
 
 namespace gputrain {
@@ -19,6 +21,20 @@ double cuda_peak_memory_mb(int index) {
 
 void cuda_reset_peak_memory(int index) {
   c10::cuda::CUDACachingAllocator::resetPeakStats(static_cast<c10::DeviceIndex>(index));
+}
+
+void cuda_empty_cache() { c10::cuda::CUDACachingAllocator::emptyCache(); }
+
+torch::Tensor cuda_rng_state(int index) {
+  auto gen = at::cuda::detail::getDefaultCUDAGenerator(static_cast<c10::DeviceIndex>(index));
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  return gen.get_state();
+}
+
+void cuda_set_rng_state(int index, const torch::Tensor& state) {
+  auto gen = at::cuda::detail::getDefaultCUDAGenerator(static_cast<c10::DeviceIndex>(index));
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  gen.set_state(state);
 }
 
 std::string cuda_device_name(int index) {
