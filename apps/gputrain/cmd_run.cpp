@@ -8,7 +8,8 @@
 
 namespace gputrain::app {
 
-int cmd_run(const CommonArgs& a, const std::string& output_dir, bool overwrite) {
+int cmd_run(const CommonArgs& a, const std::string& output_dir, bool overwrite, bool dry_run) {
+  if (dry_run) return cmd_plan(a);
   std::vector<std::string> overrides = a.overrides;
   if (!output_dir.empty()) {
     // Single-quoted YAML, so that any path (with ':', '#', '[' ...) stays a plain string.

@@ -14,9 +14,10 @@ struct CommonArgs {
   std::vector<std::string> overrides;
 };
 
-int cmd_run(const CommonArgs& a, const std::string& output_dir, bool overwrite);
+int cmd_run(const CommonArgs& a, const std::string& output_dir, bool overwrite, bool dry_run);
 int cmd_validate(const CommonArgs& a);
 int cmd_print_config(const CommonArgs& a, const std::string& format, bool reference);
+int cmd_plan(const CommonArgs& a);
 int cmd_data_prepare(const PrepareOptions& o);
 int cmd_data_bench(const CommonArgs& a, const std::vector<int64_t>& workers, int64_t batches);
 

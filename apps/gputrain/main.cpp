@@ -38,6 +38,12 @@ int main(int argc, char** argv) {
   add_recipe_args(run, run_args, false);
   run->add_option("--output-dir", output_dir, "where metrics go (same as --set run.output_dir=DIR)");
   run->add_flag("--overwrite", overwrite, "replace an earlier run's metrics in the output directory");
+  bool dry_run = false;
+  run->add_flag("--dry-run", dry_run, "print the plan (parameters, FLOPs, memory per component) and exit; same as `plan`");
+
+  app::CommonArgs plan_args;
+  auto* plan = cli.add_subcommand("plan", "parameters, FLOPs per token and estimated memory per component");
+  add_recipe_args(plan, plan_args, false);
 
   auto* validate = cli.add_subcommand("validate", "check a recipe; exit 0, or 2 listing every problem");
   add_recipe_args(validate, validate_args, true);
@@ -98,7 +104,8 @@ int main(int argc, char** argv) {
 
   spdlog::set_pattern("[%H:%M:%S] %^%l%$ %v");
   try {
-    if (*run) return app::cmd_run(run_args, output_dir, overwrite);
+    if (*run) return app::cmd_run(run_args, output_dir, overwrite, dry_run);
+    if (*plan) return app::cmd_plan(plan_args);
     if (*validate) return app::cmd_validate(validate_args);
     if (*print) return app::cmd_print_config(print_args, format, reference);
     if (*prepare) {

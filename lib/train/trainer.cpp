@@ -1,5 +1,6 @@
 #include "train/trainer.h"
 
+#include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
 #include <torch/utils.h>
 #include <torch/version.h>
@@ -13,7 +14,12 @@
 #include "data/loader.h"
 #include "metrics/metrics_writer.h"
 #include "metrics/progress.h"
+#include "config/schema.h"
+#include "model/activation_checkpointing.h"
 #include "model/gpt.h"
+#include "precision/precision.h"
+#include "train/batch_finder.h"
+#include "train/memory_plan.h"
 #include "optim/adamw.h"
 #include "optim/grad_clip.h"
 #include "optim/lr_schedule.h"
@@ -50,11 +56,12 @@ double round_to(double v, int digits) {
   return std::round(v * f) / f;
 }
 
-Gpt build_model(const Settings& s, torch::Device device) {
+Gpt build_model(const Settings& s, torch::Device device, const Precision& precision) {
   torch::manual_seed(static_cast<uint64_t>(s.run.seed));
-  Gpt model(s.model);
-  model->to(device);
+  Gpt model(s.model);  // initialized in fp32, then cast: bf16-pure starts from the same weights rounded
+  model->to(device, precision.weight_dtype());
   model->train();
+  apply_activation_checkpointing(model, s.train.gradient_checkpointing, s.train.checkpoint_every);
   return model;
 }
 
@@ -65,12 +72,13 @@ struct Totals {
   double train_seconds = 0;  // time inside training steps (no eval, no logging)
   double last_loss = NAN;
   std::optional<double> last_eval;
+  double mem_start_mb = 0;  // CPU: resident memory before the model was built (LibTorch, data maps)
 };
 
 // summary.json (the metrics contract) for a run that ended with `status`.
 json build_summary(const std::string& status, const Totals& t, const Settings& s, const torch::Device& device,
-                   int64_t threads, int64_t n_params, int64_t optimizer_bytes, std::optional<double> floor,
-                   double wall_s) {
+                   int64_t threads, int64_t n_params, int64_t optimizer_bytes, int64_t skipped_steps,
+                   std::optional<double> floor, double wall_s) {
   json j;
   j["status"] = status;
   j["steps"] = t.step;
@@ -83,6 +91,11 @@ json build_summary(const std::string& status, const Totals& t, const Settings& s
   j["eval_loss"] = t.last_eval ? json(round_to(*t.last_eval, 6)) : json(nullptr);
   if (floor) j["entropy_floor"] = round_to(*floor, 6);
   j["mem_peak_mb"] = round_to(peak_memory_mb(device), 1);
+  if (device.is_cpu()) j["mem_start_mb"] = round_to(t.mem_start_mb, 1);  // resident before the model existed
+  j["precision"] = settings_to_json(s)["precision"]["mode"];
+  j["per_device_batch_size"] = s.train.per_device_batch_size;
+  j["grad_accum_steps"] = s.train.grad_accum_steps;
+  j["skipped_steps"] = skipped_steps;
   j["parameters"] = n_params;
   j["optimizer_state_mb"] = round_to(static_cast<double>(optimizer_bytes) / (1024.0 * 1024.0), 3);
   j["device"] = device_name(device);
@@ -104,10 +117,28 @@ LoaderOptions loader_options(const Settings& s, const DataSourceSettings& d, tor
   return o;
 }
 
+// One forward and backward of a `batch`-sequence micro-batch: does it fit in
+// device memory? Out-of-memory is caught, and the memory released either way.
+bool fits_on_device(Gpt& model, const Precision& precision, const ModelSettings& m, int64_t batch,
+                    torch::Device device) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(0);  // leaves the run's random streams alone
+  auto tokens = at::randint(0, m.vocab_size, {batch, m.seq_len}, gen, torch::kLong).to(device);
+  bool ok = true;
+  try {
+    accumulate_gradients(model, {Batch{tokens, tokens, batch * m.seq_len}}, &precision);
+    synchronize(device);
+  } catch (const c10::OutOfMemoryError&) {
+    ok = false;
+  }
+  model->zero_grad();  // sets the gradients to none
+  release_cached_memory(device);
+  return ok;
+}
+
 }  // namespace
 
 RunOutcome run_training(const Recipe& recipe, const RunOptions& options) {
-  const Settings& s = recipe.settings;
+  Settings s = recipe.settings;  // a copy: batch size auto fills in the chosen split
   const auto t_start = Clock::now();
 
   const int64_t threads = resolve_threads(s.run.threads);
@@ -122,10 +153,24 @@ RunOutcome run_training(const Recipe& recipe, const RunOptions& options) {
   const fs::path out_dir = prepare_output_dir(s, options);
   write_file_atomic((out_dir / "recipe.resolved.yaml").string(), recipe_to_yaml(s));
 
-  Gpt model = build_model(s, device);
+  Totals t;
+  t.mem_start_mb = current_rss_mb();
+  Precision precision(s.precision, device);
+  Gpt model = build_model(s, device, precision);
   AdamW optimizer(make_param_groups(*model, s.optim), AdamWOptions{s.optim.betas[0], s.optim.betas[1], s.optim.eps});
   LrSchedule schedule(s.optim, s.train.max_steps);
   const std::vector<torch::Tensor> params = model->parameters();
+  if (s.train.per_device_batch_size == 0) {
+    const double budget = cpu_memory_budget_bytes(s);
+    const BatchChoice choice = find_batch_size(s.train.global_batch_size, [&](int64_t b) {
+      return device.is_cpu() ? plan_memory(s, b).total() <= budget : fits_on_device(model, precision, s.model, b, device);
+    });
+    s.train.per_device_batch_size = choice.batch;
+    s.train.grad_accum_steps = choice.grad_accum;
+    spdlog::info("{}{}", choice.describe(),
+                 device.is_cpu() ? fmt::format(" (CPU: memory plan against {:.0f} MiB)", budget / (1024.0 * 1024.0))
+                                 : std::string(" (trial steps on the GPU)"));
+  }
 
   std::vector<Batch> eval_batches;
   if (eval_source) {
@@ -141,6 +186,12 @@ RunOutcome run_training(const Recipe& recipe, const RunOptions& options) {
   spdlog::info("gputrain: {} on {} ({} threads), recipe {}", s.run.name, device_name(device), threads, recipe.source);
   spdlog::info("model: GPT {} layers, d_model {}, {} heads, seq_len {}, vocab {}: {:.2f}M parameters", s.model.n_layer,
                s.model.d_model, s.model.n_head, s.model.seq_len, s.model.vocab_size, n_params / 1e6);
+  spdlog::info("precision: {}", precision.describe());
+  if (s.train.gradient_checkpointing != CheckpointingPolicy::kNone) {
+    int64_t n = 0;
+    for (const auto& m : *model->transformer->h) n += m->as<Block>()->checkpoint;
+    spdlog::info("activation checkpointing: {} of {} blocks recomputed in backward", n, s.model.n_layer);
+  }
   spdlog::info("data: {}", train_source->describe());
   if (train_sampler.samples_per_epoch() > 0) {
     const double epochs = static_cast<double>(s.train.max_steps * s.train.grad_accum_steps * s.train.per_device_batch_size) /
@@ -159,14 +210,13 @@ RunOutcome run_training(const Recipe& recipe, const RunOptions& options) {
   StopSignals signals;
   reset_peak_memory(device);
 
-  Totals t;
   auto summary_for = [&](const std::string& status) {
-    return build_summary(status, t, s, device, threads, n_params, optimizer.state_bytes(), floor,
-                         seconds_since(t_start));
+    return build_summary(status, t, s, device, threads, n_params, optimizer.state_bytes(), precision.skipped_steps(),
+                         floor, seconds_since(t_start));
   };
 
   auto run_eval = [&]() {
-    const double l = evaluate(model, eval_batches);
+    const double l = evaluate(model, eval_batches, &precision);
     if (!std::isfinite(l)) throw runtime_error("evaluation loss is not finite at step " + std::to_string(t.step));
     t.last_eval = l;
     progress.finish();
@@ -189,12 +239,18 @@ RunOutcome run_training(const Recipe& recipe, const RunOptions& options) {
         micro.push_back(train_loader.next());
         step_tokens += micro.back().target_count;
       }
-      torch::Tensor loss = accumulate_gradients(model, micro);
+      torch::Tensor loss = accumulate_gradients(model, micro, &precision);
+      const bool skip = precision.unscale_and_check(params);  // fp16: inf/nan gradients
       torch::Tensor grad_norm = clip_grad_norm(params, s.train.max_grad_norm);
       const double lr = schedule.at(t.step);
-      optimizer.step(lr);
+      if (!skip) optimizer.step(lr);
+      precision.update(skip);
       optimizer.zero_grad();
       const int64_t step = ++t.step;
+      if (skip)
+        spdlog::warn("step {}: gradients overflowed under fp16; optimizer step skipped, loss scale now {}", step,
+                     precision.loss_scale());
+      if (s.train.empty_cache_steps > 0 && step % s.train.empty_cache_steps == 0) release_cached_memory(device);
       t.tokens += step_tokens;
       interval_tokens += step_tokens;
       ++interval_steps;
@@ -225,6 +281,10 @@ RunOutcome run_training(const Recipe& recipe, const RunOptions& options) {
         rec["tokens_per_s"] = round_to(static_cast<double>(interval_tokens) / elapsed, 1);
         rec["step_ms"] = round_to(1000.0 * elapsed / static_cast<double>(interval_steps), 3);
         rec["mem_peak_mb"] = round_to(peak_memory_mb(device), 1);
+        if (precision.has_scaler()) {
+          rec["loss_scale"] = precision.loss_scale();
+          rec["skipped_steps"] = precision.skipped_steps();  // since the start of the run
+        }
         if (eval_now) rec["eval_loss"] = round_to(run_eval(), 6);
         metrics.write(rec);
         progress.update(step, loss_now, static_cast<double>(interval_tokens) / elapsed, lr,

@@ -4,8 +4,10 @@
 #include <malloc.h>
 #include <sched.h>
 #include <sys/resource.h>
+#include <unistd.h>
 #include <torch/cuda.h>
 
+#include <cstdio>
 #include <mutex>
 #include <regex>
 #include <thread>
@@ -78,6 +80,15 @@ double peak_memory_mb(const torch::Device& d) {
 
 void reset_peak_memory(const torch::Device& d) {
   if (d.is_cuda()) cuda_reset_peak_memory(d.index());
+}
+
+double current_rss_mb() {
+  long pages_total = 0, pages_resident = 0;
+  if (std::FILE* f = std::fopen("/proc/self/statm", "r")) {
+    if (std::fscanf(f, "%ld %ld", &pages_total, &pages_resident) != 2) pages_resident = 0;
+    std::fclose(f);
+  }
+  return static_cast<double>(pages_resident) * static_cast<double>(sysconf(_SC_PAGESIZE)) / (1024.0 * 1024.0);
 }
 
 void release_cached_memory(const torch::Device& d) {

@@ -20,6 +20,8 @@ void synchronize(const torch::Device& d);
 // CUDA, the process's peak resident set on CPU (which cannot be reset).
 double peak_memory_mb(const torch::Device& d);
 void reset_peak_memory(const torch::Device& d);
+// The process's resident memory now, in MiB (/proc/self/statm).
+double current_rss_mb();
 // Hands cached free memory back: the CUDA caching allocator's blocks, or
 // malloc's free pages on CPU (train.empty_cache_steps).
 void release_cached_memory(const torch::Device& d);

@@ -277,3 +277,32 @@ TEST_CASE("the README's recipe reference matches the schema", "[config]") {
   INFO("regenerate with: build/gputrain print-config --reference, and paste it under '## Recipe reference'");
   CHECK(readme.find(schema_reference_markdown()) != std::string::npos);
 }
+
+TEST_CASE("precision, checkpointing and batch keys are typed and cross-checked", "[config]") {
+  TempDir dir;
+  write_file(dir.file("r.yaml"), kMinimal +
+                                     "precision: {mode: fp16, loss_scale: dynamic, growth_interval: 100}\n"
+                                     "train: {gradient_checkpointing: selective, checkpoint_every: 3, "
+                                     "per_device_batch_size: auto, global_batch_size: 64}\n");
+  Recipe r = load_recipe(dir.file("r.yaml"), {});
+  CHECK(r.settings.precision.mode == PrecisionMode::kFp16);
+  CHECK(r.settings.precision.loss_scale == 0);
+  CHECK(r.settings.train.gradient_checkpointing == CheckpointingPolicy::kSelective);
+  CHECK(r.settings.train.per_device_batch_size == 0);
+  CHECK_THAT(recipe_to_yaml(r.settings), Contains("loss_scale: dynamic"));
+  CHECK_THAT(gputrain::test::recipe_error(dir.file("r.yaml"), {"precision.mode=fp8"}), Contains("'fp8' is not one of"));
+  CHECK_THAT(gputrain::test::recipe_error(dir.file("r.yaml"), {"train.global_batch_size=0"}),
+             Contains("set train.global_batch_size"));
+  CHECK_THAT(gputrain::test::recipe_error(dir.file("r.yaml"), {"train.per_device_batch_size=8", "train.grad_accum_steps=2"}),
+             Contains("train.global_batch_size: (64) is not per_device_batch_size x grad_accum_steps (16)"));
+  // Shapes that miss tensor cores are warnings with the fix.
+  Recipe odd = load_recipe(dir.file("r.yaml"), {"model.vocab_size=50257", "model.d_model=100", "model.n_head=4"});
+  std::string all;
+  for (const auto& w : odd.warnings) all += w.str() + "\n";
+  CHECK_THAT(all, Contains("model.vocab_size: (50257 embedding rows) is not a multiple of 8"));
+  CHECK_THAT(all, Contains("pad_vocab_to_multiple_of: 64"));
+  CHECK_THAT(all, Contains("model.d_model: (100) is not a multiple of 8"));
+  CHECK_THAT(all, Contains("head dimension of 25"));
+  Recipe padded = load_recipe(dir.file("r.yaml"), {"model.vocab_size=50257", "model.pad_vocab_to_multiple_of=64"});
+  for (const auto& w : padded.warnings) CHECK_THAT(w.str(), !Contains("model.vocab_size"));
+}

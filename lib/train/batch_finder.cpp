@@ -1,0 +1,52 @@
+#include "train/batch_finder.h"
+
+#include <unistd.h>
+
+#include "util/error.h"
+
+namespace gputrain {
+
+BatchChoice find_batch_size(int64_t global, const std::function<bool(int64_t)>& fits) {
+  BatchChoice c;
+  auto attempt = [&](int64_t b) {
+    const bool ok = fits(b);
+    c.tried.emplace_back(b, ok);
+    return ok;
+  };
+  int64_t best = 0, limit = global + 1;  // limit: the smallest size known not to fit
+  for (int64_t b = 1; b <= global && global % b == 0; b *= 2) {
+    if (!attempt(b)) {
+      limit = b;
+      break;
+    }
+    best = b;
+  }
+  if (best == 0)
+    throw runtime_error("train.per_device_batch_size: auto: not even a micro-batch of 1 sequence fits"
+                        "\n    fix: set train.gradient_checkpointing: full, precision.mode: bf16, or a smaller "
+                        "model.seq_len or model");
+  // Multiples of 8 above the largest power of two, largest first.
+  for (int64_t b = (limit - 1) / 8 * 8; b > best; b -= 8)
+    if (global % b == 0 && attempt(b)) {
+      best = b;
+      break;
+    }
+  c.batch = best;
+  c.grad_accum = global / best;
+  return c;
+}
+
+std::string BatchChoice::describe() const {
+  std::string s = "per_device_batch_size: auto -> " + std::to_string(batch) + " (grad_accum_steps " +
+                  std::to_string(grad_accum) + "); tried";
+  for (const auto& [b, ok] : tried) s += " " + std::to_string(b) + (ok ? " ok" : " no");
+  return s;
+}
+
+double cpu_memory_budget_bytes(const Settings& s) {
+  if (s.run.memory_budget_mb > 0) return static_cast<double>(s.run.memory_budget_mb) * 1024.0 * 1024.0;
+  const double available = static_cast<double>(sysconf(_SC_AVPHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
+  return 0.8 * available;
+}
+
+}  // namespace gputrain

@@ -1,0 +1,32 @@
+// train.per_device_batch_size: auto. The largest micro-batch that fits is
+// searched among divisors of train.global_batch_size: first powers of two
+// (1, 2, 4, ... until one does not fit), then multiples of 8 between the
+// largest power that fits and the first that does not, largest first.
+// grad_accum_steps = global / micro-batch, so the optimizer sees the same
+// batch whatever fits. Whether a size fits is asked of a predicate: a real
+// training step on CUDA (an out-of-memory error means no), the memory plan
+// against run.memory_budget_mb on CPU.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "config/settings.h"
+
+namespace gputrain {
+
+struct BatchChoice {
+  int64_t batch = 0;
+  int64_t grad_accum = 0;
+  std::vector<std::pair<int64_t, bool>> tried;  // (size, fitted), in order
+  std::string describe() const;
+};
+
+// Throws a runtime Error when not even 1 fits.
+BatchChoice find_batch_size(int64_t global_batch, const std::function<bool(int64_t)>& fits);
+
+// The CPU budget in bytes: run.memory_budget_mb, or 80% of the memory available now.
+double cpu_memory_budget_bytes(const Settings& s);
+
+}  // namespace gputrain

@@ -1,0 +1,91 @@
+#include "train/memory_plan.h"
+
+#include <cstdio>
+
+namespace gputrain {
+namespace {
+
+int64_t count_parameters(const ModelSettings& m) {
+  const int64_t d = m.d_model, h = m.mlp_hidden(), V = m.padded_vocab(), b = m.bias ? 1 : 0;
+  const int64_t block = 2 * d                 // ln_1
+                        + 3 * d * d + b * 3 * d  // attn.c_attn
+                        + d * d + b * d          // attn.c_proj
+                        + 2 * d                  // ln_2
+                        + d * h + b * h          // mlp.c_fc
+                        + h * d + b * d;         // mlp.c_proj
+  return V * d + m.seq_len * d + m.n_layer * block + 2 * d + (m.tie_embeddings ? 0 : V * d);
+}
+
+}  // namespace
+
+MemoryPlan plan_memory(const Settings& s, int64_t batch) {
+  const ModelSettings& m = s.model;
+  MemoryPlan p;
+  p.parameters = count_parameters(m);
+  const double N = static_cast<double>(p.parameters), L = static_cast<double>(m.n_layer);
+  const double T = static_cast<double>(m.seq_len), d = static_cast<double>(m.d_model);
+  const double h = static_cast<double>(m.mlp_hidden()), V = static_cast<double>(m.padded_vocab());
+  const double H = static_cast<double>(m.n_head);
+  p.flops_per_token = 6 * N + 12 * L * T * d;
+
+  const PrecisionMode mode = s.precision.mode;
+  const bool pure = mode == PrecisionMode::kBf16Pure;
+  const bool mixed = mode == PrecisionMode::kBf16 || mode == PrecisionMode::kFp16;
+  const double w = pure ? 2 : 4;  // bytes per weight and per gradient
+  p.weights = N * w;
+  p.gradients = N * w;
+  p.optimizer = N * 8;  // AdamW: exp_avg + exp_avg_sq in fp32 (also for bf16 weights)
+
+  // Per token and block, backward keeps: ln_1 in/out, q k v, attention out,
+  // c_proj in, ln_2 in/out, c_fc out, gelu out (9 d + 2 h values), plus the
+  // attention probabilities with math attention and dropout masks with dropout.
+  // Under autocast the residual stream (the LayerNorms' inputs) stays fp32.
+  const double e = (mixed || pure) ? 2 : 4;
+  double per_block = mixed ? 2 * d * 4 + (7 * d + 2 * h) * e : (9 * d + 2 * h) * e;
+  if (m.attention == AttentionImpl::kMath) per_block += H * T * (2 * e + 1);  // scores, probabilities, mask
+  if (m.dropout > 0) per_block += 3 * d + h;  // bool masks (bytes)
+  const double tokens = static_cast<double>(batch) * T;
+  const double blocks_plain = L * per_block;
+  // A checkpointed block keeps only its input; in backward one block at a time is recomputed in full.
+  double recomputed = 0;
+  if (s.train.gradient_checkpointing == CheckpointingPolicy::kFull) recomputed = L;
+  if (s.train.gradient_checkpointing == CheckpointingPolicy::kSelective)
+    recomputed = static_cast<double>((m.n_layer + s.train.checkpoint_every - 1) / s.train.checkpoint_every);
+  const double blocks_ckpt = (L - recomputed) * per_block + recomputed * d * e + (recomputed > 0 ? per_block : 0);
+  const double outside = (3 * d) * e;  // embeddings sum and the final LayerNorm's input/output
+  // In backward, the gradients flowing through one block need about that
+  // block's activations again as working space.
+  p.activations_plain = tokens * (blocks_plain + outside + per_block);
+  p.activations = tokens * (blocks_ckpt + outside + per_block);
+  // The loss: fp32 logits and their log-softmax are kept; at the start of
+  // backward the loss's gradient and the logits' gradient join them (plus the
+  // low-precision logits under autocast).
+  p.logits = tokens * V * (4 * 4 + (mixed ? 2 : 0));
+  // Autocast keeps a low-precision copy of every weight for the step.
+  if (mixed) p.weights += N * 2;
+  return p;
+}
+
+std::string memory_plan_table(const Settings& s, const MemoryPlan& p) {
+  const double MiB = 1024.0 * 1024.0;
+  auto row = [&](const char* what, double bytes, const char* how) {
+    char line[256];
+    std::snprintf(line, sizeof line, "| %s | %.1f | %s |\n", what, bytes / MiB, how);
+    return std::string(line);
+  };
+  const bool pure = s.precision.mode == PrecisionMode::kBf16Pure;
+  std::string out = "| component | MiB | how |\n|---|---:|---|\n";
+  const bool mixed = s.precision.mode == PrecisionMode::kBf16 || s.precision.mode == PrecisionMode::kFp16;
+  out += row("weights", p.weights,
+             pure ? "2 bytes x parameters (bf16)"
+                  : mixed ? "4 bytes x parameters (fp32) + 2 (autocast's low-precision copy)" : "4 bytes x parameters (fp32)");
+  out += row("gradients", p.gradients, pure ? "2 bytes x parameters" : "4 bytes x parameters");
+  out += row("optimizer state", p.optimizer, "AdamW: 2 fp32 moments = 8 bytes x parameters");
+  out += row("activations", p.activations, "kept for backward, one micro-batch, with the recipe's checkpointing");
+  out += row("activations without checkpointing", p.activations_plain, "(for comparison; not in the total)");
+  out += row("logits and loss", p.logits, "micro-batch x seq_len x vocab x 16-18 bytes at the peak of backward");
+  out += row("total (estimate)", p.total(), "weights + gradients + optimizer + activations + logits");
+  return out;
+}
+
+}  // namespace gputrain
