@@ -45,7 +45,7 @@ std::vector<torch::Tensor> step_grads(const ModelSettings& m, CheckpointingPolic
 
 }  // namespace
 
-TEST_CASE("fp16 loss scaling: an inf gradient skips the step and backs off; clean steps grow the scale",
+TEST_CASE("fp16 loss scaling: an inf gradient skips the step and backs off, clean steps grow the scale",
           "[precision]") {
   PrecisionSettings ps;
   ps.mode = PrecisionMode::kFp16;
