@@ -32,3 +32,29 @@ TEST_CASE("gpu: GPT loss on CUDA matches the CPU (fp32)", "[gpu]") {
   const double gpu = model->loss_sum(tokens.cuda(), tokens.cuda()).item<double>();
   CHECK(gpu == Approx(cpu).epsilon(1e-4));  // TF32 is off by default for fp32 matmuls
 }
+
+TEST_CASE("gpu: every precision mode and checkpointing trains on CUDA", "[gpu]") {
+  TempDir dir;
+  for (std::string mode : {"tf32", "bf16", "fp16", "bf16-pure"}) {
+    auto r = run_gputrain({"run", "--output-dir", dir.file(mode), "--set", "metrics.progress=off", "--set",
+                           "train.max_steps=200", "--set", "precision.mode=" + mode, "--set",
+                           "train.gradient_checkpointing=selective"});
+    INFO(mode << "\n" << r.output);
+    REQUIRE(r.exit_code == 0);
+    auto lines = read_jsonl(dir.file(mode) + "/metrics.jsonl");
+    CHECK(lines.back()["loss"].get<double>() < lines.front()["loss"].get<double>() - 0.5);
+    if (mode == "fp16") CHECK(lines.back().contains("loss_scale"));
+  }
+}
+
+TEST_CASE("gpu: batch size auto finds a batch by trial steps", "[gpu]") {
+  TempDir dir;
+  auto r = run_gputrain({"run", "--output-dir", dir.file("auto"), "--set", "metrics.progress=off", "--set",
+                         "train.max_steps=5", "--set", "train.per_device_batch_size=auto", "--set",
+                         "train.global_batch_size=64"});
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.output, Catch::Contains("trial steps on the GPU"));
+  auto s = read_json(dir.file("auto") + "/summary.json");
+  CHECK(s["per_device_batch_size"].get<int>() * s["grad_accum_steps"].get<int>() == 64);
+}
