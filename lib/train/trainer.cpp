@@ -11,18 +11,18 @@
 #include <filesystem>
 #include <optional>
 
+#include "config/schema.h"
 #include "data/loader.h"
 #include "metrics/metrics_writer.h"
 #include "metrics/progress.h"
-#include "config/schema.h"
 #include "model/activation_checkpointing.h"
 #include "model/gpt.h"
-#include "precision/precision.h"
-#include "train/batch_finder.h"
-#include "train/memory_plan.h"
 #include "optim/adamw.h"
 #include "optim/grad_clip.h"
 #include "optim/lr_schedule.h"
+#include "precision/precision.h"
+#include "train/batch_finder.h"
+#include "train/memory_plan.h"
 #include "train/train_step.h"
 #include "util/cpu_memory.h"
 #include "util/device.h"
@@ -231,6 +231,8 @@ RunOutcome run_training(const Recipe& recipe, const RunOptions& options) {
     auto interval_start = Clock::now();
     int64_t interval_tokens = 0, interval_steps = 0;
     torch::Tensor interval_loss;  // summed on the device; read at log steps only
+    int64_t consecutive_skips = 0;
+    constexpr int64_t kMaxConsecutiveSkips = 50;
     while (t.step < s.train.max_steps) {
       const auto t0 = Clock::now();
       std::vector<Batch> micro;
@@ -247,9 +249,18 @@ RunOutcome run_training(const Recipe& recipe, const RunOptions& options) {
       precision.update(skip);
       optimizer.zero_grad();
       const int64_t step = ++t.step;
-      if (skip)
+      if (skip) {
         spdlog::warn("step {}: gradients overflowed under fp16; optimizer step skipped, loss scale now {}", step,
                      precision.loss_scale());
+        // Backing off cannot help when the forward pass itself overflows fp16.
+        if (++consecutive_skips >= kMaxConsecutiveSkips)
+          throw runtime_error("fp16: " + std::to_string(consecutive_skips) +
+                              " steps in a row had inf/nan gradients, down to loss scale " +
+                              std::to_string(precision.loss_scale()) +
+                              "\n    fix: use precision.mode: bf16 (fp32's range), or lower optim.lr");
+      } else {
+        consecutive_skips = 0;
+      }
       if (s.train.empty_cache_steps > 0 && step % s.train.empty_cache_steps == 0) release_cached_memory(device);
       t.tokens += step_tokens;
       interval_tokens += step_tokens;
@@ -266,7 +277,8 @@ RunOutcome run_training(const Recipe& recipe, const RunOptions& options) {
         const double loss_now = loss.item<double>();
         const double mean_loss = interval_loss.item<double>() / static_cast<double>(interval_steps);
         const double norm = grad_norm.item<double>();
-        if (!std::isfinite(loss_now) || !std::isfinite(mean_loss))
+        // A step fp16 skipped may show a non-finite loss; it changed nothing.
+        if (!skip && !std::isfinite(loss_now))
           throw runtime_error("training loss became non-finite (" + std::to_string(loss_now) + ") by step " +
                               std::to_string(step) + "\n    fix: lower optim.lr, raise optim.schedule.warmup_steps, "
                               "or set train.max_grad_norm");
