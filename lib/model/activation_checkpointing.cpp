@@ -11,9 +11,11 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-// What backward needs besides the saved input; kept per call in a map keyed
-// by the context, since saved_data holds only IValues.
-struct Replay {
+// What backward needs besides the saved input. Held by the autograd context
+// as a capsule, so it is freed with the graph even if backward never runs.
+struct Replay : torch::CustomClassHolder {
+  Replay(BlockImpl* b, RngSnapshot r, AutocastState a, torch::Device d)
+      : block(b), rng(std::move(r)), autocast(a), device(d) {}
   BlockImpl* block;
   RngSnapshot rng;
   AutocastState autocast;
@@ -23,15 +25,14 @@ struct Replay {
 struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
   static torch::Tensor forward(AutogradContext* ctx, torch::Tensor x, BlockImpl* block) {
     const torch::Device device = x.device();
-    auto* replay = new Replay{block, capture_rng(device), current_autocast(device.type()), device};
-    ctx->saved_data["replay"] = reinterpret_cast<int64_t>(replay);
+    ctx->saved_data["replay"] = c10::IValue::make_capsule(
+        c10::make_intrusive<Replay>(block, capture_rng(device), current_autocast(device.type()), device));
     ctx->save_for_backward({x});
     return block->forward(x);  // Function::apply runs this without recording a graph
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    std::unique_ptr<Replay> replay(reinterpret_cast<Replay*>(ctx->saved_data["replay"].toInt()));
-    ctx->saved_data.erase("replay");
+    auto replay = c10::static_intrusive_pointer_cast<Replay>(ctx->saved_data["replay"].toCapsule());
     torch::Tensor x = ctx->get_saved_variables()[0].detach().requires_grad_(true);
     // Replay the forward's random numbers, then put the outer stream back.
     const RngSnapshot outer = capture_rng(replay->device);
