@@ -2,7 +2,7 @@
 # GPU host check (../shared/gpu-host.md): unpack the Debian dependencies that
 # were downloaded into .deps/debs on a development machine (`scripts/gpu-check.sh
 # --download` there), build against the host's pip torch for the local GPU,
-# run the `gpu` tests and the quickstart on the GPU, and write logs and a
+# run the `gpu` tests, the quickstart and the techniques benchmark on the GPU, and write logs and a
 # results JSON to $OUT (or ./gpu-check-out).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -24,6 +24,9 @@ cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DGPUTRAIN_CUDA=ON -DCMAKE_CU
 build=$?
 (cd build-gpu && ctest -L gpu --output-on-failure) > "$OUT/gpu-tests.log" 2>&1; tests=$?
 ./build-gpu/gputrain run --output-dir "$OUT/quickstart" --overwrite --set metrics.progress=lines > "$OUT/quickstart.log" 2>&1; qs=$?
+# The single-device techniques table on the GPU (docs/benchmarks.md), GPT-2-small-like shapes.
+python3 bench/techniques.py --binary build-gpu/gputrain --device cuda --steps 20 --vocab 50304 --d 768 --heads 12 \
+  --layers 12 --seq 1024 --batch 8 > "$OUT/techniques.md" 2>&1
 python3 - "$OUT" "$build" "$tests" "$qs" <<'PY'
 import json, os, sys
 out, build, tests, qs = sys.argv[1], *map(int, sys.argv[2:])
