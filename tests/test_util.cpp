@@ -97,6 +97,12 @@ ModelSettings model_settings(int64_t vocab_size, int64_t seq_len, int64_t n_laye
   return m;
 }
 
+std::vector<torch::Tensor> gradients_of(const torch::nn::Module& model) {
+  std::vector<torch::Tensor> g;
+  for (const auto& p : model.parameters()) g.push_back(p.grad().clone());
+  return g;
+}
+
 std::string recipe_error(const std::string& path, const std::vector<std::string>& overrides) {
   try {
     load_recipe(path, overrides);

@@ -2,6 +2,7 @@
 #pragma once
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <torch/nn/module.h>
 #include <string>
 #include <vector>
 
@@ -44,6 +45,9 @@ nlohmann::json read_json(const std::string& path);
 
 // A GPT shape for tests; other model settings keep their defaults.
 ModelSettings model_settings(int64_t vocab_size, int64_t seq_len, int64_t n_layer, int64_t n_head, int64_t d_model);
+
+// Copies of every parameter's .grad, in parameter order.
+std::vector<torch::Tensor> gradients_of(const torch::nn::Module& model);
 
 // The message of the Error that loading recipe `path` throws, or "" when it loads.
 std::string recipe_error(const std::string& path, const std::vector<std::string>& overrides = {});

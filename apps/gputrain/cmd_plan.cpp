@@ -14,10 +14,7 @@ int cmd_plan(const CommonArgs& a) {
   if (s.train.per_device_batch_size == 0) {
     // What the CPU finder would choose; on a GPU the run measures instead.
     const double budget = cpu_memory_budget_bytes(s);
-    const BatchChoice c = find_batch_size(s.train.global_batch_size,
-                                          [&](int64_t b) { return plan_memory(s, b).total() <= budget; });
-    s.train.per_device_batch_size = c.batch;
-    s.train.grad_accum_steps = c.grad_accum;
+    find_batch_size_cpu(s, budget).apply_to(s.train);
     char buf[160];
     std::snprintf(buf, sizeof buf, " (auto: the largest that fits %.0f MiB on CPU; a GPU run measures instead)",
                   budget / (1024.0 * 1024.0));

@@ -4,6 +4,8 @@
 #include <filesystem>
 #include <regex>
 
+#include "util/paths.h"
+
 namespace gputrain {
 namespace {
 
@@ -52,8 +54,6 @@ void check_model(Checker& c) {
     c.error("model.mlp_ratio", "mlp_ratio * d_model = " + std::to_string(hidden) + " is not a whole number",
             "choose mlp_ratio so that mlp_ratio * d_model is an integer");
 }
-
-bool is_glob(const std::string& p) { return p.find_first_of("*?[") != std::string::npos; }
 
 void check_source(Checker& c, const DataSourceSettings& d, const std::string& which) {
   const std::string p = "data." + which + ".";
@@ -105,7 +105,7 @@ void check_source(Checker& c, const DataSourceSettings& d, const std::string& wh
   // Plain paths are checked here, where the message can point at the recipe
   // line; glob patterns, headers and sizes when the data is opened (data/token_dataset.h).
   for (const auto& path : d.paths) {
-    if (is_glob(path)) continue;
+    if (is_glob_pattern(path)) continue;
     std::error_code ec;
     if (fs::is_directory(path, ec))
       c.error(p + "path", "'" + path + "' is a directory, not a data file",

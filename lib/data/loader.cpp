@@ -7,6 +7,19 @@
 
 namespace gputrain {
 
+LoaderOptions loader_options(const Settings& s, const DataSourceSettings& d, torch::Device device,
+                             int64_t num_workers) {
+  LoaderOptions o;
+  o.batch_size = s.train.per_device_batch_size;
+  o.seq_len = s.model.seq_len;
+  o.num_workers = num_workers;
+  o.prefetch = s.data.prefetch;
+  o.pin_memory = s.data.pin_memory;
+  o.device = device;
+  o.mask_document_boundaries = d.mask_document_boundaries;
+  return o;
+}
+
 BatchLoader::BatchLoader(const WindowSource& source, const WindowSampler& sampler, LoaderOptions opts,
                          int64_t first_sample)
     : source_(source), sampler_(sampler), opts_(opts), first_sample_(first_sample),

@@ -35,6 +35,11 @@ struct LoaderOptions {
   bool mask_document_boundaries = false;  // needs the source's end-of-document id
 };
 
+// The options a recipe implies for the loader of source `d` (data.train or
+// data.eval) with `num_workers` threads.
+LoaderOptions loader_options(const Settings& s, const DataSourceSettings& d, torch::Device device,
+                             int64_t num_workers);
+
 class BatchLoader {
  public:
   BatchLoader(const WindowSource& source, const WindowSampler& sampler, LoaderOptions opts, int64_t first_sample = 0);

@@ -11,18 +11,10 @@ namespace gputrain {
 std::vector<LoaderBenchRow> bench_loader(const Settings& s, const std::vector<int64_t>& workers, int64_t batches) {
   const torch::Device device = resolve_device(s.run.device);
   auto source = make_window_source(s.data.train, s.model, "data.train");
-  WindowSampler sampler(source->window_count(), SamplerOptions{static_cast<uint64_t>(s.run.seed), 1});
+  WindowSampler sampler(source->window_count(), SamplerOptions{static_cast<uint64_t>(s.run.seed), kTrainStream});
   std::vector<LoaderBenchRow> rows;
   for (int64_t w : workers) {
-    LoaderOptions o;
-    o.batch_size = s.train.per_device_batch_size;
-    o.seq_len = s.model.seq_len;
-    o.num_workers = w;
-    o.prefetch = s.data.prefetch;
-    o.pin_memory = s.data.pin_memory;
-    o.device = device;
-    o.mask_document_boundaries = s.data.train.mask_document_boundaries;
-    BatchLoader loader(*source, sampler, o);
+    BatchLoader loader(*source, sampler, loader_options(s, s.data.train, device, w));
     for (int64_t i = 0; i < std::min<int64_t>(batches / 10 + 1, 20); ++i) loader.next();  // warm-up: threads, page cache
     synchronize(device);
     const auto t0 = std::chrono::steady_clock::now();

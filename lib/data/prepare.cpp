@@ -73,16 +73,12 @@ size_t boundary_at_or_after(std::string_view text, size_t target, DocumentUnit u
 }
 
 // The last document boundary before `target` (0 if none).
+// (For a whole-file document any line break will do: the split starts a new document.)
 size_t boundary_before(std::string_view text, size_t target, DocumentUnit unit, InputFormat format) {
-  if (format == InputFormat::kJsonl || unit == DocumentUnit::kLine) {
-    const size_t nl = target >= 2 ? text.rfind('\n', target - 2) : std::string_view::npos;
-    return nl == std::string_view::npos ? 0 : nl + 1;
-  }
-  if (unit == DocumentUnit::kParagraph) {
+  if (format != InputFormat::kJsonl && unit == DocumentUnit::kParagraph) {
     const size_t gap = target >= 3 ? text.rfind("\n\n", target - 3) : std::string_view::npos;
     return gap == std::string_view::npos ? 0 : gap + 2;
   }
-  // A whole-file document: any line break will do for a split that starts a new document.
   const size_t nl = target >= 2 ? text.rfind('\n', target - 2) : std::string_view::npos;
   return nl == std::string_view::npos ? 0 : nl + 1;
 }

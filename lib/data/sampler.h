@@ -30,6 +30,9 @@ class RandomPermutation {
   uint64_t half_mask_;
 };
 
+// Streams keep the train and eval orders apart.
+constexpr uint64_t kTrainStream = 1, kEvalStream = 2;
+
 struct SamplerOptions {
   uint64_t seed = 0;
   uint64_t stream = 0;  // separates the train and eval orders

@@ -8,6 +8,7 @@
 
 #include "data/token_shard.h"
 #include "util/error.h"
+#include "util/paths.h"
 
 namespace gputrain {
 namespace {
@@ -29,7 +30,7 @@ uint32_t id_at(const uint8_t* p, int64_t width, int64_t i) {
 std::vector<std::string> expand_data_paths(const std::vector<std::string>& paths, const std::string& key) {
   std::vector<std::string> out;
   for (const auto& p : paths) {
-    if (p.find_first_of("*?[") == std::string::npos) {
+    if (!is_glob_pattern(p)) {
       out.push_back(p);
       continue;
     }

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include "train/memory_plan.h"
 #include "util/error.h"
 
 namespace gputrain {
@@ -41,6 +42,10 @@ std::string BatchChoice::describe() const {
                   std::to_string(grad_accum) + "); tried";
   for (const auto& [b, ok] : tried) s += " " + std::to_string(b) + (ok ? " ok" : " no");
   return s;
+}
+
+BatchChoice find_batch_size_cpu(const Settings& s, double budget) {
+  return find_batch_size(s.train.global_batch_size, [&](int64_t b) { return plan_memory(s, b).total() <= budget; });
 }
 
 double cpu_memory_budget_bytes(const Settings& s) {

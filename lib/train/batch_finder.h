@@ -21,6 +21,8 @@ struct BatchChoice {
   int64_t grad_accum = 0;
   std::vector<std::pair<int64_t, bool>> tried;  // (size, fitted), in order
   std::string describe() const;
+  // Writes the choice into per_device_batch_size and grad_accum_steps.
+  void apply_to(TrainSettings& t) const { t.per_device_batch_size = batch, t.grad_accum_steps = grad_accum; }
 };
 
 // Throws a runtime Error when not even 1 fits.
@@ -28,5 +30,9 @@ BatchChoice find_batch_size(int64_t global_batch, const std::function<bool(int64
 
 // The CPU budget in bytes: run.memory_budget_mb, or 80% of the memory available now.
 double cpu_memory_budget_bytes(const Settings& s);
+
+// The CPU rule: a size fits when the memory plan (train/memory_plan.h) of
+// the recipe with that micro-batch is within `budget` bytes.
+BatchChoice find_batch_size_cpu(const Settings& s, double budget);
 
 }  // namespace gputrain

@@ -22,7 +22,6 @@
 #include "optim/lr_schedule.h"
 #include "precision/precision.h"
 #include "train/batch_finder.h"
-#include "train/memory_plan.h"
 #include "train/train_step.h"
 #include "util/cpu_memory.h"
 #include "util/device.h"
@@ -35,8 +34,6 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::ordered_json;
 using Clock = std::chrono::steady_clock;
-
-constexpr uint64_t kTrainStream = 1, kEvalStream = 2;
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
@@ -61,7 +58,6 @@ Gpt build_model(const Settings& s, torch::Device device, const Precision& precis
   Gpt model(s.model);  // initialized in fp32, then cast: bf16-pure starts from the same weights rounded
   model->to(device, precision.weight_dtype());
   model->train();
-  apply_activation_checkpointing(model, s.train.gradient_checkpointing, s.train.checkpoint_every);
   return model;
 }
 
@@ -105,17 +101,6 @@ json build_summary(const std::string& status, const Totals& t, const Settings& s
   return j;
 }
 
-LoaderOptions loader_options(const Settings& s, const DataSourceSettings& d, torch::Device device, int64_t workers) {
-  LoaderOptions o;
-  o.batch_size = s.train.per_device_batch_size;
-  o.seq_len = s.model.seq_len;
-  o.num_workers = workers;
-  o.mask_document_boundaries = d.mask_document_boundaries;
-  o.prefetch = s.data.prefetch;
-  o.pin_memory = s.data.pin_memory;
-  o.device = device;
-  return o;
-}
 
 // One forward and backward of a `batch`-sequence micro-batch: does it fit in
 // device memory? Out-of-memory is caught, and the memory released either way.
@@ -157,16 +142,19 @@ RunOutcome run_training(const Recipe& recipe, const RunOptions& options) {
   t.mem_start_mb = current_rss_mb();
   Precision precision(s.precision, device);
   Gpt model = build_model(s, device, precision);
+  const int64_t recomputed_blocks =
+      apply_activation_checkpointing(model, s.train.gradient_checkpointing, s.train.checkpoint_every);
   AdamW optimizer(make_param_groups(*model, s.optim), AdamWOptions{s.optim.betas[0], s.optim.betas[1], s.optim.eps});
   LrSchedule schedule(s.optim, s.train.max_steps);
   const std::vector<torch::Tensor> params = model->parameters();
   if (s.train.per_device_batch_size == 0) {
     const double budget = cpu_memory_budget_bytes(s);
-    const BatchChoice choice = find_batch_size(s.train.global_batch_size, [&](int64_t b) {
-      return device.is_cpu() ? plan_memory(s, b).total() <= budget : fits_on_device(model, precision, s.model, b, device);
-    });
-    s.train.per_device_batch_size = choice.batch;
-    s.train.grad_accum_steps = choice.grad_accum;
+    const BatchChoice choice =
+        device.is_cpu() ? find_batch_size_cpu(s, budget)
+                        : find_batch_size(s.train.global_batch_size, [&](int64_t b) {
+                            return fits_on_device(model, precision, s.model, b, device);
+                          });
+    choice.apply_to(s.train);
     spdlog::info("{}{}", choice.describe(),
                  device.is_cpu() ? fmt::format(" (CPU: memory plan against {:.0f} MiB)", budget / (1024.0 * 1024.0))
                                  : std::string(" (trial steps on the GPU)"));
@@ -187,11 +175,8 @@ RunOutcome run_training(const Recipe& recipe, const RunOptions& options) {
   spdlog::info("model: GPT {} layers, d_model {}, {} heads, seq_len {}, vocab {}: {:.2f}M parameters", s.model.n_layer,
                s.model.d_model, s.model.n_head, s.model.seq_len, s.model.vocab_size, n_params / 1e6);
   spdlog::info("precision: {}", precision.describe());
-  if (s.train.gradient_checkpointing != CheckpointingPolicy::kNone) {
-    int64_t n = 0;
-    for (const auto& m : *model->transformer->h) n += m->as<Block>()->checkpoint;
-    spdlog::info("activation checkpointing: {} of {} blocks recomputed in backward", n, s.model.n_layer);
-  }
+  if (recomputed_blocks > 0)
+    spdlog::info("activation checkpointing: {} of {} blocks recomputed in backward", recomputed_blocks, s.model.n_layer);
   spdlog::info("data: {}", train_source->describe());
   if (train_sampler.samples_per_epoch() > 0) {
     const double epochs = static_cast<double>(s.train.max_steps * s.train.grad_accum_steps * s.train.per_device_batch_size) /

@@ -25,12 +25,6 @@ Batch random_batch(int64_t vocab, int64_t B, int64_t T, uint64_t seed) {
   return Batch{in, tg, B * T};
 }
 
-std::vector<torch::Tensor> grads_of(Gpt& model) {
-  std::vector<torch::Tensor> g;
-  for (const auto& p : model->parameters()) g.push_back(p.grad().clone());
-  return g;
-}
-
 // The gradients of one step of a fresh model (seed 5), with `policy` and `precision`.
 std::vector<torch::Tensor> step_grads(const ModelSettings& m, CheckpointingPolicy policy, const Precision* precision) {
   torch::manual_seed(5);
@@ -40,7 +34,7 @@ std::vector<torch::Tensor> step_grads(const ModelSettings& m, CheckpointingPolic
   model->zero_grad();
   torch::manual_seed(99);  // the dropout masks
   accumulate_gradients(model, {random_batch(m.vocab_size, 3, m.seq_len, 1)}, precision);
-  return grads_of(model);
+  return gputrain::test::gradients_of(*model);
 }
 
 }  // namespace
@@ -129,7 +123,7 @@ TEST_CASE("activation checkpointing gives the plain gradients, dropout included"
   model->zero_grad();
   torch::manual_seed(100);
   accumulate_gradients(model, {random_batch(m.vocab_size, 3, m.seq_len, 1)});
-  CHECK_FALSE(torch::allclose(grads_of(model)[4], plain[4], 1e-5, 1e-7));
+  CHECK_FALSE(torch::allclose(gputrain::test::gradients_of(*model)[4], plain[4], 1e-5, 1e-7));
 }
 
 TEST_CASE("activation checkpointing replays autocast: bf16 gradients match", "[precision][checkpointing]") {

@@ -11,12 +11,6 @@ using namespace gputrain;
 
 namespace {
 
-std::vector<torch::Tensor> grads_of(Gpt& model) {
-  std::vector<torch::Tensor> g;
-  for (const auto& p : model->parameters()) g.push_back(p.grad().clone());
-  return g;
-}
-
 Batch make_batch(const torch::Tensor& in, const torch::Tensor& tg) {
   return Batch{in, tg, (tg != kIgnoreIndex).sum().item<int64_t>()};
 }
@@ -37,13 +31,13 @@ TEST_CASE("4 micro-batches of 2 give the gradients of one batch of 8", "[train]"
 
   model->zero_grad();
   auto full_loss = accumulate_gradients(model, {make_batch(inputs, targets)}).item<double>();
-  auto full = grads_of(model);
+  auto full = gputrain::test::gradients_of(*model);
 
   model->zero_grad();
   std::vector<Batch> micro;
   for (int i = 0; i < 4; ++i) micro.push_back(make_batch(inputs.slice(0, 2 * i, 2 * i + 2), targets.slice(0, 2 * i, 2 * i + 2)));
   auto accum_loss = accumulate_gradients(model, micro).item<double>();
-  auto accum = grads_of(model);
+  auto accum = gputrain::test::gradients_of(*model);
 
   CHECK(accum_loss == Approx(full_loss).epsilon(1e-12));
   for (size_t i = 0; i < full.size(); ++i) {
