@@ -344,12 +344,44 @@ std::vector<FieldSpec> build_schema() {
   f.push_back(float_field(KEY(precision.backoff_factor), FloatRange{0, 1, true, true}, "fp16 dynamic: scale multiplier after an overflow"));
   f.push_back(int_field(KEY(precision.growth_interval), 1, kMaxInt, "fp16 dynamic: clean steps before the scale grows"));
   // optim
-  f.push_back(enum_field(KEY(optim.name), EnumTable<OptimName>{{"adamw", OptimName::kAdamW}}, "optimizer"));
+  f.push_back(enum_field(KEY(optim.name),
+                         EnumTable<OptimName>{{"adamw", OptimName::kAdamW},
+                                              {"adamw8bit", OptimName::kAdamW8bit},
+                                              {"adafactor", OptimName::kAdafactor},
+                                              {"lion", OptimName::kLion},
+                                              {"sgd", OptimName::kSgd}},
+                         "adamw (8 bytes of state per parameter); adamw8bit (block-wise 8-bit moments, ~2); adafactor (factored second moment, ~0 for matrices); lion (sign update, 4); sgd (momentum, 4 or 0)"));
+  f.push_back(enum_field(KEY(optim.impl),
+                         EnumTable<OptimImpl>{{"auto", OptimImpl::kAuto},
+                                              {"foreach", OptimImpl::kForeach},
+                                              {"fused", OptimImpl::kFused}},
+                         "foreach = multi-tensor ATen ops over all parameters; fused = our one-pass kernels (CUDA, and a C++ loop on CPU) for adamw and adamw8bit; auto = fused where it exists"));
   f.push_back(float_field(KEY(optim.lr), FloatRange{0, 10, true}, "peak learning rate"));
-  f.push_back(float_pair_field(KEY(optim.betas), FloatRange{0, 1, false, true}, "AdamW [beta1, beta2]"));
-  f.push_back(float_field(KEY(optim.eps), FloatRange{0, 1, true}, "AdamW epsilon"));
-  f.push_back(float_field(KEY(optim.weight_decay), FloatRange{0, 10}, "decoupled weight decay for matrix weights"));
+  f.push_back(float_pair_field(KEY(optim.betas), FloatRange{0, 1, false, true}, "adamw, adamw8bit: [beta1, beta2]"));
+  f.push_back(float_field(KEY(optim.eps), FloatRange{0, 1, true}, "adamw, adamw8bit: epsilon added to sqrt(v)"));
+  f.push_back(float_field(KEY(optim.weight_decay), FloatRange{0, 10},
+                          "weight decay of the decayed group (matrices): decoupled (p -= lr*wd*p) except sgd, where it is L2 added to the gradient as in torch.optim.SGD"));
   f.push_back(bool_field(KEY(optim.decay_embeddings), "also decay the token and position embeddings"));
+  f.push_back(int_field(KEY(optim.adamw8bit.min_8bit_size), 0, kMaxInt,
+                        "tensors with fewer elements keep 32-bit moments (bitsandbytes' min_8bit_size)"));
+  f.push_back(bool_field(KEY(optim.adamw8bit.embeddings_32bit),
+                         "keep 32-bit moments for the token and position embeddings (bitsandbytes' StableEmbedding advice)"));
+  f.push_back(float_field(KEY(optim.adafactor.beta1), FloatRange{0, 1, false, true},
+                          "first-moment decay; 0 = no momentum and no state for it"));
+  f.push_back(float_field(KEY(optim.adafactor.decay_rate), FloatRange{-1, 0, false, true},
+                          "second-moment decay beta2_t = 1 - step^decay_rate"));
+  f.push_back(float_field(KEY(optim.adafactor.clip_threshold), FloatRange{0, INFINITY, true},
+                          "clip the update's RMS to this"));
+  f.push_back(float_pair_field(KEY(optim.adafactor.eps), FloatRange{0, 1, true},
+                               "[added to grad^2, floor of the parameter scale]"));
+  f.push_back(bool_field(KEY(optim.adafactor.scale_parameter), "multiply the lr by max(eps[1], RMS(parameter))"));
+  f.push_back(bool_field(KEY(optim.adafactor.relative_step),
+                         "lr = min(1e-2, 1/sqrt(step)) (times the parameter scale); optim.lr and the schedule are then ignored"));
+  f.push_back(float_pair_field(KEY(optim.lion.betas), FloatRange{0, 1, false, true},
+                               "[beta1 of the update's interpolation, beta2 of the momentum]"));
+  f.push_back(float_field(KEY(optim.sgd.momentum), FloatRange{0, 1, false, true}, "momentum; 0 = plain SGD (no state)"));
+  f.push_back(float_field(KEY(optim.sgd.dampening), FloatRange{0, 1}, "dampening of the momentum update"));
+  f.push_back(bool_field(KEY(optim.sgd.nesterov), "Nesterov momentum (needs momentum > 0 and dampening 0)"));
   f.push_back(enum_field(KEY(optim.schedule.name),
                          EnumTable<ScheduleName>{{"constant", ScheduleName::kConstant},
                                                  {"cosine", ScheduleName::kCosine},

@@ -111,7 +111,9 @@ struct PrecisionSettings {
   int64_t growth_interval = 2000;
 };
 
-enum class OptimName { kAdamW };
+enum class OptimName { kAdamW, kAdamW8bit, kAdafactor, kLion, kSgd };
+// auto = fused where we have kernels for the optimizer (adamw, adamw8bit), else foreach.
+enum class OptimImpl { kAuto, kForeach, kFused };
 enum class ScheduleName { kConstant, kCosine, kLinear };
 
 struct ScheduleSettings {
@@ -121,13 +123,46 @@ struct ScheduleSettings {
   int64_t decay_steps = 0;    // 0 = train.max_steps
 };
 
+// 8-bit AdamW: which tensors keep 32-bit moments (bitsandbytes' rule).
+struct AdamW8bitSettings {
+  int64_t min_8bit_size = 4096;  // tensors with fewer elements stay 32-bit
+  bool embeddings_32bit = false;  // true = token/position embeddings stay 32-bit (bnb's StableEmbedding advice)
+};
+
+// Adafactor (Shazeer & Stern 2018; the defaults of transformers' Adafactor
+// except relative_step and scale_parameter, which are off so optim.lr and the
+// schedule drive it like any other optimizer).
+struct AdafactorSettings {
+  double beta1 = 0.0;  // first-moment decay; 0 = no momentum (no state for it)
+  double decay_rate = -0.8;  // second moment decay: beta2_t = 1 - t^decay_rate
+  double clip_threshold = 1.0;  // the update's RMS is clipped to this
+  std::array<double, 2> eps = {1e-30, 1e-3};  // added to grad^2; floor of the parameter RMS scale
+  bool scale_parameter = false;  // lr *= max(eps[1], RMS(param))
+  bool relative_step = false;    // lr = min(1e-2, 1/sqrt(step)) instead of optim.lr
+};
+
+struct LionSettings {
+  std::array<double, 2> betas = {0.9, 0.99};
+};
+
+struct SgdSettings {
+  double momentum = 0.9;
+  double dampening = 0.0;
+  bool nesterov = false;
+};
+
 struct OptimSettings {
   OptimName name = OptimName::kAdamW;
+  OptimImpl impl = OptimImpl::kAuto;
   double lr = 6e-4;
-  std::array<double, 2> betas = {0.9, 0.95};
-  double eps = 1e-8;
+  std::array<double, 2> betas = {0.9, 0.95};  // adamw, adamw8bit
+  double eps = 1e-8;                          // adamw, adamw8bit
   double weight_decay = 0.1;
   bool decay_embeddings = false;
+  AdamW8bitSettings adamw8bit;
+  AdafactorSettings adafactor;
+  LionSettings lion;
+  SgdSettings sgd;
   ScheduleSettings schedule;
 };
 

@@ -1,9 +1,11 @@
 #include "config/validate.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <regex>
 
+#include "config/schema.h"
 #include "util/paths.h"
 
 namespace gputrain {
@@ -178,6 +180,35 @@ void check_alignment(Checker& c) {
               "set model.pad_vocab_to_multiple_of: 64 (GPT-2's 50257 becomes 50304)");
 }
 
+// Settings of one optimizer have no effect on another: say so instead of
+// ignoring them silently.
+void check_optim(Checker& c) {
+  const OptimSettings& o = c.s.optim;
+  static const std::vector<std::pair<std::string, std::vector<OptimName>>> owners = {
+      {"optim.betas", {OptimName::kAdamW, OptimName::kAdamW8bit}},
+      {"optim.eps", {OptimName::kAdamW, OptimName::kAdamW8bit}},
+      {"optim.adamw8bit.", {OptimName::kAdamW8bit}},
+      {"optim.adafactor.", {OptimName::kAdafactor}},
+      {"optim.lion.", {OptimName::kLion}},
+      {"optim.sgd.", {OptimName::kSgd}}};
+  const std::string name = settings_to_json(c.s)["optim"]["name"].get<std::string>();
+  for (const auto& [key, origin] : c.origins) {
+    if (origin.is_default()) continue;
+    for (const auto& [prefix, users] : owners) {
+      const bool match = prefix.back() == '.' ? key.compare(0, prefix.size(), prefix) == 0 : key == prefix;
+      if (match && std::find(users.begin(), users.end(), o.name) == users.end())
+        c.warning(key, "has no effect with optim.name: " + name, "remove it, or choose the optimizer it belongs to");
+    }
+  }
+  if (o.name == OptimName::kSgd && o.sgd.nesterov && (o.sgd.momentum == 0 || o.sgd.dampening != 0))
+    c.error("optim.sgd.nesterov", "needs momentum > 0 and dampening 0 (momentum " + nlohmann::json(o.sgd.momentum).dump() +
+                                      ", dampening " + nlohmann::json(o.sgd.dampening).dump() + ")",
+            "set optim.sgd.momentum (e.g. 0.9) and optim.sgd.dampening: 0, or nesterov: false");
+  if (o.name == OptimName::kAdafactor && o.adafactor.relative_step && !c.at("optim.lr").is_default())
+    c.warning("optim.lr", "is ignored: optim.adafactor.relative_step sets the step size",
+              "remove optim.lr, or set optim.adafactor.relative_step: false");
+}
+
 void check_parallel(Checker& c) {
   const ParallelSettings& p = c.s.parallel;
   const int64_t world = 1;  // one process until the launcher issue lands
@@ -198,6 +229,7 @@ void validate_settings(const Settings& s, const std::map<std::string, Origin>& o
   check_data(c);
   check_train(c);
   check_batch(c);
+  check_optim(c);
   check_alignment(c);
   check_parallel(c);
 }

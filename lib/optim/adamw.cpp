@@ -2,72 +2,84 @@
 
 #include <ATen/ATen.h>
 
-#include "precision/stochastic_round.h"
+#include <cmath>
 
 namespace gputrain {
 
-AdamW::AdamW(std::vector<ParamGroup> groups, AdamWOptions opts) : groups_(std::move(groups)), opts_(opts) {
+kernels::AdamWScalars adamw_scalars(const AdamWOptions& o, int64_t t, double lr, double weight_decay) {
+  const double bc1 = 1.0 - std::pow(o.beta1, static_cast<double>(t));
+  const double bc2 = 1.0 - std::pow(o.beta2, static_cast<double>(t));
+  return {static_cast<float>(o.beta1), static_cast<float>(o.beta2), static_cast<float>(o.eps),
+          static_cast<float>(lr / bc1), static_cast<float>(std::sqrt(bc2)), static_cast<float>(1.0 - lr * weight_decay)};
+}
+
+uint64_t rounding_seed(int64_t step, size_t tensor_serial) {
+  return static_cast<uint64_t>(step) * 0x100000001b3ull + tensor_serial * 0x9e3779b97f4a7c15ull;
+}
+
+AdamW::AdamW(std::vector<ParamGroup> groups, AdamWOptions opts, UpdateKernel kernel)
+    : Optimizer(std::move(groups)), opts_(opts), kernel_(kernel) {
   for (const auto& g : groups_) {
-    GroupState s;
-    for (const auto& p : g.params) {
-      // bf16 weights keep fp32 moments (see step()).
-      const auto moment_dtype = p.scalar_type() == at::kBFloat16 ? at::kFloat : p.scalar_type();
-      s.exp_avg.push_back(at::zeros_like(p, p.options().dtype(moment_dtype), at::MemoryFormat::Preserve));
-      s.exp_avg_sq.push_back(at::zeros_like(p, p.options().dtype(moment_dtype), at::MemoryFormat::Preserve));
-      // The fused kernel reads the step count from a float tensor on the parameter's device.
-      s.step.push_back(at::zeros({}, p.options().dtype(at::kFloat)));
+    std::vector<Slot> slots;
+    for (size_t i = 0; i < g.params.size(); ++i) {
+      const at::Tensor& p = g.params[i];
+      const std::string& n = g.names[i];
+      const auto moments = p.options().dtype(at::kFloat);  // also for bf16 parameters
+      slots.push_back({add_step_counter(n), add_state(n, "exp_avg", at::zeros(p.sizes(), moments)),
+                       add_state(n, "exp_avg_sq", at::zeros(p.sizes(), moments))});
     }
-    state_.push_back(std::move(s));
+    slots_.push_back(std::move(slots));
   }
 }
+
+std::string AdamW::describe() const { return "adamw, " + describe_kernel(kernel_, groups_); }
 
 void AdamW::step(double lr) {
   torch::NoGradGuard no_grad;
+  if (kernel_ == UpdateKernel::kForeach) {
+    for (size_t gi = 0; gi < groups_.size(); ++gi) step_foreach(groups_[gi], slots_[gi], lr * groups_[gi].lr_scale);
+    return;
+  }
+  std::vector<FusedAdamWItem> items;
+  size_t serial = 0;
   for (size_t gi = 0; gi < groups_.size(); ++gi) {
     const ParamGroup& g = groups_[gi];
-    GroupState& s = state_[gi];
-    std::vector<at::Tensor> params, grads, m, v, steps;
-    for (size_t i = 0; i < g.params.size(); ++i) {
-      const auto& grad = g.params[i].grad();
+    for (size_t i = 0; i < g.params.size(); ++i, ++serial) {
+      const at::Tensor& grad = g.params[i].grad();
       if (!grad.defined()) continue;
-      if (g.params[i].scalar_type() == at::kBFloat16) {
-        step_bf16(g.params[i], grad, s.exp_avg[i], s.exp_avg_sq[i], s.step[i], lr * g.lr_scale, g.weight_decay);
-        continue;
-      }
-      params.push_back(g.params[i]);
-      grads.push_back(grad);
-      m.push_back(s.exp_avg[i]);
-      v.push_back(s.exp_avg_sq[i]);
-      steps.push_back(s.step[i]);
+      Slot& s = slots_[gi][i];
+      const int64_t t = ++count(s.step);
+      items.push_back({g.params[i], grad.to(g.params[i].scalar_type()).contiguous(), s.exp_avg, s.exp_avg_sq,
+                       adamw_scalars(opts_, t, lr * g.lr_scale, g.weight_decay), rounding_seed(t, serial)});
     }
-    if (params.empty()) continue;
-    at::_foreach_add_(steps, 1.0);
-    at::_fused_adamw_(params, grads, m, v, /*max_exp_avg_sqs=*/{}, steps, lr * g.lr_scale, opts_.beta1, opts_.beta2,
-                      g.weight_decay, opts_.eps, /*amsgrad=*/false, /*maximize=*/false);
   }
+  fused_adamw(items);
 }
 
-void AdamW::step_bf16(const at::Tensor& param, const at::Tensor& grad, at::Tensor& m, at::Tensor& v, at::Tensor& step,
-                      double lr, double weight_decay) {
-  // One tensor at a time, so the fp32 copies cost only the largest tensor's size.
-  std::vector<at::Tensor> p32{param.to(at::kFloat)}, g32{grad.to(at::kFloat)}, ms{m}, vs{v}, steps{step};
-  at::_foreach_add_(steps, 1.0);
-  at::_fused_adamw_(p32, g32, ms, vs, /*max_exp_avg_sqs=*/{}, steps, lr, opts_.beta1, opts_.beta2, weight_decay,
-                    opts_.eps, /*amsgrad=*/false, /*maximize=*/false);
-  stochastic_round_to_bf16(p32[0], param);
-}
-
-void AdamW::zero_grad() {
-  for (auto& g : groups_)
-    for (auto& p : g.params) p.mutable_grad() = at::Tensor();
-}
-
-int64_t AdamW::state_bytes() const {
-  int64_t n = 0;
-  for (const auto& s : state_)
-    for (size_t i = 0; i < s.exp_avg.size(); ++i)
-      n += s.exp_avg[i].nbytes() + s.exp_avg_sq[i].nbytes() + s.step[i].nbytes();
-  return n;
+// torch.optim.AdamW's _multi_tensor_adamw (non-capturable): scalars per
+// tensor for the bias corrections, everything else one op per list.
+void AdamW::step_foreach(const ParamGroup& g, std::vector<Slot>& slots, double lr) {
+  for_each_fp32_working_set(g, [&](std::vector<at::Tensor>& params, std::vector<at::Tensor>& grads,
+                                   const std::vector<size_t>& idx) {
+    std::vector<at::Tensor> m, v;
+    std::vector<at::Scalar> step_size, bc2_sqrt;
+    for (size_t k : idx) {
+      Slot& s = slots[k];
+      const auto sc = adamw_scalars(opts_, ++count(s.step), lr, g.weight_decay);
+      m.push_back(s.exp_avg);
+      v.push_back(s.exp_avg_sq);
+      step_size.emplace_back(-static_cast<double>(sc.step_size));
+      bc2_sqrt.emplace_back(static_cast<double>(sc.bias_correction2_sqrt));
+    }
+    if (g.weight_decay != 0) at::_foreach_mul_(params, 1.0 - lr * g.weight_decay);
+    at::_foreach_lerp_(m, grads, 1.0 - opts_.beta1);
+    at::_foreach_mul_(v, opts_.beta2);
+    at::_foreach_addcmul_(v, grads, grads, 1.0 - opts_.beta2);
+    std::vector<at::Tensor> denom = at::_foreach_sqrt(v);
+    at::_foreach_div_(denom, bc2_sqrt);
+    at::_foreach_add_(denom, opts_.eps);
+    at::_foreach_addcdiv_(params, m, denom, step_size);
+  });
 }
 
 }  // namespace gputrain

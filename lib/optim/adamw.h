@@ -1,15 +1,14 @@
-// AdamW (decoupled weight decay, bias correction) over parameter groups, one
-// fused multi-tensor update per group through ATen's _fused_adamw_ (CPU and
-// CUDA kernels in LibTorch 2.x) instead of a loop of small ops per tensor.
-// State is plain tensors under stable names for checkpoints. bf16 weights
-// (precision.mode: bf16-pure) get fp32 moments and an fp32 update written
-// back with stochastic rounding.
+// AdamW (Loshchilov & Hutter: decoupled weight decay, bias-corrected
+// moments), as torch.optim.AdamW computes it. Two update kernels:
+//   foreach: ATen multi-tensor ops over each group's parameters (~8 passes
+//            over memory, any device);
+//   fused:   one pass per element (fused_update.h): our CUDA kernel, or a
+//            parallel C++ loop on CPU.
+// Moments are fp32, also for bf16 parameters (precision.mode: bf16-pure),
+// whose fp32 update is written back with stochastic rounding.
 #pragma once
-#include <torch/types.h>
-
-#include <vector>
-
-#include "optim/param_groups.h"
+#include "optim/fused_update.h"
+#include "optim/optimizer.h"
 
 namespace gputrain {
 
@@ -17,27 +16,26 @@ struct AdamWOptions {
   double beta1 = 0.9, beta2 = 0.95, eps = 1e-8;
 };
 
-class AdamW {
+class AdamW : public Optimizer {
  public:
-  AdamW(std::vector<ParamGroup> groups, AdamWOptions opts);
-
-  // One update of every parameter that has a gradient, at learning rate lr * group.lr_scale.
-  void step(double lr);
-  void zero_grad();  // sets grads to undefined (frees them) like set_to_none=True
-  const std::vector<ParamGroup>& groups() const { return groups_; }
-  // Bytes of optimizer state (exp_avg, exp_avg_sq, step) for metrics and docs.
-  int64_t state_bytes() const;
+  AdamW(std::vector<ParamGroup> groups, AdamWOptions opts, UpdateKernel kernel = UpdateKernel::kFused);
+  void step(double lr) override;
+  std::string describe() const override;
 
  private:
-  // bf16 weights: the update is computed in fp32 and stochastically rounded back.
-  void step_bf16(const torch::Tensor& param, const torch::Tensor& grad, torch::Tensor& m, torch::Tensor& v,
-                 torch::Tensor& step, double lr, double weight_decay);
-  struct GroupState {
-    std::vector<torch::Tensor> exp_avg, exp_avg_sq, step;
+  struct Slot {
+    torch::Tensor step, exp_avg, exp_avg_sq;
   };
-  std::vector<ParamGroup> groups_;
-  std::vector<GroupState> state_;
+  void step_foreach(const ParamGroup& g, std::vector<Slot>& slots, double lr);
   AdamWOptions opts_;
+  UpdateKernel kernel_;
+  std::vector<std::vector<Slot>> slots_;  // [group][parameter]
 };
+
+// The per-tensor scalars of the update at step t (1-based) with lr and weight decay.
+kernels::AdamWScalars adamw_scalars(const AdamWOptions& o, int64_t t, double lr, double weight_decay);
+
+// Stochastic-rounding seed of one tensor's update: distinct per step and tensor, same on resume.
+uint64_t rounding_seed(int64_t step, size_t tensor_serial);
 
 }  // namespace gputrain

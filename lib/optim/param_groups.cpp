@@ -2,7 +2,7 @@
 
 namespace gputrain {
 
-static bool is_embedding(const std::string& name) {
+bool is_embedding(const std::string& name) {
   auto ends = [&](const std::string& s) {
     return name.size() >= s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0;
   };

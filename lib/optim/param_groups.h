@@ -21,6 +21,9 @@ struct ParamGroup {
   double lr_scale = 1.0;
 };
 
+// The token and position embeddings (wte, wpe).
+bool is_embedding(const std::string& parameter_name);
+
 std::vector<ParamGroup> make_param_groups(const torch::nn::Module& model, const OptimSettings& o);
 
 }  // namespace gputrain

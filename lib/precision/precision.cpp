@@ -41,7 +41,7 @@ std::string Precision::describe() const {
       return "fp16 mixed precision (fp32 weights and optimizer, fp16 autocast, loss scale " +
              std::to_string(static_cast<int64_t>(loss_scale())) + ")";
     case PrecisionMode::kBf16Pure:
-      return "bf16-pure (bf16 weights and gradients; fp32 AdamW moments and update, stochastic rounding)";
+      return "bf16-pure (bf16 weights and gradients; fp32 optimizer state and update, stochastic rounding)";
   }
   return "?";
 }

@@ -6,10 +6,11 @@
 //              and backward under autocast to bf16 (CPU and CUDA).
 //   fp16       mixed like bf16 with fp16 compute, plus loss scaling
 //              (precision/loss_scaler.h): steps with inf/nan gradients are skipped.
-//   bf16-pure  weights and gradients in bf16, no autocast; AdamW keeps its
-//              moments in fp32, computes each update in fp32 from an fp32 copy of
-//              the weight and writes it back with stochastic rounding
-//              (optim/adamw.h), so updates below bf16's resolution are not lost.
+//   bf16-pure  weights and gradients in bf16, no autocast; every optimizer
+//              keeps its state in fp32 (or 8-bit), computes each update in fp32
+//              and writes the weight back with stochastic rounding
+//              (optim/optimizer.h, fused_update.h), so updates below bf16's
+//              resolution are not lost.
 // The loss itself is always computed from fp32 logits.
 #pragma once
 #include <torch/types.h>

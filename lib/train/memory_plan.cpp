@@ -2,18 +2,16 @@
 
 #include <cstdio>
 
+#include "model/gpt_shapes.h"
+#include "optim/make_optimizer.h"
+
 namespace gputrain {
 namespace {
 
-int64_t count_parameters(const ModelSettings& m) {
-  const int64_t d = m.d_model, h = m.mlp_hidden(), V = m.padded_vocab(), b = m.bias ? 1 : 0;
-  const int64_t block = 2 * d                 // ln_1
-                        + 3 * d * d + b * 3 * d  // attn.c_attn
-                        + d * d + b * d          // attn.c_proj
-                        + 2 * d                  // ln_2
-                        + d * h + b * h          // mlp.c_fc
-                        + h * d + b * d;         // mlp.c_proj
-  return V * d + m.seq_len * d + m.n_layer * block + 2 * d + (m.tie_embeddings ? 0 : V * d);
+int64_t count_parameters(const std::vector<ParamShape>& shapes) {
+  int64_t n = 0;
+  for (const auto& p : shapes) n += p.numel();
+  return n;
 }
 
 }  // namespace
@@ -21,7 +19,8 @@ int64_t count_parameters(const ModelSettings& m) {
 MemoryPlan plan_memory(const Settings& s, int64_t batch) {
   const ModelSettings& m = s.model;
   MemoryPlan p;
-  p.parameters = count_parameters(m);
+  const std::vector<ParamShape> shapes = gpt_parameter_shapes(m);
+  p.parameters = count_parameters(shapes);
   const double N = static_cast<double>(p.parameters), L = static_cast<double>(m.n_layer);
   const double T = static_cast<double>(m.seq_len), d = static_cast<double>(m.d_model);
   const double h = static_cast<double>(m.mlp_hidden()), V = static_cast<double>(m.padded_vocab());
@@ -34,7 +33,7 @@ MemoryPlan plan_memory(const Settings& s, int64_t batch) {
   const double w = pure ? 2 : 4;  // bytes per weight and per gradient
   p.weights = N * w;
   p.gradients = N * w;
-  p.optimizer = N * 8;  // AdamW: exp_avg + exp_avg_sq in fp32 (also for bf16 weights)
+  p.optimizer = static_cast<double>(estimate_state_bytes(s.optim, shapes));  // fp32 moments also for bf16 weights
 
   // Per token and block, backward keeps: ln_1 in/out, q k v, attention out,
   // c_proj in, ln_2 in/out, c_fc out, gelu out (9 d + 2 h values), plus the
@@ -80,7 +79,8 @@ std::string memory_plan_table(const Settings& s, const MemoryPlan& p) {
              pure ? "2 bytes x parameters (bf16)"
                   : mixed ? "4 bytes x parameters (fp32) + 2 (autocast's low-precision copy)" : "4 bytes x parameters (fp32)");
   out += row("gradients", p.gradients, pure ? "2 bytes x parameters" : "4 bytes x parameters");
-  out += row("optimizer state", p.optimizer, "AdamW: 2 fp32 moments = 8 bytes x parameters");
+  const std::string optim_how = optim_name(s.optim.name) + ": " + optimizer_state_rule(s.optim);
+  out += row("optimizer state", p.optimizer, optim_how.c_str());
   out += row("activations", p.activations, "kept for backward, one micro-batch, with the recipe's checkpointing");
   out += row("activations without checkpointing", p.activations_plain, "(for comparison; not in the total)");
   out += row("logits and loss", p.logits, "micro-batch x seq_len x vocab x 16-18 bytes at the peak of backward");

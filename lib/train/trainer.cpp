@@ -17,7 +17,7 @@
 #include "metrics/progress.h"
 #include "model/activation_checkpointing.h"
 #include "model/gpt.h"
-#include "optim/adamw.h"
+#include "optim/make_optimizer.h"
 #include "optim/grad_clip.h"
 #include "optim/lr_schedule.h"
 #include "precision/precision.h"
@@ -73,7 +73,7 @@ struct Totals {
 
 // summary.json (the metrics contract) for a run that ended with `status`.
 json build_summary(const std::string& status, const Totals& t, const Settings& s, const torch::Device& device,
-                   int64_t threads, int64_t n_params, int64_t optimizer_bytes, int64_t skipped_steps,
+                   int64_t threads, int64_t n_params, const Optimizer& optimizer, int64_t skipped_steps,
                    std::optional<double> floor, double wall_s) {
   json j;
   j["status"] = status;
@@ -93,7 +93,8 @@ json build_summary(const std::string& status, const Totals& t, const Settings& s
   j["grad_accum_steps"] = s.train.grad_accum_steps;
   j["skipped_steps"] = skipped_steps;
   j["parameters"] = n_params;
-  j["optimizer_state_mb"] = round_to(static_cast<double>(optimizer_bytes) / (1024.0 * 1024.0), 3);
+  j["optimizer"] = optimizer.describe();
+  j["optimizer_state_mb"] = round_to(static_cast<double>(optimizer.state_bytes()) / (1024.0 * 1024.0), 3);
   j["device"] = device_name(device);
   j["threads"] = threads;
   j["torch_version"] = TORCH_VERSION;
@@ -144,7 +145,7 @@ RunOutcome run_training(const Recipe& recipe, const RunOptions& options) {
   Gpt model = build_model(s, device, precision);
   const int64_t recomputed_blocks =
       apply_activation_checkpointing(model, s.train.gradient_checkpointing, s.train.checkpoint_every);
-  AdamW optimizer(make_param_groups(*model, s.optim), AdamWOptions{s.optim.betas[0], s.optim.betas[1], s.optim.eps});
+  std::unique_ptr<Optimizer> optimizer = make_optimizer(*model, s.optim);
   LrSchedule schedule(s.optim, s.train.max_steps);
   const std::vector<torch::Tensor> params = model->parameters();
   if (s.train.per_device_batch_size == 0) {
@@ -175,6 +176,9 @@ RunOutcome run_training(const Recipe& recipe, const RunOptions& options) {
   spdlog::info("model: GPT {} layers, d_model {}, {} heads, seq_len {}, vocab {}: {:.2f}M parameters", s.model.n_layer,
                s.model.d_model, s.model.n_head, s.model.seq_len, s.model.vocab_size, n_params / 1e6);
   spdlog::info("precision: {}", precision.describe());
+  spdlog::info("optimizer: {}; {:.1f} MiB of state ({:.2f} bytes per parameter)", optimizer->describe(),
+               optimizer->state_bytes() / (1024.0 * 1024.0),
+               static_cast<double>(optimizer->state_bytes()) / static_cast<double>(model->parameter_count()));
   if (recomputed_blocks > 0)
     spdlog::info("activation checkpointing: {} of {} blocks recomputed in backward", recomputed_blocks, s.model.n_layer);
   spdlog::info("data: {}", train_source->describe());
@@ -196,7 +200,7 @@ RunOutcome run_training(const Recipe& recipe, const RunOptions& options) {
   reset_peak_memory(device);
 
   auto summary_for = [&](const std::string& status) {
-    return build_summary(status, t, s, device, threads, n_params, optimizer.state_bytes(), precision.skipped_steps(),
+    return build_summary(status, t, s, device, threads, n_params, *optimizer, precision.skipped_steps(),
                          floor, seconds_since(t_start));
   };
 
@@ -230,9 +234,9 @@ RunOutcome run_training(const Recipe& recipe, const RunOptions& options) {
       const bool skip = precision.unscale_and_check(params);  // fp16: inf/nan gradients
       torch::Tensor grad_norm = clip_grad_norm(params, s.train.max_grad_norm);
       const double lr = schedule.at(t.step);
-      if (!skip) optimizer.step(lr);
+      if (!skip) optimizer->step(lr);
       precision.update(skip);
-      optimizer.zero_grad();
+      optimizer->zero_grad();
       const int64_t step = ++t.step;
       if (skip) {
         spdlog::warn("step {}: gradients overflowed under fp16; optimizer step skipped, loss scale now {}", step,

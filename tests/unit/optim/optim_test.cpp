@@ -26,7 +26,12 @@ TEST_CASE("AdamW matches torch::optim::AdamW over several steps", "[optim]") {
   const double lr = 1e-2, wd = 0.1;
   ParamGroup decay{"decay", {"a", "c"}, {ours[0], ours[2]}, wd, 1.0};
   ParamGroup no_decay{"no_decay", {"b"}, {ours[1]}, 0.0, 1.0};
-  AdamW opt({decay, no_decay}, AdamWOptions{0.9, 0.95, 1e-8});
+  AdamW fused({decay, no_decay}, AdamWOptions{0.9, 0.95, 1e-8}, UpdateKernel::kFused);
+  std::vector<torch::Tensor> foreach_params;
+  for (const auto& t : ours) foreach_params.push_back(t.detach().clone());
+  AdamW foreach({ParamGroup{"decay", {"a", "c"}, {foreach_params[0], foreach_params[2]}, wd, 1.0},
+                 ParamGroup{"no_decay", {"b"}, {foreach_params[1]}, 0.0, 1.0}},
+                AdamWOptions{0.9, 0.95, 1e-8}, UpdateKernel::kForeach);
 
   std::vector<torch::optim::OptimizerParamGroup> groups;
   groups.emplace_back(std::vector<torch::Tensor>{theirs[0], theirs[2]},
@@ -40,23 +45,29 @@ TEST_CASE("AdamW matches torch::optim::AdamW over several steps", "[optim]") {
       auto g = torch::randn(ours[i].sizes());
       ours[i].mutable_grad() = g.clone();
       theirs[i].mutable_grad() = g.clone();
+      foreach_params[i].mutable_grad() = g.clone();
     }
-    opt.step(lr);
+    fused.step(lr);
+    foreach.step(lr);
     ref.step();
   }
   for (size_t i = 0; i < ours.size(); ++i) {
     INFO("tensor " << i);
     // float32 arithmetic in different orders: agree to ~1e-6 relative.
     CHECK(torch::allclose(ours[i], theirs[i], 1e-5, 1e-6));
+    CHECK(torch::allclose(foreach_params[i], theirs[i], 1e-5, 1e-6));
   }
-  CHECK(opt.state_bytes() == 2 * 4 * (35 + 7 + 24) + 3 * 4);
+  CHECK(fused.state_bytes() == 2 * 4 * (35 + 7 + 24) + 3 * 8);  // moments + int64 step counters
 }
 
 TEST_CASE("AdamW skips parameters without gradients", "[optim]") {
   auto a = torch::ones({3}).requires_grad_(true);
-  AdamW opt({ParamGroup{"g", {"a"}, {a}, 0.5, 1.0}}, {});
-  opt.step(0.1);
-  CHECK(torch::equal(a, torch::ones({3})));
+  for (UpdateKernel k : {UpdateKernel::kFused, UpdateKernel::kForeach}) {
+    AdamW opt({ParamGroup{"g", {"a"}, {a}, 0.5, 1.0}}, {}, k);
+    opt.step(0.1);
+    CHECK(torch::equal(a, torch::ones({3})));
+    CHECK(opt.state().front().tensor.item<int64_t>() == 0);  // its step count did not advance
+  }
 }
 
 TEST_CASE("weight decay groups: matrices decay, biases, norms and embeddings do not", "[optim]") {

@@ -1,0 +1,85 @@
+#include "optim/adamw8bit.h"
+
+#include <ATen/ATen.h>
+
+#include "util/error.h"
+
+namespace gputrain {
+
+bool adamw8bit_quantizes(const std::string& name, int64_t numel, const AdamW8bitSettings& s) {
+  return numel >= s.min_8bit_size && !(s.embeddings_32bit && is_embedding(name));
+}
+
+AdamW8bit::AdamW8bit(std::vector<ParamGroup> groups, AdamWOptions opts, AdamW8bitSettings rule)
+    : Optimizer(std::move(groups)), opts_(opts) {
+  torch::Device device = torch::kCPU;
+  for (const auto& g : groups_)
+    if (!g.params.empty()) device = g.params.front().device();
+  if (!fused_update_available(device))
+    throw runtime_error("adamw8bit has no kernel for device " + device.str() + " in this build");
+  maps_ = {dynamic_quant_map(true).to(device), dynamic_quant_map(false).to(device)};
+  const uint8_t zero_m = zero_code(dynamic_quant_map(true)), zero_v = zero_code(dynamic_quant_map(false));
+  for (const auto& g : groups_) {
+    std::vector<Slot> slots;
+    for (size_t i = 0; i < g.params.size(); ++i) {
+      const at::Tensor& p = g.params[i];
+      const std::string& n = g.names[i];
+      if (!p.is_contiguous())
+        throw runtime_error("adamw8bit: parameter " + n + " is not contiguous; the fused update needs it to be");
+      Slot s;
+      s.quantized = adamw8bit_quantizes(n, p.numel(), rule);
+      s.step = add_step_counter(n);
+      total_elements_ += p.numel();
+      if (s.quantized) {
+        const int64_t blocks = (p.numel() + kernels::kQuantBlock - 1) / kernels::kQuantBlock;
+        const auto bytes = p.options().dtype(at::kByte);
+        s.exp_avg = add_state(n, "exp_avg_8bit", at::full(p.sizes(), zero_m, bytes));
+        s.exp_avg_sq = add_state(n, "exp_avg_sq_8bit", at::full(p.sizes(), zero_v, bytes));
+        s.absmax_avg = add_state(n, "exp_avg_absmax", at::zeros({blocks}, p.options().dtype(at::kFloat)));
+        s.absmax_avg_sq = add_state(n, "exp_avg_sq_absmax", at::zeros({blocks}, p.options().dtype(at::kFloat)));
+        ++quantized_tensors_;
+        quantized_elements_ += p.numel();
+      } else {
+        s.exp_avg = add_state(n, "exp_avg", at::zeros(p.sizes(), p.options().dtype(at::kFloat)));
+        s.exp_avg_sq = add_state(n, "exp_avg_sq", at::zeros(p.sizes(), p.options().dtype(at::kFloat)));
+      }
+      slots.push_back(std::move(s));
+    }
+    slots_.push_back(std::move(slots));
+  }
+}
+
+std::string AdamW8bit::describe() const {
+  int64_t tensors = 0;
+  for (const auto& g : groups_) tensors += static_cast<int64_t>(g.params.size());
+  return fmt::format("adamw8bit, {}; 8-bit moments for {} of {} tensors ({:.1f}% of parameters)",
+                     describe_kernel(UpdateKernel::kFused, groups_), quantized_tensors_, tensors,
+                     total_elements_ ? 100.0 * static_cast<double>(quantized_elements_) / static_cast<double>(total_elements_) : 0.0);
+}
+
+void AdamW8bit::step(double lr) {
+  torch::NoGradGuard no_grad;
+  std::vector<FusedAdamWItem> full;
+  std::vector<FusedAdamW8bitItem> quantized;
+  size_t serial = 0;
+  for (size_t gi = 0; gi < groups_.size(); ++gi) {
+    const ParamGroup& g = groups_[gi];
+    for (size_t i = 0; i < g.params.size(); ++i, ++serial) {
+      const at::Tensor& p = g.params[i];
+      if (!p.grad().defined()) continue;
+      Slot& s = slots_[gi][i];
+      const int64_t t = ++count(s.step);
+      const auto scalars = adamw_scalars(opts_, t, lr * g.lr_scale, g.weight_decay);
+      const at::Tensor grad = p.grad().to(p.scalar_type()).contiguous();
+      if (s.quantized)
+        quantized.push_back({p, grad, s.exp_avg, s.exp_avg_sq, s.absmax_avg, s.absmax_avg_sq, scalars,
+                             rounding_seed(t, serial)});
+      else
+        full.push_back({p, grad, s.exp_avg, s.exp_avg_sq, scalars, rounding_seed(t, serial)});
+    }
+  }
+  fused_adamw(full);
+  fused_adamw8bit(quantized, maps_);
+}
+
+}  // namespace gputrain

@@ -1,0 +1,65 @@
+#include "optim/fused_update.h"
+
+#include <map>
+#include <utility>
+
+#include "util/error.h"
+
+namespace gputrain {
+
+bool fused_update_available(const torch::Device& device) {
+#ifdef GPUTRAIN_WITH_CUDA
+  return device.is_cpu() || device.is_cuda();
+#else
+  return device.is_cpu();
+#endif
+}
+
+namespace {
+
+// Items split by (device, dtype): each part runs as one launch or loop.
+template <class Item>
+std::map<std::pair<std::string, int>, std::vector<Item>> partition(const std::vector<Item>& items) {
+  std::map<std::pair<std::string, int>, std::vector<Item>> parts;
+  for (const auto& it : items) {
+    if (!fused_update_available(it.param.device()))
+      throw runtime_error("fused optimizer update: no kernel for device " + it.param.device().str() +
+                          "\n    fix: set optim.impl: foreach");
+    parts[{it.param.device().str(), static_cast<int>(it.param.scalar_type())}].push_back(it);
+  }
+  return parts;
+}
+
+}  // namespace
+
+void fused_adamw(const std::vector<FusedAdamWItem>& items) {
+  for (const auto& [key, part] : partition(items)) {
+    if (part.front().param.is_cuda())
+      fused_adamw_cuda(part);
+    else
+      fused_adamw_cpu(part);
+  }
+}
+
+void fused_adamw8bit(const std::vector<FusedAdamW8bitItem>& items, const QuantMaps& maps) {
+  for (const auto& [key, part] : partition(items)) {
+    if (part.front().param.device() != maps.signed_code.device())
+      throw runtime_error("fused 8-bit AdamW: the quantization maps are on " + maps.signed_code.device().str() +
+                          ", the parameters on " + part.front().param.device().str());
+    if (part.front().param.is_cuda())
+      fused_adamw8bit_cuda(part, maps);
+    else
+      fused_adamw8bit_cpu(part, maps);
+  }
+}
+
+#ifndef GPUTRAIN_WITH_CUDA
+void fused_adamw_cuda(const std::vector<FusedAdamWItem>&) {
+  throw runtime_error("fused optimizer update: this build has no CUDA kernels");
+}
+void fused_adamw8bit_cuda(const std::vector<FusedAdamW8bitItem>&, const QuantMaps&) {
+  throw runtime_error("fused optimizer update: this build has no CUDA kernels");
+}
+#endif
+
+}  // namespace gputrain

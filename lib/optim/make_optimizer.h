@@ -1,0 +1,38 @@
+// Builds the optimizer a recipe names (optim.name) with the update kernel
+// optim.impl asks for, falling back with a notice where that kernel does not
+// exist: fused kernels exist for adamw and adamw8bit (CUDA, and a C++ loop
+// on CPU); adafactor, lion and sgd run foreach; adamw8bit runs fused only.
+// Also estimates the optimizer's state size from parameter shapes alone.
+#pragma once
+#include <torch/nn/module.h>
+
+#include <memory>
+#include <string>
+
+#include "config/settings.h"
+#include "model/gpt_shapes.h"
+#include "optim/optimizer.h"
+
+namespace gputrain {
+
+struct KernelChoice {
+  UpdateKernel kernel;
+  std::string notice;  // non-empty when optim.impl could not be honoured
+};
+KernelChoice choose_kernel(OptimName name, OptimImpl impl, const torch::Device& device);
+
+// The groups' parameters must share one device. Logs the notice, if any.
+std::unique_ptr<Optimizer> make_optimizer(std::vector<ParamGroup> groups, const OptimSettings& o);
+std::unique_ptr<Optimizer> make_optimizer(const torch::nn::Module& model, const OptimSettings& o);
+
+// Bytes of optimizer state for parameters of these shapes (fp32 or bf16
+// parameters alike: moments are fp32), matching Optimizer::state_bytes().
+int64_t estimate_state_bytes(const OptimSettings& o, const std::vector<ParamShape>& params);
+
+// How the estimate is made, for `gputrain plan` ("2 fp32 moments = 8 bytes x parameters").
+std::string optimizer_state_rule(const OptimSettings& o);
+
+// "adamw" etc. as written in recipes.
+std::string optim_name(OptimName name);
+
+}  // namespace gputrain

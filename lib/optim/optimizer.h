@@ -1,0 +1,76 @@
+// The optimizer interface every optim.name implements, and what they share:
+// parameter groups with a per-group lr scale, freeing gradients, and state
+// kept as plain tensors under stable names ("<parameter>.<slot>", e.g.
+// "transformer.h.0.attn.c_attn.weight.exp_avg") so checkpoints can save and
+// restore it without knowing the optimizer.
+#pragma once
+#include <torch/types.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "optim/param_groups.h"
+
+namespace gputrain {
+
+// How the update runs: foreach = multi-tensor ATen ops over a group's
+// parameters; fused = one pass over memory (our CUDA kernels, or a C++ loop on CPU).
+enum class UpdateKernel { kForeach, kFused };
+
+struct StateEntry {
+  std::string name;
+  torch::Tensor tensor;  // live: loading copies into it
+};
+
+class Optimizer {
+ public:
+  explicit Optimizer(std::vector<ParamGroup> groups) : groups_(std::move(groups)) {}
+  virtual ~Optimizer() = default;
+  Optimizer(const Optimizer&) = delete;
+  Optimizer& operator=(const Optimizer&) = delete;
+
+  // One update of every parameter that has a gradient, at lr * group.lr_scale.
+  virtual void step(double lr) = 0;
+  // "adamw, fused (CUDA kernel)": for the run log and the summary.
+  virtual std::string describe() const = 0;
+
+  void zero_grad();  // frees the gradients (set_to_none)
+  const std::vector<ParamGroup>& groups() const { return groups_; }
+  int64_t state_bytes() const;
+
+  // Checkpoint hooks. state() lists every state tensor (moments, step counts,
+  // quantization scales) in a stable order. load_state() copies saved tensors
+  // into them; a missing, extra, mis-shaped or mis-typed entry is a DataError
+  // naming it, and nothing is changed unless all entries match.
+  const std::vector<StateEntry>& state() const { return state_; }
+  void load_state(const std::map<std::string, torch::Tensor>& saved);
+
+ protected:
+  // Registers a state tensor for `param_name` and returns it.
+  torch::Tensor add_state(const std::string& param_name, const std::string& slot, torch::Tensor t);
+  // A per-parameter step counter (0-dim int64 on the CPU, part of the state).
+  torch::Tensor add_step_counter(const std::string& param_name);
+  static int64_t& count(const torch::Tensor& step_counter) { return *step_counter.data_ptr<int64_t>(); }
+
+  std::vector<ParamGroup> groups_;
+
+ private:
+  std::vector<StateEntry> state_;
+};
+
+// "fused (CUDA kernel)" / "fused (C++ loop)" / "foreach (ATen multi-tensor ops)".
+std::string describe_kernel(UpdateKernel kernel, const std::vector<ParamGroup>& groups);
+
+// Runs `update(params, grads, indices)` over a group's parameters that have
+// gradients, all in fp32: fp32 parameters together in one call (the
+// multi-tensor case), and each bf16 parameter alone on fp32 copies of it and
+// its gradient, written back with stochastic rounding afterwards (one tensor
+// at a time bounds the extra memory by the largest tensor). `indices` are
+// positions in group.params, for finding the matching state.
+void for_each_fp32_working_set(const ParamGroup& group,
+                               const std::function<void(std::vector<torch::Tensor>& params,
+                                                        std::vector<torch::Tensor>& grads,
+                                                        const std::vector<size_t>& indices)>& update);
+
+}  // namespace gputrain

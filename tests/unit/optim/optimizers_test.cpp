@@ -1,0 +1,440 @@
+// Every optim.name against a float64 reference written out here from the
+// published algorithm, for each update kernel; the 8-bit quantizer's error
+// bounds; bf16 parameters; state save/restore; state-size estimates.
+#include <catch2/catch.hpp>
+#include <ATen/ATen.h>
+
+#include <cmath>
+#include <functional>
+#include <map>
+
+#include "model/gpt.h"
+#include "model/gpt_shapes.h"
+#include "optim/adamw8bit.h"
+#include "optim/make_optimizer.h"
+#include "optim/quantization.h"
+#include "test_util.h"
+#include "util/error.h"
+
+using namespace gputrain;
+using Catch::Matchers::Contains;
+
+namespace {
+
+// Two groups as the trainer makes them: decayed matrices (incl. one large
+// enough for 8-bit moments) and undecayed vectors at half the lr (lr_scale).
+struct Problem {
+  std::vector<std::string> names = {"w", "big", "t3", "b"};
+  std::vector<std::vector<int64_t>> shapes = {{5, 7}, {64, 80}, {3, 2, 4}, {7}};
+  std::vector<bool> decayed = {true, true, true, false};
+  double wd = 0.1;
+  double scale_of(size_t i) const { return decayed[i] ? 1.0 : 0.5; }
+  double wd_of(size_t i) const { return decayed[i] ? wd : 0.0; }
+
+  std::vector<at::Tensor> initial() const {
+    at::manual_seed(11);
+    std::vector<at::Tensor> out;
+    for (const auto& s : shapes) out.push_back(at::randn(s));
+    return out;
+  }
+  std::vector<at::Tensor> grads(int step) const {
+    at::manual_seed(100 + step);
+    std::vector<at::Tensor> out;
+    for (const auto& s : shapes) out.push_back(at::randn(s));
+    return out;
+  }
+  std::vector<ParamGroup> groups(const std::vector<at::Tensor>& params) const {
+    ParamGroup decay{"decay", {}, {}, wd, 1.0}, no_decay{"no_decay", {}, {}, 0.0, 0.5};
+    for (size_t i = 0; i < params.size(); ++i) {
+      ParamGroup& g = decayed[i] ? decay : no_decay;
+      g.names.push_back(names[i]);
+      g.params.push_back(params[i]);
+    }
+    return {decay, no_decay};
+  }
+};
+
+// Runs `steps` steps of `o` and of `reference` (float64, same grads) and
+// returns the largest |difference| relative to (1 + |reference|).
+using Reference = std::function<void(size_t index, at::Tensor& p, const at::Tensor& g, double lr, double wd, int t)>;
+
+double max_difference(const OptimSettings& o, const Reference& reference, int steps = 6, double lr = 1e-2,
+                      std::unique_ptr<Optimizer>* keep = nullptr) {
+  Problem pr;
+  std::vector<at::Tensor> ours, ref;
+  for (const auto& t : pr.initial()) {
+    ours.push_back(t.clone());
+    ref.push_back(t.to(at::kDouble));
+  }
+  auto opt = make_optimizer(pr.groups(ours), o);
+  for (int step = 1; step <= steps; ++step) {
+    auto g = pr.grads(step);
+    for (size_t i = 0; i < ours.size(); ++i) {
+      ours[i].mutable_grad() = g[i].clone();
+      reference(i, ref[i], g[i].to(at::kDouble), lr * pr.scale_of(i), pr.wd_of(i), step);
+    }
+    opt->step(lr);
+    opt->zero_grad();
+  }
+  double worst = 0;
+  for (size_t i = 0; i < ours.size(); ++i)
+    worst = std::max(worst, ((ours[i].to(at::kDouble) - ref[i]).abs() / (1 + ref[i].abs())).max().item<double>());
+  if (keep) *keep = std::move(opt);
+  return worst;
+}
+
+struct AdamRef {
+  double b1 = 0.9, b2 = 0.95, eps = 1e-8;
+  std::map<size_t, at::Tensor> m, v;
+  void operator()(size_t i, at::Tensor& p, const at::Tensor& g, double lr, double wd, int t) {
+    if (!m.count(i)) m[i] = at::zeros_like(p), v[i] = at::zeros_like(p);
+    p.mul_(1 - lr * wd);
+    m[i] = b1 * m[i] + (1 - b1) * g;
+    v[i] = b2 * v[i] + (1 - b2) * g * g;
+    const double bc1 = 1 - std::pow(b1, t), bc2 = 1 - std::pow(b2, t);
+    p.sub_(lr / bc1 * m[i] / (v[i].sqrt() / std::sqrt(bc2) + eps));
+  }
+};
+
+OptimSettings settings_for(OptimName name, OptimImpl impl = OptimImpl::kAuto) {
+  OptimSettings o;
+  o.name = name;
+  o.impl = impl;
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("adamw, foreach and fused, equals float64 AdamW over 6 steps", "[optim]") {
+  for (OptimImpl impl : {OptimImpl::kForeach, OptimImpl::kFused}) {
+    INFO("impl " << static_cast<int>(impl));
+    AdamRef ref;
+    // fp32 arithmetic against fp64: ~1e-6 relative after 6 steps.
+    CHECK(max_difference(settings_for(OptimName::kAdamW, impl), std::ref(ref)) < 2e-6);
+  }
+}
+
+TEST_CASE("lion equals float64 Lion over 6 steps", "[optim]") {
+  OptimSettings o = settings_for(OptimName::kLion);
+  std::map<size_t, at::Tensor> m;
+  auto ref = [&](size_t i, at::Tensor& p, const at::Tensor& g, double lr, double wd, int) {
+    if (!m.count(i)) m[i] = at::zeros_like(p);
+    const at::Tensor c = 0.9 * m[i] + 0.1 * g;
+    p.mul_(1 - lr * wd).sub_(lr * c.sign());
+    m[i] = 0.99 * m[i] + 0.01 * g;
+  };
+  CHECK(max_difference(o, ref) < 1e-6);
+}
+
+TEST_CASE("sgd with momentum, dampening and nesterov equals float64 torch.optim.SGD", "[optim]") {
+  for (bool nesterov : {false, true}) {
+    for (double momentum : {0.0, 0.9}) {
+      if (nesterov && momentum == 0) continue;
+      OptimSettings o = settings_for(OptimName::kSgd);
+      o.sgd = {momentum, nesterov ? 0.0 : 0.1, nesterov};
+      std::map<size_t, at::Tensor> buf;
+      auto ref = [&](size_t i, at::Tensor& p, const at::Tensor& grad, double lr, double wd, int t) {
+        at::Tensor d = grad + wd * p;  // L2, as torch's SGD
+        if (o.sgd.momentum > 0) {
+          buf[i] = t == 1 ? d.clone() : o.sgd.momentum * buf[i] + (1 - o.sgd.dampening) * d;
+          d = o.sgd.nesterov ? d + o.sgd.momentum * buf[i] : buf[i];
+        }
+        p.sub_(lr * d);
+      };
+      INFO("momentum " << momentum << " nesterov " << nesterov);
+      CHECK(max_difference(o, ref) < 1e-6);
+    }
+  }
+}
+
+TEST_CASE("adafactor equals float64 Adafactor (transformers' algorithm), every option", "[optim]") {
+  struct Case {
+    double beta1;
+    bool scale_parameter, relative_step;
+  };
+  for (Case c : {Case{0.0, false, false}, Case{0.9, false, false}, Case{0.0, true, false}, Case{0.9, true, true}}) {
+    OptimSettings o = settings_for(OptimName::kAdafactor);
+    o.adafactor.beta1 = c.beta1;
+    o.adafactor.scale_parameter = c.scale_parameter;
+    o.adafactor.relative_step = c.relative_step;
+    const AdafactorSettings& a = o.adafactor;
+    std::map<size_t, at::Tensor> row, col, vsq, m;
+    auto rms = [](const at::Tensor& x) { return x.norm().item<double>() / std::sqrt(static_cast<double>(x.numel())); };
+    auto ref = [&](size_t i, at::Tensor& p, const at::Tensor& g, double lr, double wd, int t) {
+      double step_lr = a.relative_step ? std::min(1e-2, 1.0 / std::sqrt(t)) : lr;
+      if (a.scale_parameter) step_lr *= std::max(a.eps[1], rms(p));
+      const double beta2t = 1.0 - std::pow(t, a.decay_rate);
+      const at::Tensor sq = g * g + a.eps[0];
+      at::Tensor update;
+      if (p.dim() >= 2) {
+        if (!row.count(i)) row[i] = at::zeros_like(sq.mean(-1)), col[i] = at::zeros_like(sq.mean(-2));
+        row[i] = beta2t * row[i] + (1 - beta2t) * sq.mean(-1);
+        col[i] = beta2t * col[i] + (1 - beta2t) * sq.mean(-2);
+        const at::Tensor r = (row[i] / row[i].mean(-1, true)).rsqrt().unsqueeze(-1);
+        update = r * col[i].unsqueeze(-2).rsqrt() * g;
+      } else {
+        if (!vsq.count(i)) vsq[i] = at::zeros_like(p);
+        vsq[i] = beta2t * vsq[i] + (1 - beta2t) * sq;
+        update = vsq[i].rsqrt() * g;
+      }
+      update = update / std::max(1.0, rms(update) / a.clip_threshold) * step_lr;
+      if (a.beta1 > 0) {
+        if (!m.count(i)) m[i] = at::zeros_like(p);
+        m[i] = a.beta1 * m[i] + (1 - a.beta1) * update;
+        update = m[i];
+      }
+      p.add_(p, -wd * step_lr).sub_(update);
+    };
+    INFO("beta1 " << c.beta1 << " scale_parameter " << c.scale_parameter << " relative_step " << c.relative_step);
+    CHECK(max_difference(o, ref) < 2e-6);
+  }
+}
+
+TEST_CASE("adafactor factors the second moment of matrices into rows and columns", "[optim]") {
+  Problem pr;
+  auto params = pr.initial();
+  auto opt = make_optimizer(pr.groups(params), settings_for(OptimName::kAdafactor));
+  std::map<std::string, std::vector<int64_t>> shapes;
+  for (const auto& e : opt->state()) shapes[e.name] = e.tensor.sizes().vec();
+  CHECK(shapes.at("big.exp_avg_sq_row") == std::vector<int64_t>{64});
+  CHECK(shapes.at("big.exp_avg_sq_col") == std::vector<int64_t>{80});
+  CHECK(shapes.at("t3.exp_avg_sq_row") == std::vector<int64_t>{3, 2});
+  CHECK(shapes.at("t3.exp_avg_sq_col") == std::vector<int64_t>{3, 4});
+  CHECK(shapes.at("b.exp_avg_sq") == std::vector<int64_t>{7});
+  CHECK_FALSE(shapes.count("big.exp_avg"));  // beta1 0: no momentum state
+}
+
+// --- 8-bit -----------------------------------------------------------------------
+
+TEST_CASE("dynamic quantization maps: 256 sorted codes with exact 0 and 1", "[optim][8bit]") {
+  for (bool is_signed : {true, false}) {
+    at::Tensor map = dynamic_quant_map(is_signed);
+    REQUIRE(map.numel() == 256);
+    CHECK(torch::equal(map, std::get<0>(map.sort())));
+    CHECK(map[255].item<float>() == 1.0f);
+    CHECK(map[zero_code(map)].item<float>() == 0.0f);
+    CHECK((map.slice(0, 1) > map.slice(0, 0, 255)).all().item<bool>());  // strictly increasing
+    // The smallest non-zero magnitude is 10^-6 x the first decade's midpoint.
+    CHECK(map.abs().masked_fill(map == 0, 1).min().item<double>() == Approx(is_signed ? 0.55e-6 : 0.325e-6).epsilon(1e-3));
+    if (is_signed) CHECK(map[0].item<double>() == Approx(-(0.1 + 0.9 * 63 / 64.0 + 1.0) / 2).epsilon(1e-6));
+    else CHECK(map[0].item<float>() == 0.0f);
+  }
+}
+
+TEST_CASE("8-bit block quantization: nearest code, exact absmax, error within half the widest gap", "[optim][8bit]") {
+  at::manual_seed(3);
+  // Blocks of very different scales (as Adam moments have), a zero block and a ragged tail.
+  at::Tensor x = at::randn({5 * 256 + 77});
+  x.slice(0, 256, 512).mul_(1e-5);
+  x.slice(0, 512, 768).zero_();
+  x.slice(0, 768, 1024).mul_(300);
+  for (bool is_signed : {true, false}) {
+    const at::Tensor v = is_signed ? x : x.abs();
+    const at::Tensor map = dynamic_quant_map(is_signed);
+    const BlockQuantized q = quantize_blockwise(v, map);
+    const at::Tensor back = dequantize_blockwise(q, map);
+    REQUIRE(q.absmax.numel() == 6);
+    const at::Tensor md = map.to(at::kDouble);
+    // The widest gap between neighbouring codes (and, signed, from -1 to the lowest code).
+    double half_gap = ((md.slice(0, 1) - md.slice(0, 0, 255)).max().item<double>()) / 2;
+    if (is_signed) half_gap = std::max(half_gap, 1.0 + md[0].item<double>());
+    CHECK(half_gap < (is_signed ? 0.0075 : 0.0036));  // README's stated bounds
+    for (int64_t b = 0; b < 6; ++b) {
+      const at::Tensor blk = v.slice(0, b * 256, std::min<int64_t>(v.numel(), (b + 1) * 256)).to(at::kDouble);
+      const double absmax = q.absmax[b].item<double>();
+      INFO("block " << b << (is_signed ? " signed" : " unsigned"));
+      CHECK(absmax == blk.abs().max().item<double>());
+      const at::Tensor err = (back.slice(0, b * 256, b * 256 + blk.numel()).to(at::kDouble) - blk).abs();
+      CHECK(err.max().item<double>() <= half_gap * absmax * (1 + 1e-6));
+      if (absmax == 0) continue;
+      // Each code is the nearest (ties within float rounding).
+      const at::Tensor normalized = blk / absmax;
+      const at::Tensor dist = (normalized.unsqueeze(1) - md.unsqueeze(0)).abs();
+      const at::Tensor best = std::get<0>(dist.min(1));
+      const at::Tensor chosen =
+          dist.gather(1, q.codes.view({-1}).slice(0, b * 256, b * 256 + blk.numel()).to(at::kLong).unsqueeze(1)).squeeze(1);
+      CHECK((chosen - best).max().item<double>() < 1e-7);
+      CHECK(back[b * 256 + blk.abs().argmax().item<int64_t>()].abs().item<double>() ==
+            Approx(absmax * (is_signed && blk[blk.abs().argmax()].item<double>() < 0 ? -md[0].item<double>() : 1.0)));
+    }
+  }
+}
+
+TEST_CASE("adamw8bit equals a float64 block-quantized AdamW, and stays near 32-bit AdamW", "[optim][8bit]") {
+  OptimSettings o = settings_for(OptimName::kAdamW8bit);
+  const at::Tensor sm = dynamic_quant_map(true).to(at::kDouble), um = dynamic_quant_map(false).to(at::kDouble);
+  auto nearest = [](const at::Tensor& x, const at::Tensor& map) {
+    return std::get<1>((x.unsqueeze(-1) - map).abs().min(-1));
+  };
+  // State per tensor: codes and absmax (quantized) or plain moments (small tensors).
+  std::map<size_t, at::Tensor> qm, qv, am, av, m32, v32;
+  AdamRef plain;
+  auto ref = [&](size_t i, at::Tensor& p, const at::Tensor& g, double lr, double wd, int t) {
+    if (p.numel() < o.adamw8bit.min_8bit_size) return plain(i, p, g, lr, wd, t);
+    const int64_t n = p.numel(), blocks = (n + 255) / 256;
+    if (!qm.count(i)) {
+      qm[i] = at::full({n}, zero_code(dynamic_quant_map(true)), at::kLong);
+      qv[i] = at::zeros({n}, at::kLong);
+      am[i] = at::zeros({blocks}, at::kDouble);
+      av[i] = at::zeros({blocks}, at::kDouble);
+    }
+    const at::Tensor scale_m = am[i].repeat_interleave(256).slice(0, 0, n);
+    const at::Tensor scale_v = av[i].repeat_interleave(256).slice(0, 0, n);
+    at::Tensor m = sm.index_select(0, qm[i]) * scale_m, v = um.index_select(0, qv[i]) * scale_v;
+    const at::Tensor gf = g.reshape({-1});
+    m = 0.9 * m + 0.1 * gf;
+    v = 0.95 * v + 0.05 * gf * gf;
+    const double bc1 = 1 - std::pow(0.9, t), bc2 = 1 - std::pow(0.95, t);
+    p.mul_(1 - lr * wd).sub_((lr / bc1 * m / (v.sqrt() / std::sqrt(bc2) + 1e-8)).view(p.sizes()));
+    const at::Tensor padded_m = at::constant_pad_nd(m, {0, blocks * 256 - n}).view({blocks, 256});
+    const at::Tensor padded_v = at::constant_pad_nd(v, {0, blocks * 256 - n}).view({blocks, 256});
+    am[i] = std::get<0>(padded_m.abs().max(1));
+    av[i] = std::get<0>(padded_v.max(1));
+    const at::Tensor sa = am[i].repeat_interleave(256).slice(0, 0, n), sv = av[i].repeat_interleave(256).slice(0, 0, n);
+    qm[i] = nearest(at::where(sa > 0, m / sa, at::zeros_like(m)), sm);
+    qv[i] = nearest(at::where(sv > 0, v / sv, at::zeros_like(v)), um);
+  };
+  std::unique_ptr<Optimizer> opt;
+  // A moment near a decision boundary may round to the neighbouring code in
+  // fp32 but not in fp64; the parameters still agree closely.
+  CHECK(max_difference(o, ref, 6, 1e-2, &opt) < 1e-5);
+  // Only "big" (5120 elements >= min_8bit_size 4096) is quantized.
+  std::map<std::string, at::ScalarType> types;
+  for (const auto& e : opt->state()) types[e.name] = e.tensor.scalar_type();
+  CHECK(types.at("big.exp_avg_8bit") == at::kByte);
+  CHECK(types.at("big.exp_avg_sq_absmax") == at::kFloat);
+  CHECK(types.at("w.exp_avg") == at::kFloat);
+  CHECK(types.at("b.exp_avg_sq") == at::kFloat);
+  CHECK_THAT(opt->describe(), Contains("8-bit moments for 1 of 4 tensors"));
+
+  // Against 32-bit AdamW: after 6 steps at lr 1e-2 the quantization noise
+  // moves parameters by a small fraction of the 6e-2 they travelled.
+  AdamRef full;
+  CHECK(max_difference(o, std::ref(full)) < 2e-3);
+}
+
+// --- bf16 parameters (precision.mode: bf16-pure) ---------------------------------
+
+TEST_CASE("bf16 parameters: updates below bf16's resolution survive on average (every optimizer and kernel)", "[optim]") {
+  struct Case {
+    OptimName name;
+    OptimImpl impl;
+  };
+  for (Case c : {Case{OptimName::kAdamW, OptimImpl::kFused}, Case{OptimName::kAdamW, OptimImpl::kForeach},
+                 Case{OptimName::kAdamW8bit, OptimImpl::kFused}, Case{OptimName::kLion, OptimImpl::kForeach},
+                 Case{OptimName::kSgd, OptimImpl::kForeach}}) {
+    OptimSettings o = settings_for(c.name, c.impl);
+    o.sgd.momentum = 0;
+    // bf16 spacing at 1.0 is 2^-7 = 0.0078; each step moves by lr = 1e-4
+    // (Adam's and Lion's first steps move by lr x sign(g); SGD by lr x g, g = 1).
+    const int64_t n = 1 << 16;
+    at::Tensor p = at::ones({n}, at::kBFloat16);
+    auto opt = make_optimizer({ParamGroup{"g", {"p"}, {p}, 0.0, 1.0}}, o);
+    p.mutable_grad() = at::ones({n}, at::kBFloat16);
+    opt->step(1e-4);
+    const double mean = p.to(at::kDouble).mean().item<double>();
+    INFO(opt->describe());
+    // Round-to-nearest would leave every value at 1.0. Stochastic rounding: the
+    // mean moves by 1e-4 (std of the mean ~ 0.0078 * 0.11 / 256 = 3.4e-6).
+    CHECK(std::fabs(mean - (1.0 - 1e-4)) < 2e-5);
+    CHECK(p.scalar_type() == at::kBFloat16);
+  }
+}
+
+// --- state hooks -------------------------------------------------------------------
+
+TEST_CASE("optimizer state saves and restores: a restored optimizer continues bit for bit", "[optim][state]") {
+  for (OptimName name : {OptimName::kAdamW, OptimName::kAdamW8bit, OptimName::kAdafactor, OptimName::kLion,
+                         OptimName::kSgd}) {
+    Problem pr;
+    OptimSettings o = settings_for(name);
+    o.adafactor.beta1 = 0.9;
+    auto a_params = pr.initial();
+    auto a = make_optimizer(pr.groups(a_params), o);
+    auto run = [&](std::vector<at::Tensor>& params, Optimizer& opt, int from, int to) {
+      for (int step = from; step < to; ++step) {
+        auto g = pr.grads(step);
+        for (size_t i = 0; i < params.size(); ++i) params[i].mutable_grad() = g[i];
+        opt.step(1e-2);
+        opt.zero_grad();
+      }
+    };
+    run(a_params, *a, 1, 4);
+    std::map<std::string, at::Tensor> saved;
+    for (const auto& e : a->state()) saved[e.name] = e.tensor.clone();
+    std::vector<at::Tensor> b_params;
+    for (const auto& p : a_params) b_params.push_back(p.clone());
+    auto b = make_optimizer(pr.groups(b_params), o);
+    b->load_state(saved);
+    run(a_params, *a, 4, 7);
+    run(b_params, *b, 4, 7);
+    INFO(a->describe());
+    for (size_t i = 0; i < a_params.size(); ++i) CHECK(torch::equal(a_params[i], b_params[i]));
+    CHECK(saved.at("w.step").item<int64_t>() == 3);
+  }
+}
+
+TEST_CASE("optimizer state from another optimizer or model is refused, naming the entry", "[optim][state]") {
+  Problem pr;
+  auto params = pr.initial();
+  auto adamw = make_optimizer(pr.groups(params), settings_for(OptimName::kAdamW));
+  std::map<std::string, at::Tensor> saved;
+  for (const auto& e : adamw->state()) saved[e.name] = e.tensor.clone();
+
+  auto lion = make_optimizer(pr.groups(params), settings_for(OptimName::kLion));
+  CHECK_THROWS_WITH(lion->load_state(saved), Contains("'b.exp_avg_sq', which lion") && Contains("fix:"));
+
+  auto other = saved;
+  other["big.exp_avg"] = at::zeros({80, 64});
+  CHECK_THROWS_WITH(adamw->load_state(other), Contains("'big.exp_avg' is [80, 64] Float in the saved state but [64, 80]"));
+  other = saved;
+  other.erase("t3.step");
+  CHECK_THROWS_WITH(adamw->load_state(other), Contains("has no 't3.step'"));
+  try {
+    adamw->load_state(other);
+  } catch (const Error& e) {
+    CHECK(e.kind() == ErrorKind::kData);
+  }
+}
+
+// --- kernels, estimates --------------------------------------------------------------
+
+TEST_CASE("optim.impl: fused where a kernel exists, foreach otherwise, with a notice when overridden", "[optim]") {
+  const torch::Device cpu = torch::kCPU;
+  CHECK(choose_kernel(OptimName::kAdamW, OptimImpl::kAuto, cpu).kernel == UpdateKernel::kFused);
+  CHECK(choose_kernel(OptimName::kAdamW, OptimImpl::kForeach, cpu).kernel == UpdateKernel::kForeach);
+  CHECK(choose_kernel(OptimName::kAdamW, OptimImpl::kAuto, cpu).notice.empty());
+  CHECK(choose_kernel(OptimName::kLion, OptimImpl::kAuto, cpu).kernel == UpdateKernel::kForeach);
+  CHECK(choose_kernel(OptimName::kLion, OptimImpl::kAuto, cpu).notice.empty());
+  const KernelChoice lion = choose_kernel(OptimName::kLion, OptimImpl::kFused, cpu);
+  CHECK(lion.kernel == UpdateKernel::kForeach);
+  CHECK_THAT(lion.notice, Contains("lion has no fused kernel; using foreach"));
+  const KernelChoice q = choose_kernel(OptimName::kAdamW8bit, OptimImpl::kForeach, cpu);
+  CHECK(q.kernel == UpdateKernel::kFused);
+  CHECK_THAT(q.notice, Contains("adamw8bit has no foreach implementation"));
+}
+
+TEST_CASE("the state-size estimate equals the real optimizer's state, and GPT shapes match the model", "[optim]") {
+  ModelSettings m = test::model_settings(300, 16, 2, 2, 64);
+  Gpt model(m);
+  const auto shapes = gpt_parameter_shapes(m);
+  const auto named = model->named_parameters();
+  REQUIRE(shapes.size() == named.size());
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    CHECK(shapes[i].name == named[i].key());
+    CHECK(shapes[i].sizes == named[i].value().sizes().vec());
+  }
+  for (OptimName name : {OptimName::kAdamW, OptimName::kAdamW8bit, OptimName::kAdafactor, OptimName::kLion,
+                         OptimName::kSgd}) {
+    for (bool variant : {false, true}) {
+      OptimSettings o = settings_for(name);
+      o.adamw8bit.embeddings_32bit = variant;
+      o.adafactor.beta1 = variant ? 0.9 : 0.0;
+      o.sgd.momentum = variant ? 0.9 : 0.0;
+      o.adamw8bit.min_8bit_size = 1000;
+      auto opt = make_optimizer(*model, o);
+      INFO(opt->describe() << " variant " << variant);
+      CHECK(estimate_state_bytes(o, shapes) == opt->state_bytes());
+    }
+  }
+}
