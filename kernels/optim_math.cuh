@@ -78,13 +78,13 @@ GT_HOST_DEVICE uint32_t hash_bits(uint64_t seed, uint64_t index) {
 constexpr int kQuantBlock = 256;  // elements sharing one absmax
 constexpr int kQuantCodes = 256;
 
-// The code nearest to x in a sorted table of 256 values (binary search, then
-// the closer of the two neighbours; ties go to the lower code).
+// The code nearest to x in a sorted table of 256 values (binary search for
+// code[lo] < x <= code[hi], then the closer of the two; ties go to the lower).
 GT_HOST_DEVICE uint8_t quantize_nearest(const float* code, float x) {
   int lo = 0, hi = kQuantCodes - 1;
   if (x <= code[0]) return 0;
   if (x >= code[hi]) return static_cast<uint8_t>(hi);
-  while (hi - lo > 1) {  // invariant: code[lo] < x <= code[hi]
+  while (hi - lo > 1) {
     const int mid = (lo + hi) / 2;
     if (code[mid] < x)
       lo = mid;

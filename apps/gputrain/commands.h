@@ -20,5 +20,6 @@ int cmd_print_config(const CommonArgs& a, const std::string& format, bool refere
 int cmd_plan(const CommonArgs& a);
 int cmd_data_prepare(const PrepareOptions& o);
 int cmd_data_bench(const CommonArgs& a, const std::vector<int64_t>& workers, int64_t batches);
+int cmd_optim_bench(const CommonArgs& a, int64_t steps);
 
 }  // namespace gputrain::app

@@ -89,6 +89,17 @@ int main(int argc, char** argv) {
   bench->add_option("--workers", bench_workers, "worker counts to measure")->capture_default_str()->expected(1, -1);
   bench->add_option("--batches", bench_batches, "batches per measurement")->capture_default_str()->check(CLI::PositiveNumber);
 
+  auto* optim = cli.add_subcommand("optim", "measure the optimizers");
+  optim->require_subcommand(1);
+  app::CommonArgs optim_bench_args;
+  int64_t optim_bench_steps = 5;
+  auto* optim_bench = optim->add_subcommand(
+      "bench", "time one optimizer step of every optimizer on the recipe's model and device, with state bytes per parameter");
+  add_recipe_args(optim_bench, optim_bench_args, false);
+  optim_bench->add_option("--steps", optim_bench_steps, "timed steps per optimizer (after one warm-up step)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+
   try {
     cli.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -123,6 +134,7 @@ int main(int argc, char** argv) {
       return app::cmd_data_prepare(prep);
     }
     if (*bench) return app::cmd_data_bench(bench_args, bench_workers, bench_batches);
+    if (*optim_bench) return app::cmd_optim_bench(optim_bench_args, optim_bench_steps);
   } catch (const gputrain::Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return gputrain::exit_code_for(e.kind());

@@ -17,7 +17,11 @@ AdamW8bit::AdamW8bit(std::vector<ParamGroup> groups, AdamWOptions opts, AdamW8bi
     if (!g.params.empty()) device = g.params.front().device();
   if (!fused_update_available(device))
     throw runtime_error("adamw8bit has no kernel for device " + device.str() + " in this build");
-  maps_ = {dynamic_quant_map(true).to(device), dynamic_quant_map(false).to(device)};
+  maps_ = {dynamic_quant_map(true).to(device), dynamic_quant_map(false).to(device), nullptr, nullptr};
+  if (device.is_cpu()) {
+    maps_.signed_table = std::make_shared<NearestCodeTable>(maps_.signed_code);
+    maps_.unsigned_table = std::make_shared<NearestCodeTable>(maps_.unsigned_code);
+  }
   const uint8_t zero_m = zero_code(dynamic_quant_map(true)), zero_v = zero_code(dynamic_quant_map(false));
   for (const auto& g : groups_) {
     std::vector<Slot> slots;

@@ -5,6 +5,7 @@
 #pragma once
 #include <torch/types.h>
 
+#include <memory>
 #include <vector>
 
 #include "optim_math.cuh"
@@ -28,9 +29,13 @@ struct FusedAdamW8bitItem {
   uint64_t seed = 0;
 };
 
-// The two 256-entry quantization maps, float32, on the device of the tensors they serve.
+class NearestCodeTable;  // quantization.h
+
+// The two 256-entry quantization maps, float32, on the device of the tensors
+// they serve; on the CPU also their lookup tables (built when absent).
 struct QuantMaps {
   torch::Tensor signed_code, unsigned_code;
+  std::shared_ptr<const NearestCodeTable> signed_table, unsigned_table;
 };
 
 // Whether fused updates can run on `device` (CPU always; CUDA in the CUDA build).

@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "optim/fused_update.h"
+#include "optim/quantization.h"
 
 namespace gputrain {
 namespace {
@@ -46,6 +47,20 @@ struct ParamAccess {
   }
 };
 
+// One contiguous fp32 span: restrict pointers (no aliasing) and
+// -fno-math-errno (lib/CMakeLists.txt) let the compiler vectorize the loop;
+// target_clones adds an AVX2 build picked at load time where the CPU has it.
+__attribute__((target_clones("avx2", "default"))) void adamw_span_f32(float* __restrict p, const float* __restrict g,
+                                                                     float* __restrict m, float* __restrict v,
+                                                                     int64_t n, const AdamWScalars s) {
+  for (int64_t i = 0; i < n; ++i) {
+    float mi = m[i], vi = v[i];
+    p[i] = kernels::adamw_element(p[i], g[i], mi, vi, s);
+    m[i] = mi;
+    v[i] = vi;
+  }
+}
+
 template <bool kBf16>
 void adamw_loop(const std::vector<FusedAdamWItem>& items) {
   using P = ParamAccess<kBf16>;
@@ -60,6 +75,11 @@ void adamw_loop(const std::vector<FusedAdamWItem>& items) {
       float* m = it.exp_avg.data_ptr<float>();
       float* v = it.exp_avg_sq.data_ptr<float>();
       const int64_t lo = (unit - index.first[ti]) * kChunk, hi = std::min(lo + kChunk, it.param.numel());
+      if constexpr (!kBf16) {
+        adamw_span_f32(static_cast<float*>(p) + lo, static_cast<const float*>(g) + lo, m + lo, v + lo, hi - lo,
+                       it.scalars);
+        continue;
+      }
       for (int64_t i = lo; i < hi; ++i)
         P::store(p, i, kernels::adamw_element(P::load(p, i), P::load(g, i), m[i], v[i], it.scalars), it.seed);
     }
@@ -72,6 +92,9 @@ void adamw8bit_loop(const std::vector<FusedAdamW8bitItem>& items, const QuantMap
   constexpr int64_t B = kernels::kQuantBlock;
   const float* code_m = maps.signed_code.data_ptr<float>();
   const float* code_v = maps.unsigned_code.data_ptr<float>();
+  const auto table_m = maps.signed_table ? maps.signed_table : std::make_shared<NearestCodeTable>(maps.signed_code);
+  const auto table_v =
+      maps.unsigned_table ? maps.unsigned_table : std::make_shared<NearestCodeTable>(maps.unsigned_code);
   const UnitIndex index(items, B);
   at::parallel_for(0, index.total, 16, [&](int64_t begin, int64_t end) {
     float m[B], v[B];
@@ -98,8 +121,8 @@ void adamw8bit_loop(const std::vector<FusedAdamW8bitItem>& items, const QuantMap
       am[block] = max_m;
       av[block] = max_v;
       for (int64_t j = 0; j < n; ++j) {
-        qm[lo + j] = kernels::quantize_nearest(code_m, max_m > 0 ? m[j] / max_m : 0.0f);
-        qv[lo + j] = kernels::quantize_nearest(code_v, max_v > 0 ? v[j] / max_v : 0.0f);
+        qm[lo + j] = (*table_m)(max_m > 0 ? m[j] / max_m : 0.0f);
+        qv[lo + j] = (*table_v)(max_v > 0 ? v[j] / max_v : 0.0f);
       }
     }
   });

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <utility>
 #include <vector>
 
 #include "optim_math.cuh"
@@ -35,6 +37,48 @@ torch::Tensor dynamic_quant_map(bool is_signed) {
   if (data.size() != kernels::kQuantCodes) throw runtime_error("dynamic_quant_map: built a map of the wrong size");
   std::sort(data.begin(), data.end());
   return at::tensor(data, at::kFloat);
+}
+
+int NearestCodeTable::key_of(float x) {
+  uint32_t bits;
+  std::memcpy(&bits, &x, sizeof bits);
+  const uint32_t key = (bits & 0x7fffffffu) >> 17;
+  return static_cast<int>(key < kKeys ? key : kKeys - 1);
+}
+
+NearestCodeTable::NearestCodeTable(const torch::Tensor& map) {
+  const at::Tensor c = map.to(at::kFloat).contiguous();
+  std::memcpy(code_, c.data_ptr<float>(), sizeof code_);
+  for (int neg = 0; neg < 2; ++neg) {
+    for (uint32_t k = 0; k < kKeys; ++k) {
+      // The bucket's extreme magnitudes; nearest is monotonic in x, so every
+      // value inside maps to a code between the answers at its two ends.
+      float a, b;
+      const uint32_t lo_bits = k << 17, hi_bits = k == kKeys - 1 ? 0x7f7fffffu : ((k + 1) << 17) - 1;
+      std::memcpy(&a, &lo_bits, sizeof a);
+      std::memcpy(&b, &hi_bits, sizeof b);
+      if (neg) {  // [-b, -a]
+        const float lowest = -b, highest = -a;
+        a = lowest;
+        b = highest;
+      }
+      const uint8_t first = kernels::quantize_nearest(code_, a), last = kernels::quantize_nearest(code_, b);
+      first_[neg][k] = first;
+      count_[neg][k] = static_cast<uint8_t>(last - first + 1);
+    }
+  }
+}
+
+uint8_t NearestCodeTable::operator()(float x) const {
+  const int k = key_of(x);
+  const int neg = std::signbit(x) ? 1 : 0;
+  int best = first_[neg][k];
+  float best_distance = std::fabs(code_[best] - x);
+  for (int c = best + 1, end = first_[neg][k] + count_[neg][k]; c < end; ++c) {
+    const float d = std::fabs(code_[c] - x);
+    if (d < best_distance) best = c, best_distance = d;  // ties keep the lower code
+  }
+  return static_cast<uint8_t>(best);
 }
 
 uint8_t zero_code(const torch::Tensor& map) {

@@ -438,3 +438,28 @@ TEST_CASE("the state-size estimate equals the real optimizer's state, and GPT sh
     }
   }
 }
+
+TEST_CASE("the CPU nearest-code table gives exactly the binary search's code", "[optim][8bit]") {
+  for (bool is_signed : {true, false}) {
+    const at::Tensor map = dynamic_quant_map(is_signed);
+    const float* code = map.data_ptr<float>();
+    const NearestCodeTable table(map);
+    std::vector<float> xs = {0.0f, -0.0f, 1.0f, -1.0f, 1e-30f, -1e-30f, 1e-7f};
+    for (int i = 0; i < 256; ++i) {
+      xs.push_back(code[i]);  // every code, its float neighbours and the midpoints to the next
+      xs.push_back(std::nextafter(code[i], 2.0f));
+      xs.push_back(std::nextafter(code[i], -2.0f));
+      if (i < 255) xs.push_back((code[i] + code[i + 1]) / 2);
+    }
+    at::manual_seed(5);
+    const at::Tensor r = at::rand({200000}) * 2 - 1, e = at::pow(10.0, at::rand({200000}) * -8);
+    const at::Tensor random = at::cat({r, r * e});
+    xs.insert(xs.end(), random.data_ptr<float>(), random.data_ptr<float>() + random.numel());
+    int64_t mismatches = 0;
+    for (float x : xs) {
+      if (!is_signed && x < 0) continue;
+      if (table(x) != kernels::quantize_nearest(code, x)) ++mismatches;
+    }
+    CHECK(mismatches == 0);
+  }
+}

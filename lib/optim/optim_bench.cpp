@@ -1,0 +1,97 @@
+#include "optim/optim_bench.h"
+
+#include <torch/optim/adamw.h>
+
+#include <chrono>
+#include <cstdio>
+
+#include "model/gpt.h"
+#include "optim/make_optimizer.h"
+#include "precision/precision.h"
+#include "util/device.h"
+
+namespace gputrain {
+
+namespace {
+
+template <class Step>
+double mean_step_ms(const torch::Device& device, int64_t steps, Step step) {
+  step();  // warm-up: allocations, thread pools, kernel loading
+  synchronize(device);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int64_t i = 0; i < steps; ++i) step();
+  synchronize(device);
+  const std::chrono::duration<double, std::milli> ms = std::chrono::steady_clock::now() - t0;
+  return ms.count() / static_cast<double>(steps);
+}
+
+}  // namespace
+
+OptimBenchResult bench_optimizers(const Settings& s, int64_t steps) {
+  OptimBenchResult r;
+  r.threads = resolve_threads(s.run.threads);
+  at::set_num_threads(static_cast<int>(r.threads));
+  const torch::Device device = resolve_device(s.run.device);
+  r.device = device_name(device);
+  const Precision precision(s.precision, device);
+  torch::manual_seed(static_cast<uint64_t>(s.run.seed));
+  Gpt model(s.model);
+  model->to(device, precision.weight_dtype());
+  r.parameters = model->parameter_count();
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& p : model->parameters()) p.mutable_grad() = at::randn_like(p) * 1e-2;
+  }
+  const double lr = 1e-5;  // small: the weights barely move across configurations
+  struct Config {
+    OptimName name;
+    OptimImpl impl;
+    double adafactor_beta1 = 0;
+  };
+  for (Config c : {Config{OptimName::kAdamW, OptimImpl::kForeach}, Config{OptimName::kAdamW, OptimImpl::kFused},
+                   Config{OptimName::kAdamW8bit, OptimImpl::kFused}, Config{OptimName::kAdafactor, OptimImpl::kForeach},
+                   Config{OptimName::kAdafactor, OptimImpl::kForeach, 0.9}, Config{OptimName::kLion, OptimImpl::kForeach},
+                   Config{OptimName::kSgd, OptimImpl::kForeach}}) {
+    OptimSettings o = s.optim;
+    o.name = c.name;
+    o.impl = c.impl;
+    o.adafactor.beta1 = c.adafactor_beta1;
+    auto opt = make_optimizer(*model, o);
+    const double ms = mean_step_ms(device, steps, [&] { opt->step(lr); });
+    // describe() is "name, kernel; details": the table wants the kernel.
+    const std::string desc = opt->describe();
+    std::string kernel = desc.substr(desc.find(", ") + 2);
+    kernel = kernel.substr(0, kernel.find(';'));
+    if (c.name == OptimName::kAdafactor) kernel += c.adafactor_beta1 > 0 ? ", beta1 0.9" : ", beta1 0 (no momentum)";
+    r.rows.push_back({optim_name(c.name), kernel,
+                      static_cast<double>(opt->state_bytes()) / static_cast<double>(r.parameters), ms});
+  }
+  if (precision.weight_dtype() == at::kFloat) {  // LibTorch's AdamW keeps moments in the parameters' dtype
+    torch::optim::AdamW ref(model->parameters(), torch::optim::AdamWOptions(lr)
+                                                     .betas({s.optim.betas[0], s.optim.betas[1]})
+                                                     .eps(s.optim.eps)
+                                                     .weight_decay(s.optim.weight_decay));
+    const double ms = mean_step_ms(device, steps, [&] { ref.step(); });
+    int64_t bytes = 0;
+    for (const auto& [key, state] : ref.state()) {
+      const auto& st = static_cast<const torch::optim::AdamWParamState&>(*state);
+      bytes += static_cast<int64_t>(st.exp_avg().nbytes() + st.exp_avg_sq().nbytes() + 8);
+    }
+    r.rows.push_back({"torch::optim::AdamW", "LibTorch C++ (a loop of ops per tensor)",
+                      static_cast<double>(bytes) / static_cast<double>(r.parameters), ms});
+  }
+  return r;
+}
+
+std::string optim_bench_table(const OptimBenchResult& r) {
+  std::string out = "| optimizer | update kernel | state bytes / parameter | step ms |\n|---|---|---:|---:|\n";
+  for (const auto& row : r.rows) {
+    char line[256];
+    std::snprintf(line, sizeof line, "| %s | %s | %.2f | %.1f |\n", row.optimizer.c_str(), row.kernel.c_str(),
+                  row.state_bytes_per_param, row.step_ms);
+    out += line;
+  }
+  return out;
+}
+
+}  // namespace gputrain
