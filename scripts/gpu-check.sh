@@ -27,6 +27,11 @@ build=$?
 # The single-device techniques table on the GPU (docs/benchmarks.md), GPT-2-small-like shapes.
 python3 bench/techniques.py --binary build-gpu/gputrain --device cuda --steps 20 --vocab 50304 --d 768 --heads 12 \
   --layers 12 --seq 1024 --batch 8 > "$OUT/techniques.md" 2>&1
+# The optimizer table on the GPU (fp32 and bf16 weights), GPT-2 124M.
+for mode in fp32 bf16-pure; do
+  ./build-gpu/gputrain optim bench configs/gpt2-124m.yaml --steps 20 --set run.device=cuda \
+    --set precision.mode=$mode > "$OUT/optim-$mode.md" 2>&1
+done
 python3 - "$OUT" "$build" "$tests" "$qs" <<'PY'
 import json, os, sys
 out, build, tests, qs = sys.argv[1], *map(int, sys.argv[2:])
