@@ -191,9 +191,14 @@ void check_optim(Checker& c) {
       {"optim.adafactor.", {OptimName::kAdafactor}},
       {"optim.lion.", {OptimName::kLion}},
       {"optim.sgd.", {OptimName::kSgd}}};
-  const std::string name = settings_to_json(c.s)["optim"]["name"].get<std::string>();
+  const nlohmann::ordered_json current = settings_to_json(c.s), defaults = settings_to_json(Settings{});
+  const std::string name = current["optim"]["name"].get<std::string>();
+  auto value_at = [](const nlohmann::ordered_json& j, const std::string& key) {
+    return j.at(nlohmann::ordered_json::json_pointer("/" + std::regex_replace(key, std::regex("\\."), "/")));
+  };
   for (const auto& [key, origin] : c.origins) {
-    if (origin.is_default()) continue;
+    // A resolved recipe spells out every key; only a changed value is a mistake.
+    if (origin.is_default() || !find_field(key) || value_at(current, key) == value_at(defaults, key)) continue;
     for (const auto& [prefix, users] : owners) {
       const bool match = prefix.back() == '.' ? key.compare(0, prefix.size(), prefix) == 0 : key == prefix;
       if (match && std::find(users.begin(), users.end(), o.name) == users.end())

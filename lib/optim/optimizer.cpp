@@ -3,12 +3,20 @@
 #include <ATen/ATen.h>
 
 #include <set>
+#include <stdexcept>
 #include <sstream>
 
 #include "precision/stochastic_round.h"
 #include "util/error.h"
 
 namespace gputrain {
+
+Optimizer::Optimizer(std::vector<ParamGroup> groups) : groups_(std::move(groups)) {
+  for (const auto& g : groups_)
+    if (g.names.size() != g.params.size())
+      throw std::invalid_argument("optimizer: parameter group '" + g.name + "' has " + std::to_string(g.params.size()) +
+                                  " parameters but " + std::to_string(g.names.size()) + " names");
+}
 
 void Optimizer::zero_grad() {
   for (auto& g : groups_)

@@ -25,7 +25,8 @@ struct StateEntry {
 
 class Optimizer {
  public:
-  explicit Optimizer(std::vector<ParamGroup> groups) : groups_(std::move(groups)) {}
+  // Every group names each of its parameters (the state's names derive from them).
+  explicit Optimizer(std::vector<ParamGroup> groups);
   virtual ~Optimizer() = default;
   Optimizer(const Optimizer&) = delete;
   Optimizer& operator=(const Optimizer&) = delete;

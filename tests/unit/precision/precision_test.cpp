@@ -48,9 +48,7 @@ TEST_CASE("fp16 loss scaling: an inf gradient skips the step and backs off, clea
   Precision precision(ps, torch::kCPU);
   REQUIRE(precision.has_scaler());
   auto w = torch::ones({4}, torch::requires_grad());
-  ParamGroup group;
-  group.params = {w};
-  AdamW opt({group}, AdamWOptions{});
+  AdamW opt({ParamGroup{"g", {"w"}, {w}, 0.0, 1.0}}, AdamWOptions{});
   auto run_step = [&](bool inject_inf) {
     auto loss = (w * w).sum();
     precision.for_backward(loss).backward();
