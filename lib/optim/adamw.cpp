@@ -19,6 +19,12 @@ uint64_t rounding_seed(int64_t step, size_t tensor_serial) {
 
 AdamW::AdamW(std::vector<ParamGroup> groups, AdamWOptions opts, UpdateKernel kernel)
     : Optimizer(std::move(groups)), opts_(opts), kernel_(kernel) {
+  for (const auto& g : groups_)
+    for (size_t i = 0; i < g.params.size() && kernel_ == UpdateKernel::kFused; ++i)
+      if (!g.params[i].is_contiguous()) {  // the fused loops index raw memory
+        spdlog::warn("adamw: parameter {} is not contiguous; using the foreach update", g.names[i]);
+        kernel_ = UpdateKernel::kForeach;
+      }
   for (const auto& g : groups_) {
     std::vector<Slot> slots;
     for (size_t i = 0; i < g.params.size(); ++i) {

@@ -142,3 +142,18 @@ TEST_CASE("global-norm clipping scales all gradients together", "[optim]") {
   CHECK(a.grad()[0].item<double>() == Approx(0.3).epsilon(1e-5));  // under the limit: unchanged
   CHECK(clip_grad_norm({a, b}, 0.0).item<double>() == Approx(0.5));  // 0 = measure only
 }
+
+TEST_CASE("fused AdamW falls back to foreach for a non-contiguous parameter", "[optim]") {
+  auto t = torch::randn({4, 3}).t();  // a transposed leaf: strides (1, 3)
+  REQUIRE_FALSE(t.is_contiguous());
+  auto ref = t.contiguous().clone();
+  AdamW opt({ParamGroup{"g", {"t"}, {t}, 0.0, 1.0}}, {}, UpdateKernel::kFused);
+  CHECK_THAT(opt.describe(), Catch::Contains("foreach"));
+  AdamW dense({ParamGroup{"g", {"r"}, {ref}, 0.0, 1.0}}, {}, UpdateKernel::kFused);
+  auto g = torch::randn({3, 4});
+  t.mutable_grad() = g.clone();
+  ref.mutable_grad() = g.clone();
+  opt.step(0.1);
+  dense.step(0.1);
+  CHECK(torch::allclose(t, ref, 1e-6, 1e-7));
+}
