@@ -2,7 +2,8 @@
 # Installs what gputrain needs on Debian 12 and is quick when all is there:
 #  - Debian packages: compiler, CMake, yaml-cpp, CLI11, spdlog, nlohmann-json, Catch2, ccache
 #  - a Python virtual environment with the pip torch package (LibTorch with
-#    CUDA, pinned) and HF tokenizers (the tests' reference GPT-2 encoder),
+#    CUDA, pinned), HF tokenizers (the tests' reference GPT-2 encoder) and
+#    HF safetensors (the reference for our checkpoint files),
 #    outside the checkout, so fresh clones and CI reuse it.
 # Prints nothing but progress; the venv path is $GPUTRAIN_VENV (default in scripts/env.sh).
 set -euo pipefail
@@ -10,6 +11,8 @@ set -euo pipefail
 TORCH_VERSION="${GPUTRAIN_TORCH_VERSION:-2.11.0}"
 # HF tokenizers: the reference GPT-2 encoder the tests compare our BPE with.
 TOKENIZERS_VERSION="0.23.3"
+# HF safetensors: the reference reader/writer the checkpoint tests check our files against.
+SAFETENSORS_VERSION="0.8.0"
 source "$(dirname "$0")/env.sh"
 APT_PACKAGES=(build-essential cmake git pkg-config python3 python3-venv python3-pip
               libyaml-cpp-dev libcli11-dev libspdlog-dev libfmt-dev nlohmann-json3-dev catch2 ccache)
@@ -42,5 +45,9 @@ fi
 if ! "$VENV/bin/python" -c "import tokenizers, sys; sys.exit(0 if tokenizers.__version__ == '$TOKENIZERS_VERSION' else 1)" 2>/dev/null; then
   echo "setup: installing tokenizers $TOKENIZERS_VERSION (reference tokenizer for tests) into $VENV"
   "$VENV/bin/python" -m pip install -q "tokenizers==$TOKENIZERS_VERSION"
+fi
+if ! "$VENV/bin/python" -c "import safetensors, sys; sys.exit(0 if safetensors.__version__ == '$SAFETENSORS_VERSION' else 1)" 2>/dev/null; then
+  echo "setup: installing safetensors $SAFETENSORS_VERSION (reference format library for tests) into $VENV"
+  "$VENV/bin/python" -m pip install -q "safetensors==$SAFETENSORS_VERSION"
 fi
 echo "setup: ok (torch $("$VENV/bin/python" -c 'import torch;print(torch.__version__)' 2>/dev/null) in $VENV)"

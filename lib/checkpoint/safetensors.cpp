@@ -1,0 +1,196 @@
+#include "checkpoint/safetensors.h"
+
+#include <ATen/ATen.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "data/mapped_file.h"
+#include "util/error.h"
+
+namespace gputrain {
+namespace {
+
+using json = nlohmann::ordered_json;
+
+const std::vector<std::pair<std::string, at::ScalarType>>& dtype_table() {
+  static const std::vector<std::pair<std::string, at::ScalarType>> t = {
+      {"F64", at::kDouble}, {"F32", at::kFloat},  {"F16", at::kHalf},  {"BF16", at::kBFloat16},
+      {"I64", at::kLong},   {"I32", at::kInt},    {"I16", at::kShort}, {"I8", at::kChar},
+      {"U8", at::kByte},    {"BOOL", at::kBool}};
+  return t;
+}
+
+// POSIX file writing with errors that name the file.
+class OutFile {
+ public:
+  explicit OutFile(const std::string& path) : path_(path) {
+    fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd_ < 0) fail("cannot create");
+  }
+  ~OutFile() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  void write(const void* data, size_t n) {
+    const char* p = static_cast<const char*>(data);
+    while (n > 0) {
+      const ssize_t w = ::write(fd_, p, n);
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) fail("cannot write");
+      p += w;
+      n -= static_cast<size_t>(w);
+    }
+  }
+  void sync_and_close() {
+    if (::fsync(fd_) != 0) fail("cannot fsync");
+    const int fd = fd_;
+    fd_ = -1;
+    if (::close(fd) != 0) fail("cannot close");
+  }
+
+ private:
+  [[noreturn]] void fail(const char* what) {
+    throw runtime_error(std::string(what) + " '" + path_ + "': " + std::strerror(errno));
+  }
+  std::string path_;
+  int fd_ = -1;
+};
+
+void fsync_directory(const std::filesystem::path& dir) {
+  const int fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return;  // best effort: some filesystems refuse directory handles
+  ::fsync(fd);
+  ::close(fd);
+}
+
+}  // namespace
+
+std::string safetensors_dtype(torch::ScalarType t) {
+  for (const auto& [name, type] : dtype_table())
+    if (type == t) return name;
+  throw runtime_error(std::string("safetensors: no dtype for ") + c10::toString(t));
+}
+
+const torch::Tensor* SafetensorsFile::find(const std::string& name) const {
+  for (const auto& t : tensors)
+    if (t.name == name) return &t.tensor;
+  return nullptr;
+}
+
+void write_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  json header = json::object();
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+  std::vector<at::Tensor> bytes;
+  std::set<std::string> names;
+  uint64_t offset = 0;
+  for (const auto& [name, t] : tensors) {
+    if (name == "__metadata__" || !names.insert(name).second)
+      throw runtime_error("safetensors: tensor name '" + name + "' is reserved or repeated (writing " + path + ")");
+    at::Tensor c = t.detach().to(at::kCPU).contiguous();
+    const uint64_t n = c.nbytes();
+    header[name] = {{"dtype", safetensors_dtype(c.scalar_type())}, {"shape", c.sizes().vec()},
+                    {"data_offsets", {offset, offset + n}}};
+    offset += n;
+    bytes.push_back(std::move(c));
+  }
+  std::string h = header.dump();
+  h.append((8 - h.size() % 8) % 8, ' ');  // the data starts 8-byte aligned, as the reference writer does
+  const std::filesystem::path target(path);
+  const std::string tmp = path + ".tmp";
+  {
+    OutFile f(tmp);
+    uint64_t len = h.size();
+    unsigned char le[8];
+    for (int i = 0; i < 8; ++i) le[i] = static_cast<unsigned char>(len >> (8 * i));
+    f.write(le, 8);
+    f.write(h.data(), h.size());
+    for (const auto& c : bytes) f.write(c.data_ptr(), c.nbytes());
+    f.sync_and_close();
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, target, ec);
+  if (ec) throw runtime_error("cannot rename '" + tmp + "' to '" + path + "': " + ec.message());
+  fsync_directory(target.parent_path());
+}
+
+SafetensorsFile read_safetensors(const std::string& path) {
+  MappedFile file(path);
+  auto bad = [&](const std::string& what) {
+    return data_error("'" + path + "' is not a valid safetensors file: " + what +
+                      "\n    fix: the file is truncated or corrupt; use another copy or checkpoint");
+  };
+  if (file.size() < 8) throw bad("it has " + std::to_string(file.size()) + " bytes, fewer than the 8-byte header length");
+  uint64_t len = 0;
+  for (int i = 7; i >= 0; --i) len = (len << 8) | file.data()[i];
+  if (len > file.size() - 8)
+    throw bad("the header claims " + std::to_string(len) + " bytes but the file has " + std::to_string(file.size()));
+  json header;
+  try {
+    header = json::parse(file.data() + 8, file.data() + 8 + len);
+  } catch (const json::exception& e) {
+    throw bad(std::string("its header is not JSON (") + e.what() + ")");
+  }
+  if (!header.is_object()) throw bad("its header is not a JSON object");
+  const uint8_t* data = file.data() + 8 + len;
+  const uint64_t data_size = file.size() - 8 - len;
+  SafetensorsFile out;
+  std::vector<std::pair<uint64_t, uint64_t>> ranges;
+  for (const auto& [name, entry] : header.items()) {
+    try {
+      if (name == "__metadata__") {
+        for (const auto& [k, v] : entry.items()) out.metadata[k] = v.get<std::string>();
+        continue;
+      }
+      const std::string dtype = entry.at("dtype").get<std::string>();
+      const auto shape = entry.at("shape").get<std::vector<int64_t>>();
+      const auto offsets = entry.at("data_offsets").get<std::vector<uint64_t>>();
+      auto it = std::find_if(dtype_table().begin(), dtype_table().end(), [&](const auto& d) { return d.first == dtype; });
+      if (it == dtype_table().end()) throw bad("tensor '" + name + "' has dtype " + dtype + ", which gputrain does not read");
+      if (offsets.size() != 2 || offsets[0] > offsets[1])
+        throw bad("tensor '" + name + "' has a malformed byte range");
+      if (offsets[1] > data_size)
+        throw bad("tensor '" + name + "' ends at data byte " + std::to_string(offsets[1]) + ", past the file's " +
+                  std::to_string(data_size) + " (truncated?)");
+      uint64_t numel = 1;
+      for (int64_t s : shape) {
+        if (s < 0) throw bad("tensor '" + name + "' has a negative dimension");
+        numel *= static_cast<uint64_t>(s);
+      }
+      const uint64_t expected = numel * c10::elementSize(it->second);
+      if (offsets[1] - offsets[0] != expected)
+        throw bad("tensor '" + name + "' has " + std::to_string(offsets[1] - offsets[0]) + " bytes but its shape needs " +
+                  std::to_string(expected));
+      at::Tensor t = at::empty(shape, at::TensorOptions().dtype(it->second));
+      if (expected > 0) std::memcpy(t.data_ptr(), data + offsets[0], expected);
+      out.tensors.push_back({name, t});
+      ranges.emplace_back(offsets[0], offsets[1]);
+    } catch (const json::exception& e) {
+      throw bad("the header entry of '" + name + "' is malformed (" + e.what() + ")");
+    }
+  }
+  // The ranges must tile the data exactly: no holes, no overlaps, nothing left over.
+  std::vector<size_t> order(ranges.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return ranges[a] < ranges[b]; });
+  uint64_t end = 0;
+  std::vector<NamedTensor> sorted;
+  for (size_t i : order) {
+    if (ranges[i].first != end)
+      throw bad("tensor '" + out.tensors[i].name + "' starts at byte " + std::to_string(ranges[i].first) + ", not " +
+                std::to_string(end) + " (a hole or an overlap)");
+    end = ranges[i].second;
+    sorted.push_back(out.tensors[i]);
+  }
+  if (end != data_size) throw bad(std::to_string(data_size - end) + " bytes after the last tensor");
+  out.tensors = std::move(sorted);
+  return out;
+}
+
+}  // namespace gputrain

@@ -1,0 +1,44 @@
+// The safetensors format (huggingface/safetensors): an 8-byte little-endian
+// header length, a JSON header mapping each tensor name to its dtype, shape
+// and [begin, end) byte range in the data that follows, an optional
+// "__metadata__" object of string pairs, then the raw little-endian bytes.
+// Checkpoint weights and Hugging Face interop use it.
+#pragma once
+#include <torch/types.h>
+
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace gputrain {
+
+struct NamedTensor {
+  std::string name;
+  torch::Tensor tensor;
+};
+
+// Writes `tensors` (any device, any layout; copied to contiguous CPU bytes)
+// to `path` atomically: a temporary file in the same directory, flushed and
+// fsynced, then renamed over `path`, and the directory fsynced; a crash at
+// any moment leaves either the old file or the complete new one. Names must
+// be unique and not "__metadata__". Throws a runtime Error naming the file.
+void write_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
+                       const std::map<std::string, std::string>& metadata = {});
+
+struct SafetensorsFile {
+  std::vector<NamedTensor> tensors;  // in file order (by offset), CPU, owning their memory
+  std::map<std::string, std::string> metadata;
+  const torch::Tensor* find(const std::string& name) const;
+};
+
+// Reads and validates a whole file: header size within the file, valid JSON,
+// known dtypes, each byte range matching its shape, ranges covering the data
+// exactly once (no holes, no overlaps, nothing after). Any violation is a
+// DataError naming the file and what is wrong.
+SafetensorsFile read_safetensors(const std::string& path);
+
+// The safetensors dtype name of a tensor type ("F32", "BF16", ...); throws for unsupported types.
+std::string safetensors_dtype(torch::ScalarType t);
+
+}  // namespace gputrain
