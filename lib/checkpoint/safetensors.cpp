@@ -13,6 +13,7 @@
 
 #include "data/mapped_file.h"
 #include "util/error.h"
+#include "util/fsync.h"
 
 namespace gputrain {
 namespace {
@@ -61,13 +62,6 @@ class OutFile {
   std::string path_;
   int fd_ = -1;
 };
-
-void fsync_directory(const std::filesystem::path& dir) {
-  const int fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return;  // best effort: some filesystems refuse directory handles
-  ::fsync(fd);
-  ::close(fd);
-}
 
 }  // namespace
 

@@ -1,0 +1,58 @@
+// Checkpoint directories that a crash cannot corrupt. A checkpoint is a
+// directory <root>/step_<N> of files plus manifest.json listing each file's
+// size and CRC-32C. It is assembled under a hidden temporary name, every file
+// and the manifest fsynced, then renamed into place in one step, so a
+// process killed at any moment (SIGKILL included) leaves the previous
+// checkpoints untouched and at worst a temporary directory that readers
+// ignore and the next writer removes.
+#pragma once
+#include <cstdint>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "checkpoint/safetensors.h"
+
+namespace gputrain {
+
+class CheckpointWriter {
+ public:
+  // Starts step `step` under `root` (created if missing).
+  CheckpointWriter(const std::filesystem::path& root, int64_t step);
+  ~CheckpointWriter();  // an uncommitted checkpoint's temporary directory is removed
+  CheckpointWriter(const CheckpointWriter&) = delete;
+  CheckpointWriter& operator=(const CheckpointWriter&) = delete;
+
+  void add_safetensors(const std::string& file, const std::vector<NamedTensor>& tensors,
+                       const std::map<std::string, std::string>& metadata = {});
+  void add_json(const std::string& file, const nlohmann::ordered_json& content);
+  // Writes the manifest and moves the checkpoint into place; returns its path.
+  // An existing checkpoint of the same step is replaced.
+  std::filesystem::path commit();
+
+ private:
+  std::filesystem::path root_, tmp_, final_;
+  int64_t step_;
+  bool committed_ = false;
+};
+
+// Why `dir` is not a complete checkpoint (missing or unreadable manifest, a
+// listed file missing, of the wrong size or checksum), or nullopt when it is.
+std::optional<std::string> checkpoint_problem(const std::filesystem::path& dir);
+
+struct CheckpointListing {
+  std::vector<std::filesystem::path> complete;  // oldest first
+  std::vector<std::pair<std::filesystem::path, std::string>> broken;  // with the reason
+};
+// The step_<N> directories under root, verified (temporary ones are ignored).
+CheckpointListing list_checkpoints(const std::filesystem::path& root);
+
+// Removes all but the newest `keep_last` complete checkpoints (0 = keep all).
+void prune_checkpoints(const std::filesystem::path& root, int64_t keep_last);
+
+// CRC-32C (Castagnoli) of a file's bytes.
+uint32_t file_crc32c(const std::filesystem::path& file);
+
+}  // namespace gputrain

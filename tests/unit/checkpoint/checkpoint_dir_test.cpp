@@ -1,0 +1,97 @@
+// Checkpoint directories: committed atomically with a manifest of sizes and
+// CRC-32C; unfinished, truncated or corrupt ones are detected and named;
+// leftovers of killed writers are ignored, then cleaned; pruning keeps the newest.
+#include <catch2/catch.hpp>
+#include <ATen/ATen.h>
+
+#include <fstream>
+
+#include "checkpoint/checkpoint_dir.h"
+#include "test_util.h"
+
+using namespace gputrain;
+using namespace gputrain::test;
+using Catch::Matchers::Contains;
+namespace fs = std::filesystem;
+
+namespace {
+
+fs::path save(const fs::path& root, int64_t step, float value) {
+  CheckpointWriter w(root, step);
+  w.add_safetensors("model.safetensors", {{"w", at::full({64, 64}, value)}});
+  w.add_json("state.json", {{"step", step}});
+  return w.commit();
+}
+
+}  // namespace
+
+TEST_CASE("CRC-32C matches the standard check value", "[checkpoint]") {
+  TempDir dir;
+  write_file(dir.file("x"), "123456789");
+  CHECK(file_crc32c(dir.file("x")) == 0xe3069283u);
+}
+
+TEST_CASE("checkpoint: a committed directory verifies and holds what was added", "[checkpoint]") {
+  TempDir dir;
+  const fs::path p = save(dir.path() / "ckpt", 100, 1.5f);
+  CHECK(p.filename() == "step_00000100");
+  CHECK_FALSE(checkpoint_problem(p).has_value());
+  CHECK(torch::equal(*read_safetensors((p / "model.safetensors").string()).find("w"), at::full({64, 64}, 1.5f)));
+  CHECK(read_json((p / "state.json").string())["step"] == 100);
+  auto manifest = read_json((p / "manifest.json").string());
+  CHECK(manifest["files"]["model.safetensors"]["bytes"].get<uint64_t>() == fs::file_size(p / "model.safetensors"));
+  // Only the checkpoint is left: no temporary directories.
+  CHECK(std::distance(fs::directory_iterator(dir.path() / "ckpt"), fs::directory_iterator()) == 1);
+  // Saving the same step again replaces it whole.
+  save(dir.path() / "ckpt", 100, 2.5f);
+  CHECK(torch::equal(*read_safetensors((p / "model.safetensors").string()).find("w"), at::full({64, 64}, 2.5f)));
+}
+
+TEST_CASE("checkpoint: unfinished, truncated and corrupt checkpoints are named, good ones untouched", "[checkpoint]") {
+  TempDir dir;
+  const fs::path root = dir.path() / "ckpt";
+  save(root, 1, 1.0f);
+  const fs::path two = save(root, 2, 2.0f);
+  const fs::path three = save(root, 3, 3.0f);
+  {
+    // A writer that never commits (its process killed: no destructor runs) leaves only a hidden directory.
+    auto* leaked = new CheckpointWriter(root, 4);
+    leaked->add_safetensors("model.safetensors", {{"w", at::ones({8})}});
+    (void)leaked;  // deliberately never destroyed, as after SIGKILL
+  }
+  fs::resize_file(two / "model.safetensors", fs::file_size(two / "model.safetensors") - 100);
+  {
+    std::fstream f(three / "model.safetensors", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(-10, std::ios::end);
+    f.put('\x7f');
+  }
+  fs::create_directories(root / "step_00000005");  // a directory without a manifest
+  const CheckpointListing l = list_checkpoints(root);
+  REQUIRE(l.complete.size() == 1);
+  CHECK(l.complete[0].filename() == "step_00000001");
+  REQUIRE(l.broken.size() == 3);
+  CHECK_THAT(l.broken[0].second, Contains("model.safetensors has") && Contains("the manifest says"));
+  CHECK_THAT(l.broken[1].second, Contains("model.safetensors fails its checksum"));
+  CHECK_THAT(l.broken[2].second, Contains("no manifest.json"));
+  // The next writer clears the killed one's leftovers.
+  bool leftover = false;
+  for (const auto& e : fs::directory_iterator(root)) leftover |= e.path().filename().string().rfind(".tmp-", 0) == 0;
+  CHECK(leftover);
+  save(root, 6, 6.0f);
+  leftover = false;
+  for (const auto& e : fs::directory_iterator(root)) leftover |= e.path().filename().string().rfind(".tmp-", 0) == 0;
+  CHECK_FALSE(leftover);
+}
+
+TEST_CASE("checkpoint: pruning keeps the newest complete checkpoints", "[checkpoint]") {
+  TempDir dir;
+  const fs::path root = dir.path() / "ckpt";
+  for (int64_t s : {10, 20, 30, 40}) save(root, s, static_cast<float>(s));
+  prune_checkpoints(root, 2);
+  const CheckpointListing l = list_checkpoints(root);
+  REQUIRE(l.complete.size() == 2);
+  CHECK(l.complete[0].filename() == "step_00000030");
+  CHECK(l.complete[1].filename() == "step_00000040");
+  prune_checkpoints(root, 0);  // 0 keeps all
+  CHECK(list_checkpoints(root).complete.size() == 2);
+}
