@@ -193,8 +193,9 @@ void check_optim(Checker& c) {
       {"optim.sgd.", {OptimName::kSgd}}};
   const nlohmann::ordered_json current = settings_to_json(c.s), defaults = settings_to_json(Settings{});
   const std::string name = current["optim"]["name"].get<std::string>();
-  auto value_at = [](const nlohmann::ordered_json& j, const std::string& key) {
-    return j.at(nlohmann::ordered_json::json_pointer("/" + std::regex_replace(key, std::regex("\\."), "/")));
+  auto value_at = [](const nlohmann::ordered_json& j, std::string key) {
+    std::replace(key.begin(), key.end(), '.', '/');
+    return j.at(nlohmann::ordered_json::json_pointer("/" + key));
   };
   for (const auto& [key, origin] : c.origins) {
     // A resolved recipe spells out every key; only a changed value is a mistake.

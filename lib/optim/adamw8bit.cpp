@@ -12,17 +12,11 @@ bool adamw8bit_quantizes(const std::string& name, int64_t numel, const AdamW8bit
 
 AdamW8bit::AdamW8bit(std::vector<ParamGroup> groups, AdamWOptions opts, AdamW8bitSettings rule)
     : Optimizer(std::move(groups)), opts_(opts) {
-  torch::Device device = torch::kCPU;
-  for (const auto& g : groups_)
-    if (!g.params.empty()) device = g.params.front().device();
+  const torch::Device device = device_of(groups_);
   if (!fused_update_available(device))
     throw runtime_error("adamw8bit has no kernel for device " + device.str() + " in this build");
-  maps_ = {dynamic_quant_map(true).to(device), dynamic_quant_map(false).to(device), nullptr, nullptr};
-  if (device.is_cpu()) {
-    maps_.signed_table = std::make_shared<NearestCodeTable>(maps_.signed_code);
-    maps_.unsigned_table = std::make_shared<NearestCodeTable>(maps_.unsigned_code);
-  }
-  const uint8_t zero_m = zero_code(dynamic_quant_map(true)), zero_v = zero_code(dynamic_quant_map(false));
+  maps_ = make_quant_maps(device);
+  const uint8_t zero_m = zero_code(maps_.signed_code.cpu()), zero_v = zero_code(maps_.unsigned_code.cpu());
   for (const auto& g : groups_) {
     std::vector<Slot> slots;
     for (size_t i = 0; i < g.params.size(); ++i) {

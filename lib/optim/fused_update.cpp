@@ -3,6 +3,7 @@
 #include <map>
 #include <utility>
 
+#include "optim/quantization.h"
 #include "util/error.h"
 
 namespace gputrain {
@@ -13,6 +14,16 @@ bool fused_update_available(const torch::Device& device) {
 #else
   return device.is_cpu();
 #endif
+}
+
+QuantMaps make_quant_maps(const torch::Device& device) {
+  const at::Tensor s = dynamic_quant_map(true), u = dynamic_quant_map(false);
+  QuantMaps maps{s.to(device), u.to(device), nullptr, nullptr};
+  if (device.is_cpu()) {
+    maps.signed_table = std::make_shared<NearestCodeTable>(s);
+    maps.unsigned_table = std::make_shared<NearestCodeTable>(u);
+  }
+  return maps;
 }
 
 namespace {

@@ -32,11 +32,12 @@ struct FusedAdamW8bitItem {
 class NearestCodeTable;  // quantization.h
 
 // The two 256-entry quantization maps, float32, on the device of the tensors
-// they serve; on the CPU also their lookup tables (built when absent).
+// they serve; on the CPU also their lookup tables.
 struct QuantMaps {
   torch::Tensor signed_code, unsigned_code;
   std::shared_ptr<const NearestCodeTable> signed_table, unsigned_table;
 };
+QuantMaps make_quant_maps(const torch::Device& device);
 
 // Whether fused updates can run on `device` (CPU always; CUDA in the CUDA build).
 bool fused_update_available(const torch::Device& device);

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
 
 #include "optim/fused_update.h"
 #include "optim/quantization.h"
@@ -92,9 +93,8 @@ void adamw8bit_loop(const std::vector<FusedAdamW8bitItem>& items, const QuantMap
   constexpr int64_t B = kernels::kQuantBlock;
   const float* code_m = maps.signed_code.data_ptr<float>();
   const float* code_v = maps.unsigned_code.data_ptr<float>();
-  const auto table_m = maps.signed_table ? maps.signed_table : std::make_shared<NearestCodeTable>(maps.signed_code);
-  const auto table_v =
-      maps.unsigned_table ? maps.unsigned_table : std::make_shared<NearestCodeTable>(maps.unsigned_code);
+  const NearestCodeTable& table_m = *maps.signed_table;  // make_quant_maps builds them for the CPU
+  const NearestCodeTable& table_v = *maps.unsigned_table;
   const UnitIndex index(items, B);
   at::parallel_for(0, index.total, 16, [&](int64_t begin, int64_t end) {
     float m[B], v[B];
@@ -121,8 +121,8 @@ void adamw8bit_loop(const std::vector<FusedAdamW8bitItem>& items, const QuantMap
       am[block] = max_m;
       av[block] = max_v;
       for (int64_t j = 0; j < n; ++j) {
-        qm[lo + j] = (*table_m)(max_m > 0 ? m[j] / max_m : 0.0f);
-        qv[lo + j] = (*table_v)(max_v > 0 ? v[j] / max_v : 0.0f);
+        qm[lo + j] = table_m(max_m > 0 ? m[j] / max_m : 0.0f);
+        qv[lo + j] = table_v(max_v > 0 ? v[j] / max_v : 0.0f);
       }
     }
   });
@@ -140,6 +140,8 @@ void fused_adamw_cpu(const std::vector<FusedAdamWItem>& items) {
 
 void fused_adamw8bit_cpu(const std::vector<FusedAdamW8bitItem>& items, const QuantMaps& maps) {
   if (items.empty()) return;
+  if (!maps.signed_table || !maps.unsigned_table)
+    throw std::logic_error("fused_adamw8bit_cpu: maps without lookup tables (build them with make_quant_maps)");
   if (items.front().param.scalar_type() == at::kBFloat16)
     adamw8bit_loop<true>(items, maps);
   else

@@ -17,13 +17,12 @@ std::string optim_name(OptimName name) {
 
 KernelChoice choose_kernel(OptimName name, OptimImpl impl, const torch::Device& device) {
   const std::string n = optim_name(name);
-  const bool has_fused = name == OptimName::kAdamW || name == OptimName::kAdamW8bit;
   if (name == OptimName::kAdamW8bit) {
     if (impl == OptimImpl::kForeach)
       return {UpdateKernel::kFused, "optim.impl: foreach: adamw8bit has no foreach implementation; using fused"};
     return {UpdateKernel::kFused, ""};
   }
-  if (!has_fused) {
+  if (name != OptimName::kAdamW) {  // adafactor, lion, sgd: no fused kernel
     if (impl == OptimImpl::kFused)
       return {UpdateKernel::kForeach, "optim.impl: fused: " + n + " has no fused kernel; using foreach"};
     return {UpdateKernel::kForeach, ""};
@@ -37,10 +36,7 @@ KernelChoice choose_kernel(OptimName name, OptimImpl impl, const torch::Device& 
 }
 
 std::unique_ptr<Optimizer> make_optimizer(std::vector<ParamGroup> groups, const OptimSettings& o) {
-  torch::Device device = torch::kCPU;
-  for (const auto& g : groups)
-    if (!g.params.empty()) device = g.params.front().device();
-  const KernelChoice choice = choose_kernel(o.name, o.impl, device);
+  const KernelChoice choice = choose_kernel(o.name, o.impl, device_of(groups));
   if (!choice.notice.empty()) spdlog::warn("{}", choice.notice);
   const AdamWOptions adam{o.betas[0], o.betas[1], o.eps};
   switch (o.name) {

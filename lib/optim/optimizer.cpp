@@ -63,11 +63,15 @@ void Optimizer::load_state(const std::map<std::string, torch::Tensor>& saved) {
   for (auto& e : state_) e.tensor.copy_(saved.at(e.name));
 }
 
+torch::Device device_of(const std::vector<ParamGroup>& groups) {
+  for (const auto& g : groups)
+    if (!g.params.empty()) return g.params.front().device();
+  return torch::kCPU;
+}
+
 std::string describe_kernel(UpdateKernel kernel, const std::vector<ParamGroup>& groups) {
   if (kernel == UpdateKernel::kForeach) return "foreach (ATen multi-tensor ops)";
-  for (const auto& g : groups)
-    if (!g.params.empty()) return g.params.front().is_cuda() ? "fused (CUDA kernel)" : "fused (C++ loop)";
-  return "fused";
+  return device_of(groups).is_cuda() ? "fused (CUDA kernel)" : "fused (C++ loop)";
 }
 
 void for_each_fp32_working_set(const ParamGroup& group,

@@ -60,6 +60,9 @@ class Optimizer {
   std::vector<StateEntry> state_;
 };
 
+// The device of the groups' parameters (the first one's; CPU when there are none).
+torch::Device device_of(const std::vector<ParamGroup>& groups);
+
 // "fused (CUDA kernel)" / "fused (C++ loop)" / "foreach (ATen multi-tensor ops)".
 std::string describe_kernel(UpdateKernel kernel, const std::vector<ParamGroup>& groups);
 
