@@ -35,6 +35,7 @@ class CheckpointWriter {
  private:
   std::filesystem::path root_, tmp_, final_;
   int64_t step_;
+  nlohmann::ordered_json files_ = nlohmann::ordered_json::object();  // name -> size and CRC, taken while writing
   bool committed_ = false;
 };
 
@@ -52,7 +53,7 @@ CheckpointListing list_checkpoints(const std::filesystem::path& root);
 // Removes all but the newest `keep_last` complete checkpoints (0 = keep all).
 void prune_checkpoints(const std::filesystem::path& root, int64_t keep_last);
 
-// CRC-32C (Castagnoli) of a file's bytes.
+// CRC-32C (Castagnoli) of a file's bytes (util/crc32c.h).
 uint32_t file_crc32c(const std::filesystem::path& file);
 
 }  // namespace gputrain

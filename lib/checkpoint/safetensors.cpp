@@ -12,6 +12,7 @@
 #include <set>
 
 #include "data/mapped_file.h"
+#include "util/crc32c.h"
 #include "util/error.h"
 #include "util/fsync.h"
 
@@ -44,10 +45,13 @@ class OutFile {
       const ssize_t w = ::write(fd_, p, n);
       if (w < 0 && errno == EINTR) continue;
       if (w <= 0) fail("cannot write");
+      crc_.update(p, static_cast<size_t>(w));
+      bytes_ += static_cast<uint64_t>(w);
       p += w;
       n -= static_cast<size_t>(w);
     }
   }
+  WrittenFile written() const { return {bytes_, crc_.value()}; }
   void sync_and_close() {
     if (::fsync(fd_) != 0) fail("cannot fsync");
     const int fd = fd_;
@@ -61,6 +65,8 @@ class OutFile {
   }
   std::string path_;
   int fd_ = -1;
+  Crc32c crc_;
+  uint64_t bytes_ = 0;
 };
 
 }  // namespace
@@ -77,8 +83,8 @@ const torch::Tensor* SafetensorsFile::find(const std::string& name) const {
   return nullptr;
 }
 
-void write_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
-                       const std::map<std::string, std::string>& metadata) {
+WrittenFile write_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
+                              const std::map<std::string, std::string>& metadata) {
   json header = json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
   std::vector<at::Tensor> bytes;
@@ -98,6 +104,7 @@ void write_safetensors(const std::string& path, const std::vector<NamedTensor>& 
   h.append((8 - h.size() % 8) % 8, ' ');  // the data starts 8-byte aligned, as the reference writer does
   const std::filesystem::path target(path);
   const std::string tmp = path + ".tmp";
+  WrittenFile written;
   {
     OutFile f(tmp);
     uint64_t len = h.size();
@@ -107,11 +114,13 @@ void write_safetensors(const std::string& path, const std::vector<NamedTensor>& 
     f.write(h.data(), h.size());
     for (const auto& c : bytes) f.write(c.data_ptr(), c.nbytes());
     f.sync_and_close();
+    written = f.written();
   }
   std::error_code ec;
   std::filesystem::rename(tmp, target, ec);
   if (ec) throw runtime_error("cannot rename '" + tmp + "' to '" + path + "': " + ec.message());
   fsync_directory(target.parent_path());
+  return written;
 }
 
 SafetensorsFile read_safetensors(const std::string& path) {

@@ -23,7 +23,12 @@ struct NamedTensor {
 // fsynced, then renamed over `path`, and the directory fsynced; a crash at
 // any moment leaves either the old file or the complete new one. Names must
 // be unique and not "__metadata__". Throws a runtime Error naming the file.
-void write_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
+// Returns the file's size and CRC-32C, taken as it was written.
+struct WrittenFile {
+  uint64_t bytes = 0;
+  uint32_t crc32c = 0;
+};
+WrittenFile write_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
                        const std::map<std::string, std::string>& metadata = {});
 
 struct SafetensorsFile {

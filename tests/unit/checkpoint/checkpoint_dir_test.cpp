@@ -40,6 +40,9 @@ TEST_CASE("checkpoint: a committed directory verifies and holds what was added",
   CHECK(read_json((p / "state.json").string())["step"] == 100);
   auto manifest = read_json((p / "manifest.json").string());
   CHECK(manifest["files"]["model.safetensors"]["bytes"].get<uint64_t>() == fs::file_size(p / "model.safetensors"));
+  // The checksums taken while writing are those of the bytes on disk.
+  for (const char* f : {"model.safetensors", "state.json"})
+    CHECK(manifest["files"][f]["crc32c"].get<uint32_t>() == file_crc32c(p / f));
   // Only the checkpoint is left: no temporary directories.
   CHECK(std::distance(fs::directory_iterator(dir.path() / "ckpt"), fs::directory_iterator()) == 1);
   // Saving the same step again replaces it whole.
