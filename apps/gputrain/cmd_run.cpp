@@ -20,7 +20,9 @@ int cmd_run(const CommonArgs& a, const std::string& output_dir, bool overwrite, 
   Recipe recipe = load_recipe(a.recipe, overrides);
   RunOutcome out = run_training(recipe, RunOptions{.overwrite = overwrite});
   if (out.status == "ok") return 0;
-  return 128 + (out.signal != 0 ? out.signal : SIGINT);  // 130 after SIGINT, 143 after SIGTERM
+  // 143 (128 + SIGTERM) means "preempted, resume me", whichever signal (or
+  // checkpoint.max_wall_time) stopped the run; 130 means SIGINT.
+  return out.status == "preempted" ? 128 + SIGTERM : 128 + SIGINT;
 }
 
 }  // namespace gputrain::app

@@ -79,8 +79,9 @@ void CheckpointWriter::add_safetensors(const std::string& file, const std::vecto
   files_[file] = {{"bytes", w.bytes}, {"crc32c", w.crc32c}};
 }
 
-void CheckpointWriter::add_json(const std::string& file, const json& content) {
-  const std::string text = content.dump(2) + "\n";
+void CheckpointWriter::add_json(const std::string& file, const json& content) { add_text(file, content.dump(2) + "\n"); }
+
+void CheckpointWriter::add_text(const std::string& file, const std::string& text) {
   write_file_atomic((tmp_ / file).string(), text);
   Crc32c crc;
   crc.update(text.data(), text.size());

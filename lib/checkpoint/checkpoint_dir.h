@@ -28,6 +28,7 @@ class CheckpointWriter {
   void add_safetensors(const std::string& file, const std::vector<NamedTensor>& tensors,
                        const std::map<std::string, std::string>& metadata = {});
   void add_json(const std::string& file, const nlohmann::ordered_json& content);
+  void add_text(const std::string& file, const std::string& text);
   // Writes the manifest and moves the checkpoint into place; returns its path.
   // An existing checkpoint of the same step is replaced.
   std::filesystem::path commit();

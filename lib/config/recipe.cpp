@@ -139,6 +139,15 @@ Recipe load_recipe(const std::string& path, const std::vector<std::string>& over
   return r;
 }
 
+Settings settings_from_saved_recipe(const std::string& yaml, const std::string& source) {
+  Settings s;
+  std::map<std::string, Origin> origins;
+  Diagnostics diag;
+  bind_settings(parse_yaml(yaml, source), s, origins, diag);
+  diag.throw_if_errors();
+  return s;
+}
+
 std::string recipe_to_json(const Settings& s) { return settings_to_json(s).dump(2) + "\n"; }
 
 std::string recipe_to_yaml(const Settings& s) {

@@ -23,6 +23,11 @@ struct Recipe {
 // lists every problem found.
 Recipe load_recipe(const std::string& path, const std::vector<std::string>& overrides);
 
+// The settings of a resolved recipe saved earlier (a checkpoint's
+// recipe.yaml): typed, without the cross-field checks (its data files need
+// not exist here). Throws a config Error naming `source` when it does not bind.
+Settings settings_from_saved_recipe(const std::string& yaml, const std::string& source);
+
 // The YAML of the built-in quickstart recipe (configs/quickstart.yaml, embedded at build time).
 const std::string& builtin_quickstart_yaml();
 extern const char* const kBuiltinQuickstartName;

@@ -1,10 +1,14 @@
 #include "config/schema.h"
 
+#include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <cmath>
 #include <filesystem>
 #include <limits>
 #include <set>
+
+#include "util/signals.h"
 
 namespace gputrain {
 namespace {
@@ -191,6 +195,112 @@ std::string resolve_path(const ConfigNode& n) {
   return p.empty() ? "" : std::filesystem::absolute(p).lexically_normal().string();
 }
 
+template <class Acc>
+FieldSpec path_field(std::string path, Acc acc, std::string doc) {
+  return {path, "path", doc, [=](Settings& s, const ConfigNode& n) { acc(s) = resolve_path(n); },
+          [=](const Settings& s) { return json(acc(s)); }};
+}
+
+// A path, or one of a few words that are not paths (checkpoint.resume: auto | never).
+template <class Acc>
+FieldSpec word_or_path_field(std::string path, Acc acc, std::vector<std::string> words, std::string doc) {
+  std::string type;
+  for (const auto& w : words) type += w + " | ";
+  return {path, type + "path", doc,
+          [=](Settings& s, const ConfigNode& n) {
+            const std::string& v = read_string(n);
+            const bool word = std::find(words.begin(), words.end(), v) != words.end();
+            if (!word && v.empty()) throw FieldProblem{"is empty", "write " + type + "a directory"};
+            acc(s) = word ? v : resolve_path(n);
+          },
+          [=](const Settings& s) { return json(acc(s)); }};
+}
+
+// A duration in seconds, written as a number of seconds, "90m", "3h50m",
+// "1h2m3s" or "HH:MM:SS"; 0 = none.
+double read_duration(const ConfigNode& n) {
+  const std::string& s = scalar_of(n, "a duration");
+  const FieldProblem bad{"'" + s + "' is not a duration", "write seconds (5400), 90m, 3h50m or 03:50:00"};
+  double v = 0;
+  if (parse_double(s, v)) {
+    if (v < 0) throw bad;
+    return v;
+  }
+  if (s.find(':') != std::string::npos) {  // [[HH:]MM:]SS
+    double total = 0;
+    size_t start = 0, parts = 0;
+    for (;;) {
+      const size_t colon = s.find(':', start);
+      double part = 0;
+      if (!parse_double(s.substr(start, colon - start), part) || part < 0) throw bad;
+      total = total * 60 + part, ++parts;
+      if (colon == std::string::npos) break;
+      start = colon + 1;
+    }
+    if (parts > 3) throw bad;
+    return total;
+  }
+  double total = 0;
+  size_t i = 0;
+  while (i < s.size()) {
+    size_t j = i;
+    while (j < s.size() && (std::isdigit(static_cast<unsigned char>(s[j])) || s[j] == '.')) ++j;
+    double amount = 0;
+    if (j == i || j == s.size() || !parse_double(s.substr(i, j - i), amount)) throw bad;
+    const char unit = s[j];
+    const double scale = unit == 'h' ? 3600 : unit == 'm' ? 60 : unit == 's' ? 1 : unit == 'd' ? 86400 : -1;
+    if (scale < 0) throw bad;
+    total += amount * scale;
+    i = j + 1;
+  }
+  return total;
+}
+
+std::string format_duration_key(double seconds) {
+  if (seconds == 0) return "0";
+  const auto whole = static_cast<int64_t>(seconds);
+  if (static_cast<double>(whole) != seconds) return json(seconds).dump();
+  std::string out;
+  if (whole >= 3600) out += std::to_string(whole / 3600) + "h";
+  if (whole % 3600 >= 60) out += std::to_string(whole % 3600 / 60) + "m";
+  if (whole % 60 != 0) out += std::to_string(whole % 60) + "s";
+  return out;
+}
+
+template <class Acc>
+FieldSpec duration_field(std::string path, Acc acc, std::string doc) {
+  return {path, "duration (seconds, 90m, 3h50m, HH:MM:SS)", doc,
+          [=](Settings& s, const ConfigNode& n) { acc(s) = read_duration(n); },
+          [=](const Settings& s) { return json(format_duration_key(acc(s))); }};
+}
+
+// A list of signal names (SIGTERM or TERM), each one gputrain can catch.
+template <class Acc>
+FieldSpec signal_list_field(std::string path, Acc acc, std::string doc) {
+  std::string names;
+  for (const auto& n : catchable_signal_names()) names += (names.empty() ? "" : ", ") + n;
+  return {path, "[signal, ...]", doc,
+          [=](Settings& s, const ConfigNode& n) {
+            std::vector<const ConfigNode*> items;
+            if (n.kind == ConfigNode::Kind::kSequence)
+              for (const auto& item : n.items) items.push_back(&item);
+            else
+              items.push_back(&n);
+            std::vector<std::string> out;
+            for (const ConfigNode* item : items) {
+              std::string name = read_string(*item);
+              for (char& ch : name) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+              if (name.rfind("SIG", 0) != 0) name = "SIG" + name;
+              if (signal_number(name) == 0)
+                throw FieldProblem{"'" + item->scalar + "' is not a signal gputrain can catch",
+                                   "use some of " + names + " (SIGINT always interrupts; SIGKILL cannot be caught)"};
+              if (std::find(out.begin(), out.end(), name) == out.end()) out.push_back(name);
+            }
+            acc(s) = std::move(out);
+          },
+          [=](const Settings& s) { return json(acc(s)); }};
+}
+
 // One path or a list of them (each may be a glob pattern); one path is
 // written back as a plain string so simple recipes stay simple.
 template <class Acc>
@@ -304,6 +414,8 @@ std::vector<FieldSpec> build_schema() {
                          "sdpa = scaled_dot_product_attention (flash/efficient kernels on CUDA with fp16/bf16); math = explicit softmax(QK^T)V, for reference"));
   f.push_back(int_field(KEY(model.pad_vocab_to_multiple_of), 0, 4096,
                         "round the embedding rows up to a multiple of this (64 suits tensor cores); 0 = no padding"));
+  f.push_back(path_field(KEY(model.init_from),
+                         "start from these weights instead of random ones: a Hugging Face GPT-2 directory or model.safetensors, or a gputrain checkpoint directory (relative to the recipe file); empty = random init"));
   // data
   add_data_source(f, "train");
   add_data_source(f, "eval");
@@ -329,6 +441,9 @@ std::vector<FieldSpec> build_schema() {
   f.push_back(int_field(KEY(train.checkpoint_every), 1, 1024, "selective checkpointing: recompute blocks 0, k, 2k, ..."));
   f.push_back(int_field(KEY(train.empty_cache_steps), 0, kMaxInt,
                         "every N steps release cached allocator memory (CUDA caching allocator; malloc_trim on CPU); 0 = never"));
+  f.push_back(enum_field(KEY(train.nan_policy),
+                         EnumTable<NanPolicy>{{"abort", NanPolicy::kAbort}, {"skip", NanPolicy::kSkip}, {"warn", NanPolicy::kWarn}},
+                         "a step whose loss or gradient norm is inf/nan: abort = stop (exit 1, the first bad gradient named); skip = drop the update; warn = apply it and warn"));
   // precision
   f.push_back(enum_field(KEY(precision.mode),
                          EnumTable<PrecisionMode>{{"fp32", PrecisionMode::kFp32},
@@ -394,6 +509,17 @@ std::vector<FieldSpec> build_schema() {
   f.push_back(int_field(KEY(parallel.dp), 1, 65536, "data-parallel degree"));
   f.push_back(int_field(KEY(parallel.tp), 1, 65536, "tensor-parallel degree"));
   f.push_back(int_field(KEY(parallel.pp), 1, 65536, "pipeline-parallel degree"));
+  // checkpoint
+  f.push_back(int_field(KEY(checkpoint.every), 0, kMaxInt, "save a checkpoint every N steps; 0 = only when the run stops (checkpoint.at_end)"));
+  f.push_back(int_field(KEY(checkpoint.keep_last), 0, kMaxInt, "complete checkpoints to keep (older ones are deleted); 0 = keep all"));
+  f.push_back(string_field(KEY(checkpoint.dir), "where checkpoints go (relative to the current directory); default <output_dir>/checkpoints"));
+  f.push_back(word_or_path_field(KEY(checkpoint.resume), {"auto", "never"},
+                                 "auto = continue from the newest complete checkpoint in checkpoint.dir, if any; never = start fresh; or a checkpoint directory to continue from"));
+  f.push_back(bool_field(KEY(checkpoint.at_end), "save when the run finishes its max_steps (a preempted, interrupted or out-of-time run always saves)"));
+  f.push_back(duration_field(KEY(checkpoint.max_wall_time),
+                             "save and stop before this much wall time has passed (e.g. a few minutes under the job's limit); 0 = no limit"));
+  f.push_back(signal_list_field(KEY(checkpoint.preempt_signals),
+                                "signals that mean preemption: finish the step, save, exit 143 (a second signal exits at once)"));
   // metrics
   f.push_back(enum_field(KEY(metrics.progress),
                          EnumTable<ProgressStyle>{{"auto", ProgressStyle::kAuto},

@@ -35,6 +35,10 @@ struct ModelSettings {
   bool tie_embeddings = true;
   AttentionImpl attention = AttentionImpl::kSdpa;
   int64_t pad_vocab_to_multiple_of = 0;  // 0 = no padding
+  // Weights to start from (checkpoint/hf_gpt2.h): a safetensors file, a
+  // directory holding model.safetensors (Hugging Face GPT-2 layout), or a
+  // gputrain checkpoint directory. Empty = random initialization.
+  std::string init_from;
 
   int64_t mlp_hidden() const { return static_cast<int64_t>(mlp_ratio * d_model + 0.5); }
   // Embedding rows: vocab_size rounded up for tensor-core-friendly shapes.
@@ -84,6 +88,8 @@ struct DataSettings {
 };
 
 enum class CheckpointingPolicy { kNone, kFull, kSelective };
+// What a step with a non-finite loss or gradient norm does (train/nan_guard.h).
+enum class NanPolicy { kAbort, kSkip, kWarn };
 
 struct TrainSettings {
   int64_t per_device_batch_size = 8;  // 0 = auto (train/batch_finder.h)
@@ -97,6 +103,7 @@ struct TrainSettings {
   CheckpointingPolicy gradient_checkpointing = CheckpointingPolicy::kNone;
   int64_t checkpoint_every = 2;  // selective: blocks 0, k, 2k, ... are recomputed
   int64_t empty_cache_steps = 0;  // release cached allocator memory every N steps; 0 = never
+  NanPolicy nan_policy = NanPolicy::kAbort;
 };
 
 enum class PrecisionMode { kFp32, kTf32, kBf16, kFp16, kBf16Pure };
@@ -174,7 +181,16 @@ struct ParallelSettings {
   int64_t pp = 1;
 };
 
-struct CheckpointSettings {};
+// Saving and resuming (checkpoint/, train/run_checkpoints.h).
+struct CheckpointSettings {
+  int64_t every = 0;       // save every N steps; 0 = only when the run stops (at_end)
+  int64_t keep_last = 3;   // complete checkpoints kept; 0 = all
+  std::string dir;         // empty = <output_dir>/checkpoints
+  std::string resume = "auto";  // auto | never | a checkpoint directory (absolute after loading)
+  bool at_end = true;      // save when max_steps is reached (preemption, SIGINT and max_wall_time always save)
+  double max_wall_time = 0;  // seconds: save and stop before this much time has passed; 0 = no limit
+  std::vector<std::string> preempt_signals = {"SIGTERM", "SIGUSR1"};  // finish the step, save, exit 143
+};
 
 enum class ProgressStyle { kAuto, kBar, kLines, kOff };
 
@@ -199,6 +215,9 @@ struct Settings {
   }
   std::string resolved_output_dir() const {
     return run.output_dir.empty() ? "runs/" + run.name : run.output_dir;
+  }
+  std::string resolved_checkpoint_dir() const {
+    return checkpoint.dir.empty() ? resolved_output_dir() + "/checkpoints" : checkpoint.dir;
   }
 };
 

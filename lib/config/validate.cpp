@@ -215,6 +215,23 @@ void check_optim(Checker& c) {
               "remove optim.lr, or set optim.adafactor.relative_step: false");
 }
 
+void check_checkpoint(Checker& c) {
+  const CheckpointSettings& k = c.s.checkpoint;
+  if (k.resume != "auto" && k.resume != "never") {
+    std::error_code ec;
+    if (!fs::is_directory(k.resume, ec))
+      c.error("checkpoint.resume", "'" + k.resume + "' is not a directory",
+              "name a checkpoint directory (e.g. runs/NAME/checkpoints/step_00001000), or use auto or never");
+  }
+  if (!c.s.model.init_from.empty() && !fs::exists(c.s.model.init_from))
+    c.error("model.init_from", "'" + c.s.model.init_from + "' does not exist",
+            "name a Hugging Face GPT-2 directory, a .safetensors file or a gputrain checkpoint directory "
+            "(relative paths are relative to the recipe file)");
+  if (k.every > c.s.train.max_steps)
+    c.warning("checkpoint.every", "(" + str(k.every) + ") exceeds train.max_steps (" + str(c.s.train.max_steps) +
+                  "); no periodic checkpoint is written", "lower checkpoint.every");
+}
+
 void check_parallel(Checker& c) {
   const ParallelSettings& p = c.s.parallel;
   const int64_t world = 1;  // one process until the launcher issue lands
@@ -237,6 +254,7 @@ void validate_settings(const Settings& s, const std::map<std::string, Origin>& o
   check_batch(c);
   check_optim(c);
   check_alignment(c);
+  check_checkpoint(c);
   check_parallel(c);
 }
 

@@ -15,6 +15,19 @@ MetricsWriter::MetricsWriter(const std::string& path) : path_(path) {
   if (file_ == nullptr) throw runtime_error("cannot write '" + path + "': " + std::strerror(errno));
 }
 
+MetricsWriter::MetricsWriter(const std::string& path, int64_t keep_bytes) : path_(path) {
+  std::error_code ec;
+  const auto size = std::filesystem::file_size(path, ec);
+  if (!ec && static_cast<int64_t>(size) > keep_bytes) std::filesystem::resize_file(path, static_cast<uint64_t>(keep_bytes), ec);
+  if (ec && std::filesystem::exists(path))
+    throw runtime_error("cannot cut '" + path + "' back to the checkpoint's step: " + ec.message());
+  file_ = std::fopen(path.c_str(), "a");
+  if (file_ == nullptr) throw runtime_error("cannot write '" + path + "': " + std::strerror(errno));
+  std::fseek(file_, 0, SEEK_END);  // so bytes() counts what is already there
+}
+
+int64_t MetricsWriter::bytes() const { return static_cast<int64_t>(std::ftell(file_)); }
+
 MetricsWriter::~MetricsWriter() {
   if (file_ != nullptr) std::fclose(file_);
 }

@@ -11,10 +11,14 @@ namespace gputrain {
 class MetricsWriter {
  public:
   explicit MetricsWriter(const std::string& path);  // truncates; throws a runtime Error when unwritable
+  // A resumed run: keeps the first `keep_bytes` of an existing file (the
+  // lines up to the checkpoint's step; later lines would repeat steps) and appends.
+  MetricsWriter(const std::string& path, int64_t keep_bytes);
   ~MetricsWriter();
   MetricsWriter(const MetricsWriter&) = delete;
   MetricsWriter& operator=(const MetricsWriter&) = delete;
   void write(const nlohmann::ordered_json& record);
+  int64_t bytes() const;  // the file's length so far (what a checkpoint records)
 
  private:
   std::string path_;

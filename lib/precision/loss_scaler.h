@@ -13,6 +13,13 @@
 
 namespace gputrain {
 
+// What a checkpoint keeps of a scaler (exact: the scale is a float32 value).
+struct LossScalerState {
+  double scale = 1.0;
+  int64_t growth_tracker = 0;
+  int64_t skipped_steps = 0;
+};
+
 class LossScaler {
  public:
   LossScaler(const PrecisionSettings& p, torch::Device device);
@@ -26,6 +33,9 @@ class LossScaler {
 
   double scale_value() const { return scale_.item<double>(); }
   int64_t skipped_steps() const { return skipped_; }
+
+  LossScalerState state() const;
+  void load_state(const LossScalerState& s);
 
  private:
   bool dynamic_;

@@ -46,6 +46,8 @@ class Precision {
   bool has_scaler() const { return scaler_ != nullptr; }
   double loss_scale() const { return scaler_ ? scaler_->scale_value() : 1.0; }
   int64_t skipped_steps() const { return scaler_ ? scaler_->skipped_steps() : 0; }
+  LossScaler* scaler() { return scaler_.get(); }  // null without fp16
+  const LossScaler* scaler() const { return scaler_.get(); }
   std::string describe() const;  // one line for the log
 
  private:

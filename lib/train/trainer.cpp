@@ -11,6 +11,10 @@
 #include <filesystem>
 #include <optional>
 
+#include "checkpoint/model_files.h"
+#include "checkpoint/module_weights.h"
+#include "checkpoint/checkpoint_dir.h"
+#include "checkpoint/training_checkpoint.h"
 #include "config/schema.h"
 #include "data/loader.h"
 #include "metrics/metrics_writer.h"
@@ -22,6 +26,8 @@
 #include "optim/lr_schedule.h"
 #include "precision/precision.h"
 #include "train/batch_finder.h"
+#include "train/nan_guard.h"
+#include "train/resume.h"
 #include "train/train_step.h"
 #include "util/cpu_memory.h"
 #include "util/device.h"
@@ -37,15 +43,48 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-fs::path prepare_output_dir(const Settings& s, const RunOptions& o) {
+// `continuing`: a resumed run that writes where the checkpoint's run did (it appends).
+fs::path prepare_output_dir(const Settings& s, const RunOptions& o, bool continuing) {
   fs::path dir = s.resolved_output_dir();
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) throw runtime_error("cannot create output directory '" + dir.string() + "': " + ec.message());
-  if (!o.overwrite && (fs::exists(dir / "metrics.jsonl") || fs::exists(dir / "summary.json")))
-    throw usage_error("output directory '" + dir.string() + "' already holds a run (metrics.jsonl)" +
+  if (!continuing && !o.overwrite && (fs::exists(dir / "metrics.jsonl") || fs::exists(dir / "summary.json")))
+    throw usage_error("output directory '" + dir.string() + "' already holds a run (metrics.jsonl) and no checkpoint " +
+                      "to continue from (checkpoint.resume: " + s.checkpoint.resume + ")" +
                       "\n    fix: choose another with --output-dir, or pass --overwrite to replace it");
   return dir;
+}
+
+bool same_directory(const fs::path& a, const fs::path& b) {
+  std::error_code ec1, ec2;
+  return fs::weakly_canonical(a, ec1) == fs::weakly_canonical(b, ec2) && !ec1 && !ec2;
+}
+
+// The checkpoint this run continues from, loaded (checkpoint.resume; train/resume.h).
+// auto passes over a checkpoint that fails to load, with a warning; a named one is an error.
+std::optional<std::pair<fs::path, TrainingSnapshot>> load_resume_checkpoint(const Settings& s) {
+  for (const fs::path& dir : resume_candidates(s)) {
+    try {
+      return std::make_pair(dir, load_training_checkpoint(dir));
+    } catch (const Error& e) {
+      if (s.checkpoint.resume != "auto") throw;
+      spdlog::warn("checkpoint: passing over {}: {}", dir.string(), e.what());
+    }
+  }
+  return std::nullopt;
+}
+
+// --overwrite starts afresh: the earlier run's checkpoints would otherwise be
+// taken for this run's by a later resume: auto.
+void remove_old_checkpoints(const Settings& s) {
+  const CheckpointListing l = list_checkpoints(s.resolved_checkpoint_dir());
+  std::error_code ec;
+  for (const auto& dir : l.complete) fs::remove_all(dir, ec);
+  for (const auto& [dir, _] : l.broken) fs::remove_all(dir, ec);
+  if (!l.complete.empty() || !l.broken.empty())
+    spdlog::warn("--overwrite: removed {} checkpoint(s) of the earlier run in {}", l.complete.size() + l.broken.size(),
+                 s.resolved_checkpoint_dir());
 }
 
 double round_to(double v, int digits) {
@@ -62,13 +101,11 @@ Gpt build_model(const Settings& s, torch::Device device, const Precision& precis
 }
 
 // What the loop has done so far; the summary is built from it on every exit path.
-struct Totals {
-  int64_t step = 0;
-  int64_t tokens = 0;
-  double train_seconds = 0;  // time inside training steps (no eval, no logging)
-  double last_loss = NAN;
-  std::optional<double> last_eval;
+// The counters a checkpoint saves (TrainingCounters), and what only this process knows.
+struct Totals : TrainingCounters {
   double mem_start_mb = 0;  // CPU: resident memory before the model was built (LibTorch, data maps)
+  std::string stop_reason;  // why a run stopped early: "SIGTERM", "max_wall_time", ...
+  int64_t resumed_from = -1;  // the checkpoint step this process started at
 };
 
 // summary.json (the metrics contract) for a run that ended with `status`.
@@ -77,11 +114,13 @@ json build_summary(const std::string& status, const Totals& t, const Settings& s
                    std::optional<double> floor, double wall_s) {
   json j;
   j["status"] = status;
+  if (!t.stop_reason.empty()) j["stop_reason"] = t.stop_reason;
+  if (t.resumed_from >= 0) j["resumed_from_step"] = t.resumed_from;
   j["steps"] = t.step;
   j["max_steps"] = s.train.max_steps;
   j["tokens"] = t.tokens;
-  j["wall_s"] = round_to(wall_s, 3);
-  j["train_s"] = round_to(t.train_seconds, 3);
+  j["wall_s"] = round_to(wall_s, 3);  // this process
+  j["train_s"] = round_to(t.train_seconds, 3);  // the whole run, resumed parts included
   j["tokens_per_s"] = round_to(t.train_seconds > 0 ? static_cast<double>(t.tokens) / t.train_seconds : 0.0, 1);
   j["final_loss"] = std::isfinite(t.last_loss) ? json(round_to(t.last_loss, 6)) : json(nullptr);
   j["eval_loss"] = t.last_eval ? json(round_to(*t.last_eval, 6)) : json(nullptr);
@@ -136,18 +175,49 @@ RunOutcome run_training(const Recipe& recipe, const RunOptions& options) {
   auto train_source = make_window_source(s.data.train, s.model, "data.train");
   std::unique_ptr<WindowSource> eval_source;
   if (s.data.eval.format != DataFormat::kNone) eval_source = make_window_source(s.data.eval, s.model, "data.eval");
-  const fs::path out_dir = prepare_output_dir(s, options);
-  write_file_atomic((out_dir / "recipe.resolved.yaml").string(), recipe_to_yaml(s));
+
+  // The checkpoint to continue from, checked against this recipe before anything is written.
+  if (options.overwrite && s.checkpoint.resume == "auto") {
+    s.checkpoint.resume = "never";
+    remove_old_checkpoints(s);
+  }
+  std::optional<std::pair<fs::path, TrainingSnapshot>> resumed = load_resume_checkpoint(s);
+  bool continuing = false;  // appending to the checkpoint run's own metrics
+  if (resumed) {
+    const TrainingSnapshot& snap = resumed->second;
+    if (s.train.per_device_batch_size == 0 &&
+        s.train.global_batch_size == snap.per_device_batch_size * snap.grad_accum_steps) {
+      // Batch size auto keeps the split it chose (free memory may differ now).
+      s.train.per_device_batch_size = snap.per_device_batch_size;
+      s.train.grad_accum_steps = snap.grad_accum_steps;
+      s.train.global_batch_size = 0;
+    }
+    const ResumeChanges changes = compare_for_resume(snap.settings, settings_to_json(s), resumed->first);
+    for (const auto& c : changes.reported) spdlog::info("resume: {} changed from {} to {}", c.key, c.saved, c.now);
+    for (const auto& c : changes.diverging)
+      spdlog::warn("resume: {} changed from {} to {}; the run continues, but not as the saved one would have", c.key,
+                   c.saved, c.now);
+    continuing = same_directory(snap.settings["run"]["output_dir"].get<std::string>(), s.resolved_output_dir());
+  }
+  const fs::path out_dir = prepare_output_dir(s, options, continuing);
+  const fs::path ckpt_root = s.resolved_checkpoint_dir();
 
   Totals t;
   t.mem_start_mb = current_rss_mb();
   Precision precision(s.precision, device);
   Gpt model = build_model(s, device, precision);
+  if (resumed) {
+    load_module_weights(*model, resumed->second.model, "checkpoint '" + resumed->first.string() + "'",
+                        "resume with the model settings the checkpoint was saved with");
+  } else if (!s.model.init_from.empty()) {
+    spdlog::info("model: {}", load_initial_weights(*model, s.model, s.model.init_from));
+  }
   const int64_t recomputed_blocks =
       apply_activation_checkpointing(model, s.train.gradient_checkpointing, s.train.checkpoint_every);
   std::unique_ptr<Optimizer> optimizer = make_optimizer(*model, s.optim);
   LrSchedule schedule(s.optim, s.train.max_steps);
   const std::vector<torch::Tensor> params = model->parameters();
+  const std::vector<NamedTensor> named_params = module_weights(*model);
   if (s.train.per_device_batch_size == 0) {
     const double budget = cpu_memory_budget_bytes(s);
     const BatchChoice choice =
@@ -160,6 +230,7 @@ RunOutcome run_training(const Recipe& recipe, const RunOptions& options) {
                  device.is_cpu() ? fmt::format(" (CPU: memory plan against {:.0f} MiB)", budget / (1024.0 * 1024.0))
                                  : std::string(" (trial steps on the GPU)"));
   }
+  write_file_atomic((out_dir / "recipe.resolved.yaml").string(), recipe_to_yaml(s));
 
   std::vector<Batch> eval_batches;
   if (eval_source) {
@@ -168,7 +239,19 @@ RunOutcome run_training(const Recipe& recipe, const RunOptions& options) {
     for (int64_t i = 0; i < s.train.eval_steps; ++i) eval_batches.push_back(eval_loader.next());
   }
   WindowSampler train_sampler(train_source->window_count(), SamplerOptions{seed, kTrainStream});
-  BatchLoader train_loader(*train_source, train_sampler, loader_options(s, s.data.train, device, s.data.num_workers));
+  int64_t first_sample = 0;
+  if (resumed) {
+    TrainingSnapshot& snap = resumed->second;
+    std::map<std::string, torch::Tensor> state;
+    for (const auto& e : snap.optimizer_state) state[e.name] = e.tensor;
+    optimizer->load_state(state);
+    if (precision.scaler() && snap.scaler) precision.scaler()->load_state(*snap.scaler);
+    first_sample = train_sampler.resume_sample(snap.sampler);  // O(1): no data is replayed
+    static_cast<TrainingCounters&>(t) = snap.counters;
+    t.resumed_from = snap.counters.step;
+  }
+  BatchLoader train_loader(*train_source, train_sampler, loader_options(s, s.data.train, device, s.data.num_workers),
+                           first_sample);
 
   const std::optional<double> floor = train_source->entropy_floor(s.model.seq_len);
   const int64_t n_params = model->parameter_count();
@@ -192,16 +275,54 @@ RunOutcome run_training(const Recipe& recipe, const RunOptions& options) {
   spdlog::info("train: {} steps x {} tokens (grad_accum {} x batch {} x seq_len {}); output in {}", s.train.max_steps,
                s.tokens_per_step(), s.train.grad_accum_steps, s.train.per_device_batch_size, s.model.seq_len,
                out_dir.string());
+  if (resumed)
+    spdlog::info("resume: continuing from {} at step {} ({} tokens seen); data from sample {}", resumed->first.string(),
+                 t.step, t.tokens, first_sample);
   for (const auto& w : recipe.warnings) spdlog::warn("{}", w.str());
 
-  MetricsWriter metrics((out_dir / "metrics.jsonl").string());
+  MetricsWriter metrics = continuing ? MetricsWriter((out_dir / "metrics.jsonl").string(), t.metrics_bytes)
+                                     : MetricsWriter((out_dir / "metrics.jsonl").string());
   Progress progress(s.metrics.progress, s.train.max_steps);
-  StopSignals signals;
+  StopSignals signals(s.checkpoint.preempt_signals);
   reset_peak_memory(device);
+  // The generators last: building the model and the batches above drew from them.
+  if (resumed) {
+    RngSnapshot rng = resumed->second.rng;
+    if (!device.is_cuda()) rng.cuda = torch::Tensor();  // saved on a GPU, resumed on the CPU
+    if (device.is_cuda() && rng.cuda.defined()) rng.cuda_index = device.index();
+    restore_rng(rng);
+    resumed.reset();  // the saved tensors are copied in; free them
+  }
 
   auto summary_for = [&](const std::string& status) {
-    return build_summary(status, t, s, device, threads, n_params, *optimizer, precision.skipped_steps(),
-                         floor, seconds_since(t_start));
+    return build_summary(status, t, s, device, threads, n_params, *optimizer,
+                         precision.skipped_steps() + t.nan_skipped_steps, floor, seconds_since(t_start));
+  };
+
+  int64_t last_saved_step = t.step;  // a resumed run's step is on disk already
+  double last_save_s = 0;
+  auto save_checkpoint = [&]() {
+    if (t.step == last_saved_step) return;
+    const auto t0 = Clock::now();
+    TrainingSnapshot snap;
+    snap.counters = t;
+    snap.counters.metrics_bytes = metrics.bytes();
+    snap.per_device_batch_size = s.train.per_device_batch_size;
+    snap.grad_accum_steps = s.train.grad_accum_steps;
+    snap.sampler = train_sampler.state(train_loader.next_sample());
+    if (precision.scaler()) snap.scaler = precision.scaler()->state();
+    snap.rng = capture_rng(device);
+    snap.settings = settings_to_json(s);
+    snap.recipe_yaml = recipe_to_yaml(s);
+    snap.optimizer = optimizer->describe();
+    snap.model = named_params;
+    for (const auto& e : optimizer->state()) snap.optimizer_state.push_back({e.name, e.tensor});
+    const fs::path dir = save_training_checkpoint(ckpt_root, snap);
+    prune_checkpoints(ckpt_root, s.checkpoint.keep_last);
+    last_saved_step = t.step;
+    last_save_s = seconds_since(t0);
+    progress.finish();
+    spdlog::info("checkpoint: step {} saved to {} in {:.2f} s", t.step, dir.string(), last_save_s);
   };
 
   auto run_eval = [&]() {
@@ -214,8 +335,22 @@ RunOutcome run_training(const Recipe& recipe, const RunOptions& options) {
     return l;
   };
 
+  // checkpoint.max_wall_time: stop while one more step and a save still fit.
+  // The estimate is the slowest step seen (eval and logging included) plus
+  // the last save's duration (before the first save: a guess from its size).
+  const double state_mb = static_cast<double>(optimizer->state_bytes()) / 1e6 + n_params * 4 / 1e6;
+  double slowest_step_s = 0;
+  auto out_of_time = [&]() {
+    if (s.checkpoint.max_wall_time <= 0) return false;
+    const double save_s = last_save_s > 0 ? last_save_s : 1.0 + state_mb / 200.0;
+    return seconds_since(t_start) + 1.2 * (slowest_step_s + save_s) > s.checkpoint.max_wall_time;
+  };
+
   std::string status = "ok";
   int stop_signal = 0;
+  if (t.step >= s.train.max_steps)
+    spdlog::info("resume: the checkpoint is at step {}, train.max_steps is {}: nothing to train", t.step,
+                 s.train.max_steps);
   try {
     auto interval_start = Clock::now();
     int64_t interval_tokens = 0, interval_steps = 0;
@@ -223,6 +358,14 @@ RunOutcome run_training(const Recipe& recipe, const RunOptions& options) {
     int64_t consecutive_skips = 0;
     constexpr int64_t kMaxConsecutiveSkips = 50;
     while (t.step < s.train.max_steps) {
+      if (out_of_time()) {
+        t.stop_reason = "max_wall_time";
+        status = "preempted";
+        progress.finish();
+        spdlog::warn("checkpoint.max_wall_time ({:.0f} s) is near after {:.0f} s: saving and stopping at step {}",
+                     s.checkpoint.max_wall_time, seconds_since(t_start), t.step);
+        break;
+      }
       const auto t0 = Clock::now();
       std::vector<Batch> micro;
       int64_t step_tokens = 0;
@@ -231,22 +374,35 @@ RunOutcome run_training(const Recipe& recipe, const RunOptions& options) {
         step_tokens += micro.back().target_count;
       }
       torch::Tensor loss = accumulate_gradients(model, micro, &precision);
-      const bool skip = precision.unscale_and_check(params);  // fp16: inf/nan gradients
+      const bool overflow = precision.unscale_and_check(params);  // fp16: inf/nan gradients
       torch::Tensor grad_norm = clip_grad_norm(params, s.train.max_grad_norm);
       const double lr = schedule.at(t.step);
-      if (!skip) optimizer->step(lr);
-      precision.update(skip);
+      const int64_t step = t.step + 1;
+      bool nan_skip = false;
+      if (!overflow && !step_is_finite(loss, grad_norm)) {
+        const std::string message = non_finite_message(step, loss.item<double>(), grad_norm.item<double>(),
+                                                       first_non_finite(named_params), s.train.nan_policy);
+        if (s.train.nan_policy == NanPolicy::kAbort) throw runtime_error(message);
+        progress.finish();
+        spdlog::warn("{}", message);
+        nan_skip = s.train.nan_policy == NanPolicy::kSkip;
+        t.nan_skipped_steps += nan_skip ? 1 : 0;
+      }
+      if (!overflow && !nan_skip) optimizer->step(lr);
+      precision.update(overflow);
       optimizer->zero_grad();
-      const int64_t step = ++t.step;
-      if (skip) {
+      t.step = step;
+      if (overflow)
         spdlog::warn("step {}: gradients overflowed under fp16; optimizer step skipped, loss scale now {}", step,
                      precision.loss_scale());
+      if (overflow || nan_skip) {
         // Backing off cannot help when the forward pass itself overflows fp16.
         if (++consecutive_skips >= kMaxConsecutiveSkips)
-          throw runtime_error("fp16: " + std::to_string(consecutive_skips) +
-                              " steps in a row had inf/nan gradients, down to loss scale " +
-                              std::to_string(precision.loss_scale()) +
-                              "\n    fix: use precision.mode: bf16 (fp32's range), or lower optim.lr");
+          throw runtime_error(std::to_string(consecutive_skips) + " steps in a row were skipped (" +
+                              (overflow ? "fp16 overflow, down to loss scale " + std::to_string(precision.loss_scale())
+                                        : std::string("non-finite loss or gradients")) +
+                              ")\n    fix: use precision.mode: bf16 (fp32's range), lower optim.lr, or check the "
+                              "initial weights (model.init_from)");
       } else {
         consecutive_skips = 0;
       }
@@ -266,15 +422,10 @@ RunOutcome run_training(const Recipe& recipe, const RunOptions& options) {
         const double loss_now = loss.item<double>();
         const double mean_loss = interval_loss.item<double>() / static_cast<double>(interval_steps);
         const double norm = grad_norm.item<double>();
-        // A step fp16 skipped may show a non-finite loss; it changed nothing.
-        if (!skip && !std::isfinite(loss_now))
-          throw runtime_error("training loss became non-finite (" + std::to_string(loss_now) + ") by step " +
-                              std::to_string(step) + "\n    fix: lower optim.lr, raise optim.schedule.warmup_steps, "
-                              "or set train.max_grad_norm");
         t.last_loss = loss_now;
         json rec;
         rec["step"] = step;
-        rec["loss"] = round_to(loss_now, 6);
+        rec["loss"] = round_to(loss_now, 6);  // null when not finite (a skipped or warned step)
         rec["loss_avg"] = round_to(mean_loss, 6);  // mean over the steps since the last line
         rec["lr"] = lr;
         rec["grad_norm"] = round_to(norm, 6);
@@ -286,6 +437,7 @@ RunOutcome run_training(const Recipe& recipe, const RunOptions& options) {
           rec["loss_scale"] = precision.loss_scale();
           rec["skipped_steps"] = precision.skipped_steps();  // since the start of the run
         }
+        if (t.nan_skipped_steps > 0) rec["nan_skipped_steps"] = t.nan_skipped_steps;
         if (eval_now) rec["eval_loss"] = round_to(run_eval(), 6);
         metrics.write(rec);
         progress.update(step, loss_now, static_cast<double>(interval_tokens) / elapsed, lr,
@@ -296,10 +448,15 @@ RunOutcome run_training(const Recipe& recipe, const RunOptions& options) {
       }
       if (stop_now) {
         stop_signal = StopSignals::requested();
-        status = stop_signal == SIGTERM ? "preempted" : "interrupted";
+        status = StopSignals::preempted() ? "preempted" : "interrupted";
+        t.stop_reason = signal_name(stop_signal);
         break;
       }
+      slowest_step_s = std::max(slowest_step_s, seconds_since(t0));
+      if (s.checkpoint.every > 0 && step % s.checkpoint.every == 0) save_checkpoint();
     }
+    // A stopped run always saves (that is the point of stopping gracefully); a finished one if asked.
+    if (status != "ok" || s.checkpoint.at_end) save_checkpoint();
   } catch (const std::exception& e) {
     progress.finish();
     json failed = summary_for("failed");

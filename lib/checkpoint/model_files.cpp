@@ -1,0 +1,133 @@
+#include "checkpoint/model_files.h"
+
+#include <fmt/format.h>
+
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "checkpoint/checkpoint_dir.h"
+#include "checkpoint/hf_gpt2.h"
+#include "checkpoint/module_weights.h"
+#include "checkpoint/training_checkpoint.h"
+#include "config/recipe.h"
+#include "metrics/metrics_writer.h"
+#include "util/error.h"
+
+namespace gputrain {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+std::string read_text(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  if (!in) throw data_error("cannot read '" + p.string() + "'");
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+json read_json(const fs::path& p) {
+  try {
+    return json::parse(read_text(p));
+  } catch (const json::exception& e) {
+    throw data_error("'" + p.string() + "' is not valid JSON: " + e.what());
+  }
+}
+
+// All tensors of a Hugging Face model directory: model.safetensors, or the shards of its index.
+std::vector<NamedTensor> read_hf_weights(const fs::path& dir) {
+  if (fs::exists(dir / "model.safetensors")) return read_safetensors((dir / "model.safetensors").string()).tensors;
+  const fs::path index = dir / "model.safetensors.index.json";
+  if (!fs::exists(index))
+    throw data_error("'" + dir.string() + "' has neither model.safetensors nor model.safetensors.index.json" +
+                     "\n    fix: save the model with save_pretrained(dir) (safetensors is its default), or name the "
+                     ".safetensors file");
+  std::set<std::string> shards;
+  try {
+    for (const auto& [_, file] : read_json(index).at("weight_map").items()) shards.insert(file.get<std::string>());
+  } catch (const json::exception& e) {
+    throw data_error("'" + index.string() + "' has no valid weight_map: " + e.what());
+  }
+  std::vector<NamedTensor> all;
+  for (const auto& shard : shards)
+    for (auto& t : read_safetensors((dir / shard).string()).tensors) all.push_back(std::move(t));
+  return all;
+}
+
+bool written_by_gputrain(const SafetensorsFile& f) {
+  auto it = f.metadata.find("format");
+  return it != f.metadata.end() && it->second == "gputrain";
+}
+
+}  // namespace
+
+std::string load_initial_weights(torch::nn::Module& model, const ModelSettings& m, const std::string& path) {
+  const std::string fix = "start from weights of a model with this recipe's model.* settings";
+  const fs::path p(path);
+  if (fs::is_directory(p) && is_training_checkpoint(p)) {
+    const fs::path weights = p / "model.safetensors";
+    if (auto problem = checkpoint_problem(p))
+      throw data_error("model.init_from: checkpoint '" + path + "' is not usable: " + *problem +
+                       "\n    fix: name a complete checkpoint");
+    load_module_weights(model, read_safetensors(weights.string()).tensors, "model.init_from '" + weights.string() + "'",
+                        fix);
+    return "weights of gputrain checkpoint " + path;
+  }
+  std::vector<NamedTensor> hf;
+  json config = json::object();
+  if (fs::is_directory(p)) {
+    hf = read_hf_weights(p);
+    if (fs::exists(p / "config.json")) config = read_json(p / "config.json");
+  } else {
+    SafetensorsFile f = read_safetensors(path);
+    if (written_by_gputrain(f)) {
+      load_module_weights(model, f.tensors, "model.init_from '" + path + "'", fix);
+      return "gputrain weights from " + path;
+    }
+    hf = std::move(f.tensors);
+    if (fs::exists(p.parent_path() / "config.json")) config = read_json(p.parent_path() / "config.json");
+  }
+  const std::vector<NamedTensor> ours =
+      from_hf_gpt2(hf, config, module_weights(model), m, "model.init_from '" + path + "'");
+  load_module_weights(model, ours, "model.init_from '" + path + "'", fix);
+  return "Hugging Face GPT-2 weights from " + path;
+}
+
+fs::path find_checkpoint(const fs::path& where) {
+  if (is_training_checkpoint(where)) return where;
+  for (const fs::path& root : {where, where / "checkpoints"}) {
+    const CheckpointListing l = list_checkpoints(root);
+    if (!l.complete.empty()) return l.complete.back();
+  }
+  throw data_error("'" + where.string() + "' holds no complete gputrain checkpoint" +
+                   "\n    fix: name a step_<N> checkpoint directory, the directory holding them, or a run's output directory");
+}
+
+ExportResult export_hf_gpt2(const fs::path& where, const fs::path& out, bool overwrite) {
+  ExportResult r;
+  r.checkpoint = find_checkpoint(where);
+  if (auto problem = checkpoint_problem(r.checkpoint))
+    throw data_error("checkpoint '" + r.checkpoint.string() + "' is not usable: " + *problem +
+                     "\n    fix: export another checkpoint");
+  const Settings s = settings_from_saved_recipe(read_text(r.checkpoint / "recipe.yaml"),
+                                                (r.checkpoint / "recipe.yaml").string());
+  if (s.model.arch != ModelArch::kGpt) throw data_error("only GPT models export to the Hugging Face GPT-2 format");
+  const SafetensorsFile weights = read_safetensors((r.checkpoint / "model.safetensors").string());
+  const std::vector<NamedTensor> hf = to_hf_gpt2(weights.tensors, s.model);
+  std::error_code ec;
+  if (!overwrite && (fs::exists(out / "model.safetensors") || fs::exists(out / "config.json")))
+    throw usage_error("'" + out.string() + "' already holds model files" +
+                      "\n    fix: choose another --out, or pass --overwrite to replace them");
+  fs::create_directories(out, ec);
+  if (ec) throw runtime_error("cannot create '" + out.string() + "': " + ec.message());
+  write_safetensors((out / "model.safetensors").string(), hf, {{"format", "pt"}});
+  write_file_atomic((out / "config.json").string(), hf_gpt2_config(s.model).dump(2) + "\n");
+  const json state = read_json(r.checkpoint / "trainer.json");
+  r.step = state.value("step", int64_t{0});
+  r.tensors = static_cast<int64_t>(hf.size());
+  return r;
+}
+
+}  // namespace gputrain

@@ -1,0 +1,23 @@
+// A module's parameters as named tensors, and loading them back with every
+// name and shape checked: a checkpoint of another model is refused before
+// anything is copied, with the first differences named.
+#pragma once
+#include <torch/nn/module.h>
+
+#include <string>
+#include <vector>
+
+#include "checkpoint/safetensors.h"
+
+namespace gputrain {
+
+// The parameters under their module paths ("transformer.h.0.attn.c_attn.weight").
+std::vector<NamedTensor> module_weights(const torch::nn::Module& m);
+
+// Copies `weights` into m's parameters (converting dtype and device). Every
+// parameter must be present with its shape and nothing else may be; a
+// mismatch is a DataError naming `source`, the keys and `fix`.
+void load_module_weights(torch::nn::Module& m, const std::vector<NamedTensor>& weights, const std::string& source,
+                         const std::string& fix);
+
+}  // namespace gputrain

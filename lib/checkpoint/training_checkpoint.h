@@ -1,0 +1,62 @@
+// Everything a training run needs to continue exactly where it stopped, and
+// its on-disk form: one checkpoint directory (checkpoint/checkpoint_dir.h)
+// holding
+//   model.safetensors      the parameters, by module path, in their training dtype
+//   optimizer.safetensors  the optimizer state ("<param>.<slot>", step counters included)
+//   rng.safetensors        the CPU (and CUDA) generator states, as bytes
+//   trainer.json           counters, the data sampler position, the loss scaler,
+//                          the batch split and the resolved settings
+//   recipe.yaml            the resolved recipe, for people
+//   manifest.json          every file's size and CRC-32C
+// README "Checkpoints" documents the files for users.
+#pragma once
+#include <cmath>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "checkpoint/safetensors.h"
+#include "data/sampler.h"
+#include "precision/loss_scaler.h"
+#include "util/device.h"
+
+namespace gputrain {
+
+// The loop's counters, saved so that a resumed run's summary covers the whole run.
+struct TrainingCounters {
+  int64_t step = 0;
+  int64_t tokens = 0;
+  double train_seconds = 0;
+  double last_loss = NAN;
+  std::optional<double> last_eval;
+  int64_t nan_skipped_steps = 0;  // steps train.nan_policy: skip dropped
+  int64_t metrics_bytes = 0;      // metrics.jsonl's length at this step (a resumed run cuts it back here)
+};
+
+struct TrainingSnapshot {
+  TrainingCounters counters;
+  int64_t per_device_batch_size = 0, grad_accum_steps = 0;  // the split the run used (batch size auto)
+  SamplerState sampler;
+  std::optional<LossScalerState> scaler;  // fp16 only
+  RngSnapshot rng;
+  nlohmann::ordered_json settings;  // settings_to_json() of the run that saved it
+  std::string recipe_yaml;
+  std::string optimizer;  // Optimizer::describe(), for people
+  std::vector<NamedTensor> model;
+  std::vector<NamedTensor> optimizer_state;
+};
+
+// Writes `s` as <root>/step_<counters.step> atomically; returns the directory.
+std::filesystem::path save_training_checkpoint(const std::filesystem::path& root, const TrainingSnapshot& s);
+
+// Reads a checkpoint directory written by save_training_checkpoint, after
+// verifying its manifest. A missing, incomplete or corrupt checkpoint is a
+// DataError naming the directory and what is wrong.
+TrainingSnapshot load_training_checkpoint(const std::filesystem::path& dir);
+
+// Whether `dir` looks like a gputrain checkpoint (has trainer.json and model.safetensors).
+bool is_training_checkpoint(const std::filesystem::path& dir);
+
+}  // namespace gputrain

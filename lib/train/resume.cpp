@@ -1,0 +1,95 @@
+#include "train/resume.h"
+
+#include <spdlog/spdlog.h>
+
+#include <map>
+
+#include "checkpoint/checkpoint_dir.h"
+#include "util/error.h"
+
+namespace gputrain {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::ordered_json;
+
+void flatten(const json& j, const std::string& prefix, std::map<std::string, json>& out) {
+  if (j.is_object()) {
+    for (const auto& [k, v] : j.items()) flatten(v, prefix.empty() ? k : prefix + "." + k, out);
+  } else {
+    out[prefix] = j;
+  }
+}
+
+bool starts_with(const std::string& s, const std::string& p) { return s.compare(0, p.size(), p) == 0; }
+
+// Keys whose change makes the saved weights, optimizer state or data position meaningless.
+bool shape_changing(const std::string& key, const json& saved, const json& now) {
+  // data.train.path may move (another mount, another cluster); the sampler state still refuses other data.
+  if (key == "model.dropout" || key == "model.attention" || key == "model.init_from" || key == "data.train.path")
+    return false;
+  if (key == "precision.mode") return saved == "bf16-pure" || now == "bf16-pure";  // the weights' dtype
+  for (const char* p : {"model.", "data.train.", "parallel.", "optim.adamw8bit."})
+    if (starts_with(key, p)) return true;
+  return key == "run.seed" || key == "optim.name" || key == "optim.adafactor.beta1";
+}
+
+// Keys that change how long the run goes, how it reports or where it writes, not its numbers.
+bool reported_only(const std::string& key) {
+  for (const char* p : {"checkpoint.", "metrics.", "data.eval."})
+    if (starts_with(key, p)) return true;
+  static const std::vector<std::string> keys = {
+      "train.max_steps", "train.log_every", "train.eval_every", "train.eval_steps", "optim.schedule.decay_steps",
+      "train.empty_cache_steps", "train.nan_policy", "run.name", "run.output_dir", "run.threads",
+      "run.memory_budget_mb", "run.cpu_malloc_cache", "run.device", "data.num_workers", "data.prefetch",
+      "data.pin_memory", "model.init_from"};
+  for (const auto& k : keys)
+    if (key == k) return true;
+  return false;
+}
+
+}  // namespace
+
+std::vector<fs::path> resume_candidates(const Settings& s) {
+  const std::string& mode = s.checkpoint.resume;
+  if (mode == "never") return {};
+  if (mode != "auto") {
+    if (auto problem = checkpoint_problem(mode))
+      throw data_error("checkpoint.resume: '" + mode + "' is not a usable checkpoint: " + *problem +
+                       "\n    fix: name a complete checkpoint directory, or use checkpoint.resume: auto to take the "
+                       "newest complete one");
+    return {fs::path(mode)};
+  }
+  const CheckpointListing l = list_checkpoints(s.resolved_checkpoint_dir());
+  for (const auto& [dir, why] : l.broken) spdlog::warn("checkpoint: passing over {}: {}", dir.string(), why);
+  return {l.complete.rbegin(), l.complete.rend()};
+}
+
+ResumeChanges compare_for_resume(const json& saved, const json& now, const fs::path& checkpoint) {
+  std::map<std::string, json> a, b;
+  flatten(saved, "", a);
+  flatten(now, "", b);
+  ResumeChanges out;
+  std::string refused;
+  for (const auto& [key, now_value] : b) {
+    auto it = a.find(key);
+    const json saved_value = it == a.end() ? json(nullptr) : it->second;
+    if (saved_value == now_value) continue;
+    RecipeChange c{key, saved_value.dump(), now_value.dump()};
+    if (shape_changing(key, saved_value, now_value))
+      refused += "\n    " + key + ": " + c.saved + " in the checkpoint, " + c.now + " now";
+    else if (reported_only(key))
+      out.reported.push_back(c);
+    else
+      out.diverging.push_back(c);
+  }
+  if (!refused.empty())
+    throw config_error("cannot resume from '" + checkpoint.string() +
+                       "': the recipe changes keys the saved weights, optimizer state or data position depend on:" +
+                       refused +
+                       "\n    fix: put these keys back as the checkpoint has them (its recipe.yaml), use "
+                       "model.init_from to start a new run from its weights, or set checkpoint.resume: never");
+  return out;
+}
+
+}  // namespace gputrain

@@ -1,0 +1,38 @@
+// Which checkpoint a run continues from (checkpoint.resume), and which
+// recipe changes a resume accepts. Shape-changing keys (the model, the
+// training data, the seed, the optimizer and its state layout, bf16-pure)
+// are refused; keys that only change how long or how visibly the run goes
+// (max_steps, the schedule's length, log/eval/checkpoint cadence, threads,
+// output) are reported; anything else (lr, batch split, clipping...) is
+// allowed with a warning that the run no longer continues as it would have.
+#pragma once
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "config/settings.h"
+
+namespace gputrain {
+
+// checkpoint.resume: never -> none; a path -> that directory (verified:
+// a DataError with the reason when it is incomplete or corrupt); auto -> the
+// complete checkpoints under checkpoint.dir, newest first, with a warning for
+// each broken one passed over. The caller tries them in order.
+std::vector<std::filesystem::path> resume_candidates(const Settings& s);
+
+struct RecipeChange {
+  std::string key;  // "train.max_steps"
+  std::string saved, now;
+};
+struct ResumeChanges {
+  std::vector<RecipeChange> reported;  // safe: cadence, length, output
+  std::vector<RecipeChange> diverging;  // allowed, but the run continues differently
+};
+
+// Compares the settings a checkpoint was saved with (settings_to_json) with
+// this run's. Throws a ConfigError listing every shape-changing key that differs.
+ResumeChanges compare_for_resume(const nlohmann::ordered_json& saved, const nlohmann::ordered_json& now,
+                                 const std::filesystem::path& checkpoint);
+
+}  // namespace gputrain
