@@ -13,6 +13,8 @@ TORCH_VERSION="${GPUTRAIN_TORCH_VERSION:-2.11.0}"
 TOKENIZERS_VERSION="0.23.3"
 # HF safetensors: the reference reader/writer the checkpoint tests check our files against.
 SAFETENSORS_VERSION="0.8.0"
+# HF transformers: GPT2LMHeadModel, the reference the checkpoint export/import tests compare logits with.
+TRANSFORMERS_VERSION="5.23.0"
 source "$(dirname "$0")/env.sh"
 APT_PACKAGES=(build-essential cmake git pkg-config python3 python3-venv python3-pip
               libyaml-cpp-dev libcli11-dev libspdlog-dev libfmt-dev nlohmann-json3-dev catch2 ccache)
@@ -49,5 +51,10 @@ fi
 if ! "$VENV/bin/python" -c "import safetensors, sys; sys.exit(0 if safetensors.__version__ == '$SAFETENSORS_VERSION' else 1)" 2>/dev/null; then
   echo "setup: installing safetensors $SAFETENSORS_VERSION (reference format library for tests) into $VENV"
   "$VENV/bin/python" -m pip install -q "safetensors==$SAFETENSORS_VERSION"
+fi
+if ! "$VENV/bin/python" -c "import importlib.metadata as m, sys; sys.exit(0 if m.version('transformers') == '$TRANSFORMERS_VERSION' else 1)" 2>/dev/null; then
+  echo "setup: installing transformers $TRANSFORMERS_VERSION (reference GPT-2 for the export tests) into $VENV"
+  "$VENV/bin/python" -m pip install -q "transformers==$TRANSFORMERS_VERSION" "tokenizers==$TOKENIZERS_VERSION" \
+    "safetensors==$SAFETENSORS_VERSION"
 fi
 echo "setup: ok (torch $("$VENV/bin/python" -c 'import torch;print(torch.__version__)' 2>/dev/null) in $VENV)"

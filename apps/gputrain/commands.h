@@ -21,5 +21,6 @@ int cmd_plan(const CommonArgs& a);
 int cmd_data_prepare(const PrepareOptions& o);
 int cmd_data_bench(const CommonArgs& a, const std::vector<int64_t>& workers, int64_t batches);
 int cmd_optim_bench(const CommonArgs& a, int64_t steps);
+int cmd_export(const std::string& checkpoint, const std::string& format, const std::string& out, bool overwrite);
 
 }  // namespace gputrain::app

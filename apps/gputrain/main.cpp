@@ -100,6 +100,19 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
 
+  std::string export_checkpoint, export_format = "hf", export_out;
+  bool export_overwrite = false;
+  auto* exp = cli.add_subcommand("export", "write a checkpoint's weights for other tools (Hugging Face transformers)");
+  exp->add_option("checkpoint", export_checkpoint,
+                  "a checkpoint directory (step_<N>), the directory holding them, or a run's output directory (newest complete checkpoint)")
+      ->required()
+      ->check(CLI::ExistingDirectory);
+  exp->add_option("--format", export_format, "hf = GPT2LMHeadModel (model.safetensors + config.json)")
+      ->check(CLI::IsMember({"hf"}))
+      ->capture_default_str();
+  exp->add_option("--out", export_out, "directory to write")->required();
+  exp->add_flag("--overwrite", export_overwrite, "replace model files already in --out");
+
   try {
     cli.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -135,6 +148,7 @@ int main(int argc, char** argv) {
     }
     if (*bench) return app::cmd_data_bench(bench_args, bench_workers, bench_batches);
     if (*optim_bench) return app::cmd_optim_bench(optim_bench_args, optim_bench_steps);
+    if (*exp) return app::cmd_export(export_checkpoint, export_format, export_out, export_overwrite);
   } catch (const gputrain::Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return gputrain::exit_code_for(e.kind());

@@ -80,8 +80,10 @@ json hf_gpt2_config(const ModelSettings& m) {
   c["scale_attn_by_inverse_layer_idx"] = false;
   c["reorder_and_upcast_attn"] = false;
   c["tie_word_embeddings"] = m.tie_embeddings;
-  c["bos_token_id"] = 50256;
-  c["eos_token_id"] = 50256;
+  // GPT-2's end-of-text id, when the vocabulary has it.
+  const json eot = m.vocab_size > 50256 ? json(50256) : json(nullptr);
+  c["bos_token_id"] = eot;
+  c["eos_token_id"] = eot;
   c["dtype"] = "float32";
   return c;
 }
