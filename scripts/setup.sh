@@ -2,8 +2,9 @@
 # Installs what gputrain needs on Debian 12 and is quick when all is there:
 #  - Debian packages: compiler, CMake, yaml-cpp, CLI11, spdlog, nlohmann-json, Catch2, ccache
 #  - a Python virtual environment with the pip torch package (LibTorch with
-#    CUDA, pinned), HF tokenizers (the tests' reference GPT-2 encoder) and
-#    HF safetensors (the reference for our checkpoint files),
+#    CUDA, pinned), HF tokenizers (the tests' reference GPT-2 encoder),
+#    HF safetensors (the reference for our checkpoint files), and HF transformers
+#    (GPT2LMHeadModel, the reference for exported and imported weights),
 #    outside the checkout, so fresh clones and CI reuse it.
 # Prints nothing but progress; the venv path is $GPUTRAIN_VENV (default in scripts/env.sh).
 set -euo pipefail

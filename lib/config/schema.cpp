@@ -570,9 +570,7 @@ void unknown_key(const std::string& prefix, const ConfigNode::Entry& e, Diagnost
     if (guess.empty()) {
       std::string known;
       for (const auto& c : children_of(prefix)) known += (known.empty() ? "" : ", ") + c;
-      fix = known.empty() ? prefix + " has no keys in this version; remove the key"
-                          : "known keys " + (prefix.empty() ? std::string("at the top level") : "in " + prefix) +
-                                ": " + known;
+      fix = "known keys " + (prefix.empty() ? std::string("at the top level") : "in " + prefix) + ": " + known;
     }
   }
   diag.error(e.key_origin, full, "unknown key", fix);
@@ -599,8 +597,7 @@ void bind_map(const ConfigNode& node, const std::string& prefix, Settings& s,
       else if (e.value.kind != ConfigNode::Kind::kNull) {
         const auto keys = children_of(full);
         diag.error(e.value.origin, full, "is a section, so it needs keys, got " + e.value.kind_name(),
-                   keys.empty() ? "remove it (it has no keys in this version)"
-                                : "write it as a mapping, e.g. " + full + ": {" + keys.front() + ": ...}");
+                   "write it as a mapping, e.g. " + full + ": {" + keys.front() + ": ...}");
       }
     } else {
       unknown_key(prefix, e, diag);

@@ -132,8 +132,13 @@ TEST_CASE("cli: run writes metrics, summary and the resolved recipe", "[cli]") {
                              "--set", "run.output_dir=" + out});
   CHECK(nlohmann::json::parse(again.output) == nlohmann::json::parse(first.output));
 
-  // A second run into the same directory refuses to overwrite without --overwrite.
-  auto clash = run_gputrain({"run", dir.file("r.yaml"), "--output-dir", out});
+  // The same command again continues from the run's final checkpoint: nothing left to train.
+  auto again_run = run_gputrain({"run", dir.file("r.yaml"), "--output-dir", out, "--set", "train.grad_accum_steps=2"});
+  CHECK(again_run.exit_code == 0);
+  CHECK_THAT(again_run.output, Contains("nothing to train"));
+  CHECK(read_jsonl(out + "/metrics.jsonl").size() == 4);  // untouched
+  // Without resuming, a second run into the same directory refuses to overwrite without --overwrite.
+  auto clash = run_gputrain({"run", dir.file("r.yaml"), "--output-dir", out, "--set", "checkpoint.resume=never"});
   CHECK(clash.exit_code == 2);
   CHECK_THAT(clash.output, Contains("already holds a run"));
   CHECK(read_jsonl(out + "/metrics.jsonl").size() == 4);  // untouched

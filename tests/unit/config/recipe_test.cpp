@@ -96,10 +96,9 @@ TEST_CASE("a section given a scalar is an error", "[config]") {
   std::string e = load_error(kMinimal + "train: 5\n");
   CHECK_THAT(e, Contains("train: is a section, so it needs keys"));
   CHECK_THAT(e, Contains("e.g. train: {"));
-  // checkpoint has no keys yet: the messages must still say what to do.
-  CHECK_THAT(load_error(kMinimal + "checkpoint: 5\n"), Contains("remove it (it has no keys in this version)"));
-  CHECK_THAT(load_error(kMinimal + "checkpoint: {every: 5}\n"),
-             Contains("checkpoint.every: unknown key\n    fix: checkpoint has no keys in this version"));
+  CHECK_THAT(load_error(kMinimal + "checkpoint: 5\n"), Contains("e.g. checkpoint: {"));
+  CHECK_THAT(load_error(kMinimal + "checkpoint: {evry: 5}\n"),
+             Contains("checkpoint.evry: unknown key\n    fix: did you mean 'checkpoint.every'?"));
   CHECK(load_error(kMinimal + "checkpoint: {}\n").empty());
 }
 
