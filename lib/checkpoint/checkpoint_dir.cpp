@@ -1,5 +1,6 @@
 #include "checkpoint/checkpoint_dir.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -94,18 +95,29 @@ fs::path CheckpointWriter::commit() {
   write_file_atomic((tmp_ / kManifest).string(), manifest.dump(2) + "\n");
   fsync_directory(tmp_);
   std::error_code ec;
-  // Replacing the same step: move the old one aside first (rename cannot replace a non-empty directory).
-  const fs::path old = root_ / (".tmp-" + step_name(step_) + "-replaced");
-  if (fs::exists(final_)) fs::rename(final_, old, ec);
-  fs::rename(tmp_, final_, ec);
-  if (ec) throw runtime_error("cannot move checkpoint into '" + final_.string() + "': " + ec.message());
-  fsync_directory(root_);
-  fs::remove_all(old, ec);
+  if (fs::exists(final_)) {
+    // Replacing the same step: swap the two directories in one step, then drop the old one.
+    if (::renameat2(AT_FDCWD, tmp_.c_str(), AT_FDCWD, final_.c_str(), RENAME_EXCHANGE) != 0) {
+      if (errno != EINVAL && errno != ENOSYS)
+        throw runtime_error("cannot move checkpoint into '" + final_.string() + "': " + std::strerror(errno));
+      // A filesystem without exchange: move the old one aside (briefly no step_<N>; older ones remain).
+      fs::rename(final_, tmp_.string() + "-replaced", ec);
+      fs::rename(tmp_, final_, ec);
+      if (ec) throw runtime_error("cannot move checkpoint into '" + final_.string() + "': " + ec.message());
+      tmp_ += "-replaced";
+    }
+    fsync_directory(root_);
+    fs::remove_all(tmp_, ec);  // now the old checkpoint
+  } else {
+    fs::rename(tmp_, final_, ec);
+    if (ec) throw runtime_error("cannot move checkpoint into '" + final_.string() + "': " + ec.message());
+    fsync_directory(root_);
+  }
   committed_ = true;
   return final_;
 }
 
-std::optional<std::string> checkpoint_problem(const fs::path& dir) {
+std::optional<std::string> checkpoint_problem(const fs::path& dir, CheckpointCheck check) {
   const fs::path mpath = dir / kManifest;
   std::ifstream in(mpath);
   if (!in) return "no " + std::string(kManifest) + " (the save did not finish)";
@@ -120,7 +132,8 @@ std::optional<std::string> checkpoint_problem(const fs::path& dir) {
       if (ec) return name + " is missing";
       if (size != f.at("bytes").get<uint64_t>())
         return name + " has " + std::to_string(size) + " bytes, the manifest says " + std::to_string(f.at("bytes").get<uint64_t>());
-      if (file_crc32c(p) != f.at("crc32c").get<uint32_t>()) return name + " fails its checksum (corrupt)";
+      if (check == CheckpointCheck::kChecksums && file_crc32c(p) != f.at("crc32c").get<uint32_t>())
+        return name + " fails its checksum (corrupt)";
     }
   } catch (const json::exception& e) {
     return std::string(kManifest) + " is malformed (" + e.what() + ")";
@@ -128,7 +141,7 @@ std::optional<std::string> checkpoint_problem(const fs::path& dir) {
   return std::nullopt;
 }
 
-CheckpointListing list_checkpoints(const fs::path& root) {
+CheckpointListing list_checkpoints(const fs::path& root, CheckpointCheck check) {
   std::vector<std::pair<int64_t, fs::path>> dirs;
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(root, ec)) {
@@ -138,7 +151,7 @@ CheckpointListing list_checkpoints(const fs::path& root) {
   std::sort(dirs.begin(), dirs.end());
   CheckpointListing out;
   for (const auto& [step, p] : dirs) {
-    if (auto problem = checkpoint_problem(p))
+    if (auto problem = checkpoint_problem(p, check))
       out.broken.emplace_back(p, *problem);
     else
       out.complete.push_back(p);
@@ -150,8 +163,10 @@ void prune_checkpoints(const fs::path& root, int64_t keep_last) {
   if (keep_last <= 0) return;
   const CheckpointListing l = list_checkpoints(root);
   for (size_t i = 0; i + static_cast<size_t>(keep_last) < l.complete.size(); ++i) {
+    const fs::path doomed = root / (".tmp-" + l.complete[i].filename().string() + "-pruned");
     std::error_code ec;
-    fs::remove_all(l.complete[i], ec);
+    fs::rename(l.complete[i], doomed, ec);
+    if (!ec) fs::remove_all(doomed, ec);
     if (ec) throw runtime_error("cannot remove old checkpoint '" + l.complete[i].string() + "': " + ec.message());
   }
 }

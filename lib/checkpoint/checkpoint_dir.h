@@ -30,7 +30,8 @@ class CheckpointWriter {
   void add_json(const std::string& file, const nlohmann::ordered_json& content);
   void add_text(const std::string& file, const std::string& text);
   // Writes the manifest and moves the checkpoint into place; returns its path.
-  // An existing checkpoint of the same step is replaced.
+  // An existing checkpoint of the same step is replaced by an atomic exchange,
+  // so the step is complete on disk at every moment.
   std::filesystem::path commit();
 
  private:
@@ -40,18 +41,29 @@ class CheckpointWriter {
   bool committed_ = false;
 };
 
+// How closely to look at a checkpoint: kSizes reads only the manifest and the
+// files' sizes (what a killed save leaves wrong; instant at any model size),
+// kChecksums also reads every byte (what a corrupted disk or copy leaves wrong).
+enum class CheckpointCheck { kSizes, kChecksums };
+
 // Why `dir` is not a complete checkpoint (missing or unreadable manifest, a
 // listed file missing, of the wrong size or checksum), or nullopt when it is.
-std::optional<std::string> checkpoint_problem(const std::filesystem::path& dir);
+std::optional<std::string> checkpoint_problem(const std::filesystem::path& dir,
+                                              CheckpointCheck check = CheckpointCheck::kChecksums);
 
 struct CheckpointListing {
   std::vector<std::filesystem::path> complete;  // oldest first
   std::vector<std::pair<std::filesystem::path, std::string>> broken;  // with the reason
 };
-// The step_<N> directories under root, verified (temporary ones are ignored).
-CheckpointListing list_checkpoints(const std::filesystem::path& root);
+// The step_<N> directories under root, checked as `check` says (temporary
+// ones are ignored). Loading verifies checksums anyway, so listings default to
+// the cheap check rather than reading every checkpoint's bytes.
+CheckpointListing list_checkpoints(const std::filesystem::path& root,
+                                   CheckpointCheck check = CheckpointCheck::kSizes);
 
 // Removes all but the newest `keep_last` complete checkpoints (0 = keep all).
+// Each is first renamed to a temporary name, so a kill part-way through
+// leaves a leftover the next writer clears, not a broken step directory.
 void prune_checkpoints(const std::filesystem::path& root, int64_t keep_last);
 
 // CRC-32C (Castagnoli) of a file's bytes (util/crc32c.h).

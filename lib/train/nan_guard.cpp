@@ -3,6 +3,8 @@
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
+#include <cmath>
+
 namespace gputrain {
 
 bool step_is_finite(const torch::Tensor& loss, const torch::Tensor& grad_norm) {
@@ -21,9 +23,12 @@ std::string first_non_finite(const std::vector<NamedTensor>& params) {
   return "";
 }
 
+// "nan" whatever its sign bit ({} prints "-nan" for some NaNs), else the value.
+static std::string number(double v) { return std::isnan(v) ? "nan" : fmt::format("{}", v); }
+
 std::string non_finite_message(int64_t step, double loss, double grad_norm, const std::string& culprit,
                                NanPolicy policy) {
-  std::string m = fmt::format("step {}: loss {}, gradient norm {}; first non-finite: {}", step, loss, grad_norm,
+  std::string m = fmt::format("step {}: loss {}, gradient norm {}; first non-finite: {}", step, number(loss), number(grad_norm),
                               culprit.empty() ? "(none found in parameters or gradients: the loss itself)" : culprit);
   switch (policy) {
     case NanPolicy::kAbort:

@@ -54,7 +54,8 @@ std::vector<fs::path> resume_candidates(const Settings& s) {
   const std::string& mode = s.checkpoint.resume;
   if (mode == "never") return {};
   if (mode != "auto") {
-    if (auto problem = checkpoint_problem(mode))
+    // The cheap check gives a clear message at once; loading verifies the checksums.
+    if (auto problem = checkpoint_problem(mode, CheckpointCheck::kSizes))
       throw data_error("checkpoint.resume: '" + mode + "' is not a usable checkpoint: " + *problem +
                        "\n    fix: name a complete checkpoint directory, or use checkpoint.resume: auto to take the "
                        "newest complete one");

@@ -48,6 +48,8 @@ TEST_CASE("checkpoint: a committed directory verifies and holds what was added",
   // Saving the same step again replaces it whole.
   save(dir.path() / "ckpt", 100, 2.5f);
   CHECK(torch::equal(*read_safetensors((p / "model.safetensors").string()).find("w"), at::full({64, 64}, 2.5f)));
+  CHECK_FALSE(checkpoint_problem(p).has_value());
+  CHECK(std::distance(fs::directory_iterator(dir.path() / "ckpt"), fs::directory_iterator()) == 1);
 }
 
 TEST_CASE("checkpoint: unfinished, truncated and corrupt checkpoints are named, good ones untouched", "[checkpoint]") {
@@ -69,7 +71,9 @@ TEST_CASE("checkpoint: unfinished, truncated and corrupt checkpoints are named, 
     f.put('\x7f');
   }
   fs::create_directories(root / "step_00000005");  // a directory without a manifest
-  const CheckpointListing l = list_checkpoints(root);
+  // The cheap listing sees what a killed save leaves; only checksums see the flipped byte.
+  CHECK(list_checkpoints(root).broken.size() == 2);
+  const CheckpointListing l = list_checkpoints(root, CheckpointCheck::kChecksums);
   REQUIRE(l.complete.size() == 1);
   CHECK(l.complete[0].filename() == "step_00000001");
   REQUIRE(l.broken.size() == 3);
@@ -95,6 +99,7 @@ TEST_CASE("checkpoint: pruning keeps the newest complete checkpoints", "[checkpo
   REQUIRE(l.complete.size() == 2);
   CHECK(l.complete[0].filename() == "step_00000030");
   CHECK(l.complete[1].filename() == "step_00000040");
+  CHECK(std::distance(fs::directory_iterator(root), fs::directory_iterator()) == 2);  // nothing left behind
   prune_checkpoints(root, 0);  // 0 keeps all
   CHECK(list_checkpoints(root).complete.size() == 2);
 }

@@ -1,0 +1,465 @@
+// Checkpoints end to end through the gputrain binary: exact resume (bitwise
+// on the CPU), changed recipes, preemption signals, SIGKILL at any moment,
+// corrupt and truncated files, max_wall_time, train.nan_policy and export.
+#include <catch2/catch.hpp>
+
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <thread>
+
+#include "checkpoint/checkpoint_dir.h"
+#include "checkpoint/safetensors.h"
+#include "checkpoint/training_checkpoint.h"
+#include "test_util.h"
+
+using namespace gputrain;
+using namespace gputrain::test;
+using Catch::Matchers::Contains;
+namespace fs = std::filesystem;
+
+namespace {
+
+// A tiny GPT with dropout (so the RNG state matters) on a small span of real
+// text, so that 12 steps cross an epoch boundary of the shuffled sampler. The
+// schedule's length is fixed so that changing max_steps does not change it.
+std::string tiny_recipe() {
+  return "run: {name: ckpt, threads: 2}\n"
+         "model: {vocab_size: 256, seq_len: 16, n_layer: 1, n_head: 2, d_model: 16, dropout: 0.1}\n"
+         "data:\n"
+         "  train: {format: text, path: " + shared_data("tinyshakespeare.txt") + ", span: [0.0, 0.0005]}\n"
+         "train: {per_device_batch_size: 4, max_steps: 12, log_every: 1}\n"
+         "optim: {lr: 3e-3, schedule: {warmup_steps: 2, decay_steps: 12}}\n"
+         "metrics: {progress: off}\n";
+}
+
+CommandResult train(const std::string& recipe, const std::string& out, const std::vector<std::string>& sets = {}) {
+  std::vector<std::string> args = {"run", recipe, "--output-dir", out};
+  for (const auto& s : sets) args.insert(args.end(), {"--set", s});
+  return run_gputrain(args);
+}
+
+// A checkpoint directory's name: step_<N>, zero-padded to 8 digits.
+fs::path step_dir(int64_t step) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "step_%08lld", static_cast<long long>(step));
+  return buf;
+}
+
+fs::path newest_checkpoint(const std::string& out) {
+  const CheckpointListing l = list_checkpoints(fs::path(out) / "checkpoints", CheckpointCheck::kChecksums);
+  REQUIRE_FALSE(l.complete.empty());
+  return l.complete.back();
+}
+
+// The per-step records of metrics.jsonl without the timing fields.
+std::vector<nlohmann::json> step_records(const std::string& out) {
+  std::vector<nlohmann::json> lines = read_jsonl(out + "/metrics.jsonl");
+  for (auto& l : lines)
+    for (const char* k : {"tokens_per_s", "step_ms", "mem_peak_mb"}) l.erase(k);
+  return lines;
+}
+
+// Starts a run in the background with its output discarded.
+int spawn_run(const std::string& recipe, const std::string& out, const std::vector<std::string>& sets) {
+  std::vector<std::string> args = {"run", recipe, "--output-dir", out};
+  for (const auto& s : sets) args.insert(args.end(), {"--set", s});
+  const int null = open("/dev/null", O_WRONLY | O_CLOEXEC);
+  const int pid = spawn_gputrain(args, null);
+  close(null);
+  return pid;
+}
+
+// Waits (up to a minute) until `ready()` holds; false on timeout.
+template <class F>
+bool wait_until(F ready) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (ready()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  return false;
+}
+
+bool has_metrics(const std::string& out) {
+  std::error_code ec;
+  return fs::exists(out + "/metrics.jsonl", ec) && fs::file_size(out + "/metrics.jsonl", ec) > 0;
+}
+
+}  // namespace
+
+TEST_CASE("checkpoint: k steps then resume to N is bitwise the same as N steps", "[checkpoint][cli]") {
+  TempDir dir;
+  write_file(dir.file("r.yaml"), tiny_recipe());
+  // Each variant exercises different saved state: dropout RNG and the shuffled
+  // sampler (all), the fp16 loss scaler, Adafactor's factored moments, 8-bit
+  // Adam's quantized blocks, and gradient accumulation.
+  const std::vector<std::pair<std::string, std::vector<std::string>>> variants = {
+      {"fp32 adamw", {}},
+      {"fp16 adamw", {"precision.mode=fp16"}},
+      {"adafactor", {"optim.name=adafactor"}},
+      {"adamw8bit", {"optim.name=adamw8bit", "optim.adamw8bit.min_8bit_size=256"}},
+      {"grad accumulation", {"train.grad_accum_steps=3", "train.per_device_batch_size=2"}},
+  };
+  for (const auto& [name, sets] : variants) {
+    INFO(name);
+    const std::string straight = dir.file(name + "-straight"), resumed = dir.file(name + "-resumed");
+    auto a = train(dir.file("r.yaml"), straight, sets);
+    INFO(a.output);
+    REQUIRE(a.exit_code == 0);
+
+    std::vector<std::string> first = sets;
+    first.push_back("train.max_steps=5");
+    auto b1 = train(dir.file("r.yaml"), resumed, first);
+    INFO(b1.output);
+    REQUIRE(b1.exit_code == 0);
+    CHECK(newest_checkpoint(resumed).filename() == "step_00000005");
+    auto b2 = train(dir.file("r.yaml"), resumed, sets);  // the same command with the full step count
+    INFO(b2.output);
+    REQUIRE(b2.exit_code == 0);
+    CHECK_THAT(b2.output, Contains("resume: continuing from") && Contains("at step 5"));
+    CHECK_THAT(b2.output, Contains("resume: train.max_steps changed from 5 to 12"));
+
+    // Every logged step the same: loss, lr, gradient norm, tokens (loss scale under fp16).
+    CHECK(step_records(resumed) == step_records(straight));
+    REQUIRE(step_records(resumed).size() == 12);
+    // And the final state bit for bit.
+    for (const char* f : {"model.safetensors", "optimizer.safetensors", "rng.safetensors"}) {
+      INFO(f);
+      CHECK(read_file((newest_checkpoint(resumed) / f).string()) == read_file((newest_checkpoint(straight) / f).string()));
+    }
+    auto s = read_json(resumed + "/summary.json");
+    CHECK(s["steps"] == 12);
+    CHECK(s["tokens"] == read_json(straight + "/summary.json")["tokens"]);
+    CHECK(s["resumed_from_step"] == 5);
+  }
+}
+
+TEST_CASE("checkpoint: resuming with a changed recipe refuses shape changes and reports safe ones", "[checkpoint][cli]") {
+  TempDir dir;
+  write_file(dir.file("r.yaml"), tiny_recipe());
+  const std::string out = dir.file("out");
+  REQUIRE(train(dir.file("r.yaml"), out, {"train.max_steps=4"}).exit_code == 0);
+
+  auto shape = train(dir.file("r.yaml"), out, {"model.d_model=32", "data.train.span=[0.0, 0.001]"});
+  CHECK(shape.exit_code == 2);
+  CHECK_THAT(shape.output, Contains("cannot resume from") && Contains("step_00000004"));
+  CHECK_THAT(shape.output, Contains("model.d_model: 16 in the checkpoint, 32 now"));
+  CHECK_THAT(shape.output, Contains("data.train.span: [0.0,0.0005] in the checkpoint, [0.0,0.001] now"));
+  CHECK_THAT(shape.output, Contains("fix: put these keys back"));
+  CHECK(read_jsonl(out + "/metrics.jsonl").size() == 4);  // nothing written
+
+  auto safe = train(dir.file("r.yaml"), out, {"train.max_steps=6", "train.log_every=2", "optim.lr=1e-3"});
+  INFO(safe.output);
+  CHECK(safe.exit_code == 0);
+  CHECK_THAT(safe.output, Contains("resume: train.max_steps changed from 4 to 6"));
+  CHECK_THAT(safe.output, Contains("resume: train.log_every changed from 1 to 2"));
+  CHECK_THAT(safe.output, Contains("resume: optim.lr changed from 0.003 to 0.001; the run continues, but not as the "
+                                   "saved one would have"));
+  CHECK(read_json(out + "/summary.json")["steps"] == 6);
+
+  // resume: never into a directory that holds a run needs --overwrite, which also drops its checkpoints.
+  auto never = train(dir.file("r.yaml"), out, {"checkpoint.resume=never"});
+  CHECK(never.exit_code == 2);
+  CHECK_THAT(never.output, Contains("already holds a run"));
+  auto fresh = run_gputrain({"run", dir.file("r.yaml"), "--output-dir", out, "--overwrite", "--set", "train.max_steps=3"});
+  CHECK(fresh.exit_code == 0);
+  CHECK_THAT(fresh.output, Contains("--overwrite: removed 2 checkpoint(s)"));
+  CHECK(newest_checkpoint(out).filename() == "step_00000003");
+  CHECK_FALSE(read_json(out + "/summary.json").contains("resumed_from_step"));
+}
+
+TEST_CASE("checkpoint: SIGTERM and SIGUSR1 save, exit 143 and the resumed run ends as an uninterrupted one",
+          "[checkpoint][cli]") {
+  TempDir dir;
+  write_file(dir.file("r.yaml"), tiny_recipe());
+  // Long enough that the signal lands mid-run (about 1 ms a step).
+  const std::vector<std::string> sets = {"train.max_steps=2000", "optim.schedule.decay_steps=2000",
+                                         "train.log_every=100"};
+  auto straight = train(dir.file("r.yaml"), dir.file("straight"), sets);
+  REQUIRE(straight.exit_code == 0);
+  for (int sig : {SIGTERM, SIGUSR1}) {
+    INFO("signal " << sig);
+    const std::string out = dir.file("sig" + std::to_string(sig));
+    std::vector<std::string> run_sets = sets;
+    run_sets.push_back("train.log_every=1");  // a metrics line at once: the signal comes mid-run
+    const int pid = spawn_run(dir.file("r.yaml"), out, run_sets);
+    REQUIRE(wait_until([&] { return has_metrics(out); }));
+    kill(pid, sig);
+    CHECK(wait_exit_code(pid) == 143);
+    auto s = read_json(out + "/summary.json");
+    CHECK(s["status"] == "preempted");
+    CHECK(s["stop_reason"] == (sig == SIGTERM ? "SIGTERM" : "SIGUSR1"));
+    const int64_t stopped = s["steps"];
+    CHECK(stopped < 2000);
+    CHECK(newest_checkpoint(out).filename() == step_dir(stopped));
+
+    auto resumed = train(dir.file("r.yaml"), out, run_sets);
+    INFO(resumed.output);
+    REQUIRE(resumed.exit_code == 0);
+    CHECK(read_json(out + "/summary.json")["resumed_from_step"] == stopped);
+    CHECK(read_jsonl(out + "/metrics.jsonl").size() == 2000);  // one line per step, none twice
+    CHECK(read_file((newest_checkpoint(out) / "model.safetensors").string()) ==
+          read_file((newest_checkpoint(dir.file("straight")) / "model.safetensors").string()));
+  }
+  // A configured signal list replaces the default one.
+  const std::string out = dir.file("usr2");
+  const int pid = spawn_run(dir.file("r.yaml"), out, {"train.max_steps=1000000", "train.log_every=1",
+                                                      "checkpoint.preempt_signals=[USR2]"});
+  REQUIRE(wait_until([&] { return has_metrics(out); }));
+  kill(pid, SIGUSR2);
+  CHECK(wait_exit_code(pid) == 143);
+  CHECK(read_json(out + "/summary.json")["stop_reason"] == "SIGUSR2");
+}
+
+TEST_CASE("checkpoint: SIGINT saves and exits 130; a second signal exits at once", "[checkpoint][cli]") {
+  TempDir dir;
+  write_file(dir.file("r.yaml"), tiny_recipe());
+  const std::string out = dir.file("int");
+  int pid = spawn_run(dir.file("r.yaml"), out, {"train.max_steps=1000000", "train.log_every=1"});
+  REQUIRE(wait_until([&] { return has_metrics(out); }));
+  kill(pid, SIGINT);
+  CHECK(wait_exit_code(pid) == 130);
+  auto s = read_json(out + "/summary.json");
+  CHECK(s["status"] == "interrupted");
+  CHECK(newest_checkpoint(out).filename() == step_dir(s["steps"].get<int64_t>()));
+
+  // A model big enough that a step takes far longer than two signals' delivery:
+  // the first asks for a graceful stop, the second ends the process with its own code.
+  const std::string out2 = dir.file("twice");
+  pid = spawn_run(dir.file("r.yaml"), out2, {"train.max_steps=1000000", "train.log_every=1", "model.d_model=256",
+                                             "model.n_layer=4", "model.seq_len=128"});
+  REQUIRE(wait_until([&] { return has_metrics(out2); }));
+  kill(pid, SIGINT);
+  kill(pid, SIGTERM);
+  // The two may be handled on two threads at once, so either one can be "the second".
+  const int code = wait_exit_code(pid);
+  CHECK((code == 130 || code == 143));
+  // Exited at once: no graceful stop's summary or checkpoint.
+  CHECK_FALSE(fs::exists(out2 + "/summary.json"));
+  CHECK(list_checkpoints(fs::path(out2) / "checkpoints").complete.empty());
+}
+
+TEST_CASE("checkpoint: SIGKILL at any moment, during saves included, leaves a good checkpoint to resume",
+          "[checkpoint][cli]") {
+  TempDir dir;
+  write_file(dir.file("r.yaml"), tiny_recipe());
+  const std::string out = dir.file("out");
+  const fs::path root = fs::path(out) / "checkpoints";
+  // Saves that take a while (about 20 MB each) at every step, keeping two.
+  const std::vector<std::string> sets = {"train.max_steps=1000000", "model.d_model=256", "model.n_layer=2",
+                                         "checkpoint.every=1", "checkpoint.keep_last=2"};
+  std::mt19937 rng(1234);
+  int64_t newest_step = 0;
+  int killed_mid_save = 0;
+  for (int trial = 0; trial < 8; ++trial) {
+    INFO("trial " << trial);
+    const int pid = spawn_run(dir.file("r.yaml"), out, sets);
+    // The run has started saving once a checkpoint newer than the last one appears.
+    auto newer_saved = [&] {
+      const CheckpointListing l = list_checkpoints(root);
+      return !l.complete.empty() && std::stoll(l.complete.back().filename().string().substr(5)) > newest_step;
+    };
+    REQUIRE(wait_until(newer_saved));
+    if (trial % 2 == 0) {
+      // Kill during a write: as soon as a temporary directory exists.
+      auto writing = [&] {
+        std::error_code ec;
+        for (const auto& e : fs::directory_iterator(root, ec))
+          if (e.path().filename().string().rfind(".tmp-step_", 0) == 0) return true;
+        return false;
+      };
+      REQUIRE(wait_until(writing));
+      kill(pid, SIGKILL);
+      ++killed_mid_save;
+    } else {
+      // Kill at a random moment.
+      std::this_thread::sleep_for(std::chrono::milliseconds(std::uniform_int_distribution<int>(0, 400)(rng)));
+      kill(pid, SIGKILL);
+    }
+    CHECK(wait_exit_code(pid) == 128 + SIGKILL);
+    // The newest complete checkpoint verifies and loads, nothing is left broken,
+    // and no progress before the kill was lost.
+    const CheckpointListing l = list_checkpoints(root, CheckpointCheck::kChecksums);
+    CHECK(l.broken.empty());
+    REQUIRE_FALSE(l.complete.empty());
+    const TrainingSnapshot snap = load_training_checkpoint(l.complete.back());
+    CHECK(snap.counters.step > newest_step);
+    newest_step = snap.counters.step;
+  }
+  CHECK(killed_mid_save == 4);
+  // resume: auto continues from the newest one and finishes.
+  auto last = train(dir.file("r.yaml"), out,
+                    {"train.max_steps=" + std::to_string(newest_step + 2), "model.d_model=256", "model.n_layer=2",
+                     "checkpoint.every=1", "checkpoint.keep_last=2"});
+  INFO(last.output);
+  REQUIRE(last.exit_code == 0);
+  CHECK_FALSE(Contains("passing over").match(last.output));
+  auto s = read_json(out + "/summary.json");
+  CHECK(s["resumed_from_step"] == newest_step);
+  CHECK(s["steps"] == newest_step + 2);
+}
+
+TEST_CASE("checkpoint: corrupt and truncated checkpoints are passed over by auto and refused by path",
+          "[checkpoint][cli]") {
+  TempDir dir;
+  write_file(dir.file("r.yaml"), tiny_recipe());
+  const std::string out = dir.file("out");
+  REQUIRE(train(dir.file("r.yaml"), out, {"train.max_steps=6", "checkpoint.every=2", "checkpoint.keep_last=0"})
+              .exit_code == 0);
+  const fs::path root = fs::path(out) / "checkpoints";
+  const fs::path s2 = root / "step_00000002", s4 = root / "step_00000004", s6 = root / "step_00000006";
+  {  // one flipped byte in the newest
+    std::fstream f(s6 / "model.safetensors", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(-7, std::ios::end);
+    const char c = static_cast<char>(f.get());
+    f.seekp(-7, std::ios::end);
+    f.put(static_cast<char>(c ^ 0x40));
+  }
+  fs::resize_file(s4 / "optimizer.safetensors", fs::file_size(s4 / "optimizer.safetensors") / 2);  // truncated
+
+  auto r = train(dir.file("r.yaml"), out, {"train.max_steps=8", "checkpoint.every=2", "checkpoint.keep_last=0"});
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.output, Contains("passing over " + s4.string() + ": optimizer.safetensors has"));
+  CHECK_THAT(r.output, Contains("the manifest says"));
+  CHECK_THAT(r.output, Contains("passing over " + s6.string()) && Contains("model.safetensors fails its checksum"));
+  CHECK_THAT(r.output, Contains("resume: continuing from " + s2.string() + " at step 2"));
+  // The metrics continue from step 2: every step once.
+  std::vector<int64_t> steps;
+  for (const auto& l : read_jsonl(out + "/metrics.jsonl")) steps.push_back(l["step"]);
+  CHECK(steps == std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7, 8});
+
+  // Named explicitly, a bad checkpoint is an error with the reason (exit 2), and nothing is written.
+  const auto before = read_file(out + "/metrics.jsonl");
+  fs::resize_file(s2 / "model.safetensors", fs::file_size(s2 / "model.safetensors") - 1);
+  auto named = train(dir.file("r.yaml"), out, {"train.max_steps=9", "checkpoint.resume=" + s2.string()});
+  CHECK(named.exit_code == 2);
+  CHECK_THAT(named.output, Contains("checkpoint.resume: '" + s2.string() + "' is not a usable checkpoint: "
+                                    "model.safetensors has"));
+  CHECK(read_file(out + "/metrics.jsonl") == before);
+  // A byte flip is found when loading (the quick check reads only sizes).
+  {
+    std::fstream f(s4 / "trainer.json", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(3);
+    f.put('#');
+  }
+  fs::resize_file(s4 / "optimizer.safetensors", read_json((s4 / "manifest.json").string())["files"]
+                                                     ["optimizer.safetensors"]["bytes"].get<uint64_t>());
+  auto flipped = train(dir.file("r.yaml"), out, {"train.max_steps=9", "checkpoint.resume=" + s4.string()});
+  CHECK(flipped.exit_code == 2);
+  CHECK_THAT(flipped.output, Contains("fails its checksum"));
+  auto missing = train(dir.file("r.yaml"), out, {"checkpoint.resume=" + dir.file("nowhere")});
+  CHECK(missing.exit_code == 2);
+  CHECK_THAT(missing.output, Contains("checkpoint.resume"));
+  CHECK(read_file(out + "/metrics.jsonl") == before);
+}
+
+TEST_CASE("checkpoint: max_wall_time saves and stops with status preempted before the limit", "[checkpoint][cli]") {
+  TempDir dir;
+  write_file(dir.file("r.yaml"), tiny_recipe());
+  const std::string out = dir.file("out");
+  auto r = train(dir.file("r.yaml"), out, {"train.max_steps=100000000", "train.log_every=1000",
+                                           "checkpoint.max_wall_time=4"});
+  INFO(r.output);
+  CHECK(r.exit_code == 143);
+  CHECK_THAT(r.output, Contains("checkpoint.max_wall_time (4 s) is near"));
+  auto s = read_json(out + "/summary.json");
+  CHECK(s["status"] == "preempted");
+  CHECK(s["stop_reason"] == "max_wall_time");
+  CHECK(s["wall_s"].get<double>() < 4.0);
+  CHECK(s["steps"].get<int64_t>() > 10);
+  CHECK(newest_checkpoint(out).filename() == step_dir(s["steps"].get<int64_t>()));
+}
+
+TEST_CASE("checkpoint: train.nan_policy abort names the parameter, skip drops the steps, warn applies them",
+          "[checkpoint][cli]") {
+  TempDir dir;
+  write_file(dir.file("r.yaml"), tiny_recipe());
+  // Initial weights with one NaN, written in gputrain's own weight format.
+  REQUIRE(train(dir.file("r.yaml"), dir.file("w"), {"train.max_steps=1"}).exit_code == 0);
+  SafetensorsFile w = read_safetensors((newest_checkpoint(dir.file("w")) / "model.safetensors").string());
+  at::Tensor target = *w.find("transformer.h.0.mlp.c_fc.weight");  // shares storage with w.tensors' entry
+  target.view(-1)[7] = NAN;
+  write_safetensors(dir.file("nan.safetensors"), w.tensors, w.metadata);
+
+  const std::vector<std::string> base = {"model.init_from=" + dir.file("nan.safetensors"), "train.max_steps=3"};
+  auto with = [&](const std::string& policy) {
+    std::vector<std::string> sets = base;
+    sets.push_back("train.nan_policy=" + policy);
+    return train(dir.file("r.yaml"), dir.file(policy), sets);
+  };
+  auto abort = with("abort");
+  CHECK(abort.exit_code == 1);
+  CHECK_THAT(abort.output, Contains("step 1: loss nan"));
+  CHECK_THAT(abort.output, Contains("first non-finite: parameter transformer.h.0.mlp.c_fc.weight (1 of 1024 values inf/nan)"));
+  CHECK_THAT(abort.output, Contains("train.nan_policy: skip drops such steps"));
+  CHECK(read_json(dir.file("abort") + "/summary.json")["status"] == "failed");
+
+  auto skip = with("skip");
+  INFO(skip.output);
+  CHECK(skip.exit_code == 0);
+  CHECK_THAT(skip.output, Contains("update skipped (train.nan_policy: skip)"));
+  auto ss = read_json(dir.file("skip") + "/summary.json");
+  CHECK(ss["skipped_steps"] == 3);
+  CHECK(read_jsonl(dir.file("skip") + "/metrics.jsonl").back()["nan_skipped_steps"] == 3);
+  // The weights were never updated: the NaN is where it was and nothing else moved.
+  SafetensorsFile after = read_safetensors((newest_checkpoint(dir.file("skip")) / "model.safetensors").string());
+  for (const auto& t : w.tensors) CHECK(at::equal(t.tensor.nan_to_num(), after.find(t.name)->nan_to_num()));
+
+  auto warn = with("warn");
+  CHECK(warn.exit_code == 0);
+  CHECK_THAT(warn.output, Contains("update applied anyway (train.nan_policy: warn)"));
+  CHECK(read_json(dir.file("warn") + "/summary.json")["status"] == "ok");
+}
+
+TEST_CASE("checkpoint: gputrain export writes Hugging Face files and refuses bad requests", "[checkpoint][cli]") {
+  TempDir dir;
+  write_file(dir.file("r.yaml"), tiny_recipe());
+  REQUIRE(train(dir.file("r.yaml"), dir.file("run"), {"train.max_steps=2"}).exit_code == 0);
+  auto e = run_gputrain({"export", dir.file("run"), "--format", "hf", "--out", dir.file("hf")});
+  INFO(e.output);
+  CHECK(e.exit_code == 0);
+  CHECK_THAT(e.output, Contains("exported step 2"));
+  CHECK(read_json(dir.file("hf") + "/config.json")["model_type"] == "gpt2");
+  CHECK(fs::exists(dir.file("hf") + "/model.safetensors"));
+  auto again = run_gputrain({"export", dir.file("run"), "--format", "hf", "--out", dir.file("hf")});
+  CHECK(again.exit_code == 2);
+  CHECK_THAT(again.output, Contains("already holds model files"));
+  CHECK(run_gputrain({"export", dir.file("run"), "--format", "hf", "--out", dir.file("hf"), "--overwrite"}).exit_code ==
+        0);
+  CHECK(run_gputrain({"export", dir.file("run"), "--format", "onnx", "--out", dir.file("x")}).exit_code == 2);
+  auto none = run_gputrain({"export", dir.file("nowhere"), "--format", "hf", "--out", dir.file("y")});
+  CHECK(none.exit_code == 2);
+  CHECK_THAT(none.output, Contains("does not exist"));
+  auto empty = run_gputrain({"export", dir.path().string(), "--format", "hf", "--out", dir.file("y")});
+  CHECK(empty.exit_code == 2);
+  CHECK_THAT(empty.output, Contains("holds no complete gputrain checkpoint"));
+  // The exported weights start a new run.
+  auto init = train(dir.file("r.yaml"), dir.file("ft"), {"model.init_from=" + dir.file("hf"), "train.max_steps=1"});
+  CHECK(init.exit_code == 0);
+  CHECK_THAT(init.output, Contains("Hugging Face GPT-2 weights from"));
+}
+
+TEST_CASE("checkpoint: keys are validated with clear errors", "[checkpoint][cli]") {
+  TempDir dir;
+  write_file(dir.file("r.yaml"), tiny_recipe());
+  auto bad = run_gputrain({"validate", dir.file("r.yaml"), "--set", "checkpoint.max_wall_time=3 hours", "--set",
+                           "checkpoint.preempt_signals=[SIGKILL]", "--set", "checkpoint.keep_last=-1"});
+  CHECK(bad.exit_code == 2);
+  CHECK_THAT(bad.output, Contains("checkpoint.max_wall_time"));
+  CHECK_THAT(bad.output, Contains("checkpoint.preempt_signals"));
+  CHECK_THAT(bad.output, Contains("SIGKILL"));
+  CHECK_THAT(bad.output, Contains("checkpoint.keep_last"));
+  auto good = run_gputrain({"print-config", dir.file("r.yaml"), "--set", "checkpoint.max_wall_time=03:50:00", "--set",
+                            "checkpoint.preempt_signals=[TERM, USR1]"});
+  CHECK(good.exit_code == 0);
+  CHECK_THAT(good.output, Contains("max_wall_time: 3h50m"));
+  CHECK_THAT(good.output, Contains("preempt_signals: [SIGTERM, SIGUSR1]"));
+}
