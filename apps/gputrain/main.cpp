@@ -28,7 +28,7 @@ int main(int argc, char** argv) {
   CLI::App cli{"gputrain: train transformer language models from a YAML recipe", "gputrain"};
   cli.set_version_flag("--version", gputrain::version_string());
   cli.require_subcommand(1);
-  cli.footer("Exit codes: 0 ok, 1 runtime failure, 2 bad recipe or usage, 130 interrupted (SIGINT), 143 preempted (SIGTERM).");
+  cli.footer("Exit codes: 0 ok, 1 runtime failure, 2 bad recipe, data, checkpoint or usage, 130 interrupted (SIGINT), 143 preempted (SIGTERM, SIGUSR1, max_wall_time).");
 
   app::CommonArgs run_args, validate_args, print_args;
   std::string output_dir, format = "yaml";

@@ -181,7 +181,9 @@ RunOutcome run_training(const Recipe& recipe, const RunOptions& options) {
     s.checkpoint.resume = "never";
     remove_old_checkpoints(s);
   }
+  const auto t_load = Clock::now();
   std::optional<std::pair<fs::path, TrainingSnapshot>> resumed = load_resume_checkpoint(s);
+  const double load_s = seconds_since(t_load);
   bool continuing = false;  // appending to the checkpoint run's own metrics
   if (resumed) {
     const TrainingSnapshot& snap = resumed->second;
@@ -276,8 +278,8 @@ RunOutcome run_training(const Recipe& recipe, const RunOptions& options) {
                s.tokens_per_step(), s.train.grad_accum_steps, s.train.per_device_batch_size, s.model.seq_len,
                out_dir.string());
   if (resumed)
-    spdlog::info("resume: continuing from {} at step {} ({} tokens seen); data from sample {}", resumed->first.string(),
-                 t.step, t.tokens, first_sample);
+    spdlog::info("resume: continuing from {} at step {} ({} tokens seen; verified and read in {:.2f} s); data from "
+                 "sample {}", resumed->first.string(), t.step, t.tokens, load_s, first_sample);
   for (const auto& w : recipe.warnings) spdlog::warn("{}", w.str());
 
   MetricsWriter metrics = continuing ? MetricsWriter((out_dir / "metrics.jsonl").string(), t.metrics_bytes)

@@ -1,5 +1,8 @@
 // CRC-32C (Castagnoli), computed incrementally so a file's checksum can be
-// taken while it is written instead of reading it back.
+// taken while it is written instead of reading it back. On x86-64 with
+// SSE4.2 (every server CPU since 2008) it uses the crc32 instruction, about
+// 20x the table loop's speed, so checksumming a multi-GB checkpoint costs
+// little next to writing it.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -14,5 +17,9 @@ class Crc32c {
  private:
   uint32_t state_ = 0xffffffffu;
 };
+
+// The byte-at-a-time table version of Crc32c::update's inner step (the
+// reference the fast path is tested against): the new raw state.
+uint32_t crc32c_update_bytewise(uint32_t state, const void* data, size_t n);
 
 }  // namespace gputrain

@@ -5,8 +5,10 @@
 #include <ATen/ATen.h>
 
 #include <fstream>
+#include <random>
 
 #include "checkpoint/checkpoint_dir.h"
+#include "util/crc32c.h"
 #include "test_util.h"
 
 using namespace gputrain;
@@ -29,6 +31,22 @@ TEST_CASE("CRC-32C matches the standard check value", "[checkpoint]") {
   TempDir dir;
   write_file(dir.file("x"), "123456789");
   CHECK(file_crc32c(dir.file("x")) == 0xe3069283u);
+}
+
+TEST_CASE("CRC-32C's fast path equals the table loop at every alignment and split", "[checkpoint]") {
+  std::mt19937 rng(7);
+  std::vector<uint8_t> bytes(4099);
+  for (auto& b : bytes) b = static_cast<uint8_t>(rng());
+  for (size_t offset : {0, 1, 3, 7, 8}) {
+    for (size_t split : {0, 1, 5, 9, 1000}) {
+      const size_t n = bytes.size() - offset;
+      Crc32c fast;
+      fast.update(bytes.data() + offset, split);
+      fast.update(bytes.data() + offset + split, n - split);
+      const uint32_t reference = ~crc32c_update_bytewise(0xffffffffu, bytes.data() + offset, n);
+      CHECK(fast.value() == reference);
+    }
+  }
 }
 
 TEST_CASE("checkpoint: a committed directory verifies and holds what was added", "[checkpoint]") {
