@@ -11,9 +11,9 @@
 #include <filesystem>
 #include <optional>
 
+#include "checkpoint/checkpoint_dir.h"
 #include "checkpoint/model_files.h"
 #include "checkpoint/module_weights.h"
-#include "checkpoint/checkpoint_dir.h"
 #include "checkpoint/training_checkpoint.h"
 #include "config/schema.h"
 #include "data/loader.h"
@@ -340,10 +340,12 @@ RunOutcome run_training(const Recipe& recipe, const RunOptions& options) {
   // checkpoint.max_wall_time: stop while one more step and a save still fit.
   // The estimate is the slowest step seen (eval and logging included) plus
   // the last save's duration (before the first save: a guess from its size).
+  // Each process trains at least one step, so a requeued job always makes
+  // progress and leaves a checkpoint to continue from.
   const double state_mb = static_cast<double>(optimizer->state_bytes()) / 1e6 + n_params * 4 / 1e6;
   double slowest_step_s = 0;
   auto out_of_time = [&]() {
-    if (s.checkpoint.max_wall_time <= 0) return false;
+    if (s.checkpoint.max_wall_time <= 0 || slowest_step_s == 0) return false;
     const double save_s = last_save_s > 0 ? last_save_s : 1.0 + state_mb / 200.0;
     return seconds_since(t_start) + 1.2 * (slowest_step_s + save_s) > s.checkpoint.max_wall_time;
   };

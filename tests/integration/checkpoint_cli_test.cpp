@@ -218,7 +218,7 @@ TEST_CASE("checkpoint: SIGTERM and SIGUSR1 save, exit 143 and the resumed run en
   CHECK(read_json(out + "/summary.json")["stop_reason"] == "SIGUSR2");
 }
 
-TEST_CASE("checkpoint: SIGINT saves and exits 130; a second signal exits at once", "[checkpoint][cli]") {
+TEST_CASE("checkpoint: SIGINT saves and exits 130, and a second signal exits at once", "[checkpoint][cli]") {
   TempDir dir;
   write_file(dir.file("r.yaml"), tiny_recipe());
   const std::string out = dir.file("int");
