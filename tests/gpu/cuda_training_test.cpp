@@ -1,8 +1,12 @@
 // GPU checks (label `gpu`; skipped where no CUDA device is present): a short
 // run trains on the GPU through the CLI, and the model's loss on CUDA matches
-// the CPU's for the same weights.
+// the CPU's for the same weights, and a resumed run stays within the kernels'
+// nondeterminism of an uninterrupted one.
 #include <catch2/catch.hpp>
 #include <ATen/ATen.h>
+
+#include <algorithm>
+#include <cmath>
 
 #include "model/gpt.h"
 #include "test_util.h"
@@ -57,4 +61,46 @@ TEST_CASE("gpu: batch size auto finds a batch by trial steps", "[gpu]") {
   CHECK_THAT(r.output, Catch::Contains("trial steps on the GPU"));
   auto s = read_json(dir.file("auto") + "/summary.json");
   CHECK(s["per_device_batch_size"].get<int>() * s["grad_accum_steps"].get<int>() == 64);
+}
+
+// Issue 6 asks how close a resumed CUDA run stays to an uninterrupted one.
+// The RNG (dropout), data position, optimizer and scaler state are restored
+// exactly; what can differ is the kernels' own run-to-run nondeterminism
+// (atomics in embedding backward, attention backward). The test prints the
+// largest per-step loss difference for docs/benchmarks.md.
+TEST_CASE("gpu: a resumed run stays within kernel nondeterminism of an uninterrupted one", "[gpu]") {
+  TempDir dir;
+  for (std::string mode : {"fp32", "bf16", "fp16"}) {
+    const std::vector<std::string> common = {"--set", "metrics.progress=off", "--set", "train.log_every=1",
+                                             "--set", "model.dropout=0.1", "--set", "optim.schedule.decay_steps=400",
+                                             "--set", "precision.mode=" + mode};
+    auto run = [&](const std::string& out, int steps) {
+      std::vector<std::string> args = {"run", "--output-dir", dir.file(out), "--set",
+                                       "train.max_steps=" + std::to_string(steps)};
+      args.insert(args.end(), common.begin(), common.end());
+      return run_gputrain(args);
+    };
+    INFO(mode);
+    REQUIRE(run(mode + "-straight", 80).exit_code == 0);
+    REQUIRE(run(mode + "-resumed", 40).exit_code == 0);
+    auto r = run(mode + "-resumed", 80);
+    INFO(r.output);
+    REQUIRE(r.exit_code == 0);
+    CHECK_THAT(r.output, Catch::Contains("at step 40"));
+    auto a = read_jsonl(dir.file(mode + "-straight") + "/metrics.jsonl");
+    auto b = read_jsonl(dir.file(mode + "-resumed") + "/metrics.jsonl");
+    REQUIRE(a.size() == 80);
+    REQUIRE(b.size() == 80);
+    double first_steps = 0, after_resume = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+      const double d = std::abs(a[i]["loss"].get<double>() - b[i]["loss"].get<double>());
+      (i < 40 ? first_steps : after_resume) = std::max(i < 40 ? first_steps : after_resume, d);
+    }
+    WARN(mode << ": max |loss difference| steps 1-40 (no resume) " << first_steps << ", steps 41-80 (resumed) "
+              << after_resume);
+    // A broken restore (RNG, data position, optimizer) shows as differences of
+    // 0.05 and more at once; kernel nondeterminism stays orders below.
+    CHECK(after_resume < 1e-2);
+    CHECK(after_resume <= std::max(10 * first_steps, 1e-3));
+  }
 }
