@@ -506,9 +506,22 @@ std::vector<FieldSpec> build_schema() {
   f.push_back(float_field(KEY(optim.schedule.min_lr_ratio), FloatRange{0, 1}, "cosine/linear: final lr as a fraction of lr"));
   f.push_back(int_field(KEY(optim.schedule.decay_steps), 0, kMaxInt, "step where decay ends; 0 = train.max_steps"));
   // parallel
-  f.push_back(int_field(KEY(parallel.dp), 1, 65536, "data-parallel degree"));
-  f.push_back(int_field(KEY(parallel.tp), 1, 65536, "tensor-parallel degree"));
-  f.push_back(int_field(KEY(parallel.pp), 1, 65536, "pipeline-parallel degree"));
+  f.push_back(auto_int_field(KEY(parallel.dp), 1, 65536, "data-parallel degree; auto = the number of processes"));
+  f.push_back(int_field(KEY(parallel.tp), 1, 65536, "tensor-parallel degree (1 in this version)"));
+  f.push_back(int_field(KEY(parallel.pp), 1, 65536, "pipeline-parallel degree (1 in this version)"));
+  f.push_back(enum_field(KEY(parallel.backend),
+                         EnumTable<CommBackend>{{"auto", CommBackend::kAuto},
+                                                {"nccl", CommBackend::kNccl},
+                                                {"gloo", CommBackend::kGloo}},
+                         "collectives library: auto = NCCL on CUDA, Gloo on the CPU"));
+  f.push_back(float_field(KEY(parallel.bucket_mb), FloatRange{0, 4096, true},
+                          "gradient all-reduce bucket size in MiB; a full bucket is sent while backward goes on"));
+  f.push_back(int_field(KEY(parallel.zero), 0, 2,
+                        "ZeRO stage: 0 = every rank holds everything; 1 = optimizer state sharded; 2 = gradients too"));
+  f.push_back(bool_field(KEY(parallel.offload_optimizer),
+                         "CUDA: keep optimizer state and run the update on the CPU (pinned memory)"));
+  f.push_back(float_field(KEY(parallel.timeout_s), FloatRange{1, 86400},
+                          "seconds a collective or the rendezvous may take before the run ends with an error"));
   // checkpoint
   f.push_back(int_field(KEY(checkpoint.every), 0, kMaxInt, "save a checkpoint every N steps; 0 = only when the run stops (checkpoint.at_end)"));
   f.push_back(int_field(KEY(checkpoint.keep_last), 0, kMaxInt, "complete checkpoints to keep (older ones are deleted); 0 = keep all"));

@@ -173,12 +173,19 @@ struct OptimSettings {
   ScheduleSettings schedule;
 };
 
-// Degrees of parallelism. Their product must equal the number of processes;
-// this version runs one process, so each is 1.
+enum class CommBackend { kAuto, kNccl, kGloo };
+
+// How the processes of a run share the work (parallel/). The world itself
+// (rank, size, rendezvous) comes from the environment (parallel/world.h).
 struct ParallelSettings {
-  int64_t dp = 1;
-  int64_t tp = 1;
+  int64_t dp = 0;  // data-parallel degree; 0 = auto (all processes)
+  int64_t tp = 1;  // tensor- and pipeline-parallel degrees: 1 in this version
   int64_t pp = 1;
+  CommBackend backend = CommBackend::kAuto;  // auto = NCCL on CUDA, Gloo on the CPU
+  double bucket_mb = 25;  // gradients are all-reduced in buckets of about this size, during backward
+  int64_t zero = 0;       // 0 = replicated; 1 = shard optimizer state; 2 = also gradients
+  bool offload_optimizer = false;  // optimizer state and update on the CPU (CUDA runs)
+  double timeout_s = 300;  // a collective (or the rendezvous) that takes longer ends the run
 };
 
 // Saving and resuming (checkpoint/, train/run_checkpoints.h).

@@ -233,14 +233,15 @@ void check_checkpoint(Checker& c) {
 }
 
 void check_parallel(Checker& c) {
+  // The world size is known only when the run starts (parallel/parallel_run.cpp checks dp against it).
   const ParallelSettings& p = c.s.parallel;
-  const int64_t world = 1;  // one process until the launcher issue lands
-  if (p.dp * p.tp * p.pp != world)
-    for (auto [key, v] : {std::pair{"parallel.dp", p.dp}, {"parallel.tp", p.tp}, {"parallel.pp", p.pp}}) {
-      if (v != 1)
-        c.error(key, "is " + str(v) + ", but dp x tp x pp must equal the number of processes (" + str(world) +
-                         ") and this version trains in one process", "set it to 1");
-    }
+  for (auto [key, v] : {std::pair{"parallel.tp", p.tp}, {"parallel.pp", p.pp}})
+    if (v != 1)
+      c.error(key, "is " + str(v) + ", but this version has data parallelism only (tensor and pipeline "
+                   "parallelism are not built yet)", "set it to 1, and use parallel.dp (with parallel.zero for memory)");
+  if (p.offload_optimizer && c.s.run.device == "cpu")
+    c.warning("parallel.offload_optimizer", "has no effect when training on the CPU (the state is there already)",
+              "remove it");
 }
 
 }  // namespace

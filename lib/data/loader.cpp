@@ -51,7 +51,7 @@ Batch BatchLoader::make_host_batch(int64_t index) const {
   const int64_t eot = source_.eot_token().value_or(-1);
   int64_t counted = 0;
   for (int64_t r = 0; r < B; ++r) {
-    const int64_t real = source_.fill_window(sampler_.window(first_sample_ + index * B + r), T + 1, window.data());
+    const int64_t real = source_.fill_window(sampler_.window(first_sample_ + (index * opts_.shards + opts_.shard) * B + r), T + 1, window.data());
     int64_t* x = in + r * T;
     int64_t* y = tg + r * T;
     for (int64_t t = 0; t < T; ++t) {

@@ -1,7 +1,8 @@
 // Turns windows into device batches. With data.num_workers > 0, worker threads
 // prepare batches ahead (at most data.prefetch) while the model trains, in
 // page-locked memory on CUDA so the host-to-device copy is asynchronous.
-// Batch k holds samples [first + k B, first + (k + 1) B) of the sampler, so it
+// Batch k holds samples [first + k B, first + (k + 1) B) of the sampler (with
+// shards: [first + (k n + shard) B, ...), so ranks read disjoint parts), so it
 // is the same whatever the number of workers, and a loader started at a saved
 // sample continues exactly where another left off.
 #pragma once
@@ -33,6 +34,11 @@ struct LoaderOptions {
   bool pin_memory = false;  // only used when device is CUDA
   torch::Device device = torch::kCPU;
   bool mask_document_boundaries = false;  // needs the source's end-of-document id
+  // Data parallelism: of each run of `shards` consecutive batches of samples,
+  // this loader reads number `shard` (rank r of a world of n reads its share
+  // of every global batch). The sample position stays global.
+  int64_t shard = 0;
+  int64_t shards = 1;
 };
 
 // The options a recipe implies for the loader of source `d` (data.train or
@@ -50,7 +56,7 @@ class BatchLoader {
   // The next batch, on the device. Rethrows a worker's error (e.g. a bad token id).
   Batch next();
   // The sampler sample the next batch starts at (what a checkpoint saves).
-  int64_t next_sample() const { return first_sample_ + next_index_ * opts_.batch_size; }
+  int64_t next_sample() const { return first_sample_ + next_index_ * opts_.shards * opts_.batch_size; }
 
   // Batch `index` (counted from first_sample) on the host; what workers run.
   Batch make_host_batch(int64_t index) const;

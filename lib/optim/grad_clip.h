@@ -3,6 +3,7 @@
 #pragma once
 #include <torch/types.h>
 
+#include <functional>
 #include <vector>
 
 namespace gputrain {
@@ -10,6 +11,9 @@ namespace gputrain {
 // Returns the global L2 norm before clipping (a 0-dim float tensor, not synced
 // to the host). Scales gradients by max_norm / norm when the norm exceeds it;
 // max_norm <= 0 only measures.
-torch::Tensor clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm);
+// `sum_over_ranks`, when given, sums the squared norm across processes in place
+// (ZeRO-2: each rank holds only its own parameters' gradients).
+torch::Tensor clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm,
+                             const std::function<void(torch::Tensor&)>& sum_over_ranks = {});
 
 }  // namespace gputrain

@@ -29,7 +29,9 @@ bool shape_changing(const std::string& key, const json& saved, const json& now) 
   if (key == "model.dropout" || key == "model.attention" || key == "model.init_from" || key == "data.train.path")
     return false;
   if (key == "precision.mode") return saved == "bf16-pure" || now == "bf16-pure";  // the weights' dtype
-  for (const char* p : {"model.", "data.train.", "parallel.", "optim.adamw8bit."})
+  // parallel.* is absent: optimizer state is saved whole and the data position is global, so a
+  // checkpoint continues under any world size or ZeRO stage.
+  for (const char* p : {"model.", "data.train.", "optim.adamw8bit."})
     if (starts_with(key, p)) return true;
   return key == "run.seed" || key == "optim.name" || key == "optim.adafactor.beta1";
 }
@@ -42,7 +44,8 @@ bool reported_only(const std::string& key) {
       "train.max_steps", "train.log_every", "train.eval_every", "train.eval_steps", "optim.schedule.decay_steps",
       "train.empty_cache_steps", "train.nan_policy", "run.name", "run.output_dir", "run.threads",
       "run.memory_budget_mb", "run.cpu_malloc_cache", "run.device", "data.num_workers", "data.prefetch",
-      "data.pin_memory", "model.init_from"};
+      "data.pin_memory", "model.init_from", "parallel.backend", "parallel.bucket_mb", "parallel.zero",
+      "parallel.offload_optimizer", "parallel.timeout_s"};
   for (const auto& k : keys)
     if (key == k) return true;
   return false;

@@ -13,13 +13,16 @@ AutocastGuard autocast_for(const Precision* p) {
 
 }  // namespace
 
-torch::Tensor accumulate_gradients(Gpt& model, const std::vector<Batch>& micro_batches, const Precision* precision) {
-  int64_t total = 0;
-  for (const auto& b : micro_batches) total += b.target_count;
+torch::Tensor accumulate_gradients(Gpt& model, const std::vector<Batch>& micro_batches, const Precision* precision,
+                                   const AccumulateOptions& options) {
+  int64_t total = options.total_targets;
+  if (total == 0)
+    for (const auto& b : micro_batches) total += b.target_count;
   if (total == 0) throw runtime_error("a training step has no target tokens (every target is masked)");
   const double inv_total = 1.0 / static_cast<double>(total);
   torch::Tensor loss_sum;
-  for (const auto& b : micro_batches) {
+  for (size_t i = 0; i < micro_batches.size(); ++i) {
+    const Batch& b = micro_batches[i];
     torch::Tensor loss;
     {
       AutocastGuard autocast = autocast_for(precision);
@@ -27,6 +30,7 @@ torch::Tensor accumulate_gradients(Gpt& model, const std::vector<Batch>& micro_b
     }
     // Backward outside autocast, as torch.autocast recommends: it replays the forward's dtypes.
     const torch::Tensor scaled = loss * inv_total;
+    if (options.before_backward) options.before_backward(i + 1 == micro_batches.size());
     (precision ? precision->for_backward(scaled) : scaled).backward();
     auto l = loss.detach();
     loss_sum = loss_sum.defined() ? loss_sum + l : l;

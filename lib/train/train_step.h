@@ -2,6 +2,7 @@
 #pragma once
 #include <torch/types.h>
 
+#include <functional>
 #include <vector>
 
 #include "data/loader.h"
@@ -18,8 +19,18 @@ namespace gputrain {
 // Returns that mean loss (a detached 0-dim tensor, not synced to the host).
 // With `precision`, forward passes run under its autocast and backward on
 // its scaled loss (gradients are then still scaled: see Precision).
+//
+// Data parallelism (parallel/) needs two things from outside:
+struct AccumulateOptions {
+  // The normalizer: 0 = these micro-batches' own target count; data parallel
+  // passes the count over every rank's micro-batches, so summing the ranks'
+  // gradients gives the gradient of the global batch's mean loss.
+  int64_t total_targets = 0;
+  // Called before each micro-batch's backward with whether it is the last.
+  std::function<void(bool last)> before_backward;
+};
 torch::Tensor accumulate_gradients(Gpt& model, const std::vector<Batch>& micro_batches,
-                                   const Precision* precision = nullptr);
+                                   const Precision* precision = nullptr, const AccumulateOptions& options = {});
 
 // Mean per-token loss over `batches`, without gradients, in eval mode.
 double evaluate(Gpt& model, const std::vector<Batch>& batches, const Precision* precision = nullptr);

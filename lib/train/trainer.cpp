@@ -24,6 +24,9 @@
 #include "optim/make_optimizer.h"
 #include "optim/grad_clip.h"
 #include "optim/lr_schedule.h"
+#include "optim/param_groups.h"
+#include "parallel/parallel_run.h"
+#include "parallel/world.h"
 #include "precision/precision.h"
 #include "train/batch_finder.h"
 #include "train/nan_guard.h"
@@ -160,15 +163,29 @@ bool fits_on_device(Gpt& model, const Precision& precision, const ModelSettings&
   return ok;
 }
 
+// Distributed runs draw each step's random numbers (dropout) from a seed made
+// of (run.seed, rank, step): ranks differ, and a resumed run needs no saved
+// generator state from the other ranks to continue exactly.
+uint64_t step_seed(uint64_t seed, int rank, int64_t step) {
+  uint64_t x = seed ^ (0x9E3779B97F4A7C15ull * (static_cast<uint64_t>(rank) + 1)) ^
+               (0xBF58476D1CE4E5B9ull * static_cast<uint64_t>(step + 1));
+  x ^= x >> 31;
+  x *= 0x94D049BB133111EBull;
+  return x ^ (x >> 29);
+}
+
 }  // namespace
 
 RunOutcome run_training(const Recipe& recipe, const RunOptions& options) {
   Settings s = recipe.settings;  // a copy: batch size auto fills in the chosen split
   const auto t_start = Clock::now();
 
+  const World world = detect_world_from_environment();
+  const bool lead = world.rank == 0;  // only rank 0 writes files and logs progress
+  if (!lead) spdlog::set_level(spdlog::level::warn);
   const int64_t threads = resolve_threads(s.run.threads);
   at::set_num_threads(static_cast<int>(threads));
-  const torch::Device device = resolve_device(s.run.device);
+  const torch::Device device = device_for_local_rank(resolve_device(s.run.device), world.local_rank);
   if (device.is_cpu() && s.run.cpu_malloc_cache) keep_freed_cpu_memory_for_reuse();
   // Data first: a bad data file stops the run before anything is written.
   const auto seed = static_cast<uint64_t>(s.run.seed);
@@ -179,7 +196,7 @@ RunOutcome run_training(const Recipe& recipe, const RunOptions& options) {
   // The checkpoint to continue from, checked against this recipe before anything is written.
   if (options.overwrite && s.checkpoint.resume == "auto") {
     s.checkpoint.resume = "never";
-    remove_old_checkpoints(s);
+    if (lead) remove_old_checkpoints(s);
   }
   const auto t_load = Clock::now();
   std::optional<std::pair<fs::path, TrainingSnapshot>> resumed = load_resume_checkpoint(s);
@@ -201,8 +218,13 @@ RunOutcome run_training(const Recipe& recipe, const RunOptions& options) {
                    c.saved, c.now);
     continuing = same_directory(snap.settings["run"]["output_dir"].get<std::string>(), s.resolved_output_dir());
   }
-  const fs::path out_dir = prepare_output_dir(s, options, continuing);
+  const fs::path out_dir = lead ? prepare_output_dir(s, options, continuing) : fs::path(s.resolved_output_dir());
   const fs::path ckpt_root = s.resolved_checkpoint_dir();
+  // The rendezvous comes after rank 0's own checks: if they fail, the other
+  // ranks' wait ends with an error naming rank 0 (the launcher stops them sooner).
+  ParallelRun par(world, s.parallel, device);
+  const int64_t dp = world.size;
+  s.parallel.dp = dp;  // resolved: a checkpoint records the world it was saved in
 
   Totals t;
   t.mem_start_mb = current_rss_mb();
@@ -216,11 +238,18 @@ RunOutcome run_training(const Recipe& recipe, const RunOptions& options) {
   }
   const int64_t recomputed_blocks =
       apply_activation_checkpointing(model, s.train.gradient_checkpointing, s.train.checkpoint_every);
-  std::unique_ptr<Optimizer> optimizer = make_optimizer(*model, s.optim);
-  LrSchedule schedule(s.optim, s.train.max_steps);
   const std::vector<torch::Tensor> params = model->parameters();
   const std::vector<NamedTensor> named_params = module_weights(*model);
+  par.attach(named_params);  // rank 0's weights everywhere, gradient hooks, ZeRO ownership
+  std::unique_ptr<Optimizer> optimizer = make_optimizer(par.owned_groups(make_param_groups(*model, s.optim)), s.optim);
+  LrSchedule schedule(s.optim, s.train.max_steps);
   if (s.train.per_device_batch_size == 0) {
+    // The global batch is split over the ranks first, then into micro-batches.
+    if (s.train.global_batch_size % dp != 0)
+      throw config_error("train.global_batch_size (" + std::to_string(s.train.global_batch_size) +
+                         ") must divide evenly over the " + std::to_string(dp) +
+                         " data-parallel processes\n    fix: make it a multiple of " + std::to_string(dp));
+    s.train.global_batch_size /= dp;
     const double budget = cpu_memory_budget_bytes(s);
     const BatchChoice choice =
         device.is_cpu() ? find_batch_size_cpu(s, budget)
@@ -232,7 +261,7 @@ RunOutcome run_training(const Recipe& recipe, const RunOptions& options) {
                  device.is_cpu() ? fmt::format(" (CPU: memory plan against {:.0f} MiB)", budget / (1024.0 * 1024.0))
                                  : std::string(" (trial steps on the GPU)"));
   }
-  write_file_atomic((out_dir / "recipe.resolved.yaml").string(), recipe_to_yaml(s));
+  if (lead) write_file_atomic((out_dir / "recipe.resolved.yaml").string(), recipe_to_yaml(s));
 
   std::vector<Batch> eval_batches;
   if (eval_source) {
@@ -241,19 +270,21 @@ RunOutcome run_training(const Recipe& recipe, const RunOptions& options) {
     for (int64_t i = 0; i < s.train.eval_steps; ++i) eval_batches.push_back(eval_loader.next());
   }
   WindowSampler train_sampler(train_source->window_count(), SamplerOptions{seed, kTrainStream});
+  LoaderOptions train_options = loader_options(s, s.data.train, device, s.data.num_workers);
+  train_options.shard = world.rank;  // each rank reads its share of every global batch
+  train_options.shards = dp;
   int64_t first_sample = 0;
   if (resumed) {
     TrainingSnapshot& snap = resumed->second;
     std::map<std::string, torch::Tensor> state;
     for (const auto& e : snap.optimizer_state) state[e.name] = e.tensor;
-    optimizer->load_state(state);
+    optimizer->load_state(par.owned_state(std::move(state)));
     if (precision.scaler() && snap.scaler) precision.scaler()->load_state(*snap.scaler);
     first_sample = train_sampler.resume_sample(snap.sampler);  // O(1): no data is replayed
     static_cast<TrainingCounters&>(t) = snap.counters;
     t.resumed_from = snap.counters.step;
   }
-  BatchLoader train_loader(*train_source, train_sampler, loader_options(s, s.data.train, device, s.data.num_workers),
-                           first_sample);
+  BatchLoader train_loader(*train_source, train_sampler, train_options, first_sample);
 
   const std::optional<double> floor = train_source->entropy_floor(s.model.seq_len);
   const int64_t n_params = model->parameter_count();
@@ -274,17 +305,19 @@ RunOutcome run_training(const Recipe& recipe, const RunOptions& options) {
                  s.train.max_steps, epochs);
   }
   if (floor) spdlog::info("data: entropy floor {:.4f} nats/token (no model can reach a lower loss)", *floor);
-  spdlog::info("train: {} steps x {} tokens (grad_accum {} x batch {} x seq_len {}); output in {}", s.train.max_steps,
-               s.tokens_per_step(), s.train.grad_accum_steps, s.train.per_device_batch_size, s.model.seq_len,
-               out_dir.string());
+  spdlog::info("train: {} steps x {} tokens ({}grad_accum {} x batch {} x seq_len {}); output in {}", s.train.max_steps,
+               s.tokens_per_step() * dp, dp > 1 ? fmt::format("{} processes x ", dp) : std::string(),
+               s.train.grad_accum_steps, s.train.per_device_batch_size, s.model.seq_len, out_dir.string());
+  if (par.distributed()) spdlog::info("parallel: {}", par.describe());
   if (resumed)
     spdlog::info("resume: continuing from {} at step {} ({} tokens seen; verified and read in {:.2f} s); data from "
                  "sample {}", resumed->first.string(), t.step, t.tokens, load_s, first_sample);
   for (const auto& w : recipe.warnings) spdlog::warn("{}", w.str());
 
-  MetricsWriter metrics = continuing ? MetricsWriter((out_dir / "metrics.jsonl").string(), t.metrics_bytes)
-                                     : MetricsWriter((out_dir / "metrics.jsonl").string());
-  Progress progress(s.metrics.progress, s.train.max_steps);
+  std::optional<MetricsWriter> metrics;  // rank 0's
+  if (lead && continuing) metrics.emplace((out_dir / "metrics.jsonl").string(), t.metrics_bytes);
+  if (lead && !continuing) metrics.emplace((out_dir / "metrics.jsonl").string());
+  Progress progress(lead ? s.metrics.progress : ProgressStyle::kOff, s.train.max_steps);
   StopSignals signals(s.checkpoint.preempt_signals);
   reset_peak_memory(device);
   // The generators last: building the model and the batches above drew from them.
@@ -297,8 +330,11 @@ RunOutcome run_training(const Recipe& recipe, const RunOptions& options) {
   }
 
   auto summary_for = [&](const std::string& status) {
-    return build_summary(status, t, s, device, threads, n_params, *optimizer,
-                         precision.skipped_steps() + t.nan_skipped_steps, floor, seconds_since(t_start));
+    json j = build_summary(status, t, s, device, threads, n_params, *optimizer,
+                           precision.skipped_steps() + t.nan_skipped_steps, floor, seconds_since(t_start));
+    j["world_size"] = world.size;
+    if (par.distributed()) j["zero"] = s.parallel.zero;
+    return j;
   };
 
   int64_t last_saved_step = t.step;  // a resumed run's step is on disk already
@@ -308,7 +344,7 @@ RunOutcome run_training(const Recipe& recipe, const RunOptions& options) {
     const auto t0 = Clock::now();
     TrainingSnapshot snap;
     snap.counters = t;
-    snap.counters.metrics_bytes = metrics.bytes();
+    snap.counters.metrics_bytes = metrics ? metrics->bytes() : 0;
     snap.per_device_batch_size = s.train.per_device_batch_size;
     snap.grad_accum_steps = s.train.grad_accum_steps;
     snap.sampler = train_sampler.state(train_loader.next_sample());
@@ -318,7 +354,11 @@ RunOutcome run_training(const Recipe& recipe, const RunOptions& options) {
     snap.recipe_yaml = recipe_to_yaml(s);
     snap.optimizer = optimizer->describe();
     snap.model = named_params;
-    for (const auto& e : optimizer->state()) snap.optimizer_state.push_back({e.name, e.tensor});
+    snap.optimizer_state = par.gather_optimizer_state(*optimizer);  // ZeRO: every rank's share, on rank 0
+    if (!lead) {
+      last_saved_step = t.step;
+      return;
+    }
     const fs::path dir = save_training_checkpoint(ckpt_root, snap);
     prune_checkpoints(ckpt_root, s.checkpoint.keep_last);
     last_saved_step = t.step;
@@ -362,7 +402,8 @@ RunOutcome run_training(const Recipe& recipe, const RunOptions& options) {
     int64_t consecutive_skips = 0;
     constexpr int64_t kMaxConsecutiveSkips = 50;
     while (t.step < s.train.max_steps) {
-      if (out_of_time()) {
+      // Rank 0's clock decides for all (an all-reduce only when a limit is set).
+      if (s.checkpoint.max_wall_time > 0 && par.any_rank(lead && out_of_time())) {
         t.stop_reason = "max_wall_time";
         status = "preempted";
         progress.finish();
@@ -371,15 +412,20 @@ RunOutcome run_training(const Recipe& recipe, const RunOptions& options) {
         break;
       }
       const auto t0 = Clock::now();
+      if (par.distributed()) torch::manual_seed(step_seed(seed, world.rank, t.step));
       std::vector<Batch> micro;
-      int64_t step_tokens = 0;
+      int64_t local_tokens = 0;
       for (int64_t i = 0; i < s.train.grad_accum_steps; ++i) {
         micro.push_back(train_loader.next());
-        step_tokens += micro.back().target_count;
+        local_tokens += micro.back().target_count;
       }
-      torch::Tensor loss = accumulate_gradients(model, micro, &precision);
-      const bool overflow = precision.unscale_and_check(params);  // fp16: inf/nan gradients
-      torch::Tensor grad_norm = clip_grad_norm(params, s.train.max_grad_norm);
+      const int64_t step_tokens = par.global_targets(local_tokens);
+      torch::Tensor loss = accumulate_gradients(model, micro, &precision, par.accumulate_options(step_tokens));
+      par.finish_backward();  // every rank now holds the summed gradients (ZeRO-2: of its own parameters)
+      loss = par.sum_over_ranks(loss);  // the global batch's mean loss
+      bool overflow = precision.unscale_and_check(params);  // fp16: inf/nan gradients
+      if (s.parallel.zero == 2 && precision.has_scaler()) overflow = par.any_rank(overflow);  // shards differ
+      torch::Tensor grad_norm = par.clip_grad_norm(params, s.train.max_grad_norm);
       const double lr = schedule.at(t.step);
       const int64_t step = t.step + 1;
       bool nan_skip = false;
@@ -392,7 +438,10 @@ RunOutcome run_training(const Recipe& recipe, const RunOptions& options) {
         nan_skip = s.train.nan_policy == NanPolicy::kSkip;
         t.nan_skipped_steps += nan_skip ? 1 : 0;
       }
-      if (!overflow && !nan_skip) optimizer->step(lr);
+      if (!overflow && !nan_skip) {
+        optimizer->step(lr);
+        par.after_optimizer_step();  // ZeRO: owners send their updated parameters
+      }
       precision.update(overflow);
       optimizer->zero_grad();
       t.step = step;
@@ -419,7 +468,8 @@ RunOutcome run_training(const Recipe& recipe, const RunOptions& options) {
 
       const bool eval_now = !eval_batches.empty() &&
                             ((s.train.eval_every > 0 && step % s.train.eval_every == 0) || step == s.train.max_steps);
-      const bool stop_now = StopSignals::requested() != 0;
+      // Every rank stops at the same step (a signal may reach them a step apart).
+      const bool stop_now = par.any_rank(StopSignals::requested() != 0);
       if (step % s.train.log_every == 0 || eval_now || step == s.train.max_steps || stop_now) {
         synchronize(device);
         const double elapsed = seconds_since(interval_start);
@@ -443,7 +493,7 @@ RunOutcome run_training(const Recipe& recipe, const RunOptions& options) {
         }
         if (t.nan_skipped_steps > 0) rec["nan_skipped_steps"] = t.nan_skipped_steps;
         if (eval_now) rec["eval_loss"] = round_to(run_eval(), 6);
-        metrics.write(rec);
+        if (metrics) metrics->write(rec);
         progress.update(step, loss_now, static_cast<double>(interval_tokens) / elapsed, lr,
                         elapsed / static_cast<double>(interval_steps));
         interval_start = Clock::now();
@@ -451,8 +501,8 @@ RunOutcome run_training(const Recipe& recipe, const RunOptions& options) {
         interval_loss = torch::Tensor();
       }
       if (stop_now) {
-        stop_signal = StopSignals::requested();
-        status = StopSignals::preempted() ? "preempted" : "interrupted";
+        stop_signal = StopSignals::requested() != 0 ? StopSignals::requested() : SIGTERM;  // SIGTERM: a peer's
+        status = StopSignals::requested() == 0 || StopSignals::preempted() ? "preempted" : "interrupted";
         t.stop_reason = signal_name(stop_signal);
         break;
       }
@@ -465,13 +515,14 @@ RunOutcome run_training(const Recipe& recipe, const RunOptions& options) {
     progress.finish();
     json failed = summary_for("failed");
     failed["error"] = e.what();
-    write_file_atomic((out_dir / "summary.json").string(), failed.dump(2) + "\n");
+    if (lead) write_file_atomic((out_dir / "summary.json").string(), failed.dump(2) + "\n");
     throw;
   }
   progress.finish();
 
   json summary = summary_for(status);
-  write_file_atomic((out_dir / "summary.json").string(), summary.dump(2) + "\n");
+  summary["memory_per_rank"] = par.memory_per_rank(*optimizer);  // a collective: every rank gets here
+  if (lead) write_file_atomic((out_dir / "summary.json").string(), summary.dump(2) + "\n");
   spdlog::info("{}: {} steps, {} tokens in {}, {:.0f} tokens/s; final loss {:.4f}{}", status, t.step, t.tokens,
                format_duration(seconds_since(t_start)), summary["tokens_per_s"].get<double>(), t.last_loss,
                t.last_eval ? fmt::format(", eval loss {:.4f}", *t.last_eval) : std::string());

@@ -26,6 +26,7 @@ std::string cuda_device_name(int) { return "cuda"; }
 void cuda_empty_cache() {}
 torch::Tensor cuda_rng_state(int) { return {}; }
 void cuda_set_rng_state(int, const torch::Tensor&) {}
+void cuda_set_device(int) {}
 #else
 void cuda_synchronize(int index);
 double cuda_peak_memory_mb(int index);
@@ -34,6 +35,7 @@ std::string cuda_device_name(int index);
 void cuda_empty_cache();
 torch::Tensor cuda_rng_state(int index);
 void cuda_set_rng_state(int index, const torch::Tensor& state);
+void cuda_set_device(int index);
 #endif
 
 torch::Device resolve_device(const std::string& spec) {
@@ -114,6 +116,13 @@ void restore_rng(const RngSnapshot& s) {
     gen.set_state(s.cpu);
   }
   if (s.cuda.defined()) cuda_set_rng_state(s.cuda_index, s.cuda);
+}
+
+torch::Device device_for_local_rank(const torch::Device& d, int local_rank) {
+  if (!d.is_cuda()) return d;
+  torch::Device mine(torch::kCUDA, static_cast<c10::DeviceIndex>(local_rank));
+  cuda_set_device(local_rank);  // NCCL and the allocator use the current device
+  return mine;
 }
 
 }  // namespace gputrain

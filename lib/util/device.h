@@ -13,6 +13,9 @@ torch::Device resolve_device(const std::string& spec);
 // run.threads: 0 = the cores this process may run on.
 int64_t resolve_threads(int64_t threads);
 
+// One GPU per local rank: cuda:<local_rank>, made the current device. CPU stays CPU.
+torch::Device device_for_local_rank(const torch::Device& d, int local_rank);
+
 bool cuda_build();
 std::string device_name(const torch::Device& d);
 void synchronize(const torch::Device& d);

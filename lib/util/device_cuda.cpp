@@ -37,6 +37,8 @@ void cuda_set_rng_state(int index, const torch::Tensor& state) {
   gen.set_state(state);
 }
 
+void cuda_set_device(int index) { c10::cuda::set_device(static_cast<c10::DeviceIndex>(index)); }
+
 std::string cuda_device_name(int index) {
   return at::cuda::getDeviceProperties(static_cast<c10::DeviceIndex>(index))->name;
 }

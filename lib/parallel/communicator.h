@@ -1,0 +1,78 @@
+// The collectives a multi-process run needs, over LibTorch's c10d backends
+// (Gloo on the CPU, NCCL on CUDA) after a TCPStore rendezvous at
+// MASTER_ADDR:MASTER_PORT (rank 0 hosts the store). Never a home-made transport.
+//
+// Failures are gputrain errors that name the collective and the peer: every
+// rank beats a heartbeat counter in the store, and when a collective fails or
+// outlives parallel.timeout_s the rank looks for peers whose heartbeat stopped.
+#pragma once
+#include <torch/types.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "config/settings.h"
+#include "parallel/world.h"
+
+namespace gputrain {
+
+class Communicator;
+
+// A collective in flight; wait() finishes it (or throws a gputrain error).
+class PendingCollective {
+ public:
+  PendingCollective() = default;
+  PendingCollective(std::shared_ptr<void> work, const Communicator* comm, std::string what)
+      : work_(std::move(work)), comm_(comm), what_(std::move(what)) {}
+  void wait();
+  bool valid() const { return work_ != nullptr; }
+
+ private:
+  std::shared_ptr<void> work_;  // holds a c10d::Work (kept out of this header: c10d's headers are heavy)
+  const Communicator* comm_ = nullptr;
+  std::string what_;
+};
+
+class Communicator {
+ public:
+  // Joins the world: waits (up to timeout_s) for every rank at the rendezvous.
+  // `backend` kAuto picks NCCL for a CUDA device and Gloo otherwise.
+  Communicator(const World& world, CommBackend backend, torch::Device device, double timeout_s);
+  ~Communicator();
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  int rank() const { return world_.rank; }
+  int size() const { return world_.size; }
+  const World& world() const { return world_; }
+  std::string backend_name() const;
+  double timeout_s() const { return timeout_s_; }
+
+  // In place; `what` names the operation in errors ("gradient bucket 3").
+  PendingCollective all_reduce_sum(torch::Tensor& t, const std::string& what);
+  PendingCollective reduce_sum(torch::Tensor& t, int root, const std::string& what);
+  PendingCollective broadcast(torch::Tensor& t, int root, const std::string& what);
+  // out = concatenation of every rank's `in` (all ranks pass the same size).
+  PendingCollective all_gather(torch::Tensor& out, torch::Tensor& in, const std::string& what);
+  // Point to point (gathering sharded optimizer state for a checkpoint).
+  PendingCollective send(torch::Tensor& t, int dst, int tag, const std::string& what);
+  PendingCollective recv(torch::Tensor& t, int src, int tag, const std::string& what);
+  void barrier(const std::string& what);
+
+  // Blocking conveniences.
+  void all_reduce_sum_now(torch::Tensor& t, const std::string& what) { all_reduce_sum(t, what).wait(); }
+  void broadcast_now(torch::Tensor& t, int root, const std::string& what) { broadcast(t, root, what).wait(); }
+
+  // Turns a backend failure into an error naming `what` and the peers that stopped responding.
+  [[noreturn]] void fail(const std::string& what, const std::string& cause) const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  World world_;
+  double timeout_s_;
+};
+
+}  // namespace gputrain

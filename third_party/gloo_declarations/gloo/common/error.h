@@ -1,0 +1,2 @@
+// See third_party/gloo_declarations/README.md: declarations only.
+#pragma once
