@@ -1,15 +1,51 @@
 #include <spdlog/spdlog.h>
 
 #include <csignal>
+#include <cstdlib>
+#include <filesystem>
 
 #include "commands.h"
 #include "config/recipe.h"
+#include "parallel/launcher.h"
 #include "train/trainer.h"
+#include "util/error.h"
 
 namespace gputrain::app {
 
-int cmd_run(const CommonArgs& a, const std::string& output_dir, bool overwrite, bool dry_run) {
+namespace {
+
+// Starts the workers: each runs this program's `run` with the same recipe and
+// overrides (and no launcher flags), with the torchrun variables set.
+int launch(const CommonArgs& a, const std::string& output_dir, bool overwrite, const LaunchArgs& l) {
+  if (std::getenv("RANK") || std::getenv("OMPI_COMM_WORLD_RANK"))
+    throw usage_error("--nproc-per-node inside a process that a launcher started already (RANK or "
+                      "OMPI_COMM_WORLD_RANK is set)\n    fix: drop --nproc-per-node, or unset those variables");
+  load_recipe(a.recipe, a.overrides);  // a bad recipe fails once, here, not in every worker
+  LaunchOptions o;
+  o.nproc_per_node = std::max(1, l.nproc_per_node);
+  o.nnodes = std::max(1, l.nnodes);
+  o.node_rank = l.node_rank;
+  if (!l.master_addr.empty()) o.master_addr = l.master_addr;
+  else if (const char* env = std::getenv("MASTER_ADDR")) o.master_addr = env;
+  else if (o.nnodes > 1)
+    throw usage_error("--nnodes " + std::to_string(o.nnodes) + " needs --master-addr (node 0's host)");
+  o.master_port = l.master_port;
+  if (o.master_port == 0)
+    if (const char* env = std::getenv("MASTER_PORT")) o.master_port = std::atoi(env);
+  o.executable = std::filesystem::read_symlink("/proc/self/exe").string();
+  o.worker_args = {"run"};
+  if (!a.recipe.empty()) o.worker_args.push_back(a.recipe);
+  for (const auto& s : a.overrides) o.worker_args.insert(o.worker_args.end(), {"--set", s});
+  if (!output_dir.empty()) o.worker_args.insert(o.worker_args.end(), {"--output-dir", output_dir});
+  if (overwrite) o.worker_args.push_back("--overwrite");
+  return launch_workers(o);
+}
+
+}  // namespace
+
+int cmd_run(const CommonArgs& a, const std::string& output_dir, bool overwrite, bool dry_run, const LaunchArgs& l) {
   if (dry_run) return cmd_plan(a);
+  if (l.launching()) return launch(a, output_dir, overwrite, l);
   std::vector<std::string> overrides = a.overrides;
   if (!output_dir.empty()) {
     // Single-quoted YAML, so that any path (with ':', '#', '[' ...) stays a plain string.

@@ -14,7 +14,17 @@ struct CommonArgs {
   std::vector<std::string> overrides;
 };
 
-int cmd_run(const CommonArgs& a, const std::string& output_dir, bool overwrite, bool dry_run);
+// `run`'s launcher flags (parallel/launcher.h); 0/empty = not given.
+struct LaunchArgs {
+  int nproc_per_node = 0;
+  int nnodes = 0;
+  int node_rank = 0;
+  std::string master_addr;
+  int master_port = 0;
+  bool launching() const { return nproc_per_node > 0 || nnodes > 0; }
+};
+
+int cmd_run(const CommonArgs& a, const std::string& output_dir, bool overwrite, bool dry_run, const LaunchArgs& launch);
 int cmd_validate(const CommonArgs& a);
 int cmd_print_config(const CommonArgs& a, const std::string& format, bool reference);
 int cmd_plan(const CommonArgs& a);

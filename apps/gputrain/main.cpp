@@ -28,7 +28,7 @@ int main(int argc, char** argv) {
   CLI::App cli{"gputrain: train transformer language models from a YAML recipe", "gputrain"};
   cli.set_version_flag("--version", gputrain::version_string());
   cli.require_subcommand(1);
-  cli.footer("Exit codes: 0 ok, 1 runtime failure, 2 bad recipe, data, checkpoint or usage, 130 interrupted (SIGINT), 143 preempted (SIGTERM, SIGUSR1, max_wall_time).");
+  cli.footer("Exit codes: 0 ok, 1 runtime failure, 2 bad recipe, data, checkpoint or usage, 130 interrupted (SIGINT), 143 preempted (SIGTERM, SIGUSR1, max_wall_time). With --nproc-per-node: a failed worker's own code.");
 
   app::CommonArgs run_args, validate_args, print_args;
   std::string output_dir, format = "yaml";
@@ -40,6 +40,15 @@ int main(int argc, char** argv) {
   run->add_flag("--overwrite", overwrite, "replace an earlier run's metrics in the output directory");
   bool dry_run = false;
   run->add_flag("--dry-run", dry_run, "print the plan (parameters, FLOPs, memory per component) and exit; same as `plan`");
+  app::LaunchArgs launch;
+  run->add_option("--nproc-per-node", launch.nproc_per_node, "start this many workers here (one per GPU on CUDA)")
+      ->check(CLI::Range(1, 1024));
+  run->add_option("--nnodes", launch.nnodes, "machines in the run (start gputrain on each with its --node-rank)")
+      ->check(CLI::Range(1, 65536));
+  run->add_option("--node-rank", launch.node_rank, "this machine's index, 0 to nnodes-1")->check(CLI::NonNegativeNumber);
+  run->add_option("--master-addr", launch.master_addr, "host of node 0, where rank 0 listens for the rendezvous");
+  run->add_option("--master-port", launch.master_port, "rendezvous port; default: a free one (one node) or 29500")
+      ->check(CLI::Range(1, 65535));
 
   app::CommonArgs plan_args;
   auto* plan = cli.add_subcommand("plan", "parameters, FLOPs per token and estimated memory per component");
@@ -128,7 +137,7 @@ int main(int argc, char** argv) {
 
   spdlog::set_pattern("[%H:%M:%S] %^%l%$ %v");
   try {
-    if (*run) return app::cmd_run(run_args, output_dir, overwrite, dry_run);
+    if (*run) return app::cmd_run(run_args, output_dir, overwrite, dry_run, launch);
     if (*plan) return app::cmd_plan(plan_args);
     if (*validate) return app::cmd_validate(validate_args);
     if (*print) return app::cmd_print_config(print_args, format, reference);

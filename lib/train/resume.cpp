@@ -75,6 +75,21 @@ ResumeChanges compare_for_resume(const json& saved, const json& now, const fs::p
   flatten(now, "", b);
   ResumeChanges out;
   std::string refused;
+  // Another split of the same global batch over processes and micro-batches
+  // (parallel.dp x per_device_batch_size x grad_accum_steps) trains on the
+  // same samples per step: reported, not a divergence.
+  auto global_batch = [](const std::map<std::string, json>& m) {
+    int64_t n = 1;
+    for (const char* k : {"parallel.dp", "train.per_device_batch_size", "train.grad_accum_steps"}) {
+      auto it = m.find(k);
+      n *= it != m.end() && it->second.is_number_integer() ? it->second.get<int64_t>() : 1;
+    }
+    return n;
+  };
+  const bool same_global_batch = global_batch(a) == global_batch(b);
+  auto is_batch_split = [](const std::string& k) {
+    return k == "parallel.dp" || k == "train.per_device_batch_size" || k == "train.grad_accum_steps";
+  };
   for (const auto& [key, now_value] : b) {
     auto it = a.find(key);
     const json saved_value = it == a.end() ? json(nullptr) : it->second;
@@ -82,7 +97,7 @@ ResumeChanges compare_for_resume(const json& saved, const json& now, const fs::p
     RecipeChange c{key, saved_value.dump(), now_value.dump()};
     if (shape_changing(key, saved_value, now_value))
       refused += "\n    " + key + ": " + c.saved + " in the checkpoint, " + c.now + " now";
-    else if (reported_only(key))
+    else if (reported_only(key) || (same_global_batch && is_batch_split(key)))
       out.reported.push_back(c);
     else
       out.diverging.push_back(c);

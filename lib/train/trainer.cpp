@@ -182,8 +182,10 @@ RunOutcome run_training(const Recipe& recipe, const RunOptions& options) {
 
   const World world = detect_world_from_environment();
   const bool lead = world.rank == 0;  // only rank 0 writes files and logs progress
+  if (s.parallel.dp == 0) s.parallel.dp = world.size;  // auto, resolved before a checkpoint's recipe is compared
   if (!lead) spdlog::set_level(spdlog::level::warn);
-  const int64_t threads = resolve_threads(s.run.threads);
+  // run.threads auto shares this machine's cores among its processes.
+  const int64_t threads = s.run.threads > 0 ? s.run.threads : std::max<int64_t>(1, resolve_threads(0) / world.local_size);
   at::set_num_threads(static_cast<int>(threads));
   const torch::Device device = device_for_local_rank(resolve_device(s.run.device), world.local_rank);
   if (device.is_cpu() && s.run.cpu_malloc_cache) keep_freed_cpu_memory_for_reuse();
@@ -204,8 +206,11 @@ RunOutcome run_training(const Recipe& recipe, const RunOptions& options) {
   bool continuing = false;  // appending to the checkpoint run's own metrics
   if (resumed) {
     const TrainingSnapshot& snap = resumed->second;
-    if (s.train.per_device_batch_size == 0 &&
-        s.train.global_batch_size == snap.per_device_batch_size * snap.grad_accum_steps) {
+    int64_t snap_dp = 1;  // the world the checkpoint was saved in
+    if (auto p = snap.settings.find("parallel"); p != snap.settings.end())
+      if (auto d = p->find("dp"); d != p->end() && d->is_number_integer()) snap_dp = d->get<int64_t>();
+    if (s.train.per_device_batch_size == 0 && snap_dp == s.parallel.dp &&
+        s.train.global_batch_size == snap.per_device_batch_size * snap.grad_accum_steps * snap_dp) {
       // Batch size auto keeps the split it chose (free memory may differ now).
       s.train.per_device_batch_size = snap.per_device_batch_size;
       s.train.grad_accum_steps = snap.grad_accum_steps;
@@ -224,7 +229,6 @@ RunOutcome run_training(const Recipe& recipe, const RunOptions& options) {
   // ranks' wait ends with an error naming rank 0 (the launcher stops them sooner).
   ParallelRun par(world, s.parallel, device);
   const int64_t dp = world.size;
-  s.parallel.dp = dp;  // resolved: a checkpoint records the world it was saved in
 
   Totals t;
   t.mem_start_mb = current_rss_mb();
@@ -443,7 +447,8 @@ RunOutcome run_training(const Recipe& recipe, const RunOptions& options) {
         par.after_optimizer_step();  // ZeRO: owners send their updated parameters
       }
       precision.update(overflow);
-      optimizer->zero_grad();
+      // Every parameter's, not just the optimizer's (under ZeRO it holds a share of them).
+      for (const auto& p : params) p.mutable_grad() = torch::Tensor();
       t.step = step;
       if (overflow)
         spdlog::warn("step {}: gradients overflowed under fp16; optimizer step skipped, loss scale now {}", step,
