@@ -113,6 +113,7 @@ void GradientSync::launch(Bucket& b, size_t index) {
 
 void GradientSync::finish() {
   std::lock_guard<std::mutex> lock(mu_);
+  backward_end_s_ = seconds_since_epoch();
   sending_ = false;
   for (size_t k = 0; k < buckets_.size(); ++k) {
     Bucket& b = buckets_[k];

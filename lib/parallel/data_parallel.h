@@ -56,6 +56,8 @@ class GradientSync {
   int64_t bucket_count() const { return static_cast<int64_t>(buckets_.size()); }
   // When each bucket of the last step started reducing, measured from prepare_backward(true).
   const std::vector<BucketEvent>& last_step_events() const { return events_; }
+  // When backward ended (finish() was called) in the last step, on the same clock.
+  double last_backward_end_s() const { return backward_end_s_; }
   double seconds_since_epoch() const;
 
  private:
@@ -81,6 +83,7 @@ class GradientSync {
   std::mutex mu_;  // hooks may run on autograd's device threads
   std::chrono::steady_clock::time_point epoch_;
   std::vector<BucketEvent> events_;
+  double backward_end_s_ = 0;
 };
 
 // Rank 0's parameter values to every rank (the start of a run).

@@ -197,6 +197,24 @@ std::vector<NamedTensor> ParallelRun::gather_optimizer_state(const Optimizer& op
   return all;
 }
 
+json ParallelRun::grad_sync_report() const {
+  if (!sync_) return nullptr;
+  const auto& events = sync_->last_step_events();
+  const double end = sync_->last_backward_end_s();
+  int64_t during = 0;
+  json launches = json::array();
+  for (const auto& e : events) {
+    during += e.launched_s < end ? 1 : 0;
+    launches.push_back(std::round(e.launched_s * 1e6) / 1e3);
+  }
+  json j;
+  j["buckets"] = sync_->bucket_count();
+  j["started_during_backward"] = during;  // of the last step's buckets
+  j["backward_ms"] = std::round(end * 1e6) / 1e3;  // from the last micro-batch's backward start
+  j["bucket_start_ms"] = launches;
+  return j;
+}
+
 json ParallelRun::memory_per_rank(const Optimizer& optimizer) {
   int64_t weights = 0;
   for (const auto& p : params_) weights += static_cast<int64_t>(p.tensor.nbytes());

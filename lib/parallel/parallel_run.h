@@ -56,7 +56,9 @@ class ParallelRun {
   std::vector<NamedTensor> gather_optimizer_state(const Optimizer& optimizer);
   // Per rank: MiB of weights, gradients (as last reduced) and optimizer state.
   nlohmann::ordered_json memory_per_rank(const Optimizer& optimizer);
-  const GradientSync* gradient_sync() const { return sync_.get(); }
+  // The last step's gradient reductions: how many buckets started before
+  // backward ended (communication overlapping compute), with timestamps.
+  nlohmann::ordered_json grad_sync_report() const;
   void barrier(const std::string& what);
 
  private:

@@ -527,6 +527,7 @@ RunOutcome run_training(const Recipe& recipe, const RunOptions& options) {
 
   json summary = summary_for(status);
   summary["memory_per_rank"] = par.memory_per_rank(*optimizer);  // a collective: every rank gets here
+  if (par.distributed()) summary["grad_sync"] = par.grad_sync_report();
   if (lead) write_file_atomic((out_dir / "summary.json").string(), summary.dump(2) + "\n");
   spdlog::info("{}: {} steps, {} tokens in {}, {:.0f} tokens/s; final loss {:.4f}{}", status, t.step, t.tokens,
                format_duration(seconds_since(t_start)), summary["tokens_per_s"].get<double>(), t.last_loss,

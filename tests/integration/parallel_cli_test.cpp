@@ -1,0 +1,299 @@
+// Multi-process training on this machine (Gloo): the launcher, data
+// parallelism against one process, ZeRO, overlap of gradient reduction with
+// backward, failures of a worker, and checkpoints of a data-parallel run.
+#include <catch2/catch.hpp>
+
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "test_util.h"
+
+using namespace gputrain::test;
+using Catch::Contains;
+namespace fs = std::filesystem;
+
+namespace {
+
+// Real text, no dropout: 1 and 2 processes must see the same numbers.
+std::string dp_recipe() {
+  return "run: {name: dp, threads: 1}\n"
+         "model: {vocab_size: 256, seq_len: 32, n_layer: 2, n_head: 2, d_model: 32, dropout: 0.0}\n"
+         "data:\n"
+         "  train: {format: text, path: " + shared_data("tinyshakespeare.txt") + ", span: [0.0, 0.01]}\n"
+         "train: {per_device_batch_size: 4, max_steps: 20, log_every: 1}\n"
+         "optim: {lr: 3e-3, schedule: {warmup_steps: 2, decay_steps: 20}}\n"
+         "metrics: {progress: off}\n";
+}
+
+CommandResult train(const std::string& recipe, const std::string& out, int nproc, const std::vector<std::string>& sets) {
+  std::vector<std::string> args = {"run", recipe, "--output-dir", out};
+  if (nproc > 0) args.insert(args.end(), {"--nproc-per-node", std::to_string(nproc)});
+  for (const auto& s : sets) args.insert(args.end(), {"--set", s});
+  return run_gputrain(args);
+}
+
+std::vector<double> column(const std::string& out, const char* key) {
+  std::vector<double> v;
+  for (const auto& r : read_jsonl(out + "/metrics.jsonl")) v.push_back(r[key].get<double>());
+  return v;
+}
+
+double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b) {
+  REQUIRE(a.size() == b.size());
+  double m = 0;
+  for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::abs(a[i] - b[i]));
+  return m;
+}
+
+// Starts the launcher in the background, its output in `log`.
+int spawn_launcher(const std::string& recipe, const std::string& out, int nproc, const std::vector<std::string>& sets,
+                   const std::string& log) {
+  std::vector<std::string> args = {"run", recipe, "--output-dir", out, "--nproc-per-node", std::to_string(nproc)};
+  for (const auto& s : sets) args.insert(args.end(), {"--set", s});
+  const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  const int pid = spawn_gputrain(args, fd);
+  close(fd);
+  return pid;
+}
+
+// The pid of the launcher's worker with RANK=`rank`, or -1.
+int worker_pid(int launcher, int rank) {
+  for (const auto& e : fs::directory_iterator("/proc")) {
+    const std::string name = e.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream status(e.path() / "status");
+    std::string line;
+    int ppid = -1;
+    while (std::getline(status, line))
+      if (line.rfind("PPid:", 0) == 0) ppid = std::atoi(line.c_str() + 5);
+    if (ppid != launcher) continue;
+    std::ifstream env(e.path() / "environ");
+    std::string var;
+    while (std::getline(env, var, '\0'))
+      if (var == "RANK=" + std::to_string(rank)) return std::stoi(name);
+  }
+  return -1;
+}
+
+template <class F>
+bool wait_until(F ready, int seconds = 60) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (ready()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
+}
+
+size_t metric_lines(const std::string& out) {
+  std::error_code ec;
+  if (!fs::exists(out + "/metrics.jsonl", ec)) return 0;
+  return read_jsonl(out + "/metrics.jsonl").size();
+}
+
+}  // namespace
+
+TEST_CASE("parallel: 2 processes match 1 process with the same global batch, ZeRO-1 and ZeRO-2 included",
+          "[parallel][cli][slow]") {
+  TempDir dir;
+  write_file(dir.file("r.yaml"), dp_recipe());
+  REQUIRE(train(dir.file("r.yaml"), dir.file("one"), 0, {}).exit_code == 0);
+  const auto loss1 = column(dir.file("one"), "loss");
+  const auto norm1 = column(dir.file("one"), "grad_norm");
+  REQUIRE(loss1.size() == 20);
+  CHECK(loss1.back() < loss1.front() - 1.0);  // it learns
+
+  // Tolerance 1e-5: the same sums in another order (float32 reductions over ranks).
+  struct Variant {
+    const char* name;
+    std::vector<std::string> sets;
+  };
+  const std::vector<Variant> variants = {
+      {"dp2", {"train.per_device_batch_size=2"}},
+      {"dp2-accum", {"train.per_device_batch_size=1", "train.grad_accum_steps=2", "parallel.bucket_mb=0.01"}},
+      {"zero1", {"train.per_device_batch_size=2", "parallel.zero=1", "parallel.bucket_mb=0.01"}},
+      {"zero2", {"train.per_device_batch_size=2", "parallel.zero=2", "parallel.bucket_mb=0.01"}},
+  };
+  for (const auto& v : variants) {
+    SECTION(v.name) {
+      auto r = train(dir.file("r.yaml"), dir.file(v.name), 2, v.sets);
+      INFO(r.output);
+      REQUIRE(r.exit_code == 0);
+      CHECK(max_abs_diff(loss1, column(dir.file(v.name), "loss")) < 1e-5);
+      CHECK(max_abs_diff(norm1, column(dir.file(v.name), "grad_norm")) < 1e-5);
+      const auto s = read_json(dir.file(v.name) + "/summary.json");
+      CHECK(s["world_size"] == 2);
+      CHECK(s["tokens"] == read_json(dir.file("one") + "/summary.json")["tokens"]);
+      REQUIRE(s["memory_per_rank"].size() == 2);
+      const auto& m = s["memory_per_rank"];
+      const double full_state = m[0]["weights_mb"].get<double>() * 2;  // AdamW: two fp32 moments
+      if (std::string(v.name).rfind("zero", 0) == 0) {
+        // Each rank holds about half of the optimizer state.
+        for (int r = 0; r < 2; ++r) CHECK(m[r]["optimizer_state_mb"].get<double>() < 0.7 * full_state);
+        CHECK(m[0]["optimizer_state_mb"].get<double>() + m[1]["optimizer_state_mb"].get<double>() ==
+              Approx(full_state).epsilon(0.02));
+      } else {
+        CHECK(m[0]["optimizer_state_mb"].get<double>() == Approx(full_state).epsilon(0.02));
+      }
+      if (std::string(v.name) == "zero2")
+        for (int r = 0; r < 2; ++r) CHECK(m[r]["grads_mb"].get<double>() < 0.7 * m[r]["weights_mb"].get<double>());
+      CHECK_THAT(r.output, Contains("[rank 0]"));
+    }
+  }
+}
+
+TEST_CASE("parallel: gradient buckets are reduced while backward still runs", "[parallel][cli][slow]") {
+  TempDir dir;
+  write_file(dir.file("r.yaml"), dp_recipe());
+  auto r = train(dir.file("r.yaml"), dir.file("o"), 2,
+                 {"model.n_layer=4", "model.d_model=64", "parallel.bucket_mb=0.02", "train.max_steps=5"});
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  const auto g = read_json(dir.file("o") + "/summary.json")["grad_sync"];
+  INFO(g.dump());
+  CHECK(g["buckets"].get<int>() >= 4);
+  // Measured, not assumed: the first buckets started before backward returned.
+  CHECK(g["started_during_backward"].get<int>() >= 1);
+  CHECK(g["bucket_start_ms"][0].get<double>() < g["backward_ms"].get<double>());
+}
+
+TEST_CASE("parallel: a killed worker makes the launcher stop the others and name it", "[parallel][cli][slow]") {
+  TempDir dir;
+  write_file(dir.file("r.yaml"), dp_recipe());
+  const std::string out = dir.file("o"), log = dir.file("log");
+  const int launcher = spawn_launcher(dir.file("r.yaml"), out, 2, {"train.max_steps=10000000"}, log);
+  REQUIRE(wait_until([&] { return metric_lines(out) >= 3; }));
+  const int victim = worker_pid(launcher, 1);
+  REQUIRE(victim > 0);
+  const auto t0 = std::chrono::steady_clock::now();
+  kill(victim, SIGKILL);
+  const int code = wait_exit_code(launcher);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const std::string output = read_file(log);
+  INFO(output);
+  CHECK(code != 0);
+  CHECK(took < 30);
+  CHECK_THAT(output, Contains("rank 1 failed (killed by signal 9"));
+  CHECK_THAT(output, Contains("peer rank 1 stopped responding"));  // rank 0's own error names it too
+}
+
+TEST_CASE("parallel: a hung worker ends the run within parallel.timeout_s with the collective named",
+          "[parallel][cli][slow]") {
+  TempDir dir;
+  write_file(dir.file("r.yaml"), dp_recipe());
+  const std::string out = dir.file("o"), log = dir.file("log");
+  const int launcher =
+      spawn_launcher(dir.file("r.yaml"), out, 2, {"train.max_steps=10000000", "parallel.timeout_s=3"}, log);
+  REQUIRE(wait_until([&] { return metric_lines(out) >= 3; }));
+  const int victim = worker_pid(launcher, 1);
+  REQUIRE(victim > 0);
+  kill(victim, SIGSTOP);  // alive but silent: no connection breaks, only the timeout can tell
+  const auto t0 = std::chrono::steady_clock::now();
+  const int code = wait_exit_code(launcher);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const std::string output = read_file(log);
+  INFO(output);
+  CHECK(code == 1);
+  CHECK(took < 3 + 3 + 10 + 10);  // timeout, heartbeat check, the launcher's grace, slack
+  CHECK_THAT(output, Contains("(gloo) failed: peer rank 1 stopped responding"));
+  CHECK_THAT(output, Contains("parallel.timeout_s (3 s)"));
+  CHECK_THAT(output, Contains("rank 0 failed (exit code 1)"));
+}
+
+TEST_CASE("parallel: SIGTERM to the launcher saves, and a ZeRO-2 run resumes exactly, also on another world size",
+          "[parallel][cli][slow]") {
+  TempDir dir;
+  write_file(dir.file("r.yaml"), dp_recipe());
+  const std::vector<std::string> zero2 = {"train.per_device_batch_size=2", "parallel.zero=2", "train.max_steps=40",
+                                          "optim.schedule.decay_steps=40"};
+  REQUIRE(train(dir.file("r.yaml"), dir.file("straight"), 2, zero2).exit_code == 0);
+
+  const std::string out = dir.file("stopped"), log = dir.file("log");
+  const int launcher = spawn_launcher(dir.file("r.yaml"), out, 2, zero2, log);
+  REQUIRE(wait_until([&] { return metric_lines(out) >= 3; }));
+  kill(launcher, SIGTERM);
+  const int code = wait_exit_code(launcher);
+  INFO(read_file(log));
+  REQUIRE(code == 143);
+  const auto stopped = read_json(out + "/summary.json");
+  CHECK(stopped["status"] == "preempted");
+  REQUIRE(stopped["steps"].get<int>() < 40);
+
+  auto resumed = train(dir.file("r.yaml"), out, 2, zero2);
+  INFO(resumed.output);
+  REQUIRE(resumed.exit_code == 0);
+  CHECK_THAT(resumed.output, Contains("resume: continuing from"));
+  // Bitwise: the same weights and the same (gathered) optimizer state as the uninterrupted run.
+  const fs::path a = fs::path(dir.file("straight")) / "checkpoints/step_00000040";
+  const fs::path b = fs::path(out) / "checkpoints/step_00000040";
+  for (const char* f : {"model.safetensors", "optimizer.safetensors"}) CHECK(read_file(a / f) == read_file(b / f));
+  CHECK(column(out, "loss") == column(dir.file("straight"), "loss"));
+
+  // One process continues the two-process checkpoint: the gathered state needs no re-sharding.
+  auto single = train(dir.file("r.yaml"), dir.file("single"), 0,
+                      {"train.per_device_batch_size=4", "train.max_steps=40", "optim.schedule.decay_steps=40",
+                       "checkpoint.resume=" + (fs::path(out) / "checkpoints" /
+                                               ("step_" + std::string(8 - std::to_string(stopped["steps"].get<int>()).size(), '0') +
+                                                std::to_string(stopped["steps"].get<int>()))).string()});
+  INFO(single.output);
+  REQUIRE(single.exit_code == 0);
+  CHECK_THAT(single.output, Contains("parallel.dp changed from 2 to 1"));
+  const auto tail_single = column(dir.file("single"), "loss");
+  const auto straight = column(dir.file("straight"), "loss");
+  REQUIRE(tail_single.size() == 40 - static_cast<size_t>(stopped["steps"].get<int>()));
+  for (size_t i = 0; i < tail_single.size(); ++i)
+    CHECK(std::abs(tail_single[i] - straight[straight.size() - tail_single.size() + i]) < 1e-5);
+}
+
+TEST_CASE("parallel: wrong launcher variables, world sizes and ports are clear errors", "[parallel][cli]") {
+  TempDir dir;
+  write_file(dir.file("r.yaml"), dp_recipe());
+  setenv("RANK", "3", 1);
+  setenv("WORLD_SIZE", "2", 1);
+  setenv("MASTER_ADDR", "127.0.0.1", 1);
+  auto bad_rank = train(dir.file("r.yaml"), dir.file("a"), 0, {});
+  unsetenv("RANK");
+  unsetenv("WORLD_SIZE");
+  unsetenv("MASTER_ADDR");
+  CHECK(bad_rank.exit_code == 2);
+  CHECK_THAT(bad_rank.output, Contains("rank 3 is outside a world of 2"));
+
+  auto bad_dp = train(dir.file("r.yaml"), dir.file("b"), 2, {"parallel.dp=3"});
+  CHECK(bad_dp.exit_code == 2);
+  CHECK_THAT(bad_dp.output, Contains("parallel.dp (3) x tp (1) x pp (1) must equal the number of processes (2"));
+
+  auto bad_tp = train(dir.file("r.yaml"), dir.file("c"), 0, {"parallel.tp=2"});
+  CHECK(bad_tp.exit_code == 2);
+  CHECK_THAT(bad_tp.output, Contains("parallel.tp"));
+
+  // A port someone else listens on.
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  REQUIRE(listen(fd, 1) == 0);
+  socklen_t len = sizeof addr;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  const std::string port = std::to_string(ntohs(addr.sin_port));
+  auto busy = run_gputrain({"run", dir.file("r.yaml"), "--output-dir", dir.file("d"), "--nproc-per-node", "2",
+                            "--master-port", port, "--set", "parallel.timeout_s=5"});
+  close(fd);
+  INFO(busy.output);
+  CHECK(busy.exit_code == 2);
+  CHECK_THAT(busy.output, Contains("cannot listen on 127.0.0.1:" + port + ": the port is in use"));
+
+  auto bad_node = run_gputrain({"run", dir.file("r.yaml"), "--nnodes", "2", "--node-rank", "0"});
+  CHECK(bad_node.exit_code == 2);
+  CHECK_THAT(bad_node.output, Contains("--master-addr"));
+}
