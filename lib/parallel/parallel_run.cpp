@@ -24,7 +24,8 @@ ParallelRun::ParallelRun(const World& world, const ParallelSettings& p, torch::D
     throw config_error(fmt::format("parallel.dp ({}) x tp ({}) x pp ({}) must equal the number of processes ({}, {})"
                                    "\n    fix: set parallel.dp: auto, or start {} processes (--nproc-per-node)",
                                    dp, p.tp, p.pp, world.size, world.describe(), dp * p.tp * p.pp));
-  if (world.distributed()) comm_ = std::make_unique<Communicator>(world, p.backend, device, p.timeout_s);
+  if (world.distributed() || world.launched())
+    comm_ = std::make_unique<Communicator>(world, p.backend, device, p.timeout_s);
 }
 
 ParallelRun::~ParallelRun() = default;
@@ -39,7 +40,7 @@ std::string ParallelRun::describe() const {
       ++mine_tensors;
     }
   }
-  std::string s = fmt::format("data parallel over {} processes ({}), {}; {} gradient bucket(s) of up to {:g} MiB, "
+  std::string s = fmt::format("data parallel over {} process(es) ({}), {}; {} gradient bucket(s) of up to {:g} MiB, "
                               "reduced during backward",
                               world_.size, comm_->backend_name(), world_.describe(), sync_ ? sync_->bucket_count() : 0,
                               bucket_mb_);

@@ -58,7 +58,7 @@ void check_consistent(const World& w, const std::string& vars) {
 }  // namespace
 
 std::string World::describe() const {
-  if (!distributed()) return "1 process";
+  if (!launched()) return "1 process";
   return fmt::format("rank {} of {} (local {} of {}), rendezvous at {}:{}, from {}", rank, size, local_rank,
                      local_size, master_addr, master_port, source);
 }

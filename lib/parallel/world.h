@@ -22,6 +22,9 @@ struct World {
   std::string source = "single process";  // which convention it came from, for the log
 
   bool distributed() const { return size > 1; }
+  // Started by a launcher (even as a world of one): the run then takes the
+  // multi-process code path, which a one-GPU machine can test with NCCL.
+  bool launched() const { return source != "single process"; }
   std::string describe() const;  // "rank 1 of 4 (local 1 of 2), master 10.0.0.1:29500, from torchrun variables"
 };
 

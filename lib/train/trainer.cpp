@@ -21,6 +21,7 @@
 #include "metrics/progress.h"
 #include "model/activation_checkpointing.h"
 #include "model/gpt.h"
+#include "optim/cpu_offload.h"
 #include "optim/make_optimizer.h"
 #include "optim/grad_clip.h"
 #include "optim/lr_schedule.h"
@@ -245,7 +246,13 @@ RunOutcome run_training(const Recipe& recipe, const RunOptions& options) {
   const std::vector<torch::Tensor> params = model->parameters();
   const std::vector<NamedTensor> named_params = module_weights(*model);
   par.attach(named_params);  // rank 0's weights everywhere, gradient hooks, ZeRO ownership
-  std::unique_ptr<Optimizer> optimizer = make_optimizer(par.owned_groups(make_param_groups(*model, s.optim)), s.optim);
+  std::vector<ParamGroup> groups = par.owned_groups(make_param_groups(*model, s.optim));
+  std::unique_ptr<CpuOffload> offload;  // parallel.offload_optimizer: state and update on the CPU
+  if (s.parallel.offload_optimizer && device.is_cuda()) {
+    offload = std::make_unique<CpuOffload>(groups);
+    groups = offload->cpu_groups();
+  }
+  std::unique_ptr<Optimizer> optimizer = make_optimizer(groups, s.optim);
   LrSchedule schedule(s.optim, s.train.max_steps);
   if (s.train.per_device_batch_size == 0) {
     // The global batch is split over the ranks first, then into micro-batches.
@@ -299,6 +306,9 @@ RunOutcome run_training(const Recipe& recipe, const RunOptions& options) {
   spdlog::info("optimizer: {}; {:.1f} MiB of state ({:.2f} bytes per parameter)", optimizer->describe(),
                optimizer->state_bytes() / (1024.0 * 1024.0),
                static_cast<double>(optimizer->state_bytes()) / static_cast<double>(model->parameter_count()));
+  if (offload)
+    spdlog::info("optimizer: offloaded: state, update and a {:.1f} MiB copy of the parameters in pinned host memory",
+                 offload->host_bytes() / (1024.0 * 1024.0));
   if (recomputed_blocks > 0)
     spdlog::info("activation checkpointing: {} of {} blocks recomputed in backward", recomputed_blocks, s.model.n_layer);
   spdlog::info("data: {}", train_source->describe());
@@ -443,7 +453,9 @@ RunOutcome run_training(const Recipe& recipe, const RunOptions& options) {
         t.nan_skipped_steps += nan_skip ? 1 : 0;
       }
       if (!overflow && !nan_skip) {
+        if (offload) offload->gradients_to_host();
         optimizer->step(lr);
+        if (offload) offload->parameters_to_device();
         par.after_optimizer_step();  // ZeRO: owners send their updated parameters
       }
       precision.update(overflow);

@@ -117,24 +117,31 @@ TEST_CASE("parallel: 2 processes match 1 process with the same global batch, ZeR
   struct Variant {
     const char* name;
     std::vector<std::string> sets;
+    int nproc = 2;
   };
   const std::vector<Variant> variants = {
       {"dp2", {"train.per_device_batch_size=2"}},
       {"dp2-accum", {"train.per_device_batch_size=1", "train.grad_accum_steps=2", "parallel.bucket_mb=0.01"}},
       {"zero1", {"train.per_device_batch_size=2", "parallel.zero=1", "parallel.bucket_mb=0.01"}},
       {"zero2", {"train.per_device_batch_size=2", "parallel.zero=2", "parallel.bucket_mb=0.01"}},
+      // A world of one through the launcher takes the multi-process path (rendezvous, buckets).
+      {"launched1", {"parallel.zero=1"}, 1},
   };
   for (const auto& v : variants) {
     SECTION(v.name) {
-      auto r = train(dir.file("r.yaml"), dir.file(v.name), 2, v.sets);
+      auto r = train(dir.file("r.yaml"), dir.file(v.name), v.nproc, v.sets);
       INFO(r.output);
       REQUIRE(r.exit_code == 0);
       CHECK(max_abs_diff(loss1, column(dir.file(v.name), "loss")) < 1e-5);
       CHECK(max_abs_diff(norm1, column(dir.file(v.name), "grad_norm")) < 1e-5);
       const auto s = read_json(dir.file(v.name) + "/summary.json");
-      CHECK(s["world_size"] == 2);
+      CHECK(s["world_size"] == v.nproc);
       CHECK(s["tokens"] == read_json(dir.file("one") + "/summary.json")["tokens"]);
-      REQUIRE(s["memory_per_rank"].size() == 2);
+      REQUIRE(s["memory_per_rank"].size() == static_cast<size_t>(v.nproc));
+      if (v.nproc == 1) {
+        CHECK(s["grad_sync"]["buckets"].get<int>() >= 1);
+        return;
+      }
       const auto& m = s["memory_per_rank"];
       const double full_state = m[0]["weights_mb"].get<double>() * 2;  // AdamW: two fp32 moments
       if (std::string(v.name).rfind("zero", 0) == 0) {
