@@ -147,9 +147,10 @@ TEST_CASE("cross-field: training needs data", "[config]") {
   CHECK_THAT(e, Contains("data.train.format: is none, but training needs data"));
 }
 
-TEST_CASE("cross-field: parallel degrees must match one process", "[config]") {
-  std::string e = load_error(kMinimal + "parallel: {tp: 2}\n");
-  CHECK_THAT(e, Contains("parallel.tp: is 2, but dp x tp x pp must equal the number of processes (1)"));
+TEST_CASE("cross-field: tensor and pipeline parallelism are refused until they exist", "[config]") {
+  CHECK_THAT(load_error(kMinimal + "parallel: {tp: 2}\n"), Contains("parallel.tp: is 2, but this version has data parallelism only"));
+  CHECK_THAT(load_error(kMinimal + "parallel: {pp: 4}\n"), Contains("parallel.pp: is 4"));
+  CHECK_THAT(load_error(kMinimal + "parallel: {zero: 3}\n"), Contains("parallel.zero"));
 }
 
 TEST_CASE("data paths are checked where the recipe names them", "[config]") {
