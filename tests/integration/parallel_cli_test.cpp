@@ -300,6 +300,17 @@ TEST_CASE("parallel: wrong launcher variables, world sizes and ports are clear e
   CHECK(busy.exit_code == 2);
   CHECK_THAT(busy.output, Contains("cannot listen on 127.0.0.1:" + port + ": the port is in use"));
 
+  // Rank 1 with nobody at the rendezvous address: an error naming it, after parallel.timeout_s.
+  setenv("RANK", "1", 1);
+  setenv("WORLD_SIZE", "2", 1);
+  setenv("MASTER_ADDR", "127.0.0.1", 1);
+  setenv("MASTER_PORT", port.c_str(), 1);  // closed above: nothing listens there now
+  auto unreachable = train(dir.file("r.yaml"), dir.file("e"), 0, {"parallel.timeout_s=2"});
+  for (const char* v : {"RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"}) unsetenv(v);
+  INFO(unreachable.output);
+  CHECK(unreachable.exit_code == 1);
+  CHECK_THAT(unreachable.output, Contains("rank 1 could not reach rank 0's store at 127.0.0.1:" + port + " within 2 s"));
+
   auto bad_node = run_gputrain({"run", dir.file("r.yaml"), "--nnodes", "2", "--node-rank", "0"});
   CHECK(bad_node.exit_code == 2);
   CHECK_THAT(bad_node.output, Contains("--master-addr"));
