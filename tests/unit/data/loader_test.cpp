@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <filesystem>
+#include <memory>
 
 #include "data/loader.h"
 #include "data/token_shard.h"
@@ -67,6 +68,34 @@ TEST_CASE("batches are the same with 0 or 3 workers, and shift by one token", "[
   WindowSampler eval_sampler(src->window_count(), SamplerOptions{42, 2});  // eval stream: other windows
   BatchLoader other(*src, eval_sampler, o);
   CHECK_FALSE(torch::equal(other.next().input, sync_loader.make_host_batch(0).input));
+}
+
+TEST_CASE("sharded loaders split each global batch between ranks and keep a global position", "[data]") {
+  DataSourceSettings d;
+  d.format = DataFormat::kSynthetic;
+  d.synthetic.vocab = 16;
+  auto src = make_window_source(d, model_settings(16, 8, 1, 1, 8), "data.train");
+  WindowSampler sampler(src->window_count(), SamplerOptions{5, 1});
+  LoaderOptions o;
+  o.batch_size = 6;
+  o.seq_len = 8;
+  BatchLoader whole(*src, sampler, o);  // one rank, batch 6
+  o.batch_size = 2;
+  o.shards = 3;
+  std::vector<std::unique_ptr<BatchLoader>> ranks;
+  for (int64_t r = 0; r < 3; ++r) {
+    o.shard = r;
+    o.num_workers = r;  // workers or not: the same batches
+    ranks.push_back(std::make_unique<BatchLoader>(*src, sampler, o, 12));  // started at a saved global sample
+  }
+  for (int i = 0; i < 2; ++i) whole.next();  // samples 0..11
+  for (int step = 0; step < 5; ++step) {
+    const Batch w = whole.next();
+    std::vector<torch::Tensor> parts;
+    for (auto& r : ranks) parts.push_back(r->next().input);
+    CHECK(torch::equal(torch::cat(parts), w.input));
+    for (auto& r : ranks) CHECK(r->next_sample() == whole.next_sample());  // the position is global
+  }
 }
 
 TEST_CASE("a loader started at a saved sample continues exactly, workers or not", "[data]") {
