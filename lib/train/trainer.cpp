@@ -252,6 +252,8 @@ RunOutcome run_training(const Recipe& recipe, const RunOptions& options) {
     offload = std::make_unique<CpuOffload>(groups);
     groups = offload->cpu_groups();
   }
+  if (s.parallel.offload_optimizer && !device.is_cuda() && s.run.device != "cpu")  // (validation warns for "cpu")
+    spdlog::warn("parallel.offload_optimizer has no effect on the CPU (the optimizer state is there already)");
   std::unique_ptr<Optimizer> optimizer = make_optimizer(groups, s.optim);
   LrSchedule schedule(s.optim, s.train.max_steps);
   if (s.train.per_device_batch_size == 0) {
