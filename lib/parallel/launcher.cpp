@@ -4,6 +4,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -105,6 +106,10 @@ pid_t spawn(const LaunchOptions& o, int local_rank, int world, int port, const s
     // Own process group: a terminal's Ctrl-C reaches only the launcher, which
     // forwards it once (a worker given two signals would stop without saving).
     ::setpgid(0, 0);
+    // A launcher that dies (even by SIGKILL) takes its workers down, gracefully: they save and stop.
+    // Their output pipe then has no reader: without this, the first line they print would kill them.
+    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+    ::signal(SIGPIPE, SIG_IGN);
     ::dup2(fds[1], STDOUT_FILENO);
     ::dup2(fds[1], STDERR_FILENO);
     for (const auto& [k, v] : env) ::setenv(k.c_str(), v.c_str(), 1);

@@ -194,6 +194,22 @@ TEST_CASE("parallel: a killed worker makes the launcher stop the others and name
   CHECK_THAT(output, Contains("peer rank 1 stopped responding"));  // rank 0's own error names it too
 }
 
+TEST_CASE("parallel: workers of a launcher killed with SIGKILL save and stop as preempted", "[parallel][cli][slow]") {
+  TempDir dir;
+  write_file(dir.file("r.yaml"), dp_recipe());
+  const std::string out = dir.file("o"), log = dir.file("log");
+  const int launcher = spawn_launcher(dir.file("r.yaml"), out, 2, {"train.max_steps=10000000"}, log);
+  REQUIRE(wait_until([&] { return metric_lines(out) >= 3; }));
+  kill(launcher, SIGKILL);
+  CHECK(wait_exit_code(launcher) == 128 + SIGKILL);
+  // The workers (no longer anyone's children here) get SIGTERM from the kernel and save.
+  REQUIRE(wait_until([&] { return fs::exists(out + "/summary.json"); }));
+  const auto s = read_json(out + "/summary.json");
+  CHECK(s["status"] == "preempted");
+  CHECK(fs::exists(fs::path(out) / "checkpoints" / ("step_" + std::string(8 - std::to_string(s["steps"].get<int>()).size(), '0') +
+                                                     std::to_string(s["steps"].get<int>()))));
+}
+
 TEST_CASE("parallel: a hung worker ends the run within parallel.timeout_s with the collective named",
           "[parallel][cli][slow]") {
   TempDir dir;
