@@ -155,11 +155,22 @@ void check_batch(Checker& c) {
   if (t.per_device_batch_size == 0 && t.global_batch_size == 0)
     c.error("train.per_device_batch_size", "is auto, which needs the global batch to keep",
             "set train.global_batch_size (sequences per optimizer step), e.g. 512");
-  if (t.per_device_batch_size > 0 && t.global_batch_size > 0 &&
-      t.global_batch_size != t.per_device_batch_size * t.grad_accum_steps)
-    c.error("train.global_batch_size", "(" + str(t.global_batch_size) + ") is not per_device_batch_size x grad_accum_steps (" +
-                str(t.per_device_batch_size * t.grad_accum_steps) + ")",
-            "remove it, or set per_device_batch_size: auto to let the finder choose the split");
+  // The global batch counts every process. With parallel.dp auto their number is known only at run
+  // time (the trainer checks then), so here it must at least be a whole number of processes.
+  const int64_t dp = c.s.parallel.dp;
+  const int64_t per_process = t.per_device_batch_size * t.grad_accum_steps;
+  if (t.per_device_batch_size > 0 && t.global_batch_size > 0) {
+    if (dp > 0 && t.global_batch_size != per_process * dp)
+      c.error("train.global_batch_size",
+              "(" + str(t.global_batch_size) + ") is not per_device_batch_size x grad_accum_steps" +
+                  (dp > 1 ? " x parallel.dp (" : " (") + str(per_process * dp) + ")",
+              "remove it, or set per_device_batch_size: auto to let the finder choose the split");
+    if (dp == 0 && t.global_batch_size % per_process != 0)
+      c.error("train.global_batch_size",
+              "(" + str(t.global_batch_size) + ") is not per_device_batch_size x grad_accum_steps (" +
+                  str(per_process) + ") x a number of processes",
+              "remove it, or set per_device_batch_size: auto to let the finder choose the split");
+  }
   if (t.gradient_checkpointing == CheckpointingPolicy::kSelective && t.checkpoint_every > c.s.model.n_layer)
     c.warning("train.checkpoint_every", "(" + str(t.checkpoint_every) + ") exceeds model.n_layer (" +
                   str(c.s.model.n_layer) + "); only block 0 is recomputed", "lower train.checkpoint_every");

@@ -230,6 +230,12 @@ RunOutcome run_training(const Recipe& recipe, const RunOptions& options) {
   // ranks' wait ends with an error naming rank 0 (the launcher stops them sooner).
   ParallelRun par(world, s.parallel, device);
   const int64_t dp = world.size;
+  if (s.train.per_device_batch_size > 0 && s.train.global_batch_size > 0 &&
+      s.train.global_batch_size != s.train.per_device_batch_size * s.train.grad_accum_steps * dp)
+    throw config_error("train.global_batch_size (" + std::to_string(s.train.global_batch_size) +
+                       ") is not per_device_batch_size x grad_accum_steps x the " + std::to_string(dp) +
+                       " processes (" + std::to_string(s.train.per_device_batch_size * s.train.grad_accum_steps * dp) +
+                       ")\n    fix: remove it, or set per_device_batch_size: auto to let the finder choose the split");
 
   Totals t;
   t.mem_start_mb = current_rss_mb();
@@ -270,6 +276,7 @@ RunOutcome run_training(const Recipe& recipe, const RunOptions& options) {
                             return fits_on_device(model, precision, s.model, b, device);
                           });
     choice.apply_to(s.train);
+    s.train.global_batch_size *= dp;  // the recipe's meaning again: all processes
     spdlog::info("{}{}", choice.describe(),
                  device.is_cpu() ? fmt::format(" (CPU: memory plan against {:.0f} MiB)", budget / (1024.0 * 1024.0))
                                  : std::string(" (trial steps on the GPU)"));

@@ -334,3 +334,31 @@ TEST_CASE("parallel: wrong launcher variables, world sizes and ports are clear e
   CHECK(bad_node.exit_code == 2);
   CHECK_THAT(bad_node.output, Contains("--master-addr"));
 }
+
+TEST_CASE("parallel: train.global_batch_size counts every process", "[parallel][cli]") {
+  TempDir dir;
+  write_file(dir.file("r.yaml"), dp_recipe());
+  // 2 processes x batch 2 = 4: consistent. 2 is not.
+  auto ok = train(dir.file("r.yaml"), dir.file("a"), 2,
+                  {"train.per_device_batch_size=2", "train.global_batch_size=4", "train.max_steps=2"});
+  INFO(ok.output);
+  CHECK(ok.exit_code == 0);
+  auto bad = train(dir.file("r.yaml"), dir.file("b"), 2,
+                   {"train.per_device_batch_size=2", "train.global_batch_size=2", "train.max_steps=2"});
+  CHECK(bad.exit_code == 2);
+  CHECK_THAT(bad.output, Contains("train.global_batch_size (2) is not per_device_batch_size x grad_accum_steps x the 2 "
+                                  "processes (4)"));
+  // Batch size auto splits the global batch over the processes first.
+  auto split = train(dir.file("r.yaml"), dir.file("c"), 2,
+                     {"train.per_device_batch_size=auto", "train.global_batch_size=8", "train.max_steps=2"});
+  INFO(split.output);
+  REQUIRE(split.exit_code == 0);
+  const auto s = read_json(dir.file("c") + "/summary.json");
+  CHECK(s["per_device_batch_size"].get<int>() * s["grad_accum_steps"].get<int>() == 4);
+  CHECK(s["tokens"] == 2 * 8 * 32);
+  CHECK_THAT(read_file(dir.file("c") + "/recipe.resolved.yaml"), Contains("global_batch_size: 8"));
+  auto odd = train(dir.file("r.yaml"), dir.file("d"), 2,
+                   {"train.per_device_batch_size=auto", "train.global_batch_size=7", "train.max_steps=2"});
+  CHECK(odd.exit_code == 2);
+  CHECK_THAT(odd.output, Contains("must divide evenly over the 2 data-parallel processes"));
+}

@@ -293,8 +293,17 @@ TEST_CASE("precision, checkpointing and batch keys are typed and cross-checked",
   CHECK_THAT(gputrain::test::recipe_error(dir.file("r.yaml"), {"precision.mode=fp8"}), Contains("'fp8' is not one of"));
   CHECK_THAT(gputrain::test::recipe_error(dir.file("r.yaml"), {"train.global_batch_size=0"}),
              Contains("set train.global_batch_size"));
-  CHECK_THAT(gputrain::test::recipe_error(dir.file("r.yaml"), {"train.per_device_batch_size=8", "train.grad_accum_steps=2"}),
+  CHECK_THAT(gputrain::test::recipe_error(dir.file("r.yaml"), {"train.per_device_batch_size=8", "train.grad_accum_steps=2",
+                                                              "parallel.dp=1"}),
              Contains("train.global_batch_size: (64) is not per_device_batch_size x grad_accum_steps (16)"));
+  CHECK_THAT(gputrain::test::recipe_error(dir.file("r.yaml"), {"train.per_device_batch_size=8", "train.grad_accum_steps=2",
+                                                              "parallel.dp=2"}),
+             Contains("train.global_batch_size: (64) is not per_device_batch_size x grad_accum_steps x parallel.dp (32)"));
+  // dp auto: 64 = 16 x 4 processes could be right; 60 cannot be.
+  CHECK(gputrain::test::recipe_error(dir.file("r.yaml"), {"train.per_device_batch_size=8", "train.grad_accum_steps=2"}) == "");
+  CHECK_THAT(gputrain::test::recipe_error(dir.file("r.yaml"), {"train.per_device_batch_size=8", "train.grad_accum_steps=2",
+                                                              "train.global_batch_size=60"}),
+             Contains("(60) is not per_device_batch_size x grad_accum_steps (16) x a number of processes"));
   // Shapes that miss tensor cores are warnings with the fix.
   Recipe odd = load_recipe(dir.file("r.yaml"), {"model.vocab_size=50257", "model.d_model=100", "model.n_head=4"});
   std::string all;
