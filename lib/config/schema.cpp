@@ -426,7 +426,7 @@ std::vector<FieldSpec> build_schema() {
   f.push_back(auto_int_field(KEY(train.per_device_batch_size), 1, 1 << 20,
                              "sequences per micro-batch; auto = the largest that fits (needs train.global_batch_size)"));
   f.push_back(int_field(KEY(train.global_batch_size), 0, 1 << 24,
-                        "sequences per optimizer step when per_device_batch_size is auto (grad_accum_steps follows); 0 = unset"));
+                        "sequences per optimizer step, all processes together; needed when per_device_batch_size is auto (grad_accum_steps follows); 0 = unset"));
   f.push_back(int_field(KEY(train.grad_accum_steps), 1, 1 << 20, "micro-batches accumulated per optimizer step"));
   f.push_back(int_field(KEY(train.max_steps), 1, kMaxInt, "optimizer steps to run"));
   f.push_back(int_field(KEY(train.log_every), 1, kMaxInt, "steps between metrics lines"));
