@@ -25,8 +25,9 @@ int launch(const CommonArgs& a, const std::string& output_dir, bool overwrite, c
   o.nproc_per_node = std::max(1, l.nproc_per_node);
   o.nnodes = std::max(1, l.nnodes);
   o.node_rank = l.node_rank;
+  // One node rendezvouses on loopback (a MASTER_ADDR left in the environment may name another host).
   if (!l.master_addr.empty()) o.master_addr = l.master_addr;
-  else if (const char* env = std::getenv("MASTER_ADDR")) o.master_addr = env;
+  else if (const char* env = std::getenv("MASTER_ADDR"); env && o.nnodes > 1) o.master_addr = env;
   else if (o.nnodes > 1)
     throw usage_error("--nnodes " + std::to_string(o.nnodes) + " needs --master-addr (node 0's host)");
   o.master_port = l.master_port;
