@@ -115,11 +115,11 @@ void ParallelRun::finish_backward() {
     if (p.tensor.grad().defined()) grad_bytes_ += static_cast<int64_t>(p.tensor.grad().nbytes());
 }
 
-torch::Tensor ParallelRun::sum_over_ranks(torch::Tensor t) {
-  if (!distributed()) return t;
-  torch::Tensor flat = t.detach().reshape({1}).clone();
-  comm_->all_reduce_sum_now(flat, "sum of the step's loss");
-  return flat.reshape(t.sizes());
+std::pair<torch::Tensor, bool> ParallelRun::sum_loss_and_any(const torch::Tensor& loss, bool flag) {
+  if (!distributed()) return {loss, flag};
+  torch::Tensor both = torch::stack({loss.detach().reshape({}), torch::full({}, flag ? 1.0 : 0.0, loss.options())});
+  comm_->all_reduce_sum_now(both, "sum of the step's loss and stop flags");
+  return {both[0].clone(), both[1].item<double>() > 0};
 }
 
 bool ParallelRun::any_rank(bool flag) {

@@ -45,8 +45,9 @@ class ParallelRun {
   int64_t global_targets(int64_t local_targets);
   AccumulateOptions accumulate_options(int64_t global_targets);
   void finish_backward();  // waits for the gradient reductions
-  // Sums over ranks (the loss is already divided by the global count, so this is the global mean).
-  torch::Tensor sum_over_ranks(torch::Tensor t);
+  // The loss summed over ranks (each rank's is already divided by the global count, so this is the
+  // global mean), and whether any rank raised `flag` (a stop signal): one all-reduce for both.
+  std::pair<torch::Tensor, bool> sum_loss_and_any(const torch::Tensor& loss, bool flag);
   bool any_rank(bool flag);
   // Global gradient norm and clipping (ZeRO-2: over the shards).
   torch::Tensor clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm);

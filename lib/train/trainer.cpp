@@ -445,7 +445,10 @@ RunOutcome run_training(const Recipe& recipe, const RunOptions& options) {
       const int64_t step_tokens = par.global_targets(local_tokens);
       torch::Tensor loss = accumulate_gradients(model, micro, &precision, par.accumulate_options(step_tokens));
       par.finish_backward();  // every rank now holds the summed gradients (ZeRO-2: of its own parameters)
-      loss = par.sum_over_ranks(loss);  // the global batch's mean loss
+      // The global batch's mean loss; and a stop signal on any rank stops every rank after this step
+      // (a signal may reach them a step apart; one arriving later in this step counts at the next).
+      const auto [global_loss, agreed_stop] = par.sum_loss_and_any(loss, StopSignals::requested() != 0);
+      loss = global_loss;
       bool overflow = precision.unscale_and_check(params);  // fp16: inf/nan gradients
       if (s.parallel.zero == 2 && precision.has_scaler()) overflow = par.any_rank(overflow);  // shards differ
       torch::Tensor grad_norm = par.clip_grad_norm(params, s.train.max_grad_norm);
@@ -494,8 +497,8 @@ RunOutcome run_training(const Recipe& recipe, const RunOptions& options) {
 
       const bool eval_now = !eval_batches.empty() &&
                             ((s.train.eval_every > 0 && step % s.train.eval_every == 0) || step == s.train.max_steps);
-      // Every rank stops at the same step (a signal may reach them a step apart).
-      const bool stop_now = par.any_rank(StopSignals::requested() != 0);
+      // One process looks at its signals as late as it can; ranks use the flag they agreed on.
+      const bool stop_now = par.distributed() ? agreed_stop : StopSignals::requested() != 0;
       if (step % s.train.log_every == 0 || eval_now || step == s.train.max_steps || stop_now) {
         synchronize(device);
         const double elapsed = seconds_since(interval_start);
