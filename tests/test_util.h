@@ -1,9 +1,11 @@
 // Helpers shared by the tests: temporary directories, files, running the CLI.
 #pragma once
+#include <chrono>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <torch/nn/module.h>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "config/settings.h"
@@ -42,6 +44,17 @@ int spawn_gputrain(const std::vector<std::string>& args, int out_fd);
 int wait_exit_code(int pid);
 
 nlohmann::json read_json(const std::string& path);
+
+// Waits (up to a minute) until `ready()` holds, polling every 2 ms; false on timeout.
+template <class F>
+bool wait_until(F ready) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (ready()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  return false;
+}
 
 // A GPT shape for tests; other model settings keep their defaults.
 ModelSettings model_settings(int64_t vocab_size, int64_t seq_len, int64_t n_layer, int64_t n_head, int64_t d_model);

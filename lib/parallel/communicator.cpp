@@ -127,6 +127,10 @@ Communicator::~Communicator() {
 
 std::string Communicator::backend_name() const { return impl_->backend_name; }
 
+torch::Device Communicator::tensor_device() const {
+  return impl_->backend_name == "nccl" ? torch::Device(torch::kCUDA) : torch::Device(torch::kCPU);
+}
+
 [[noreturn]] void Communicator::fail(const std::string& what, const std::string& cause) const {
   // Whose heartbeat stopped? Two readings 2.5 s apart (a live rank beats every second).
   std::string peers;
@@ -199,10 +203,6 @@ PendingCollective Communicator::broadcast(torch::Tensor& t, int root, const std:
   GPUTRAIN_LAUNCH(what, impl_->backend->broadcast(v, o));
 }
 
-PendingCollective Communicator::all_gather(torch::Tensor& out, torch::Tensor& in, const std::string& what) {
-  GPUTRAIN_LAUNCH(what, impl_->backend->_allgather_base(out, in, c10d::AllgatherOptions{}));
-}
-
 PendingCollective Communicator::send(torch::Tensor& t, int dst, int tag, const std::string& what) {
   std::vector<at::Tensor> v{t};
   GPUTRAIN_LAUNCH(what, impl_->backend->send(v, dst, tag));
@@ -211,12 +211,6 @@ PendingCollective Communicator::send(torch::Tensor& t, int dst, int tag, const s
 PendingCollective Communicator::recv(torch::Tensor& t, int src, int tag, const std::string& what) {
   std::vector<at::Tensor> v{t};
   GPUTRAIN_LAUNCH(what, impl_->backend->recv(v, src, tag));
-}
-
-void Communicator::barrier(const std::string& what) {
-  // A one-element all-reduce: Gloo's barrier has no per-call timeout of its own.
-  auto t = torch::zeros({1}, torch::TensorOptions().device(impl_->backend_name == "nccl" ? torch::kCUDA : torch::kCPU));
-  all_reduce_sum_now(t, what);
 }
 
 }  // namespace gputrain

@@ -48,18 +48,17 @@ class Communicator {
   int size() const { return world_.size; }
   const World& world() const { return world_; }
   std::string backend_name() const;
+  // Where tensors handed to the collectives must live: the current GPU for NCCL, else the CPU.
+  torch::Device tensor_device() const;
   double timeout_s() const { return timeout_s_; }
 
   // In place; `what` names the operation in errors ("gradient bucket 3").
   PendingCollective all_reduce_sum(torch::Tensor& t, const std::string& what);
   PendingCollective reduce_sum(torch::Tensor& t, int root, const std::string& what);
   PendingCollective broadcast(torch::Tensor& t, int root, const std::string& what);
-  // out = concatenation of every rank's `in` (all ranks pass the same size).
-  PendingCollective all_gather(torch::Tensor& out, torch::Tensor& in, const std::string& what);
   // Point to point (gathering sharded optimizer state for a checkpoint).
   PendingCollective send(torch::Tensor& t, int dst, int tag, const std::string& what);
   PendingCollective recv(torch::Tensor& t, int src, int tag, const std::string& what);
-  void barrier(const std::string& what);
 
   // Blocking conveniences.
   void all_reduce_sum_now(torch::Tensor& t, const std::string& what) { all_reduce_sum(t, what).wait(); }

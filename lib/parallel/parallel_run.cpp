@@ -95,8 +95,7 @@ std::map<std::string, torch::Tensor> ParallelRun::owned_state(std::map<std::stri
 
 int64_t ParallelRun::global_targets(int64_t local_targets) {
   if (!distributed()) return local_targets;
-  auto t = torch::tensor({local_targets}, torch::TensorOptions().dtype(torch::kLong));
-  if (comm_->backend_name() == "nccl") t = t.to(torch::kCUDA);
+  auto t = torch::tensor({local_targets}, torch::TensorOptions().dtype(torch::kLong)).to(comm_->tensor_device());
   comm_->all_reduce_sum_now(t, "sum of the step's target tokens");
   return t.item<int64_t>();
 }
@@ -122,12 +121,16 @@ std::pair<torch::Tensor, bool> ParallelRun::sum_loss_and_any(const torch::Tensor
   return {both[0].clone(), both[1].item<double>() > 0};
 }
 
-bool ParallelRun::any_rank(bool flag) {
+bool ParallelRun::any_rank(bool flag, const std::string& what) {
   if (!distributed()) return flag;
-  auto t = torch::tensor({flag ? 1 : 0}, torch::TensorOptions().dtype(torch::kInt));
-  if (comm_->backend_name() == "nccl") t = t.to(torch::kCUDA);
-  comm_->all_reduce_sum_now(t, "agreement on skipping the step");
+  auto t = torch::tensor({flag ? 1 : 0}, torch::TensorOptions().dtype(torch::kInt)).to(comm_->tensor_device());
+  comm_->all_reduce_sum_now(t, what);
   return t.item<int>() > 0;
+}
+
+bool ParallelRun::overflow_on_any_rank(bool local_overflow) {
+  if (zero_ != 2) return local_overflow;
+  return any_rank(local_overflow, "agreement on an fp16 overflow");
 }
 
 torch::Tensor ParallelRun::clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm) {
@@ -141,16 +144,12 @@ void ParallelRun::after_optimizer_step() {
   if (zero_ > 0 && distributed()) broadcast_from_owners(*comm_, params_, owners_);
 }
 
-void ParallelRun::barrier(const std::string& what) {
-  if (distributed()) comm_->barrier(what);
-}
-
 std::vector<NamedTensor> ParallelRun::gather_optimizer_state(const Optimizer& optimizer) {
   std::vector<NamedTensor> all;
   if (world_.rank == 0)
     for (const auto& e : optimizer.state()) all.push_back({e.name, e.tensor});
   if (zero_ == 0 || !distributed()) return all;
-  const torch::Device dev = comm_->backend_name() == "nccl" ? torch::Device(torch::kCUDA) : torch::Device(torch::kCPU);
+  const torch::Device dev = comm_->tensor_device();
   const auto u8 = torch::TensorOptions().dtype(torch::kByte).device(dev);
   const auto i64 = torch::TensorOptions().dtype(torch::kLong).device(dev);
   if (world_.rank != 0) {
@@ -220,8 +219,7 @@ json ParallelRun::memory_per_rank(const Optimizer& optimizer) {
   int64_t weights = 0;
   for (const auto& p : params_) weights += static_cast<int64_t>(p.tensor.nbytes());
   const double mib = 1024.0 * 1024.0;
-  const torch::Device dev = distributed() && comm_->backend_name() == "nccl" ? torch::Device(torch::kCUDA)
-                                                                             : torch::Device(torch::kCPU);
+  const torch::Device dev = distributed() ? comm_->tensor_device() : torch::Device(torch::kCPU);
   torch::Tensor table = torch::zeros({world_.size, 3}, torch::TensorOptions().dtype(torch::kDouble).device(dev));
   table[world_.rank][0] = static_cast<double>(weights) / mib;
   table[world_.rank][1] = static_cast<double>(grad_bytes_) / mib;

@@ -48,7 +48,11 @@ class ParallelRun {
   // The loss summed over ranks (each rank's is already divided by the global count, so this is the
   // global mean), and whether any rank raised `flag` (a stop signal): one all-reduce for both.
   std::pair<torch::Tensor, bool> sum_loss_and_any(const torch::Tensor& loss, bool flag);
-  bool any_rank(bool flag);
+  // Whether `flag` is set on any rank (`what` names the all-reduce in errors).
+  bool any_rank(bool flag, const std::string& what);
+  // An fp16 overflow anywhere skips the step everywhere. Only ZeRO-2's ranks can disagree (each
+  // checks its own shard of the gradients), so only then does this all-reduce.
+  bool overflow_on_any_rank(bool local_overflow);
   // Global gradient norm and clipping (ZeRO-2: over the shards).
   torch::Tensor clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm);
   void after_optimizer_step();  // ZeRO: owners broadcast their updated parameters
@@ -60,7 +64,6 @@ class ParallelRun {
   // The last step's gradient reductions: how many buckets started before
   // backward ended (communication overlapping compute), with timestamps.
   nlohmann::ordered_json grad_sync_report() const;
-  void barrier(const std::string& what);
 
  private:
   World world_;

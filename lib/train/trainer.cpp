@@ -17,6 +17,7 @@
 #include "checkpoint/training_checkpoint.h"
 #include "config/schema.h"
 #include "data/loader.h"
+#include "data/rng.h"
 #include "metrics/metrics_writer.h"
 #include "metrics/progress.h"
 #include "model/activation_checkpointing.h"
@@ -162,17 +163,6 @@ bool fits_on_device(Gpt& model, const Precision& precision, const ModelSettings&
   model->zero_grad();  // sets the gradients to none
   release_cached_memory(device);
   return ok;
-}
-
-// Distributed runs draw each step's random numbers (dropout) from a seed made
-// of (run.seed, rank, step): ranks differ, and a resumed run needs no saved
-// generator state from the other ranks to continue exactly.
-uint64_t step_seed(uint64_t seed, int rank, int64_t step) {
-  uint64_t x = seed ^ (0x9E3779B97F4A7C15ull * (static_cast<uint64_t>(rank) + 1)) ^
-               (0xBF58476D1CE4E5B9ull * static_cast<uint64_t>(step + 1));
-  x ^= x >> 31;
-  x *= 0x94D049BB133111EBull;
-  return x ^ (x >> 29);
 }
 
 }  // namespace
@@ -426,7 +416,7 @@ RunOutcome run_training(const Recipe& recipe, const RunOptions& options) {
     constexpr int64_t kMaxConsecutiveSkips = 50;
     while (t.step < s.train.max_steps) {
       // Rank 0's clock decides for all (an all-reduce only when a limit is set).
-      if (s.checkpoint.max_wall_time > 0 && par.any_rank(lead && out_of_time())) {
+      if (s.checkpoint.max_wall_time > 0 && par.any_rank(lead && out_of_time(), "agreement on max_wall_time")) {
         t.stop_reason = "max_wall_time";
         status = "preempted";
         progress.finish();
@@ -435,7 +425,10 @@ RunOutcome run_training(const Recipe& recipe, const RunOptions& options) {
         break;
       }
       const auto t0 = Clock::now();
-      if (par.distributed()) torch::manual_seed(step_seed(seed, world.rank, t.step));
+      // Distributed runs draw each step's random numbers (dropout) from a seed made of (run.seed,
+      // rank, step): ranks differ, and a resumed run needs no other rank's generator state.
+      if (par.distributed())
+        torch::manual_seed(mix_seed(seed, static_cast<uint64_t>(world.rank), static_cast<uint64_t>(t.step)));
       std::vector<Batch> micro;
       int64_t local_tokens = 0;
       for (int64_t i = 0; i < s.train.grad_accum_steps; ++i) {
@@ -450,7 +443,7 @@ RunOutcome run_training(const Recipe& recipe, const RunOptions& options) {
       const auto [global_loss, agreed_stop] = par.sum_loss_and_any(loss, StopSignals::requested() != 0);
       loss = global_loss;
       bool overflow = precision.unscale_and_check(params);  // fp16: inf/nan gradients
-      if (s.parallel.zero == 2 && precision.has_scaler()) overflow = par.any_rank(overflow);  // shards differ
+      if (precision.has_scaler()) overflow = par.overflow_on_any_rank(overflow);
       torch::Tensor grad_norm = par.clip_grad_norm(params, s.train.max_grad_norm);
       const double lr = schedule.at(t.step);
       const int64_t step = t.step + 1;

@@ -76,17 +76,6 @@ int spawn_run(const std::string& recipe, const std::string& out, const std::vect
   return pid;
 }
 
-// Waits (up to a minute) until `ready()` holds; false on timeout.
-template <class F>
-bool wait_until(F ready) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (ready()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
-  return false;
-}
-
 bool has_metrics(const std::string& out) {
   std::error_code ec;
   return fs::exists(out + "/metrics.jsonl", ec) && fs::file_size(out + "/metrics.jsonl", ec) > 0;

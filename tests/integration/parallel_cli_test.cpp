@@ -85,16 +85,6 @@ int worker_pid(int launcher, int rank) {
   return -1;
 }
 
-template <class F>
-bool wait_until(F ready, int seconds = 60) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (ready()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return false;
-}
-
 size_t metric_lines(const std::string& out) {
   std::error_code ec;
   if (!fs::exists(out + "/metrics.jsonl", ec)) return 0;
