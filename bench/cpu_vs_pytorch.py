@@ -59,7 +59,7 @@ class GPT(nn.Module):
                 nn.init.zeros_(p)
 
     def forward(self, idx, targets):
-        x = self.wte(idx) + self.wpe(torch.arange(idx.size(1)))
+        x = self.wte(idx) + self.wpe(torch.arange(idx.size(1), device=idx.device))
         for b in self.h:
             x = b(x)
         logits = F.linear(self.ln_f(x), self.wte.weight)

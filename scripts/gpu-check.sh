@@ -2,8 +2,14 @@
 # GPU host check (../shared/gpu-host.md): unpack the Debian dependencies that
 # were downloaded into .deps/debs on a development machine (`scripts/gpu-check.sh
 # --download` there), build against the host's pip torch for the local GPU,
-# run the `gpu` tests, the quickstart and the techniques benchmark on the GPU, and write logs and a
+# run the `gpu` tests, the quickstart and the GPU benchmarks, and write logs and a
 # results JSON to $OUT (or ./gpu-check-out).
+#
+# GPU time is scarce and the host has 16 cores: `scripts/gpu-check.sh --pack`
+# on a development machine whose build/ was configured with CUDA for sm_90
+# (cmake -DCMAKE_CUDA_ARCHITECTURES=90 build) copies the binaries, the three
+# Debian shared libraries they need and ../shared/data into .deps/prebuilt;
+# carry .deps and the host runs those instead of building (same torch 2.11).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 DEBS=(libyaml-cpp-dev libyaml-cpp0.7 libcli11-dev libspdlog-dev libspdlog1.10 libfmt-dev libfmt9
@@ -12,31 +18,65 @@ if [[ "${1:-}" == "--download" ]]; then  # on a Debian development machine
   mkdir -p .deps/debs && (cd .deps/debs && apt-get download "${DEBS[@]}")
   echo "downloaded to .deps/debs; carry .deps to the GPU host"; exit 0
 fi
+if [[ "${1:-}" == "--pack" ]]; then  # on a development machine, after building with CUDA
+  P=.deps/prebuilt; rm -rf "$P"; mkdir -p "$P/lib" "$P/tests"
+  cp build/gputrain "$P/" && cp build/tests/gputrain_gpu_tests "$P/tests/" || exit 1
+  for l in libyaml-cpp.so.0.7 libspdlog.so.1.10 libfmt.so.9; do cp -L "/lib/x86_64-linux-gnu/$l" "$P/lib/"; done
+  cp -r ../shared/data "$P/shared-data" && chmod -R u+w "$P/shared-data"
+  pwd > "$P/source-dir"  # the tests have this path compiled in
+  du -sh "$P"; exit 0
+fi
 OUT="${OUT:-$PWD/gpu-check-out}"; mkdir -p "$OUT"
 PREFIX="$PWD/.deps/prefix"; mkdir -p "$PREFIX"
 for f in .deps/debs/*.deb; do dpkg -x "$f" "$PREFIX"; done
 export LD_LIBRARY_PATH="$PREFIX/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
 TORCH_PREFIX="$(python3 -c 'import torch;print(torch.utils.cmake_prefix_path)')"
 { nvidia-smi; python3 -c 'import torch;print(torch.__version__, torch.cuda.get_device_name())'; } > "$OUT/env.log" 2>&1
-cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DGPUTRAIN_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
-  -DTORCH_CUDA_ARCH_LIST=9.0 -DCMAKE_PREFIX_PATH="$TORCH_PREFIX;$PREFIX/usr;$PREFIX/usr/lib/x86_64-linux-gnu/cmake" \
-  > "$OUT/build.log" 2>&1 && cmake --build build-gpu -j "$(nproc)" >> "$OUT/build.log" 2>&1
-build=$?
-(cd build-gpu && ctest -L gpu --output-on-failure) > "$OUT/gpu-tests.log" 2>&1; tests=$?
-./build-gpu/gputrain run --output-dir "$OUT/quickstart" --overwrite --set metrics.progress=lines > "$OUT/quickstart.log" 2>&1; qs=$?
+if [[ -d .deps/prebuilt ]]; then
+  # Put the binaries and the data where the test binary's compiled-in paths point.
+  src="$(cat .deps/prebuilt/source-dir)"
+  if [[ "$src" != "$PWD" ]]; then mkdir -p "$(dirname "$src")" && ln -sfn "$PWD" "$src"; fi
+  mkdir -p "$src/../shared" build/tests && cp -rn .deps/prebuilt/shared-data "$src/../shared/data" 2>/dev/null
+  cp .deps/prebuilt/gputrain build/ && cp .deps/prebuilt/tests/gputrain_gpu_tests build/tests/
+  export LD_LIBRARY_PATH="$PWD/.deps/prebuilt/lib:$(python3 -c 'import torch,os;print(os.path.dirname(torch.__file__))')/lib:$LD_LIBRARY_PATH"
+  BUILD=build; build=0; echo "prebuilt binaries from $src" > "$OUT/build.log"
+else
+  cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DGPUTRAIN_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+    -DTORCH_CUDA_ARCH_LIST=9.0 -DCMAKE_PREFIX_PATH="$TORCH_PREFIX;$PREFIX/usr;$PREFIX/usr/lib/x86_64-linux-gnu/cmake" \
+    > "$OUT/build.log" 2>&1 && cmake --build build-gpu -j "$(nproc)" >> "$OUT/build.log" 2>&1
+  build=$?; BUILD=build-gpu
+fi
+# At most 8 files come back from the device tool's $OUT: the quickstart's run
+# directory stays in /tmp and its summary goes into results.json.
+TESTS="${TESTS:-}"  # a Catch test spec, e.g. "*resumed*"; empty = every gpu test
+if [[ "$BUILD" == build ]]; then  # no CTest files travel: run the Catch binary directly
+  timeout 420 ./build/tests/gputrain_gpu_tests --durations yes $TESTS > "$OUT/gpu-tests.log" 2>&1; tests=$?
+else
+  (cd build-gpu && timeout 420 ctest -L gpu --output-on-failure) > "$OUT/gpu-tests.log" 2>&1; tests=$?
+fi
+QS=/tmp/gputrain-quickstart; qs=-1
+# STAGES picks the steps after the tests (one device call lasts at most 10 minutes).
+STAGES="${STAGES:-quickstart vs-pytorch profile techniques optim}"
+has() { [[ " $STAGES " == *" $1 "* ]]; }
+has quickstart && { timeout 120 ./$BUILD/gputrain run --output-dir $QS --overwrite --set metrics.progress=lines > "$OUT/quickstart.log" 2>&1; qs=$?; }
+# gputrain vs PyTorch eager and torch.compile, GPT-2 124M bf16 (issue 9's goal).
+has vs-pytorch && timeout 300 python3 bench/gpu_vs_pytorch.py --binary $BUILD/gputrain --batch 16 > "$OUT/vs-pytorch.md" 2>&1
+# Where the time goes, kernel by kernel, gputrain vs eager (gputrain-ops.md, eager-ops.md).
+has profile && timeout 240 python3 bench/gpu_vs_pytorch.py --binary $BUILD/gputrain --batch 16 --profile "$OUT" \
+  > /tmp/gputrain-profile.log 2>&1 || tail -20 /tmp/gputrain-profile.log
 # The single-device techniques table on the GPU (docs/benchmarks.md), GPT-2-small-like shapes.
-python3 bench/techniques.py --binary build-gpu/gputrain --device cuda --steps 20 --vocab 50304 --d 768 --heads 12 \
-  --layers 12 --seq 1024 --batch 8 > "$OUT/techniques.md" 2>&1
+has techniques && timeout 300 python3 bench/techniques.py --binary $BUILD/gputrain --device cuda --steps 20 --vocab 50304 --d 768 \
+  --heads 12 --layers 12 --seq 1024 --batch 8 > "$OUT/techniques.md" 2>&1
 # The optimizer table on the GPU (fp32 and bf16 weights), GPT-2 124M.
-for mode in fp32 bf16-pure; do
-  ./build-gpu/gputrain optim bench configs/gpt2-124m.yaml --steps 20 --set run.device=cuda \
-    --set precision.mode=$mode > "$OUT/optim-$mode.md" 2>&1
+has optim && for mode in fp32 bf16-pure; do
+  timeout 120 ./$BUILD/gputrain optim bench configs/gpt2-124m.yaml --steps 20 --set run.device=cuda \
+    --set precision.mode=$mode >> "$OUT/optim.md" 2>&1
 done
-python3 - "$OUT" "$build" "$tests" "$qs" <<'PY'
+python3 - "$OUT" "$QS" "$build" "$tests" "$qs" <<'PY'
 import json, os, sys
-out, build, tests, qs = sys.argv[1], *map(int, sys.argv[2:])
+out, qs_dir, build, tests, qs = sys.argv[1], sys.argv[2], *map(int, sys.argv[3:])
 summary = {}
-p = os.path.join(out, "quickstart", "summary.json")
+p = os.path.join(qs_dir, "summary.json")
 if os.path.exists(p):
     summary = json.load(open(p))
 res = {"build_rc": build, "gpu_tests_rc": tests, "quickstart_rc": qs,

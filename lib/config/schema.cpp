@@ -540,6 +540,9 @@ std::vector<FieldSpec> build_schema() {
                                                   {"lines", ProgressStyle::kLines},
                                                   {"off", ProgressStyle::kOff}},
                          "console progress: bar (redrawn line), lines (one per log step), off; auto = bar on a terminal"));
+  f.push_back(int_field(KEY(metrics.profile_at), 0, kMaxInt,
+                        "profile from this step on with the PyTorch profiler: <output_dir>/profile/trace.json (Perfetto, chrome://tracing) and ops.md (time per kernel or op); 0 = off"));
+  f.push_back(int_field(KEY(metrics.profile_steps), 1, 1000, "how many steps metrics.profile_at profiles"));
   return f;
 }
 #undef KEY

@@ -203,6 +203,10 @@ enum class ProgressStyle { kAuto, kBar, kLines, kOff };
 
 struct MetricsSettings {
   ProgressStyle progress = ProgressStyle::kAuto;
+  // Profile steps [profile_at, profile_at + profile_steps) with the PyTorch
+  // profiler (metrics/step_profiler.h); 0 = off.
+  int64_t profile_at = 0;
+  int64_t profile_steps = 3;
 };
 
 struct Settings {

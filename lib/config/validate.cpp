@@ -148,6 +148,12 @@ void check_train(Checker& c) {
   if (sch.warmup_steps > decay_end)
     c.error("optim.schedule.warmup_steps", "(" + str(sch.warmup_steps) + ") exceeds the decay end (" + str(decay_end) + ")",
             "use fewer warmup steps, or a larger train.max_steps / optim.schedule.decay_steps");
+  const MetricsSettings& m = c.s.metrics;
+  if (m.profile_at > 0 && m.profile_at + m.profile_steps - 1 > t.max_steps)
+    c.error("metrics.profile_at",
+            "profiles steps " + str(m.profile_at) + " to " + str(m.profile_at + m.profile_steps - 1) +
+                ", past train.max_steps (" + str(t.max_steps) + ")",
+            "profile earlier steps (a few after the first, which pays one-time costs), or fewer metrics.profile_steps");
 }
 
 void check_batch(Checker& c) {

@@ -20,6 +20,7 @@
 #include "data/rng.h"
 #include "metrics/metrics_writer.h"
 #include "metrics/progress.h"
+#include "metrics/step_profiler.h"
 #include "model/activation_checkpointing.h"
 #include "model/gpt.h"
 #include "optim/cpu_offload.h"
@@ -332,6 +333,9 @@ RunOutcome run_training(const Recipe& recipe, const RunOptions& options) {
   if (lead && !continuing) metrics.emplace((out_dir / "metrics.jsonl").string());
   Progress progress(lead ? s.metrics.progress : ProgressStyle::kOff, s.train.max_steps);
   StopSignals signals(s.checkpoint.preempt_signals);
+  // Each process profiles itself: profile/ alone, profile/rank<N>/ with several.
+  StepProfiler profiler(s.metrics.profile_at, s.metrics.profile_steps, device,
+                        world.size > 1 ? out_dir / "profile" / fmt::format("rank{}", world.rank) : out_dir / "profile");
   reset_peak_memory(device);
   // The generators last: building the model and the batches above drew from them.
   if (resumed) {
@@ -424,6 +428,7 @@ RunOutcome run_training(const Recipe& recipe, const RunOptions& options) {
                      s.checkpoint.max_wall_time, seconds_since(t_start), t.step);
         break;
       }
+      profiler.before_step(t.step + 1);
       const auto t0 = Clock::now();
       // Distributed runs draw each step's random numbers (dropout) from a seed made of (run.seed,
       // rank, step): ranks differ, and a resumed run needs no other rank's generator state.
@@ -487,6 +492,7 @@ RunOutcome run_training(const Recipe& recipe, const RunOptions& options) {
       ++interval_steps;
       interval_loss = interval_loss.defined() ? interval_loss + loss : loss;
       t.train_seconds += seconds_since(t0);
+      profiler.after_step(step);
 
       const bool eval_now = !eval_batches.empty() &&
                             ((s.train.eval_every > 0 && step % s.train.eval_every == 0) || step == s.train.max_steps);

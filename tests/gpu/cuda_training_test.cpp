@@ -54,8 +54,8 @@ TEST_CASE("gpu: every precision mode and checkpointing trains on CUDA", "[gpu]")
 TEST_CASE("gpu: batch size auto finds a batch by trial steps", "[gpu]") {
   TempDir dir;
   auto r = run_gputrain({"run", "--output-dir", dir.file("auto"), "--set", "metrics.progress=off", "--set",
-                         "train.max_steps=5", "--set", "train.per_device_batch_size=auto", "--set",
-                         "train.global_batch_size=64"});
+                         "train.max_steps=5", "--set", "optim.schedule.warmup_steps=0", "--set",
+                         "train.per_device_batch_size=auto", "--set", "train.global_batch_size=64"});
   INFO(r.output);
   REQUIRE(r.exit_code == 0);
   CHECK_THAT(r.output, Catch::Contains("trial steps on the GPU"));

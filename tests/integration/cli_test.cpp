@@ -265,3 +265,32 @@ TEST_CASE("cli: a run is reproducible and does not depend on the number of data 
   CHECK(a.back()["eval_loss"] == b.back()["eval_loss"]);
   CHECK(a.back()["loss"].get<double>() < a.front()["loss"].get<double>());
 }
+
+TEST_CASE("cli: metrics.profile_at writes a trace and a time table of the profiled steps", "[cli]") {
+  TempDir dir;
+  write_file(dir.file("r.yaml"), kTiny);
+  const std::string out = dir.file("out");
+  auto r = run_gputrain({"run", dir.file("r.yaml"), "--output-dir", out, "--set", "metrics.profile_at=3", "--set",
+                         "metrics.profile_steps=2"});
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.output, Contains("profile: steps 3-4 written to"));
+  // The trace is Chrome's JSON trace format with the ops that ran: the matrix products of each step.
+  auto trace = read_json(out + "/profile/trace.json");
+  REQUIRE(trace.contains("traceEvents"));
+  int64_t matmuls = 0;
+  for (const auto& e : trace["traceEvents"])
+    if (e.contains("name") && e["name"].is_string() && e["name"].get<std::string>().rfind("aten::addmm", 0) == 0) ++matmuls;
+  CHECK(matmuls > 0);
+  // The table: a row per op by self time, per step.
+  const std::string table = read_file(out + "/profile/ops.md");
+  CHECK_THAT(table, Contains("# Profile of 2 steps"));
+  CHECK_THAT(table, Contains("| op (self time) | calls per step | ms per step | share |"));
+  CHECK_THAT(table, Contains("| aten::addmm |"));
+  // A window past the last step is a recipe error naming the key.
+  auto bad = run_gputrain({"run", dir.file("r.yaml"), "--output-dir", dir.file("bad"), "--set",
+                           "metrics.profile_at=12", "--set", "metrics.profile_steps=3"});
+  CHECK(bad.exit_code == 2);
+  CHECK_THAT(bad.output, Contains("metrics.profile_at"));
+  CHECK_THAT(bad.output, Contains("past train.max_steps (12)"));
+}
