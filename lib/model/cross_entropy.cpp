@@ -1,0 +1,27 @@
+#include "model/cross_entropy.h"
+
+#include <ATen/ATen.h>
+
+namespace gputrain {
+
+torch::Tensor cross_entropy_sum_reference(const torch::Tensor& logits, const torch::Tensor& targets,
+                                          int64_t ignore_index) {
+  const torch::Tensor l = logits.scalar_type() == at::kFloat || logits.scalar_type() == at::kDouble
+                              ? logits
+                              : logits.to(at::kFloat);
+  return at::cross_entropy_loss(l, targets, /*weight=*/{}, at::Reduction::Sum, ignore_index);
+}
+
+torch::Tensor cross_entropy_sum(const torch::Tensor& logits, const torch::Tensor& targets, int64_t ignore_index) {
+  if (fused_cross_entropy_available(logits)) return fused_cross_entropy_sum(logits, targets, ignore_index);
+  return cross_entropy_sum_reference(logits, targets, ignore_index);
+}
+
+#ifndef GPUTRAIN_WITH_CUDA  // else in cross_entropy_cuda.cpp
+bool fused_cross_entropy_available(const torch::Tensor&) { return false; }
+torch::Tensor fused_cross_entropy_sum(const torch::Tensor&, const torch::Tensor&, int64_t) {
+  TORCH_CHECK(false, "the fused cross-entropy needs the CUDA build");
+}
+#endif
+
+}  // namespace gputrain

@@ -1,0 +1,21 @@
+// The training loss: the sum over target tokens of -log softmax(logits)[target],
+// computed in fp32 whatever the logits' dtype (a log-softmax over 50k classes
+// in bf16 loses the small probabilities). On CUDA a fused kernel
+// (kernels/cross_entropy.cuh) reads bf16/fp16/fp32 logits once and writes
+// their gradient in their own dtype; elsewhere ATen's log-softmax runs on an
+// fp32 copy, which is also the reference the kernel is tested against.
+#pragma once
+#include <torch/types.h>
+
+namespace gputrain {
+
+// logits [N, V] (any float dtype), targets [N] (int64; ignore_index = no target). Returns a scalar fp32 sum.
+torch::Tensor cross_entropy_sum(const torch::Tensor& logits, const torch::Tensor& targets, int64_t ignore_index);
+// The ATen path on any device (the reference).
+torch::Tensor cross_entropy_sum_reference(const torch::Tensor& logits, const torch::Tensor& targets,
+                                          int64_t ignore_index);
+// The fused CUDA path (CUDA build only; false where it cannot run: CPU tensors, no kernels built).
+bool fused_cross_entropy_available(const torch::Tensor& logits);
+torch::Tensor fused_cross_entropy_sum(const torch::Tensor& logits, const torch::Tensor& targets, int64_t ignore_index);
+
+}  // namespace gputrain
