@@ -1,13 +1,47 @@
+#include <fmt/format.h>
+
 #include <cstdio>
 
 #include "commands.h"
 #include "config/recipe.h"
+#include "parallel/grid.h"
 #include "train/batch_finder.h"
 #include "train/memory_plan.h"
 
 namespace gputrain::app {
 
-int cmd_plan(const CommonArgs& a) {
+namespace {
+
+// The pipeline section: micro-batches, each schedule's idle fraction, and
+// how many micro-batches' activations each stage holds at its peak.
+void print_pipeline(const Settings& s, const Grid& g, const MemoryPlan& whole_model_per_sequence) {
+  const int64_t sequences = s.train.grad_accum_steps * s.train.per_device_batch_size;
+  const int64_t m = s.parallel.pp_microbatches > 0 ? s.parallel.pp_microbatches : s.train.grad_accum_steps;
+  const auto stages = split_stages(s.model, g.pp());
+  std::printf("\npipeline: %lld micro-batches of %lld sequences per step, schedule %s\n", static_cast<long long>(m),
+              static_cast<long long>(sequences / m),
+              s.parallel.pp_schedule == PipelineSchedule::kGpipe ? "gpipe" : "1f1b");
+  std::printf("bubble (idle) fraction, both schedules: (pp - 1) / (micro-batches + pp - 1) = %.1f%%%s\n",
+              100.0 * bubble_fraction(g.pp(), m),
+              m < 4 * g.pp() ? "; more micro-batches (train.grad_accum_steps or parallel.pp_microbatches) shrink it"
+                             : "");
+  std::printf("\n| stage | blocks | activations held at peak, 1f1b | gpipe |\n|---|---|---|---|\n");
+  const double per_block = whole_model_per_sequence.activations * static_cast<double>(sequences / m) /
+                           static_cast<double>(s.model.n_layer) / (1024.0 * 1024.0);
+  for (int64_t st = 0; st < g.pp(); ++st) {
+    const auto& L = stages[static_cast<size_t>(st)];
+    const double one = per_block * static_cast<double>(L.last - L.first) / static_cast<double>(g.tp());
+    const int64_t f1b = peak_micro_batches_held(PipelineSchedule::kOneFOneB, g.pp(), st, m);
+    const int64_t gp = peak_micro_batches_held(PipelineSchedule::kGpipe, g.pp(), st, m);
+    std::printf("| %lld | %lld-%lld | %lld micro-batches, %.0f MiB | %lld, %.0f MiB |\n", static_cast<long long>(st),
+                static_cast<long long>(L.first), static_cast<long long>(L.last - 1), static_cast<long long>(f1b),
+                one * static_cast<double>(f1b), static_cast<long long>(gp), one * static_cast<double>(gp));
+  }
+}
+
+}  // namespace
+
+int cmd_plan(const CommonArgs& a, int world_size) {
   Recipe recipe = load_recipe(a.recipe, a.overrides);
   Settings s = recipe.settings;
   std::string batch_note;
@@ -15,10 +49,8 @@ int cmd_plan(const CommonArgs& a) {
     // What the CPU finder would choose; on a GPU the run measures instead.
     const double budget = cpu_memory_budget_bytes(s);
     find_batch_size_cpu(s, budget).apply_to(s.train);
-    char buf[160];
-    std::snprintf(buf, sizeof buf, " (auto: the largest that fits %.0f MiB on CPU; a GPU run measures instead)",
-                  budget / (1024.0 * 1024.0));
-    batch_note = buf;
+    batch_note = fmt::format(" (auto: the largest that fits {:.0f} MiB on CPU; a GPU run measures instead)",
+                             budget / (1024.0 * 1024.0));
   }
   const MemoryPlan p = plan_memory(s, s.train.per_device_batch_size);
   const double tokens_per_step = static_cast<double>(s.tokens_per_step());
@@ -31,6 +63,15 @@ int cmd_plan(const CommonArgs& a) {
               static_cast<long long>(s.train.grad_accum_steps), tokens_per_step, batch_note.c_str());
   std::printf("\n%s", memory_plan_table(s, p).c_str());
   std::printf("\nEstimates: real peaks add the framework's own memory and allocator slack (see README, Memory).\n");
+  // The grid: for the world size asked for, else the one the recipe's degrees imply.
+  const int64_t model_parallel = s.parallel.tp * s.parallel.pp;
+  const int world = world_size > 0 ? world_size
+                                   : static_cast<int>(s.parallel.dp > 0 ? s.parallel.dp * model_parallel : model_parallel);
+  if (world > 1) {
+    const Grid g(s.parallel, world);
+    std::printf("\n%s", grid_table(s, g).c_str());
+    if (g.pp() > 1) print_pipeline(s, g, plan_memory(s, 1));
+  }
   return 0;
 }
 

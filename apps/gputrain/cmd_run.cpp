@@ -1,5 +1,6 @@
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
@@ -45,7 +46,7 @@ int launch(const CommonArgs& a, const std::string& output_dir, bool overwrite, c
 }  // namespace
 
 int cmd_run(const CommonArgs& a, const std::string& output_dir, bool overwrite, bool dry_run, const LaunchArgs& l) {
-  if (dry_run) return cmd_plan(a);
+  if (dry_run) return cmd_plan(a, l.launching() ? l.nproc_per_node * std::max(l.nnodes, 1) : 0);
   if (l.launching()) return launch(a, output_dir, overwrite, l);
   std::vector<std::string> overrides = a.overrides;
   if (!output_dir.empty()) {

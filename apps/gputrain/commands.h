@@ -27,7 +27,8 @@ struct LaunchArgs {
 int cmd_run(const CommonArgs& a, const std::string& output_dir, bool overwrite, bool dry_run, const LaunchArgs& launch);
 int cmd_validate(const CommonArgs& a);
 int cmd_print_config(const CommonArgs& a, const std::string& format, bool reference);
-int cmd_plan(const CommonArgs& a);
+// world_size 0 = the recipe's own degrees (parallel.dp x tp x pp, dp auto counting as 1).
+int cmd_plan(const CommonArgs& a, int world_size);
 int cmd_data_prepare(const PrepareOptions& o);
 int cmd_data_bench(const CommonArgs& a, const std::vector<int64_t>& workers, int64_t batches);
 int cmd_optim_bench(const CommonArgs& a, int64_t steps);

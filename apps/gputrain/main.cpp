@@ -51,8 +51,12 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 65535));
 
   app::CommonArgs plan_args;
-  auto* plan = cli.add_subcommand("plan", "parameters, FLOPs per token and estimated memory per component");
+  auto* plan = cli.add_subcommand("plan", "parameters, FLOPs per token, estimated memory per component, and "
+                                          "the dp x pp x tp grid: which rank holds which layers and shards");
   add_recipe_args(plan, plan_args, false);
+  int plan_world = 0;
+  plan->add_option("--world-size", plan_world, "processes to plan the grid for (default: the recipe's degrees)")
+      ->check(CLI::Range(1, 1 << 20));
 
   auto* validate = cli.add_subcommand("validate", "check a recipe; exit 0, or 2 listing every problem");
   add_recipe_args(validate, validate_args, true);
@@ -138,7 +142,7 @@ int main(int argc, char** argv) {
   spdlog::set_pattern("[%H:%M:%S] %^%l%$ %v");
   try {
     if (*run) return app::cmd_run(run_args, output_dir, overwrite, dry_run, launch);
-    if (*plan) return app::cmd_plan(plan_args);
+    if (*plan) return app::cmd_plan(plan_args, plan_world);
     if (*validate) return app::cmd_validate(validate_args);
     if (*print) return app::cmd_print_config(print_args, format, reference);
     if (*prepare) {

@@ -507,8 +507,15 @@ std::vector<FieldSpec> build_schema() {
   f.push_back(int_field(KEY(optim.schedule.decay_steps), 0, kMaxInt, "step where decay ends; 0 = train.max_steps"));
   // parallel
   f.push_back(auto_int_field(KEY(parallel.dp), 1, 65536, "data-parallel degree; auto = the number of processes"));
-  f.push_back(int_field(KEY(parallel.tp), 1, 65536, "tensor-parallel degree (1 in this version)"));
-  f.push_back(int_field(KEY(parallel.pp), 1, 65536, "pipeline-parallel degree (1 in this version)"));
+  f.push_back(int_field(KEY(parallel.tp), 1, 65536,
+                        "tensor-parallel degree: attention heads and MLP columns split over this many adjacent ranks; must divide model.n_head and the MLP width"));
+  f.push_back(int_field(KEY(parallel.pp), 1, 65536,
+                        "pipeline-parallel degree: the blocks split into this many stages of balanced compute; at most model.n_layer"));
+  f.push_back(enum_field(KEY(parallel.pp_schedule),
+                         EnumTable<PipelineSchedule>{{"1f1b", PipelineSchedule::kOneFOneB}, {"gpipe", PipelineSchedule::kGpipe}},
+                         "pipeline schedule: 1f1b (a stage holds at most pp micro-batches' activations) or gpipe (all forwards, then all backwards)"));
+  f.push_back(int_field(KEY(parallel.pp_microbatches), 0, 65536,
+                        "micro-batches per step through the pipeline: the step's grad_accum_steps x per_device_batch_size sequences split into this many equal parts; 0 = grad_accum_steps"));
   f.push_back(enum_field(KEY(parallel.backend),
                          EnumTable<CommBackend>{{"auto", CommBackend::kAuto},
                                                 {"nccl", CommBackend::kNccl},

@@ -174,13 +174,16 @@ struct OptimSettings {
 };
 
 enum class CommBackend { kAuto, kNccl, kGloo };
+enum class PipelineSchedule { kOneFOneB, kGpipe };
 
 // How the processes of a run share the work (parallel/). The world itself
 // (rank, size, rendezvous) comes from the environment (parallel/world.h).
 struct ParallelSettings {
   int64_t dp = 0;  // data-parallel degree; 0 = auto (all processes)
-  int64_t tp = 1;  // tensor- and pipeline-parallel degrees: 1 in this version
-  int64_t pp = 1;
+  int64_t tp = 1;  // tensor-parallel degree: each layer's heads and MLP columns split over tp processes
+  int64_t pp = 1;  // pipeline-parallel degree: the layer stack split into pp stages
+  PipelineSchedule pp_schedule = PipelineSchedule::kOneFOneB;
+  int64_t pp_microbatches = 0;  // 0 = train.grad_accum_steps micro-batches per step
   CommBackend backend = CommBackend::kAuto;  // auto = NCCL on CUDA, Gloo on the CPU
   double bucket_mb = 25;  // gradients are all-reduced in buckets of about this size, during backward
   int64_t zero = 0;       // 0 = replicated; 1 = shard optimizer state; 2 = also gradients

@@ -252,10 +252,29 @@ void check_checkpoint(Checker& c) {
 void check_parallel(Checker& c) {
   // The world size is known only when the run starts (parallel/parallel_run.cpp checks dp against it).
   const ParallelSettings& p = c.s.parallel;
-  for (auto [key, v] : {std::pair{"parallel.tp", p.tp}, {"parallel.pp", p.pp}})
-    if (v != 1)
-      c.error(key, "is " + str(v) + ", but this version has data parallelism only (tensor and pipeline "
-                   "parallelism are not built yet)", "set it to 1, and use parallel.dp (with parallel.zero for memory)");
+  const ModelSettings& m = c.s.model;
+  auto divisors = [](int64_t n) {
+    std::string d;
+    for (int64_t k = 1; k <= n && k <= 64; ++k)
+      if (n % k == 0) d += (d.empty() ? "" : ", ") + str(k);
+    return d;
+  };
+  if (m.n_head % p.tp != 0)
+    c.error("parallel.tp", "(" + str(p.tp) + ") must divide model.n_head (" + str(m.n_head) + "): each rank computes whole heads",
+            "use one of " + divisors(m.n_head));
+  else if (m.mlp_hidden() % p.tp != 0)
+    c.error("parallel.tp", "(" + str(p.tp) + ") must divide the MLP width (" + str(m.mlp_hidden()) + " = model.mlp_ratio x d_model)",
+            "use one of " + divisors(m.mlp_hidden()) + ", or change model.mlp_ratio");
+  if (p.pp > m.n_layer)
+    c.error("parallel.pp", "(" + str(p.pp) + ") exceeds model.n_layer (" + str(m.n_layer) + "): every stage needs a block",
+            "use at most " + str(m.n_layer) + " stages");
+  const int64_t sequences = c.s.train.grad_accum_steps * c.s.train.per_device_batch_size;  // 0 with batch size auto
+  if (p.pp_microbatches > 0 && sequences > 0 && sequences % p.pp_microbatches != 0)
+    c.error("parallel.pp_microbatches", "(" + str(p.pp_microbatches) + ") must divide the " + str(sequences) +
+                                            " sequences of a step (grad_accum_steps x per_device_batch_size)",
+            "use one of " + divisors(sequences));
+  if (p.pp == 1 && p.pp_microbatches > 0)
+    c.warning("parallel.pp_microbatches", "has no effect without pipeline parallelism (parallel.pp: 1)", "remove it");
   if (p.offload_optimizer && c.s.run.device == "cpu")
     c.warning("parallel.offload_optimizer", "has no effect when training on the CPU (the state is there already)",
               "remove it");

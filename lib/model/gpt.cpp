@@ -30,39 +30,34 @@ static torch::Tensor math_attention(const torch::Tensor& q, const torch::Tensor&
   return at::matmul(att, v);
 }
 
-// at::linear, not nn::Linear's forward: LibTorch's C++ F::linear spells a 3-D
-// input as matmul then `+= bias`, which under autocast adds an fp32 bias to the
-// bf16 product in a separate casting kernel (4 per block, ~9% of a GPT-2 124M
-// step on an H100); at::linear is what Python calls: one matmul with the bias
-// in its epilogue, autocast casting the bias too.
-static torch::Tensor linear(const nn::Linear& l, const torch::Tensor& x) { return at::linear(x, l->weight, l->bias); }
-
 CausalSelfAttentionImpl::CausalSelfAttentionImpl(const ModelSettings& cfg)
     : n_head(cfg.n_head), dropout(cfg.dropout), impl(cfg.attention) {
-  c_attn = register_module("c_attn", nn::Linear(nn::LinearOptions(cfg.d_model, 3 * cfg.d_model).bias(cfg.bias)));
-  c_proj = register_module("c_proj", nn::Linear(nn::LinearOptions(cfg.d_model, cfg.d_model).bias(cfg.bias)));
+  c_attn = register_module("c_attn", Linear(cfg.d_model, 3 * cfg.d_model, cfg.bias));
+  c_proj = register_module("c_proj", Linear(cfg.d_model, cfg.d_model, cfg.bias));
   resid_dropout = register_module("resid_dropout", nn::Dropout(cfg.dropout));
 }
 
 torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
-  const int64_t B = x.size(0), T = x.size(1), C = x.size(2);
-  auto qkv = linear(c_attn, x).view({B, T, 3, n_head, C / n_head}).permute({2, 0, 3, 1, 4});  // [3, B, H, T, D]
+  const int64_t B = x.size(0), T = x.size(1);
+  auto qkv = c_attn(x);
+  const int64_t width = qkv.size(-1) / 3;  // n_head x head size: d_model, or this rank's share of it
+  qkv = qkv.view({B, T, 3, n_head, width / n_head}).permute({2, 0, 3, 1, 4});  // [3, B, H, T, D]
   const double p = is_training() ? dropout : 0.0;
   auto y = impl == AttentionImpl::kSdpa
                ? at::scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], /*attn_mask=*/{}, p, /*is_causal=*/true)
                : math_attention(qkv[0], qkv[1], qkv[2], p);
-  y = linear(c_proj, y.transpose(1, 2).reshape({B, T, C}));
+  y = c_proj(y.transpose(1, 2).reshape({B, T, width}));
   return apply_dropout(resid_dropout, y);
 }
 
 MlpImpl::MlpImpl(const ModelSettings& cfg) {
-  c_fc = register_module("c_fc", nn::Linear(nn::LinearOptions(cfg.d_model, cfg.mlp_hidden()).bias(cfg.bias)));
-  c_proj = register_module("c_proj", nn::Linear(nn::LinearOptions(cfg.mlp_hidden(), cfg.d_model).bias(cfg.bias)));
+  c_fc = register_module("c_fc", Linear(cfg.d_model, cfg.mlp_hidden(), cfg.bias));
+  c_proj = register_module("c_proj", Linear(cfg.mlp_hidden(), cfg.d_model, cfg.bias));
   dropout = register_module("dropout", nn::Dropout(cfg.dropout));
 }
 
 torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
-  auto y = linear(c_proj, at::gelu(linear(c_fc, x), "tanh"));
+  auto y = c_proj(at::gelu(c_fc(x), "tanh"));
   return apply_dropout(dropout, y);
 }
 
@@ -94,7 +89,7 @@ GptBodyImpl::GptBodyImpl(const ModelSettings& cfg) {
 GptImpl::GptImpl(const ModelSettings& c) : cfg(c) {
   transformer = register_module("transformer", GptBody(cfg));
   if (!cfg.tie_embeddings)
-    lm_head = register_module("lm_head", nn::Linear(nn::LinearOptions(cfg.d_model, cfg.padded_vocab()).bias(false)));
+    lm_head = register_module("lm_head", Linear(cfg.d_model, cfg.padded_vocab(), false));
   reset_parameters();
 }
 
@@ -108,7 +103,7 @@ torch::Tensor GptImpl::forward(const torch::Tensor& tokens) {
     x = block->checkpoint ? checkpointed_block_forward(*block, x) : block->forward(x);
   }
   x = transformer->ln_f(x);
-  return cfg.tie_embeddings ? at::linear(x, transformer->wte->weight) : linear(lm_head, x);
+  return cfg.tie_embeddings ? at::linear(x, transformer->wte->weight) : lm_head(x);
 }
 
 torch::Tensor GptImpl::loss_sum(const torch::Tensor& tokens, const torch::Tensor& targets) {

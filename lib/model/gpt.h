@@ -8,10 +8,10 @@
 #include <torch/nn/modules/container/modulelist.h>
 #include <torch/nn/modules/dropout.h>
 #include <torch/nn/modules/embedding.h>
-#include <torch/nn/modules/linear.h>
 #include <torch/nn/modules/normalization.h>
 
 #include "config/settings.h"
+#include "model/linear.h"
 #include "util/ignore_index.h"
 
 namespace gputrain {
@@ -20,10 +20,10 @@ struct CausalSelfAttentionImpl : torch::nn::Module {
   explicit CausalSelfAttentionImpl(const ModelSettings& cfg);
   torch::Tensor forward(const torch::Tensor& x);
 
-  int64_t n_head;
+  int64_t n_head;  // heads this module computes (tensor parallelism gives each rank a share)
   double dropout;
   AttentionImpl impl;
-  torch::nn::Linear c_attn{nullptr}, c_proj{nullptr};
+  Linear c_attn{nullptr}, c_proj{nullptr};
   torch::nn::Dropout resid_dropout{nullptr};
 };
 TORCH_MODULE(CausalSelfAttention);
@@ -32,7 +32,7 @@ struct MlpImpl : torch::nn::Module {
   explicit MlpImpl(const ModelSettings& cfg);
   torch::Tensor forward(const torch::Tensor& x);
 
-  torch::nn::Linear c_fc{nullptr}, c_proj{nullptr};
+  Linear c_fc{nullptr}, c_proj{nullptr};
   torch::nn::Dropout dropout{nullptr};
 };
 TORCH_MODULE(Mlp);
@@ -77,7 +77,7 @@ struct GptImpl : torch::nn::Module {
 
   ModelSettings cfg;
   GptBody transformer{nullptr};
-  torch::nn::Linear lm_head{nullptr};  // only when embeddings are untied
+  Linear lm_head{nullptr};  // only when embeddings are untied
 };
 TORCH_MODULE(Gpt);
 

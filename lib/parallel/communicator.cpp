@@ -1,8 +1,10 @@
 #include "parallel/communicator.h"
 
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <thread>
@@ -39,18 +41,27 @@ std::shared_ptr<::gloo::transport::Device> gloo_device(const World& w) {
 
 }  // namespace
 
-struct Communicator::Impl {
+struct Communicator::Shared {
   c10::intrusive_ptr<c10d::TCPStore> store;
-  c10::intrusive_ptr<c10d::Backend> backend;
-  std::string backend_name;
   // Heartbeats go through their own connection so they never queue behind the backend's use of the store.
   c10::intrusive_ptr<c10d::TCPStore> heartbeat_store;
   std::thread heartbeat;
   std::atomic<bool> stop{false};
+  ~Shared() {
+    stop = true;
+    if (heartbeat.joinable()) heartbeat.join();
+  }
+};
+
+struct Communicator::Impl {
+  c10::intrusive_ptr<c10d::Backend> backend;
+  std::string backend_name;
 };
 
 Communicator::Communicator(const World& world, CommBackend backend, torch::Device device, double timeout_s)
-    : impl_(std::make_unique<Impl>()), world_(world), timeout_s_(timeout_s) {
+    : shared_(std::make_shared<Shared>()), impl_(std::make_unique<Impl>()), world_(world), rank_(world.rank),
+      backend_(backend), device_(device), timeout_s_(timeout_s) {
+  for (int r = 0; r < world.size; ++r) ranks_.push_back(r);
   const auto timeout = milliseconds(static_cast<int64_t>(timeout_s * 1000));
   const std::string where = world.master_addr + ":" + std::to_string(world.master_port);
   c10d::TCPStoreOptions opts;
@@ -60,7 +71,7 @@ Communicator::Communicator(const World& world, CommBackend backend, torch::Devic
   opts.waitWorkers = true;
   opts.timeout = timeout;
   try {
-    impl_->store = c10::make_intrusive<c10d::TCPStore>(world.master_addr, opts);
+    shared_->store = c10::make_intrusive<c10d::TCPStore>(world.master_addr, opts);
   } catch (const std::exception& e) {
     const std::string cause = lower(e.what());
     if (world.rank == 0 && (cause.find("address already in use") != std::string::npos ||
@@ -77,53 +88,75 @@ Communicator::Communicator(const World& world, CommBackend backend, torch::Devic
                                     "is running and reachable from this host",
                                     world.rank, where, timeout_s, first_line(e.what())));
   }
-  const bool nccl = backend == CommBackend::kNccl || (backend == CommBackend::kAuto && device.is_cuda());
-  try {
-    if (nccl) {
-#ifdef GPUTRAIN_WITH_CUDA
-      impl_->backend = make_nccl_backend(impl_->store, world.rank, world.size, timeout);
-      impl_->backend_name = "nccl";
-#else
-      throw usage_error("parallel.backend: nccl needs the CUDA build of gputrain\n    fix: use gloo");
-#endif
-    } else {
-      auto options = c10d::ProcessGroupGloo::Options::create(timeout);
-      options->devices.push_back(gloo_device(world));
-      options->threads = 2;
-      impl_->backend = c10::make_intrusive<c10d::ProcessGroupGloo>(impl_->store, world.rank, world.size, options);
-      impl_->backend_name = "gloo";
-    }
-  } catch (const Error&) {
-    throw;
-  } catch (const std::exception& e) {
-    throw runtime_error(fmt::format("rendezvous: rank {} could not connect the {} backend to its peers within {:.0f} s: "
-                                    "{}\n    fix: check that every host can reach the others (GLOO_SOCKET_IFNAME / "
-                                    "NCCL_SOCKET_IFNAME pick the network interface)",
-                                    world.rank, nccl ? "NCCL" : "Gloo", timeout_s, first_line(e.what())));
-  }
+  connect(backend, device);
 
   c10d::TCPStoreOptions hb = opts;
   hb.isServer = false;
   hb.numWorkers = std::nullopt;
   hb.waitWorkers = false;
   hb.timeout = milliseconds(5000);
-  impl_->heartbeat_store = c10::make_intrusive<c10d::TCPStore>(world.master_addr, hb);
-  impl_->heartbeat = std::thread([impl = impl_.get(), key = heartbeat_key(world.rank)] {
-    while (!impl->stop.load()) {
+  shared_->heartbeat_store = c10::make_intrusive<c10d::TCPStore>(world.master_addr, hb);
+  shared_->heartbeat = std::thread([sh = shared_.get(), key = heartbeat_key(world.rank)] {
+    while (!sh->stop.load()) {
       try {
-        impl->heartbeat_store->add(key, 1);
+        sh->heartbeat_store->add(key, 1);
       } catch (...) {
         return;  // the store (rank 0) is gone; the next collective will say so
       }
-      for (int i = 0; i < 10 && !impl->stop.load(); ++i) std::this_thread::sleep_for(milliseconds(100));
+      for (int i = 0; i < 10 && !sh->stop.load(); ++i) std::this_thread::sleep_for(milliseconds(100));
     }
   });
 }
 
-Communicator::~Communicator() {
-  impl_->stop = true;
-  if (impl_->heartbeat.joinable()) impl_->heartbeat.join();
+Communicator::Communicator(std::shared_ptr<Shared> shared, const World& world, std::vector<int> ranks,
+                           std::string name, CommBackend backend, torch::Device device, double timeout_s)
+    : shared_(std::move(shared)), impl_(std::make_unique<Impl>()), world_(world), ranks_(std::move(ranks)),
+      name_(std::move(name)), backend_(backend), device_(device), timeout_s_(timeout_s) {
+  const auto me = std::find(ranks_.begin(), ranks_.end(), world.rank);
+  if (me == ranks_.end())
+    throw std::logic_error("Communicator::subgroup: rank " + std::to_string(world.rank) + " is not in group " + name_);
+  rank_ = static_cast<int>(me - ranks_.begin());
+  connect(backend, device);
 }
+
+std::unique_ptr<Communicator> Communicator::subgroup(const std::vector<int>& world_ranks, const std::string& name) const {
+  return std::unique_ptr<Communicator>(
+      new Communicator(shared_, world_, world_ranks, name, backend_, device_, timeout_s_));
+}
+
+void Communicator::connect(CommBackend backend, torch::Device device) {
+  const auto timeout = milliseconds(static_cast<int64_t>(timeout_s_ * 1000));
+  // A group's backend finds its peers under its own prefix of the shared store.
+  c10::intrusive_ptr<c10d::Store> store = shared_->store;
+  if (!name_.empty()) store = c10::make_intrusive<c10d::PrefixStore>("gputrain/group/" + name_, store);
+  const bool nccl = backend == CommBackend::kNccl || (backend == CommBackend::kAuto && device.is_cuda());
+  try {
+    if (nccl) {
+#ifdef GPUTRAIN_WITH_CUDA
+      impl_->backend = make_nccl_backend(store, rank_, size(), timeout);
+      impl_->backend_name = "nccl";
+#else
+      throw usage_error("parallel.backend: nccl needs the CUDA build of gputrain\n    fix: use gloo");
+#endif
+    } else {
+      auto options = c10d::ProcessGroupGloo::Options::create(timeout);
+      options->devices.push_back(gloo_device(world_));
+      options->threads = 2;
+      impl_->backend = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank_, size(), options);
+      impl_->backend_name = "gloo";
+    }
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw runtime_error(fmt::format("rendezvous: rank {} could not connect the {} backend{} to its peers within {:.0f} s: "
+                                    "{}\n    fix: check that every host can reach the others (GLOO_SOCKET_IFNAME / "
+                                    "NCCL_SOCKET_IFNAME pick the network interface)",
+                                    world_.rank, nccl ? "NCCL" : "Gloo", name_.empty() ? "" : " of group " + name_,
+                                    timeout_s_, first_line(e.what())));
+  }
+}
+
+Communicator::~Communicator() = default;
 
 std::string Communicator::backend_name() const { return impl_->backend_name; }
 
@@ -137,7 +170,7 @@ torch::Device Communicator::tensor_device() const {
   try {
     auto read = [&] {
       std::vector<int64_t> v(static_cast<size_t>(world_.size));
-      for (int r = 0; r < world_.size; ++r) v[static_cast<size_t>(r)] = impl_->heartbeat_store->add(heartbeat_key(r), 0);
+      for (int r = 0; r < world_.size; ++r) v[static_cast<size_t>(r)] = shared_->heartbeat_store->add(heartbeat_key(r), 0);
       return v;
     };
     const auto before = read();
@@ -155,9 +188,10 @@ torch::Device Communicator::tensor_device() const {
   } catch (const std::exception&) {
     peers = "peer rank 0 stopped responding (the rendezvous store it hosts is gone)";
   }
-  throw runtime_error(fmt::format("rank {}: {} ({}) failed: {}: {}\n    fix: look at that rank's own output; a "
+  throw runtime_error(fmt::format("rank {}: {} ({}{}) failed: {}: {}\n    fix: look at that rank's own output; a "
                                   "collective waits at most parallel.timeout_s ({:.0f} s)",
-                                  world_.rank, what, impl_->backend_name, peers, first_line(cause), timeout_s_));
+                                  world_.rank, what, impl_->backend_name, name_.empty() ? "" : ", group " + name_, peers,
+                                  first_line(cause), timeout_s_));
 }
 
 void PendingCollective::wait() {

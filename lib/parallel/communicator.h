@@ -5,6 +5,10 @@
 // Failures are gputrain errors that name the collective and the peer: every
 // rank beats a heartbeat counter in the store, and when a collective fails or
 // outlives parallel.timeout_s the rank looks for peers whose heartbeat stopped.
+//
+// subgroup() makes a communicator over some of the world's ranks (a grid's
+// tp, dp or pp group) that shares the world's store and heartbeats; its
+// rank() and size() and the ranks its collectives take are the group's.
 #pragma once
 #include <torch/types.h>
 
@@ -44,9 +48,13 @@ class Communicator {
   Communicator(const Communicator&) = delete;
   Communicator& operator=(const Communicator&) = delete;
 
-  int rank() const { return world_.rank; }
-  int size() const { return world_.size; }
+  int rank() const { return rank_; }  // in this communicator's group (the world's for the world)
+  int size() const { return static_cast<int>(ranks_.size()); }
   const World& world() const { return world_; }
+  int world_rank(int group_rank) const { return ranks_[static_cast<size_t>(group_rank)]; }
+  // A communicator over `world_ranks` (this process among them), named in errors. Every member
+  // must create it, and members create their groups in the same order.
+  std::unique_ptr<Communicator> subgroup(const std::vector<int>& world_ranks, const std::string& name) const;
   std::string backend_name() const;
   // Where tensors handed to the collectives must live: the current GPU for NCCL, else the CPU.
   torch::Device tensor_device() const;
@@ -68,9 +76,19 @@ class Communicator {
   [[noreturn]] void fail(const std::string& what, const std::string& cause) const;
 
  private:
+  struct Shared;  // the store and the heartbeat, one per process
   struct Impl;
+  Communicator(std::shared_ptr<Shared> shared, const World& world, std::vector<int> ranks, std::string name,
+               CommBackend backend, torch::Device device, double timeout_s);
+  void connect(CommBackend backend, torch::Device device);
+  std::shared_ptr<Shared> shared_;
   std::unique_ptr<Impl> impl_;
   World world_;
+  std::vector<int> ranks_;  // world ranks of the group, in group-rank order
+  int rank_ = 0;
+  std::string name_;        // "" for the world
+  CommBackend backend_;
+  torch::Device device_;
   double timeout_s_;
 };
 

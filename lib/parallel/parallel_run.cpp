@@ -4,6 +4,7 @@
 
 #include "optim/grad_clip.h"
 #include "optim/optimizer.h"
+#include "parallel/grid.h"
 #include "util/device.h"
 #include "util/error.h"
 
@@ -19,11 +20,10 @@ torch::Tensor as_bytes(const torch::Tensor& t) { return t.contiguous().reshape({
 
 ParallelRun::ParallelRun(const World& world, const ParallelSettings& p, torch::Device device)
     : world_(world), zero_(p.zero), bucket_mb_(p.bucket_mb) {
-  const int64_t dp = p.dp == 0 ? world.size : p.dp;
-  if (dp * p.tp * p.pp != world.size)
-    throw config_error(fmt::format("parallel.dp ({}) x tp ({}) x pp ({}) must equal the number of processes ({}, {})"
-                                   "\n    fix: set parallel.dp: auto, or start {} processes (--nproc-per-node)",
-                                   dp, p.tp, p.pp, world.size, world.describe(), dp * p.tp * p.pp));
+  const Grid grid(p, world.size);  // a config error unless dp x tp x pp is the world
+  if (grid.tp() > 1 || grid.pp() > 1)
+    throw config_error("parallel.tp and parallel.pp: training with tensor or pipeline parallelism is not built yet "
+                       "(`gputrain plan --world-size N` prints the grid)\n    fix: set parallel.tp: 1 and parallel.pp: 1");
   if (world.distributed() || world.launched())
     comm_ = std::make_unique<Communicator>(world, p.backend, device, p.timeout_s);
 }

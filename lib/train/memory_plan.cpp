@@ -1,5 +1,7 @@
 #include "train/memory_plan.h"
 
+#include <torch/cuda.h>
+
 #include <cstdio>
 
 #include "model/gpt_shapes.h"
@@ -56,10 +58,14 @@ MemoryPlan plan_memory(const Settings& s, int64_t batch) {
   // block's activations again as working space.
   p.activations_plain = tokens * (blocks_plain + outside + per_block);
   p.activations = tokens * (blocks_ckpt + outside + per_block);
-  // The loss: fp32 logits and their log-softmax are kept; at the start of
-  // backward the loss's gradient and the logits' gradient join them (plus the
-  // low-precision logits under autocast).
-  p.logits = tokens * V * (4 * 4 + (mixed ? 2 : 0));
+  // The loss. On CUDA the fused cross-entropy (model/cross_entropy.h) keeps
+  // only the logits in the compute dtype, and their gradient joins them in
+  // backward. Elsewhere fp32 logits and their log-softmax are kept; at the
+  // start of backward the loss's gradient and the logits' gradient join them
+  // (plus the low-precision logits under autocast).
+  const bool on_gpu = s.run.device.rfind("cuda", 0) == 0 || (s.run.device == "auto" && torch::cuda::is_available());
+  const double logit_bytes = mode == PrecisionMode::kFp32 || mode == PrecisionMode::kTf32 ? 4 : 2;
+  p.logits = on_gpu ? tokens * V * 2 * logit_bytes : tokens * V * (4 * 4 + (mixed ? 2 : 0));
   // Autocast keeps a low-precision copy of every weight for the step.
   if (mixed) p.weights += N * 2;
   return p;
@@ -83,7 +89,7 @@ std::string memory_plan_table(const Settings& s, const MemoryPlan& p) {
   out += row("optimizer state", p.optimizer, optim_how.c_str());
   out += row("activations", p.activations, "kept for backward, one micro-batch, with the recipe's checkpointing");
   out += row("activations without checkpointing", p.activations_plain, "(for comparison; not in the total)");
-  out += row("logits and loss", p.logits, "micro-batch x seq_len x vocab x 16-18 bytes at the peak of backward");
+  out += row("logits and loss", p.logits, "micro-batch x seq_len x vocab x 16-18 bytes at the peak of backward (CUDA, fused loss: 2 x 2-4)");
   out += row("total (estimate)", p.total(), "weights + gradients + optimizer + activations + logits");
   return out;
 }

@@ -28,6 +28,7 @@
 #include "optim/grad_clip.h"
 #include "optim/lr_schedule.h"
 #include "optim/param_groups.h"
+#include "parallel/grid.h"
 #include "parallel/parallel_run.h"
 #include "parallel/world.h"
 #include "precision/precision.h"
@@ -174,7 +175,8 @@ RunOutcome run_training(const Recipe& recipe, const RunOptions& options) {
 
   const World world = detect_world_from_environment();
   const bool lead = world.rank == 0;  // only rank 0 writes files and logs progress
-  if (s.parallel.dp == 0) s.parallel.dp = world.size;  // auto, resolved before a checkpoint's recipe is compared
+  // dp auto = world / (tp x pp), resolved before a checkpoint's recipe is compared (and checked: a config error).
+  s.parallel.dp = Grid(s.parallel, world.size).dp();
   if (!lead) spdlog::set_level(spdlog::level::warn);
   // run.threads auto shares this machine's cores among its processes.
   const int64_t threads = s.run.threads > 0 ? s.run.threads : std::max<int64_t>(1, resolve_threads(0) / world.local_size);

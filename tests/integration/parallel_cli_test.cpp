@@ -286,7 +286,7 @@ TEST_CASE("parallel: wrong launcher variables, world sizes and ports are clear e
 
   auto bad_dp = train(dir.file("r.yaml"), dir.file("b"), 2, {"parallel.dp=3"});
   CHECK(bad_dp.exit_code == 2);
-  CHECK_THAT(bad_dp.output, Contains("parallel.dp (3) x tp (1) x pp (1) must equal the number of processes (2"));
+  CHECK_THAT(bad_dp.output, Contains("parallel.dp (3) x tp (1) x pp (1) = 3 must equal the number of processes (2)"));
 
   auto bad_tp = train(dir.file("r.yaml"), dir.file("c"), 0, {"parallel.tp=2"});
   CHECK(bad_tp.exit_code == 2);
@@ -351,4 +351,27 @@ TEST_CASE("parallel: train.global_batch_size counts every process", "[parallel][
                    {"train.per_device_batch_size=auto", "train.global_batch_size=7", "train.max_steps=2"});
   CHECK(odd.exit_code == 2);
   CHECK_THAT(odd.output, Contains("must divide evenly over the 2 data-parallel processes"));
+}
+
+TEST_CASE("parallel cli: plan --world-size prints the dp x pp x tp grid and the pipeline schedule", "[parallel][cli]") {
+  auto r = run_gputrain({"plan", "--world-size", "8", "--set", "parallel.tp=2", "--set", "parallel.pp=2", "--set",
+                         "train.grad_accum_steps=8"});
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.output, Contains("parallel grid: dp 2 x pp 2 x tp 2 = 8 processes"));
+  CHECK_THAT(r.output, Contains("| 0 | 1 | 1, 3 | embeddings, blocks 0-"));  // stage 0, tp shard 1: ranks 1 and 3
+  CHECK_THAT(r.output, Contains("ln_f, head + loss"));
+  CHECK_THAT(r.output, Contains("pipeline: 8 micro-batches"));
+  CHECK_THAT(r.output, Contains("= 11.1%"));  // (2 - 1) / (8 + 2 - 1)
+  CHECK_THAT(r.output, Contains("| 0 | 0-"));
+  // A world the degrees cannot fill, and degrees the model cannot take: exit 2 naming the key.
+  auto bad = run_gputrain({"plan", "--world-size", "6", "--set", "parallel.tp=4"});
+  CHECK(bad.exit_code == 2);
+  CHECK_THAT(bad.output, Contains("parallel.tp (4) x pp (1) = 4 does not divide the number of processes (6)"));
+  auto heads = run_gputrain({"plan", "--set", "parallel.tp=5"});
+  CHECK(heads.exit_code == 2);
+  CHECK_THAT(heads.output, Contains("parallel.tp: (5) must divide model.n_head"));
+  auto deep = run_gputrain({"plan", "--set", "parallel.pp=99"});
+  CHECK(deep.exit_code == 2);
+  CHECK_THAT(deep.output, Contains("parallel.pp: (99) exceeds model.n_layer"));
 }

@@ -147,10 +147,18 @@ TEST_CASE("cross-field: training needs data", "[config]") {
   CHECK_THAT(e, Contains("data.train.format: is none, but training needs data"));
 }
 
-TEST_CASE("cross-field: tensor and pipeline parallelism are refused until they exist", "[config]") {
-  CHECK_THAT(load_error(kMinimal + "parallel: {tp: 2}\n"), Contains("parallel.tp: is 2, but this version has data parallelism only"));
-  CHECK_THAT(load_error(kMinimal + "parallel: {pp: 4}\n"), Contains("parallel.pp: is 4"));
+TEST_CASE("cross-field: tensor and pipeline degrees must fit the model", "[config]") {
+  // kMinimal's model: 1 layer, 2 heads, d_model 16 (MLP width 64).
+  CHECK_THAT(load_error(kMinimal + "parallel: {tp: 3}\n"), Contains("parallel.tp: (3) must divide model.n_head (2)"));
+  CHECK_THAT(load_error(kMinimal + "parallel: {tp: 3}\n"), Contains("fix: use one of 1, 2"));
+  CHECK(load_error(kMinimal + "parallel: {tp: 2}\n").empty());
+  CHECK_THAT(load_error(kMinimal + "parallel: {pp: 4}\n"), Contains("parallel.pp: (4) exceeds model.n_layer (1)"));
+  CHECK_THAT(load_error(kMinimal + "parallel: {pp: 2, pp_microbatches: 3}\ntrain: {per_device_batch_size: 4}\n",
+                        {"model.n_layer=2"}),
+             Contains("parallel.pp_microbatches: (3) must divide the"));
   CHECK_THAT(load_error(kMinimal + "parallel: {zero: 3}\n"), Contains("parallel.zero"));
+  CHECK_THAT(load_error(kMinimal + "parallel: {pp_schedule: interleaved}\n"), Contains("parallel.pp_schedule"));
+  CHECK(load_error(kMinimal + "parallel: {pp: 1, tp: 1, pp_schedule: gpipe}\n").empty());
 }
 
 TEST_CASE("data paths are checked where the recipe names them", "[config]") {

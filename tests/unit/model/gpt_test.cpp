@@ -130,3 +130,20 @@ TEST_CASE("GPT dropout acts in training mode only, and not at all when p = 0", "
   plain->train();
   CHECK(torch::equal(plain->forward(tokens), plain->forward(tokens)));
 }
+
+TEST_CASE("model: Linear initializes as torch::nn::Linear does and applies its taps around the product", "[model]") {
+  torch::manual_seed(5);
+  Linear ours(8, 6, true);
+  torch::manual_seed(5);
+  torch::nn::Linear theirs(torch::nn::LinearOptions(8, 6));
+  CHECK(torch::equal(ours->weight, theirs->weight));
+  CHECK(torch::equal(ours->bias, theirs->bias));
+  const auto x = torch::randn({2, 3, 8});
+  CHECK(torch::allclose(ours(x), theirs(x), 1e-6, 1e-6));
+  // Taps: the input one before the product, the output one before the bias.
+  ours->input_tap = [](const torch::Tensor& t) { return t * 2; };
+  ours->output_tap = [](const torch::Tensor& y) { return y * 3; };
+  const auto expected = at::linear(x, ours->weight) * 6 + ours->bias;
+  CHECK(torch::allclose(ours(x), expected, 1e-5, 1e-5));
+  CHECK_FALSE(Linear(4, 4, false)->bias.defined());
+}

@@ -1,0 +1,28 @@
+// The model's linear layer, y = x W^T + b, with two optional taps around its
+// product so that code outside the model can change where the input comes
+// from and where the output goes without the model knowing (DESIGN rule 1):
+// tensor parallelism (parallel/tensor_parallel.h) installs its communication
+// here. Without taps it is one at::linear call, the bias in the matmul's
+// epilogue (LibTorch's nn::Linear spells a 3-D input as matmul then `+= bias`,
+// which under autocast is a separate type-casting kernel).
+#pragma once
+#include <torch/nn/module.h>
+
+#include <functional>
+
+namespace gputrain {
+
+struct LinearImpl : torch::nn::Module {
+  // Initialized as torch::nn::Linear is (Kaiming-uniform weight, uniform bias), drawing the same
+  // random numbers, so a model's initial weights do not depend on which of the two it uses.
+  LinearImpl(int64_t in_features, int64_t out_features, bool bias);
+  torch::Tensor forward(const torch::Tensor& x);
+
+  torch::Tensor weight, bias;  // [out, in], [out] (undefined without bias)
+  using Tap = std::function<torch::Tensor(const torch::Tensor&)>;
+  Tap input_tap;   // applied to x before the product
+  Tap output_tap;  // applied to x W^T before the bias is added
+};
+TORCH_MODULE(Linear);
+
+}  // namespace gputrain

@@ -1,0 +1,136 @@
+#include "parallel/grid.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <limits>
+
+#include "util/error.h"
+
+namespace gputrain {
+
+Grid::Grid(int dp, int pp, int tp) : dp_(dp), pp_(pp), tp_(tp) {}
+
+Grid::Grid(const ParallelSettings& p, int world_size) : pp_(static_cast<int>(p.pp)), tp_(static_cast<int>(p.tp)) {
+  const int64_t model_parallel = p.tp * p.pp;
+  if (p.dp == 0 && world_size % model_parallel != 0)
+    throw config_error(fmt::format("parallel.tp ({}) x pp ({}) = {} does not divide the number of processes ({}), so "
+                                   "parallel.dp: auto has no whole value\n    fix: start a multiple of {} processes, "
+                                   "or change parallel.tp / parallel.pp",
+                                   p.tp, p.pp, model_parallel, world_size, model_parallel));
+  dp_ = static_cast<int>(p.dp == 0 ? world_size / model_parallel : p.dp);
+  if (static_cast<int64_t>(dp_) * model_parallel != world_size)
+    throw config_error(fmt::format("parallel.dp ({}) x tp ({}) x pp ({}) = {} must equal the number of processes ({})"
+                                   "\n    fix: set parallel.dp: auto, or start {} processes (--nproc-per-node)",
+                                   dp_, p.tp, p.pp, dp_ * model_parallel, world_size, dp_ * model_parallel));
+}
+
+GridCoord Grid::coord(int rank) const {
+  GridCoord c;
+  c.tp = rank % tp_;
+  c.dp = (rank / tp_) % dp_;
+  c.pp = rank / (tp_ * dp_);
+  return c;
+}
+
+int Grid::rank_of(const GridCoord& c) const { return (c.pp * dp_ + c.dp) * tp_ + c.tp; }
+
+std::vector<int> Grid::tp_group(int rank) const {
+  GridCoord c = coord(rank);
+  std::vector<int> g;
+  for (c.tp = 0; c.tp < tp_; ++c.tp) g.push_back(rank_of(c));
+  return g;
+}
+
+std::vector<int> Grid::dp_group(int rank) const {
+  GridCoord c = coord(rank);
+  std::vector<int> g;
+  for (c.dp = 0; c.dp < dp_; ++c.dp) g.push_back(rank_of(c));
+  return g;
+}
+
+std::vector<int> Grid::pp_group(int rank) const {
+  GridCoord c = coord(rank);
+  std::vector<int> g;
+  for (c.pp = 0; c.pp < pp_; ++c.pp) g.push_back(rank_of(c));
+  return g;
+}
+
+std::vector<StageLayers> split_stages(const ModelSettings& m, int64_t pp) {
+  const int64_t n = m.n_layer;
+  if (pp < 1 || pp > n)
+    throw config_error(fmt::format("parallel.pp ({}) must be between 1 and model.n_layer ({}): every pipeline stage "
+                                   "holds at least one block\n    fix: lower parallel.pp",
+                                   pp, n));
+  const double d = static_cast<double>(m.d_model), T = static_cast<double>(m.seq_len);
+  const double block = 12 * d * d + 2 * T * d, head = static_cast<double>(m.padded_vocab()) * d;
+  // best[k][i]: the smallest largest-stage cost splitting the first i blocks into k stages.
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  std::vector<std::vector<double>> best(static_cast<size_t>(pp + 1), std::vector<double>(static_cast<size_t>(n + 1), kInf));
+  std::vector<std::vector<int64_t>> cut(best.size(), std::vector<int64_t>(static_cast<size_t>(n + 1), 0));
+  best[0][0] = 0;
+  for (int64_t k = 1; k <= pp; ++k)
+    for (int64_t i = k; i <= n; ++i)
+      for (int64_t j = k - 1; j < i; ++j) {
+        const double stage = static_cast<double>(i - j) * block + (k == pp && i == n ? head : 0.0);
+        const double worst = std::max(best[static_cast<size_t>(k - 1)][static_cast<size_t>(j)], stage);
+        if (worst < best[static_cast<size_t>(k)][static_cast<size_t>(i)]) {
+          best[static_cast<size_t>(k)][static_cast<size_t>(i)] = worst;
+          cut[static_cast<size_t>(k)][static_cast<size_t>(i)] = j;
+        }
+      }
+  std::vector<StageLayers> stages(static_cast<size_t>(pp));
+  int64_t end = n;
+  for (int64_t k = pp; k >= 1; --k) {
+    StageLayers& st = stages[static_cast<size_t>(k - 1)];
+    st.first = cut[static_cast<size_t>(k)][static_cast<size_t>(end)];
+    st.last = end;
+    st.embeds = k == 1;
+    st.has_head = k == pp;
+    st.cost = (static_cast<double>(st.last - st.first) * block + (st.has_head ? head : 0.0)) / block;
+    end = st.first;
+  }
+  return stages;
+}
+
+double bubble_fraction(int64_t pp, int64_t micro) {
+  return static_cast<double>(pp - 1) / static_cast<double>(micro + pp - 1);
+}
+
+int64_t peak_micro_batches_held(PipelineSchedule schedule, int64_t pp, int64_t stage, int64_t micro) {
+  return schedule == PipelineSchedule::kGpipe ? micro : std::min(pp - stage, micro);
+}
+
+std::string grid_table(const Settings& s, const Grid& g) {
+  const auto stages = split_stages(s.model, g.pp());
+  const int64_t H = s.model.n_head, F = s.model.mlp_hidden();
+  std::string out = fmt::format(
+      "parallel grid: dp {} x pp {} x tp {} = {} processes (rank = (pp x {} + dp) x {} + tp: tensor-parallel peers "
+      "are adjacent ranks, keep them on one node)\n\n",
+      g.dp(), g.pp(), g.tp(), g.size(), g.dp(), g.tp());
+  out += "| stage (pp) | tp shard | ranks (one per dp replica) | layers | holds |\n|---|---|---|---|---|\n";
+  for (int pp = 0; pp < g.pp(); ++pp) {
+    const StageLayers& st = stages[static_cast<size_t>(pp)];
+    std::string layers = fmt::format("blocks {}-{}", st.first, st.last - 1);
+    if (st.embeds) layers = "embeddings, " + layers;
+    if (st.has_head) layers += ", ln_f, head + loss";
+    for (int tp = 0; tp < g.tp(); ++tp) {
+      std::vector<int> ranks;
+      for (int dp = 0; dp < g.dp(); ++dp) ranks.push_back(g.rank_of({dp, pp, tp}));
+      const int64_t h = H / g.tp(), f = F / g.tp();
+      const std::string holds =
+          g.tp() == 1 ? std::string("whole layers")
+                      : fmt::format("heads {}-{} of {}, MLP columns {}-{} of {}", tp * h, (tp + 1) * h - 1, H, tp * f,
+                                    (tp + 1) * f - 1, F);
+      out += fmt::format("| {} | {} | {} | {} | {} |\n", pp, tp, fmt::join(ranks, ", "), layers, holds);
+    }
+  }
+  if (g.pp() > 1) {
+    out += "\nstage compute (block units, the last stage includes the output head): ";
+    for (size_t i = 0; i < stages.size(); ++i) out += fmt::format("{}{:.2f}", i ? ", " : "", stages[i].cost);
+    out += "\n";
+  }
+  return out;
+}
+
+}  // namespace gputrain

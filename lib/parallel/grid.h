@@ -1,0 +1,65 @@
+// The dp x pp x tp process grid (Megatron-LM's layout): tensor-parallel peers
+// are adjacent ranks (one node, the fastest links), then data-parallel
+// replicas, then pipeline stages, so rank = (pp * dp_size + dp) * tp_size + tp.
+// Also the split of the layer stack into pipeline stages. Pure arithmetic: no
+// communication, so `gputrain plan --world-size N` prints it without running.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "config/settings.h"
+
+namespace gputrain {
+
+struct GridCoord {
+  int dp = 0, pp = 0, tp = 0;
+};
+
+class Grid {
+ public:
+  // parallel.dp 0 = auto (world / (tp * pp)). Throws a config error naming
+  // the key to change when the degrees do not multiply to `world_size`.
+  Grid(const ParallelSettings& p, int world_size);
+  Grid(int dp, int pp, int tp);
+
+  int dp() const { return dp_; }
+  int pp() const { return pp_; }
+  int tp() const { return tp_; }
+  int size() const { return dp_ * pp_ * tp_; }
+
+  GridCoord coord(int rank) const;
+  int rank_of(const GridCoord& c) const;
+  // The world ranks of `rank`'s groups, in group-rank order.
+  std::vector<int> tp_group(int rank) const;  // same dp, pp: the shards of one layer
+  std::vector<int> dp_group(int rank) const;  // same pp, tp: the replicas that average gradients
+  std::vector<int> pp_group(int rank) const;  // same dp, tp: the stages a micro-batch flows through
+
+ private:
+  int dp_, pp_, tp_;
+};
+
+// Layers [first, last) of one pipeline stage, with the parts around the
+// stack: the first stage embeds, the last applies ln_f, the head and the loss.
+struct StageLayers {
+  int64_t first = 0, last = 0;
+  bool embeds = false, has_head = false;
+  double cost = 0;  // relative compute (block FLOPs units), for the plan printout
+};
+
+// Contiguous stages of at least one block each whose largest compute cost is
+// as small as it can be: a block costs 12 d^2 + 2 T d per token (its matmuls
+// and attention), the last stage also pays the output head's V d.
+std::vector<StageLayers> split_stages(const ModelSettings& m, int64_t pp);
+
+// The pipeline's idle fraction with `micro` micro-batches: (pp - 1) / (micro + pp - 1),
+// the same for gpipe and 1f1b (1f1b saves activation memory, not time).
+double bubble_fraction(int64_t pp, int64_t micro);
+// Micro-batches whose activations a stage holds at its peak: all of them under
+// gpipe; under 1f1b the warm-up depth pp - stage, at most `micro`.
+int64_t peak_micro_batches_held(PipelineSchedule schedule, int64_t pp, int64_t stage, int64_t micro);
+
+// The plan printout's grid table: every rank's coordinates and what it holds.
+std::string grid_table(const Settings& s, const Grid& g);
+
+}  // namespace gputrain

@@ -1,0 +1,115 @@
+#include "parallel/tensor_parallel.h"
+
+#include <torch/autograd.h>
+
+#include "util/error.h"
+
+namespace gputrain {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// The group rides in the autograd context as an integer: autograd functions
+// take tensors and IValues only, and the communicator outlives every graph.
+int64_t handle(Communicator& c) { return reinterpret_cast<int64_t>(&c); }
+Communicator& group_of(AutogradContext* ctx) {
+  return *reinterpret_cast<Communicator*>(ctx->saved_data["group"].toInt());
+}
+
+torch::Tensor all_reduced(const torch::Tensor& t, Communicator& group, const char* what) {
+  torch::Tensor out = t.contiguous().clone();
+  const torch::Device home = out.device(), wire = group.tensor_device();
+  torch::Tensor buf = home == wire ? out : out.to(wire);
+  group.all_reduce_sum_now(buf, what);
+  return home == wire ? buf : buf.to(home);
+}
+
+struct CopyToGroup : torch::autograd::Function<CopyToGroup> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, int64_t group) {
+    ctx->saved_data["group"] = group;
+    return x.view_as(x);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list g) {
+    return {all_reduced(g[0], group_of(ctx), "tensor-parallel input gradient"), torch::Tensor()};
+  }
+};
+
+struct ReduceFromGroup : torch::autograd::Function<ReduceFromGroup> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, int64_t group) {
+    ctx->saved_data["group"] = group;
+    return all_reduced(x, *reinterpret_cast<Communicator*>(group), "tensor-parallel partial products");
+  }
+  static variable_list backward(AutogradContext*, variable_list g) { return {g[0], torch::Tensor()}; }
+};
+
+// Replaces a parameter's data by this rank's slice (the Variable, and so its name, stays).
+void keep_shard(torch::Tensor& p, const TensorShard& s, int rank, int size) {
+  torch::NoGradGuard no_grad;
+  p.set_data(shard_of(p.detach(), s, rank, size).clone());
+}
+
+}  // namespace
+
+torch::Tensor copy_to_group(const torch::Tensor& x, Communicator& group) { return CopyToGroup::apply(x, handle(group)); }
+torch::Tensor reduce_from_group(const torch::Tensor& x, Communicator& group) {
+  return ReduceFromGroup::apply(x, handle(group));
+}
+
+torch::Tensor shard_of(const torch::Tensor& whole, const TensorShard& s, int rank, int size) {
+  if (s.dim < 0) return whole;
+  std::vector<torch::Tensor> parts;
+  for (const auto& section : whole.chunk(s.sections, s.dim)) parts.push_back(section.chunk(size, s.dim)[static_cast<size_t>(rank)]);
+  return parts.size() == 1 ? parts.front() : torch::cat(parts, s.dim);
+}
+
+torch::Tensor unshard(const std::vector<torch::Tensor>& shards, const TensorShard& s) {
+  if (s.dim < 0) return shards.front();
+  std::vector<torch::Tensor> sections;
+  for (int64_t k = 0; k < s.sections; ++k) {
+    std::vector<torch::Tensor> pieces;
+    for (const auto& sh : shards) pieces.push_back(sh.chunk(s.sections, s.dim)[static_cast<size_t>(k)]);
+    sections.push_back(torch::cat(pieces, s.dim));
+  }
+  return sections.size() == 1 ? sections.front() : torch::cat(sections, s.dim);
+}
+
+std::vector<TensorShard> parallelize_tensor(Gpt& model, Communicator& tp) {
+  const int rank = tp.rank(), size = tp.size();
+  const ModelSettings& cfg = model->cfg;
+  if (cfg.n_head % size != 0 || cfg.mlp_hidden() % size != 0)
+    throw config_error("parallel.tp (" + std::to_string(size) + ") must divide model.n_head (" +
+                       std::to_string(cfg.n_head) + ") and the MLP width (" + std::to_string(cfg.mlp_hidden()) + ")");
+  std::vector<TensorShard> shards;
+  for (const auto& item : model->named_parameters()) shards.push_back({item.key(), -1, 1});
+  auto mark = [&](const std::string& name, int64_t dim, int64_t sections) {
+    for (auto& s : shards)
+      if (s.name == name) {
+        s.dim = dim;
+        s.sections = sections;
+        return s;
+      }
+    throw std::logic_error("parallelize_tensor: no parameter " + name);
+  };
+  for (size_t i = 0; i < model->transformer->h->size(); ++i) {
+    auto* block = (*model->transformer->h)[i]->as<Block>();
+    const std::string b = "transformer.h." + std::to_string(i) + ".";
+    auto& attn = *block->attn;
+    auto& mlp = *block->mlp;
+    attn.n_head = cfg.n_head / size;
+    // Column-parallel: rows of W and b (q, k, v as three sections for c_attn).
+    keep_shard(attn.c_attn->weight, mark(b + "attn.c_attn.weight", 0, 3), rank, size);
+    if (attn.c_attn->bias.defined()) keep_shard(attn.c_attn->bias, mark(b + "attn.c_attn.bias", 0, 3), rank, size);
+    keep_shard(mlp.c_fc->weight, mark(b + "mlp.c_fc.weight", 0, 1), rank, size);
+    if (mlp.c_fc->bias.defined()) keep_shard(mlp.c_fc->bias, mark(b + "mlp.c_fc.bias", 0, 1), rank, size);
+    // Row-parallel: columns of W; the bias stays whole and is added after the sum.
+    keep_shard(attn.c_proj->weight, mark(b + "attn.c_proj.weight", 1, 1), rank, size);
+    keep_shard(mlp.c_proj->weight, mark(b + "mlp.c_proj.weight", 1, 1), rank, size);
+    for (auto* col : {&attn.c_attn, &mlp.c_fc}) (*col)->input_tap = [&tp](const torch::Tensor& x) { return copy_to_group(x, tp); };
+    for (auto* row : {&attn.c_proj, &mlp.c_proj})
+      (*row)->output_tap = [&tp](const torch::Tensor& y) { return reduce_from_group(y, tp); };
+  }
+  return shards;
+}
+
+}  // namespace gputrain

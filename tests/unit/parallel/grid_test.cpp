@@ -1,0 +1,98 @@
+// The dp x pp x tp grid's rank layout and groups, the degrees' checks, the
+// split of the layer stack into stages, and the schedules' arithmetic.
+#include <catch2/catch.hpp>
+
+#include <set>
+
+#include "parallel/grid.h"
+#include "test_util.h"
+#include "util/error.h"
+
+using namespace gputrain;
+using Catch::Matchers::Contains;
+
+namespace {
+
+std::string grid_error(int64_t dp, int64_t tp, int64_t pp, int world) {
+  ParallelSettings p;
+  p.dp = dp;
+  p.tp = tp;
+  p.pp = pp;
+  try {
+    Grid g(p, world);
+  } catch (const Error& e) {
+    CHECK(e.kind() == ErrorKind::kConfig);
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("grid: tensor-parallel peers are adjacent ranks, then replicas, then stages", "[parallel]") {
+  const Grid g(2, 2, 2);  // dp, pp, tp
+  std::set<int> seen;
+  for (int r = 0; r < 8; ++r) {
+    const GridCoord c = g.coord(r);
+    CHECK(g.rank_of(c) == r);
+    seen.insert(c.dp * 4 + c.pp * 2 + c.tp);
+  }
+  CHECK(seen.size() == 8);
+  CHECK(g.coord(5).tp == 1);
+  CHECK(g.coord(5).dp == 0);
+  CHECK(g.coord(5).pp == 1);
+  CHECK(g.tp_group(5) == std::vector<int>{4, 5});
+  CHECK(g.dp_group(5) == std::vector<int>{5, 7});
+  CHECK(g.pp_group(5) == std::vector<int>{1, 5});
+  // Every rank is in exactly one group of each kind, of the right size.
+  for (int r = 0; r < 8; ++r) {
+    CHECK(g.tp_group(r).size() == 2);
+    for (int peer : g.dp_group(r)) CHECK(g.dp_group(peer) == g.dp_group(r));
+  }
+}
+
+TEST_CASE("grid: the degrees must multiply to the world, with dp auto filling it", "[parallel]") {
+  ParallelSettings p;
+  p.tp = 2;
+  p.pp = 2;
+  CHECK(Grid(p, 8).dp() == 2);
+  CHECK(Grid(p, 4).dp() == 1);
+  CHECK_THAT(grid_error(0, 4, 1, 6), Contains("parallel.tp (4) x pp (1) = 4 does not divide the number of processes (6)"));
+  CHECK_THAT(grid_error(3, 2, 1, 8), Contains("parallel.dp (3) x tp (2) x pp (1) = 6 must equal the number of processes (8)"));
+  CHECK(grid_error(2, 2, 2, 8).empty());
+}
+
+TEST_CASE("grid: stages are contiguous, non-empty and balanced with the output head on the last", "[parallel]") {
+  const ModelSettings gpt2 = test::model_settings(50304, 1024, 12, 12, 768);
+  for (int64_t pp : {1, 2, 3, 4, 6, 12}) {
+    INFO("pp " << pp);
+    const auto st = split_stages(gpt2, pp);
+    REQUIRE(st.size() == static_cast<size_t>(pp));
+    CHECK(st.front().first == 0);
+    CHECK(st.back().last == 12);
+    CHECK(st.front().embeds);
+    CHECK(st.back().has_head);
+    double worst = 0;
+    for (size_t i = 0; i < st.size(); ++i) {
+      CHECK(st[i].last > st[i].first);
+      if (i > 0) CHECK(st[i].first == st[i - 1].last);
+      worst = std::max(worst, st[i].cost);
+    }
+    if (pp == 4) {
+      // The head (50304 x 768) costs about 4.5 blocks: the last stage gets fewer blocks than the
+      // first, and the largest stage costs less than with 3 blocks each (3 + 4.5 = 7.5 block units).
+      CHECK(st.back().last - st.back().first < st.front().last - st.front().first);
+      CHECK(worst < 7.5);
+    }
+  }
+  CHECK_THROWS_WITH(split_stages(gpt2, 13), Contains("parallel.pp (13) must be between 1 and model.n_layer (12)"));
+}
+
+TEST_CASE("grid: bubble fraction and the micro-batches a stage holds under each schedule", "[parallel]") {
+  CHECK(bubble_fraction(4, 8) == Approx(3.0 / 11.0));
+  CHECK(bubble_fraction(1, 8) == 0.0);
+  CHECK(peak_micro_batches_held(PipelineSchedule::kOneFOneB, 4, 0, 8) == 4);
+  CHECK(peak_micro_batches_held(PipelineSchedule::kOneFOneB, 4, 3, 8) == 1);
+  CHECK(peak_micro_batches_held(PipelineSchedule::kOneFOneB, 4, 0, 2) == 2);
+  CHECK(peak_micro_batches_held(PipelineSchedule::kGpipe, 4, 3, 8) == 8);
+}

@@ -1,0 +1,106 @@
+// Tensor parallelism against one process: two ranks (threads of this process,
+// over Gloo on loopback) each build the same GPT, keep their shard, and run
+// forward and backward on the same tokens. The loss must equal the
+// single-process loss, and the gradients put back together (unshard) must
+// equal the single-process gradients, up to the order of the sums in the
+// row-parallel layers (fp32: relative 1e-5).
+#include <catch2/catch.hpp>
+#include <ATen/ATen.h>
+
+#include <mutex>
+#include <thread>
+
+#include "parallel/communicator.h"
+#include "parallel/launcher.h"
+#include "parallel/tensor_parallel.h"
+#include "test_util.h"
+
+using namespace gputrain;
+
+namespace {
+
+struct Result {
+  double loss = 0;
+  std::map<std::string, torch::Tensor> grads;  // this rank's shards
+  std::vector<TensorShard> shards;
+};
+
+// The ranks are threads sharing one global generator: building under a lock
+// gives each the same weights, as separate processes with one seed get.
+std::mutex build_lock;
+Gpt make_model() {
+  std::lock_guard<std::mutex> lock(build_lock);
+  torch::manual_seed(7);
+  return Gpt(test::model_settings(64, 16, 2, 4, 32));
+}
+
+Result run_rank(int rank, int size, int port, const torch::Tensor& tokens, const torch::Tensor& targets) {
+  World w;
+  w.rank = rank;
+  w.size = w.local_size = size;
+  w.local_rank = rank;
+  w.master_port = port;
+  w.source = "test";
+  Communicator world(w, CommBackend::kGloo, torch::kCPU, 60);
+  std::vector<int> all;
+  for (int r = 0; r < size; ++r) all.push_back(r);
+  auto tp = world.subgroup(all, "tp");
+  Gpt model = make_model();
+  Result out;
+  out.shards = parallelize_tensor(model, *tp);
+  auto loss = model->loss_sum(tokens, targets);
+  loss.backward();
+  out.loss = loss.item<double>();
+  for (const auto& p : model->named_parameters()) out.grads[p.key()] = p.value().grad().clone();
+  return out;
+}
+
+double rel(const torch::Tensor& a, const torch::Tensor& b) {
+  return (a - b).norm().item<double>() / std::max(b.norm().item<double>(), 1e-30);
+}
+
+}  // namespace
+
+TEST_CASE("tensor parallel: two ranks give one process's loss and gradients", "[parallel]") {
+  at::set_num_threads(1);
+  torch::manual_seed(1);
+  const auto tokens = torch::randint(0, 64, {3, 16}, torch::kLong), targets = torch::randint(0, 64, {3, 16}, torch::kLong);
+  Gpt whole = make_model();
+  auto ref_loss = whole->loss_sum(tokens, targets);
+  ref_loss.backward();
+
+  const int port = free_tcp_port();
+  Result r0, r1;
+  std::thread t1([&] { r1 = run_rank(1, 2, port, tokens, targets); });
+  r0 = run_rank(0, 2, port, tokens, targets);
+  t1.join();
+
+  CHECK(r0.loss == Approx(ref_loss.item<double>()).epsilon(1e-5));
+  CHECK(r1.loss == Approx(r0.loss).epsilon(1e-6));
+  int sharded = 0;
+  for (const auto& s : r0.shards) {
+    INFO(s.name);
+    const torch::Tensor ref = whole->named_parameters()[s.name].grad();
+    const torch::Tensor got = unshard({r0.grads[s.name], r1.grads[s.name]}, s);
+    REQUIRE(got.sizes() == ref.sizes());
+    CHECK(rel(got, ref) < 1e-5);
+    if (s.dim >= 0) {
+      ++sharded;
+      CHECK(r0.grads[s.name].numel() * 2 == ref.numel());  // each rank holds half
+    } else {
+      CHECK(rel(r1.grads[s.name], r0.grads[s.name]) < 1e-6);  // replicated: the same on both ranks
+    }
+  }
+  CHECK(sharded == 2 * 6);  // per block: c_attn w+b, c_fc w+b, attn.c_proj w, mlp.c_proj w
+}
+
+TEST_CASE("tensor parallel: shard_of and unshard are inverses, q k v split per section", "[parallel]") {
+  const auto w = torch::arange(24, torch::kFloat).reshape({6, 4});
+  const TensorShard qkv{"w", 0, 3};
+  // Sections of 2 rows (q, k, v); rank 0 holds the first row of each.
+  CHECK(torch::equal(shard_of(w, qkv, 0, 2), torch::cat({w[0].unsqueeze(0), w[2].unsqueeze(0), w[4].unsqueeze(0)})));
+  CHECK(torch::equal(unshard({shard_of(w, qkv, 0, 2), shard_of(w, qkv, 1, 2)}, qkv), w));
+  const TensorShard cols{"w", 1, 1};
+  CHECK(torch::equal(unshard({shard_of(w, cols, 0, 2), shard_of(w, cols, 1, 2)}, cols), w));
+  CHECK(torch::equal(shard_of(w, TensorShard{"w", -1, 1}, 1, 2), w));
+}
