@@ -28,7 +28,7 @@ if [[ "${1:-}" == "--pack" ]]; then  # on a development machine, after building 
 fi
 OUT="${OUT:-$PWD/gpu-check-out}"; mkdir -p "$OUT"
 PREFIX="$PWD/.deps/prefix"; mkdir -p "$PREFIX"
-for f in .deps/debs/*.deb; do dpkg -x "$f" "$PREFIX"; done
+for f in .deps/debs/*.deb; do [[ -f "$f" ]] && dpkg -x "$f" "$PREFIX"; done
 export LD_LIBRARY_PATH="$PREFIX/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
 TORCH_PREFIX="$(python3 -c 'import torch;print(torch.utils.cmake_prefix_path)')"
 { nvidia-smi; python3 -c 'import torch;print(torch.__version__, torch.cuda.get_device_name())'; } > "$OUT/env.log" 2>&1
@@ -62,8 +62,10 @@ has quickstart && { timeout 120 ./$BUILD/gputrain run --output-dir $QS --overwri
 # gputrain vs PyTorch eager and torch.compile, GPT-2 124M bf16 (issue 9's goal).
 has vs-pytorch && timeout 300 python3 bench/gpu_vs_pytorch.py --binary $BUILD/gputrain --batch 16 > "$OUT/vs-pytorch.md" 2>&1
 # Where the time goes, kernel by kernel, gputrain vs eager (gputrain-ops.md, eager-ops.md).
-has profile && timeout 240 python3 bench/gpu_vs_pytorch.py --binary $BUILD/gputrain --batch 16 --profile "$OUT" \
-  > /tmp/gputrain-profile.log 2>&1 || tail -20 /tmp/gputrain-profile.log
+if has profile; then
+  timeout 240 python3 bench/gpu_vs_pytorch.py --binary $BUILD/gputrain --batch 16 --profile "$OUT" \
+    > /tmp/gputrain-profile.log 2>&1 || tail -20 /tmp/gputrain-profile.log
+fi
 # The single-device techniques table on the GPU (docs/benchmarks.md), GPT-2-small-like shapes.
 has techniques && timeout 300 python3 bench/techniques.py --binary $BUILD/gputrain --device cuda --steps 20 --vocab 50304 --d 768 \
   --heads 12 --layers 12 --seq 1024 --batch 8 > "$OUT/techniques.md" 2>&1
