@@ -20,7 +20,9 @@ const std::string kText =
     "  train: {format: text, path: " + shared_data("tinyshakespeare.txt") + ", span: [0.0, 0.9]}\n"
     "  eval: {format: text, path: " + shared_data("tinyshakespeare.txt") + ", span: [0.9, 1.0]}\n"
     "train: {per_device_batch_size: 8, max_steps: 80, log_every: 20, eval_steps: 8}\n"
-    "optim: {lr: 3e-3, schedule: {warmup_steps: 10}}\n"
+    // A stable setting: at lr 3e-3 this model has loss spikes (to ~10 nats, in fp32 too) whose step and
+    // size depend on rounding, which turns a per-step comparison of precisions into a coin toss.
+    "optim: {lr: 2e-3, schedule: {warmup_steps: 20}}\n"
     "metrics: {progress: off}\n";
 
 const std::string kMem =
@@ -54,7 +56,9 @@ TEST_CASE("cli: bf16, fp16 and bf16-pure losses track fp32 on real text", "[cli]
     CHECK(read_json(dir.file(mode) + "/summary.json")["precision"] == mode);
   }
   CHECK(lines["fp16"].back().contains("loss_scale"));
-  CHECK(lines["fp16"].back()["skipped_steps"].get<int>() == 0);
+  // Dynamic scaling starts at 65536 and may skip a step or two while it finds its scale (as
+  // PyTorch's GradScaler does); more would mean it keeps overflowing.
+  CHECK(lines["fp16"].back()["skipped_steps"].get<int>() <= 2);
   CHECK_FALSE(lines["bf16"].back().contains("loss_scale"));
   // README "Precision": mixed modes stay within 0.05 nats of fp32 at every log
   // step and end within 0.03 in eval loss; bf16-pure stays within 0.15 and does
