@@ -250,7 +250,7 @@ void check_checkpoint(Checker& c) {
 }
 
 void check_parallel(Checker& c) {
-  // The world size is known only when the run starts (parallel/parallel_run.cpp checks dp against it).
+  // The world size is known only when the run starts (parallel/grid.cpp checks dp x tp x pp against it).
   const ParallelSettings& p = c.s.parallel;
   const ModelSettings& m = c.s.model;
   auto divisors = [](int64_t n) {
