@@ -88,6 +88,16 @@ def bench_pytorch(L, H, d, T, B, V, steps, warmup, threads):
     return steps * B * T / (time.perf_counter() - start)
 
 
+def timed_ms(metrics_path, warmup, steps):
+    """Milliseconds the `steps` steps after `warmup` took, from a run's metrics.jsonl (step_ms per
+    logged interval; the run logs every `warmup` steps); also the records."""
+    lines = [json.loads(l) for l in open(metrics_path)]
+    pairs = [(p, l) for p, l in zip(lines, lines[1:]) if l["step"] > warmup]
+    n = sum(l["step"] - p["step"] for p, l in pairs)
+    assert n == steps, (n, steps)
+    return sum(l["step_ms"] * (l["step"] - p["step"]) for p, l in pairs), lines
+
+
 def bench_gputrain(binary, L, H, d, T, B, V, steps, warmup, threads):
     with tempfile.TemporaryDirectory() as tmp:
         recipe = os.path.join(tmp, "r.yaml")
@@ -102,11 +112,7 @@ metrics: {{progress: off}}
         out = os.path.join(tmp, "out")
         subprocess.run([binary, "run", recipe, "--output-dir", out], check=True, stdout=subprocess.DEVNULL,
                        stderr=subprocess.DEVNULL)
-        lines = [json.loads(l) for l in open(os.path.join(out, "metrics.jsonl"))]
-        timed = [l for l in lines if l["step"] > warmup]  # lines after the warm-up interval
-        ms = sum(l["step_ms"] * (l["step"] - p["step"]) for p, l in zip(lines, lines[1:]) if l["step"] > warmup)
-        n = sum(l["step"] - p["step"] for p, l in zip(lines, lines[1:]) if l["step"] > warmup)
-        assert timed and n == steps
+        ms, _ = timed_ms(os.path.join(out, "metrics.jsonl"), warmup, steps)
         return steps * B * T / (ms / 1000.0)
 
 

@@ -17,7 +17,6 @@ With --profile DIR it times nothing: it profiles 3 steps of gputrain
 DIR/gputrain-ops.md and DIR/eager-ops.md, kernel by kernel, in one format.
 """
 import argparse
-import json
 import os
 import subprocess
 import sys
@@ -27,7 +26,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
-from cpu_vs_pytorch import GPT  # the same reference model as the CPU benchmark
+from cpu_vs_pytorch import GPT, timed_ms  # the CPU benchmark's reference model and step timing
 
 PEAK_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0}
 
@@ -118,11 +117,7 @@ metrics: {{progress: off}}
         for s in sets:
             args += ["--set", s]
         subprocess.run(args, check=True, stdout=subprocess.DEVNULL)
-        lines = [json.loads(l) for l in open(os.path.join(out, "metrics.jsonl"))]
-        pairs = [(p, l) for p, l in zip(lines, lines[1:]) if l["step"] > warmup]
-        ms = sum(l["step_ms"] * (l["step"] - p["step"]) for p, l in pairs)
-        n = sum(l["step"] - p["step"] for p, l in pairs)
-        assert n == steps, (n, steps)
+        ms, lines = timed_ms(os.path.join(out, "metrics.jsonl"), warmup, steps)
         peak = lines[-1]["mem_peak_mb"]
         return steps * B * T / (ms / 1000.0), ms / steps, peak
 

@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <map>
 
 #include "checkpoint/checkpoint_dir.h"
@@ -78,9 +79,11 @@ ResumeChanges compare_for_resume(const json& saved, const json& now, const fs::p
   // Another split of the same global batch over processes and micro-batches
   // (parallel.dp x per_device_batch_size x grad_accum_steps) trains on the
   // same samples per step: reported, not a divergence.
+  static const std::vector<std::string> kBatchSplit = {"parallel.dp", "train.per_device_batch_size",
+                                                      "train.grad_accum_steps"};
   auto global_batch = [](const std::map<std::string, json>& m) {
     int64_t n = 1;
-    for (const char* k : {"parallel.dp", "train.per_device_batch_size", "train.grad_accum_steps"}) {
+    for (const auto& k : kBatchSplit) {
       auto it = m.find(k);
       n *= it != m.end() && it->second.is_number_integer() ? it->second.get<int64_t>() : 1;
     }
@@ -88,7 +91,7 @@ ResumeChanges compare_for_resume(const json& saved, const json& now, const fs::p
   };
   const bool same_global_batch = global_batch(a) == global_batch(b);
   auto is_batch_split = [](const std::string& k) {
-    return k == "parallel.dp" || k == "train.per_device_batch_size" || k == "train.grad_accum_steps";
+    return std::find(kBatchSplit.begin(), kBatchSplit.end(), k) != kBatchSplit.end();
   };
   for (const auto& [key, now_value] : b) {
     auto it = a.find(key);

@@ -222,7 +222,7 @@ RunOutcome run_training(const Recipe& recipe, const RunOptions& options) {
   // The rendezvous comes after rank 0's own checks: if they fail, the other
   // ranks' wait ends with an error naming rank 0 (the launcher stops them sooner).
   ParallelRun par(world, s.parallel, device);
-  const int64_t dp = world.size;
+  const int64_t dp = s.parallel.dp;  // data-parallel replicas (resolved above from the grid)
   if (s.train.per_device_batch_size > 0 && s.train.global_batch_size > 0 &&
       s.train.global_batch_size != s.train.per_device_batch_size * s.train.grad_accum_steps * dp)
     throw config_error("train.global_batch_size (" + std::to_string(s.train.global_batch_size) +
