@@ -67,12 +67,11 @@ std::string load_initial_weights(torch::nn::Module& model, const ModelSettings& 
   const std::string fix = "start from weights of a model with this recipe's model.* settings";
   const fs::path p(path);
   if (fs::is_directory(p) && is_training_checkpoint(p)) {
-    const fs::path weights = p / "model.safetensors";
     if (auto problem = checkpoint_problem(p))
       throw data_error("model.init_from: checkpoint '" + path + "' is not usable: " + *problem +
                        "\n    fix: name a complete checkpoint");
-    load_module_weights(model, read_safetensors(weights.string()).tensors, "model.init_from '" + weights.string() + "'",
-                        fix);
+    // A tensor-parallel checkpoint's shards are joined: the weights start a run at any parallel.tp.
+    load_module_weights(model, read_checkpoint_model(p), "model.init_from checkpoint '" + path + "'", fix);
     return "weights of gputrain checkpoint " + path;
   }
   std::vector<NamedTensor> hf;
@@ -114,8 +113,7 @@ ExportResult export_hf_gpt2(const fs::path& where, const fs::path& out, bool ove
   const Settings s = settings_from_saved_recipe(read_text(r.checkpoint / "recipe.yaml"),
                                                 (r.checkpoint / "recipe.yaml").string());
   if (s.model.arch != ModelArch::kGpt) throw data_error("only GPT models export to the Hugging Face GPT-2 format");
-  const SafetensorsFile weights = read_safetensors((r.checkpoint / "model.safetensors").string());
-  const std::vector<NamedTensor> hf = to_hf_gpt2(weights.tensors, s.model);
+  const std::vector<NamedTensor> hf = to_hf_gpt2(read_checkpoint_model(r.checkpoint), s.model);  // tp shards joined
   std::error_code ec;
   if (!overwrite && (fs::exists(out / "model.safetensors") || fs::exists(out / "config.json")))
     throw usage_error("'" + out.string() + "' already holds model files" +

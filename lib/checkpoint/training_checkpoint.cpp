@@ -3,6 +3,8 @@
 #include <torch/version.h>
 
 #include <fstream>
+#include <map>
+#include <tuple>
 #include <sstream>
 
 #include "checkpoint/checkpoint_dir.h"
@@ -34,12 +36,80 @@ std::string read_text(const fs::path& p) {
   return ss.str();
 }
 
+std::string shard_file(const char* stem, size_t rank) { return std::string(stem) + ".tp" + std::to_string(rank) + ".safetensors"; }
+
+json split_to_json(const std::vector<TensorShard>& split) {
+  json out = json::array();
+  for (const auto& t : split)
+    if (t.dim >= 0) out.push_back({t.name, t.dim, t.sections});
+  return out;
+}
+
+// trainer.json's "tensor_parallel": the tp degree (1 when absent) and the split parameters.
+std::pair<size_t, std::vector<TensorShard>> tensor_parallel_of(const json& j) {
+  const auto it = j.find("tensor_parallel");
+  if (it == j.end() || it->is_null()) return {1, {}};
+  std::vector<TensorShard> split;
+  for (const auto& e : it->at("split")) split.push_back({e.at(0).get<std::string>(), e.at(1).get<int64_t>(), e.at(2).get<int64_t>()});
+  return {it->at("size").get<size_t>(), split};
+}
+
+json read_json_file(const fs::path& p) {
+  try {
+    return json::parse(read_text(p));
+  } catch (const json::exception& e) {
+    throw data_error("'" + p.string() + "' is malformed: " + e.what() + "\n    fix: resume from another checkpoint");
+  }
+}
+
+// Each tp rank's lists joined into whole tensors by name (a parameter not in `split` is whole in every file).
+std::vector<NamedTensor> join_shards(const std::vector<std::vector<NamedTensor>>& shards,
+                                     const std::vector<TensorShard>& split, const fs::path& dir) {
+  std::map<std::string, const TensorShard*> how;
+  for (const auto& t : split) how[t.name] = &t;
+  std::vector<NamedTensor> whole;
+  for (const auto& first : shards.front()) {
+    const auto it = how.find(first.name);
+    if (it == how.end()) {
+      whole.push_back(first);
+      continue;
+    }
+    std::vector<torch::Tensor> parts;
+    for (size_t r = 0; r < shards.size(); ++r) {
+      const NamedTensor* mine = nullptr;
+      for (const auto& e : shards[r])
+        if (e.name == first.name) mine = &e;
+      if (!mine) throw data_error("checkpoint '" + dir.string() + "': " + shard_file("model", r) + " lacks '" + first.name +
+                                  "'\n    fix: resume from another checkpoint");
+      parts.push_back(mine->tensor);
+    }
+    whole.push_back({first.name, unshard(parts, *it->second)});
+  }
+  return whole;
+}
+
 }  // namespace
+
+std::vector<NamedTensor> read_checkpoint_model(const fs::path& dir) {
+  const auto [tp, split] = tensor_parallel_of(read_json_file(dir / "trainer.json"));
+  if (tp == 1) return read_safetensors((dir / "model.safetensors").string()).tensors;
+  std::vector<std::vector<NamedTensor>> shards;
+  for (size_t r = 0; r < tp; ++r) shards.push_back(read_safetensors((dir / shard_file("model", r)).string()).tensors);
+  return join_shards(shards, split, dir);
+}
 
 fs::path save_training_checkpoint(const fs::path& root, const TrainingSnapshot& s) {
   CheckpointWriter w(root, s.counters.step);
-  w.add_safetensors("model.safetensors", s.model, {{"format", "gputrain"}});
-  w.add_safetensors("optimizer.safetensors", s.optimizer_state, {{"optimizer", s.optimizer}});
+  if (s.model_shards.empty()) {
+    w.add_safetensors("model.safetensors", s.model, {{"format", "gputrain"}});
+    w.add_safetensors("optimizer.safetensors", s.optimizer_state, {{"optimizer", s.optimizer}});
+  }
+  for (size_t r = 0; r < s.model_shards.size(); ++r) {
+    const std::string of = std::to_string(s.model_shards.size());
+    w.add_safetensors(shard_file("model", r), s.model_shards[r], {{"format", "gputrain"}, {"tp_rank", std::to_string(r)}, {"tp_size", of}});
+    w.add_safetensors(shard_file("optimizer", r), s.optimizer_shards.at(r),
+                      {{"optimizer", s.optimizer}, {"tp_rank", std::to_string(r)}, {"tp_size", of}});
+  }
   w.add_safetensors("rng.safetensors", rng_tensors(s.rng));
   const TrainingCounters& c = s.counters;
   json j;
@@ -64,6 +134,8 @@ fs::path save_training_checkpoint(const fs::path& root, const TrainingSnapshot& 
   j["gputrain_version"] = version_string();
   j["torch_version"] = TORCH_VERSION;
   j["settings"] = s.settings;
+  if (!s.model_shards.empty())
+    j["tensor_parallel"] = {{"size", s.model_shards.size()}, {"split", split_to_json(s.tp_split)}};
   w.add_json("trainer.json", j);
   w.add_text("recipe.yaml", s.recipe_yaml);
   return w.commit();
@@ -71,7 +143,8 @@ fs::path save_training_checkpoint(const fs::path& root, const TrainingSnapshot& 
 
 bool is_training_checkpoint(const fs::path& dir) {
   std::error_code ec;
-  return fs::is_regular_file(dir / "trainer.json", ec) && fs::is_regular_file(dir / "model.safetensors", ec);
+  return fs::is_regular_file(dir / "trainer.json", ec) &&
+         (fs::is_regular_file(dir / "model.safetensors", ec) || fs::is_regular_file(dir / shard_file("model", 0), ec));
 }
 
 TrainingSnapshot load_training_checkpoint(const fs::path& dir) {
@@ -80,6 +153,7 @@ TrainingSnapshot load_training_checkpoint(const fs::path& dir) {
                      "\n    fix: resume from another checkpoint (checkpoint.resume: auto picks the newest complete one)");
   TrainingSnapshot s;
   const fs::path state_path = dir / "trainer.json";
+  size_t tp = 1;
   try {
     const json j = json::parse(read_text(state_path));
     if (j.at("format") != kStateFormat || j.at("version").get<int>() > kStateVersion)
@@ -103,13 +177,16 @@ TrainingSnapshot load_training_checkpoint(const fs::path& dir) {
     s.rng.cuda_index = j.at("cuda_rng_device").get<int>();
     s.optimizer = j.at("optimizer").get<std::string>();
     s.settings = j.at("settings");
+    std::tie(tp, s.tp_split) = tensor_parallel_of(j);
   } catch (const json::exception& e) {
     throw data_error("'" + state_path.string() + "' is malformed: " + e.what() +
                      "\n    fix: resume from another checkpoint");
   }
   s.recipe_yaml = read_text(dir / "recipe.yaml");
-  s.model = read_safetensors((dir / "model.safetensors").string()).tensors;
-  s.optimizer_state = read_safetensors((dir / "optimizer.safetensors").string()).tensors;
+  s.model = read_checkpoint_model(dir);
+  if (tp == 1) s.optimizer_state = read_safetensors((dir / "optimizer.safetensors").string()).tensors;
+  for (size_t r = 0; tp > 1 && r < tp; ++r)
+    s.optimizer_shards.push_back(read_safetensors((dir / shard_file("optimizer", r)).string()).tensors);
   const SafetensorsFile rng = read_safetensors((dir / "rng.safetensors").string());
   const torch::Tensor* cpu = rng.find("cpu");
   if (!cpu) throw data_error("'" + (dir / "rng.safetensors").string() + "' has no 'cpu' generator state");

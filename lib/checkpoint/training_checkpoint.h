@@ -3,6 +3,9 @@
 // holding
 //   model.safetensors      the parameters, by module path, in their training dtype
 //   optimizer.safetensors  the optimizer state ("<param>.<slot>", step counters included)
+//                          (tensor parallelism, parallel.tp = N > 1: model.tp<r>.safetensors and
+//                          optimizer.tp<r>.safetensors for r = 0..N-1, each tp rank's shards;
+//                          trainer.json's "tensor_parallel" says how the parameters are split)
 //   rng.safetensors        the CPU (and CUDA) generator states, as bytes
 //   trainer.json           counters, the data sampler position, the loss scaler,
 //                          the batch split and the resolved settings
@@ -19,6 +22,7 @@
 
 #include "checkpoint/safetensors.h"
 #include "data/sampler.h"
+#include "parallel/tensor_shard.h"
 #include "precision/loss_scaler.h"
 #include "util/device.h"
 
@@ -44,8 +48,13 @@ struct TrainingSnapshot {
   nlohmann::ordered_json settings;  // settings_to_json() of the run that saved it
   std::string recipe_yaml;
   std::string optimizer;  // Optimizer::describe(), for people
-  std::vector<NamedTensor> model;
-  std::vector<NamedTensor> optimizer_state;
+  std::vector<NamedTensor> model;            // whole: a tensor-parallel checkpoint's shards are joined on load
+  std::vector<NamedTensor> optimizer_state;  // tp = 1
+  // Tensor parallelism saves a model and an optimizer file per tp rank: model_shards and
+  // optimizer_shards[r] are rank r's lists (model_shards only when saving; loading joins them into
+  // `model`), tp_split says how each parameter is split.
+  std::vector<std::vector<NamedTensor>> model_shards, optimizer_shards;
+  std::vector<TensorShard> tp_split;
 };
 
 // Writes `s` as <root>/step_<counters.step> atomically; returns the directory.
@@ -56,7 +65,11 @@ std::filesystem::path save_training_checkpoint(const std::filesystem::path& root
 // DataError naming the directory and what is wrong.
 TrainingSnapshot load_training_checkpoint(const std::filesystem::path& dir);
 
-// Whether `dir` looks like a gputrain checkpoint (has trainer.json and model.safetensors).
+// Whether `dir` looks like a gputrain checkpoint (has trainer.json and model weights).
 bool is_training_checkpoint(const std::filesystem::path& dir);
+
+// The whole model of a checkpoint directory (tensor-parallel shards joined), without
+// verifying the manifest (the caller has: checkpoint_problem).
+std::vector<NamedTensor> read_checkpoint_model(const std::filesystem::path& dir);
 
 }  // namespace gputrain

@@ -16,4 +16,13 @@ namespace gputrain {
 torch::Tensor clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm,
                              const std::function<void(torch::Tensor&)>& sum_over_ranks = {});
 
+// The two halves, for callers that assemble the norm from parts held by
+// different processes (tensor parallelism: shards summed over the group,
+// replicated tensors counted once).
+// The sum of squares of the defined gradients of `params`: a 1-element float
+// tensor on `options`' device, 0 when there are none.
+torch::Tensor squared_grad_norm(const std::vector<torch::Tensor>& params, const torch::TensorOptions& options);
+// Scales every defined gradient by min(1, max_norm / norm), without a host sync; max_norm <= 0 does nothing.
+void scale_grads_to_norm(const std::vector<torch::Tensor>& params, const torch::Tensor& norm, double max_norm);
+
 }  // namespace gputrain

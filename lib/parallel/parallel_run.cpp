@@ -4,7 +4,7 @@
 
 #include "optim/grad_clip.h"
 #include "optim/optimizer.h"
-#include "parallel/grid.h"
+#include "parallel/tensor_parallel.h"
 #include "util/device.h"
 #include "util/error.h"
 
@@ -16,16 +16,76 @@ using json = nlohmann::ordered_json;
 // A tensor's bytes as a flat uint8 tensor (0-dim tensors included).
 torch::Tensor as_bytes(const torch::Tensor& t) { return t.contiguous().reshape({-1}).view(torch::kByte); }
 
+// Named tensors between two ranks in three messages (tags tag..tag+2): sizes,
+// a JSON list of (name, dtype, shape), the bytes.
+void send_tensors(Communicator& comm, const std::vector<NamedTensor>& tensors, int dst, int tag, const std::string& what) {
+  const torch::Device dev = comm.tensor_device();
+  json meta = json::array();
+  std::vector<torch::Tensor> bytes;
+  for (const auto& e : tensors) {
+    meta.push_back({e.name, static_cast<int>(e.tensor.scalar_type()), e.tensor.sizes().vec()});
+    bytes.push_back(as_bytes(e.tensor.detach()).to(dev));
+  }
+  const std::string text = meta.dump();
+  torch::Tensor data = bytes.empty() ? torch::empty({0}, torch::TensorOptions().dtype(torch::kByte).device(dev)) : torch::cat(bytes);
+  torch::Tensor text_t = torch::from_blob(const_cast<char*>(text.data()), {static_cast<int64_t>(text.size())},
+                                          torch::kByte).to(dev).clone();
+  torch::Tensor sizes = torch::tensor({static_cast<int64_t>(text.size()), data.numel()}, torch::kLong).to(dev);
+  comm.send(sizes, dst, tag, what).wait();
+  comm.send(text_t, dst, tag + 1, what).wait();
+  comm.send(data, dst, tag + 2, what).wait();
+}
+
+std::vector<NamedTensor> receive_tensors(Communicator& comm, int src, int tag, const std::string& what) {
+  const torch::Device dev = comm.tensor_device();
+  const auto u8 = torch::TensorOptions().dtype(torch::kByte).device(dev);
+  torch::Tensor sizes = torch::empty({2}, torch::TensorOptions().dtype(torch::kLong).device(dev));
+  comm.recv(sizes, src, tag, what).wait();
+  const torch::Tensor host_sizes = sizes.cpu();
+  torch::Tensor text_t = torch::empty({host_sizes[0].item<int64_t>()}, u8);
+  torch::Tensor data = torch::empty({host_sizes[1].item<int64_t>()}, u8);
+  comm.recv(text_t, src, tag + 1, what).wait();
+  comm.recv(data, src, tag + 2, what).wait();
+  const torch::Tensor host_text = text_t.cpu();
+  const torch::Tensor host_data = data.cpu();
+  const json meta = json::parse(std::string(reinterpret_cast<const char*>(host_text.data_ptr<uint8_t>()),
+                                            static_cast<size_t>(host_text.numel())));
+  std::vector<NamedTensor> out;
+  int64_t offset = 0;
+  for (const auto& m : meta) {
+    const auto dtype = static_cast<torch::ScalarType>(m[1].get<int>());
+    const std::vector<int64_t> shape = m[2].get<std::vector<int64_t>>();
+    int64_t numel = 1;
+    for (int64_t d : shape) numel *= d;
+    const int64_t n = numel * static_cast<int64_t>(c10::elementSize(dtype));
+    out.push_back({m[0].get<std::string>(), host_data.narrow(0, offset, n).clone().view(dtype).reshape(shape)});
+    offset += n;
+  }
+  return out;
+}
+
 }  // namespace
 
 ParallelRun::ParallelRun(const World& world, const ParallelSettings& p, torch::Device device)
-    : world_(world), zero_(p.zero), bucket_mb_(p.bucket_mb) {
-  const Grid grid(p, world.size);  // a config error unless dp x tp x pp is the world
-  if (grid.tp() > 1 || grid.pp() > 1)
-    throw config_error("parallel.tp and parallel.pp: training with tensor or pipeline parallelism is not built yet "
-                       "(`gputrain plan --world-size N` prints the grid)\n    fix: set parallel.tp: 1 and parallel.pp: 1");
-  if (world.distributed() || world.launched())
-    comm_ = std::make_unique<Communicator>(world, p.backend, device, p.timeout_s);
+    : world_(world),
+      grid_(p, world.size),  // a config error unless dp x tp x pp is the world
+      coord_(grid_.coord(world.rank)),
+      zero_(p.zero),
+      bucket_mb_(p.bucket_mb) {
+  if (grid_.pp() > 1)
+    throw config_error("parallel.pp: training with pipeline parallelism is not built yet (`gputrain plan --world-size "
+                       "N` prints the stages)\n    fix: set parallel.pp: 1 (parallel.tp and parallel.dp train)");
+  if (!world.distributed() && !world.launched()) return;
+  comm_ = std::make_unique<Communicator>(world, p.backend, device, p.timeout_s);
+  // Every rank makes its groups in the same order: tp, then dp.
+  if (grid_.tp() > 1)
+    tp_comm_ = comm_->subgroup(grid_.tp_group(world.rank), fmt::format("tp(dp{},pp{})", coord_.dp, coord_.pp));
+  if (grid_.dp() == world.size) {
+    dp_ = comm_.get();
+  } else if (grid_.dp() > 1) {
+    dp_own_ = comm_->subgroup(grid_.dp_group(world.rank), fmt::format("dp(tp{},pp{})", coord_.tp, coord_.pp));
+    dp_ = dp_own_.get();
+  }
 }
 
 ParallelRun::~ParallelRun() = default;
@@ -35,38 +95,56 @@ std::string ParallelRun::describe() const {
   int64_t mine = 0, total = 0, mine_tensors = 0;
   for (size_t i = 0; i < params_.size(); ++i) {
     total += params_[i].tensor.numel();
-    if (owners_.empty() || owners_[i] == world_.rank) {
+    if (owners_.empty() || owners_[i] == coord_.dp) {
       mine += params_[i].tensor.numel();
       ++mine_tensors;
     }
   }
-  std::string s = fmt::format("data parallel over {} process(es) ({}), {}; {} gradient bucket(s) of up to {:g} MiB, "
-                              "reduced during backward",
-                              world_.size, comm_->backend_name(), world_.describe(), sync_ ? sync_->bucket_count() : 0,
-                              bucket_mb_);
-  if (zero_ > 0)
+  std::string s = fmt::format("{} process(es) ({}), {}; grid dp {} x pp {} x tp {}, this rank dp {} tp {}", world_.size,
+                              comm_->backend_name(), world_.describe(), grid_.dp(), grid_.pp(), grid_.tp(), coord_.dp,
+                              coord_.tp);
+  if (tp_comm_) {
+    int64_t split = 0;
+    for (const auto& t : split_) split += t.dim >= 0 ? 1 : 0;
+    s += fmt::format("; tensor parallel: {} of {} parameter tensors split over {} ranks", split, split_.size(), grid_.tp());
+  }
+  if (sync_)
+    s += fmt::format("; data parallel: {} gradient bucket(s) of up to {:g} MiB, reduced over {} replica(s) during backward",
+                     sync_->bucket_count(), bucket_mb_, grid_.dp());
+  if (zero_active())
     s += fmt::format("; ZeRO-{}: this rank updates {} of {} parameter tensors ({:.1f}% of the values){}", zero_,
                      mine_tensors, params_.size(), 100.0 * static_cast<double>(mine) / std::max<int64_t>(1, total),
                      zero_ == 2 ? " and keeps only their gradients" : "");
   return s;
 }
 
+void ParallelRun::shard_model(Gpt& model) {
+  if (!tp_comm_) return;
+  split_ = parallelize_tensor(model, *tp_comm_);
+}
+
 void ParallelRun::attach(const std::vector<NamedTensor>& named_params) {
   params_ = in_gradient_order(named_params);
-  if (!distributed()) return;
-  broadcast_parameters(*comm_, named_params);
+  sharded_.assign(params_.size(), 0);
+  for (size_t i = 0; i < params_.size(); ++i)
+    for (const auto& t : split_)
+      if (t.name == params_[i].name) sharded_[i] = t.dim >= 0;
+  if (!dp_) return;
+  // Every rank built the same weights from the seed (and init_from), but a
+  // replica that differs would silently train another model: rank 0 of the dp group decides.
+  broadcast_parameters(*dp_, named_params);
   if (zero_ > 0) {
     std::vector<int64_t> sizes;
     for (const auto& p : params_) sizes.push_back(p.tensor.numel());
-    owners_ = partition_contiguous(sizes, world_.size);
+    owners_ = partition_contiguous(sizes, dp_->size());
     for (size_t i = 0; i < params_.size(); ++i)
-      if (owners_[i] == world_.rank) owned_.insert(params_[i].name);
+      if (owners_[i] == coord_.dp) owned_.insert(params_[i].name);
   }
-  sync_ = std::make_unique<GradientSync>(*comm_, params_, bucket_mb_, zero_ == 2 ? owners_ : std::vector<int>{});
+  sync_ = std::make_unique<GradientSync>(*dp_, params_, bucket_mb_, zero_ == 2 ? owners_ : std::vector<int>{});
 }
 
 std::vector<ParamGroup> ParallelRun::owned_groups(std::vector<ParamGroup> groups) const {
-  if (zero_ == 0 || !distributed()) return groups;
+  if (!zero_active()) return groups;
   std::vector<ParamGroup> out;
   for (auto& g : groups) {
     ParamGroup kept = g;
@@ -83,7 +161,7 @@ std::vector<ParamGroup> ParallelRun::owned_groups(std::vector<ParamGroup> groups
 }
 
 std::map<std::string, torch::Tensor> ParallelRun::owned_state(std::map<std::string, torch::Tensor> state) const {
-  if (zero_ == 0 || !distributed()) return state;
+  if (!zero_active()) return state;
   std::map<std::string, torch::Tensor> out;
   for (auto& [key, t] : state) {
     // State keys are "<parameter name>.<slot>"; slots have no dots.
@@ -95,7 +173,8 @@ std::map<std::string, torch::Tensor> ParallelRun::owned_state(std::map<std::stri
 
 int64_t ParallelRun::global_targets(int64_t local_targets) {
   if (!distributed()) return local_targets;
-  auto t = torch::tensor({local_targets}, torch::TensorOptions().dtype(torch::kLong)).to(comm_->tensor_device());
+  // The tp ranks of a replica read the same batch: its first one counts it.
+  auto t = torch::tensor({coord_.tp == 0 ? local_targets : 0}, torch::TensorOptions().dtype(torch::kLong)).to(comm_->tensor_device());
   comm_->all_reduce_sum_now(t, "sum of the step's target tokens");
   return t.item<int64_t>();
 }
@@ -116,7 +195,9 @@ void ParallelRun::finish_backward() {
 
 std::pair<torch::Tensor, bool> ParallelRun::sum_loss_and_any(const torch::Tensor& loss, bool flag) {
   if (!distributed()) return {loss, flag};
-  torch::Tensor both = torch::stack({loss.detach().reshape({}), torch::full({}, flag ? 1.0 : 0.0, loss.options())});
+  // Every tp rank of a replica computed the same loss: its first one counts it.
+  const torch::Tensor mine = coord_.tp == 0 ? loss.detach().reshape({}) : torch::zeros({}, loss.options());
+  torch::Tensor both = torch::stack({mine, torch::full({}, flag ? 1.0 : 0.0, loss.options())});
   comm_->all_reduce_sum_now(both, "sum of the step's loss and stop flags");
   return {both[0].clone(), both[1].item<double>() > 0};
 }
@@ -129,72 +210,59 @@ bool ParallelRun::any_rank(bool flag, const std::string& what) {
 }
 
 bool ParallelRun::overflow_on_any_rank(bool local_overflow) {
-  if (zero_ != 2) return local_overflow;
+  if (!distributed() || (zero_ != 2 && !tp_comm_)) return local_overflow;
   return any_rank(local_overflow, "agreement on an fp16 overflow");
 }
 
-torch::Tensor ParallelRun::clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm) {
-  if (zero_ != 2 || !distributed()) return gputrain::clip_grad_norm(params, max_norm);
-  return gputrain::clip_grad_norm(params, max_norm, [this](torch::Tensor& squared) {
-    comm_->all_reduce_sum_now(squared, "sum of the gradient norm's shards");
-  });
+torch::Tensor ParallelRun::clip_grad_norm(double max_norm) {
+  std::vector<torch::Tensor> all;
+  for (const auto& p : params_) all.push_back(p.tensor);
+  if (!distributed() || (zero_ != 2 && !tp_comm_)) return gputrain::clip_grad_norm(all, max_norm);
+  // One world all-reduce of the squared norm. A value is counted by one rank:
+  // split parameters by every tp rank (each holds its own slice), replicated
+  // ones by tp rank 0; ZeRO-2 spreads the gradients over the dp group (each
+  // rank holds its own parameters'), otherwise dp rank 0 speaks for the replicas.
+  std::vector<torch::Tensor> counted;
+  if (zero_ == 2 || coord_.dp == 0)
+    for (size_t i = 0; i < params_.size(); ++i)
+      if (sharded_[i] || coord_.tp == 0) counted.push_back(params_[i].tensor);
+  torch::Tensor squared = squared_grad_norm(counted, params_.front().tensor.options());
+  comm_->all_reduce_sum_now(squared, "sum of the gradient norm's shards");
+  const torch::Tensor norm = squared.sqrt().reshape({});
+  scale_grads_to_norm(all, norm, max_norm);
+  return norm;
 }
 
 void ParallelRun::after_optimizer_step() {
-  if (zero_ > 0 && distributed()) broadcast_from_owners(*comm_, params_, owners_);
+  if (zero_active()) broadcast_from_owners(*dp_, params_, owners_);
 }
 
-std::vector<NamedTensor> ParallelRun::gather_optimizer_state(const Optimizer& optimizer) {
-  std::vector<NamedTensor> all;
-  if (world_.rank == 0)
-    for (const auto& e : optimizer.state()) all.push_back({e.name, e.tensor});
-  if (zero_ == 0 || !distributed()) return all;
-  const torch::Device dev = comm_->tensor_device();
-  const auto u8 = torch::TensorOptions().dtype(torch::kByte).device(dev);
-  const auto i64 = torch::TensorOptions().dtype(torch::kLong).device(dev);
+ParallelRun::CheckpointShards ParallelRun::gather_checkpoint(const Optimizer& optimizer) {
+  std::vector<NamedTensor> state;
+  for (const auto& e : optimizer.state()) state.push_back({e.name, e.tensor});
+  CheckpointShards out;
+  // Which ranks hold what rank 0 needs: each tp shard's model from the first
+  // dp replica; its optimizer state from there too, or from every dp rank under ZeRO.
+  auto sends_model = [&](int r) { return grid_.coord(r).dp == 0; };
+  auto sends_state = [&](int r) { return zero_active() || grid_.coord(r).dp == 0; };
   if (world_.rank != 0) {
-    // Three messages to rank 0: sizes, a JSON list of (name, dtype, shape), the bytes.
-    json meta = json::array();
-    std::vector<torch::Tensor> bytes;
-    for (const auto& e : optimizer.state()) {
-      meta.push_back({e.name, static_cast<int>(e.tensor.scalar_type()), e.tensor.sizes().vec()});
-      bytes.push_back(as_bytes(e.tensor).to(dev));
-    }
-    const std::string text = meta.dump();
-    torch::Tensor data = bytes.empty() ? torch::empty({0}, u8) : torch::cat(bytes);
-    torch::Tensor text_t = torch::from_blob(const_cast<char*>(text.data()), {static_cast<int64_t>(text.size())},
-                                            torch::kByte).to(dev).clone();
-    torch::Tensor sizes = torch::tensor({static_cast<int64_t>(text.size()), data.numel()}, torch::kLong).to(dev);
-    const std::string what = "sending optimizer state to rank 0 for a checkpoint";
-    comm_->send(sizes, 0, 1, what).wait();
-    comm_->send(text_t, 0, 2, what).wait();
-    comm_->send(data, 0, 3, what).wait();
-    return all;
+    if (sends_model(world_.rank)) send_tensors(*comm_, params_, 0, 1, "sending model shards to rank 0 for a checkpoint");
+    if (sends_state(world_.rank))
+      send_tensors(*comm_, state, 0, 4, "sending optimizer state to rank 0 for a checkpoint");
+    return out;
   }
+  out.model.resize(static_cast<size_t>(grid_.tp()));
+  out.optimizer.resize(static_cast<size_t>(grid_.tp()));
+  out.model[0] = params_;
+  out.optimizer[0] = std::move(state);
   for (int r = 1; r < world_.size; ++r) {
-    const std::string what = "receiving rank " + std::to_string(r) + "'s optimizer state for a checkpoint";
-    torch::Tensor sizes = torch::empty({2}, i64);
-    comm_->recv(sizes, r, 1, what).wait();
-    const torch::Tensor host_sizes = sizes.cpu();
-    torch::Tensor text_t = torch::empty({host_sizes[0].item<int64_t>()}, u8);
-    torch::Tensor data = torch::empty({host_sizes[1].item<int64_t>()}, u8);
-    comm_->recv(text_t, r, 2, what).wait();
-    comm_->recv(data, r, 3, what).wait();
-    const torch::Tensor host_text = text_t.cpu();
-    const json meta = json::parse(std::string(reinterpret_cast<const char*>(host_text.data_ptr<uint8_t>()),
-                                              static_cast<size_t>(host_text.numel())));
-    int64_t offset = 0;
-    for (const auto& m : meta) {
-      const auto dtype = static_cast<torch::ScalarType>(m[1].get<int>());
-      const std::vector<int64_t> shape = m[2].get<std::vector<int64_t>>();
-      int64_t numel = 1;
-      for (int64_t d : shape) numel *= d;
-      const int64_t n = numel * static_cast<int64_t>(c10::elementSize(dtype));
-      all.push_back({m[0].get<std::string>(), data.narrow(0, offset, n).clone().view(dtype).reshape(shape)});
-      offset += n;
-    }
+    const auto tp = static_cast<size_t>(grid_.coord(r).tp);
+    if (sends_model(r)) out.model[tp] = receive_tensors(*comm_, r, 1, "receiving rank " + std::to_string(r) + "'s model shards for a checkpoint");
+    if (sends_state(r))
+      for (auto& e : receive_tensors(*comm_, r, 4, "receiving rank " + std::to_string(r) + "'s optimizer state for a checkpoint"))
+        out.optimizer[tp].push_back(std::move(e));
   }
-  return all;
+  return out;
 }
 
 json ParallelRun::grad_sync_report() const {

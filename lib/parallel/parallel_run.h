@@ -1,7 +1,12 @@
-// What the training loop asks of parallelism, in one place: the world, data
-// parallelism (GradientSync), ZeRO's ownership of parameters, and gathering
-// sharded optimizer state into a checkpoint. A single-process run has a
-// ParallelRun too; every call is then a no-op, so the loop has one shape.
+// What the training loop asks of parallelism, in one place: the world and its
+// dp x pp x tp grid (parallel/grid.h), tensor parallelism applied to the model
+// from outside, data parallelism (GradientSync) and ZeRO over the dp group,
+// and gathering every rank's shards into a checkpoint. A single-process run
+// has a ParallelRun too; every call is then a no-op, so the loop has one shape.
+//
+// Quantities counted once per model replica (the loss, target tokens, the
+// gradient norm's replicated part) are summed over the world with only the
+// ranks that hold them contributing, so one all-reduce serves every grid.
 #pragma once
 #include <torch/types.h>
 
@@ -15,6 +20,8 @@
 #include "optim/param_groups.h"
 #include "parallel/communicator.h"
 #include "parallel/data_parallel.h"
+#include "parallel/grid.h"
+#include "parallel/tensor_shard.h"
 #include "train/train_step.h"
 
 namespace gputrain {
@@ -28,12 +35,21 @@ class ParallelRun {
   ~ParallelRun();
 
   const World& world() const { return world_; }
+  const Grid& grid() const { return grid_; }
+  int dp_rank() const { return coord_.dp; }  // which share of each global batch this rank reads
+  int tp_rank() const { return coord_.tp; }
   bool distributed() const { return comm_ != nullptr; }
   int64_t zero() const { return zero_; }
   std::string describe() const;  // for the log
 
-  // After the model is built (and its weights loaded): rank 0's weights go to
-  // every rank, gradient hooks are installed and ZeRO ownership is decided.
+  // After the model is built and its whole weights loaded: tensor parallelism
+  // (parallel.tp > 1) keeps this rank's shard of each split layer.
+  void shard_model(Gpt& model);
+  // How each parameter is split over the tp group (empty when tp = 1).
+  const std::vector<TensorShard>& tensor_split() const { return split_; }
+
+  // After shard_model: the dp group's first rank's weights go to its other
+  // ranks, gradient hooks are installed and ZeRO ownership is decided.
   void attach(const std::vector<NamedTensor>& named_params);
 
   // The optimizer's groups cut down to the parameters this rank updates (ZeRO), else unchanged.
@@ -50,15 +66,20 @@ class ParallelRun {
   std::pair<torch::Tensor, bool> sum_loss_and_any(const torch::Tensor& loss, bool flag);
   // Whether `flag` is set on any rank (`what` names the all-reduce in errors).
   bool any_rank(bool flag, const std::string& what);
-  // An fp16 overflow anywhere skips the step everywhere. Only ZeRO-2's ranks can disagree (each
-  // checks its own shard of the gradients), so only then does this all-reduce.
+  // An fp16 overflow anywhere skips the step everywhere. Ranks disagree only when they hold
+  // different gradients (ZeRO-2's shards, tensor-parallel shards), so only then does this all-reduce.
   bool overflow_on_any_rank(bool local_overflow);
-  // Global gradient norm and clipping (ZeRO-2: over the shards).
-  torch::Tensor clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm);
+  // Global gradient norm and clipping over every parameter of the model, each
+  // value counted once (ZeRO-2 and tensor-parallel shards summed over their groups).
+  torch::Tensor clip_grad_norm(double max_norm);
   void after_optimizer_step();  // ZeRO: owners broadcast their updated parameters
 
-  // Rank 0 gets every rank's optimizer state (other ranks get an empty list).
-  std::vector<NamedTensor> gather_optimizer_state(const Optimizer& optimizer);
+  // Rank 0 gets the model and optimizer state of every tp rank (ZeRO: every
+  // dp rank's share merged in): one list per tp rank. Other ranks get empty lists.
+  struct CheckpointShards {
+    std::vector<std::vector<NamedTensor>> model, optimizer;
+  };
+  CheckpointShards gather_checkpoint(const Optimizer& optimizer);
   // Per rank: MiB of weights, gradients (as last reduced) and optimizer state.
   nlohmann::ordered_json memory_per_rank(const Optimizer& optimizer);
   // The last step's gradient reductions: how many buckets started before
@@ -66,12 +87,21 @@ class ParallelRun {
   nlohmann::ordered_json grad_sync_report() const;
 
  private:
+  bool zero_active() const { return zero_ > 0 && dp_ != nullptr; }
+
   World world_;
+  Grid grid_;
+  GridCoord coord_;
   int64_t zero_;
   double bucket_mb_;
-  std::unique_ptr<Communicator> comm_;
+  std::unique_ptr<Communicator> comm_;     // the world
+  std::unique_ptr<Communicator> tp_comm_;  // this rank's tp group (tp > 1)
+  std::unique_ptr<Communicator> dp_own_;   // its dp group, when smaller than the world
+  Communicator* dp_ = nullptr;             // the dp group (the world, dp_own_ or none when dp = 1)
+  std::vector<TensorShard> split_;
   std::vector<NamedTensor> params_;  // gradient order
-  std::vector<int> owners_;          // ZeRO: owner of params_[i]
+  std::vector<char> sharded_;        // params_[i] is split over the tp group
+  std::vector<int> owners_;          // ZeRO: owner of params_[i] (a dp-group rank)
   std::set<std::string> owned_;      // names of the parameters this rank updates
   std::unique_ptr<GradientSync> sync_;
   int64_t grad_bytes_ = 0;  // gradients this rank held after the last reduction

@@ -17,26 +17,12 @@
 
 #include "model/gpt.h"
 #include "parallel/communicator.h"
+#include "parallel/tensor_shard.h"
 
 namespace gputrain {
 
-// How a parameter is split over the tp group: dim -1 = replicated. The
-// checkpoint shards and the gather for export and the norm use this.
-struct TensorShard {
-  std::string name;
-  int64_t dim = -1;
-  // c_attn's q, k and v sections are split each on its own: `sections` equal
-  // parts along `dim`, this rank holding slice `rank` of each.
-  int64_t sections = 1;
-};
-
 // Shards `model` for rank `tp.rank()` of `tp.size()`; returns every parameter's split.
 std::vector<TensorShard> parallelize_tensor(Gpt& model, Communicator& tp);
-
-// The slice of a whole tensor that rank `rank` of `size` holds, and the whole from all shards
-// (in rank order): the inverse pair the checkpoint and export use.
-torch::Tensor shard_of(const torch::Tensor& whole, const TensorShard& s, int rank, int size);
-torch::Tensor unshard(const std::vector<torch::Tensor>& shards, const TensorShard& s);
 
 // The two autograd functions (exposed for tests).
 torch::Tensor copy_to_group(const torch::Tensor& x, Communicator& group);

@@ -30,11 +30,12 @@ bool shape_changing(const std::string& key, const json& saved, const json& now) 
   if (key == "model.dropout" || key == "model.attention" || key == "model.init_from" || key == "data.train.path")
     return false;
   if (key == "precision.mode") return saved == "bf16-pure" || now == "bf16-pure";  // the weights' dtype
-  // parallel.* is absent: optimizer state is saved whole and the data position is global, so a
-  // checkpoint continues under any world size or ZeRO stage.
+  // Of parallel.*, only tp: the optimizer state is saved per tp shard (model.init_from takes a
+  // tensor-parallel checkpoint's joined weights at any tp). Otherwise it is saved whole and the data
+  // position is global, so a checkpoint continues under any world size or ZeRO stage.
   for (const char* p : {"model.", "data.train.", "optim.adamw8bit."})
     if (starts_with(key, p)) return true;
-  return key == "run.seed" || key == "optim.name" || key == "optim.adafactor.beta1";
+  return key == "run.seed" || key == "optim.name" || key == "optim.adafactor.beta1" || key == "parallel.tp";
 }
 
 // Keys that change how long the run goes, how it reports or where it writes, not its numbers.

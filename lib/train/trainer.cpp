@@ -240,11 +240,13 @@ RunOutcome run_training(const Recipe& recipe, const RunOptions& options) {
   } else if (!s.model.init_from.empty()) {
     spdlog::info("model: {}", load_initial_weights(*model, s.model, s.model.init_from));
   }
+  const int64_t n_params = model->parameter_count();  // the whole model's, before tensor parallelism keeps a shard
+  par.shard_model(model);  // parallel.tp > 1: this rank's slices of the split layers
   const int64_t recomputed_blocks =
       apply_activation_checkpointing(model, s.train.gradient_checkpointing, s.train.checkpoint_every);
   const std::vector<torch::Tensor> params = model->parameters();
   const std::vector<NamedTensor> named_params = module_weights(*model);
-  par.attach(named_params);  // rank 0's weights everywhere, gradient hooks, ZeRO ownership
+  par.attach(named_params);  // the dp group's first weights in every replica, gradient hooks, ZeRO ownership
   std::vector<ParamGroup> groups = par.owned_groups(make_param_groups(*model, s.optim));
   std::unique_ptr<CpuOffload> offload;  // parallel.offload_optimizer: state and update on the CPU
   if (s.parallel.offload_optimizer && device.is_cuda()) {
@@ -263,6 +265,10 @@ RunOutcome run_training(const Recipe& recipe, const RunOptions& options) {
                          " data-parallel processes\n    fix: make it a multiple of " + std::to_string(dp));
     s.train.global_batch_size /= dp;
     const double budget = cpu_memory_budget_bytes(s);
+    if (!device.is_cpu() && s.parallel.tp > 1)  // trial steps would run collectives that an OOM on one rank leaves hanging
+      throw config_error("train.per_device_batch_size: auto tries batch sizes on the GPU, which a tensor-parallel run "
+                         "(parallel.tp > 1) cannot do\n    fix: set train.per_device_batch_size (`gputrain plan` "
+                         "estimates what fits)");
     const BatchChoice choice =
         device.is_cpu() ? find_batch_size_cpu(s, budget)
                         : find_batch_size(s.train.global_batch_size, [&](int64_t b) {
@@ -284,13 +290,16 @@ RunOutcome run_training(const Recipe& recipe, const RunOptions& options) {
   }
   WindowSampler train_sampler(train_source->window_count(), SamplerOptions{seed, kTrainStream});
   LoaderOptions train_options = loader_options(s, s.data.train, device, s.data.num_workers);
-  train_options.shard = world.rank;  // each rank reads its share of every global batch
+  train_options.shard = par.dp_rank();  // each replica reads its share of every global batch (its tp ranks the same)
   train_options.shards = dp;
   int64_t first_sample = 0;
   if (resumed) {
     TrainingSnapshot& snap = resumed->second;
     std::map<std::string, torch::Tensor> state;
-    for (const auto& e : snap.optimizer_state) state[e.name] = e.tensor;
+    // parallel.tp is the checkpoint's (resume refuses a change): this rank's tp shard of the state.
+    for (const auto& e : snap.optimizer_shards.empty() ? snap.optimizer_state
+                                                       : snap.optimizer_shards.at(static_cast<size_t>(par.tp_rank())))
+      state[e.name] = e.tensor;
     optimizer->load_state(par.owned_state(std::move(state)));
     if (precision.scaler() && snap.scaler) precision.scaler()->load_state(*snap.scaler);
     first_sample = train_sampler.resume_sample(snap.sampler);  // O(1): no data is replayed
@@ -300,7 +309,6 @@ RunOutcome run_training(const Recipe& recipe, const RunOptions& options) {
   BatchLoader train_loader(*train_source, train_sampler, train_options, first_sample);
 
   const std::optional<double> floor = train_source->entropy_floor(s.model.seq_len);
-  const int64_t n_params = model->parameter_count();
   spdlog::info("gputrain: {} on {} ({} threads), recipe {}", s.run.name, device_name(device), threads, recipe.source);
   spdlog::info("model: GPT {} layers, d_model {}, {} heads, seq_len {}, vocab {}: {:.2f}M parameters", s.model.n_layer,
                s.model.d_model, s.model.n_head, s.model.seq_len, s.model.vocab_size, n_params / 1e6);
@@ -352,7 +360,10 @@ RunOutcome run_training(const Recipe& recipe, const RunOptions& options) {
     json j = build_summary(status, t, s, device, threads, n_params, *optimizer,
                            precision.skipped_steps() + t.nan_skipped_steps, floor, seconds_since(t_start));
     j["world_size"] = world.size;
-    if (par.distributed()) j["zero"] = s.parallel.zero;
+    if (par.distributed()) {
+      j["zero"] = s.parallel.zero;
+      j["grid"] = {{"dp", par.grid().dp()}, {"pp", par.grid().pp()}, {"tp", par.grid().tp()}};
+    }
     return j;
   };
 
@@ -372,8 +383,16 @@ RunOutcome run_training(const Recipe& recipe, const RunOptions& options) {
     snap.settings = settings_to_json(s);
     snap.recipe_yaml = recipe_to_yaml(s);
     snap.optimizer = optimizer->describe();
-    snap.model = named_params;
-    snap.optimizer_state = par.gather_optimizer_state(*optimizer);  // ZeRO: every rank's share, on rank 0
+    // On rank 0: every tp shard's weights and optimizer state (ZeRO: every dp rank's share merged).
+    ParallelRun::CheckpointShards shards = par.gather_checkpoint(*optimizer);
+    if (shards.model.size() > 1) {
+      snap.model_shards = std::move(shards.model);
+      snap.optimizer_shards = std::move(shards.optimizer);
+      snap.tp_split = par.tensor_split();
+    } else if (lead) {
+      snap.model = named_params;
+      snap.optimizer_state = std::move(shards.optimizer.front());
+    }
     if (!lead) {
       last_saved_step = t.step;
       return;
@@ -433,9 +452,11 @@ RunOutcome run_training(const Recipe& recipe, const RunOptions& options) {
       profiler.before_step(t.step + 1);
       const auto t0 = Clock::now();
       // Distributed runs draw each step's random numbers (dropout) from a seed made of (run.seed,
-      // rank, step): ranks differ, and a resumed run needs no other rank's generator state.
+      // dp rank, step): replicas differ, the tp ranks of one replica agree (their activations
+      // outside the split layers are the same tensors), and a resumed run needs no other rank's
+      // generator state.
       if (par.distributed())
-        torch::manual_seed(mix_seed(seed, static_cast<uint64_t>(world.rank), static_cast<uint64_t>(t.step)));
+        torch::manual_seed(mix_seed(seed, static_cast<uint64_t>(par.dp_rank()), static_cast<uint64_t>(t.step)));
       std::vector<Batch> micro;
       int64_t local_tokens = 0;
       for (int64_t i = 0; i < s.train.grad_accum_steps; ++i) {
@@ -451,7 +472,7 @@ RunOutcome run_training(const Recipe& recipe, const RunOptions& options) {
       loss = global_loss;
       bool overflow = precision.unscale_and_check(params);  // fp16: inf/nan gradients
       if (precision.has_scaler()) overflow = par.overflow_on_any_rank(overflow);
-      torch::Tensor grad_norm = par.clip_grad_norm(params, s.train.max_grad_norm);
+      torch::Tensor grad_norm = par.clip_grad_norm(s.train.max_grad_norm);
       const double lr = schedule.at(t.step);
       const int64_t step = t.step + 1;
       bool nan_skip = false;

@@ -1,0 +1,27 @@
+// How a tensor-parallel parameter is split over the tp group, and the pair of
+// functions that cut a whole tensor into a rank's shard and join the shards
+// back. Pure tensor arithmetic: the checkpoint reader joins a tensor-parallel
+// checkpoint's shard files with it, without any process group.
+#pragma once
+#include <torch/types.h>
+
+#include <string>
+#include <vector>
+
+namespace gputrain {
+
+// dim -1 = replicated (every rank holds the whole tensor).
+struct TensorShard {
+  std::string name;
+  int64_t dim = -1;
+  // c_attn's q, k and v sections are split each on its own: `sections` equal
+  // parts along `dim`, this rank holding slice `rank` of each.
+  int64_t sections = 1;
+};
+
+// The slice of a whole tensor that rank `rank` of `size` holds, and the whole from all shards
+// (in rank order): the inverse pair the checkpoint and export use.
+torch::Tensor shard_of(const torch::Tensor& whole, const TensorShard& s, int rank, int size);
+torch::Tensor unshard(const std::vector<torch::Tensor>& shards, const TensorShard& s);
+
+}  // namespace gputrain
