@@ -93,23 +93,38 @@ GptImpl::GptImpl(const ModelSettings& c) : cfg(c) {
   reset_parameters();
 }
 
-torch::Tensor GptImpl::forward(const torch::Tensor& tokens) {
+torch::Tensor GptImpl::embed(const torch::Tensor& tokens) {
   const int64_t T = tokens.size(1);
   TORCH_CHECK(T <= cfg.seq_len, "sequence of ", T, " tokens exceeds model.seq_len ", cfg.seq_len);
   auto pos = at::arange(T, tokens.options().dtype(at::kLong));
-  auto x = apply_dropout(transformer->drop, transformer->wte(tokens) + transformer->wpe(pos));
-  for (const auto& m : *transformer->h) {
-    auto* block = m->as<Block>();
+  return apply_dropout(transformer->drop, transformer->wte(tokens) + transformer->wpe(pos));
+}
+
+torch::Tensor GptImpl::run_blocks(torch::Tensor x, int64_t first, int64_t last) {
+  for (int64_t i = first; i < last; ++i) {
+    auto* block = (*transformer->h)[static_cast<size_t>(i)]->as<Block>();
     x = block->checkpoint ? checkpointed_block_forward(*block, x) : block->forward(x);
   }
-  x = transformer->ln_f(x);
-  return cfg.tie_embeddings ? at::linear(x, transformer->wte->weight) : lm_head(x);
+  return x;
+}
+
+static torch::Tensor logits_of(GptImpl& m, const torch::Tensor& x) {
+  auto y = m.transformer->ln_f(x);
+  return m.cfg.tie_embeddings ? at::linear(y, m.transformer->wte->weight) : m.lm_head(y);
+}
+
+torch::Tensor GptImpl::forward(const torch::Tensor& tokens) {
+  return logits_of(*this, run_blocks(embed(tokens), 0, cfg.n_layer));
+}
+
+torch::Tensor GptImpl::head_loss_sum(const torch::Tensor& x, const torch::Tensor& targets) {
+  // fp32 arithmetic whatever the logits' dtype (model/cross_entropy.h); fused on CUDA.
+  auto logits = logits_of(*this, x);
+  return cross_entropy_sum(logits.view({-1, logits.size(-1)}), targets.reshape({-1}), kIgnoreIndex);
 }
 
 torch::Tensor GptImpl::loss_sum(const torch::Tensor& tokens, const torch::Tensor& targets) {
-  // fp32 arithmetic whatever the logits' dtype (model/cross_entropy.h); fused on CUDA.
-  auto logits = forward(tokens);
-  return cross_entropy_sum(logits.view({-1, logits.size(-1)}), targets.reshape({-1}), kIgnoreIndex);
+  return head_loss_sum(run_blocks(embed(tokens), 0, cfg.n_layer), targets);
 }
 
 void GptImpl::reset_parameters() {

@@ -68,6 +68,14 @@ struct GptImpl : torch::nn::Module {
   // callers can normalize by the token count of a whole accumulated step.
   torch::Tensor loss_sum(const torch::Tensor& tokens, const torch::Tensor& targets);
 
+  // The three parts forward and loss_sum are made of, for running the model
+  // in pieces (pipeline stages, parallel/pipeline.h): the residual stream
+  // [B, T, d_model] from tokens, through blocks [first, last), and from the
+  // stream to the loss sum (ln_f, the output head, cross-entropy).
+  torch::Tensor embed(const torch::Tensor& tokens);
+  torch::Tensor run_blocks(torch::Tensor x, int64_t first, int64_t last);
+  torch::Tensor head_loss_sum(const torch::Tensor& x, const torch::Tensor& targets);
+
   // GPT-2 initialization: N(0, 0.02), zero biases, residual projections
   // (attn.c_proj, mlp.c_proj) scaled by 1/sqrt(2 * n_layer). Deterministic
   // given the global torch seed.

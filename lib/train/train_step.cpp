@@ -4,14 +4,10 @@
 
 namespace gputrain {
 
-namespace {
-
 AutocastGuard autocast_for(const Precision* p) {
   return AutocastGuard(p != nullptr && p->uses_autocast(), p ? p->device_type() : c10::DeviceType::CPU,
                        p ? p->autocast_dtype() : c10::kFloat);
 }
-
-}  // namespace
 
 torch::Tensor accumulate_gradients(Gpt& model, const std::vector<Batch>& micro_batches, const Precision* precision,
                                    const AccumulateOptions& options) {

@@ -32,6 +32,9 @@ struct AccumulateOptions {
 torch::Tensor accumulate_gradients(Gpt& model, const std::vector<Batch>& micro_batches,
                                    const Precision* precision = nullptr, const AccumulateOptions& options = {});
 
+// The autocast a forward pass runs under (none without `precision`, or when it does not autocast).
+AutocastGuard autocast_for(const Precision* precision);
+
 // Mean per-token loss over `batches`, without gradients, in eval mode.
 double evaluate(Gpt& model, const std::vector<Batch>& batches, const Precision* precision = nullptr);
 

@@ -1,0 +1,179 @@
+#include "parallel/pipeline.h"
+
+#include <algorithm>
+
+#include "train/train_step.h"
+#include "util/error.h"
+
+namespace gputrain {
+namespace {
+
+constexpr int kActivationTag = 21, kGradientTag = 22;
+
+bool starts_with(const std::string& s, const std::string& p) { return s.compare(0, p.size(), p) == 0; }
+
+// One micro-batch's tensors between its forward and its backward.
+struct InFlight {
+  torch::Tensor input;   // the received stream (requires grad), undefined on the first stage
+  torch::Tensor output;  // the stream sent on, or the scaled loss on the last stage
+};
+
+class StageRunner {
+ public:
+  StageRunner(Gpt& model, Communicator& pp, const std::vector<Batch>& micro, const PipelineStepOptions& o)
+      : model_(model), pp_(pp), micro_(micro), o_(o), held_(micro.size()) {
+    stage_ = pp.rank();
+    stages_ = pp.size();
+    dtype_ = model->transformer->ln_f->weight.scalar_type();  // the residual stream's (autocast keeps it)
+    device_ = model->transformer->ln_f->weight.device();
+    if (o.memory_in_use) memory_start_ = o.memory_in_use();
+  }
+
+  bool first() const { return stage_ == 0; }
+  bool last() const { return stage_ == stages_ - 1; }
+
+  void forward(size_t m) {
+    const Batch& b = micro_[m];
+    InFlight f;
+    torch::Tensor x;
+    {
+      AutocastGuard autocast = autocast_for(o_.precision);
+      if (first()) {
+        x = model_->embed(b.input.to(device_));
+      } else {
+        f.input = torch::empty({b.input.size(0), b.input.size(1), model_->cfg.d_model},
+                               torch::TensorOptions().dtype(dtype_).device(device_));
+        receive(f.input, stage_ - 1, kActivationTag, "activations of micro-batch " + std::to_string(m));
+        f.input.requires_grad_(true);
+        x = f.input;
+      }
+      x = model_->run_blocks(x, o_.stage.first, o_.stage.last);
+      if (last()) {
+        torch::Tensor loss = model_->head_loss_sum(x, b.target.to(device_));
+        loss_sum_ = loss_sum_.defined() ? loss_sum_ + loss.detach() : loss.detach();
+        f.output = loss * inv_total();
+      } else {
+        f.output = x;
+        send(x.detach().contiguous(), stage_ + 1, kActivationTag, "activations of micro-batch " + std::to_string(m));
+      }
+    }
+    held_[m] = std::move(f);
+    ++in_flight_;
+    stats_.peak_micro_batches_held = std::max(stats_.peak_micro_batches_held, in_flight_);
+    if (o_.memory_in_use) stats_.peak_memory_bytes = std::max(stats_.peak_memory_bytes, o_.memory_in_use() - memory_start_);
+  }
+
+  void backward(size_t m) {
+    InFlight& f = held_[m];
+    if (o_.before_backward) o_.before_backward(m + 1 == micro_.size());
+    if (last()) {
+      (o_.precision ? o_.precision->for_backward(f.output) : f.output).backward();
+    } else {
+      torch::Tensor grad = torch::empty_like(f.output);
+      receive(grad, stage_ + 1, kGradientTag, "gradient of micro-batch " + std::to_string(m));
+      f.output.backward(grad);
+    }
+    if (!first()) send(f.input.grad().contiguous(), stage_ - 1, kGradientTag, "gradient of micro-batch " + std::to_string(m));
+    f = InFlight{};
+    --in_flight_;
+  }
+
+  torch::Tensor finish() {
+    for (auto& s : sends_) s.wait();
+    sends_.clear();
+    return last() ? loss_sum_ * inv_total() : torch::zeros({}, torch::TensorOptions().device(device_));
+  }
+
+  const PipelineStepStats& stats() const { return stats_; }
+
+ private:
+  double inv_total() const { return 1.0 / static_cast<double>(o_.total_targets); }
+
+  // Through the communicator's device (the CPU for Gloo when the model is on a GPU).
+  void send(torch::Tensor t, int dst, int tag, const std::string& what) {
+    const torch::Device wire = pp_.tensor_device();
+    if (t.device() != wire) t = t.to(wire);
+    sent_.push_back(t);  // alive until the send finishes
+    sends_.push_back(pp_.send(sent_.back(), dst, tag, "pipeline stage " + std::to_string(stage_) + " sending " + what));
+  }
+  void receive(torch::Tensor& into, int src, int tag, const std::string& what) {
+    const torch::Device wire = pp_.tensor_device();
+    torch::Tensor buf = into.device() == wire ? into : torch::empty_like(into, torch::TensorOptions().device(wire));
+    pp_.recv(buf, src, tag, "pipeline stage " + std::to_string(stage_) + " receiving " + what).wait();
+    if (!buf.is_same(into)) into.copy_(buf);
+  }
+
+  Gpt& model_;
+  Communicator& pp_;
+  const std::vector<Batch>& micro_;
+  const PipelineStepOptions& o_;
+  std::vector<InFlight> held_;
+  std::vector<torch::Tensor> sent_;
+  std::vector<PendingCollective> sends_;
+  torch::Tensor loss_sum_;
+  int stage_ = 0, stages_ = 1;
+  c10::ScalarType dtype_;
+  torch::Device device_ = torch::kCPU;
+  int64_t in_flight_ = 0, memory_start_ = 0;
+  PipelineStepStats stats_;
+};
+
+}  // namespace
+
+bool stage_holds(const std::string& name, const StageLayers& stage, bool tie_embeddings) {
+  if (name == "transformer.wte.weight") return stage.embeds || (stage.has_head && tie_embeddings);
+  if (starts_with(name, "transformer.wpe.")) return stage.embeds;
+  if (starts_with(name, "transformer.ln_f.") || starts_with(name, "lm_head.")) return stage.has_head;
+  const std::string blocks = "transformer.h.";
+  if (starts_with(name, blocks)) {
+    const int64_t i = std::stoll(name.substr(blocks.size()));
+    return i >= stage.first && i < stage.last;
+  }
+  throw std::logic_error("stage_holds: unknown parameter " + name);
+}
+
+std::vector<std::string> keep_stage(Gpt& model, const StageLayers& stage) {
+  std::vector<std::string> kept;
+  torch::NoGradGuard no_grad;
+  for (auto& item : model->named_parameters()) {
+    if (stage_holds(item.key(), stage, model->cfg.tie_embeddings)) {
+      kept.push_back(item.key());
+    } else {
+      item.value().set_data(torch::empty({0}, item.value().options()));
+    }
+  }
+  return kept;
+}
+
+torch::Tensor pipeline_train_step(Gpt& model, Communicator& pp, const std::vector<Batch>& micro,
+                                  const PipelineStepOptions& options, PipelineStepStats* stats) {
+  if (options.total_targets <= 0) throw runtime_error("a training step has no target tokens (every target is masked)");
+  StageRunner run(model, pp, micro, options);
+  const size_t m = micro.size();
+  if (options.schedule == PipelineSchedule::kGpipe) {
+    for (size_t i = 0; i < m; ++i) run.forward(i);
+    for (size_t i = 0; i < m; ++i) run.backward(i);
+  } else {
+    const size_t warmup = std::min(static_cast<size_t>(pp.size() - pp.rank() - 1), m);
+    for (size_t i = 0; i < warmup; ++i) run.forward(i);
+    for (size_t i = 0; i + warmup < m; ++i) {
+      run.forward(i + warmup);
+      run.backward(i);
+    }
+    for (size_t i = m - warmup; i < m; ++i) run.backward(i);
+  }
+  torch::Tensor loss = run.finish();
+  if (stats) *stats = run.stats();
+  return loss;
+}
+
+void sum_tied_embedding_grads(Gpt& model, Communicator& ends) {
+  torch::Tensor& w = model->transformer->wte->weight;
+  if (!w.grad().defined()) w.mutable_grad() = torch::zeros_like(w);
+  const torch::Device wire = ends.tensor_device();
+  torch::Tensor g = w.grad().device() == wire ? w.grad() : w.grad().to(wire);
+  ends.all_reduce_sum_now(g, "sum of the tied embedding's gradients (first and last pipeline stage)");
+  if (!g.is_same(w.grad())) w.mutable_grad().copy_(g);
+}
+
+}  // namespace gputrain
