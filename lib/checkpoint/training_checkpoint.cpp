@@ -88,14 +88,19 @@ std::vector<NamedTensor> join_shards(const std::vector<std::vector<NamedTensor>>
   return whole;
 }
 
-}  // namespace
-
-std::vector<NamedTensor> read_checkpoint_model(const fs::path& dir) {
-  const auto [tp, split] = tensor_parallel_of(read_json_file(dir / "trainer.json"));
+// The whole model from model.safetensors, or from the `tp` shard files joined.
+std::vector<NamedTensor> read_model_files(const fs::path& dir, size_t tp, const std::vector<TensorShard>& split) {
   if (tp == 1) return read_safetensors((dir / "model.safetensors").string()).tensors;
   std::vector<std::vector<NamedTensor>> shards;
   for (size_t r = 0; r < tp; ++r) shards.push_back(read_safetensors((dir / shard_file("model", r)).string()).tensors);
   return join_shards(shards, split, dir);
+}
+
+}  // namespace
+
+std::vector<NamedTensor> read_checkpoint_model(const fs::path& dir) {
+  const auto [tp, split] = tensor_parallel_of(read_json_file(dir / "trainer.json"));
+  return read_model_files(dir, tp, split);
 }
 
 fs::path save_training_checkpoint(const fs::path& root, const TrainingSnapshot& s) {
@@ -183,7 +188,7 @@ TrainingSnapshot load_training_checkpoint(const fs::path& dir) {
                      "\n    fix: resume from another checkpoint");
   }
   s.recipe_yaml = read_text(dir / "recipe.yaml");
-  s.model = read_checkpoint_model(dir);
+  s.model = read_model_files(dir, tp, s.tp_split);
   if (tp == 1) s.optimizer_state = read_safetensors((dir / "optimizer.safetensors").string()).tensors;
   for (size_t r = 0; tp > 1 && r < tp; ++r)
     s.optimizer_shards.push_back(read_safetensors((dir / shard_file("optimizer", r)).string()).tensors);

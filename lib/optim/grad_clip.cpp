@@ -31,20 +31,11 @@ void scale_grads_to_norm(const std::vector<torch::Tensor>& params, const torch::
   at::_foreach_mul_(grads, coef.to(grads.front().dtype()));
 }
 
-torch::Tensor clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm,
-                             const std::function<void(torch::Tensor&)>& sum_over_ranks) {
+torch::Tensor clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm) {
   torch::NoGradGuard no_grad;
-  at::Tensor total;
-  if (sum_over_ranks) {
-    // A rank may hold no gradient at all, but still takes part in the sum.
-    at::Tensor squared = squared_grad_norm(params, params.empty() ? at::TensorOptions() : params.front().options());
-    sum_over_ranks(squared);
-    total = squared.sqrt().reshape({});
-  } else {
-    const std::vector<at::Tensor> grads = defined_grads(params);
-    if (grads.empty()) return at::zeros({});
-    total = at::linalg_vector_norm(at::stack(at::_foreach_norm(grads, 2, at::kFloat)), 2);
-  }
+  const std::vector<at::Tensor> grads = defined_grads(params);
+  if (grads.empty()) return at::zeros({});
+  at::Tensor total = at::linalg_vector_norm(at::stack(at::_foreach_norm(grads, 2, at::kFloat)), 2);
   scale_grads_to_norm(params, total, max_norm);
   return total;
 }

@@ -3,7 +3,6 @@
 #pragma once
 #include <torch/types.h>
 
-#include <functional>
 #include <vector>
 
 namespace gputrain {
@@ -11,14 +10,11 @@ namespace gputrain {
 // Returns the global L2 norm before clipping (a 0-dim float tensor, not synced
 // to the host). Scales gradients by max_norm / norm when the norm exceeds it;
 // max_norm <= 0 only measures.
-// `sum_over_ranks`, when given, sums the squared norm across processes in place
-// (ZeRO-2: each rank holds only its own parameters' gradients).
-torch::Tensor clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm,
-                             const std::function<void(torch::Tensor&)>& sum_over_ranks = {});
+torch::Tensor clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm);
 
 // The two halves, for callers that assemble the norm from parts held by
-// different processes (tensor parallelism: shards summed over the group,
-// replicated tensors counted once).
+// different processes (ParallelRun: ZeRO-2's and tensor parallelism's shards
+// summed over their groups, replicated tensors counted once).
 // The sum of squares of the defined gradients of `params`: a 1-element float
 // tensor on `options`' device, 0 when there are none.
 torch::Tensor squared_grad_norm(const std::vector<torch::Tensor>& params, const torch::TensorOptions& options);

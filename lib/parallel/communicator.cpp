@@ -88,7 +88,7 @@ Communicator::Communicator(const World& world, CommBackend backend, torch::Devic
                                     "is running and reachable from this host",
                                     world.rank, where, timeout_s, first_line(e.what())));
   }
-  connect(backend, device);
+  connect();
 
   c10d::TCPStoreOptions hb = opts;
   hb.isServer = false;
@@ -116,7 +116,7 @@ Communicator::Communicator(std::shared_ptr<Shared> shared, const World& world, s
   if (me == ranks_.end())
     throw std::logic_error("Communicator::subgroup: rank " + std::to_string(world.rank) + " is not in group " + name_);
   rank_ = static_cast<int>(me - ranks_.begin());
-  connect(backend, device);
+  connect();
 }
 
 std::unique_ptr<Communicator> Communicator::subgroup(const std::vector<int>& world_ranks, const std::string& name) const {
@@ -124,12 +124,12 @@ std::unique_ptr<Communicator> Communicator::subgroup(const std::vector<int>& wor
       new Communicator(shared_, world_, world_ranks, name, backend_, device_, timeout_s_));
 }
 
-void Communicator::connect(CommBackend backend, torch::Device device) {
+void Communicator::connect() {
   const auto timeout = milliseconds(static_cast<int64_t>(timeout_s_ * 1000));
   // A group's backend finds its peers under its own prefix of the shared store.
   c10::intrusive_ptr<c10d::Store> store = shared_->store;
   if (!name_.empty()) store = c10::make_intrusive<c10d::PrefixStore>("gputrain/group/" + name_, store);
-  const bool nccl = backend == CommBackend::kNccl || (backend == CommBackend::kAuto && device.is_cuda());
+  const bool nccl = backend_ == CommBackend::kNccl || (backend_ == CommBackend::kAuto && device_.is_cuda());
   try {
     if (nccl) {
 #ifdef GPUTRAIN_WITH_CUDA

@@ -80,7 +80,7 @@ class Communicator {
   struct Impl;
   Communicator(std::shared_ptr<Shared> shared, const World& world, std::vector<int> ranks, std::string name,
                CommBackend backend, torch::Device device, double timeout_s);
-  void connect(CommBackend backend, torch::Device device);
+  void connect();  // this group's backend (backend_, device_) over the shared store
   std::shared_ptr<Shared> shared_;
   std::unique_ptr<Impl> impl_;
   World world_;

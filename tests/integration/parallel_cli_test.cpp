@@ -56,6 +56,26 @@ double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b) 
   return m;
 }
 
+// A multi-process run to compare with one process: its recipe overrides and process count.
+struct Variant {
+  const char* name;
+  std::vector<std::string> sets;
+  int nproc = 2;
+};
+
+// Trains `v` into dir/<name> and checks its per-step losses and gradient
+// norms against the 1-process run's, within `tolerance`.
+CommandResult train_like_one_process(const TempDir& dir, const std::string& recipe, const Variant& v,
+                                     const std::vector<double>& loss1, const std::vector<double>& norm1,
+                                     double tolerance) {
+  auto r = train(recipe, dir.file(v.name), v.nproc, v.sets);
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  CHECK(max_abs_diff(loss1, column(dir.file(v.name), "loss")) < tolerance);
+  CHECK(max_abs_diff(norm1, column(dir.file(v.name), "grad_norm")) < tolerance);
+  return r;
+}
+
 // Starts the launcher in the background, its output in `log`.
 int spawn_launcher(const std::string& recipe, const std::string& out, int nproc, const std::vector<std::string>& sets,
                    const std::string& log) {
@@ -105,11 +125,6 @@ TEST_CASE("parallel: 2 processes match 1 process with the same global batch, ZeR
   CHECK(loss1.back() < loss1.front() - 1.0);  // it learns
 
   // Tolerance 1e-5: the same sums in another order (float32 reductions over ranks).
-  struct Variant {
-    const char* name;
-    std::vector<std::string> sets;
-    int nproc = 2;
-  };
   const std::vector<Variant> variants = {
       {"dp2", {"train.per_device_batch_size=2"}},
       {"dp2-accum", {"train.per_device_batch_size=1", "train.grad_accum_steps=2", "parallel.bucket_mb=0.01"}},
@@ -123,11 +138,8 @@ TEST_CASE("parallel: 2 processes match 1 process with the same global batch, ZeR
   };
   for (const auto& v : variants) {
     SECTION(v.name) {
-      auto r = train(dir.file("r.yaml"), dir.file(v.name), v.nproc, v.sets);
+      const auto r = train_like_one_process(dir, dir.file("r.yaml"), v, loss1, norm1, 1e-5);
       INFO(r.output);
-      REQUIRE(r.exit_code == 0);
-      CHECK(max_abs_diff(loss1, column(dir.file(v.name), "loss")) < 1e-5);
-      CHECK(max_abs_diff(norm1, column(dir.file(v.name), "grad_norm")) < 1e-5);
       const auto s = read_json(dir.file(v.name) + "/summary.json");
       CHECK(s["world_size"] == v.nproc);
       CHECK(s["tokens"] == read_json(dir.file("one") + "/summary.json")["tokens"]);
@@ -387,11 +399,6 @@ TEST_CASE("parallel: tensor parallelism (tp 2, dp 2 x tp 2, with ZeRO-2 and reco
   const auto loss1 = column(dir.file("one"), "loss");
   const auto norm1 = column(dir.file("one"), "grad_norm");
   const double weights1 = read_json(dir.file("one") + "/summary.json")["memory_per_rank"][0]["weights_mb"].get<double>();
-  struct Variant {
-    const char* name;
-    std::vector<std::string> sets;
-    int nproc;
-  };
   const std::vector<Variant> variants = {
       {"tp2", {"parallel.tp=2"}, 2},
       {"tp2-recompute-clip", {"parallel.tp=2", "train.gradient_checkpointing=full"}, 2},
@@ -400,11 +407,8 @@ TEST_CASE("parallel: tensor parallelism (tp 2, dp 2 x tp 2, with ZeRO-2 and reco
   };
   for (const auto& v : variants) {
     SECTION(v.name) {
-      auto r = train(dir.file("r.yaml"), dir.file(v.name), v.nproc, v.sets);
+      const auto r = train_like_one_process(dir, dir.file("r.yaml"), v, loss1, norm1, 1e-4);
       INFO(r.output);
-      REQUIRE(r.exit_code == 0);
-      CHECK(max_abs_diff(loss1, column(dir.file(v.name), "loss")) < 1e-4);
-      CHECK(max_abs_diff(norm1, column(dir.file(v.name), "grad_norm")) < 1e-4);
       const auto s = read_json(dir.file(v.name) + "/summary.json");
       CHECK(s["grid"]["tp"] == 2);
       CHECK(s["grid"]["dp"] == v.nproc / 2);

@@ -9,12 +9,10 @@
 
 #include <map>
 #include <mutex>
-#include <thread>
 
-#include "parallel/communicator.h"
-#include "parallel/launcher.h"
 #include "parallel/pipeline.h"
 #include "test_util.h"
+#include "thread_ranks.h"
 #include "train/train_step.h"
 
 using namespace gputrain;
@@ -55,19 +53,9 @@ int64_t total_targets(const std::vector<Batch>& micro) {
 }
 
 std::vector<StageResult> run_pipeline(PipelineSchedule schedule, const std::vector<Batch>& micro) {
-  const int port = free_tcp_port();
   std::vector<StageResult> out(kStages);
-  auto stage_main = [&](int rank) {
-    World w;
-    w.rank = rank;
-    w.size = w.local_size = kStages;
-    w.local_rank = rank;
-    w.master_port = port;
-    w.source = "test";
-    Communicator world(w, CommBackend::kGloo, torch::kCPU, 60);
-    std::vector<int> all;
-    for (int r = 0; r < kStages; ++r) all.push_back(r);
-    auto pp = world.subgroup(all, "pp");
+  test::run_thread_ranks(kStages, [&](int rank, Communicator& world) {
+    auto pp = test::whole_group(world, "pp");
     std::unique_ptr<Communicator> ends;
     if (rank == 0 || rank == kStages - 1) ends = world.subgroup({0, kStages - 1}, "tied-embedding");
     Gpt model = make_model();
@@ -85,16 +73,8 @@ std::vector<StageResult> run_pipeline(PipelineSchedule schedule, const std::vect
     r.peak_held = stats.peak_micro_batches_held;
     r.freed = static_cast<int64_t>(before - kept.size());
     for (const auto& name : kept) r.grads[name] = model->named_parameters()[name].grad().clone();
-  };
-  std::vector<std::thread> threads;
-  for (int r = 1; r < kStages; ++r) threads.emplace_back(stage_main, r);
-  stage_main(0);
-  for (auto& t : threads) t.join();
+  });
   return out;
-}
-
-double rel(const torch::Tensor& a, const torch::Tensor& b) {
-  return (a - b).norm().item<double>() / std::max(b.norm().item<double>(), 1e-30);
 }
 
 }  // namespace
@@ -118,7 +98,7 @@ TEST_CASE("pipeline: 3 stages give one process's loss and gradients under gpipe 
       CHECK(r.freed > 0);
       for (const auto& [name, grad] : r.grads) {
         INFO("stage " << s << " " << name);
-        CHECK(rel(grad, whole->named_parameters()[name].grad()) < 1e-5);
+        CHECK(test::relative_error(grad, whole->named_parameters()[name].grad()) < 1e-5);
       }
       // gpipe holds every micro-batch; 1f1b the warm-up depth stages - stage.
       CHECK(r.peak_held == peak_micro_batches_held(schedule, kStages, s, 4));

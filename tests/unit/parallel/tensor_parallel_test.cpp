@@ -8,12 +8,10 @@
 #include <ATen/ATen.h>
 
 #include <mutex>
-#include <thread>
 
-#include "parallel/communicator.h"
-#include "parallel/launcher.h"
 #include "parallel/tensor_parallel.h"
 #include "test_util.h"
+#include "thread_ranks.h"
 
 using namespace gputrain;
 
@@ -34,17 +32,8 @@ Gpt make_model() {
   return Gpt(test::model_settings(64, 16, 2, 4, 32));
 }
 
-Result run_rank(int rank, int size, int port, const torch::Tensor& tokens, const torch::Tensor& targets) {
-  World w;
-  w.rank = rank;
-  w.size = w.local_size = size;
-  w.local_rank = rank;
-  w.master_port = port;
-  w.source = "test";
-  Communicator world(w, CommBackend::kGloo, torch::kCPU, 60);
-  std::vector<int> all;
-  for (int r = 0; r < size; ++r) all.push_back(r);
-  auto tp = world.subgroup(all, "tp");
+Result run_rank(Communicator& world, const torch::Tensor& tokens, const torch::Tensor& targets) {
+  auto tp = test::whole_group(world, "tp");
   Gpt model = make_model();
   Result out;
   out.shards = parallelize_tensor(model, *tp);
@@ -53,10 +42,6 @@ Result run_rank(int rank, int size, int port, const torch::Tensor& tokens, const
   out.loss = loss.item<double>();
   for (const auto& p : model->named_parameters()) out.grads[p.key()] = p.value().grad().clone();
   return out;
-}
-
-double rel(const torch::Tensor& a, const torch::Tensor& b) {
-  return (a - b).norm().item<double>() / std::max(b.norm().item<double>(), 1e-30);
 }
 
 }  // namespace
@@ -69,11 +54,8 @@ TEST_CASE("tensor parallel: two ranks give one process's loss and gradients", "[
   auto ref_loss = whole->loss_sum(tokens, targets);
   ref_loss.backward();
 
-  const int port = free_tcp_port();
   Result r0, r1;
-  std::thread t1([&] { r1 = run_rank(1, 2, port, tokens, targets); });
-  r0 = run_rank(0, 2, port, tokens, targets);
-  t1.join();
+  test::run_thread_ranks(2, [&](int rank, Communicator& world) { (rank == 0 ? r0 : r1) = run_rank(world, tokens, targets); });
 
   CHECK(r0.loss == Approx(ref_loss.item<double>()).epsilon(1e-5));
   CHECK(r1.loss == Approx(r0.loss).epsilon(1e-6));
@@ -83,12 +65,12 @@ TEST_CASE("tensor parallel: two ranks give one process's loss and gradients", "[
     const torch::Tensor ref = whole->named_parameters()[s.name].grad();
     const torch::Tensor got = unshard({r0.grads[s.name], r1.grads[s.name]}, s);
     REQUIRE(got.sizes() == ref.sizes());
-    CHECK(rel(got, ref) < 1e-5);
+    CHECK(test::relative_error(got, ref) < 1e-5);
     if (s.dim >= 0) {
       ++sharded;
       CHECK(r0.grads[s.name].numel() * 2 == ref.numel());  // each rank holds half
     } else {
-      CHECK(rel(r1.grads[s.name], r0.grads[s.name]) < 1e-6);  // replicated: the same on both ranks
+      CHECK(test::relative_error(r1.grads[s.name], r0.grads[s.name]) < 1e-6);  // replicated: the same on both ranks
     }
   }
   CHECK(sharded == 2 * 6);  // per block: c_attn w+b, c_fc w+b, attn.c_proj w, mlp.c_proj w
