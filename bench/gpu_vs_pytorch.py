@@ -119,6 +119,9 @@ metrics: {{progress: off}}
         subprocess.run(args, check=True, stdout=subprocess.DEVNULL)
         ms, lines = timed_ms(os.path.join(out, "metrics.jsonl"), warmup, steps)
         peak = lines[-1]["mem_peak_mb"]
+        if "mfu" in lines[-1]:  # gputrain's own figure (metrics/flops.h), to check against this script's
+            print(f"(gputrain's metrics.jsonl: mfu {100 * lines[-1]['mfu']:.1f}% over its last "
+                  f"{steps} steps)", file=sys.stderr)
         return steps * B * T / (ms / 1000.0), ms / steps, peak
 
 

@@ -56,7 +56,7 @@ int cmd_plan(const CommonArgs& a, int world_size) {
   const double tokens_per_step = static_cast<double>(s.tokens_per_step());
   std::printf("plan for %s\n", recipe.source.c_str());
   std::printf("parameters: %lld (%.2fM)\n", static_cast<long long>(p.parameters), p.parameters / 1e6);
-  std::printf("training FLOPs per token: %.3g (6 N + 12 n_layer seq_len d_model); per step: %.3g\n",
+  std::printf("training FLOPs per token: %.3g (6 N + 12 n_layer seq_len d_model, N without the position embedding); per step: %.3g\n",
               p.flops_per_token, p.flops_per_token * tokens_per_step);
   std::printf("micro-batch %lld x seq_len %lld, grad_accum_steps %lld: %.0f tokens per step%s\n",
               static_cast<long long>(s.train.per_device_batch_size), static_cast<long long>(s.model.seq_len),

@@ -273,6 +273,13 @@ void check_parallel(Checker& c) {
     c.error("parallel.pp_microbatches", "(" + str(p.pp_microbatches) + ") must divide the " + str(sequences) +
                                             " sequences of a step (grad_accum_steps x per_device_batch_size)",
             "use one of " + divisors(sequences));
+  // ZeRO-2 keeps each gradient on its owner alone, and the two stages that
+  // hold the tied embedding split their parameters among different owners, so
+  // its two gradients could not be summed.
+  if (p.pp > 1 && p.zero == 2 && m.tie_embeddings)
+    c.error("parallel.zero", "2 cannot be combined with pipeline parallelism (parallel.pp: " + str(p.pp) +
+                                 ") and tied embeddings: the first and last stage must sum the embedding's whole gradients",
+            "use parallel.zero: 1 (the optimizer state stays sharded), or model.tie_embeddings: false");
   if (p.pp == 1 && p.pp_microbatches > 0)
     c.warning("parallel.pp_microbatches", "has no effect without pipeline parallelism (parallel.pp: 1)", "remove it");
   if (p.offload_optimizer && c.s.run.device == "cpu")

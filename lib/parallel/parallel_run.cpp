@@ -71,15 +71,20 @@ ParallelRun::ParallelRun(const World& world, const ParallelSettings& p, torch::D
       grid_(p, world.size),  // a config error unless dp x tp x pp is the world
       coord_(grid_.coord(world.rank)),
       zero_(p.zero),
-      bucket_mb_(p.bucket_mb) {
-  if (grid_.pp() > 1)
-    throw config_error("parallel.pp: training with pipeline parallelism is not built yet (`gputrain plan --world-size "
-                       "N` prints the stages)\n    fix: set parallel.pp: 1 (parallel.tp and parallel.dp train)");
+      bucket_mb_(p.bucket_mb),
+      schedule_(p.pp_schedule),
+      pp_microbatches_(p.pp_microbatches) {
   if (!world.distributed() && !world.launched()) return;
   comm_ = std::make_unique<Communicator>(world, p.backend, device, p.timeout_s);
-  // Every rank makes its groups in the same order: tp, then dp.
+  // Every rank makes its groups in the same order: tp, pp, the pipeline's ends, dp.
   if (grid_.tp() > 1)
     tp_comm_ = comm_->subgroup(grid_.tp_group(world.rank), fmt::format("tp(dp{},pp{})", coord_.dp, coord_.pp));
+  if (grid_.pp() > 1) {
+    const std::vector<int> stages = grid_.pp_group(world.rank);
+    pp_comm_ = comm_->subgroup(stages, fmt::format("pp(dp{},tp{})", coord_.dp, coord_.tp));
+    if (coord_.pp == 0 || coord_.pp == grid_.pp() - 1)
+      ends_ = comm_->subgroup({stages.front(), stages.back()}, fmt::format("ends(dp{},tp{})", coord_.dp, coord_.tp));
+  }
   if (grid_.dp() == world.size) {
     dp_ = comm_.get();
   } else if (grid_.dp() > 1) {
@@ -100,14 +105,18 @@ std::string ParallelRun::describe() const {
       ++mine_tensors;
     }
   }
-  std::string s = fmt::format("{} process(es) ({}), {}; grid dp {} x pp {} x tp {}, this rank dp {} tp {}", world_.size,
-                              comm_->backend_name(), world_.describe(), grid_.dp(), grid_.pp(), grid_.tp(), coord_.dp,
-                              coord_.tp);
+  std::string s = fmt::format("{} process(es) ({}), {}; grid dp {} x pp {} x tp {}, this rank dp {} pp {} tp {}",
+                              world_.size, comm_->backend_name(), world_.describe(), grid_.dp(), grid_.pp(), grid_.tp(),
+                              coord_.dp, coord_.pp, coord_.tp);
   if (tp_comm_) {
     int64_t split = 0;
     for (const auto& t : split_) split += t.dim >= 0 ? 1 : 0;
     s += fmt::format("; tensor parallel: {} of {} parameter tensors split over {} ranks", split, split_.size(), grid_.tp());
   }
+  if (pp_comm_)
+    s += fmt::format("; pipeline: stage {} of {} runs blocks [{}, {}){}{}, {} schedule", coord_.pp, grid_.pp(),
+                     stage_.first, stage_.last, stage_.embeds ? " and the embeddings" : "",
+                     stage_.has_head ? " and the head" : "", schedule_ == PipelineSchedule::kGpipe ? "gpipe" : "1f1b");
   if (sync_)
     s += fmt::format("; data parallel: {} gradient bucket(s) of up to {:g} MiB, reduced over {} replica(s) during backward",
                      sync_->bucket_count(), bucket_mb_, grid_.dp());
@@ -119,11 +128,28 @@ std::string ParallelRun::describe() const {
 }
 
 void ParallelRun::shard_model(Gpt& model) {
-  if (!tp_comm_) return;
-  split_ = parallelize_tensor(model, *tp_comm_);
+  stages_ = split_stages(model->cfg, grid_.pp());
+  stage_ = stages_[static_cast<size_t>(coord_.pp)];
+  if (tp_comm_) split_ = parallelize_tensor(model, *tp_comm_);
+  if (!pp_comm_) return;
+  for (auto& name : keep_stage(model, stage_)) held_.insert(std::move(name));
+  if (model->cfg.tie_embeddings && (stage_.embeds || stage_.has_head)) tied_weight_ = model->transformer->wte->weight;
+}
+
+std::vector<NamedTensor> ParallelRun::held(std::vector<NamedTensor> named) const {
+  if (!pp_comm_) return named;
+  std::vector<NamedTensor> out;
+  for (auto& e : named)
+    if (held_.count(e.name)) out.push_back(std::move(e));
+  return out;
+}
+
+bool ParallelRun::stage_counts(const std::string& name) const {
+  return !(tied_weight_.defined() && !stage_.embeds && name == "transformer.wte.weight");
 }
 
 void ParallelRun::attach(const std::vector<NamedTensor>& named_params) {
+  named_ = named_params;
   params_ = in_gradient_order(named_params);
   sharded_.assign(params_.size(), 0);
   for (size_t i = 0; i < params_.size(); ++i)
@@ -144,14 +170,15 @@ void ParallelRun::attach(const std::vector<NamedTensor>& named_params) {
 }
 
 std::vector<ParamGroup> ParallelRun::owned_groups(std::vector<ParamGroup> groups) const {
-  if (!zero_active()) return groups;
+  if (!zero_active() && !pp_comm_) return groups;
+  const std::set<std::string>& mine = zero_active() ? owned_ : held_;  // ZeRO's owned are held
   std::vector<ParamGroup> out;
   for (auto& g : groups) {
     ParamGroup kept = g;
     kept.names.clear();
     kept.params.clear();
     for (size_t i = 0; i < g.names.size(); ++i)
-      if (owned_.count(g.names[i])) {
+      if (mine.count(g.names[i])) {
         kept.names.push_back(g.names[i]);
         kept.params.push_back(g.params[i]);
       }
@@ -161,33 +188,51 @@ std::vector<ParamGroup> ParallelRun::owned_groups(std::vector<ParamGroup> groups
 }
 
 std::map<std::string, torch::Tensor> ParallelRun::owned_state(std::map<std::string, torch::Tensor> state) const {
-  if (!zero_active()) return state;
+  if (!zero_active() && !pp_comm_) return state;
+  const std::set<std::string>& mine = zero_active() ? owned_ : held_;
   std::map<std::string, torch::Tensor> out;
   for (auto& [key, t] : state) {
     // State keys are "<parameter name>.<slot>"; slots have no dots.
     const auto dot = key.rfind('.');
-    if (dot != std::string::npos && owned_.count(key.substr(0, dot))) out.emplace(key, t);
+    if (dot != std::string::npos && mine.count(key.substr(0, dot))) out.emplace(key, t);
   }
   return out;
 }
 
 int64_t ParallelRun::global_targets(int64_t local_targets) {
   if (!distributed()) return local_targets;
-  // The tp ranks of a replica read the same batch: its first one counts it.
-  auto t = torch::tensor({coord_.tp == 0 ? local_targets : 0}, torch::TensorOptions().dtype(torch::kLong)).to(comm_->tensor_device());
+  // The tp ranks and pipeline stages of a replica read the same batch: its first one counts it.
+  auto t = torch::tensor({coord_.tp == 0 && coord_.pp == 0 ? local_targets : 0}, torch::TensorOptions().dtype(torch::kLong)).to(comm_->tensor_device());
   comm_->all_reduce_sum_now(t, "sum of the step's target tokens");
   return t.item<int64_t>();
 }
 
-AccumulateOptions ParallelRun::accumulate_options(int64_t global_targets) {
-  AccumulateOptions o;
+torch::Tensor ParallelRun::train_step(Gpt& model, const std::vector<Batch>& micro, const Precision& precision,
+                                      int64_t global_targets) {
+  std::function<void(bool)> before_backward;
+  if (sync_) before_backward = [this](bool last) { sync_->prepare_backward(last); };
+  if (!pp_comm_) return accumulate_gradients(model, micro, &precision, AccumulateOptions{global_targets, before_backward});
+  PipelineStepOptions o;
+  o.schedule = schedule_;
+  o.stage = stage_;
   o.total_targets = global_targets;
-  if (sync_) o.before_backward = [this](bool last) { sync_->prepare_backward(last); };
-  return o;
+  o.precision = &precision;
+  o.before_backward = before_backward;
+  const torch::Device device = model->transformer->ln_f->weight.device();
+  o.memory_in_use = [device] { return memory_in_use_bytes(device); };
+  const bool recut = pp_microbatches_ > 0 && pp_microbatches_ != static_cast<int64_t>(micro.size());
+  const std::vector<Batch> parts = recut ? split_micro_batches(micro, pp_microbatches_) : micro;
+  micro_batches_ = static_cast<int64_t>(parts.size());
+  torch::Tensor loss = pipeline_train_step(model, *pp_comm_, parts, o, &pipeline_stats_);
+  // Only the last stage has a loss; the others' zero is summed with it.
+  return loss.to(torch::kFloat);
 }
 
 void ParallelRun::finish_backward() {
   if (sync_) sync_->finish();
+  // After the dp reduction: both copies of the tied embedding then hold the
+  // whole gradient (embedding + head, every replica's) and take the same update.
+  if (ends_ && tied_weight_.defined()) sum_tied_embedding_grads(tied_weight_, *ends_);
   grad_bytes_ = 0;
   for (const auto& p : params_)
     if (p.tensor.grad().defined()) grad_bytes_ += static_cast<int64_t>(p.tensor.grad().nbytes());
@@ -202,6 +247,18 @@ std::pair<torch::Tensor, bool> ParallelRun::sum_loss_and_any(const torch::Tensor
   return {both[0].clone(), both[1].item<double>() > 0};
 }
 
+double ParallelRun::evaluate(Gpt& model, const std::vector<Batch>& batches, const Precision& precision) {
+  if (!pp_comm_) return gputrain::evaluate(model, batches, &precision);
+  const double sum = pipeline_eval_loss_sum(model, *pp_comm_, batches, stage_, &precision);
+  int64_t count = 0;
+  for (const auto& b : batches) count += b.target_count;
+  // The last stage has the sum; one of its ranks (dp 0, tp 0) tells the world (rank 0 writes the metrics).
+  const bool speaks = stage_.has_head && coord_.dp == 0 && coord_.tp == 0;
+  auto t = torch::tensor({speaks ? sum : 0.0}, torch::kDouble).to(comm_->tensor_device());
+  comm_->all_reduce_sum_now(t, "sum of the pipeline's evaluation loss");
+  return t.item<double>() / static_cast<double>(std::max<int64_t>(count, 1));
+}
+
 bool ParallelRun::any_rank(bool flag, const std::string& what) {
   if (!distributed()) return flag;
   auto t = torch::tensor({flag ? 1 : 0}, torch::TensorOptions().dtype(torch::kInt)).to(comm_->tensor_device());
@@ -210,22 +267,23 @@ bool ParallelRun::any_rank(bool flag, const std::string& what) {
 }
 
 bool ParallelRun::overflow_on_any_rank(bool local_overflow) {
-  if (!distributed() || (zero_ != 2 && !tp_comm_)) return local_overflow;
+  if (!distributed() || (zero_ != 2 && !tp_comm_ && !pp_comm_)) return local_overflow;
   return any_rank(local_overflow, "agreement on an fp16 overflow");
 }
 
 torch::Tensor ParallelRun::clip_grad_norm(double max_norm) {
   std::vector<torch::Tensor> all;
   for (const auto& p : params_) all.push_back(p.tensor);
-  if (!distributed() || (zero_ != 2 && !tp_comm_)) return gputrain::clip_grad_norm(all, max_norm);
+  if (!distributed() || (zero_ != 2 && !tp_comm_ && !pp_comm_)) return gputrain::clip_grad_norm(all, max_norm);
   // One world all-reduce of the squared norm. A value is counted by one rank:
-  // split parameters by every tp rank (each holds its own slice), replicated
-  // ones by tp rank 0; ZeRO-2 spreads the gradients over the dp group (each
-  // rank holds its own parameters'), otherwise dp rank 0 speaks for the replicas.
+  // each pipeline stage its own parameters (the tied embedding on the first
+  // stage), split parameters by every tp rank (each holds its own slice),
+  // replicated ones by tp rank 0; ZeRO-2 spreads the gradients over the dp
+  // group (each rank holds its own parameters'), otherwise dp rank 0 speaks for the replicas.
   std::vector<torch::Tensor> counted;
   if (zero_ == 2 || coord_.dp == 0)
     for (size_t i = 0; i < params_.size(); ++i)
-      if (sharded_[i] || coord_.tp == 0) counted.push_back(params_[i].tensor);
+      if ((sharded_[i] || coord_.tp == 0) && stage_counts(params_[i].name)) counted.push_back(params_[i].tensor);
   torch::Tensor squared = squared_grad_norm(counted, params_.front().tensor.options());
   comm_->all_reduce_sum_now(squared, "sum of the gradient norm's shards");
   const torch::Tensor norm = squared.sqrt().reshape({});
@@ -241,26 +299,36 @@ ParallelRun::CheckpointShards ParallelRun::gather_checkpoint(const Optimizer& op
   std::vector<NamedTensor> state;
   for (const auto& e : optimizer.state()) state.push_back({e.name, e.tensor});
   CheckpointShards out;
-  // Which ranks hold what rank 0 needs: each tp shard's model from the first
-  // dp replica; its optimizer state from there too, or from every dp rank under ZeRO.
+  // Which ranks hold what rank 0 needs: each (stage, tp shard)'s model from
+  // the first dp replica; its optimizer state from there too, or from every
+  // dp rank under ZeRO. The stages' parts are joined, so the files do not
+  // depend on parallel.pp (the tied embedding and its state, held by two
+  // stages alike, are written once).
   auto sends_model = [&](int r) { return grid_.coord(r).dp == 0; };
   auto sends_state = [&](int r) { return zero_active() || grid_.coord(r).dp == 0; };
   if (world_.rank != 0) {
-    if (sends_model(world_.rank)) send_tensors(*comm_, params_, 0, 1, "sending model shards to rank 0 for a checkpoint");
+    if (sends_model(world_.rank)) send_tensors(*comm_, named_, 0, 1, "sending model shards to rank 0 for a checkpoint");
     if (sends_state(world_.rank))
       send_tensors(*comm_, state, 0, 4, "sending optimizer state to rank 0 for a checkpoint");
     return out;
   }
   out.model.resize(static_cast<size_t>(grid_.tp()));
   out.optimizer.resize(static_cast<size_t>(grid_.tp()));
-  out.model[0] = params_;
-  out.optimizer[0] = std::move(state);
+  std::vector<std::set<std::string>> seen_model(out.model.size()), seen_state(out.model.size());
+  auto add = [](std::vector<NamedTensor>& into, std::set<std::string>& seen, std::vector<NamedTensor> part) {
+    for (auto& e : part)
+      if (seen.insert(e.name).second) into.push_back(std::move(e));
+  };
+  add(out.model[0], seen_model[0], named_);
+  add(out.optimizer[0], seen_state[0], std::move(state));
   for (int r = 1; r < world_.size; ++r) {
     const auto tp = static_cast<size_t>(grid_.coord(r).tp);
-    if (sends_model(r)) out.model[tp] = receive_tensors(*comm_, r, 1, "receiving rank " + std::to_string(r) + "'s model shards for a checkpoint");
+    if (sends_model(r))
+      add(out.model[tp], seen_model[tp],
+          receive_tensors(*comm_, r, 1, "receiving rank " + std::to_string(r) + "'s model shards for a checkpoint"));
     if (sends_state(r))
-      for (auto& e : receive_tensors(*comm_, r, 4, "receiving rank " + std::to_string(r) + "'s optimizer state for a checkpoint"))
-        out.optimizer[tp].push_back(std::move(e));
+      add(out.optimizer[tp], seen_state[tp],
+          receive_tensors(*comm_, r, 4, "receiving rank " + std::to_string(r) + "'s optimizer state for a checkpoint"));
   }
   return out;
 }
@@ -283,23 +351,42 @@ json ParallelRun::grad_sync_report() const {
   return j;
 }
 
+json ParallelRun::pipeline_report() const {
+  if (!pp_comm_) return nullptr;
+  json j;
+  j["schedule"] = schedule_ == PipelineSchedule::kGpipe ? "gpipe" : "1f1b";
+  j["micro_batches"] = micro_batches_;
+  j["bubble_fraction"] = std::round(bubble_fraction(grid_.pp(), micro_batches_) * 1e4) / 1e4;
+  json blocks = json::array();  // per stage: [first, last) of the block stack
+  for (const auto& st : stages_) blocks.push_back({st.first, st.last});
+  j["stage_blocks"] = blocks;
+  return j;
+}
+
 json ParallelRun::memory_per_rank(const Optimizer& optimizer) {
   int64_t weights = 0;
   for (const auto& p : params_) weights += static_cast<int64_t>(p.tensor.nbytes());
   const double mib = 1024.0 * 1024.0;
   const torch::Device dev = distributed() ? comm_->tensor_device() : torch::Device(torch::kCPU);
-  torch::Tensor table = torch::zeros({world_.size, 3}, torch::TensorOptions().dtype(torch::kDouble).device(dev));
+  torch::Tensor table = torch::zeros({world_.size, 5}, torch::TensorOptions().dtype(torch::kDouble).device(dev));
   table[world_.rank][0] = static_cast<double>(weights) / mib;
   table[world_.rank][1] = static_cast<double>(grad_bytes_) / mib;
   table[world_.rank][2] = static_cast<double>(optimizer.state_bytes()) / mib;
+  table[world_.rank][3] = static_cast<double>(pipeline_stats_.peak_micro_batches_held);
+  table[world_.rank][4] = static_cast<double>(pipeline_stats_.peak_memory_bytes) / mib;
   if (distributed()) comm_->all_reduce_sum_now(table, "gathering per-rank memory for the summary");
   table = table.cpu();
   json out = json::array();
-  for (int r = 0; r < world_.size; ++r)
-    out.push_back({{"rank", r},
-                   {"weights_mb", std::round(table[r][0].item<double>() * 1000) / 1000},
-                   {"grads_mb", std::round(table[r][1].item<double>() * 1000) / 1000},
-                   {"optimizer_state_mb", std::round(table[r][2].item<double>() * 1000) / 1000}});
+  auto mb = [&](int r, int col) { return std::round(table[r][col].item<double>() * 1000) / 1000; };
+  for (int r = 0; r < world_.size; ++r) {
+    json row = {{"rank", r}, {"weights_mb", mb(r, 0)}, {"grads_mb", mb(r, 1)}, {"optimizer_state_mb", mb(r, 2)}};
+    if (pp_comm_) {
+      row["stage"] = grid_.coord(r).pp;
+      row["micro_batches_held"] = static_cast<int64_t>(table[r][3].item<double>());  // at the last step's peak
+      row["activations_mb"] = mb(r, 4);  // memory in use at that peak above the step's start
+    }
+    out.push_back(std::move(row));
+  }
   return out;
 }
 

@@ -1,7 +1,7 @@
 // What the training loop asks of parallelism, in one place: the world and its
-// dp x pp x tp grid (parallel/grid.h), tensor parallelism applied to the model
-// from outside, data parallelism (GradientSync) and ZeRO over the dp group,
-// and gathering every rank's shards into a checkpoint. A single-process run
+// dp x pp x tp grid (parallel/grid.h), tensor and pipeline parallelism
+// applied to the model from outside, data parallelism (GradientSync) and ZeRO
+// over the dp group, and gathering every rank's shards into a checkpoint. A single-process run
 // has a ParallelRun too; every call is then a no-op, so the loop has one shape.
 //
 // Quantities counted once per model replica (the loss, target tokens, the
@@ -21,6 +21,7 @@
 #include "parallel/communicator.h"
 #include "parallel/data_parallel.h"
 #include "parallel/grid.h"
+#include "parallel/pipeline.h"
 #include "parallel/tensor_shard.h"
 #include "train/train_step.h"
 
@@ -38,13 +39,18 @@ class ParallelRun {
   const Grid& grid() const { return grid_; }
   int dp_rank() const { return coord_.dp; }  // which share of each global batch this rank reads
   int tp_rank() const { return coord_.tp; }
+  bool pipelined() const { return pp_comm_ != nullptr; }
   bool distributed() const { return comm_ != nullptr; }
   int64_t zero() const { return zero_; }
   std::string describe() const;  // for the log
 
   // After the model is built and its whole weights loaded: tensor parallelism
-  // (parallel.tp > 1) keeps this rank's shard of each split layer.
+  // (parallel.tp > 1) keeps this rank's shard of each split layer, pipeline
+  // parallelism (parallel.pp > 1) this rank's stage (the others' parameters
+  // become empty tensors).
   void shard_model(Gpt& model);
+  // The parameters this rank holds (its pipeline stage's), in the given order.
+  std::vector<NamedTensor> held(std::vector<NamedTensor> named) const;
   // How each parameter is split over the tp group (empty when tp = 1).
   const std::vector<TensorShard>& tensor_split() const { return split_; }
 
@@ -52,15 +58,23 @@ class ParallelRun {
   // ranks, gradient hooks are installed and ZeRO ownership is decided.
   void attach(const std::vector<NamedTensor>& named_params);
 
-  // The optimizer's groups cut down to the parameters this rank updates (ZeRO), else unchanged.
+  // The optimizer's groups cut down to the parameters this rank updates (its stage's; ZeRO: its share).
   std::vector<ParamGroup> owned_groups(std::vector<ParamGroup> groups) const;
   // Saved optimizer state cut down the same way (a checkpoint holds all of it).
   std::map<std::string, torch::Tensor> owned_state(std::map<std::string, torch::Tensor> state) const;
 
   // The step's target-token count over every rank, for normalizing the loss.
   int64_t global_targets(int64_t local_targets);
-  AccumulateOptions accumulate_options(int64_t global_targets);
-  void finish_backward();  // waits for the gradient reductions
+  // Forward and backward of the step's micro-batches, gradients accumulated
+  // (train/train_step.h), through the pipeline's stages when pp > 1 (the
+  // micro-batches re-cut to parallel.pp_microbatches). Returns this rank's
+  // share of the step's mean loss: summed by sum_loss_and_any.
+  torch::Tensor train_step(Gpt& model, const std::vector<Batch>& micro, const Precision& precision,
+                           int64_t global_targets);
+  // Waits for the gradient reductions; sums the tied embedding's over the pipeline's ends.
+  void finish_backward();
+  // The eval batches' mean loss (every rank evaluates the same batches).
+  double evaluate(Gpt& model, const std::vector<Batch>& batches, const Precision& precision);
   // The loss summed over ranks (each rank's is already divided by the global count, so this is the
   // global mean), and whether any rank raised `flag` (a stop signal): one all-reduce for both.
   std::pair<torch::Tensor, bool> sum_loss_and_any(const torch::Tensor& loss, bool flag);
@@ -80,14 +94,20 @@ class ParallelRun {
     std::vector<std::vector<NamedTensor>> model, optimizer;
   };
   CheckpointShards gather_checkpoint(const Optimizer& optimizer);
-  // Per rank: MiB of weights, gradients (as last reduced) and optimizer state.
+  // Per rank: MiB of weights, gradients (as last reduced) and optimizer state;
+  // with a pipeline also the micro-batches held and the memory they took at the last step's peak.
   nlohmann::ordered_json memory_per_rank(const Optimizer& optimizer);
   // The last step's gradient reductions: how many buckets started before
   // backward ended (communication overlapping compute), with timestamps.
   nlohmann::ordered_json grad_sync_report() const;
+  // The pipeline's stages, schedule, micro-batches and bubble (null without one).
+  nlohmann::ordered_json pipeline_report() const;
 
  private:
   bool zero_active() const { return zero_ > 0 && dp_ != nullptr; }
+  // Whether parameter `name`'s gradient is counted in the global norm by this
+  // rank's stage: the tied embedding's copy on the last stage is not (the first stage's is).
+  bool stage_counts(const std::string& name) const;
 
   World world_;
   Grid grid_;
@@ -96,9 +116,20 @@ class ParallelRun {
   double bucket_mb_;
   std::unique_ptr<Communicator> comm_;     // the world
   std::unique_ptr<Communicator> tp_comm_;  // this rank's tp group (tp > 1)
+  std::unique_ptr<Communicator> pp_comm_;  // its pp group (pp > 1)
+  std::unique_ptr<Communicator> ends_;     // the pp group's first and last stage (pp > 1, on those two)
   std::unique_ptr<Communicator> dp_own_;   // its dp group, when smaller than the world
   Communicator* dp_ = nullptr;             // the dp group (the world, dp_own_ or none when dp = 1)
   std::vector<TensorShard> split_;
+  PipelineSchedule schedule_;
+  int64_t pp_microbatches_;
+  std::vector<StageLayers> stages_;  // every pipeline stage's layers
+  StageLayers stage_;                // this rank's (all layers when pp = 1)
+  std::set<std::string> held_;       // pp > 1: the stage's parameter names
+  torch::Tensor tied_weight_;        // pp > 1 with tied embeddings: the stage's wte (first and last stage)
+  PipelineStepStats pipeline_stats_; // the last step's
+  int64_t micro_batches_ = 0;        // the last step's, through the pipeline
+  std::vector<NamedTensor> named_;   // registration order (checkpoints)
   std::vector<NamedTensor> params_;  // gradient order
   std::vector<char> sharded_;        // params_[i] is split over the tp group
   std::vector<int> owners_;          // ZeRO: owner of params_[i] (a dp-group rank)

@@ -167,13 +167,73 @@ torch::Tensor pipeline_train_step(Gpt& model, Communicator& pp, const std::vecto
   return loss;
 }
 
-void sum_tied_embedding_grads(Gpt& model, Communicator& ends) {
-  torch::Tensor& w = model->transformer->wte->weight;
-  if (!w.grad().defined()) w.mutable_grad() = torch::zeros_like(w);
+void sum_tied_embedding_grads(torch::Tensor weight, Communicator& ends) {
+  if (!weight.grad().defined()) weight.mutable_grad() = torch::zeros_like(weight);
   const torch::Device wire = ends.tensor_device();
-  torch::Tensor g = w.grad().device() == wire ? w.grad() : w.grad().to(wire);
+  torch::Tensor g = weight.grad().device() == wire ? weight.grad() : weight.grad().to(wire);
   ends.all_reduce_sum_now(g, "sum of the tied embedding's gradients (first and last pipeline stage)");
-  if (!g.is_same(w.grad())) w.mutable_grad().copy_(g);
+  if (!g.is_same(weight.grad())) weight.mutable_grad().copy_(g);
+}
+
+double pipeline_eval_loss_sum(Gpt& model, Communicator& pp, const std::vector<Batch>& batches,
+                              const StageLayers& stage, const Precision* precision) {
+  torch::NoGradGuard no_grad;
+  AutocastGuard autocast = autocast_for(precision);
+  const bool was_training = model->is_training();
+  model->eval();
+  const bool first = pp.rank() == 0, last = pp.rank() == pp.size() - 1;
+  const torch::Device device = model->transformer->ln_f->weight.device(), wire = pp.tensor_device();
+  const auto stream = torch::TensorOptions().dtype(model->transformer->ln_f->weight.scalar_type()).device(wire);
+  std::vector<torch::Tensor> sent;  // alive until their sends finish
+  std::vector<PendingCollective> sends;
+  torch::Tensor loss_sum = torch::zeros({}, torch::TensorOptions().dtype(torch::kDouble).device(device));
+  for (size_t i = 0; i < batches.size(); ++i) {
+    const Batch& b = batches[i];
+    const std::string what = "evaluation activations of batch " + std::to_string(i);
+    torch::Tensor x;
+    if (first) {
+      x = model->embed(b.input.to(device));
+    } else {
+      torch::Tensor in = torch::empty({b.input.size(0), b.input.size(1), model->cfg.d_model}, stream);
+      pp.recv(in, pp.rank() - 1, kActivationTag, "pipeline stage " + std::to_string(pp.rank()) + " receiving " + what).wait();
+      x = in.to(device);
+    }
+    x = model->run_blocks(x, stage.first, stage.last);
+    if (last) {
+      loss_sum += model->head_loss_sum(x, b.target.to(device)).to(torch::kDouble);
+    } else {
+      sent.push_back(x.contiguous().to(wire));
+      sends.push_back(pp.send(sent.back(), pp.rank() + 1, kActivationTag,
+                              "pipeline stage " + std::to_string(pp.rank()) + " sending " + what));
+    }
+  }
+  for (auto& s : sends) s.wait();
+  model->train(was_training);
+  return loss_sum.item<double>();
+}
+
+std::vector<Batch> split_micro_batches(const std::vector<Batch>& micro, int64_t parts) {
+  std::vector<torch::Tensor> inputs, targets;
+  for (const auto& b : micro) {
+    inputs.push_back(b.input);
+    targets.push_back(b.target);
+  }
+  const torch::Tensor input = torch::cat(inputs), target = torch::cat(targets);
+  const int64_t sequences = input.size(0);
+  if (parts < 1 || sequences % parts != 0)
+    throw config_error("parallel.pp_microbatches (" + std::to_string(parts) + ") must divide the " +
+                       std::to_string(sequences) + " sequences of a step\n    fix: choose a divisor of " +
+                       std::to_string(sequences) + " (train.grad_accum_steps x per_device_batch_size)");
+  std::vector<Batch> out;
+  const int64_t rows = sequences / parts;
+  for (int64_t i = 0; i < parts; ++i) {
+    Batch b;
+    b.input = input.narrow(0, i * rows, rows);
+    b.target = target.narrow(0, i * rows, rows);
+    b.target_count = b.target.ne(kIgnoreIndex).sum().item<int64_t>();
+    out.push_back(std::move(b));
+  }
+  return out;
 }
 
 }  // namespace gputrain

@@ -63,7 +63,17 @@ torch::Tensor pipeline_train_step(Gpt& model, Communicator& pp, const std::vecto
 
 // Tied embeddings: the first stage's transformer.wte.weight gradient (the
 // embedding's) and the last stage's (the head's) summed over `ends`, a group
-// of the two, so both copies take the same update.
-void sum_tied_embedding_grads(Gpt& model, Communicator& ends);
+// of the two, so both copies take the same update. `weight` is the stage's wte.
+void sum_tied_embedding_grads(torch::Tensor weight, Communicator& ends);
+
+// Forward only, in eval mode and without gradients: the sum of the per-token
+// losses of `batches` on the last stage (0 on the others).
+double pipeline_eval_loss_sum(Gpt& model, Communicator& pp, const std::vector<Batch>& batches,
+                              const StageLayers& stage, const Precision* precision);
+
+// parallel.pp_microbatches: a step's sequences (all of `micro`, in order)
+// cut into `parts` equal micro-batches. Throws a config error unless `parts`
+// divides the sequence count.
+std::vector<Batch> split_micro_batches(const std::vector<Batch>& micro, int64_t parts);
 
 }  // namespace gputrain

@@ -4,6 +4,7 @@
 
 #include <cstdio>
 
+#include "metrics/flops.h"
 #include "model/gpt_shapes.h"
 #include "optim/make_optimizer.h"
 
@@ -27,7 +28,7 @@ MemoryPlan plan_memory(const Settings& s, int64_t batch) {
   const double T = static_cast<double>(m.seq_len), d = static_cast<double>(m.d_model);
   const double h = static_cast<double>(m.mlp_hidden()), V = static_cast<double>(m.padded_vocab());
   const double H = static_cast<double>(m.n_head);
-  p.flops_per_token = 6 * N + 12 * L * T * d;
+  p.flops_per_token = training_flops_per_token(m);
 
   const PrecisionMode mode = s.precision.mode;
   const bool pure = mode == PrecisionMode::kBf16Pure;

@@ -13,7 +13,7 @@ namespace gputrain {
 
 struct MemoryPlan {
   int64_t parameters = 0;
-  double flops_per_token = 0;     // training (forward + backward): 6 N + 12 L T d for attention
+  double flops_per_token = 0;     // training (forward + backward), metrics/flops.h
   double weights = 0, gradients = 0, optimizer = 0;  // bytes
   double activations = 0;         // bytes kept for backward, one micro-batch, with the recipe's checkpointing
   double activations_plain = 0;   // the same without checkpointing

@@ -47,7 +47,9 @@ bool reported_only(const std::string& key) {
       "train.empty_cache_steps", "train.nan_policy", "run.name", "run.output_dir", "run.threads",
       "run.memory_budget_mb", "run.cpu_malloc_cache", "run.device", "data.num_workers", "data.prefetch",
       "data.pin_memory", "model.init_from", "parallel.backend", "parallel.bucket_mb", "parallel.zero",
-      "parallel.offload_optimizer", "parallel.timeout_s"};
+      "parallel.offload_optimizer", "parallel.timeout_s",
+      // A pipeline's checkpoint is the whole model's (per tp rank): any stage split trains the same numbers.
+      "parallel.pp", "parallel.pp_schedule", "parallel.pp_microbatches"};
   for (const auto& k : keys)
     if (key == k) return true;
   return false;

@@ -18,6 +18,7 @@
 #include "config/schema.h"
 #include "data/loader.h"
 #include "data/rng.h"
+#include "metrics/flops.h"
 #include "metrics/metrics_writer.h"
 #include "metrics/progress.h"
 #include "metrics/step_profiler.h"
@@ -241,11 +242,12 @@ RunOutcome run_training(const Recipe& recipe, const RunOptions& options) {
     spdlog::info("model: {}", load_initial_weights(*model, s.model, s.model.init_from));
   }
   const int64_t n_params = model->parameter_count();  // the whole model's, before tensor parallelism keeps a shard
-  par.shard_model(model);  // parallel.tp > 1: this rank's slices of the split layers
+  par.shard_model(model);  // parallel.tp > 1: this rank's slices of the split layers; pp > 1: its stage
   const int64_t recomputed_blocks =
       apply_activation_checkpointing(model, s.train.gradient_checkpointing, s.train.checkpoint_every);
-  const std::vector<torch::Tensor> params = model->parameters();
-  const std::vector<NamedTensor> named_params = module_weights(*model);
+  const std::vector<NamedTensor> named_params = par.held(module_weights(*model));
+  std::vector<torch::Tensor> params;
+  for (const auto& p : named_params) params.push_back(p.tensor);
   par.attach(named_params);  // the dp group's first weights in every replica, gradient hooks, ZeRO ownership
   std::vector<ParamGroup> groups = par.owned_groups(make_param_groups(*model, s.optim));
   std::unique_ptr<CpuOffload> offload;  // parallel.offload_optimizer: state and update on the CPU
@@ -265,10 +267,10 @@ RunOutcome run_training(const Recipe& recipe, const RunOptions& options) {
                          " data-parallel processes\n    fix: make it a multiple of " + std::to_string(dp));
     s.train.global_batch_size /= dp;
     const double budget = cpu_memory_budget_bytes(s);
-    if (!device.is_cpu() && s.parallel.tp > 1)  // trial steps would run collectives that an OOM on one rank leaves hanging
-      throw config_error("train.per_device_batch_size: auto tries batch sizes on the GPU, which a tensor-parallel run "
-                         "(parallel.tp > 1) cannot do\n    fix: set train.per_device_batch_size (`gputrain plan` "
-                         "estimates what fits)");
+    if (!device.is_cpu() && (s.parallel.tp > 1 || s.parallel.pp > 1))  // trial steps would run collectives that an OOM on one rank leaves hanging
+      throw config_error("train.per_device_batch_size: auto tries batch sizes on the GPU, which a tensor- or "
+                         "pipeline-parallel run (parallel.tp or parallel.pp > 1) cannot do\n    fix: set "
+                         "train.per_device_batch_size (`gputrain plan` estimates what fits)");
     const BatchChoice choice =
         device.is_cpu() ? find_batch_size_cpu(s, budget)
                         : find_batch_size(s.train.global_batch_size, [&](int64_t b) {
@@ -280,6 +282,12 @@ RunOutcome run_training(const Recipe& recipe, const RunOptions& options) {
                  device.is_cpu() ? fmt::format(" (CPU: memory plan against {:.0f} MiB)", budget / (1024.0 * 1024.0))
                                  : std::string(" (trial steps on the GPU)"));
   }
+  const int64_t step_sequences = s.train.per_device_batch_size * s.train.grad_accum_steps;
+  if (par.pipelined() && s.parallel.pp_microbatches > 0 && step_sequences % s.parallel.pp_microbatches != 0)
+    throw config_error("parallel.pp_microbatches (" + std::to_string(s.parallel.pp_microbatches) + ") must divide the " +
+                       std::to_string(step_sequences) + " sequences of a step (grad_accum_steps x per_device_batch_size, "
+                       "as chosen by batch size auto)\n    fix: set parallel.pp_microbatches: 0 (one per grad_accum_steps) "
+                       "or a divisor of " + std::to_string(step_sequences));
   if (lead) write_file_atomic((out_dir / "recipe.resolved.yaml").string(), recipe_to_yaml(s));
 
   std::vector<Batch> eval_batches;
@@ -356,13 +364,19 @@ RunOutcome run_training(const Recipe& recipe, const RunOptions& options) {
     resumed.reset();  // the saved tensors are copied in; free them
   }
 
+  // MFU needs a GPU whose peak is known (metrics/flops.h); elsewhere the key is left out.
+  const double flops_per_token = training_flops_per_token(s.model);
+  const std::string device_label = device_name(device);
   auto summary_for = [&](const std::string& status) {
     json j = build_summary(status, t, s, device, threads, n_params, *optimizer,
                            precision.skipped_steps() + t.nan_skipped_steps, floor, seconds_since(t_start));
     j["world_size"] = world.size;
+    if (auto mfu = model_flops_utilization(j["tokens_per_s"].get<double>(), flops_per_token, world.size, device_label))
+      j["mfu"] = round_to(*mfu, 4);
     if (par.distributed()) {
       j["zero"] = s.parallel.zero;
       j["grid"] = {{"dp", par.grid().dp()}, {"pp", par.grid().pp()}, {"tp", par.grid().tp()}};
+      if (par.pipelined()) j["pipeline"] = par.pipeline_report();
     }
     return j;
   };
@@ -390,7 +404,7 @@ RunOutcome run_training(const Recipe& recipe, const RunOptions& options) {
       snap.optimizer_shards = std::move(shards.optimizer);
       snap.tp_split = par.tensor_split();
     } else if (lead) {
-      snap.model = named_params;
+      snap.model = std::move(shards.model.front());  // every pipeline stage's parameters
       snap.optimizer_state = std::move(shards.optimizer.front());
     }
     if (!lead) {
@@ -406,7 +420,7 @@ RunOutcome run_training(const Recipe& recipe, const RunOptions& options) {
   };
 
   auto run_eval = [&]() {
-    const double l = evaluate(model, eval_batches, &precision);
+    const double l = par.evaluate(model, eval_batches, precision);
     if (!std::isfinite(l)) throw runtime_error("evaluation loss is not finite at step " + std::to_string(t.step));
     t.last_eval = l;
     progress.finish();
@@ -464,7 +478,7 @@ RunOutcome run_training(const Recipe& recipe, const RunOptions& options) {
         local_tokens += micro.back().target_count;
       }
       const int64_t step_tokens = par.global_targets(local_tokens);
-      torch::Tensor loss = accumulate_gradients(model, micro, &precision, par.accumulate_options(step_tokens));
+      torch::Tensor loss = par.train_step(model, micro, precision, step_tokens);
       par.finish_backward();  // every rank now holds the summed gradients (ZeRO-2: of its own parameters)
       // The global batch's mean loss; and a stop signal on any rank stops every rank after this step
       // (a signal may reach them a step apart; one arriving later in this step counts at the next).
@@ -537,6 +551,9 @@ RunOutcome run_training(const Recipe& recipe, const RunOptions& options) {
         rec["tokens"] = t.tokens;
         rec["tokens_per_s"] = round_to(static_cast<double>(interval_tokens) / elapsed, 1);
         rec["step_ms"] = round_to(1000.0 * elapsed / static_cast<double>(interval_steps), 3);
+        if (auto mfu = model_flops_utilization(rec["tokens_per_s"].get<double>(), flops_per_token, world.size,
+                                               device_label))
+          rec["mfu"] = round_to(*mfu, 4);
         rec["mem_peak_mb"] = round_to(peak_memory_mb(device), 1);
         if (precision.has_scaler()) {
           rec["loss_scale"] = precision.loss_scale();

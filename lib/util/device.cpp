@@ -21,6 +21,7 @@ namespace gputrain {
 bool cuda_build() { return false; }
 void cuda_synchronize(int) {}
 double cuda_peak_memory_mb(int) { return 0.0; }
+int64_t cuda_allocated_bytes(int) { return 0; }
 void cuda_reset_peak_memory(int) {}
 std::string cuda_device_name(int) { return "cuda"; }
 void cuda_empty_cache() {}
@@ -30,6 +31,7 @@ void cuda_set_device(int) {}
 #else
 void cuda_synchronize(int index);
 double cuda_peak_memory_mb(int index);
+int64_t cuda_allocated_bytes(int index);
 void cuda_reset_peak_memory(int index);
 std::string cuda_device_name(int index);
 void cuda_empty_cache();
@@ -78,6 +80,12 @@ double peak_memory_mb(const torch::Device& d) {
   struct rusage ru {};
   getrusage(RUSAGE_SELF, &ru);
   return static_cast<double>(ru.ru_maxrss) / 1024.0;  // KiB on Linux
+}
+
+int64_t memory_in_use_bytes(const torch::Device& d) {
+  if (d.is_cuda()) return cuda_allocated_bytes(d.index());
+  const struct mallinfo2 m = mallinfo2();
+  return static_cast<int64_t>(m.uordblks + m.hblkhd);  // heap blocks in use + mmapped blocks
 }
 
 void reset_peak_memory(const torch::Device& d) {

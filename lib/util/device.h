@@ -23,6 +23,10 @@ void synchronize(const torch::Device& d);
 // CUDA, the process's peak resident set on CPU (which cannot be reset).
 double peak_memory_mb(const torch::Device& d);
 void reset_peak_memory(const torch::Device& d);
+// Bytes allocated now: the CUDA caching allocator's tensors, or malloc's
+// blocks in use on CPU (mallinfo2: unlike the resident set it falls when
+// memory is freed, so a peak over a stretch of code can be measured).
+int64_t memory_in_use_bytes(const torch::Device& d);
 // The process's resident memory now, in MiB (/proc/self/statm).
 double current_rss_mb();
 // Hands cached free memory back: the CUDA caching allocator's blocks, or

@@ -19,6 +19,11 @@ double cuda_peak_memory_mb(int index) {
   return static_cast<double>(stats.allocated_bytes[0].peak) / (1024.0 * 1024.0);  // [0] = aggregate
 }
 
+int64_t cuda_allocated_bytes(int index) {
+  auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(static_cast<c10::DeviceIndex>(index));
+  return stats.allocated_bytes[0].current;
+}
+
 void cuda_reset_peak_memory(int index) {
   c10::cuda::CUDACachingAllocator::resetPeakStats(static_cast<c10::DeviceIndex>(index));
 }

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "metrics/flops.h"
 #include "model/gpt.h"
 #include "test_util.h"
 
@@ -25,6 +26,16 @@ TEST_CASE("gpu: the quickstart recipe trains on CUDA", "[gpu]") {
   CHECK(s["mem_peak_mb"].get<double>() > 0);
   auto lines = read_jsonl(dir.file("qs") + "/metrics.jsonl");
   CHECK(lines.back()["loss"].get<double>() < lines.front()["loss"].get<double>() - 0.5);
+  // MFU on the GPUs of the peak table (metrics/flops.h); a tiny model uses a sliver of the GPU.
+  const std::string gpu = s["device"].get<std::string>();
+  if (peak_bf16_tflops(gpu)) {
+    REQUIRE(s.contains("mfu"));
+    CHECK(s["mfu"].get<double>() > 0);
+    CHECK(s["mfu"].get<double>() < 0.2);
+    CHECK(lines.back()["mfu"].get<double>() > 0);
+  } else {
+    CHECK_FALSE(s.contains("mfu"));
+  }
 }
 
 TEST_CASE("gpu: GPT loss on CUDA matches the CPU (fp32)", "[gpu]") {

@@ -112,6 +112,7 @@ TEST_CASE("cli: run writes metrics, summary and the resolved recipe", "[cli]") {
       CHECK(l.contains(k));
     CHECK(std::isfinite(l["loss"].get<double>()));
     CHECK(l["tokens_per_s"].get<double>() > 0);
+    CHECK_FALSE(l.contains("mfu"));  // a CPU has no known peak: no number rather than a made-up one
   }
   CHECK(steps == std::vector<int>{5, 6, 10, 12});
   CHECK(lines[1].contains("eval_loss"));
@@ -125,6 +126,7 @@ TEST_CASE("cli: run writes metrics, summary and the resolved recipe", "[cli]") {
   CHECK(s["tokens"] == 12 * 2 * 4 * 16);
   for (const char* k : {"wall_s", "tokens_per_s", "final_loss", "eval_loss", "mem_peak_mb", "recipe_hash", "entropy_floor"})
     CHECK(s.contains(k));
+  CHECK_FALSE(s.contains("mfu"));
 
   // The saved recipe reproduces the run's settings exactly.
   auto again = run_gputrain({"print-config", out + "/recipe.resolved.yaml", "--format", "json"});

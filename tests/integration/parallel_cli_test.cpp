@@ -106,6 +106,11 @@ int worker_pid(int launcher, int rank) {
   return -1;
 }
 
+std::vector<std::string> with_resume(std::vector<std::string> sets, const std::string& checkpoint) {
+  sets.push_back("checkpoint.resume=" + checkpoint);
+  return sets;
+}
+
 size_t metric_lines(const std::string& out) {
   std::error_code ec;
   if (!fs::exists(out + "/metrics.jsonl", ec)) return 0;
@@ -478,4 +483,120 @@ TEST_CASE("parallel: a tensor-parallel checkpoint is a file per shard, exports t
   INFO(init.output);
   CHECK(init.exit_code == 0);
   CHECK(column(dir.file("init"), "loss").front() < loss1_first(dir.file("one")) - 1.0);  // trained weights
+}
+
+// Pipeline parallelism: the stages' micro-batch gradients are accumulated in
+// the same order as one process's, so only the tied embedding's sum over the
+// two ends and the norm's sum over ranks differ in the last bits.
+TEST_CASE("parallel: pipeline parallelism (pp 2 under 1f1b and gpipe, dp 2 x tp 2 x pp 2) matches 1 process",
+          "[parallel][cli][slow]") {
+  TempDir dir;
+  write_file(dir.file("r.yaml"), dp_recipe());
+  REQUIRE(train(dir.file("r.yaml"), dir.file("one"), 0, {}).exit_code == 0);
+  const auto loss1 = column(dir.file("one"), "loss");
+  const auto norm1 = column(dir.file("one"), "grad_norm");
+  const std::vector<std::string> four_micro = {"parallel.pp=2", "train.per_device_batch_size=1", "train.grad_accum_steps=4"};
+  auto with = [](std::vector<std::string> a, const std::vector<std::string>& b) {
+    a.insert(a.end(), b.begin(), b.end());
+    return a;
+  };
+  SECTION("1f1b and gpipe") {
+    const Variant f1b{"pp2-1f1b", four_micro, 2}, gpipe{"pp2-gpipe", with(four_micro, {"parallel.pp_schedule=gpipe"}), 2};
+    const auto r = train_like_one_process(dir, dir.file("r.yaml"), f1b, loss1, norm1, 1e-4);
+    CHECK_THAT(r.output, Contains("pipeline: stage 0 of 2 runs blocks [0, 1) and the embeddings, 1f1b schedule"));
+    train_like_one_process(dir, dir.file("r.yaml"), gpipe, loss1, norm1, 1e-4);
+    // The schedules order the same work differently: the same numbers.
+    CHECK(column(dir.file("pp2-1f1b"), "loss") == column(dir.file("pp2-gpipe"), "loss"));
+    CHECK(column(dir.file("pp2-1f1b"), "grad_norm") == column(dir.file("pp2-gpipe"), "grad_norm"));
+    const auto s1 = read_json(dir.file("pp2-1f1b") + "/summary.json"), sg = read_json(dir.file("pp2-gpipe") + "/summary.json");
+    CHECK(s1["grid"]["pp"] == 2);
+    CHECK(s1["pipeline"]["micro_batches"] == 4);
+    CHECK(s1["pipeline"]["bubble_fraction"].get<double>() == Approx(0.2));  // (2 - 1) / (4 + 2 - 1)
+    CHECK(s1["pipeline"]["stage_blocks"] == nlohmann::json::parse("[[0, 1], [1, 2]]"));
+    CHECK(s1["tokens"] == read_json(dir.file("one") + "/summary.json")["tokens"]);
+    CHECK(s1["parameters"] == read_json(dir.file("one") + "/summary.json")["parameters"]);
+    // 1f1b: stage s holds pp - s micro-batches at its peak; gpipe all 4.
+    CHECK(s1["memory_per_rank"][0]["micro_batches_held"] == 2);
+    CHECK(s1["memory_per_rank"][1]["micro_batches_held"] == 1);
+    CHECK(sg["memory_per_rank"][0]["micro_batches_held"] == 4);
+    CHECK(sg["memory_per_rank"][1]["micro_batches_held"] == 4);
+    // Each stage holds its own blocks (and the embedding the first, its tied copy the last).
+    CHECK(s1["memory_per_rank"][0]["stage"] == 0);
+    CHECK(s1["memory_per_rank"][1]["stage"] == 1);
+  }
+  SECTION("micro-batches re-cut, recomputation, ZeRO-1 and evaluation") {
+    // One 4-sequence batch cut into 4 micro-batches; the eval loss, from the last stage, too.
+    const std::vector<std::string> eval = {"data.eval={format: text, path: " + shared_data("tinyshakespeare.txt") +
+                                               ", span: [0.5, 0.51]}",
+                                           "train.eval_every=10", "train.eval_steps=2"};
+    REQUIRE(train(dir.file("r.yaml"), dir.file("one-eval"), 0, eval).exit_code == 0);
+    const Variant v{"pp2-recut",
+                    with(eval, {"parallel.pp=2", "parallel.pp_microbatches=4", "train.gradient_checkpointing=full"}), 2};
+    train_like_one_process(dir, dir.file("r.yaml"), v, loss1, norm1, 1e-4);
+    CHECK(read_json(dir.file("pp2-recut") + "/summary.json")["pipeline"]["micro_batches"] == 4);
+    const auto e1 = read_json(dir.file("one-eval") + "/summary.json")["eval_loss"].get<double>();
+    CHECK(read_json(dir.file("pp2-recut") + "/summary.json")["eval_loss"].get<double>() == Approx(e1).margin(1e-4));
+    const Variant z{"dp2-pp2-zero1",
+                    {"parallel.pp=2", "train.per_device_batch_size=1", "train.grad_accum_steps=2", "parallel.zero=1"}, 4};
+    train_like_one_process(dir, dir.file("r.yaml"), z, loss1, norm1, 1e-4);
+  }
+  SECTION("dp 2 x tp 2 x pp 2: 8 processes") {
+    const Variant v{"dp2-tp2-pp2",
+                    {"parallel.tp=2", "parallel.pp=2", "train.per_device_batch_size=1", "train.grad_accum_steps=2"}, 8};
+    const auto r = train_like_one_process(dir, dir.file("r.yaml"), v, loss1, norm1, 1e-4);
+    const auto s = read_json(dir.file(v.name) + "/summary.json");
+    CHECK(s["grid"]["dp"] == 2);
+    CHECK(s["grid"]["tp"] == 2);
+    CHECK(s["grid"]["pp"] == 2);
+    CHECK(s["memory_per_rank"].size() == 8);
+  }
+}
+
+TEST_CASE("parallel: a pipeline-parallel checkpoint holds the whole model, exports it, and resumes at any pp",
+          "[parallel][cli][slow]") {
+  TempDir dir;
+  write_file(dir.file("r.yaml"), dp_recipe());
+  const std::vector<std::string> sets = {"checkpoint.every=10", "train.per_device_batch_size=2",
+                                         "train.grad_accum_steps=2"};
+  REQUIRE(train(dir.file("r.yaml"), dir.file("one"), 0, sets).exit_code == 0);
+  std::vector<std::string> pp2 = sets;
+  pp2.push_back("parallel.pp=2");
+  auto r = train(dir.file("r.yaml"), dir.file("pp2"), 2, pp2);
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+
+  // One file of every stage's parameters: the same tensors as the 1-process checkpoint's.
+  const fs::path ckpt = fs::path(dir.file("pp2")) / "checkpoints/step_00000010";
+  const auto whole = gputrain::read_safetensors((ckpt / "model.safetensors").string());
+  const auto one = gputrain::read_safetensors(dir.file("one") + "/checkpoints/step_00000010/model.safetensors");
+  REQUIRE(whole.tensors.size() == one.tensors.size());
+  for (const auto& t : one.tensors) {
+    const torch::Tensor* other = whole.find(t.name);
+    REQUIRE(other != nullptr);
+    INFO(t.name);
+    CHECK((*other - t.tensor).abs().max().item<double>() < 1e-4);
+  }
+  auto e = run_gputrain({"export", dir.file("pp2"), "--out", dir.file("hf")});
+  INFO(e.output);
+  CHECK(e.exit_code == 0);
+
+  // Resumed at step 10: at the same pp exactly; with one process (pp 1), within float32 noise.
+  const auto straight = column(dir.file("pp2"), "loss");
+  auto same = train(dir.file("r.yaml"), dir.file("same"), 2, with_resume(pp2, ckpt.string()));
+  INFO(same.output);
+  REQUIRE(same.exit_code == 0);
+  const auto tail = column(dir.file("same"), "loss");
+  REQUIRE(tail.size() == 10);
+  for (size_t i = 0; i < tail.size(); ++i) CHECK(tail[i] == straight[10 + i]);
+  auto single = train(dir.file("r.yaml"), dir.file("single"), 0, with_resume(sets, ckpt.string()));
+  INFO(single.output);
+  REQUIRE(single.exit_code == 0);
+  const auto tail1 = column(dir.file("single"), "loss");
+  REQUIRE(tail1.size() == 10);
+  for (size_t i = 0; i < tail1.size(); ++i) CHECK(std::abs(tail1[i] - straight[10 + i]) < 1e-4);
+
+  // ZeRO-2 cannot keep the tied embedding's two gradients whole: refused before anything runs.
+  auto z2 = train(dir.file("r.yaml"), dir.file("z2"), 0, {"parallel.pp=2", "parallel.zero=2"});
+  CHECK(z2.exit_code == 2);
+  CHECK_THAT(z2.output, Contains("parallel.zero: 2 cannot be combined with pipeline parallelism"));
 }

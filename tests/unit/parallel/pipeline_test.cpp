@@ -67,7 +67,7 @@ std::vector<StageResult> run_pipeline(PipelineSchedule schedule, const std::vect
     const auto kept = keep_stage(model, o.stage);
     PipelineStepStats stats;
     torch::Tensor loss = pipeline_train_step(model, *pp, micro, o, &stats);
-    if (ends) sum_tied_embedding_grads(model, *ends);
+    if (ends) sum_tied_embedding_grads(model->transformer->wte->weight, *ends);
     StageResult& r = out[static_cast<size_t>(rank)];
     r.loss = loss.item<double>();
     r.peak_held = stats.peak_micro_batches_held;
@@ -122,4 +122,35 @@ TEST_CASE("pipeline: which stage holds which parameter", "[parallel]") {
   CHECK(stage_holds("transformer.ln_f.weight", last, true));
   CHECK(stage_holds("lm_head.weight", last, false));
   CHECK_FALSE(stage_holds("transformer.ln_f.weight", middle, true));
+}
+
+TEST_CASE("pipeline: the forward-only evaluation gives one process's loss on the last stage", "[parallel]") {
+  at::set_num_threads(1);
+  const auto batches = micro_batches();
+  Gpt whole = make_model();
+  const double ref = evaluate(whole, batches) * static_cast<double>(total_targets(batches));
+  std::vector<double> sums(kStages);
+  test::run_thread_ranks(kStages, [&](int rank, Communicator& world) {
+    auto pp = test::whole_group(world, "pp");
+    Gpt model = make_model();
+    const StageLayers stage = split_stages(model->cfg, kStages)[static_cast<size_t>(rank)];
+    keep_stage(model, stage);
+    sums[static_cast<size_t>(rank)] = pipeline_eval_loss_sum(model, *pp, batches, stage, nullptr);
+    CHECK(model->is_training());  // put back as it was
+  });
+  CHECK(sums.back() == Approx(ref).epsilon(1e-6));
+  CHECK(sums[0] == 0);
+}
+
+TEST_CASE("pipeline: parallel.pp_microbatches re-cuts a step's sequences in order", "[parallel]") {
+  const auto micro = micro_batches();  // 4 x 2 sequences
+  const auto parts = split_micro_batches(micro, 2);
+  REQUIRE(parts.size() == 2);
+  CHECK(parts[0].input.size(0) == 4);
+  CHECK(torch::equal(parts[1].input, torch::cat({micro[2].input, micro[3].input})));
+  CHECK(torch::equal(parts[0].target, torch::cat({micro[0].target, micro[1].target})));
+  CHECK(parts[0].target_count + parts[1].target_count == total_targets(micro));
+  CHECK(parts[0].target_count == micro[0].target_count + micro[1].target_count);
+  CHECK(split_micro_batches(micro, 8).size() == 8);
+  CHECK_THROWS_WITH(split_micro_batches(micro, 3), Catch::Contains("parallel.pp_microbatches (3) must divide the 8"));
 }

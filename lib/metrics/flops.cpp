@@ -1,0 +1,43 @@
+#include "metrics/flops.h"
+
+#include <array>
+#include <utility>
+
+namespace gputrain {
+
+double training_flops_per_token(const ModelSettings& m) {
+  const double d = static_cast<double>(m.d_model), L = static_cast<double>(m.n_layer);
+  const double T = static_cast<double>(m.seq_len), h = static_cast<double>(m.mlp_hidden());
+  const double V = static_cast<double>(m.padded_vocab());
+  // Per block: c_attn (d x 3d), c_proj (d x d), c_fc (d x h), c_proj (h x d);
+  // biases and LayerNorm scales count like weights, as in "6 N".
+  double block = d * 3 * d + d * d + 2 * d * h + 4 * d;  // weights + the two LayerNorms
+  if (m.bias) block += 3 * d + d + h + d;
+  double n = L * block + V * d + 2 * d;  // + token embedding (= tied head) + final LayerNorm
+  if (!m.tie_embeddings) n += V * d;     // an untied head is a second V x d matrix
+  return 6 * n + 12 * L * T * d;
+}
+
+std::optional<double> peak_bf16_tflops(const std::string& name) {
+  // Most specific names first: "H100 PCIe" also contains "H100".
+  // Vendor datasheets, dense (no 2:4 sparsity) bf16 tensor-core rates.
+  static const std::array<std::pair<const char*, double>, 5> kTable = {{
+      {"H100 PCIe", 756.0},
+      {"H100 NVL", 835.0},
+      {"H100", 989.0},  // SXM (the "80GB HBM3" parts)
+      {"H200", 989.0},  // and GH200
+      {"A100", 312.0},
+  }};
+  for (const auto& [key, tflops] : kTable)
+    if (name.find(key) != std::string::npos) return tflops;
+  return std::nullopt;
+}
+
+std::optional<double> model_flops_utilization(double tokens_per_s, double flops_per_token, int devices,
+                                              const std::string& device_name) {
+  const std::optional<double> peak = peak_bf16_tflops(device_name);
+  if (!peak || !(tokens_per_s > 0) || devices < 1) return std::nullopt;
+  return tokens_per_s * flops_per_token / (static_cast<double>(devices) * *peak * 1e12);
+}
+
+}  // namespace gputrain
