@@ -48,7 +48,7 @@ else
 fi
 # At most 8 files come back from the device tool's $OUT: the quickstart's run
 # directory stays in /tmp and its summary goes into results.json.
-TESTS="${TESTS:-}"  # a Catch test spec, e.g. "*resumed*"; empty = every gpu test
+TESTS="${TESTS:-}"  # a Catch test spec, e.g. "*resumed*" (no spaces); empty = every gpu test
 if [[ "$BUILD" == build ]]; then  # no CTest files travel: run the Catch binary directly
   timeout 420 ./build/tests/gputrain_gpu_tests --durations yes $TESTS > "$OUT/gpu-tests.log" 2>&1; tests=$?
 else
@@ -56,7 +56,7 @@ else
 fi
 QS=/tmp/gputrain-quickstart; qs=-1
 # STAGES picks the steps after the tests (one device call lasts at most 10 minutes).
-STAGES="${STAGES:-quickstart vs-pytorch profile techniques optim}"
+STAGES="${STAGES:-quickstart vs-pytorch profile techniques batches optim}"
 has() { [[ " $STAGES " == *" $1 "* ]]; }
 has quickstart && { timeout 120 ./$BUILD/gputrain run --output-dir $QS --overwrite --set metrics.progress=lines > "$OUT/quickstart.log" 2>&1; qs=$?; }
 # gputrain vs PyTorch eager and torch.compile, GPT-2 124M bf16 (issue 9's goal).
@@ -69,6 +69,8 @@ fi
 # The single-device techniques table on the GPU (docs/benchmarks.md), GPT-2-small-like shapes.
 has techniques && timeout 300 python3 bench/techniques.py --binary $BUILD/gputrain --device cuda --steps 20 --vocab 50304 --d 768 \
   --heads 12 --layers 12 --seq 1024 --batch 8 > "$OUT/techniques.md" 2>&1
+# Tokens/s and peak memory against the batch size (8..64), GPT-2 124M.
+has batches && timeout 400 python3 bench/batch_sizes.py --binary $BUILD/gputrain --device cuda > "$OUT/batches.md" 2>&1
 # The optimizer table on the GPU (fp32 and bf16 weights), GPT-2 124M.
 has optim && for mode in fp32 bf16-pure; do
   timeout 120 ./$BUILD/gputrain optim bench configs/gpt2-124m.yaml --steps 20 --set run.device=cuda \
