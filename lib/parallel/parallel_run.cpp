@@ -170,15 +170,15 @@ void ParallelRun::attach(const std::vector<NamedTensor>& named_params) {
 }
 
 std::vector<ParamGroup> ParallelRun::owned_groups(std::vector<ParamGroup> groups) const {
-  if (!zero_active() && !pp_comm_) return groups;
-  const std::set<std::string>& mine = zero_active() ? owned_ : held_;  // ZeRO's owned are held
+  const std::set<std::string>* mine = updated_names();
+  if (!mine) return groups;
   std::vector<ParamGroup> out;
   for (auto& g : groups) {
     ParamGroup kept = g;
     kept.names.clear();
     kept.params.clear();
     for (size_t i = 0; i < g.names.size(); ++i)
-      if (mine.count(g.names[i])) {
+      if (mine->count(g.names[i])) {
         kept.names.push_back(g.names[i]);
         kept.params.push_back(g.params[i]);
       }
@@ -188,13 +188,13 @@ std::vector<ParamGroup> ParallelRun::owned_groups(std::vector<ParamGroup> groups
 }
 
 std::map<std::string, torch::Tensor> ParallelRun::owned_state(std::map<std::string, torch::Tensor> state) const {
-  if (!zero_active() && !pp_comm_) return state;
-  const std::set<std::string>& mine = zero_active() ? owned_ : held_;
+  const std::set<std::string>* mine = updated_names();
+  if (!mine) return state;
   std::map<std::string, torch::Tensor> out;
   for (auto& [key, t] : state) {
     // State keys are "<parameter name>.<slot>"; slots have no dots.
     const auto dot = key.rfind('.');
-    if (dot != std::string::npos && mine.count(key.substr(0, dot))) out.emplace(key, t);
+    if (dot != std::string::npos && mine->count(key.substr(0, dot))) out.emplace(key, t);
   }
   return out;
 }

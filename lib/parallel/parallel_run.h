@@ -105,6 +105,11 @@ class ParallelRun {
 
  private:
   bool zero_active() const { return zero_ > 0 && dp_ != nullptr; }
+  // The parameters this rank updates: ZeRO's owned share (of its stage's), or
+  // its stage's under a pipeline; null when it updates the whole model it has.
+  const std::set<std::string>* updated_names() const {
+    return zero_active() ? &owned_ : pp_comm_ ? &held_ : nullptr;
+  }
   // Whether parameter `name`'s gradient is counted in the global norm by this
   // rank's stage: the tied embedding's copy on the last stage is not (the first stage's is).
   bool stage_counts(const std::string& name) const;

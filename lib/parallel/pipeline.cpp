@@ -12,6 +12,37 @@ constexpr int kActivationTag = 21, kGradientTag = 22;
 
 bool starts_with(const std::string& s, const std::string& p) { return s.compare(0, p.size(), p) == 0; }
 
+// The residual stream and its gradient between neighbouring stages, through
+// the communicator's device (the CPU for Gloo when the model is on a GPU).
+// Sends never wait: their tensors stay alive until finish().
+class StageLink {
+ public:
+  explicit StageLink(Communicator& pp) : pp_(pp) {}
+
+  void send(torch::Tensor t, int dst, int tag, const std::string& what) {
+    const torch::Device wire = pp_.tensor_device();
+    if (t.device() != wire) t = t.to(wire);
+    sent_.push_back(t);
+    sends_.push_back(pp_.send(sent_.back(), dst, tag, "pipeline stage " + std::to_string(pp_.rank()) + " sending " + what));
+  }
+  void receive(torch::Tensor& into, int src, int tag, const std::string& what) {
+    const torch::Device wire = pp_.tensor_device();
+    torch::Tensor buf = into.device() == wire ? into : torch::empty_like(into, torch::TensorOptions().device(wire));
+    pp_.recv(buf, src, tag, "pipeline stage " + std::to_string(pp_.rank()) + " receiving " + what).wait();
+    if (!buf.is_same(into)) into.copy_(buf);
+  }
+  void finish() {
+    for (auto& s : sends_) s.wait();
+    sends_.clear();
+    sent_.clear();
+  }
+
+ private:
+  Communicator& pp_;
+  std::vector<torch::Tensor> sent_;
+  std::vector<PendingCollective> sends_;
+};
+
 // One micro-batch's tensors between its forward and its backward.
 struct InFlight {
   torch::Tensor input;   // the received stream (requires grad), undefined on the first stage
@@ -21,7 +52,7 @@ struct InFlight {
 class StageRunner {
  public:
   StageRunner(Gpt& model, Communicator& pp, const std::vector<Batch>& micro, const PipelineStepOptions& o)
-      : model_(model), pp_(pp), micro_(micro), o_(o), held_(micro.size()) {
+      : model_(model), link_(pp), micro_(micro), o_(o), held_(micro.size()) {
     stage_ = pp.rank();
     stages_ = pp.size();
     dtype_ = model->transformer->ln_f->weight.scalar_type();  // the residual stream's (autocast keeps it)
@@ -43,7 +74,7 @@ class StageRunner {
       } else {
         f.input = torch::empty({b.input.size(0), b.input.size(1), model_->cfg.d_model},
                                torch::TensorOptions().dtype(dtype_).device(device_));
-        receive(f.input, stage_ - 1, kActivationTag, "activations of micro-batch " + std::to_string(m));
+        link_.receive(f.input, stage_ - 1, kActivationTag, "activations of micro-batch " + std::to_string(m));
         f.input.requires_grad_(true);
         x = f.input;
       }
@@ -54,7 +85,7 @@ class StageRunner {
         f.output = loss * inv_total();
       } else {
         f.output = x;
-        send(x.detach().contiguous(), stage_ + 1, kActivationTag, "activations of micro-batch " + std::to_string(m));
+        link_.send(x.detach().contiguous(), stage_ + 1, kActivationTag, "activations of micro-batch " + std::to_string(m));
       }
     }
     held_[m] = std::move(f);
@@ -70,17 +101,16 @@ class StageRunner {
       (o_.precision ? o_.precision->for_backward(f.output) : f.output).backward();
     } else {
       torch::Tensor grad = torch::empty_like(f.output);
-      receive(grad, stage_ + 1, kGradientTag, "gradient of micro-batch " + std::to_string(m));
+      link_.receive(grad, stage_ + 1, kGradientTag, "gradient of micro-batch " + std::to_string(m));
       f.output.backward(grad);
     }
-    if (!first()) send(f.input.grad().contiguous(), stage_ - 1, kGradientTag, "gradient of micro-batch " + std::to_string(m));
+    if (!first()) link_.send(f.input.grad().contiguous(), stage_ - 1, kGradientTag, "gradient of micro-batch " + std::to_string(m));
     f = InFlight{};
     --in_flight_;
   }
 
   torch::Tensor finish() {
-    for (auto& s : sends_) s.wait();
-    sends_.clear();
+    link_.finish();
     return last() ? loss_sum_ * inv_total() : torch::zeros({}, torch::TensorOptions().device(device_));
   }
 
@@ -89,27 +119,11 @@ class StageRunner {
  private:
   double inv_total() const { return 1.0 / static_cast<double>(o_.total_targets); }
 
-  // Through the communicator's device (the CPU for Gloo when the model is on a GPU).
-  void send(torch::Tensor t, int dst, int tag, const std::string& what) {
-    const torch::Device wire = pp_.tensor_device();
-    if (t.device() != wire) t = t.to(wire);
-    sent_.push_back(t);  // alive until the send finishes
-    sends_.push_back(pp_.send(sent_.back(), dst, tag, "pipeline stage " + std::to_string(stage_) + " sending " + what));
-  }
-  void receive(torch::Tensor& into, int src, int tag, const std::string& what) {
-    const torch::Device wire = pp_.tensor_device();
-    torch::Tensor buf = into.device() == wire ? into : torch::empty_like(into, torch::TensorOptions().device(wire));
-    pp_.recv(buf, src, tag, "pipeline stage " + std::to_string(stage_) + " receiving " + what).wait();
-    if (!buf.is_same(into)) into.copy_(buf);
-  }
-
   Gpt& model_;
-  Communicator& pp_;
+  StageLink link_;
   const std::vector<Batch>& micro_;
   const PipelineStepOptions& o_;
   std::vector<InFlight> held_;
-  std::vector<torch::Tensor> sent_;
-  std::vector<PendingCollective> sends_;
   torch::Tensor loss_sum_;
   int stage_ = 0, stages_ = 1;
   c10::ScalarType dtype_;
@@ -182,34 +196,37 @@ double pipeline_eval_loss_sum(Gpt& model, Communicator& pp, const std::vector<Ba
   const bool was_training = model->is_training();
   model->eval();
   const bool first = pp.rank() == 0, last = pp.rank() == pp.size() - 1;
-  const torch::Device device = model->transformer->ln_f->weight.device(), wire = pp.tensor_device();
-  const auto stream = torch::TensorOptions().dtype(model->transformer->ln_f->weight.scalar_type()).device(wire);
-  std::vector<torch::Tensor> sent;  // alive until their sends finish
-  std::vector<PendingCollective> sends;
-  torch::Tensor loss_sum = torch::zeros({}, torch::TensorOptions().dtype(torch::kDouble).device(device));
+  const torch::Tensor& ln_f = model->transformer->ln_f->weight;  // the residual stream's dtype and device
+  StageLink link(pp);
+  torch::Tensor loss_sum = torch::zeros({}, torch::TensorOptions().dtype(torch::kDouble).device(ln_f.device()));
   for (size_t i = 0; i < batches.size(); ++i) {
     const Batch& b = batches[i];
     const std::string what = "evaluation activations of batch " + std::to_string(i);
     torch::Tensor x;
     if (first) {
-      x = model->embed(b.input.to(device));
+      x = model->embed(b.input.to(ln_f.device()));
     } else {
-      torch::Tensor in = torch::empty({b.input.size(0), b.input.size(1), model->cfg.d_model}, stream);
-      pp.recv(in, pp.rank() - 1, kActivationTag, "pipeline stage " + std::to_string(pp.rank()) + " receiving " + what).wait();
-      x = in.to(device);
+      x = torch::empty({b.input.size(0), b.input.size(1), model->cfg.d_model}, ln_f.options());
+      link.receive(x, pp.rank() - 1, kActivationTag, what);
     }
     x = model->run_blocks(x, stage.first, stage.last);
     if (last) {
-      loss_sum += model->head_loss_sum(x, b.target.to(device)).to(torch::kDouble);
+      loss_sum += model->head_loss_sum(x, b.target.to(ln_f.device())).to(torch::kDouble);
     } else {
-      sent.push_back(x.contiguous().to(wire));
-      sends.push_back(pp.send(sent.back(), pp.rank() + 1, kActivationTag,
-                              "pipeline stage " + std::to_string(pp.rank()) + " sending " + what));
+      link.send(x.contiguous(), pp.rank() + 1, kActivationTag, what);
     }
   }
-  for (auto& s : sends) s.wait();
+  link.finish();
   model->train(was_training);
   return loss_sum.item<double>();
+}
+
+void check_micro_batch_split(int64_t sequences, int64_t parts) {
+  if (parts >= 1 && sequences % parts == 0) return;
+  throw config_error("parallel.pp_microbatches (" + std::to_string(parts) + ") must divide the " +
+                     std::to_string(sequences) + " sequences of a step (train.grad_accum_steps x "
+                     "per_device_batch_size, as run)\n    fix: set parallel.pp_microbatches: 0 (one micro-batch per "
+                     "grad_accum_steps) or a divisor of " + std::to_string(sequences));
 }
 
 std::vector<Batch> split_micro_batches(const std::vector<Batch>& micro, int64_t parts) {
@@ -220,10 +237,7 @@ std::vector<Batch> split_micro_batches(const std::vector<Batch>& micro, int64_t 
   }
   const torch::Tensor input = torch::cat(inputs), target = torch::cat(targets);
   const int64_t sequences = input.size(0);
-  if (parts < 1 || sequences % parts != 0)
-    throw config_error("parallel.pp_microbatches (" + std::to_string(parts) + ") must divide the " +
-                       std::to_string(sequences) + " sequences of a step\n    fix: choose a divisor of " +
-                       std::to_string(sequences) + " (train.grad_accum_steps x per_device_batch_size)");
+  check_micro_batch_split(sequences, parts);
   std::vector<Batch> out;
   const int64_t rows = sequences / parts;
   for (int64_t i = 0; i < parts; ++i) {

@@ -71,9 +71,12 @@ void sum_tied_embedding_grads(torch::Tensor weight, Communicator& ends);
 double pipeline_eval_loss_sum(Gpt& model, Communicator& pp, const std::vector<Batch>& batches,
                               const StageLayers& stage, const Precision* precision);
 
-// parallel.pp_microbatches: a step's sequences (all of `micro`, in order)
-// cut into `parts` equal micro-batches. Throws a config error unless `parts`
-// divides the sequence count.
+// parallel.pp_microbatches: a config error naming the key unless `parts`
+// cuts a step's `sequences` into equal micro-batches.
+void check_micro_batch_split(int64_t sequences, int64_t parts);
+
+// A step's sequences (all of `micro`, in order) cut into `parts` equal
+// micro-batches (check_micro_batch_split first).
 std::vector<Batch> split_micro_batches(const std::vector<Batch>& micro, int64_t parts);
 
 }  // namespace gputrain

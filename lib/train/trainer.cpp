@@ -282,12 +282,8 @@ RunOutcome run_training(const Recipe& recipe, const RunOptions& options) {
                  device.is_cpu() ? fmt::format(" (CPU: memory plan against {:.0f} MiB)", budget / (1024.0 * 1024.0))
                                  : std::string(" (trial steps on the GPU)"));
   }
-  const int64_t step_sequences = s.train.per_device_batch_size * s.train.grad_accum_steps;
-  if (par.pipelined() && s.parallel.pp_microbatches > 0 && step_sequences % s.parallel.pp_microbatches != 0)
-    throw config_error("parallel.pp_microbatches (" + std::to_string(s.parallel.pp_microbatches) + ") must divide the " +
-                       std::to_string(step_sequences) + " sequences of a step (grad_accum_steps x per_device_batch_size, "
-                       "as chosen by batch size auto)\n    fix: set parallel.pp_microbatches: 0 (one per grad_accum_steps) "
-                       "or a divisor of " + std::to_string(step_sequences));
+  if (par.pipelined() && s.parallel.pp_microbatches > 0)  // validate could not check it with batch size auto
+    check_micro_batch_split(s.train.per_device_batch_size * s.train.grad_accum_steps, s.parallel.pp_microbatches);
   if (lead) write_file_atomic((out_dir / "recipe.resolved.yaml").string(), recipe_to_yaml(s));
 
   std::vector<Batch> eval_batches;

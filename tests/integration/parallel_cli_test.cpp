@@ -106,6 +106,33 @@ int worker_pid(int launcher, int rank) {
   return -1;
 }
 
+// Every tensor of `expected` is in `got` with the same shape and values within `tolerance`.
+void check_same_tensors(const std::string& expected_path, const std::string& got_path, double tolerance) {
+  const auto expected = gputrain::read_safetensors(expected_path), got = gputrain::read_safetensors(got_path);
+  REQUIRE(expected.tensors.size() == got.tensors.size());
+  for (const auto& t : expected.tensors) {
+    const torch::Tensor* other = got.find(t.name);
+    REQUIRE(other != nullptr);
+    INFO(t.name);
+    REQUIRE(other->sizes() == t.tensor.sizes());
+    CHECK((*other - t.tensor).abs().max().item<double>() < tolerance);
+  }
+}
+
+// A resumed run's `steps` losses are the uninterrupted run's last ones: bitwise
+// with tolerance 0, else within it.
+void check_continues(const std::vector<double>& straight, const std::vector<double>& resumed, size_t steps,
+                     double tolerance) {
+  REQUIRE(resumed.size() == steps);
+  const size_t start = straight.size() - steps;
+  for (size_t i = 0; i < steps; ++i) {
+    if (tolerance == 0)
+      CHECK(resumed[i] == straight[start + i]);
+    else
+      CHECK(std::abs(resumed[i] - straight[start + i]) < tolerance);
+  }
+}
+
 std::vector<std::string> with_resume(std::vector<std::string> sets, const std::string& checkpoint) {
   sets.push_back("checkpoint.resume=" + checkpoint);
   return sets;
@@ -282,11 +309,8 @@ TEST_CASE("parallel: SIGTERM to the launcher saves, and a ZeRO-2 run resumes exa
   INFO(single.output);
   REQUIRE(single.exit_code == 0);
   CHECK_THAT(single.output, Contains("parallel.dp changed from 2 to 1"));
-  const auto tail_single = column(dir.file("single"), "loss");
-  const auto straight = column(dir.file("straight"), "loss");
-  REQUIRE(tail_single.size() == 40 - static_cast<size_t>(stopped["steps"].get<int>()));
-  for (size_t i = 0; i < tail_single.size(); ++i)
-    CHECK(std::abs(tail_single[i] - straight[straight.size() - tail_single.size() + i]) < 1e-5);
+  check_continues(column(dir.file("straight"), "loss"), column(dir.file("single"), "loss"),
+                  40 - static_cast<size_t>(stopped["steps"].get<int>()), 1e-5);
 }
 
 TEST_CASE("parallel: wrong launcher variables, world sizes and ports are clear errors", "[parallel][cli]") {
@@ -454,26 +478,14 @@ TEST_CASE("parallel: a tensor-parallel checkpoint is a file per shard, exports t
   auto e = run_gputrain({"export", dir.file("tp2"), "--out", dir.file("hf-tp2")});
   INFO(e.output);
   REQUIRE(e.exit_code == 0);
-  const auto one = gputrain::read_safetensors(dir.file("hf-one") + "/model.safetensors");
-  const auto two = gputrain::read_safetensors(dir.file("hf-tp2") + "/model.safetensors");
-  REQUIRE(one.tensors.size() == two.tensors.size());
-  for (const auto& t : one.tensors) {
-    const torch::Tensor* other = two.find(t.name);
-    REQUIRE(other != nullptr);
-    INFO(t.name);
-    REQUIRE(other->sizes() == t.tensor.sizes());
-    CHECK((*other - t.tensor).abs().max().item<double>() < 1e-4);
-  }
+  check_same_tensors(dir.file("hf-one") + "/model.safetensors", dir.file("hf-tp2") + "/model.safetensors", 1e-4);
 
   // Resumed at step 10 under the same tp, the run continues exactly.
   auto resumed = train(dir.file("r.yaml"), dir.file("resumed"), 2,
                        {"parallel.tp=2", "checkpoint.resume=" + dir.file("tp2") + "/checkpoints/step_00000010"});
   INFO(resumed.output);
   REQUIRE(resumed.exit_code == 0);
-  const auto tail = column(dir.file("resumed"), "loss");
-  const auto straight = column(dir.file("tp2"), "loss");
-  REQUIRE(tail.size() == 10);
-  for (size_t i = 0; i < tail.size(); ++i) CHECK(tail[i] == straight[10 + i]);
+  check_continues(column(dir.file("tp2"), "loss"), column(dir.file("resumed"), "loss"), 10, 0);
 
   // Another tp cannot take the per-shard optimizer state; model.init_from takes the joined weights.
   auto other_tp = train(dir.file("r.yaml"), dir.file("other"), 0, {"checkpoint.resume=" + ckpt.string()});
@@ -595,15 +607,8 @@ TEST_CASE("parallel: a pipeline-parallel checkpoint holds the whole model, expor
 
   // One file of every stage's parameters: the same tensors as the 1-process checkpoint's.
   const fs::path ckpt = fs::path(dir.file("pp2")) / "checkpoints/step_00000010";
-  const auto whole = gputrain::read_safetensors((ckpt / "model.safetensors").string());
-  const auto one = gputrain::read_safetensors(dir.file("one") + "/checkpoints/step_00000010/model.safetensors");
-  REQUIRE(whole.tensors.size() == one.tensors.size());
-  for (const auto& t : one.tensors) {
-    const torch::Tensor* other = whole.find(t.name);
-    REQUIRE(other != nullptr);
-    INFO(t.name);
-    CHECK((*other - t.tensor).abs().max().item<double>() < 1e-4);
-  }
+  check_same_tensors(dir.file("one") + "/checkpoints/step_00000010/model.safetensors",
+                     (ckpt / "model.safetensors").string(), 1e-4);
   auto e = run_gputrain({"export", dir.file("pp2"), "--out", dir.file("hf")});
   INFO(e.output);
   CHECK(e.exit_code == 0);
@@ -613,15 +618,19 @@ TEST_CASE("parallel: a pipeline-parallel checkpoint holds the whole model, expor
   auto same = train(dir.file("r.yaml"), dir.file("same"), 2, with_resume(pp2, ckpt.string()));
   INFO(same.output);
   REQUIRE(same.exit_code == 0);
-  const auto tail = column(dir.file("same"), "loss");
-  REQUIRE(tail.size() == 10);
-  for (size_t i = 0; i < tail.size(); ++i) CHECK(tail[i] == straight[10 + i]);
+  check_continues(straight, column(dir.file("same"), "loss"), 10, 0);
   auto single = train(dir.file("r.yaml"), dir.file("single"), 0, with_resume(sets, ckpt.string()));
   INFO(single.output);
   REQUIRE(single.exit_code == 0);
-  const auto tail1 = column(dir.file("single"), "loss");
-  REQUIRE(tail1.size() == 10);
-  for (size_t i = 0; i < tail1.size(); ++i) CHECK(std::abs(tail1[i] - straight[10 + i]) < 1e-4);
+  check_continues(straight, column(dir.file("single"), "loss"), 10, 1e-4);
+
+  // With batch size auto, validate cannot check parallel.pp_microbatches; the run does, before training.
+  auto recut = train(dir.file("r.yaml"), dir.file("recut"), 2,
+                     {"parallel.pp=2", "train.per_device_batch_size=auto", "train.global_batch_size=8",
+                      "parallel.pp_microbatches=3"});
+  CHECK(recut.exit_code == 2);
+  CHECK_THAT(recut.output, Contains("parallel.pp_microbatches (3) must divide the 8 sequences of a step"));
+  CHECK_FALSE(fs::exists(dir.file("recut") + "/metrics.jsonl"));
 
   // ZeRO-2 cannot keep the tied embedding's two gradients whole: refused before anything runs.
   auto z2 = train(dir.file("r.yaml"), dir.file("z2"), 0, {"parallel.pp=2", "parallel.zero=2"});
