@@ -120,7 +120,7 @@ int main(int argc, char** argv) {
                   "a checkpoint directory (step_<N>), the directory holding them, or a run's output directory (newest complete checkpoint)")
       ->required()
       ->check(CLI::ExistingDirectory);
-  exp->add_option("--format", export_format, "hf = GPT2LMHeadModel (model.safetensors + config.json)")
+  exp->add_option("--format", export_format, "hf = GPT2LMHeadModel (model.arch gpt) or LlamaForCausalLM (llama): model.safetensors + config.json")
       ->check(CLI::IsMember({"hf"}))
       ->capture_default_str();
   exp->add_option("--out", export_out, "directory to write")->required();

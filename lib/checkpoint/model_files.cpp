@@ -8,6 +8,7 @@
 
 #include "checkpoint/checkpoint_dir.h"
 #include "checkpoint/hf_gpt2.h"
+#include "checkpoint/hf_llama.h"
 #include "checkpoint/module_weights.h"
 #include "checkpoint/training_checkpoint.h"
 #include "config/recipe.h"
@@ -88,10 +89,12 @@ std::string load_initial_weights(torch::nn::Module& model, const ModelSettings& 
     hf = std::move(f.tensors);
     if (fs::exists(p.parent_path() / "config.json")) config = read_json(p.parent_path() / "config.json");
   }
-  const std::vector<NamedTensor> ours =
-      from_hf_gpt2(hf, config, module_weights(model), m, "model.init_from '" + path + "'");
-  load_module_weights(model, ours, "model.init_from '" + path + "'", fix);
-  return "Hugging Face GPT-2 weights from " + path;
+  const std::string source = "model.init_from '" + path + "'";
+  const bool llama = m.arch == ModelArch::kLlama;
+  const std::vector<NamedTensor> ours = llama ? from_hf_llama(hf, config, module_weights(model), m, source)
+                                              : from_hf_gpt2(hf, config, module_weights(model), m, source);
+  load_module_weights(model, ours, source, fix);
+  return std::string(llama ? "Hugging Face Llama" : "Hugging Face GPT-2") + " weights from " + path;
 }
 
 fs::path find_checkpoint(const fs::path& where) {
@@ -104,7 +107,7 @@ fs::path find_checkpoint(const fs::path& where) {
                    "\n    fix: name a step_<N> checkpoint directory, the directory holding them, or a run's output directory");
 }
 
-ExportResult export_hf_gpt2(const fs::path& where, const fs::path& out, bool overwrite) {
+ExportResult export_hf(const fs::path& where, const fs::path& out, bool overwrite) {
   ExportResult r;
   r.checkpoint = find_checkpoint(where);
   if (auto problem = checkpoint_problem(r.checkpoint))
@@ -112,8 +115,9 @@ ExportResult export_hf_gpt2(const fs::path& where, const fs::path& out, bool ove
                      "\n    fix: export another checkpoint");
   const Settings s = settings_from_saved_recipe(read_text(r.checkpoint / "recipe.yaml"),
                                                 (r.checkpoint / "recipe.yaml").string());
-  if (s.model.arch != ModelArch::kGpt) throw data_error("only GPT models export to the Hugging Face GPT-2 format");
-  const std::vector<NamedTensor> hf = to_hf_gpt2(read_checkpoint_model(r.checkpoint), s.model);  // tp shards joined
+  const bool llama = s.model.arch == ModelArch::kLlama;
+  const std::vector<NamedTensor> ours = read_checkpoint_model(r.checkpoint);  // tp shards joined
+  const std::vector<NamedTensor> hf = llama ? to_hf_llama(ours, s.model) : to_hf_gpt2(ours, s.model);
   std::error_code ec;
   if (!overwrite && (fs::exists(out / "model.safetensors") || fs::exists(out / "config.json")))
     throw usage_error("'" + out.string() + "' already holds model files" +
@@ -121,10 +125,12 @@ ExportResult export_hf_gpt2(const fs::path& where, const fs::path& out, bool ove
   fs::create_directories(out, ec);
   if (ec) throw runtime_error("cannot create '" + out.string() + "': " + ec.message());
   write_safetensors((out / "model.safetensors").string(), hf, {{"format", "pt"}});
-  write_file_atomic((out / "config.json").string(), hf_gpt2_config(s.model).dump(2) + "\n");
+  const auto config = llama ? hf_llama_config(s.model) : hf_gpt2_config(s.model);
+  write_file_atomic((out / "config.json").string(), config.dump(2) + "\n");
   const json state = read_json(r.checkpoint / "trainer.json");
   r.step = state.value("step", int64_t{0});
   r.tensors = static_cast<int64_t>(hf.size());
+  r.architecture = llama ? "LlamaForCausalLM" : "GPT2LMHeadModel";
   return r;
 }
 

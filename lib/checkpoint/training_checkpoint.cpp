@@ -50,7 +50,13 @@ std::pair<size_t, std::vector<TensorShard>> tensor_parallel_of(const json& j) {
   const auto it = j.find("tensor_parallel");
   if (it == j.end() || it->is_null()) return {1, {}};
   std::vector<TensorShard> split;
-  for (const auto& e : it->at("split")) split.push_back({e.at(0).get<std::string>(), e.at(1).get<int64_t>(), e.at(2).get<int64_t>()});
+  for (const auto& e : it->at("split")) {
+    TensorShard t{e.at(0).get<std::string>(), e.at(1).get<int64_t>()};
+    // Relative section sizes; a count of equal sections in checkpoints before grouped-query attention.
+    if (e.at(2).is_array()) t.sections = e.at(2).get<std::vector<int64_t>>();
+    else t.sections.assign(e.at(2).get<size_t>(), 1);
+    split.push_back(std::move(t));
+  }
   return {it->at("size").get<size_t>(), split};
 }
 

@@ -398,24 +398,31 @@ std::vector<FieldSpec> build_schema() {
   f.push_back(bool_field(KEY(run.cpu_malloc_cache),
                          "CPU device: keep freed large buffers for reuse (faster steps, higher peak memory)"));
   // model
-  f.push_back(enum_field(KEY(model.arch), EnumTable<ModelArch>{{"gpt", ModelArch::kGpt}},
-                         "gpt = GPT-2 style decoder (pre-LayerNorm, GELU MLP, learned positions)"));
+  f.push_back(enum_field(KEY(model.arch), EnumTable<ModelArch>{{"gpt", ModelArch::kGpt}, {"llama", ModelArch::kLlama}},
+                         "gpt = GPT-2 style decoder (pre-LayerNorm, GELU MLP, learned positions); llama = RMSNorm, rotary positions, SwiGLU MLP, and unless set otherwise bias: false and tie_embeddings: false"));
   f.push_back(int_field(KEY(model.vocab_size), 2, 1 << 24, "embedding rows; token ids must be below it"));
   f.push_back(int_field(KEY(model.seq_len), 1, 1 << 20, "context length (tokens per sequence)"));
   f.push_back(int_field(KEY(model.n_layer), 1, 1024, "transformer blocks"));
   f.push_back(int_field(KEY(model.n_head), 1, 1024, "attention heads; must divide d_model"));
   f.push_back(int_field(KEY(model.d_model), 1, 1 << 16, "hidden size"));
-  f.push_back(float_field(KEY(model.mlp_ratio), FloatRange{0, 64, true}, "MLP hidden size = mlp_ratio * d_model"));
+  f.push_back(auto_int_field(KEY(model.n_kv_head), 1, 1024,
+                             "key/value heads (grouped-query attention; llama only): must divide n_head; auto = n_head"));
+  f.push_back(float_field(KEY(model.mlp_ratio), FloatRange{0, 64, true},
+                          "MLP hidden size = mlp_ratio * d_model (gpt); llama's SwiGLU: 2/3 of that, rounded up to a multiple of 64"));
+  f.push_back(auto_int_field(KEY(model.mlp_width), 1, 1 << 20, "MLP hidden size, overriding mlp_ratio; auto = from mlp_ratio"));
+  f.push_back(float_field(KEY(model.norm_eps), FloatRange{0, 1, true, true}, "epsilon of the LayerNorms (gpt) or RMSNorms (llama)"));
+  f.push_back(float_field(KEY(model.rope_theta), FloatRange{0, INFINITY, true},
+                          "llama: base of the rotary position embedding's frequencies"));
   f.push_back(float_field(KEY(model.dropout), FloatRange{0, 1, false, true}, "dropout after embeddings, attention and MLP (training only)"));
-  f.push_back(bool_field(KEY(model.bias), "biases in the Linear layers (LayerNorms always keep theirs)"));
-  f.push_back(bool_field(KEY(model.tie_embeddings), "output head shares the token embedding matrix"));
+  f.push_back(bool_field(KEY(model.bias), "biases in the Linear layers (LayerNorms always keep theirs); default false under arch llama"));
+  f.push_back(bool_field(KEY(model.tie_embeddings), "output head shares the token embedding matrix; default false under arch llama"));
   f.push_back(enum_field(KEY(model.attention),
                          EnumTable<AttentionImpl>{{"sdpa", AttentionImpl::kSdpa}, {"math", AttentionImpl::kMath}},
                          "sdpa = scaled_dot_product_attention (flash/efficient kernels on CUDA with fp16/bf16); math = explicit softmax(QK^T)V, for reference"));
   f.push_back(int_field(KEY(model.pad_vocab_to_multiple_of), 0, 4096,
                         "round the embedding rows up to a multiple of this (64 suits tensor cores); 0 = no padding"));
   f.push_back(path_field(KEY(model.init_from),
-                         "start from these weights instead of random ones: a Hugging Face GPT-2 directory or model.safetensors, or a gputrain checkpoint directory (relative to the recipe file); empty = random init"));
+                         "start from these weights instead of random ones: a Hugging Face GPT-2 (arch gpt) or Llama (arch llama) directory or model.safetensors, or a gputrain checkpoint directory (relative to the recipe file); empty = random init"));
   // data
   add_data_source(f, "train");
   add_data_source(f, "eval");
@@ -628,6 +635,15 @@ void bind_map(const ConfigNode& node, const std::string& prefix, Settings& s,
   }
 }
 
+// Keys whose default follows model.arch (Llama has no Linear biases and an
+// untied head), where the recipe does not set them.
+void apply_arch_defaults(Settings& s, const std::map<std::string, Origin>& origins) {
+  if (s.model.arch != ModelArch::kLlama) return;
+  auto unset = [&](const char* key) { return origins.at(key).file == "default"; };
+  if (unset("model.bias")) s.model.bias = false;
+  if (unset("model.tie_embeddings")) s.model.tie_embeddings = false;
+}
+
 void insert_at(json& root, const std::string& path, json value) {
   json* node = &root;
   size_t start = 0;
@@ -653,6 +669,7 @@ void bind_settings(const ConfigNode& root, Settings& settings, std::map<std::str
                    Diagnostics& diag) {
   for (const auto& f : schema()) origins.emplace(f.path, Origin{"default"});
   bind_map(root, "", settings, origins, diag);
+  apply_arch_defaults(settings, origins);
 }
 
 json settings_to_json(const Settings& settings) {

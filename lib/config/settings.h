@@ -3,6 +3,7 @@
 // default, allowed range and documentation live in config/schema.cpp.
 #pragma once
 #include <array>
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -19,7 +20,9 @@ struct RunSettings {
   bool cpu_malloc_cache = true;  // CPU device: reuse freed large buffers (util/cpu_memory.h)
 };
 
-enum class ModelArch { kGpt };
+// gpt: GPT-2 (LayerNorm, learned positions, GELU MLP). llama: RMSNorm, rotary
+// positions, SwiGLU MLP; by default no Linear biases and an untied output head.
+enum class ModelArch { kGpt, kLlama };
 enum class AttentionImpl { kSdpa, kMath };
 
 struct ModelSettings {
@@ -29,7 +32,11 @@ struct ModelSettings {
   int64_t n_layer = 12;
   int64_t n_head = 12;
   int64_t d_model = 768;
+  int64_t n_kv_head = 0;  // key/value heads (grouped-query attention); 0 = n_head
   double mlp_ratio = 4.0;
+  int64_t mlp_width = 0;  // MLP hidden size; 0 = auto from mlp_ratio (see mlp_hidden())
+  double norm_eps = 1e-5;      // LayerNorm / RMSNorm epsilon
+  double rope_theta = 10000.0;  // llama: base of the rotary position frequencies
   double dropout = 0.0;
   bool bias = true;
   bool tie_embeddings = true;
@@ -40,7 +47,19 @@ struct ModelSettings {
   // gputrain checkpoint directory. Empty = random initialization.
   std::string init_from;
 
-  int64_t mlp_hidden() const { return static_cast<int64_t>(mlp_ratio * d_model + 0.5); }
+  // The MLP's hidden size. auto: mlp_ratio x d_model for GELU; for SwiGLU
+  // (three matrices instead of two) 2/3 of that rounded up to a multiple of 64,
+  // as Llama does, so that the same ratio gives about the same parameters.
+  int64_t mlp_hidden() const {
+    if (mlp_width > 0) return mlp_width;
+    if (arch == ModelArch::kLlama) {
+      const auto two_thirds = static_cast<int64_t>(std::ceil(2.0 * mlp_ratio * static_cast<double>(d_model) / 3.0 - 1e-9));
+      return (two_thirds + 63) / 64 * 64;
+    }
+    return static_cast<int64_t>(mlp_ratio * d_model + 0.5);
+  }
+  int64_t kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
+  int64_t kv_width() const { return kv_heads() * head_dim(); }  // k (and v) columns of attn.c_attn
   // Embedding rows: vocab_size rounded up for tensor-core-friendly shapes.
   // The extra rows are never targets; their logits learn to stay low.
   int64_t padded_vocab() const {

@@ -52,9 +52,20 @@ void check_model(Checker& c) {
             "pick n_head among " + divisors + ", or change d_model");
   }
   double hidden = m.mlp_ratio * m.d_model;
-  if (std::fabs(hidden - std::round(hidden)) > 1e-6 || hidden < 1)
+  if (m.mlp_width == 0 && m.arch == ModelArch::kGpt && (std::fabs(hidden - std::round(hidden)) > 1e-6 || hidden < 1))
     c.error("model.mlp_ratio", "mlp_ratio * d_model = " + std::to_string(hidden) + " is not a whole number",
-            "choose mlp_ratio so that mlp_ratio * d_model is an integer");
+            "choose mlp_ratio so that mlp_ratio * d_model is an integer, or set model.mlp_width");
+  if (m.n_kv_head > 0 && m.arch != ModelArch::kLlama)
+    c.error("model.n_kv_head", "grouped-query attention is part of arch llama; GPT-2 has one key/value head per head",
+            "remove model.n_kv_head, or set model.arch: llama");
+  else if (m.n_kv_head > 0 && m.n_head % m.n_kv_head != 0)
+    c.error("model.n_kv_head", "(" + str(m.n_kv_head) + ") must divide model.n_head (" + str(m.n_head) +
+                                   "): each key/value head serves the same number of query heads",
+            "use a divisor of " + str(m.n_head) + " (1 = multi-query attention, n_head = plain multi-head)");
+  if (m.arch == ModelArch::kLlama && m.d_model % m.n_head == 0 && m.head_dim() % 2 != 0)
+    c.error("model.n_head", "gives a head dimension of " + str(m.head_dim()) +
+                                ", but rotary position embeddings rotate pairs of dimensions and need an even one",
+            "choose n_head so that d_model / n_head is even");
 }
 
 void check_source(Checker& c, const DataSourceSettings& d, const std::string& which) {
@@ -262,9 +273,13 @@ void check_parallel(Checker& c) {
   if (m.n_head % p.tp != 0)
     c.error("parallel.tp", "(" + str(p.tp) + ") must divide model.n_head (" + str(m.n_head) + "): each rank computes whole heads",
             "use one of " + divisors(m.n_head));
+  else if (m.kv_heads() % p.tp != 0)
+    c.error("parallel.tp", "(" + str(p.tp) + ") must divide model.n_kv_head (" + str(m.kv_heads()) +
+                               "): each rank computes whole key/value heads",
+            "use one of " + divisors(m.kv_heads()));
   else if (m.mlp_hidden() % p.tp != 0)
-    c.error("parallel.tp", "(" + str(p.tp) + ") must divide the MLP width (" + str(m.mlp_hidden()) + " = model.mlp_ratio x d_model)",
-            "use one of " + divisors(m.mlp_hidden()) + ", or change model.mlp_ratio");
+    c.error("parallel.tp", "(" + str(p.tp) + ") must divide the MLP width (" + str(m.mlp_hidden()) + ", from model.mlp_ratio or model.mlp_width)",
+            "use one of " + divisors(m.mlp_hidden()) + ", or change model.mlp_ratio / model.mlp_width");
   if (p.pp > m.n_layer)
     c.error("parallel.pp", "(" + str(p.pp) + ") exceeds model.n_layer (" + str(m.n_layer) + "): every stage needs a block",
             "use at most " + str(m.n_layer) + " stages");

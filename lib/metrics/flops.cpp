@@ -3,18 +3,19 @@
 #include <array>
 #include <utility>
 
+#include "model/gpt_shapes.h"
+
 namespace gputrain {
 
 double training_flops_per_token(const ModelSettings& m) {
+  // N: every parameter but the learned position embedding (a lookup, no
+  // matmul); the tied head is counted once with the token embedding, as in
+  // "6 N". Biases and norm scales count like weights.
+  double n = 0;
+  for (const ParamShape& p : gpt_parameter_shapes(m))
+    if (p.name != "transformer.wpe.weight") n += static_cast<double>(p.numel());
   const double d = static_cast<double>(m.d_model), L = static_cast<double>(m.n_layer);
-  const double T = static_cast<double>(m.seq_len), h = static_cast<double>(m.mlp_hidden());
-  const double V = static_cast<double>(m.padded_vocab());
-  // Per block: c_attn (d x 3d), c_proj (d x d), c_fc (d x h), c_proj (h x d);
-  // biases and LayerNorm scales count like weights, as in "6 N".
-  double block = d * 3 * d + d * d + 2 * d * h + 4 * d;  // weights + the two LayerNorms
-  if (m.bias) block += 3 * d + d + h + d;
-  double n = L * block + V * d + 2 * d;  // + token embedding (= tied head) + final LayerNorm
-  if (!m.tie_embeddings) n += V * d;     // an untied head is a second V x d matrix
+  const double T = static_cast<double>(m.seq_len);
   return 6 * n + 12 * L * T * d;
 }
 

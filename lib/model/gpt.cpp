@@ -20,9 +20,14 @@ static torch::Tensor apply_dropout(nn::Dropout& d, const torch::Tensor& x) {
 
 // softmax(Q K^T / sqrt(D) + causal mask) V, spelled out: the reference the
 // fused kernels are compared with, and a fallback where they misbehave. It
-// materializes the [B, H, T, T] scores, so it needs far more memory.
-static torch::Tensor math_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, double dropout_p) {
-  const int64_t T = q.size(-2);
+// materializes the [B, H, T, T] scores, so it needs far more memory. Grouped
+// keys/values are repeated to one per query head.
+static torch::Tensor math_attention(const torch::Tensor& q, torch::Tensor k, torch::Tensor v, double dropout_p) {
+  const int64_t T = q.size(-2), group = q.size(1) / k.size(1);
+  if (group > 1) {
+    k = k.repeat_interleave(group, 1);
+    v = v.repeat_interleave(group, 1);
+  }
   auto scores = at::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(q.size(-1))));
   auto future = at::ones({T, T}, q.options().dtype(at::kBool)).triu(1);
   auto att = at::softmax(scores.masked_fill(future, -std::numeric_limits<double>::infinity()), -1);
@@ -30,9 +35,9 @@ static torch::Tensor math_attention(const torch::Tensor& q, const torch::Tensor&
   return at::matmul(att, v);
 }
 
-CausalSelfAttentionImpl::CausalSelfAttentionImpl(const ModelSettings& cfg)
-    : n_head(cfg.n_head), dropout(cfg.dropout), impl(cfg.attention) {
-  c_attn = register_module("c_attn", Linear(cfg.d_model, 3 * cfg.d_model, cfg.bias));
+CausalSelfAttentionImpl::CausalSelfAttentionImpl(const ModelSettings& cfg, std::shared_ptr<RotaryEmbedding> r)
+    : n_head(cfg.n_head), n_kv_head(cfg.kv_heads()), dropout(cfg.dropout), impl(cfg.attention), rotary(std::move(r)) {
+  c_attn = register_module("c_attn", Linear(cfg.d_model, cfg.d_model + 2 * cfg.kv_width(), cfg.bias));
   c_proj = register_module("c_proj", Linear(cfg.d_model, cfg.d_model, cfg.bias));
   resid_dropout = register_module("resid_dropout", nn::Dropout(cfg.dropout));
 }
@@ -40,40 +45,53 @@ CausalSelfAttentionImpl::CausalSelfAttentionImpl(const ModelSettings& cfg)
 torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
   const int64_t B = x.size(0), T = x.size(1);
   auto qkv = c_attn(x);
-  const int64_t width = qkv.size(-1) / 3;  // n_head x head size: d_model, or this rank's share of it
+  // This module's share of the columns: n_head (n_kv_head) heads of D each.
+  const int64_t D = qkv.size(-1) / (n_head + 2 * n_kv_head), width = n_head * D, kv = n_kv_head * D;
   // q, k and v as [B, H, T, D] views of one split of the columns. A split's
   // backward is one concatenation of the three gradients; indexing a permuted
   // [3, B, H, T, D] view (or narrowing) instead gives, per slice, a zeroed
   // full-size buffer, a strided copy and an add: 36 more kernels per step in GPT-2 124M.
-  const std::vector<torch::Tensor> parts = qkv.split(width, -1);
-  auto heads = [&](const torch::Tensor& t) { return t.view({B, T, n_head, width / n_head}).transpose(1, 2); };
-  const torch::Tensor q = heads(parts[0]), k = heads(parts[1]), v = heads(parts[2]);
+  const std::vector<torch::Tensor> parts = qkv.split_with_sizes({width, kv, kv}, -1);
+  auto heads = [&](const torch::Tensor& t, int64_t h) { return t.view({B, T, h, D}).transpose(1, 2); };
+  torch::Tensor q = heads(parts[0], n_head), k = heads(parts[1], n_kv_head), v = heads(parts[2], n_kv_head);
+  if (rotary) {
+    q = rotary->apply(q);
+    k = rotary->apply(k);
+  }
   const double p = is_training() ? dropout : 0.0;
   auto y = impl == AttentionImpl::kSdpa
-               ? at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, p, /*is_causal=*/true)
+               ? at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, p, /*is_causal=*/true, /*scale=*/std::nullopt,
+                                                  /*enable_gqa=*/n_kv_head != n_head)
                : math_attention(q, k, v, p);
   y = c_proj(y.transpose(1, 2).reshape({B, T, width}));
   return apply_dropout(resid_dropout, y);
 }
 
-MlpImpl::MlpImpl(const ModelSettings& cfg) {
-  c_fc = register_module("c_fc", Linear(cfg.d_model, cfg.mlp_hidden(), cfg.bias));
-  c_proj = register_module("c_proj", Linear(cfg.mlp_hidden(), cfg.d_model, cfg.bias));
+MlpImpl::MlpImpl(const ModelSettings& cfg) : swiglu(cfg.arch == ModelArch::kLlama) {
+  const int64_t h = cfg.mlp_hidden();
+  c_fc = register_module("c_fc", Linear(cfg.d_model, swiglu ? 2 * h : h, cfg.bias));
+  c_proj = register_module("c_proj", Linear(h, cfg.d_model, cfg.bias));
   dropout = register_module("dropout", nn::Dropout(cfg.dropout));
 }
 
 torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
-  auto y = c_proj(at::gelu(c_fc(x), "tanh"));
-  return apply_dropout(dropout, y);
+  torch::Tensor a;
+  if (swiglu) {
+    const std::vector<torch::Tensor> gate_up = c_fc(x).chunk(2, -1);  // this rank's share of each, under tp
+    a = at::silu(gate_up[0]) * gate_up[1];
+  } else {
+    a = at::gelu(c_fc(x), "tanh");
+  }
+  return apply_dropout(dropout, c_proj(a));
 }
 
-static nn::LayerNorm make_norm(const ModelSettings& cfg) {
-  return nn::LayerNorm(nn::LayerNormOptions({cfg.d_model}).eps(1e-5).elementwise_affine(true));
+static Norm make_norm(const ModelSettings& cfg) {
+  return Norm(cfg.arch == ModelArch::kLlama ? NormKind::kRmsNorm : NormKind::kLayerNorm, cfg.d_model, cfg.norm_eps);
 }
 
-BlockImpl::BlockImpl(const ModelSettings& cfg) {
+BlockImpl::BlockImpl(const ModelSettings& cfg, std::shared_ptr<RotaryEmbedding> rotary) {
   ln_1 = register_module("ln_1", make_norm(cfg));
-  attn = register_module("attn", CausalSelfAttention(cfg));
+  attn = register_module("attn", CausalSelfAttention(cfg, std::move(rotary)));
   ln_2 = register_module("ln_2", make_norm(cfg));
   mlp = register_module("mlp", Mlp(cfg));
 }
@@ -85,10 +103,12 @@ torch::Tensor BlockImpl::forward(const torch::Tensor& x) {
 
 GptBodyImpl::GptBodyImpl(const ModelSettings& cfg) {
   wte = register_module("wte", nn::Embedding(cfg.padded_vocab(), cfg.d_model));
-  wpe = register_module("wpe", nn::Embedding(cfg.seq_len, cfg.d_model));
+  const bool llama = cfg.arch == ModelArch::kLlama;
+  if (!llama) wpe = register_module("wpe", nn::Embedding(cfg.seq_len, cfg.d_model));
   drop = register_module("drop", nn::Dropout(cfg.dropout));
   h = register_module("h", nn::ModuleList());
-  for (int64_t i = 0; i < cfg.n_layer; ++i) h->push_back(Block(cfg));
+  auto rotary = llama ? std::make_shared<RotaryEmbedding>(cfg.head_dim(), cfg.rope_theta) : nullptr;
+  for (int64_t i = 0; i < cfg.n_layer; ++i) h->push_back(Block(cfg, rotary));
   ln_f = register_module("ln_f", make_norm(cfg));
 }
 
@@ -102,8 +122,9 @@ GptImpl::GptImpl(const ModelSettings& c) : cfg(c) {
 torch::Tensor GptImpl::embed(const torch::Tensor& tokens) {
   const int64_t T = tokens.size(1);
   TORCH_CHECK(T <= cfg.seq_len, "sequence of ", T, " tokens exceeds model.seq_len ", cfg.seq_len);
-  auto pos = at::arange(T, tokens.options().dtype(at::kLong));
-  return apply_dropout(transformer->drop, transformer->wte(tokens) + transformer->wpe(pos));
+  torch::Tensor x = transformer->wte(tokens);
+  if (transformer->wpe) x = x + transformer->wpe(at::arange(T, tokens.options().dtype(at::kLong)));
+  return apply_dropout(transformer->drop, x);
 }
 
 torch::Tensor GptImpl::run_blocks(torch::Tensor x, int64_t first, int64_t last) {
@@ -146,7 +167,7 @@ void GptImpl::reset_parameters() {
     if (ends_with("c_proj.weight")) p.normal_(0.0, proj_std);
     else if (p.dim() >= 2) p.normal_(0.0, std);  // Linear and Embedding weights
     else if (ends_with(".bias")) p.zero_();
-    else p.fill_(1.0);  // LayerNorm weights
+    else p.fill_(1.0);  // norm scales
   }
 }
 

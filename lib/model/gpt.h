@@ -1,28 +1,39 @@
-// GPT-2 style decoder: learned positions, pre-LayerNorm blocks, GELU(tanh) MLP,
-// causal attention through scaled_dot_product_attention, tied embeddings.
-// Submodules carry GPT-2's checkpoint names (transformer.h.0.attn.c_attn, ...)
-// so export to other tools is a renaming-free mapping. The model knows nothing
-// of ranks or devices (DESIGN rule 1).
+// The decoder: GPT-2 style (learned positions, pre-LayerNorm blocks, GELU(tanh)
+// MLP, tied embeddings) or, with model.arch: llama, Llama style (rotary
+// positions, RMSNorm, SwiGLU MLP, grouped-query attention, untied head).
+// Attention is causal, through scaled_dot_product_attention. Submodules carry
+// GPT-2's checkpoint names (transformer.h.0.attn.c_attn, ...) for both: the
+// GPT-2 export is a renaming-free mapping, the Llama one a renaming and a
+// split of the fused projections (checkpoint/hf_llama.h). The model knows
+// nothing of ranks or devices (DESIGN rule 1).
 #pragma once
 #include <torch/nn/module.h>
 #include <torch/nn/modules/container/modulelist.h>
 #include <torch/nn/modules/dropout.h>
 #include <torch/nn/modules/embedding.h>
-#include <torch/nn/modules/normalization.h>
+
+#include <memory>
 
 #include "config/settings.h"
 #include "model/linear.h"
+#include "model/norm.h"
+#include "model/rotary.h"
 #include "util/ignore_index.h"
 
 namespace gputrain {
 
 struct CausalSelfAttentionImpl : torch::nn::Module {
-  explicit CausalSelfAttentionImpl(const ModelSettings& cfg);
+  // `rotary` (llama) is shared by all blocks; null for learned positions.
+  CausalSelfAttentionImpl(const ModelSettings& cfg, std::shared_ptr<RotaryEmbedding> rotary);
   torch::Tensor forward(const torch::Tensor& x);
 
-  int64_t n_head;  // heads this module computes (tensor parallelism gives each rank a share)
+  // Heads this module computes (tensor parallelism gives each rank a share):
+  // queries, and keys/values (fewer under grouped-query attention).
+  int64_t n_head, n_kv_head;
   double dropout;
   AttentionImpl impl;
+  std::shared_ptr<RotaryEmbedding> rotary;
+  // c_attn's rows are [q (n_head x D); k (n_kv_head x D); v (n_kv_head x D)].
   Linear c_attn{nullptr}, c_proj{nullptr};
   torch::nn::Dropout resid_dropout{nullptr};
 };
@@ -32,16 +43,19 @@ struct MlpImpl : torch::nn::Module {
   explicit MlpImpl(const ModelSettings& cfg);
   torch::Tensor forward(const torch::Tensor& x);
 
+  // GELU: c_proj(gelu(c_fc x)). SwiGLU: c_fc's rows are [gate; up] and the
+  // MLP is c_proj(silu(gate x) * up x), Llama's gate_proj/up_proj/down_proj.
+  bool swiglu;
   Linear c_fc{nullptr}, c_proj{nullptr};
   torch::nn::Dropout dropout{nullptr};
 };
 TORCH_MODULE(Mlp);
 
 struct BlockImpl : torch::nn::Module {
-  explicit BlockImpl(const ModelSettings& cfg);
+  BlockImpl(const ModelSettings& cfg, std::shared_ptr<RotaryEmbedding> rotary);
   torch::Tensor forward(const torch::Tensor& x);
 
-  torch::nn::LayerNorm ln_1{nullptr}, ln_2{nullptr};
+  Norm ln_1{nullptr}, ln_2{nullptr};
   CausalSelfAttention attn{nullptr};
   Mlp mlp{nullptr};
   bool checkpoint = false;  // set by apply_activation_checkpointing (model/activation_checkpointing.h)
@@ -52,10 +66,11 @@ TORCH_MODULE(Block);
 struct GptBodyImpl : torch::nn::Module {
   explicit GptBodyImpl(const ModelSettings& cfg);
 
-  torch::nn::Embedding wte{nullptr}, wpe{nullptr};
+  torch::nn::Embedding wte{nullptr};
+  torch::nn::Embedding wpe{nullptr};  // learned positions: gpt only
   torch::nn::Dropout drop{nullptr};
   torch::nn::ModuleList h{nullptr};
-  torch::nn::LayerNorm ln_f{nullptr};
+  Norm ln_f{nullptr};
 };
 TORCH_MODULE(GptBody);
 
@@ -76,9 +91,9 @@ struct GptImpl : torch::nn::Module {
   torch::Tensor run_blocks(torch::Tensor x, int64_t first, int64_t last);
   torch::Tensor head_loss_sum(const torch::Tensor& x, const torch::Tensor& targets);
 
-  // GPT-2 initialization: N(0, 0.02), zero biases, residual projections
-  // (attn.c_proj, mlp.c_proj) scaled by 1/sqrt(2 * n_layer). Deterministic
-  // given the global torch seed.
+  // GPT-2 initialization (for both architectures): N(0, 0.02), zero biases,
+  // norm scales 1, residual projections (attn.c_proj, mlp.c_proj) scaled by
+  // 1/sqrt(2 * n_layer). Deterministic given the global torch seed.
   void reset_parameters();
 
   int64_t parameter_count() const;  // unique parameters (tied weights once)

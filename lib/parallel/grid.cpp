@@ -63,7 +63,12 @@ std::vector<StageLayers> split_stages(const ModelSettings& m, int64_t pp) {
                                    "holds at least one block\n    fix: lower parallel.pp",
                                    pp, n));
   const double d = static_cast<double>(m.d_model), T = static_cast<double>(m.seq_len);
-  const double block = 12 * d * d + 2 * T * d, head = static_cast<double>(m.padded_vocab()) * d;
+  // A block's multiply-adds per token: q k v and the output projection, the MLP (three matrices for
+  // SwiGLU), attention's 2 T d. GPT-2 with 4 d MLP: 12 d^2 + 2 T d.
+  const double h = static_cast<double>(m.mlp_hidden()), kv = static_cast<double>(m.kv_width());
+  const double mlp_matrices = m.arch == ModelArch::kLlama ? 3 : 2;
+  const double block = d * (2 * d + 2 * kv) + mlp_matrices * d * h + 2 * T * d;
+  const double head = static_cast<double>(m.padded_vocab()) * d;
   // best[k][i]: the smallest largest-stage cost splitting the first i blocks into k stages.
   constexpr double kInf = std::numeric_limits<double>::infinity();
   std::vector<std::vector<double>> best(static_cast<size_t>(pp + 1), std::vector<double>(static_cast<size_t>(n + 1), kInf));

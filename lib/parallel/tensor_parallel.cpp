@@ -59,12 +59,13 @@ torch::Tensor reduce_from_group(const torch::Tensor& x, Communicator& group) {
 std::vector<TensorShard> parallelize_tensor(Gpt& model, Communicator& tp) {
   const int rank = tp.rank(), size = tp.size();
   const ModelSettings& cfg = model->cfg;
-  if (cfg.n_head % size != 0 || cfg.mlp_hidden() % size != 0)
+  if (cfg.n_head % size != 0 || cfg.kv_heads() % size != 0 || cfg.mlp_hidden() % size != 0)
     throw config_error("parallel.tp (" + std::to_string(size) + ") must divide model.n_head (" +
-                       std::to_string(cfg.n_head) + ") and the MLP width (" + std::to_string(cfg.mlp_hidden()) + ")");
+                       std::to_string(cfg.n_head) + "), model.n_kv_head (" + std::to_string(cfg.kv_heads()) +
+                       ") and the MLP width (" + std::to_string(cfg.mlp_hidden()) + ")");
   std::vector<TensorShard> shards;
-  for (const auto& item : model->named_parameters()) shards.push_back({item.key(), -1, 1});
-  auto mark = [&](const std::string& name, int64_t dim, int64_t sections) {
+  for (const auto& item : model->named_parameters()) shards.push_back({item.key(), -1});
+  auto mark = [&](const std::string& name, int64_t dim, std::vector<int64_t> sections) {
     for (auto& s : shards)
       if (s.name == name) {
         s.dim = dim;
@@ -79,14 +80,17 @@ std::vector<TensorShard> parallelize_tensor(Gpt& model, Communicator& tp) {
     auto& attn = *block->attn;
     auto& mlp = *block->mlp;
     attn.n_head = cfg.n_head / size;
-    // Column-parallel: rows of W and b (q, k, v as three sections for c_attn).
-    keep_shard(attn.c_attn->weight, mark(b + "attn.c_attn.weight", 0, 3), rank, size);
-    if (attn.c_attn->bias.defined()) keep_shard(attn.c_attn->bias, mark(b + "attn.c_attn.bias", 0, 3), rank, size);
-    keep_shard(mlp.c_fc->weight, mark(b + "mlp.c_fc.weight", 0, 1), rank, size);
-    if (mlp.c_fc->bias.defined()) keep_shard(mlp.c_fc->bias, mark(b + "mlp.c_fc.bias", 0, 1), rank, size);
+    attn.n_kv_head = cfg.kv_heads() / size;
+    // Column-parallel: rows of W and b, each section (q, k, v; SwiGLU's gate, up) on its own.
+    const std::vector<int64_t> qkv = {cfg.n_head, cfg.kv_heads(), cfg.kv_heads()};
+    const std::vector<int64_t> fc = mlp.swiglu ? std::vector<int64_t>{1, 1} : std::vector<int64_t>{1};
+    keep_shard(attn.c_attn->weight, mark(b + "attn.c_attn.weight", 0, qkv), rank, size);
+    if (attn.c_attn->bias.defined()) keep_shard(attn.c_attn->bias, mark(b + "attn.c_attn.bias", 0, qkv), rank, size);
+    keep_shard(mlp.c_fc->weight, mark(b + "mlp.c_fc.weight", 0, fc), rank, size);
+    if (mlp.c_fc->bias.defined()) keep_shard(mlp.c_fc->bias, mark(b + "mlp.c_fc.bias", 0, fc), rank, size);
     // Row-parallel: columns of W; the bias stays whole and is added after the sum.
-    keep_shard(attn.c_proj->weight, mark(b + "attn.c_proj.weight", 1, 1), rank, size);
-    keep_shard(mlp.c_proj->weight, mark(b + "mlp.c_proj.weight", 1, 1), rank, size);
+    keep_shard(attn.c_proj->weight, mark(b + "attn.c_proj.weight", 1, {1}), rank, size);
+    keep_shard(mlp.c_proj->weight, mark(b + "mlp.c_proj.weight", 1, {1}), rank, size);
     for (auto* col : {&attn.c_attn, &mlp.c_fc}) (*col)->input_tap = [&tp](const torch::Tensor& x) { return copy_to_group(x, tp); };
     for (auto* row : {&attn.c_proj, &mlp.c_proj})
       (*row)->output_tap = [&tp](const torch::Tensor& y) { return reduce_from_group(y, tp); };

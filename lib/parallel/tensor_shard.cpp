@@ -1,21 +1,39 @@
 #include "parallel/tensor_shard.h"
 
+#include <numeric>
+#include <stdexcept>
+
 namespace gputrain {
+namespace {
+
+// The parts of `t` along s.dim in the proportions of s.sections.
+std::vector<torch::Tensor> sections_of(const torch::Tensor& t, const TensorShard& s) {
+  const int64_t total = std::accumulate(s.sections.begin(), s.sections.end(), int64_t{0});
+  const int64_t length = t.size(s.dim);
+  if (total <= 0 || length % total != 0)
+    throw std::logic_error("tensor shard " + s.name + ": " + std::to_string(length) + " rows are not in the proportions of its sections");
+  std::vector<int64_t> sizes;
+  for (int64_t w : s.sections) sizes.push_back(length / total * w);
+  return t.split_with_sizes(sizes, s.dim);
+}
+
+}  // namespace
 
 torch::Tensor shard_of(const torch::Tensor& whole, const TensorShard& s, int rank, int size) {
   if (s.dim < 0) return whole;
   std::vector<torch::Tensor> parts;
-  for (const auto& section : whole.chunk(s.sections, s.dim))
-    parts.push_back(section.chunk(size, s.dim)[static_cast<size_t>(rank)]);
+  for (const auto& section : sections_of(whole, s)) parts.push_back(section.chunk(size, s.dim)[static_cast<size_t>(rank)]);
   return parts.size() == 1 ? parts.front() : torch::cat(parts, s.dim);
 }
 
 torch::Tensor unshard(const std::vector<torch::Tensor>& shards, const TensorShard& s) {
   if (s.dim < 0) return shards.front();
+  std::vector<std::vector<torch::Tensor>> per_shard;
+  for (const auto& sh : shards) per_shard.push_back(sections_of(sh, s));
   std::vector<torch::Tensor> sections;
-  for (int64_t k = 0; k < s.sections; ++k) {
+  for (size_t k = 0; k < s.sections.size(); ++k) {
     std::vector<torch::Tensor> pieces;
-    for (const auto& sh : shards) pieces.push_back(sh.chunk(s.sections, s.dim)[static_cast<size_t>(k)]);
+    for (const auto& parts : per_shard) pieces.push_back(parts[k]);
     sections.push_back(torch::cat(pieces, s.dim));
   }
   return sections.size() == 1 ? sections.front() : torch::cat(sections, s.dim);

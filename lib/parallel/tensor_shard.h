@@ -14,9 +14,11 @@ namespace gputrain {
 struct TensorShard {
   std::string name;
   int64_t dim = -1;
-  // c_attn's q, k and v sections are split each on its own: `sections` equal
-  // parts along `dim`, this rank holding slice `rank` of each.
-  int64_t sections = 1;
+  // Parts along `dim` that are split each on its own, as relative sizes: this
+  // rank holds slice `rank` of each. c_attn's q, k, v are {n_head, n_kv_head,
+  // n_kv_head}; SwiGLU's gate and up {1, 1}; a plain split {1}. Relative
+  // sizes describe the whole tensor and every shard alike.
+  std::vector<int64_t> sections = {1};
 };
 
 // The slice of a whole tensor that rank `rank` of `size` holds, and the whole from all shards

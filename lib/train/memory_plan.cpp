@@ -41,9 +41,14 @@ MemoryPlan plan_memory(const Settings& s, int64_t batch) {
   // Per token and block, backward keeps: ln_1 in/out, q k v, attention out,
   // c_proj in, ln_2 in/out, c_fc out, gelu out (9 d + 2 h values), plus the
   // attention probabilities with math attention and dropout masks with dropout.
-  // Under autocast the residual stream (the LayerNorms' inputs) stays fp32.
+  // Under autocast the residual stream (the norms' inputs) stays fp32. Llama:
+  // k and v are kv wide, the rotated q and k are kept too, and SwiGLU keeps
+  // gate/up (2 h), silu(gate) and the product (4 h in all).
+  const bool llama = m.arch == ModelArch::kLlama;
+  const double kv = static_cast<double>(m.kv_width());
+  const double inner = 5 * d + 2 * kv + (llama ? d + kv : 0) + (llama ? 4 : 2) * h;  // besides the norms' 2 d inputs
   const double e = (mixed || pure) ? 2 : 4;
-  double per_block = mixed ? 2 * d * 4 + (7 * d + 2 * h) * e : (9 * d + 2 * h) * e;
+  double per_block = mixed ? 2 * d * 4 + inner * e : (2 * d + inner) * e;
   if (m.attention == AttentionImpl::kMath) per_block += H * T * (2 * e + 1);  // scores, probabilities, mask
   if (m.dropout > 0) per_block += 3 * d + h;  // bool masks (bytes)
   const double tokens = static_cast<double>(batch) * T;

@@ -314,8 +314,11 @@ RunOutcome run_training(const Recipe& recipe, const RunOptions& options) {
 
   const std::optional<double> floor = train_source->entropy_floor(s.model.seq_len);
   spdlog::info("gputrain: {} on {} ({} threads), recipe {}", s.run.name, device_name(device), threads, recipe.source);
-  spdlog::info("model: GPT {} layers, d_model {}, {} heads, seq_len {}, vocab {}: {:.2f}M parameters", s.model.n_layer,
-               s.model.d_model, s.model.n_head, s.model.seq_len, s.model.vocab_size, n_params / 1e6);
+  const bool llama = s.model.arch == ModelArch::kLlama;
+  spdlog::info("model: {} {} layers, d_model {}, {} heads{}, seq_len {}, vocab {}: {:.2f}M parameters",
+               llama ? "Llama" : "GPT", s.model.n_layer, s.model.d_model, s.model.n_head,
+               s.model.kv_heads() != s.model.n_head ? fmt::format(" ({} key/value)", s.model.kv_heads()) : "",
+               s.model.seq_len, s.model.vocab_size, n_params / 1e6);
   spdlog::info("precision: {}", precision.describe());
   spdlog::info("optimizer: {}; {:.1f} MiB of state ({:.2f} bytes per parameter)", optimizer->describe(),
                optimizer->state_bytes() / (1024.0 * 1024.0),

@@ -637,3 +637,33 @@ TEST_CASE("parallel: a pipeline-parallel checkpoint holds the whole model, expor
   CHECK(z2.exit_code == 2);
   CHECK_THAT(z2.output, Contains("parallel.zero: 2 cannot be combined with pipeline parallelism"));
 }
+
+TEST_CASE("parallel: a Llama model (grouped-query attention, SwiGLU) under tp 2 and pp 2 matches 1 process, and its "
+          "tp checkpoint joins",
+          "[parallel][cli][slow][llama]") {
+  TempDir dir;
+  write_file(dir.file("r.yaml"), dp_recipe());
+  // 4 query heads sharing 2 key/value heads: each tp rank computes 2 and 1.
+  const std::vector<std::string> llama = {"model.arch=llama", "model.n_head=4", "model.n_kv_head=2",
+                                          "checkpoint.every=10"};
+  REQUIRE(train(dir.file("r.yaml"), dir.file("one"), 0, llama).exit_code == 0);
+  const auto loss1 = column(dir.file("one"), "loss");
+  const auto norm1 = column(dir.file("one"), "grad_norm");
+  auto with = [&](std::vector<std::string> extra) {
+    extra.insert(extra.begin(), llama.begin(), llama.end());
+    return extra;
+  };
+  const auto tp = train_like_one_process(dir, dir.file("r.yaml"), {"tp2", with({"parallel.tp=2"}), 2}, loss1, norm1, 1e-4);
+  // Per block c_attn and c_fc (q/k/v, gate/up) and both projections; no biases under llama.
+  CHECK_THAT(tp.output, Contains("tensor parallel: 8 of 15 parameter tensors split over 2 ranks"));
+  train_like_one_process(dir, dir.file("r.yaml"), {"pp2", with({"parallel.pp=2", "train.per_device_batch_size=1",
+                                                                 "train.grad_accum_steps=4"}), 2},
+                         loss1, norm1, 1e-4);
+  // The tp 2 checkpoint's shards join into the 1-process model, also through export.
+  auto e = run_gputrain({"export", dir.file("tp2"), "--out", dir.file("hf")});
+  INFO(e.output);
+  REQUIRE(e.exit_code == 0);
+  auto e1 = run_gputrain({"export", dir.file("one"), "--out", dir.file("hf1")});
+  REQUIRE(e1.exit_code == 0);
+  check_same_tensors(dir.file("hf1") + "/model.safetensors", dir.file("hf") + "/model.safetensors", 1e-4);
+}

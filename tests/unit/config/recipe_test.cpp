@@ -161,6 +161,33 @@ TEST_CASE("cross-field: tensor and pipeline degrees must fit the model", "[confi
   CHECK(load_error(kMinimal + "parallel: {pp: 1, tp: 1, pp_schedule: gpipe}\n").empty());
 }
 
+TEST_CASE("model.arch llama: bias and tie_embeddings default to false unless set; its keys are checked", "[config][llama]") {
+  const Settings llama = load_text(minimal("arch: llama")).settings;
+  CHECK(llama.model.arch == ModelArch::kLlama);
+  CHECK_FALSE(llama.model.bias);
+  CHECK_FALSE(llama.model.tie_embeddings);
+  const Settings set = load_text(minimal("arch: llama, bias: true, tie_embeddings: true")).settings;
+  CHECK(set.model.bias);
+  CHECK(set.model.tie_embeddings);
+  CHECK(load_text(kMinimal).settings.model.bias);  // gpt keeps GPT-2's
+  // The resolved recipe (what a checkpoint saves) reads back to the same settings.
+  CHECK(recipe_to_json(load_text(recipe_to_yaml(llama)).settings) == recipe_to_json(llama));
+  CHECK(load_text(minimal("arch: llama"), {"model.bias=true"}).settings.model.bias);
+
+  CHECK_THAT(load_error(minimal("n_kv_head: 1")), Contains("model.n_kv_head: grouped-query attention is part of arch llama"));
+  CHECK_THAT(load_error(minimal("arch: llama"), {"model.n_head=4", "model.n_kv_head=3"}), Contains("model.n_kv_head: (3) must divide model.n_head (4)"));
+  CHECK(load_error(minimal("arch: llama"), {"model.n_head=4", "model.n_kv_head=2"}).empty());
+  CHECK_THAT(load_error(minimal("arch: llama"), {"model.n_head=16"}), Contains("rotary position embeddings") && Contains("even"));
+  CHECK_THAT(load_error(minimal("arch: llama") + "parallel: {tp: 2}\n", {"model.n_head=4", "model.n_kv_head=1"}),
+             Contains("parallel.tp: (2) must divide model.n_kv_head (1)"));
+  CHECK(load_error(minimal("arch: llama") + "parallel: {tp: 2}\n", {"model.n_head=4", "model.n_kv_head=2"}).empty());
+  CHECK_THAT(load_error(minimal("arch: llam")), Contains("did you mean 'llama'"));
+  // mlp_ratio need not give a whole number for llama (its width is rounded) or with mlp_width set.
+  CHECK(load_error(minimal("arch: llama, mlp_ratio: 2.7")).empty());
+  CHECK(load_error(minimal("mlp_ratio: 2.7, mlp_width: 40")).empty());
+  CHECK_THAT(load_error(minimal("mlp_ratio: 2.7")), Contains("model.mlp_width"));
+}
+
 TEST_CASE("data paths are checked where the recipe names them", "[config]") {
   TempDir dir;
   std::filesystem::create_directories(dir.path() / "adir");

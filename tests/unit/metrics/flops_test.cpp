@@ -4,7 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include "metrics/flops.h"
-#include "model/gpt_shapes.h"
+#include "model/gpt.h"
 
 using namespace gputrain;
 
@@ -16,22 +16,26 @@ TEST_CASE("flops: GPT-2 124M trains at 6 N + 12 L T d = 855.4M FLOPs per token",
 }
 
 TEST_CASE("flops: N is the model's parameters but the position embedding, for any shape", "[metrics]") {
-  for (bool bias : {true, false})
-    for (bool tied : {true, false}) {
-      ModelSettings m;
-      m.vocab_size = 1000;
-      m.seq_len = 96;
-      m.n_layer = 3;
-      m.d_model = 64;
-      m.mlp_ratio = 3.0;
-      m.bias = bias;
-      m.tie_embeddings = tied;
-      double n = 0;
-      for (const auto& p : gpt_parameter_shapes(m))
-        if (p.name != "transformer.wpe.weight") n += static_cast<double>(p.numel());
-      INFO("bias " << bias << ", tied " << tied);
-      CHECK(training_flops_per_token(m) == 6 * n + 12.0 * 3 * 96 * 64);
-    }
+  for (ModelArch arch : {ModelArch::kGpt, ModelArch::kLlama})
+    for (bool bias : {true, false})
+      for (bool tied : {true, false}) {
+        ModelSettings m;
+        m.arch = arch;
+        m.vocab_size = 1000;
+        m.seq_len = 96;
+        m.n_layer = 3;
+        m.d_model = 64;
+        m.n_head = 4;
+        m.n_kv_head = arch == ModelArch::kLlama ? 2 : 0;
+        m.mlp_ratio = 3.0;
+        m.bias = bias;
+        m.tie_embeddings = tied;
+        Gpt model(m);  // the real module, not the shape list the formula uses
+        double n = static_cast<double>(model->parameter_count());
+        if (model->transformer->wpe) n -= static_cast<double>(model->transformer->wpe->weight.numel());
+        INFO("arch " << static_cast<int>(arch) << ", bias " << bias << ", tied " << tied);
+        CHECK(training_flops_per_token(m) == 6 * n + 12.0 * 3 * 96 * 64);
+      }
 }
 
 TEST_CASE("flops: the dense bf16 peak of known GPUs, none for others", "[metrics]") {
