@@ -114,7 +114,7 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
 
   std::string export_checkpoint, export_format = "hf", export_out;
-  bool export_overwrite = false;
+  bool export_overwrite = false, export_merge_lora = false;
   auto* exp = cli.add_subcommand("export", "write a checkpoint's weights for other tools (Hugging Face transformers)");
   exp->add_option("checkpoint", export_checkpoint,
                   "a checkpoint directory (step_<N>), the directory holding them, or a run's output directory (newest complete checkpoint)")
@@ -125,6 +125,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   exp->add_option("--out", export_out, "directory to write")->required();
   exp->add_flag("--overwrite", export_overwrite, "replace model files already in --out");
+  exp->add_flag("--merge-lora", export_merge_lora,
+                "a LoRA checkpoint: write each adapted weight as W + (alpha / rank) B A (needed for LoRA checkpoints)");
 
   try {
     cli.parse(argc, argv);
@@ -161,7 +163,7 @@ int main(int argc, char** argv) {
     }
     if (*bench) return app::cmd_data_bench(bench_args, bench_workers, bench_batches);
     if (*optim_bench) return app::cmd_optim_bench(optim_bench_args, optim_bench_steps);
-    if (*exp) return app::cmd_export(export_checkpoint, export_format, export_out, export_overwrite);
+    if (*exp) return app::cmd_export(export_checkpoint, export_format, export_out, export_overwrite, export_merge_lora);
   } catch (const gputrain::Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return gputrain::exit_code_for(e.kind());

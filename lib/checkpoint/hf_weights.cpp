@@ -15,12 +15,6 @@ bool is_vocab_matrix(const std::string& name) {
 
 }  // namespace
 
-std::string shape_str(const torch::Tensor& t) {
-  std::string s = "[";
-  for (int64_t i = 0; i < t.dim(); ++i) s += (i ? ", " : "") + std::to_string(t.size(i));
-  return s + "]";
-}
-
 torch::Tensor exported_tensor(const std::string& name, const torch::Tensor& t, const ModelSettings& m) {
   torch::Tensor w = t.detach().to(torch::kCPU, torch::kFloat);
   if (is_vocab_matrix(name)) w = w.narrow(0, 0, m.vocab_size);

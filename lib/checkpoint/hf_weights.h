@@ -9,12 +9,11 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/module_weights.h"  // shape_str
 #include "checkpoint/safetensors.h"
 #include "config/settings.h"
 
 namespace gputrain {
-
-std::string shape_str(const torch::Tensor& t);
 
 // Our weight as exported: float32 on the CPU, the embedding/head's padding rows (ours alone) cut.
 torch::Tensor exported_tensor(const std::string& name, const torch::Tensor& t, const ModelSettings& m);

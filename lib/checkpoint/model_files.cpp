@@ -12,6 +12,8 @@
 #include "checkpoint/module_weights.h"
 #include "checkpoint/training_checkpoint.h"
 #include "config/recipe.h"
+#include "model/gpt.h"
+#include "model/lora.h"
 #include "metrics/metrics_writer.h"
 #include "util/error.h"
 
@@ -66,13 +68,18 @@ bool written_by_gputrain(const SafetensorsFile& f) {
 
 std::string load_initial_weights(torch::nn::Module& model, const ModelSettings& m, const std::string& path) {
   const std::string fix = "start from weights of a model with this recipe's model.* settings";
+  // A LoRA model starts its base from the weights; its adapters keep their initialization.
+  const auto base = [](const std::string& name) { return !is_lora_parameter(name); };
   const fs::path p(path);
   if (fs::is_directory(p) && is_training_checkpoint(p)) {
     if (auto problem = checkpoint_problem(p))
       throw data_error("model.init_from: checkpoint '" + path + "' is not usable: " + *problem +
                        "\n    fix: name a complete checkpoint");
     // A tensor-parallel checkpoint's shards are joined: the weights start a run at any parallel.tp.
-    load_module_weights(model, read_checkpoint_model(p), "model.init_from checkpoint '" + path + "'", fix);
+    std::vector<NamedTensor> weights = checkpoint_model_weights(p);
+    const Settings saved = settings_from_saved_recipe(read_text(p / "recipe.yaml"), (p / "recipe.yaml").string());
+    if (saved.model.lora.rank > 0) weights = merge_lora(weights, saved.model.lora);  // a LoRA fine-tune's result
+    load_module_weights(model, weights, "model.init_from checkpoint '" + path + "'", fix, base);
     return "weights of gputrain checkpoint " + path;
   }
   std::vector<NamedTensor> hf;
@@ -83,7 +90,7 @@ std::string load_initial_weights(torch::nn::Module& model, const ModelSettings& 
   } else {
     SafetensorsFile f = read_safetensors(path);
     if (written_by_gputrain(f)) {
-      load_module_weights(model, f.tensors, "model.init_from '" + path + "'", fix);
+      load_module_weights(model, f.tensors, "model.init_from '" + path + "'", fix, base);
       return "gputrain weights from " + path;
     }
     hf = std::move(f.tensors);
@@ -91,10 +98,49 @@ std::string load_initial_weights(torch::nn::Module& model, const ModelSettings& 
   }
   const std::string source = "model.init_from '" + path + "'";
   const bool llama = m.arch == ModelArch::kLlama;
-  const std::vector<NamedTensor> ours = llama ? from_hf_llama(hf, config, module_weights(model), m, source)
-                                              : from_hf_gpt2(hf, config, module_weights(model), m, source);
-  load_module_weights(model, ours, source, fix);
+  std::vector<NamedTensor> current;
+  for (auto& w : module_weights(model))
+    if (base(w.name)) current.push_back(std::move(w));
+  const std::vector<NamedTensor> ours = llama ? from_hf_llama(hf, config, current, m, source)
+                                              : from_hf_gpt2(hf, config, current, m, source);
+  load_module_weights(model, ours, source, fix, base);
   return std::string(llama ? "Hugging Face Llama" : "Hugging Face GPT-2") + " weights from " + path;
+}
+
+Gpt build_initial_model(const Settings& s, torch::Device device, torch::ScalarType dtype, bool skip_init_from,
+                        std::string* described) {
+  torch::manual_seed(static_cast<uint64_t>(s.run.seed));
+  Gpt model(s.model);  // initialized in fp32, then cast: bf16-pure starts from the same weights rounded
+  model->to(device, dtype);
+  if (!skip_init_from && !s.model.init_from.empty()) {
+    const std::string what = load_initial_weights(*model, s.model, s.model.init_from);
+    if (described) *described = what;
+  }
+  return model;
+}
+
+std::vector<NamedTensor> checkpoint_model_weights(const fs::path& checkpoint) {
+  std::vector<NamedTensor> files = read_checkpoint_model(checkpoint);  // tp shards joined
+  const std::string base = read_json(checkpoint / "trainer.json").value("lora_base", std::string());
+  if (base.empty()) return files;
+  // Adapters only: the base is rebuilt as the run built it, on the CPU.
+  const Settings s = settings_from_saved_recipe(read_text(checkpoint / "recipe.yaml"), (checkpoint / "recipe.yaml").string());
+  Gpt model = build_initial_model(s, torch::kCPU, s.precision.mode == PrecisionMode::kBf16Pure ? torch::kBFloat16 : torch::kFloat);
+  std::vector<NamedTensor> all = module_weights(*model);
+  check_lora_base(all, base, checkpoint.string(), s.model.init_from);
+  load_module_weights(*model, files, "checkpoint '" + checkpoint.string() + "'", "use a checkpoint of this run",
+                      is_lora_parameter);
+  return module_weights(*model);
+}
+
+void check_lora_base(const std::vector<NamedTensor>& weights, const std::string& expected, const std::string& checkpoint,
+                     const std::string& init_from) {
+  const std::string got = lora_base_fingerprint(weights);
+  if (got == expected) return;
+  throw data_error("checkpoint '" + checkpoint + "' holds LoRA adapters trained on another base model (fingerprint " +
+                   expected + "; the recipe's base, " +
+                   (init_from.empty() ? std::string("the seed's random initialization") : "model.init_from '" + init_from + "'") +
+                   ", has " + got + ")\n    fix: set model.init_from (and run.seed) to the base the adapters were trained on");
 }
 
 fs::path find_checkpoint(const fs::path& where) {
@@ -107,7 +153,7 @@ fs::path find_checkpoint(const fs::path& where) {
                    "\n    fix: name a step_<N> checkpoint directory, the directory holding them, or a run's output directory");
 }
 
-ExportResult export_hf(const fs::path& where, const fs::path& out, bool overwrite) {
+ExportResult export_hf(const fs::path& where, const fs::path& out, bool overwrite, bool merge_lora_adapters) {
   ExportResult r;
   r.checkpoint = find_checkpoint(where);
   if (auto problem = checkpoint_problem(r.checkpoint))
@@ -115,8 +161,21 @@ ExportResult export_hf(const fs::path& where, const fs::path& out, bool overwrit
                      "\n    fix: export another checkpoint");
   const Settings s = settings_from_saved_recipe(read_text(r.checkpoint / "recipe.yaml"),
                                                 (r.checkpoint / "recipe.yaml").string());
+  if (s.model.moe.enabled())
+    throw data_error("checkpoint '" + r.checkpoint.string() + "' is a mixture-of-experts model (model.moe), which " +
+                     "GPT2LMHeadModel and LlamaForCausalLM cannot hold (and Mixtral routes differently: it renormalizes "
+                     "the top-k probabilities)\n    fix: keep it as a gputrain checkpoint (model.init_from reads it)");
+  const bool lora = s.model.lora.rank > 0;
+  if (lora && !merge_lora_adapters)
+    throw usage_error("checkpoint '" + r.checkpoint.string() + "' holds LoRA adapters (model.lora.rank " +
+                      std::to_string(s.model.lora.rank) + "); the Hugging Face formats hold plain weights" +
+                      "\n    fix: pass --merge-lora to write W + (alpha / rank) B A for every adapted layer");
+  if (!lora && merge_lora_adapters)
+    throw usage_error("checkpoint '" + r.checkpoint.string() + "' has no LoRA adapters (model.lora.rank is 0)" +
+                      "\n    fix: leave out --merge-lora");
+  std::vector<NamedTensor> ours = checkpoint_model_weights(r.checkpoint);  // tp shards joined; LoRA's base added
+  if (lora) ours = merge_lora(ours, s.model.lora);
   const bool llama = s.model.arch == ModelArch::kLlama;
-  const std::vector<NamedTensor> ours = read_checkpoint_model(r.checkpoint);  // tp shards joined
   const std::vector<NamedTensor> hf = llama ? to_hf_llama(ours, s.model) : to_hf_gpt2(ours, s.model);
   std::error_code ec;
   if (!overwrite && (fs::exists(out / "model.safetensors") || fs::exists(out / "config.json")))

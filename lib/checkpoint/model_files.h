@@ -9,7 +9,9 @@
 
 #include <torch/nn/module.h>
 
+#include "checkpoint/safetensors.h"
 #include "config/settings.h"
+#include "model/gpt.h"
 
 namespace gputrain {
 
@@ -17,8 +19,17 @@ namespace gputrain {
 // directory (weights only; the optimizer starts fresh), a directory with
 // model.safetensors (or a sharded model.safetensors.index.json) and
 // config.json in GPT-2's layout (model.arch gpt) or Llama's (model.arch
-// llama), or a single .safetensors file in either layout. Returns a one-line description for the log. DataError on mismatch.
+// llama), or a single .safetensors file in either layout. A LoRA model takes
+// its base weights from there (its adapters keep their initialization).
+// Returns a one-line description for the log. DataError on mismatch.
 std::string load_initial_weights(torch::nn::Module& model, const ModelSettings& m, const std::string& path);
+
+// The model a run starts from: the seed's initialization (run.seed), in
+// `dtype` on `device`, then model.init_from's weights unless `skip_init_from`
+// (a resumed run whose checkpoint holds every weight). `described` gets the
+// log line of what init_from loaded.
+Gpt build_initial_model(const Settings& s, torch::Device device, torch::ScalarType dtype, bool skip_init_from = false,
+                        std::string* described = nullptr);
 
 // `where` may be a checkpoint, a directory of step_<N> checkpoints or a run's
 // output directory (its checkpoints/ is used); the newest complete one is chosen.
@@ -32,7 +43,21 @@ struct ExportResult {
 };
 // Writes <out>/model.safetensors and <out>/config.json for GPT2LMHeadModel
 // or LlamaForCausalLM (the checkpoint's model.arch). Refuses an `out` that
-// already holds model files unless `overwrite`.
-ExportResult export_hf(const std::filesystem::path& checkpoint, const std::filesystem::path& out, bool overwrite);
+// already holds model files unless `overwrite`. A LoRA checkpoint exports
+// only with `merge_lora_adapters` (the adapters merged into the weights);
+// a mixture-of-experts one not at all.
+ExportResult export_hf(const std::filesystem::path& checkpoint, const std::filesystem::path& out, bool overwrite,
+                       bool merge_lora_adapters = false);
+
+// Every weight of the model a checkpoint holds: its model files (tensor-parallel
+// shards joined), and for an adapters-only LoRA checkpoint the frozen base
+// rebuilt as the run built it (the seed's initialization, then model.init_from)
+// and checked against the fingerprint the checkpoint recorded.
+std::vector<NamedTensor> checkpoint_model_weights(const std::filesystem::path& checkpoint);
+
+// DataError unless the base weights among `weights` have the LoRA fingerprint `expected`
+// (checkpoint and init_from name the files in the message).
+void check_lora_base(const std::vector<NamedTensor>& weights, const std::string& expected, const std::string& checkpoint,
+                     const std::string& init_from);
 
 }  // namespace gputrain

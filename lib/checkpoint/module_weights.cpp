@@ -6,13 +6,13 @@
 #include "util/error.h"
 
 namespace gputrain {
-namespace {
-
 std::string shape_str(const torch::Tensor& t) {
   std::string s = "[";
   for (int64_t i = 0; i < t.dim(); ++i) s += (i ? ", " : "") + std::to_string(t.size(i));
   return s + "]";
 }
+
+namespace {
 
 // "a, b, c and 4 more"
 std::string first_names(const std::vector<std::string>& names) {
@@ -32,20 +32,21 @@ std::vector<NamedTensor> module_weights(const torch::nn::Module& m) {
 }
 
 void load_module_weights(torch::nn::Module& m, const std::vector<NamedTensor>& weights, const std::string& source,
-                         const std::string& fix) {
+                         const std::string& fix, const std::function<bool(const std::string&)>& covers) {
   std::map<std::string, torch::Tensor> given;
   for (const auto& w : weights) given[w.name] = w.tensor;
-  const auto params = m.named_parameters(/*recurse=*/true);
+  std::vector<std::pair<std::string, torch::Tensor>> params;
+  for (const auto& item : m.named_parameters(/*recurse=*/true))
+    if (!covers || covers(item.key())) params.emplace_back(item.key(), item.value());
   std::vector<std::string> missing, wrong_shape;
   std::set<std::string> expected;
-  for (const auto& item : params) {
-    expected.insert(item.key());
-    auto it = given.find(item.key());
+  for (const auto& [key, value] : params) {
+    expected.insert(key);
+    auto it = given.find(key);
     if (it == given.end())
-      missing.push_back(item.key());
-    else if (it->second.sizes() != item.value().sizes())
-      wrong_shape.push_back(item.key() + " is " + shape_str(it->second) + " there but " + shape_str(item.value()) +
-                            " in this model");
+      missing.push_back(key);
+    else if (it->second.sizes() != value.sizes())
+      wrong_shape.push_back(key + " is " + shape_str(it->second) + " there but " + shape_str(value) + " in this model");
   }
   std::vector<std::string> unexpected;
   for (const auto& [name, _] : given)
@@ -57,7 +58,7 @@ void load_module_weights(torch::nn::Module& m, const std::vector<NamedTensor>& w
   if (!unexpected.empty())
     throw data_error(source + ": weights this model does not have: " + first_names(unexpected) + tail);
   torch::NoGradGuard no_grad;
-  for (const auto& item : params) item.value().copy_(given.at(item.key()));
+  for (auto& [key, value] : params) value.copy_(given.at(key));
 }
 
 }  // namespace gputrain

@@ -4,6 +4,7 @@
 #pragma once
 #include <torch/nn/module.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -11,13 +12,18 @@
 
 namespace gputrain {
 
+// "[3, 4]", for messages about shapes.
+std::string shape_str(const torch::Tensor& t);
+
 // The parameters under their module paths ("transformer.h.0.attn.c_attn.weight").
 std::vector<NamedTensor> module_weights(const torch::nn::Module& m);
 
 // Copies `weights` into m's parameters (converting dtype and device). Every
 // parameter must be present with its shape and nothing else may be; a
-// mismatch is a DataError naming `source`, the keys and `fix`.
+// mismatch is a DataError naming `source`, the keys and `fix`. With `covers`,
+// only the parameters it accepts are loaded (and expected): a LoRA model's
+// base from model.init_from, its adapters from an adapters-only checkpoint.
 void load_module_weights(torch::nn::Module& m, const std::vector<NamedTensor>& weights, const std::string& source,
-                         const std::string& fix);
+                         const std::string& fix, const std::function<bool(const std::string&)>& covers = {});
 
 }  // namespace gputrain

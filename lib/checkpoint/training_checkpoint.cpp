@@ -145,6 +145,7 @@ fs::path save_training_checkpoint(const fs::path& root, const TrainingSnapshot& 
   j["gputrain_version"] = version_string();
   j["torch_version"] = TORCH_VERSION;
   j["settings"] = s.settings;
+  if (!s.lora_base.empty()) j["lora_base"] = s.lora_base;  // model files hold LoRA's adapters only
   if (!s.model_shards.empty())
     j["tensor_parallel"] = {{"size", s.model_shards.size()}, {"split", split_to_json(s.tp_split)}};
   w.add_json("trainer.json", j);
@@ -188,6 +189,7 @@ TrainingSnapshot load_training_checkpoint(const fs::path& dir) {
     s.rng.cuda_index = j.at("cuda_rng_device").get<int>();
     s.optimizer = j.at("optimizer").get<std::string>();
     s.settings = j.at("settings");
+    s.lora_base = j.value("lora_base", std::string());
     std::tie(tp, s.tp_split) = tensor_parallel_of(j);
   } catch (const json::exception& e) {
     throw data_error("'" + state_path.string() + "' is malformed: " + e.what() +

@@ -8,7 +8,8 @@
 //                          trainer.json's "tensor_parallel" says how the parameters are split)
 //   rng.safetensors        the CPU (and CUDA) generator states, as bytes
 //   trainer.json           counters, the data sampler position, the loss scaler,
-//                          the batch split and the resolved settings
+//                          the batch split, the resolved settings and, for a
+//                          LoRA run that saves adapters only, its base's fingerprint
 //   recipe.yaml            the resolved recipe, for people
 //   manifest.json          every file's size and CRC-32C
 // README "Checkpoints" documents the files for users.
@@ -55,6 +56,9 @@ struct TrainingSnapshot {
   // `model`), tp_split says how each parameter is split.
   std::vector<std::vector<NamedTensor>> model_shards, optimizer_shards;
   std::vector<TensorShard> tp_split;
+  // LoRA with model.lora.save: adapters: `model` holds the adapters only, and
+  // this is the frozen base's fingerprint (model/lora.h); empty = every weight.
+  std::string lora_base;
 };
 
 // Writes `s` as <root>/step_<counters.step> atomically; returns the directory.

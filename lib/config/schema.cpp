@@ -341,6 +341,32 @@ FieldSpec enum_field(std::string path, Acc acc, EnumTable<E> table, std::string 
           [=](const Settings& s) { return json(enum_name(table, acc(s))); }};
 }
 
+// A list of enum values (one value alone is a list of one); no repeats, not empty.
+template <class Acc, class E>
+FieldSpec enum_list_field(std::string path, Acc acc, EnumTable<E> table, std::string doc) {
+  return {path, "[" + enum_choices(table) + ", ...]", doc,
+          [=](Settings& s, const ConfigNode& n) {
+            std::vector<E> out;
+            if (n.kind == ConfigNode::Kind::kSequence) {
+              if (n.items.empty()) throw FieldProblem{"is an empty list", "name at least one of " + enum_choices(table)};
+              for (const auto& item : n.items) {
+                const E v = read_enum(item, table);
+                if (std::find(out.begin(), out.end(), v) != out.end())
+                  throw FieldProblem{"names '" + item.scalar + "' twice", "list each value once"};
+                out.push_back(v);
+              }
+            } else {
+              out.push_back(read_enum(n, table));
+            }
+            acc(s) = std::move(out);
+          },
+          [=](const Settings& s) {
+            json out = json::array();
+            for (E v : acc(s)) out.push_back(enum_name(table, v));
+            return out;
+          }};
+}
+
 const EnumTable<DataFormat> kFormats = {{"none", DataFormat::kNone},
                                         {"synthetic", DataFormat::kSynthetic},
                                         {"tokens", DataFormat::kTokens},
@@ -423,6 +449,24 @@ std::vector<FieldSpec> build_schema() {
                         "round the embedding rows up to a multiple of this (64 suits tensor cores); 0 = no padding"));
   f.push_back(path_field(KEY(model.init_from),
                          "start from these weights instead of random ones: a Hugging Face GPT-2 (arch gpt) or Llama (arch llama) directory or model.safetensors, or a gputrain checkpoint directory (relative to the recipe file); empty = random init"));
+  f.push_back(int_field(KEY(model.lora.rank), 0, 4096,
+                        "LoRA: adapters of this rank on model.lora.targets, every other weight frozen (no gradients, no optimizer state); 0 = off"));
+  f.push_back(float_field(KEY(model.lora.alpha), FloatRange{0, INFINITY, true}, "LoRA: the update is scaled by alpha / rank"));
+  f.push_back(float_field(KEY(model.lora.dropout), FloatRange{0, 1, false, true}, "LoRA: dropout on the adapters' input (training only)"));
+  f.push_back(enum_list_field(KEY(model.lora.targets),
+                              EnumTable<LoraTarget>{{"qkv", LoraTarget::kQkv}, {"proj", LoraTarget::kProj},
+                                                    {"mlp_up", LoraTarget::kMlpUp}, {"mlp_down", LoraTarget::kMlpDown}},
+                              "LoRA: the layers adapted in every block: qkv = attn.c_attn, proj = attn.c_proj, mlp_up = mlp.c_fc (SwiGLU: gate and up), mlp_down = mlp.c_proj"));
+  f.push_back(enum_field(KEY(model.lora.save), EnumTable<LoraSave>{{"adapters", LoraSave::kAdapters}, {"full", LoraSave::kFull}},
+                         "LoRA: checkpoints hold the adapters only (the frozen base is model.init_from, checked on resume) or every weight"));
+  f.push_back(int_field(KEY(model.moe.experts), 0, 1024, "mixture of experts: expert MLPs per mixture layer; 0 = dense MLPs"));
+  f.push_back(int_field(KEY(model.moe.top_k), 1, 64, "mixture of experts: experts each token is routed to"));
+  f.push_back(int_field(KEY(model.moe.every), 1, 1024,
+                        "mixture of experts: every k-th block's MLP is a mixture (blocks k-1, 2k-1, ...); 1 = all"));
+  f.push_back(float_field(KEY(model.moe.capacity_factor), FloatRange{0, INFINITY},
+                          "mixture of experts: each expert takes at most ceil(factor x tokens x top_k / experts) tokens of a micro-batch, the rest are dropped (counted in metrics); 0 = no limit"));
+  f.push_back(float_field(KEY(model.moe.aux_loss_coef), FloatRange{0, INFINITY},
+                          "mixture of experts: weight of the load-balancing loss (Switch Transformer: experts x sum of routed fraction x mean probability; 1 when balanced)"));
   // data
   add_data_source(f, "train");
   add_data_source(f, "eval");

@@ -25,6 +25,33 @@ struct RunSettings {
 enum class ModelArch { kGpt, kLlama };
 enum class AttentionImpl { kSdpa, kMath };
 
+// LoRA (model/lora.h): which Linear layers of each block get adapters.
+enum class LoraTarget { kQkv, kProj, kMlpUp, kMlpDown };
+// What a LoRA run's checkpoints hold: the adapters alone (the frozen base comes
+// from model.init_from, checked by fingerprint on resume) or every weight.
+enum class LoraSave { kAdapters, kFull };
+
+struct LoraSettings {
+  int64_t rank = 0;     // 0 = no LoRA (every parameter trains)
+  double alpha = 16.0;  // the update is scaled by alpha / rank
+  double dropout = 0.0;  // on the adapters' input, training only
+  std::vector<LoraTarget> targets = {LoraTarget::kQkv, LoraTarget::kProj};
+  LoraSave save = LoraSave::kAdapters;
+};
+
+// Mixture of experts (model/moe.h): every `every`-th block's MLP becomes
+// `experts` MLPs behind a top-k softmax router.
+struct MoeSettings {
+  int64_t experts = 0;  // 0 = dense MLPs
+  int64_t top_k = 2;
+  int64_t every = 1;    // blocks every-1, 2 every-1, ... are mixtures (1 = all)
+  double capacity_factor = 1.25;  // tokens per expert = ceil(factor x tokens x top_k / experts); 0 = no limit
+  double aux_loss_coef = 0.01;    // weight of the load-balancing loss (Switch Transformer's)
+
+  bool enabled() const { return experts > 0; }
+  bool is_moe_block(int64_t i) const { return enabled() && (i + 1) % every == 0; }
+};
+
 struct ModelSettings {
   ModelArch arch = ModelArch::kGpt;
   int64_t vocab_size = 50304;
@@ -46,6 +73,8 @@ struct ModelSettings {
   // directory holding model.safetensors (Hugging Face GPT-2 layout), or a
   // gputrain checkpoint directory. Empty = random initialization.
   std::string init_from;
+  LoraSettings lora;
+  MoeSettings moe;
 
   // The MLP's hidden size. auto: mlp_ratio x d_model for GELU; for SwiGLU
   // (three matrices instead of two) 2/3 of that rounded up to a multiple of 64,

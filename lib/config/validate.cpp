@@ -62,6 +62,24 @@ void check_model(Checker& c) {
     c.error("model.n_kv_head", "(" + str(m.n_kv_head) + ") must divide model.n_head (" + str(m.n_head) +
                                    "): each key/value head serves the same number of query heads",
             "use a divisor of " + str(m.n_head) + " (1 = multi-query attention, n_head = plain multi-head)");
+  if (m.lora.rank > m.d_model)
+    c.error("model.lora.rank", "(" + str(m.lora.rank) + ") exceeds model.d_model (" + str(m.d_model) + "): a low-rank update needs rank < d_model",
+            "use a rank such as 8 or 16");
+  if (m.lora.rank > 0 && m.init_from.empty())
+    c.warning("model.lora.rank", "LoRA freezes the base model, and without model.init_from the base is the seed's random initialization",
+              "set model.init_from to the model to fine-tune");
+  const MoeSettings& moe = m.moe;
+  if (moe.enabled() && moe.top_k > moe.experts)
+    c.error("model.moe.top_k", "(" + str(moe.top_k) + ") exceeds model.moe.experts (" + str(moe.experts) + ")",
+            "route each token to at most " + str(moe.experts) + " experts");
+  if (moe.enabled() && moe.every > m.n_layer)
+    c.error("model.moe.every", "(" + str(moe.every) + ") exceeds model.n_layer (" + str(m.n_layer) + "): no block would be a mixture",
+            "use at most " + str(m.n_layer));
+  if (moe.enabled() && m.lora.rank > 0)
+    for (LoraTarget t : m.lora.targets)
+      if (t == LoraTarget::kMlpUp || t == LoraTarget::kMlpDown)
+        c.error("model.lora.targets", "mlp_up and mlp_down cannot adapt mixture-of-experts layers (model.moe.experts > 0)",
+                "adapt qkv and proj only");
   if (m.arch == ModelArch::kLlama && m.d_model % m.n_head == 0 && m.head_dim() % 2 != 0)
     c.error("model.n_head", "gives a head dimension of " + str(m.head_dim()) +
                                 ", but rotary position embeddings rotate pairs of dimensions and need an even one",
@@ -253,7 +271,7 @@ void check_checkpoint(Checker& c) {
   }
   if (!c.s.model.init_from.empty() && !fs::exists(c.s.model.init_from))
     c.error("model.init_from", "'" + c.s.model.init_from + "' does not exist",
-            "name a Hugging Face GPT-2 directory, a .safetensors file or a gputrain checkpoint directory "
+            "name a Hugging Face GPT-2 or Llama directory, a .safetensors file or a gputrain checkpoint directory "
             "(relative paths are relative to the recipe file)");
   if (k.every > c.s.train.max_steps)
     c.warning("checkpoint.every", "(" + str(k.every) + ") exceeds train.max_steps (" + str(c.s.train.max_steps) +
@@ -280,6 +298,12 @@ void check_parallel(Checker& c) {
   else if (m.mlp_hidden() % p.tp != 0)
     c.error("parallel.tp", "(" + str(p.tp) + ") must divide the MLP width (" + str(m.mlp_hidden()) + ", from model.mlp_ratio or model.mlp_width)",
             "use one of " + divisors(m.mlp_hidden()) + ", or change model.mlp_ratio / model.mlp_width");
+  if (p.tp > 1 && m.lora.rank > 0)
+    c.error("parallel.tp", "LoRA (model.lora.rank > 0) is not split by tensor parallelism in this version",
+            "use parallel.tp: 1 (data and pipeline parallelism work with LoRA)");
+  if (p.tp > 1 && m.moe.enabled())
+    c.error("parallel.tp", "mixture-of-experts layers (model.moe.experts > 0) are not split by tensor parallelism in this version",
+            "use parallel.tp: 1 (data and pipeline parallelism work with experts)");
   if (p.pp > m.n_layer)
     c.error("parallel.pp", "(" + str(p.pp) + ") exceeds model.n_layer (" + str(m.n_layer) + "): every stage needs a block",
             "use at most " + str(m.n_layer) + " stages");

@@ -8,15 +8,17 @@
 namespace gputrain {
 
 double training_flops_per_token(const ModelSettings& m) {
-  // N: every parameter but the learned position embedding (a lookup, no
-  // matmul); the tied head is counted once with the token embedding, as in
-  // "6 N". Biases and norm scales count like weights.
-  double n = 0;
-  for (const ParamShape& p : gpt_parameter_shapes(m))
-    if (p.name != "transformer.wpe.weight") n += static_cast<double>(p.numel());
+  // N: the parameters a token's matrix products use (active_parameters: not
+  // the position table, a lookup; in mixture layers top_k of the experts).
+  // Biases and norm scales count like weights, as in "6 N". Frozen weights
+  // (LoRA's base) cost 4 per parameter, not 6: no weight gradient.
+  double n = active_parameters(m), frozen = 0;
+  if (m.lora.rank > 0)
+    for (const ParamShape& p : gpt_parameter_shapes(m))
+      if (!p.trainable && p.name != "transformer.wpe.weight") frozen += static_cast<double>(p.numel());
   const double d = static_cast<double>(m.d_model), L = static_cast<double>(m.n_layer);
   const double T = static_cast<double>(m.seq_len);
-  return 6 * n + 12 * L * T * d;
+  return 6 * n - 2 * frozen + 12 * L * T * d;
 }
 
 std::optional<double> peak_bf16_tflops(const std::string& name) {

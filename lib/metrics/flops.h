@@ -3,10 +3,12 @@
 //
 // FLOPs per token (forward + backward) = 6 N + 12 L T d, as nanoGPT, llm.c
 // and PaLM (appendix B) count: N is every parameter that takes part in a
-// matrix multiply (all but the position embedding, a lookup; the tied token
-// embedding counts once, as the output head), and 12 L T d is QK^T and AV at
+// token's matrix multiplies (all but the position embedding, a lookup; the
+// tied token embedding counts once, as the output head; in mixture-of-experts
+// layers the top_k experts of a token only), and 12 L T d is QK^T and AV at
 // the full T x T (causal masking's savings are not subtracted, so numbers
-// compare with the published ones).
+// compare with the published ones). Under LoRA the frozen weights count 4
+// FLOPs per parameter instead of 6 (no weight gradient is computed).
 //
 // MFU = tokens/s x FLOPs per token / (devices x the device's dense bf16 peak).
 // The peak comes from a table of known GPUs; for any other device (the CPU

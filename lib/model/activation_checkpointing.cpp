@@ -11,6 +11,8 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
+thread_local bool replaying = false;
+
 // What backward needs besides the saved input. Held by the autograd context
 // as a capsule, so it is freed with the graph even if backward never runs.
 struct Replay : torch::CustomClassHolder {
@@ -41,7 +43,14 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
     {
       torch::AutoGradMode grad_on(true);
       AutocastGuard autocast(replay->autocast.enabled, replay->autocast.device, replay->autocast.dtype);
-      y = replay->block->forward(x);
+      replaying = true;
+      try {
+        y = replay->block->forward(x);
+      } catch (...) {
+        replaying = false;
+        throw;
+      }
+      replaying = false;
     }
     restore_rng(outer);
     // backward (not grad) also accumulates the block's parameter gradients.
@@ -57,6 +66,8 @@ torch::Tensor checkpointed_block_forward(BlockImpl& block, const torch::Tensor& 
   if (!torch::GradMode::is_enabled()) return block.forward(x);
   return CheckpointFunction::apply(x, &block);
 }
+
+bool recomputing_activations() { return replaying; }
 
 int64_t apply_activation_checkpointing(Gpt& model, CheckpointingPolicy policy, int64_t every) {
   int64_t n = 0;

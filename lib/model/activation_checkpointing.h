@@ -20,4 +20,8 @@ int64_t apply_activation_checkpointing(Gpt& model, CheckpointingPolicy policy, i
 // y = block(x) without saving the block's activations.
 torch::Tensor checkpointed_block_forward(BlockImpl& block, const torch::Tensor& x);
 
+// True while this thread replays a checkpointed block's forward in backward:
+// code that counts forwards (mixture-of-experts statistics) skips the replay.
+bool recomputing_activations();
+
 }  // namespace gputrain

@@ -7,6 +7,7 @@
 
 #include "model/activation_checkpointing.h"
 #include "model/cross_entropy.h"
+#include "model/lora.h"
 
 namespace gputrain {
 
@@ -89,34 +90,39 @@ static Norm make_norm(const ModelSettings& cfg) {
   return Norm(cfg.arch == ModelArch::kLlama ? NormKind::kRmsNorm : NormKind::kLayerNorm, cfg.d_model, cfg.norm_eps);
 }
 
-BlockImpl::BlockImpl(const ModelSettings& cfg, std::shared_ptr<RotaryEmbedding> rotary) {
+BlockImpl::BlockImpl(const ModelSettings& cfg, std::shared_ptr<RotaryEmbedding> rotary, std::shared_ptr<MoeContext> moe_context) {
   ln_1 = register_module("ln_1", make_norm(cfg));
   attn = register_module("attn", CausalSelfAttention(cfg, std::move(rotary)));
   ln_2 = register_module("ln_2", make_norm(cfg));
-  mlp = register_module("mlp", Mlp(cfg));
+  if (moe_context)
+    moe = register_module("mlp", MoeMlp(cfg, std::move(moe_context)));
+  else
+    mlp = register_module("mlp", Mlp(cfg));
 }
 
 torch::Tensor BlockImpl::forward(const torch::Tensor& x) {
   auto h = x + attn(ln_1(x));
-  return h + mlp(ln_2(h));
+  return h + (moe ? moe(ln_2(h)) : mlp(ln_2(h)));
 }
 
-GptBodyImpl::GptBodyImpl(const ModelSettings& cfg) {
+GptBodyImpl::GptBodyImpl(const ModelSettings& cfg, const std::shared_ptr<MoeContext>& moe) {
   wte = register_module("wte", nn::Embedding(cfg.padded_vocab(), cfg.d_model));
   const bool llama = cfg.arch == ModelArch::kLlama;
   if (!llama) wpe = register_module("wpe", nn::Embedding(cfg.seq_len, cfg.d_model));
   drop = register_module("drop", nn::Dropout(cfg.dropout));
   h = register_module("h", nn::ModuleList());
   auto rotary = llama ? std::make_shared<RotaryEmbedding>(cfg.head_dim(), cfg.rope_theta) : nullptr;
-  for (int64_t i = 0; i < cfg.n_layer; ++i) h->push_back(Block(cfg, rotary));
+  for (int64_t i = 0; i < cfg.n_layer; ++i) h->push_back(Block(cfg, rotary, cfg.moe.is_moe_block(i) ? moe : nullptr));
   ln_f = register_module("ln_f", make_norm(cfg));
 }
 
 GptImpl::GptImpl(const ModelSettings& c) : cfg(c) {
-  transformer = register_module("transformer", GptBody(cfg));
+  if (cfg.moe.enabled()) moe = std::make_shared<MoeContext>();
+  transformer = register_module("transformer", GptBody(cfg, moe));
   if (!cfg.tie_embeddings)
     lm_head = register_module("lm_head", Linear(cfg.d_model, cfg.padded_vocab(), false));
   reset_parameters();
+  if (cfg.lora.rank > 0) add_lora_adapters(*this, cfg.lora);  // after the base's initialization: its random numbers stay
 }
 
 torch::Tensor GptImpl::embed(const torch::Tensor& tokens) {

@@ -16,6 +16,7 @@
 
 #include "config/settings.h"
 #include "model/linear.h"
+#include "model/moe.h"
 #include "model/norm.h"
 #include "model/rotary.h"
 #include "util/ignore_index.h"
@@ -52,19 +53,22 @@ struct MlpImpl : torch::nn::Module {
 TORCH_MODULE(Mlp);
 
 struct BlockImpl : torch::nn::Module {
-  BlockImpl(const ModelSettings& cfg, std::shared_ptr<RotaryEmbedding> rotary);
+  // `moe`: this block's MLP is a mixture of experts sharing that context (null: dense).
+  BlockImpl(const ModelSettings& cfg, std::shared_ptr<RotaryEmbedding> rotary, std::shared_ptr<MoeContext> moe);
   torch::Tensor forward(const torch::Tensor& x);
 
   Norm ln_1{nullptr}, ln_2{nullptr};
   CausalSelfAttention attn{nullptr};
+  // One of the two, registered as "mlp" either way.
   Mlp mlp{nullptr};
+  MoeMlp moe{nullptr};
   bool checkpoint = false;  // set by apply_activation_checkpointing (model/activation_checkpointing.h)
 };
 TORCH_MODULE(Block);
 
 // The "transformer." prefix of GPT-2's parameter names.
 struct GptBodyImpl : torch::nn::Module {
-  explicit GptBodyImpl(const ModelSettings& cfg);
+  GptBodyImpl(const ModelSettings& cfg, const std::shared_ptr<MoeContext>& moe);
 
   torch::nn::Embedding wte{nullptr};
   torch::nn::Embedding wpe{nullptr};  // learned positions: gpt only
@@ -92,15 +96,17 @@ struct GptImpl : torch::nn::Module {
   torch::Tensor head_loss_sum(const torch::Tensor& x, const torch::Tensor& targets);
 
   // GPT-2 initialization (for both architectures): N(0, 0.02), zero biases,
-  // norm scales 1, residual projections (attn.c_proj, mlp.c_proj) scaled by
-  // 1/sqrt(2 * n_layer). Deterministic given the global torch seed.
+  // norm scales 1, residual projections (attn.c_proj, mlp.c_proj, experts'
+  // c_proj) scaled by 1/sqrt(2 * n_layer). Deterministic given the global
+  // torch seed. Called before LoRA adapters exist (they initialize themselves).
   void reset_parameters();
 
-  int64_t parameter_count() const;  // unique parameters (tied weights once)
+  int64_t parameter_count() const;  // unique parameters (tied weights once), frozen ones included
 
   ModelSettings cfg;
   GptBody transformer{nullptr};
   Linear lm_head{nullptr};  // only when embeddings are untied
+  std::shared_ptr<MoeContext> moe;  // shared by the mixture layers; null without model.moe
 };
 TORCH_MODULE(Gpt);
 

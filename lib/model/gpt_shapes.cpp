@@ -1,5 +1,9 @@
 #include "model/gpt_shapes.h"
 
+#include <algorithm>
+
+#include "model/lora.h"
+
 namespace gputrain {
 
 std::vector<ParamShape> gpt_parameter_shapes(const ModelSettings& m) {
@@ -7,26 +11,57 @@ std::vector<ParamShape> gpt_parameter_shapes(const ModelSettings& m) {
   const bool llama = m.arch == ModelArch::kLlama;
   std::vector<ParamShape> out = {{"transformer.wte.weight", {V, d}}};
   if (!llama) out.push_back({"transformer.wpe.weight", {m.seq_len, d}});
-  auto linear = [&](const std::string& name, int64_t in, int64_t outf) {
+  auto targeted = [&](LoraTarget t) {
+    return m.lora.rank > 0 && std::find(m.lora.targets.begin(), m.lora.targets.end(), t) != m.lora.targets.end();
+  };
+  // LoRA's adapters follow the weights (registration order) of the layers they adapt.
+  auto linear = [&](const std::string& name, int64_t in, int64_t outf, bool bias, bool adapted) {
     out.push_back({name + ".weight", {outf, in}});
-    if (m.bias) out.push_back({name + ".bias", {outf}});
+    if (bias) out.push_back({name + ".bias", {outf}});
+    if (adapted) {
+      out.push_back({name + ".lora_A", {m.lora.rank, in}});
+      out.push_back({name + ".lora_B", {outf, m.lora.rank}});
+    }
   };
   auto norm = [&](const std::string& name) {
     out.push_back({name + ".weight", {d}});
     if (!llama) out.push_back({name + ".bias", {d}});  // RMSNorm has a scale only
   };
+  auto mlp = [&](const std::string& name, bool adaptable) {
+    linear(name + ".c_fc", d, llama ? 2 * h : h, m.bias, adaptable && targeted(LoraTarget::kMlpUp));  // SwiGLU: gate and up
+    linear(name + ".c_proj", h, d, m.bias, adaptable && targeted(LoraTarget::kMlpDown));
+  };
   for (int64_t l = 0; l < m.n_layer; ++l) {
     const std::string b = "transformer.h." + std::to_string(l) + ".";
     norm(b + "ln_1");
-    linear(b + "attn.c_attn", d, d + 2 * m.kv_width());
-    linear(b + "attn.c_proj", d, d);
+    linear(b + "attn.c_attn", d, d + 2 * m.kv_width(), m.bias, targeted(LoraTarget::kQkv));
+    linear(b + "attn.c_proj", d, d, m.bias, targeted(LoraTarget::kProj));
     norm(b + "ln_2");
-    linear(b + "mlp.c_fc", d, llama ? 2 * h : h);  // SwiGLU: gate and up
-    linear(b + "mlp.c_proj", h, d);
+    if (m.moe.is_moe_block(l)) {
+      linear(b + "mlp.router", d, m.moe.experts, false, false);
+      for (int64_t e = 0; e < m.moe.experts; ++e) mlp(b + "mlp.experts." + std::to_string(e), false);
+    } else {
+      mlp(b + "mlp", true);
+    }
   }
   norm("transformer.ln_f");
   if (!m.tie_embeddings) out.push_back({"lm_head.weight", {V, d}});
+  if (m.lora.rank > 0)
+    for (auto& p : out) p.trainable = is_lora_parameter(p.name);
   return out;
+}
+
+double active_parameters(const ModelSettings& m) {
+  double n = 0;
+  for (const ParamShape& p : gpt_parameter_shapes(m)) {
+    if (p.name == "transformer.wpe.weight") continue;
+    double count = static_cast<double>(p.numel());
+    // Each expert's weights serve top_k / experts of the tokens.
+    if (p.name.find(".experts.") != std::string::npos)
+      count *= static_cast<double>(m.moe.top_k) / static_cast<double>(m.moe.experts);
+    n += count;
+  }
+  return n;
 }
 
 }  // namespace gputrain

@@ -1,5 +1,5 @@
-// The GPT's parameters (names and shapes, in registration order) computed
-// from the settings alone: the memory plan and optimizer-state estimates use
+// The GPT's parameters (names and shapes, in registration order; LoRA
+// adapters and mixture-of-experts layers included) computed from the settings alone: the memory plan and optimizer-state estimates use
 // it without building a model. A test checks it against the real module.
 #pragma once
 #include <cstdint>
@@ -13,6 +13,7 @@ namespace gputrain {
 struct ParamShape {
   std::string name;
   std::vector<int64_t> sizes;
+  bool trainable = true;  // false: frozen under LoRA (no gradient, no optimizer state)
   int64_t numel() const {
     int64_t n = 1;
     for (int64_t s : sizes) n *= s;
@@ -21,5 +22,9 @@ struct ParamShape {
 };
 
 std::vector<ParamShape> gpt_parameter_shapes(const ModelSettings& m);
+
+// Parameters that take part in one token's matrix products: all but the
+// position table and, in each mixture layer, the experts a token is not routed to.
+double active_parameters(const ModelSettings& m);
 
 }  // namespace gputrain

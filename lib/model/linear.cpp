@@ -18,11 +18,27 @@ LinearImpl::LinearImpl(int64_t in_features, int64_t out_features, bool with_bias
   }
 }
 
+void LinearImpl::add_lora(int64_t rank, double scale, double dropout) {
+  lora_A = register_parameter("lora_A", torch::empty({rank, weight.size(1)}, weight.options()));
+  lora_B = register_parameter("lora_B", torch::zeros({weight.size(0), rank}, weight.options()));
+  torch::NoGradGuard no_grad;
+  torch::nn::init::kaiming_uniform_(lora_A, std::sqrt(5.0));
+  lora_scale = scale;
+  lora_dropout = dropout;
+}
+
 torch::Tensor LinearImpl::forward(const torch::Tensor& x) {
   const torch::Tensor in = input_tap ? input_tap(x) : x;
-  if (!output_tap) return at::linear(in, weight, bias);
-  torch::Tensor y = output_tap(at::linear(in, weight));
-  return bias.defined() ? y + bias : y;
+  torch::Tensor y;
+  if (!output_tap) {
+    y = at::linear(in, weight, bias);
+  } else {
+    y = output_tap(at::linear(in, weight));
+    if (bias.defined()) y = y + bias;
+  }
+  if (!lora_A.defined()) return y;
+  const torch::Tensor a_in = lora_dropout > 0 && is_training() ? at::dropout(in, lora_dropout, /*train=*/true) : in;
+  return y + at::linear(at::linear(a_in, lora_A), lora_B) * lora_scale;
 }
 
 }  // namespace gputrain

@@ -18,7 +18,13 @@ struct LinearImpl : torch::nn::Module {
   LinearImpl(int64_t in_features, int64_t out_features, bool bias);
   torch::Tensor forward(const torch::Tensor& x);
 
+  // LoRA (model/lora.h): registers lora_A [rank, in] (Kaiming-uniform) and
+  // lora_B [out, rank] (zero); forward adds scale * dropout(x) A^T B^T.
+  void add_lora(int64_t rank, double scale, double dropout);
+
   torch::Tensor weight, bias;  // [out, in], [out] (undefined without bias)
+  torch::Tensor lora_A, lora_B;  // undefined without LoRA
+  double lora_scale = 0, lora_dropout = 0;
   using Tap = std::function<torch::Tensor(const torch::Tensor&)>;
   Tap input_tap;   // applied to x before the product
   Tap output_tap;  // applied to x W^T before the bias is added

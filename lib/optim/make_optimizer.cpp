@@ -72,6 +72,7 @@ int64_t estimate_state_bytes(const OptimSettings& o, const std::vector<ParamShap
   constexpr int64_t kStep = 8;  // the int64 step counter of every parameter
   int64_t bytes = 0;
   for (const auto& p : params) {
+    if (!p.trainable) continue;  // frozen (LoRA's base): no state
     const int64_t n = p.numel();
     bytes += kStep;
     switch (o.name) {

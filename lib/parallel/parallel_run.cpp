@@ -150,7 +150,11 @@ bool ParallelRun::stage_counts(const std::string& name) const {
 
 void ParallelRun::attach(const std::vector<NamedTensor>& named_params) {
   named_ = named_params;
-  params_ = in_gradient_order(named_params);
+  // Frozen parameters (LoRA's base) have no gradients to reduce, clip or own.
+  std::vector<NamedTensor> trainable;
+  for (const auto& p : named_params)
+    if (p.tensor.requires_grad()) trainable.push_back(p);
+  params_ = in_gradient_order(trainable);
   sharded_.assign(params_.size(), 0);
   for (size_t i = 0; i < params_.size(); ++i)
     for (const auto& t : split_)
@@ -199,6 +203,14 @@ std::map<std::string, torch::Tensor> ParallelRun::owned_state(std::map<std::stri
   return out;
 }
 
+std::vector<double> ParallelRun::sum_over_world(std::vector<double> values, const std::string& what) {
+  if (!distributed()) return values;
+  torch::Tensor t = torch::tensor(values, torch::TensorOptions().dtype(torch::kDouble)).to(comm_->tensor_device());
+  comm_->all_reduce_sum_now(t, what);
+  t = t.cpu();
+  return std::vector<double>(t.data_ptr<double>(), t.data_ptr<double>() + t.numel());
+}
+
 int64_t ParallelRun::global_targets(int64_t local_targets) {
   if (!distributed()) return local_targets;
   // The tp ranks and pipeline stages of a replica read the same batch: its first one counts it.
@@ -211,7 +223,11 @@ torch::Tensor ParallelRun::train_step(Gpt& model, const std::vector<Batch>& micr
                                       int64_t global_targets) {
   std::function<void(bool)> before_backward;
   if (sync_) before_backward = [this](bool last) { sync_->prepare_backward(last); };
-  if (!pp_comm_) return accumulate_gradients(model, micro, &precision, AccumulateOptions{global_targets, before_backward});
+  const int64_t replicas = dp_ ? dp_->size() : 1;
+  if (!pp_comm_) {
+    if (model->moe) model->moe->aux_grad_scale = moe_aux_grad_scale(model->cfg, static_cast<int64_t>(micro.size()) * replicas, precision.loss_scale());
+    return accumulate_gradients(model, micro, &precision, AccumulateOptions{global_targets, before_backward});
+  }
   PipelineStepOptions o;
   o.schedule = schedule_;
   o.stage = stage_;
@@ -223,6 +239,7 @@ torch::Tensor ParallelRun::train_step(Gpt& model, const std::vector<Batch>& micr
   const bool recut = pp_microbatches_ > 0 && pp_microbatches_ != static_cast<int64_t>(micro.size());
   const std::vector<Batch> parts = recut ? split_micro_batches(micro, pp_microbatches_) : micro;
   micro_batches_ = static_cast<int64_t>(parts.size());
+  if (model->moe) model->moe->aux_grad_scale = moe_aux_grad_scale(model->cfg, micro_batches_ * replicas, precision.loss_scale());
   torch::Tensor loss = pipeline_train_step(model, *pp_comm_, parts, o, &pipeline_stats_);
   // Only the last stage has a loss; the others' zero is summed with it.
   return loss.to(torch::kFloat);

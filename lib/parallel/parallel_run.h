@@ -65,10 +65,13 @@ class ParallelRun {
 
   // The step's target-token count over every rank, for normalizing the loss.
   int64_t global_targets(int64_t local_targets);
+  // `values` summed over every rank (`what` names the all-reduce in errors); as given in one process.
+  std::vector<double> sum_over_world(std::vector<double> values, const std::string& what);
   // Forward and backward of the step's micro-batches, gradients accumulated
   // (train/train_step.h), through the pipeline's stages when pp > 1 (the
-  // micro-batches re-cut to parallel.pp_microbatches). Returns this rank's
-  // share of the step's mean loss: summed by sum_loss_and_any.
+  // micro-batches re-cut to parallel.pp_microbatches). Sets the mixture
+  // layers' balancing-loss gradient for this step's forwards. Returns this
+  // rank's share of the step's mean loss: summed by sum_loss_and_any.
   torch::Tensor train_step(Gpt& model, const std::vector<Batch>& micro, const Precision& precision,
                            int64_t global_targets);
   // Waits for the gradient reductions; sums the tied embedding's over the pipeline's ends.

@@ -63,6 +63,8 @@ std::vector<TensorShard> parallelize_tensor(Gpt& model, Communicator& tp) {
     throw config_error("parallel.tp (" + std::to_string(size) + ") must divide model.n_head (" +
                        std::to_string(cfg.n_head) + "), model.n_kv_head (" + std::to_string(cfg.kv_heads()) +
                        ") and the MLP width (" + std::to_string(cfg.mlp_hidden()) + ")");
+  if (cfg.moe.enabled() || cfg.lora.rank > 0)  // validate refuses these first; this guards other callers
+    throw config_error("parallel.tp > 1 does not split mixture-of-experts layers or LoRA adapters in this version");
   std::vector<TensorShard> shards;
   for (const auto& item : model->named_parameters()) shards.push_back({item.key(), -1});
   auto mark = [&](const std::string& name, int64_t dim, std::vector<int64_t> sections) {

@@ -11,9 +11,10 @@
 namespace gputrain {
 namespace {
 
-int64_t count_parameters(const std::vector<ParamShape>& shapes) {
+int64_t count_parameters(const std::vector<ParamShape>& shapes, bool trainable_only = false) {
   int64_t n = 0;
-  for (const auto& p : shapes) n += p.numel();
+  for (const auto& p : shapes)
+    if (p.trainable || !trainable_only) n += p.numel();
   return n;
 }
 
@@ -35,7 +36,7 @@ MemoryPlan plan_memory(const Settings& s, int64_t batch) {
   const bool mixed = mode == PrecisionMode::kBf16 || mode == PrecisionMode::kFp16;
   const double w = pure ? 2 : 4;  // bytes per weight and per gradient
   p.weights = N * w;
-  p.gradients = N * w;
+  p.gradients = static_cast<double>(count_parameters(shapes, /*trainable_only=*/true)) * w;  // LoRA: adapters only
   p.optimizer = static_cast<double>(estimate_state_bytes(s.optim, shapes));  // fp32 moments also for bf16 weights
 
   // Per token and block, backward keeps: ln_1 in/out, q k v, attention out,
@@ -46,7 +47,13 @@ MemoryPlan plan_memory(const Settings& s, int64_t batch) {
   // gate/up (2 h), silu(gate) and the product (4 h in all).
   const bool llama = m.arch == ModelArch::kLlama;
   const double kv = static_cast<double>(m.kv_width());
-  const double inner = 5 * d + 2 * kv + (llama ? d + kv : 0) + (llama ? 4 : 2) * h;  // besides the norms' 2 d inputs
+  // A mixture layer keeps its routed copies of the input and the experts' values
+  // for top_k assignments per token, and fp32 router probabilities (approximated
+  // for every block when model.moe is on).
+  const double mlp_values = (llama ? 4 : 2) * h + d;
+  const double moe_factor = m.moe.enabled() ? static_cast<double>(m.moe.top_k) : 1.0;
+  const double inner = 4 * d + 2 * kv + (llama ? d + kv : 0) + moe_factor * mlp_values +
+                       (m.moe.enabled() ? 2.0 * static_cast<double>(m.moe.experts) : 0.0);  // besides the norms' 2 d inputs
   const double e = (mixed || pure) ? 2 : 4;
   double per_block = mixed ? 2 * d * 4 + inner * e : (2 * d + inner) * e;
   if (m.attention == AttentionImpl::kMath) per_block += H * T * (2 * e + 1);  // scores, probabilities, mask

@@ -27,8 +27,14 @@ bool starts_with(const std::string& s, const std::string& p) { return s.compare(
 // Keys whose change makes the saved weights, optimizer state or data position meaningless.
 bool shape_changing(const std::string& key, const json& saved, const json& now) {
   // data.train.path may move (another mount, another cluster); the sampler state still refuses other data.
-  if (key == "model.dropout" || key == "model.attention" || key == "model.init_from" || key == "data.train.path")
-    return false;
+  // LoRA's dropout and what it saves, and the mixture layers' capacity and balancing weight, change
+  // the numbers from here on, not what the checkpoint's tensors mean (an adapters-only checkpoint
+  // checks its base by fingerprint, whatever model.init_from now says).
+  static const std::vector<std::string> free = {"model.dropout", "model.attention", "model.init_from", "data.train.path",
+                                                "model.lora.dropout", "model.lora.save", "model.moe.capacity_factor",
+                                                "model.moe.aux_loss_coef"};
+  for (const auto& k : free)
+    if (key == k) return false;
   if (key == "precision.mode") return saved == "bf16-pure" || now == "bf16-pure";  // the weights' dtype
   // Of parallel.*, only tp: the optimizer state is saved per tp shard (model.init_from takes a
   // tensor-parallel checkpoint's joined weights at any tp). Otherwise it is saved whole and the data

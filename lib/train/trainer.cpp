@@ -22,6 +22,8 @@
 #include "metrics/metrics_writer.h"
 #include "metrics/progress.h"
 #include "metrics/step_profiler.h"
+#include "model/gpt_shapes.h"
+#include "model/lora.h"
 #include "model/activation_checkpointing.h"
 #include "model/gpt.h"
 #include "optim/cpu_offload.h"
@@ -31,6 +33,7 @@
 #include "optim/param_groups.h"
 #include "parallel/grid.h"
 #include "parallel/parallel_run.h"
+#include "train/model_options_report.h"
 #include "parallel/world.h"
 #include "precision/precision.h"
 #include "train/batch_finder.h"
@@ -98,14 +101,6 @@ void remove_old_checkpoints(const Settings& s) {
 double round_to(double v, int digits) {
   const double f = std::pow(10.0, digits);
   return std::round(v * f) / f;
-}
-
-Gpt build_model(const Settings& s, torch::Device device, const Precision& precision) {
-  torch::manual_seed(static_cast<uint64_t>(s.run.seed));
-  Gpt model(s.model);  // initialized in fp32, then cast: bf16-pure starts from the same weights rounded
-  model->to(device, precision.weight_dtype());
-  model->train();
-  return model;
 }
 
 // What the loop has done so far; the summary is built from it on every exit path.
@@ -234,12 +229,20 @@ RunOutcome run_training(const Recipe& recipe, const RunOptions& options) {
   Totals t;
   t.mem_start_mb = current_rss_mb();
   Precision precision(s.precision, device);
-  Gpt model = build_model(s, device, precision);
+  // A checkpoint of LoRA adapters only needs the frozen base built as the run built it (model.init_from).
+  const bool adapters_only = resumed && !resumed->second.lora_base.empty();
+  std::string loaded;
+  Gpt model = build_initial_model(s, device, precision.weight_dtype(), /*skip_init_from=*/resumed && !adapters_only, &loaded);
+  model->train();
+  if (!loaded.empty()) spdlog::info("model: {}", loaded);
+  // Checkpoints of adapters only record the base's fingerprint, to resume on the same base.
+  std::string lora_base;
+  if (s.model.lora.rank > 0 && s.model.lora.save == LoraSave::kAdapters) lora_base = lora_base_fingerprint(module_weights(*model));
   if (resumed) {
-    load_module_weights(*model, resumed->second.model, "checkpoint '" + resumed->first.string() + "'",
-                        "resume with the model settings the checkpoint was saved with");
-  } else if (!s.model.init_from.empty()) {
-    spdlog::info("model: {}", load_initial_weights(*model, s.model, s.model.init_from));
+    const std::string source = "checkpoint '" + resumed->first.string() + "'";
+    if (adapters_only) check_lora_base(module_weights(*model), resumed->second.lora_base, resumed->first.string(), s.model.init_from);
+    load_module_weights(*model, resumed->second.model, source, "resume with the model settings the checkpoint was saved with",
+                        adapters_only ? std::function<bool(const std::string&)>(is_lora_parameter) : nullptr);
   }
   const int64_t n_params = model->parameter_count();  // the whole model's, before tensor parallelism keeps a shard
   par.shard_model(model);  // parallel.tp > 1: this rank's slices of the split layers; pp > 1: its stage
@@ -319,6 +322,12 @@ RunOutcome run_training(const Recipe& recipe, const RunOptions& options) {
                llama ? "Llama" : "GPT", s.model.n_layer, s.model.d_model, s.model.n_head,
                s.model.kv_heads() != s.model.n_head ? fmt::format(" ({} key/value)", s.model.kv_heads()) : "",
                s.model.seq_len, s.model.vocab_size, n_params / 1e6);
+  if (s.model.lora.rank > 0) spdlog::info("model: {}", lora_log_line(s));
+  if (s.model.moe.enabled())
+    spdlog::info("model: mixture of experts every {} block(s): {} experts, top {}, capacity factor {}; {:.2f}M of the "
+                 "parameters are active per token",
+                 s.model.moe.every, s.model.moe.experts, s.model.moe.top_k, s.model.moe.capacity_factor,
+                 active_parameters(s.model) / 1e6);
   spdlog::info("precision: {}", precision.describe());
   spdlog::info("optimizer: {}; {:.1f} MiB of state ({:.2f} bytes per parameter)", optimizer->describe(),
                optimizer->state_bytes() / (1024.0 * 1024.0),
@@ -366,12 +375,15 @@ RunOutcome run_training(const Recipe& recipe, const RunOptions& options) {
   // MFU needs a GPU whose peak is known (metrics/flops.h); elsewhere the key is left out.
   const double flops_per_token = training_flops_per_token(s.model);
   const std::string device_label = device_name(device);
+  MoeMetrics moe_metrics;
   auto summary_for = [&](const std::string& status) {
     json j = build_summary(status, t, s, device, threads, n_params, *optimizer,
                            precision.skipped_steps() + t.nan_skipped_steps, floor, seconds_since(t_start));
     j["world_size"] = world.size;
     if (auto mfu = model_flops_utilization(j["tokens_per_s"].get<double>(), flops_per_token, world.size, device_label))
       j["mfu"] = round_to(*mfu, 4);
+    if (s.model.lora.rank > 0) j["lora"] = lora_report(s, optimizer->state_bytes());
+    if (s.model.moe.enabled()) j["moe"] = moe_metrics.summary(s.model);
     if (par.distributed()) {
       j["zero"] = s.parallel.zero;
       j["grid"] = {{"dp", par.grid().dp()}, {"pp", par.grid().pp()}, {"tp", par.grid().tp()}};
@@ -405,6 +417,10 @@ RunOutcome run_training(const Recipe& recipe, const RunOptions& options) {
     } else if (lead) {
       snap.model = std::move(shards.model.front());  // every pipeline stage's parameters
       snap.optimizer_state = std::move(shards.optimizer.front());
+    }
+    if (!lora_base.empty()) {  // model.lora.save: adapters
+      snap.lora_base = lora_base;
+      std::erase_if(snap.model, [](const NamedTensor& w) { return !is_lora_parameter(w.name); });
     }
     if (!lead) {
       last_saved_step = t.step;
@@ -559,6 +575,7 @@ RunOutcome run_training(const Recipe& recipe, const RunOptions& options) {
           rec["skipped_steps"] = precision.skipped_steps();  // since the start of the run
         }
         if (t.nan_skipped_steps > 0) rec["nan_skipped_steps"] = t.nan_skipped_steps;
+        moe_metrics.add_to(rec, model, par);  // model.moe: balancing loss, dropped tokens (a collective)
         if (eval_now) rec["eval_loss"] = round_to(run_eval(), 6);
         if (metrics) metrics->write(rec);
         progress.update(step, loss_now, static_cast<double>(interval_tokens) / elapsed, lr,

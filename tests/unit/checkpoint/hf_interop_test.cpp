@@ -273,7 +273,7 @@ TEST_CASE("Llama exports under LlamaForCausalLM's names, q/k/v and gate/up split
   CHECK(config["tie_word_embeddings"] == false);
 }
 
-TEST_CASE("A Llama export read back through model.init_from gives the same logits; mismatches name the key",
+TEST_CASE("A Llama export read back through model.init_from gives the same logits, mismatches name the key",
           "[checkpoint][hf][llama]") {
   for (bool tied : {true, false})
     for (bool bias : {true, false}) {

@@ -100,7 +100,7 @@ torch::Tensor reference_logits(Gpt& model, const torch::Tensor& tokens) {
 
 }  // namespace
 
-TEST_CASE("llama: RMSNorm, no position table, fused q/k/v and gate/up rows; the shape list matches", "[model][llama]") {
+TEST_CASE("llama: RMSNorm, no position table, fused q/k/v and gate/up rows, the shape list matches", "[model][llama]") {
   for (bool bias : {false, true})
     for (bool tied : {false, true}) {
       CAPTURE(bias, tied);

@@ -1,0 +1,74 @@
+// Mixture of experts (Shazeer et al. 2017; GShard; Switch Transformer): a
+// block's MLP replaced by `experts` MLPs of the same kind (GELU or SwiGLU)
+// behind a router. Each token goes to its top_k experts by softmax
+// probability, and their outputs are summed weighted by those probabilities
+// (not renormalized, as Switch and GShard; one expert with top_k 1 is
+// exactly the dense MLP). Each expert takes at most
+// ceil(capacity_factor x tokens x top_k / experts) tokens of a micro-batch,
+// first choices before second ones and in token order within a choice; the
+// rest are dropped (the token keeps its residual) and counted.
+//
+// The load-balancing loss is Switch Transformer's, experts x sum_e f_e P_e
+// with f_e the fraction of routed assignments to e and P_e the mean router
+// probability of e: 1 when balanced, up to `experts` when collapsed. It
+// enters training through its gradient only (MoeAuxGrad below), so the
+// reported loss stays the cross-entropy: backward of the block output also
+// sends aux_grad_scale into the router, scaled by the trainer for
+// model.moe.aux_loss_coef, the micro-batches and the loss scale.
+#pragma once
+#include <torch/nn/module.h>
+#include <torch/nn/modules/container/modulelist.h>
+
+#include <memory>
+
+#include "config/settings.h"
+#include "model/linear.h"
+
+namespace gputrain {
+
+// Shared by a model's mixture layers: the backward weight of the balancing
+// loss, and detached statistics of the training forwards since the last reset.
+struct MoeContext {
+  double aux_grad_scale = 0;  // d(training loss) / d(one layer's balancing loss), for this step
+  double aux_sum = 0;         // balancing-loss values summed over layer forwards
+  int64_t aux_terms = 0;      // layer forwards summed
+  int64_t assigned = 0;       // token-to-expert assignments (tokens x top_k)
+  int64_t dropped = 0;        // of which over an expert's capacity
+  void reset_stats() { aux_sum = 0, aux_terms = 0, assigned = 0, dropped = 0; }
+};
+
+struct MoeMlpImpl : torch::nn::Module {
+  MoeMlpImpl(const ModelSettings& cfg, std::shared_ptr<MoeContext> context);
+  torch::Tensor forward(const torch::Tensor& x);
+
+  int64_t top_k;
+  double capacity_factor;
+  std::shared_ptr<MoeContext> context;
+  Linear router{nullptr};                  // d_model -> experts, no bias
+  torch::nn::ModuleList experts{nullptr};  // Mlp each
+};
+TORCH_MODULE(MoeMlp);
+
+// The routing of `probs` [N, E] to top_k experts with `capacity` slots each
+// (0 = unlimited): for each kept assignment its token, expert and gate
+// (the probability); and the count of dropped ones. Exposed for tests.
+struct Routing {
+  torch::Tensor token, expert, gate;  // [kept]
+  torch::Tensor chosen;               // [N, top_k] every choice, kept or not
+  int64_t dropped = 0;
+};
+Routing route_tokens(const torch::Tensor& probs, int64_t top_k, int64_t capacity);
+
+// Switch Transformer's balancing loss of `probs` [N, E] given the choices [N, top_k].
+torch::Tensor load_balancing_loss(const torch::Tensor& probs, const torch::Tensor& chosen);
+
+// The balancing loss's gradient per layer forward: aux_loss_coef x the mean
+// over the mixture layers and the step's `forwards_per_layer` (micro-batches
+// x data-parallel replicas), times the fp16 loss scale, so that the gradient
+// is that of coef x the mean balancing loss of the step.
+double moe_aux_grad_scale(const ModelSettings& m, int64_t forwards_per_layer, double loss_scale);
+
+// ceil(factor x tokens x top_k / experts); 0 when factor is 0 (no limit).
+int64_t expert_capacity(double factor, int64_t tokens, int64_t top_k, int64_t experts);
+
+}  // namespace gputrain

@@ -1,0 +1,37 @@
+// What the LoRA and mixture-of-experts options add to a run's reports: the
+// log line and summary.json's "lora" object (adapters vs frozen parameters,
+// and the optimizer state against a full fine-tune's), and the mixture
+// layers' balancing loss and dropped-token fraction in metrics.jsonl and
+// summary.json's "moe" object. README "Model options" documents the keys.
+#pragma once
+#include <nlohmann/json.hpp>
+
+#include "config/settings.h"
+#include "model/gpt.h"
+
+namespace gputrain {
+
+class ParallelRun;
+
+// summary.json's "lora" (null without LoRA); optimizer_state_bytes is the real optimizer's.
+nlohmann::ordered_json lora_report(const Settings& s, int64_t optimizer_state_bytes);
+// The log line for a LoRA run ("" without LoRA).
+std::string lora_log_line(const Settings& s);
+
+// Mixture-of-experts statistics between log lines and over the run.
+class MoeMetrics {
+ public:
+  // Adds moe_aux_loss (the mean balancing loss of the layer forwards since
+  // the last line) and moe_dropped_fraction to `rec`, summed over every rank
+  // (a collective: every rank calls it at the same steps), and resets the
+  // model's counters. Nothing without model.moe.
+  void add_to(nlohmann::ordered_json& rec, Gpt& model, ParallelRun& par);
+  // summary.json's "moe" (null without model.moe).
+  nlohmann::ordered_json summary(const ModelSettings& m) const;
+
+ private:
+  double last_aux_ = 0;
+  double assigned_ = 0, dropped_ = 0;  // over the run (this process)
+};
+
+}  // namespace gputrain
