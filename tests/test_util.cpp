@@ -10,6 +10,7 @@
 #include <stdexcept>
 
 #include "config/recipe.h"
+#include "model/gpt_shapes.h"
 #include "util/error.h"
 
 namespace gputrain::test {
@@ -95,6 +96,20 @@ ModelSettings model_settings(int64_t vocab_size, int64_t seq_len, int64_t n_laye
   m.n_head = n_head;
   m.d_model = d_model;
   return m;
+}
+
+std::string shape_list_mismatch(const ModelSettings& m, const torch::nn::Module& model) {
+  const auto shapes = gpt_parameter_shapes(m);
+  const auto named = model.named_parameters();
+  if (shapes.size() != named.size())
+    return std::to_string(shapes.size()) + " shapes listed, " + std::to_string(named.size()) + " parameters";
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    const auto& p = named[i];
+    if (shapes[i].name != p.key() || shapes[i].sizes != p.value().sizes().vec() ||
+        shapes[i].trainable != p.value().requires_grad())
+      return "entry " + std::to_string(i) + ": listed " + shapes[i].name + ", the model has " + p.key();
+  }
+  return "";
 }
 
 std::vector<torch::Tensor> gradients_of(const torch::nn::Module& model) {

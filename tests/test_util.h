@@ -59,6 +59,10 @@ bool wait_until(F ready) {
 // A GPT shape for tests; other model settings keep their defaults.
 ModelSettings model_settings(int64_t vocab_size, int64_t seq_len, int64_t n_layer, int64_t n_head, int64_t d_model);
 
+// "" when the shape list the plan uses (model/gpt_shapes.h) names `model`'s
+// parameters in order, with their sizes and trainability; else the first difference.
+std::string shape_list_mismatch(const ModelSettings& m, const torch::nn::Module& model);
+
 // Copies of every parameter's .grad, in parameter order.
 std::vector<torch::Tensor> gradients_of(const torch::nn::Module& model);
 

@@ -12,9 +12,9 @@
 #include "checkpoint/module_weights.h"
 #include "checkpoint/training_checkpoint.h"
 #include "config/recipe.h"
+#include "metrics/metrics_writer.h"
 #include "model/gpt.h"
 #include "model/lora.h"
-#include "metrics/metrics_writer.h"
 #include "util/error.h"
 
 namespace gputrain {

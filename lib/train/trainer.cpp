@@ -22,10 +22,10 @@
 #include "metrics/metrics_writer.h"
 #include "metrics/progress.h"
 #include "metrics/step_profiler.h"
-#include "model/gpt_shapes.h"
-#include "model/lora.h"
 #include "model/activation_checkpointing.h"
 #include "model/gpt.h"
+#include "model/gpt_shapes.h"
+#include "model/lora.h"
 #include "optim/cpu_offload.h"
 #include "optim/make_optimizer.h"
 #include "optim/grad_clip.h"
@@ -33,10 +33,10 @@
 #include "optim/param_groups.h"
 #include "parallel/grid.h"
 #include "parallel/parallel_run.h"
-#include "train/model_options_report.h"
 #include "parallel/world.h"
 #include "precision/precision.h"
 #include "train/batch_finder.h"
+#include "train/model_options_report.h"
 #include "train/nan_guard.h"
 #include "train/resume.h"
 #include "train/train_step.h"
@@ -235,15 +235,16 @@ RunOutcome run_training(const Recipe& recipe, const RunOptions& options) {
   Gpt model = build_initial_model(s, device, precision.weight_dtype(), /*skip_init_from=*/resumed && !adapters_only, &loaded);
   model->train();
   if (!loaded.empty()) spdlog::info("model: {}", loaded);
-  // Checkpoints of adapters only record the base's fingerprint, to resume on the same base.
-  std::string lora_base;
-  if (s.model.lora.rank > 0 && s.model.lora.save == LoraSave::kAdapters) lora_base = lora_base_fingerprint(module_weights(*model));
   if (resumed) {
     const std::string source = "checkpoint '" + resumed->first.string() + "'";
     if (adapters_only) check_lora_base(module_weights(*model), resumed->second.lora_base, resumed->first.string(), s.model.init_from);
     load_module_weights(*model, resumed->second.model, source, "resume with the model settings the checkpoint was saved with",
                         adapters_only ? std::function<bool(const std::string&)>(is_lora_parameter) : nullptr);
   }
+  // Checkpoints of adapters only record the base's fingerprint (taken from the base as loaded, also
+  // from a checkpoint of every weight), to resume on the same base.
+  std::string lora_base;
+  if (s.model.lora.rank > 0 && s.model.lora.save == LoraSave::kAdapters) lora_base = lora_base_fingerprint(module_weights(*model));
   const int64_t n_params = model->parameter_count();  // the whole model's, before tensor parallelism keeps a shard
   par.shard_model(model);  // parallel.tp > 1: this rank's slices of the split layers; pp > 1: its stage
   const int64_t recomputed_blocks =

@@ -27,12 +27,19 @@ const std::vector<std::string> kTinyLlama = {
     "train.eval_steps=2", "optim.schedule.warmup_steps=4", "checkpoint.every=20", "run.threads=2",
     "metrics.progress=off"};
 
-// The training losses of a run's metrics.jsonl, in step order.
-std::vector<double> losses(const std::string& out) {
+// A metric of every metrics.jsonl line that has it, in step order.
+std::vector<double> column(const std::string& out, const char* key) {
   std::vector<double> v;
   for (const auto& row : read_jsonl(out + "/metrics.jsonl"))
-    if (row.contains("loss")) v.push_back(row["loss"].get<double>());
+    if (row.contains(key)) v.push_back(row[key].get<double>());
   return v;
+}
+
+std::vector<double> losses(const std::string& out) { return column(out, "loss"); }
+
+std::vector<std::string> with(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
 }
 
 CommandResult run_config(const char* name, const std::string& out, std::vector<std::string> sets) {
@@ -77,22 +84,6 @@ TEST_CASE("cli: configs/llama-shakespeare.yaml trains at tiny size, resumes exac
   CHECK(hf_config["tie_word_embeddings"] == false);
   CHECK(std::filesystem::exists(dir.file("hf") + "/model.safetensors"));
 }
-
-namespace {
-
-std::vector<std::string> with(std::vector<std::string> a, const std::vector<std::string>& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
-}
-
-std::vector<double> column(const std::string& out, const char* key) {
-  std::vector<double> v;
-  for (const auto& row : read_jsonl(out + "/metrics.jsonl"))
-    if (row.contains(key)) v.push_back(row[key].get<double>());
-  return v;
-}
-
-}  // namespace
 
 TEST_CASE("cli: configs/moe-shakespeare.yaml trains at tiny size, reports balancing and dropping, and 2 processes "
           "match 1",

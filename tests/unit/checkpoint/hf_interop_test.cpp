@@ -86,6 +86,25 @@ std::string hf_interop(const std::vector<std::string>& args) {
   return r.output;
 }
 
+// A random model of shape `m`, exported and loaded by transformers (as `architecture`), gives our
+// logits on the same tokens: fp32 on the CPU, where the attention implementations differ only in
+// the order of their sums.
+void check_transformers_logits(const ModelSettings& m, const char* architecture) {
+  TempDir dir;
+  Gpt model = random_model(m, 1);
+  save_checkpoint(model, m, dir.path() / "ckpt");
+  export_hf(dir.path() / "ckpt", dir.path() / "hf", false);
+  const auto tokens = at::randint(0, m.vocab_size, {2, m.seq_len}, at::kLong);
+  write_safetensors(dir.file("tokens.safetensors"), {{"tokens", tokens}});
+  CHECK_THAT(hf_interop({"logits", dir.file("hf"), dir.file("tokens.safetensors"), dir.file("logits.safetensors")}),
+             Contains(architecture));
+  const torch::Tensor theirs = *read_safetensors(dir.file("logits.safetensors")).find("logits");
+  const torch::Tensor ours = logits(model, tokens);
+  REQUIRE(theirs.sizes() == ours.sizes());
+  CHECK((theirs - ours).abs().max().item<double>() < 1e-4);
+  CHECK(ours.abs().max().item<double>() > 0.1);  // not a comparison of near-zeros
+}
+
 }  // namespace
 
 TEST_CASE("GPT-2 124M exports under GPT-2's own names and Conv1D shapes", "[checkpoint][hf]") {
@@ -195,20 +214,7 @@ TEST_CASE("model.init_from refuses weights of another shape and names the recipe
 TEST_CASE("transformers' GPT2LMHeadModel loads our export and gives our logits", "[checkpoint][hf][python]") {
   for (bool tied : {true, false}) {
     CAPTURE(tied);
-    TempDir dir;
-    const ModelSettings m = small(tied, true);
-    Gpt model = random_model(m, 1);
-    save_checkpoint(model, m, dir.path() / "ckpt");
-    export_hf(dir.path() / "ckpt", dir.path() / "hf", false);
-    const auto tokens = at::randint(0, m.vocab_size, {2, m.seq_len}, at::kLong);
-    write_safetensors(dir.file("tokens.safetensors"), {{"tokens", tokens}});
-    CHECK_THAT(hf_interop({"logits", dir.file("hf"), dir.file("tokens.safetensors"), dir.file("logits.safetensors")}),
-               Contains("GPT2LMHeadModel"));
-    const torch::Tensor theirs = *read_safetensors(dir.file("logits.safetensors")).find("logits");
-    const torch::Tensor ours = logits(model, tokens);
-    REQUIRE(theirs.sizes() == ours.sizes());
-    // fp32 on the CPU; the two attention implementations sum in different orders.
-    CHECK((theirs - ours).abs().max().item<double>() < 1e-4);
+    check_transformers_logits(small(tied, true), "GPT2LMHeadModel");
   }
 }
 
@@ -328,20 +334,7 @@ TEST_CASE("A Llama export read back through model.init_from gives the same logit
 TEST_CASE("transformers' LlamaForCausalLM loads our export and gives our logits", "[checkpoint][hf][python][llama]") {
   for (bool tied : {true, false}) {
     CAPTURE(tied);
-    TempDir dir;
-    const ModelSettings m = small_llama(tied, /*bias=*/!tied);
-    Gpt model = random_model(m, 1);
-    save_checkpoint(model, m, dir.path() / "ckpt");
-    export_hf(dir.path() / "ckpt", dir.path() / "hf", false);
-    const auto tokens = at::randint(0, m.vocab_size, {2, m.seq_len}, at::kLong);
-    write_safetensors(dir.file("tokens.safetensors"), {{"tokens", tokens}});
-    CHECK_THAT(hf_interop({"logits", dir.file("hf"), dir.file("tokens.safetensors"), dir.file("logits.safetensors")}),
-               Contains("LlamaForCausalLM"));
-    const torch::Tensor theirs = *read_safetensors(dir.file("logits.safetensors")).find("logits");
-    const torch::Tensor ours = logits(model, tokens);
-    REQUIRE(theirs.sizes() == ours.sizes());
-    CHECK((theirs - ours).abs().max().item<double>() < 1e-4);
-    CHECK(ours.abs().max().item<double>() > 0.1);
+    check_transformers_logits(small_llama(tied, /*bias=*/!tied), "LlamaForCausalLM");
   }
 }
 
