@@ -89,16 +89,21 @@ torch::Tensor MoeMlpImpl::forward(const torch::Tensor& x) {
   // The softmax in fp32 whatever autocast does (the product may be bf16): it decides where tokens go.
   const torch::Tensor probs = at::softmax(router(flat).to(at::kFloat), -1);  // [N, E]
   const Routing r = route_tokens(probs, top_k, expert_capacity(capacity_factor, N, top_k, E));
-  torch::Tensor out = at::zeros_like(flat);
-  for (int64_t e = 0; e < E; ++e) {
-    // An expert without tokens still runs (on none): its parameters get zero
-    // gradients, so data parallelism's per-parameter reduction hooks all fire.
-    const torch::Tensor mine = (r.expert == e).nonzero().squeeze(1);
-    const torch::Tensor tokens = r.token.index_select(0, mine);
-    const torch::Tensor y = (*experts)[static_cast<size_t>(e)]->as<Mlp>()->forward(flat.index_select(0, tokens));
-    const torch::Tensor weighted = y * r.gate.index_select(0, mine).unsqueeze(1).to(y.scalar_type());
-    out = out.index_add(0, tokens, weighted.to(out.scalar_type()));
-  }
+  // Assignments grouped by expert with one stable sort and one host read of
+  // the group sizes (not a search and a sync per expert). An expert without
+  // tokens still runs (on none): its parameters get zero gradients, so data
+  // parallelism's per-parameter reduction hooks all fire.
+  const torch::Tensor order = at::argsort(r.expert, /*stable=*/true);
+  const torch::Tensor tokens = r.token.index_select(0, order);
+  const torch::Tensor counts = at::bincount(r.expert, /*weights=*/{}, E).cpu();
+  const std::vector<int64_t> sizes(counts.data_ptr<int64_t>(), counts.data_ptr<int64_t>() + E);
+  const std::vector<torch::Tensor> inputs = flat.index_select(0, tokens).split_with_sizes(sizes, 0);
+  std::vector<torch::Tensor> outputs;
+  for (int64_t e = 0; e < E; ++e)
+    outputs.push_back((*experts)[static_cast<size_t>(e)]->as<Mlp>()->forward(inputs[static_cast<size_t>(e)]));
+  const torch::Tensor y = at::cat(outputs, 0);
+  const torch::Tensor weighted = y * r.gate.index_select(0, order).unsqueeze(1).to(y.scalar_type());
+  torch::Tensor out = at::zeros_like(flat).index_add(0, tokens, weighted.to(flat.scalar_type()));
   out = out.view_as(x);
   if (!is_training()) return out;
   const torch::Tensor aux = load_balancing_loss(probs, r.chosen);
