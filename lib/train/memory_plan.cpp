@@ -97,8 +97,11 @@ std::string memory_plan_table(const Settings& s, const MemoryPlan& p) {
   out += row("weights", p.weights,
              pure ? "2 bytes x parameters (bf16)"
                   : mixed ? "4 bytes x parameters (fp32) + 2 (autocast's low-precision copy)" : "4 bytes x parameters (fp32)");
-  out += row("gradients", p.gradients, pure ? "2 bytes x parameters" : "4 bytes x parameters");
-  const std::string optim_how = optim_name(s.optim.name) + ": " + optimizer_state_rule(s.optim);
+  const bool lora = s.model.lora.rank > 0;  // only the adapters have gradients and optimizer state
+  const std::string grads_how = std::string(pure ? "2" : "4") + " bytes x " + (lora ? "LoRA adapter parameters" : "parameters");
+  out += row("gradients", p.gradients, grads_how.c_str());
+  const std::string optim_how =
+      optim_name(s.optim.name) + ": " + optimizer_state_rule(s.optim) + (lora ? " (LoRA: of the adapters only)" : "");
   out += row("optimizer state", p.optimizer, optim_how.c_str());
   out += row("activations", p.activations, "kept for backward, one micro-batch, with the recipe's checkpointing");
   out += row("activations without checkpointing", p.activations_plain, "(for comparison; not in the total)");

@@ -63,3 +63,22 @@ TEST_CASE("memory plan: parameter count is exact and components follow the recip
   s.precision.mode = PrecisionMode::kBf16Pure;
   CHECK(plan_memory(s, 8).weights == Approx(2.0 * p.parameters));
 }
+
+TEST_CASE("memory plan: LoRA keeps gradients and optimizer state for the adapters only, experts count whole",
+          "[train][memory][lora][moe]") {
+  Settings s;
+  s.model.arch = ModelArch::kLlama;
+  const MemoryPlan full = plan_memory(s, 8);
+  s.model.lora.rank = 8;
+  const MemoryPlan lora = plan_memory(s, 8);
+  // Rank 8 on c_attn (768 -> 2304 rows) and c_proj (768 -> 768) of 12 blocks.
+  const double adapters = 12.0 * (8 * (768 + 2304) + 8 * (768 + 768));
+  CHECK(lora.parameters == full.parameters + static_cast<int64_t>(adapters));
+  CHECK(lora.gradients == Approx(4.0 * adapters));
+  CHECK(lora.optimizer == Approx(8.0 * adapters + 8.0 * 48));  // moments + a step counter per adapter tensor
+  CHECK(lora.weights == Approx(4.0 * static_cast<double>(lora.parameters)));  // the frozen base is still held
+  s.model.lora.rank = 0;
+  s.model.moe.experts = 4;  // every block: 4 expert MLPs instead of 1
+  CHECK(plan_memory(s, 8).parameters > 3 * full.parameters / 2);
+  CHECK(plan_memory(s, 8).activations > full.activations);  // top 2 of them per token
+}
