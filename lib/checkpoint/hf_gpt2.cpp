@@ -12,14 +12,10 @@ namespace {
 
 using json = nlohmann::ordered_json;
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 // GPT-2's Conv1D layers, whose weights are stored [in, out].
 bool is_conv1d_weight(const std::string& name) {
-  return ends_with(name, "attn.c_attn.weight") || ends_with(name, "attn.c_proj.weight") ||
-         ends_with(name, "mlp.c_fc.weight") || ends_with(name, "mlp.c_proj.weight");
+  return name.ends_with("attn.c_attn.weight") || name.ends_with("attn.c_proj.weight") ||
+         name.ends_with("mlp.c_fc.weight") || name.ends_with("mlp.c_proj.weight");
 }
 
 // The Linear biases GPT-2 always has, with their sizes.
@@ -98,7 +94,7 @@ std::vector<NamedTensor> from_hf_gpt2(const std::vector<NamedTensor>& hf, const 
   for (const auto& [name, t] : hf) prefixed = prefixed || name.rfind("transformer.", 0) == 0;
   for (const auto& [name, t] : hf) {
     // Mask buffers of older GPT-2 files, not weights.
-    if (ends_with(name, ".attn.masked_bias") || (ends_with(name, ".attn.bias") && t.dim() == 4)) continue;
+    if (name.ends_with(".attn.masked_bias") || (name.ends_with(".attn.bias") && t.dim() == 4)) continue;
     const std::string key = prefixed || name == "lm_head.weight" ? name : "transformer." + name;
     given[key] = t;
   }

@@ -42,10 +42,6 @@ std::vector<Mapping> mappings(const ModelSettings& m) {
   return out;
 }
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 // rope_theta from config.json (transformers 5: rope_parameters.rope_theta; 4: rope_theta), refusing
 // rope scaling, which our rotary embedding does not implement.
 void check_rope(const nlohmann::json& config, const ModelSettings& m, const std::string& source) {
@@ -130,7 +126,7 @@ std::vector<NamedTensor> from_hf_llama(const std::vector<NamedTensor>& hf, const
 
   std::map<std::string, torch::Tensor> theirs;
   for (const auto& [name, t] : hf)
-    if (!ends_with(name, "rotary_emb.inv_freq")) theirs[name] = t;  // a buffer older files hold
+    if (!name.ends_with("rotary_emb.inv_freq")) theirs[name] = t;  // a buffer older files hold
   if (m.tie_embeddings && theirs.count("lm_head.weight") && theirs.count("model.embed_tokens.weight") &&
       at::equal(theirs["lm_head.weight"], theirs["model.embed_tokens.weight"]))
     theirs.erase("lm_head.weight");  // a tied copy written out
@@ -151,8 +147,8 @@ std::vector<NamedTensor> from_hf_llama(const std::vector<NamedTensor>& hf, const
     }
     if (parts.size() > 1)
       for (size_t k = 0; k < parts.size(); ++k)
-        if (parts[k].dim() < 1 || parts[k].size(0) != map.rows[k] ||
-            (parts[k].dim() == 2 && parts[k].size(1) != m.d_model && parts[k].size(1) != m.mlp_hidden()))
+        // q/k/v and gate/up all read the d_model-wide residual stream.
+        if (parts[k].dim() < 1 || parts[k].size(0) != map.rows[k] || (parts[k].dim() == 2 && parts[k].size(1) != m.d_model))
           throw data_error(source + ": " + map.theirs[k] + " is " + shape_str(parts[k]) + " but this model's is " +
                            std::to_string(map.rows[k]) + " rows" + fix_shapes);
     given[map.ours] = parts.size() == 1 ? parts.front() : at::cat(parts, 0);

@@ -76,10 +76,8 @@ std::string load_initial_weights(torch::nn::Module& model, const ModelSettings& 
       throw data_error("model.init_from: checkpoint '" + path + "' is not usable: " + *problem +
                        "\n    fix: name a complete checkpoint");
     // A tensor-parallel checkpoint's shards are joined: the weights start a run at any parallel.tp.
-    std::vector<NamedTensor> weights = checkpoint_model_weights(p);
     const Settings saved = settings_from_saved_recipe(read_text(p / "recipe.yaml"), (p / "recipe.yaml").string());
-    if (saved.model.lora.rank > 0) weights = merge_lora(weights, saved.model.lora);  // a LoRA fine-tune's result
-    load_module_weights(model, weights, "model.init_from checkpoint '" + path + "'", fix, base);
+    load_module_weights(model, checkpoint_plain_weights(p, saved), "model.init_from checkpoint '" + path + "'", fix, base);
     return "weights of gputrain checkpoint " + path;
   }
   std::vector<NamedTensor> hf;
@@ -119,18 +117,19 @@ Gpt build_initial_model(const Settings& s, torch::Device device, torch::ScalarTy
   return model;
 }
 
-std::vector<NamedTensor> checkpoint_model_weights(const fs::path& checkpoint) {
-  std::vector<NamedTensor> files = read_checkpoint_model(checkpoint);  // tp shards joined
+std::vector<NamedTensor> checkpoint_plain_weights(const fs::path& checkpoint, const Settings& saved) {
+  std::vector<NamedTensor> weights = read_checkpoint_model(checkpoint);  // tp shards joined
   const std::string base = read_json(checkpoint / "trainer.json").value("lora_base", std::string());
-  if (base.empty()) return files;
-  // Adapters only: the base is rebuilt as the run built it, on the CPU.
-  const Settings s = settings_from_saved_recipe(read_text(checkpoint / "recipe.yaml"), (checkpoint / "recipe.yaml").string());
-  Gpt model = build_initial_model(s, torch::kCPU, s.precision.mode == PrecisionMode::kBf16Pure ? torch::kBFloat16 : torch::kFloat);
-  std::vector<NamedTensor> all = module_weights(*model);
-  check_lora_base(all, base, checkpoint.string(), s.model.init_from);
-  load_module_weights(*model, files, "checkpoint '" + checkpoint.string() + "'", "use a checkpoint of this run",
-                      is_lora_parameter);
-  return module_weights(*model);
+  if (!base.empty()) {
+    // Adapters only: the base is rebuilt as the run built it, on the CPU.
+    const torch::ScalarType dtype = saved.precision.mode == PrecisionMode::kBf16Pure ? torch::kBFloat16 : torch::kFloat;
+    Gpt model = build_initial_model(saved, torch::kCPU, dtype);
+    check_lora_base(module_weights(*model), base, checkpoint.string(), saved.model.init_from);
+    load_module_weights(*model, weights, "checkpoint '" + checkpoint.string() + "'", "use a checkpoint of this run",
+                        is_lora_parameter);
+    weights = module_weights(*model);
+  }
+  return saved.model.lora.rank > 0 ? merge_lora(weights, saved.model.lora) : weights;
 }
 
 void check_lora_base(const std::vector<NamedTensor>& weights, const std::string& expected, const std::string& checkpoint,
@@ -173,8 +172,7 @@ ExportResult export_hf(const fs::path& where, const fs::path& out, bool overwrit
   if (!lora && merge_lora_adapters)
     throw usage_error("checkpoint '" + r.checkpoint.string() + "' has no LoRA adapters (model.lora.rank is 0)" +
                       "\n    fix: leave out --merge-lora");
-  std::vector<NamedTensor> ours = checkpoint_model_weights(r.checkpoint);  // tp shards joined; LoRA's base added
-  if (lora) ours = merge_lora(ours, s.model.lora);
+  const std::vector<NamedTensor> ours = checkpoint_plain_weights(r.checkpoint, s);  // tp shards joined, LoRA merged
   const bool llama = s.model.arch == ModelArch::kLlama;
   const std::vector<NamedTensor> hf = llama ? to_hf_llama(ours, s.model) : to_hf_gpt2(ours, s.model);
   std::error_code ec;

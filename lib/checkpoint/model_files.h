@@ -49,11 +49,12 @@ struct ExportResult {
 ExportResult export_hf(const std::filesystem::path& checkpoint, const std::filesystem::path& out, bool overwrite,
                        bool merge_lora_adapters = false);
 
-// Every weight of the model a checkpoint holds: its model files (tensor-parallel
-// shards joined), and for an adapters-only LoRA checkpoint the frozen base
-// rebuilt as the run built it (the seed's initialization, then model.init_from)
-// and checked against the fingerprint the checkpoint recorded.
-std::vector<NamedTensor> checkpoint_model_weights(const std::filesystem::path& checkpoint);
+// The model a checkpoint holds as plain weights (`saved` is its recipe): its
+// model files (tensor-parallel shards joined); for an adapters-only LoRA
+// checkpoint the frozen base rebuilt as the run built it (the seed's
+// initialization, then model.init_from) and checked against the fingerprint
+// the checkpoint recorded; and LoRA adapters merged into the weights they adapt.
+std::vector<NamedTensor> checkpoint_plain_weights(const std::filesystem::path& checkpoint, const Settings& saved);
 
 // DataError unless the base weights among `weights` have the LoRA fingerprint `expected`
 // (checkpoint and init_from name the files in the message).

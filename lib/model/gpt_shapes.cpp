@@ -51,6 +51,12 @@ std::vector<ParamShape> gpt_parameter_shapes(const ModelSettings& m) {
   return out;
 }
 
+int64_t moe_layer_count(const ModelSettings& m) {
+  int64_t layers = 0;
+  for (int64_t i = 0; i < m.n_layer; ++i) layers += m.moe.is_moe_block(i) ? 1 : 0;
+  return layers;
+}
+
 double active_parameters(const ModelSettings& m) {
   double n = 0;
   for (const ParamShape& p : gpt_parameter_shapes(m)) {

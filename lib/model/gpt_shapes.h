@@ -23,6 +23,9 @@ struct ParamShape {
 
 std::vector<ParamShape> gpt_parameter_shapes(const ModelSettings& m);
 
+// How many blocks are mixture-of-experts layers (model.moe.every).
+int64_t moe_layer_count(const ModelSettings& m);
+
 // Parameters that take part in one token's matrix products: all but the
 // position table and, in each mixture layer, the experts a token is not routed to.
 double active_parameters(const ModelSettings& m);

@@ -12,10 +12,6 @@
 namespace gputrain {
 namespace {
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 Linear& target_linear(BlockImpl& block, LoraTarget target) {
   if (!block.mlp && (target == LoraTarget::kMlpUp || target == LoraTarget::kMlpDown))
     throw config_error("model.lora.targets: mlp_up and mlp_down cannot adapt a mixture-of-experts layer"
@@ -49,7 +45,7 @@ void add_lora_adapters(GptImpl& model, const LoraSettings& lora) {
   }
 }
 
-bool is_lora_parameter(const std::string& name) { return ends_with(name, ".lora_A") || ends_with(name, ".lora_B"); }
+bool is_lora_parameter(const std::string& name) { return name.ends_with(".lora_A") || name.ends_with(".lora_B"); }
 
 std::vector<NamedTensor> merge_lora(const std::vector<NamedTensor>& weights, const LoraSettings& lora) {
   std::map<std::string, torch::Tensor> adapters;
@@ -59,7 +55,7 @@ std::vector<NamedTensor> merge_lora(const std::vector<NamedTensor>& weights, con
   std::vector<NamedTensor> out;
   for (const auto& [name, t] : weights) {
     if (is_lora_parameter(name)) continue;
-    const std::string stem = ends_with(name, ".weight") ? name.substr(0, name.size() - 7) : "";
+    const std::string stem = name.ends_with(".weight") ? name.substr(0, name.size() - 7) : "";
     auto a = adapters.find(stem + ".lora_A"), b = adapters.find(stem + ".lora_B");
     if (stem.empty() || a == adapters.end() || b == adapters.end()) {
       out.push_back({name, t});

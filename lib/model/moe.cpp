@@ -7,6 +7,7 @@
 
 #include "model/activation_checkpointing.h"
 #include "model/gpt.h"
+#include "model/gpt_shapes.h"
 
 namespace gputrain {
 namespace {
@@ -31,8 +32,7 @@ struct MoeAuxGrad : torch::autograd::Function<MoeAuxGrad> {
 }  // namespace
 
 double moe_aux_grad_scale(const ModelSettings& m, int64_t forwards_per_layer, double loss_scale) {
-  int64_t layers = 0;
-  for (int64_t i = 0; i < m.n_layer; ++i) layers += m.moe.is_moe_block(i) ? 1 : 0;
+  const int64_t layers = moe_layer_count(m);
   if (layers == 0 || forwards_per_layer <= 0) return 0;
   return m.moe.aux_loss_coef * loss_scale / static_cast<double>(layers * forwards_per_layer);
 }

@@ -75,12 +75,10 @@ void MoeMetrics::add_to(nlohmann::ordered_json& rec, Gpt& model, ParallelRun& pa
 
 nlohmann::ordered_json MoeMetrics::summary(const ModelSettings& m) const {
   if (!m.moe.enabled()) return nullptr;
-  int64_t layers = 0;
-  for (int64_t i = 0; i < m.n_layer; ++i) layers += m.moe.is_moe_block(i) ? 1 : 0;
   nlohmann::ordered_json j;
   j["experts"] = m.moe.experts;
   j["top_k"] = m.moe.top_k;
-  j["layers"] = layers;
+  j["layers"] = moe_layer_count(m);
   j["capacity_factor"] = m.moe.capacity_factor;
   j["aux_loss"] = std::round(last_aux_ * 1e6) / 1e6;  // the last logged interval's
   j["dropped_fraction"] = assigned_ > 0 ? std::round(dropped_ / assigned_ * 1e6) / 1e6 : 0.0;  // the whole run (since this process started)
