@@ -1,9 +1,7 @@
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-
 #include <cfloat>
 
 #include "cross_entropy.cuh"
+#include "float_convert.cuh"
 #include "multi_tensor.cuh"
 
 namespace gputrain::kernels {
@@ -16,19 +14,6 @@ template <class T>
 struct Vec {
   static constexpr int kN = 16 / sizeof(T);
 };
-
-template <class T>
-__device__ __forceinline__ float to_float(T x) {
-  if constexpr (sizeof(T) == 4) return x;
-  else return static_cast<float>(x);
-}
-
-template <class T>
-__device__ __forceinline__ T from_float(float x) {
-  if constexpr (sizeof(T) == 4) return x;
-  else if constexpr (std::is_same_v<T, __nv_bfloat16>) return __float2bfloat16_rn(x);
-  else return __float2half_rn(x);
-}
 
 // Online softmax state: running max m and sum s of exp(x - m).
 __device__ __forceinline__ void online_add(float& m, float& s, float x) {
@@ -134,15 +119,6 @@ __global__ void cross_entropy_backward_kernel(CrossEntropyArgs a, const float* l
       for (int64_t j = threadIdx.x; j < a.vocab; j += blockDim.x)
         out[j] = from_float<T>((__expf(to_float(row[j]) - l) - (j == t ? 1.0f : 0.0f)) * scale);
     }
-  }
-}
-
-template <class Fn>
-void by_type(LogitType type, Fn fn) {
-  switch (type) {
-    case LogitType::kFloat32: fn(float{}); break;
-    case LogitType::kBFloat16: fn(__nv_bfloat16{}); break;
-    case LogitType::kFloat16: fn(__half{}); break;
   }
 }
 

@@ -11,14 +11,14 @@
 
 #include <cstdint>
 
-namespace gputrain::kernels {
+#include "float_type.h"
 
-enum class LogitType { kFloat32, kBFloat16, kFloat16 };
+namespace gputrain::kernels {
 
 struct CrossEntropyArgs {
   const void* logits;       // [rows, vocab], rows `row_stride` elements apart, last dimension contiguous
   int64_t rows = 0, vocab = 0, row_stride = 0;
-  LogitType type = LogitType::kFloat32;
+  FloatType type = FloatType::kFloat32;
   const int64_t* targets;   // [rows]; ignore_index marks rows without a target
   int64_t ignore_index = -100;
 };

@@ -56,7 +56,7 @@ else
 fi
 QS=/tmp/gputrain-quickstart; qs=-1
 # STAGES picks the steps after the tests (one device call lasts at most 10 minutes).
-STAGES="${STAGES:-quickstart vs-pytorch profile techniques batches optim}"
+STAGES="${STAGES:-quickstart vs-pytorch profile kernels techniques batches optim}"
 has() { [[ " $STAGES " == *" $1 "* ]]; }
 has quickstart && { timeout 120 ./$BUILD/gputrain run --output-dir $QS --overwrite --set metrics.progress=lines > "$OUT/quickstart.log" 2>&1; qs=$?; }
 # gputrain vs PyTorch eager and torch.compile, GPT-2 124M bf16 (issue 9's goal).
@@ -66,6 +66,11 @@ if has profile; then
   timeout 240 python3 bench/gpu_vs_pytorch.py --binary $BUILD/gputrain --batch 16 --profile "$OUT" \
     > /tmp/gputrain-profile.log 2>&1 || tail -20 /tmp/gputrain-profile.log
 fi
+# Each fused kernel against the ATen ops it replaces, GPT-2 124M shapes (bf16 mixed, fp32, bf16-pure).
+has kernels && for mode in bf16 fp32 bf16-pure; do
+  timeout 120 ./$BUILD/gputrain kernels bench configs/gpt2-124m.yaml --set run.device=cuda \
+    --set precision.mode=$mode >> "$OUT/kernels.md" 2>&1
+done
 # The single-device techniques table on the GPU (docs/benchmarks.md), GPT-2-small-like shapes.
 has techniques && timeout 300 python3 bench/techniques.py --binary $BUILD/gputrain --device cuda --steps 20 --vocab 50304 --d 768 \
   --heads 12 --layers 12 --seq 1024 --batch 8 > "$OUT/techniques.md" 2>&1

@@ -32,6 +32,7 @@ int cmd_plan(const CommonArgs& a, int world_size);
 int cmd_data_prepare(const PrepareOptions& o);
 int cmd_data_bench(const CommonArgs& a, const std::vector<int64_t>& workers, int64_t batches);
 int cmd_optim_bench(const CommonArgs& a, int64_t steps);
+int cmd_kernels_bench(const CommonArgs& a, int64_t repeats);
 int cmd_export(const std::string& checkpoint, const std::string& format, const std::string& out, bool overwrite,
                bool merge_lora);
 

@@ -113,6 +113,17 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
 
+  auto* kernels = cli.add_subcommand("kernels", "measure the fused CUDA kernels");
+  kernels->require_subcommand(1);
+  app::CommonArgs kernels_bench_args;
+  int64_t kernels_bench_repeats = 50;
+  auto* kernels_bench = kernels->add_subcommand(
+      "bench", "time each fused CUDA kernel against the ATen ops it replaces, forward + backward, at the recipe's shapes");
+  add_recipe_args(kernels_bench, kernels_bench_args, false);
+  kernels_bench->add_option("--repeats", kernels_bench_repeats, "timed repetitions per op (after one warm-up)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+
   std::string export_checkpoint, export_format = "hf", export_out;
   bool export_overwrite = false, export_merge_lora = false;
   auto* exp = cli.add_subcommand("export", "write a checkpoint's weights for other tools (Hugging Face transformers)");
@@ -163,6 +174,7 @@ int main(int argc, char** argv) {
     }
     if (*bench) return app::cmd_data_bench(bench_args, bench_workers, bench_batches);
     if (*optim_bench) return app::cmd_optim_bench(optim_bench_args, optim_bench_steps);
+    if (*kernels_bench) return app::cmd_kernels_bench(kernels_bench_args, kernels_bench_repeats);
     if (*exp) return app::cmd_export(export_checkpoint, export_format, export_out, export_overwrite, export_merge_lora);
   } catch (const gputrain::Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());

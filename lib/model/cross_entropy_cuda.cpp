@@ -1,11 +1,11 @@
 // The fused CUDA cross-entropy as an autograd function: forward saves the
 // logits (no copy) and one fp32 log-sum-exp per row; backward writes the
 // logits' gradient in one pass.
-#include <ATen/cuda/CUDAContext.h>
 #include <torch/autograd.h>
 
 #include "cross_entropy.cuh"
 #include "model/cross_entropy.h"
+#include "model/kernel_glue_cuda.h"
 
 namespace gputrain {
 namespace {
@@ -16,9 +16,7 @@ kernels::CrossEntropyArgs args_for(const at::Tensor& logits, const at::Tensor& t
   a.rows = logits.size(0);
   a.vocab = logits.size(1);
   a.row_stride = logits.stride(0);
-  a.type = logits.scalar_type() == at::kBFloat16 ? kernels::LogitType::kBFloat16
-           : logits.scalar_type() == at::kHalf   ? kernels::LogitType::kFloat16
-                                                 : kernels::LogitType::kFloat32;
+  a.type = kernel_float_type(logits.scalar_type()).value_or(kernels::FloatType::kFloat32);
   a.targets = targets.data_ptr<int64_t>();
   a.ignore_index = ignore_index;
   return a;
@@ -33,7 +31,7 @@ struct FusedCrossEntropy : torch::autograd::Function<FusedCrossEntropy> {
     at::Tensor lse = at::empty({logits.size(0)}, f32), loss = at::empty({logits.size(0)}, f32);
     kernels::launch_cross_entropy_forward(args_for(logits, targets, ignore_index), lse.data_ptr<float>(),
                                           loss.data_ptr<float>(),
-                                          at::cuda::getCurrentCUDAStream(logits.device().index()).stream());
+                                          kernel_stream(logits));
     ctx->save_for_backward({logits, targets, lse});
     ctx->saved_data["ignore_index"] = ignore_index;
     return loss.sum();
@@ -48,7 +46,7 @@ struct FusedCrossEntropy : torch::autograd::Function<FusedCrossEntropy> {
     at::Tensor grad = at::empty({logits.size(0), logits.size(1)}, logits.options());
     kernels::launch_cross_entropy_backward(args_for(logits, targets, ignore_index), lse.data_ptr<float>(),
                                            scale.data_ptr<float>(), grad.data_ptr(),
-                                           at::cuda::getCurrentCUDAStream(logits.device().index()).stream());
+                                           kernel_stream(logits));
     return {grad, at::Tensor(), at::Tensor()};
   }
 };

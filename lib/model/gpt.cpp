@@ -7,6 +7,7 @@
 
 #include "model/activation_checkpointing.h"
 #include "model/cross_entropy.h"
+#include "model/fused_bias_gelu.h"
 #include "model/lora.h"
 
 namespace gputrain {
@@ -80,6 +81,13 @@ torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
   if (swiglu) {
     const std::vector<torch::Tensor> gate_up = c_fc(x).chunk(2, -1);  // this rank's share of each, under tp
     a = at::silu(gate_up[0]) * gate_up[1];
+  } else if (x.is_cuda() && c_fc->bias.defined() && c_fc->weight.size(0) % 8 == 0 && !c_fc->input_tap &&
+             !c_fc->output_tap && !c_fc->lora_A.defined()) {
+    // A plain c_fc on CUDA: its bias goes into the activation kernel, whose
+    // backward then reduces the bias gradient in the same pass.
+    torch::Tensor y = at::linear(x, c_fc->weight);
+    a = fused_bias_gelu_available(y, c_fc->bias) ? fused_bias_gelu(y, c_fc->bias)
+                                                 : at::gelu((y + c_fc->bias).to(y.scalar_type()), "tanh");
   } else {
     a = at::gelu(c_fc(x), "tanh");
   }
@@ -100,9 +108,15 @@ BlockImpl::BlockImpl(const ModelSettings& cfg, std::shared_ptr<RotaryEmbedding> 
     mlp = register_module("mlp", Mlp(cfg));
 }
 
+std::pair<torch::Tensor, torch::Tensor> BlockImpl::forward_deferred(const torch::Tensor& x, const torch::Tensor& pending) {
+  auto [stream, normed] = ln_1->add_forward(x, pending);
+  auto [h, normed_h] = ln_2->add_forward(stream, attn(normed));
+  return {h, moe ? moe(normed_h) : mlp(normed_h)};
+}
+
 torch::Tensor BlockImpl::forward(const torch::Tensor& x) {
-  auto h = x + attn(ln_1(x));
-  return h + (moe ? moe(ln_2(h)) : mlp(ln_2(h)));
+  auto [h, branch] = forward_deferred(x, {});
+  return h + branch;
 }
 
 GptBodyImpl::GptBodyImpl(const ModelSettings& cfg, const std::shared_ptr<MoeContext>& moe) {
@@ -133,31 +147,54 @@ torch::Tensor GptImpl::embed(const torch::Tensor& tokens) {
   return apply_dropout(transformer->drop, x);
 }
 
-torch::Tensor GptImpl::run_blocks(torch::Tensor x, int64_t first, int64_t last) {
+// Blocks [first, last) with each block's last residual add deferred into the
+// next one's ln_1: returns {x, pending}, the stream being x + pending.
+// A checkpointed block takes (and gives) the stream whole: its recomputation
+// replays BlockImpl::forward.
+static std::pair<torch::Tensor, torch::Tensor> run_blocks_deferred(GptImpl& m, torch::Tensor x, int64_t first,
+                                                                   int64_t last) {
+  torch::Tensor pending;
   for (int64_t i = first; i < last; ++i) {
-    auto* block = (*transformer->h)[static_cast<size_t>(i)]->as<Block>();
-    x = block->checkpoint ? checkpointed_block_forward(*block, x) : block->forward(x);
+    auto* block = (*m.transformer->h)[static_cast<size_t>(i)]->as<Block>();
+    if (block->checkpoint) {
+      if (pending.defined()) x = x + pending;
+      x = checkpointed_block_forward(*block, x);
+      pending = torch::Tensor();
+    } else {
+      std::tie(x, pending) = block->forward_deferred(x, pending);
+    }
   }
-  return x;
+  return {x, pending};
 }
 
-static torch::Tensor logits_of(GptImpl& m, const torch::Tensor& x) {
-  auto y = m.transformer->ln_f(x);
+torch::Tensor GptImpl::run_blocks(torch::Tensor x, int64_t first, int64_t last) {
+  auto [stream, pending] = run_blocks_deferred(*this, std::move(x), first, last);
+  return pending.defined() ? stream + pending : stream;
+}
+
+// ln_f of the stream x + pending, then the output head.
+static torch::Tensor logits_of(GptImpl& m, const torch::Tensor& x, const torch::Tensor& pending = {}) {
+  auto y = m.transformer->ln_f->add_forward(x, pending).second;
   return m.cfg.tie_embeddings ? at::linear(y, m.transformer->wte->weight) : m.lm_head(y);
 }
 
-torch::Tensor GptImpl::forward(const torch::Tensor& tokens) {
-  return logits_of(*this, run_blocks(embed(tokens), 0, cfg.n_layer));
-}
-
-torch::Tensor GptImpl::head_loss_sum(const torch::Tensor& x, const torch::Tensor& targets) {
+static torch::Tensor loss_of_logits(const torch::Tensor& logits, const torch::Tensor& targets) {
   // fp32 arithmetic whatever the logits' dtype (model/cross_entropy.h); fused on CUDA.
-  auto logits = logits_of(*this, x);
   return cross_entropy_sum(logits.view({-1, logits.size(-1)}), targets.reshape({-1}), kIgnoreIndex);
 }
 
+torch::Tensor GptImpl::forward(const torch::Tensor& tokens) {
+  auto [x, pending] = run_blocks_deferred(*this, embed(tokens), 0, cfg.n_layer);
+  return logits_of(*this, x, pending);
+}
+
+torch::Tensor GptImpl::head_loss_sum(const torch::Tensor& x, const torch::Tensor& targets) {
+  return loss_of_logits(logits_of(*this, x), targets);
+}
+
 torch::Tensor GptImpl::loss_sum(const torch::Tensor& tokens, const torch::Tensor& targets) {
-  return head_loss_sum(run_blocks(embed(tokens), 0, cfg.n_layer), targets);
+  auto [x, pending] = run_blocks_deferred(*this, embed(tokens), 0, cfg.n_layer);
+  return loss_of_logits(logits_of(*this, x, pending), targets);
 }
 
 void GptImpl::reset_parameters() {

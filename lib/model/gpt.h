@@ -56,6 +56,12 @@ struct BlockImpl : torch::nn::Module {
   // `moe`: this block's MLP is a mixture of experts sharing that context (null: dense).
   BlockImpl(const ModelSettings& cfg, std::shared_ptr<RotaryEmbedding> rotary, std::shared_ptr<MoeContext> moe);
   torch::Tensor forward(const torch::Tensor& x);
+  // The same block with its last residual add left to the caller: given the
+  // stream as x + pending (pending undefined: x), returns {h, branch} whose
+  // sum is forward(x + pending). The caller fuses that add with the next
+  // norm (NormImpl::add_forward), as this block fuses its own adds with ln_1
+  // and ln_2.
+  std::pair<torch::Tensor, torch::Tensor> forward_deferred(const torch::Tensor& x, const torch::Tensor& pending);
 
   Norm ln_1{nullptr}, ln_2{nullptr};
   CausalSelfAttention attn{nullptr};

@@ -2,30 +2,15 @@
 
 #include <torch/optim/adamw.h>
 
-#include <chrono>
 #include <cstdio>
 
 #include "model/gpt.h"
 #include "optim/make_optimizer.h"
 #include "precision/precision.h"
 #include "util/device.h"
+#include "util/timing.h"
 
 namespace gputrain {
-
-namespace {
-
-template <class Step>
-double mean_step_ms(const torch::Device& device, int64_t steps, Step step) {
-  step();  // warm-up: allocations, thread pools, kernel loading
-  synchronize(device);
-  const auto t0 = std::chrono::steady_clock::now();
-  for (int64_t i = 0; i < steps; ++i) step();
-  synchronize(device);
-  const std::chrono::duration<double, std::milli> ms = std::chrono::steady_clock::now() - t0;
-  return ms.count() / static_cast<double>(steps);
-}
-
-}  // namespace
 
 OptimBenchResult bench_optimizers(const Settings& s, int64_t steps) {
   OptimBenchResult r;
@@ -57,7 +42,7 @@ OptimBenchResult bench_optimizers(const Settings& s, int64_t steps) {
     o.impl = c.impl;
     o.adafactor.beta1 = c.adafactor_beta1;
     auto opt = make_optimizer(*model, o);
-    const double ms = mean_step_ms(device, steps, [&] { opt->step(lr); });
+    const double ms = mean_ms(device, steps, [&] { opt->step(lr); });
     // describe() is "name, kernel; details": the table wants the kernel.
     const std::string desc = opt->describe();
     std::string kernel = desc.substr(desc.find(", ") + 2);
@@ -71,7 +56,7 @@ OptimBenchResult bench_optimizers(const Settings& s, int64_t steps) {
                                                      .betas({s.optim.betas[0], s.optim.betas[1]})
                                                      .eps(s.optim.eps)
                                                      .weight_decay(s.optim.weight_decay));
-    const double ms = mean_step_ms(device, steps, [&] { ref.step(); });
+    const double ms = mean_ms(device, steps, [&] { ref.step(); });
     int64_t bytes = 0;
     for (const auto& [key, state] : ref.state()) {
       const auto& st = static_cast<const torch::optim::AdamWParamState&>(*state);

@@ -143,3 +143,12 @@ TEST_CASE("gpu: NCCL with a world of one, and the offloaded optimizer, train lik
   CHECK(nccl_diff < 1e-3);  // the same arithmetic up to kernel nondeterminism
   CHECK(offload_diff < 1e-3);  // AdamW's C++ loop on the CPU against the CUDA kernel
 }
+
+TEST_CASE("gpu: kernels bench times every fused kernel against ATen", "[gpu]") {
+  auto r = run_gputrain({"kernels", "bench", "--repeats", "3", "--set", "precision.mode=bf16"});
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.output, Catch::Matchers::Contains("residual add + LayerNorm"));
+  CHECK_THAT(r.output, Catch::Matchers::Contains("cross-entropy"));
+  CHECK_THAT(r.output, Catch::Matchers::Contains("stream fp32, branch/out bf16"));
+}

@@ -48,6 +48,10 @@ TEST_CASE("cli: --version, --help and usage errors", "[cli]") {
   CHECK(run_gputrain({"print-config", "--format", "toml"}).exit_code == 2);
   auto bad_set = run_gputrain({"validate", "x.yaml", "--set", "nokey"});
   CHECK(bad_set.exit_code == 2);
+  // The kernel benchmark times CUDA kernels: on the CPU it says so and exits 2.
+  auto kernels_cpu = run_gputrain({"kernels", "bench", "--set", "run.device=cpu"});
+  CHECK(kernels_cpu.exit_code == 2);
+  CHECK_THAT(kernels_cpu.output, Contains("run it on a GPU"));
 }
 
 TEST_CASE("cli: validate reports every problem with position and exits 2", "[cli]") {
