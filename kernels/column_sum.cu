@@ -1,10 +1,42 @@
 #include "column_sum.cuh"
+#include "float_convert.cuh"
 #include "multi_tensor.cuh"
 
 namespace gputrain::kernels {
 namespace {
 
 constexpr int kColumns = 32, kRowThreads = 32;
+constexpr int kPartialThreads = 128, kRowsInFlight = 4;
+constexpr int64_t kChunks = 256;
+
+// Thread x of block (bx, chunk) sums the 16 / sizeof(T) columns starting at
+// (bx * 128 + x) * kN over the chunk's rows, four rows' loads in flight.
+template <class T>
+__global__ void __launch_bounds__(kPartialThreads)
+    column_partial_sums_kernel(const T* m, int64_t rows, int64_t cols, int64_t rows_per_chunk, float* partial) {
+  constexpr int kN = 16 / sizeof(T);
+  const int64_t col = (static_cast<int64_t>(blockIdx.x) * kPartialThreads + threadIdx.x) * kN;
+  if (col >= cols) return;
+  const int64_t chunk = blockIdx.y, end = min(rows, (chunk + 1) * rows_per_chunk);
+  float acc[kN];
+#pragma unroll
+  for (int k = 0; k < kN; ++k) acc[k] = 0.0f;
+  for (int64_t r0 = chunk * rows_per_chunk; r0 < end; r0 += kRowsInFlight) {
+    uint4 bits[kRowsInFlight];
+#pragma unroll
+    for (int i = 0; i < kRowsInFlight; ++i)
+      if (r0 + i < end) bits[i] = *reinterpret_cast<const uint4*>(m + (r0 + i) * cols + col);
+#pragma unroll
+    for (int i = 0; i < kRowsInFlight; ++i) {
+      if (r0 + i >= end) break;
+      const T* v = reinterpret_cast<const T*>(&bits[i]);
+#pragma unroll
+      for (int k = 0; k < kN; ++k) acc[k] += to_float(v[k]);
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < kN; ++k) partial[chunk * cols + col + k] = acc[k];
+}
 
 // Block b sums columns [32 b, 32 b + 32): thread (x, y) adds rows y, y + 32, ...
 // of column 32 b + x (a warp reads 32 consecutive floats), then the 32
@@ -36,6 +68,29 @@ __global__ void __launch_bounds__(kColumns * kRowThreads)
 }
 
 }  // namespace
+
+int64_t column_partial_rows(int64_t rows) { return rows < kChunks ? rows : kChunks; }
+
+bool column_partial_sums_supported(FloatType type, int64_t cols) {
+  return cols > 0 && cols % (type == FloatType::kFloat32 ? 4 : 8) == 0;
+}
+
+void launch_column_partial_sums(const void* m, FloatType type, int64_t rows, int64_t cols, float* partial,
+                                cudaStream_t stream) {
+  if (rows <= 0) return;
+  if (!column_partial_sums_supported(type, cols) || !m || !partial || reinterpret_cast<uintptr_t>(m) % 16 != 0)
+    throw std::runtime_error("launch_column_partial_sums: bad arguments");
+  const int64_t chunks = column_partial_rows(rows), per_chunk = (rows + chunks - 1) / chunks;
+  by_type(type, [&](auto zero) {
+    using T = decltype(zero);
+    const int64_t vectors = cols / (16 / static_cast<int64_t>(sizeof(T)));
+    const dim3 grid(static_cast<unsigned>((vectors + kPartialThreads - 1) / kPartialThreads),
+                    static_cast<unsigned>(chunks));
+    column_partial_sums_kernel<T><<<grid, kPartialThreads, 0, stream>>>(static_cast<const T*>(m), rows, cols,
+                                                                        per_chunk, partial);
+  });
+  check_cuda(cudaGetLastError(), "launch_column_partial_sums");
+}
 
 void launch_column_sum(const float* partial, int64_t rows, int64_t cols, float* out, cudaStream_t stream) {
   if (cols <= 0) return;

@@ -15,15 +15,16 @@ __global__ void fused_adamw_kernel(const FusedAdamWTensor* tensors, int n_tensor
     const FusedAdamWTensor& t = tensors[ti];
     const int64_t begin = (chunk - t.first_chunk) * kAdamWChunk;
     const int64_t end = begin + kAdamWChunk < t.numel ? begin + kAdamWChunk : t.numel;
+    const float scale = t.grad_scale ? *t.grad_scale : 1.0f;
     for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
       float m = t.exp_avg[i], v = t.exp_avg_sq[i];
       if constexpr (kType == ParamType::kFloat32) {
         float* p = static_cast<float*>(t.param);
-        const float g = static_cast<const float*>(t.grad)[i];
+        const float g = static_cast<const float*>(t.grad)[i] * scale;
         p[i] = adamw_element(p[i], g, m, v, t.s);
       } else {
         uint16_t* p = static_cast<uint16_t*>(t.param);
-        const float g = bf16_bits_to_float(static_cast<const uint16_t*>(t.grad)[i]);
+        const float g = bf16_bits_to_float(static_cast<const uint16_t*>(t.grad)[i]) * scale;
         const float updated = adamw_element(bf16_bits_to_float(p[i]), g, m, v, t.s);
         p[i] = float_to_bf16_stochastic(updated, hash_bits(t.seed, static_cast<uint64_t>(i)));
       }

@@ -27,6 +27,7 @@ struct FusedAdamWTensor {
   int64_t first_chunk;
   uint64_t seed;       // stochastic rounding of bf16 parameters
   AdamWScalars s;
+  const float* grad_scale;  // device float the gradient is multiplied by (gradient clipping), or null
 };
 
 // Updates every tensor of `tensors` (n_tensors entries in device memory,

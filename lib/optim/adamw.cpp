@@ -56,7 +56,8 @@ void AdamW::step(double lr) {
       Slot& s = slots_[gi][i];
       const int64_t t = ++count(s.step);
       items.push_back({g.params[i], grad.to(g.params[i].scalar_type()).contiguous(), s.exp_avg, s.exp_avg_sq,
-                       adamw_scalars(opts_, t, lr * g.lr_scale, g.weight_decay), rounding_seed(t, serial)});
+                       adamw_scalars(opts_, t, lr * g.lr_scale, g.weight_decay), rounding_seed(t, serial),
+                       grad_scale_});
     }
   }
   fused_adamw(items);

@@ -21,6 +21,7 @@ class AdamW : public Optimizer {
   AdamW(std::vector<ParamGroup> groups, AdamWOptions opts, UpdateKernel kernel = UpdateKernel::kFused);
   void step(double lr) override;
   std::string describe() const override;
+  bool folds_grad_scale() const override { return kernel_ == UpdateKernel::kFused; }
 
  private:
   struct Slot {

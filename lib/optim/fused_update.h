@@ -19,6 +19,9 @@ struct FusedAdamWItem {
   torch::Tensor param, grad, exp_avg, exp_avg_sq;
   kernels::AdamWScalars scalars;
   uint64_t seed = 0;
+  // A 0-dim float32 tensor on the item's device the gradient is multiplied by
+  // as it is read (gradient clipping folded into the update), or undefined.
+  torch::Tensor grad_scale;
 };
 
 // The same for 8-bit moments: uint8 codes into the signed (exp_avg) and

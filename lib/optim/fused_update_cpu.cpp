@@ -53,10 +53,10 @@ struct ParamAccess {
 // target_clones adds an AVX2 build picked at load time where the CPU has it.
 __attribute__((target_clones("avx2", "default"))) void adamw_span_f32(float* __restrict p, const float* __restrict g,
                                                                      float* __restrict m, float* __restrict v,
-                                                                     int64_t n, const AdamWScalars s) {
+                                                                     int64_t n, const AdamWScalars s, float scale) {
   for (int64_t i = 0; i < n; ++i) {
     float mi = m[i], vi = v[i];
-    p[i] = kernels::adamw_element(p[i], g[i], mi, vi, s);
+    p[i] = kernels::adamw_element(p[i], g[i] * scale, mi, vi, s);
     m[i] = mi;
     v[i] = vi;
   }
@@ -76,13 +76,14 @@ void adamw_loop(const std::vector<FusedAdamWItem>& items) {
       float* m = it.exp_avg.data_ptr<float>();
       float* v = it.exp_avg_sq.data_ptr<float>();
       const int64_t lo = (unit - index.first[ti]) * kChunk, hi = std::min(lo + kChunk, it.param.numel());
+      const float scale = it.grad_scale.defined() ? *it.grad_scale.data_ptr<float>() : 1.0f;
       if constexpr (!kBf16) {
         adamw_span_f32(static_cast<float*>(p) + lo, static_cast<const float*>(g) + lo, m + lo, v + lo, hi - lo,
-                       it.scalars);
+                       it.scalars, scale);
         continue;
       }
       for (int64_t i = lo; i < hi; ++i)
-        P::store(p, i, kernels::adamw_element(P::load(p, i), P::load(g, i), m[i], v[i], it.scalars), it.seed);
+        P::store(p, i, kernels::adamw_element(P::load(p, i), P::load(g, i) * scale, m[i], v[i], it.scalars), it.seed);
     }
   });
 }

@@ -36,6 +36,14 @@ class Optimizer {
   // "adamw, fused (CUDA kernel)": for the run log and the summary.
   virtual std::string describe() const = 0;
 
+  // Gradient clipping folded into the update: an optimizer that can multiply
+  // the gradients by a coefficient as its one pass reads them (fused AdamW)
+  // says so here, and the trainer hands it the clipping coefficient (a 0-dim
+  // float32 tensor on the parameters' device, undefined for none) before each
+  // step instead of scaling every gradient in a pass of its own.
+  virtual bool folds_grad_scale() const { return false; }
+  void set_grad_scale(torch::Tensor scale) { grad_scale_ = std::move(scale); }
+
   void zero_grad();  // frees the gradients (set_to_none)
   const std::vector<ParamGroup>& groups() const { return groups_; }
   int64_t state_bytes() const;
@@ -55,6 +63,7 @@ class Optimizer {
   static int64_t& count(const torch::Tensor& step_counter) { return *step_counter.data_ptr<int64_t>(); }
 
   std::vector<ParamGroup> groups_;
+  torch::Tensor grad_scale_;  // set_grad_scale's; applied by step() where folds_grad_scale()
 
  private:
   std::vector<StateEntry> state_;

@@ -288,10 +288,10 @@ bool ParallelRun::overflow_on_any_rank(bool local_overflow) {
   return any_rank(local_overflow, "agreement on an fp16 overflow");
 }
 
-torch::Tensor ParallelRun::clip_grad_norm(double max_norm) {
+torch::Tensor ParallelRun::clip_grad_norm(double max_norm, torch::Tensor* fold) {
   std::vector<torch::Tensor> all;
   for (const auto& p : params_) all.push_back(p.tensor);
-  if (!distributed() || (zero_ != 2 && !tp_comm_ && !pp_comm_)) return gputrain::clip_grad_norm(all, max_norm);
+  if (!distributed() || (zero_ != 2 && !tp_comm_ && !pp_comm_)) return gputrain::clip_grad_norm(all, max_norm, fold);
   // One world all-reduce of the squared norm. A value is counted by one rank:
   // each pipeline stage its own parameters (the tied embedding on the first
   // stage), split parameters by every tp rank (each holds its own slice),
@@ -304,7 +304,7 @@ torch::Tensor ParallelRun::clip_grad_norm(double max_norm) {
   torch::Tensor squared = squared_grad_norm(counted, params_.front().tensor.options());
   comm_->all_reduce_sum_now(squared, "sum of the gradient norm's shards");
   const torch::Tensor norm = squared.sqrt().reshape({});
-  scale_grads_to_norm(all, norm, max_norm);
+  scale_grads_to_norm(all, norm, max_norm, fold);
   return norm;
 }
 

@@ -88,7 +88,8 @@ class ParallelRun {
   bool overflow_on_any_rank(bool local_overflow);
   // Global gradient norm and clipping over every parameter of the model, each
   // value counted once (ZeRO-2 and tensor-parallel shards summed over their groups).
-  torch::Tensor clip_grad_norm(double max_norm);
+  // `fold`: hand the clipping coefficient back instead of scaling (optim/grad_clip.h).
+  torch::Tensor clip_grad_norm(double max_norm, torch::Tensor* fold = nullptr);
   void after_optimizer_step();  // ZeRO: owners broadcast their updated parameters
 
   // Rank 0 gets the model and optimizer state of every tp rank (ZeRO: every

@@ -502,7 +502,12 @@ RunOutcome run_training(const Recipe& recipe, const RunOptions& options) {
       loss = global_loss;
       bool overflow = precision.unscale_and_check(params);  // fp16: inf/nan gradients
       if (precision.has_scaler()) overflow = par.overflow_on_any_rank(overflow);
-      torch::Tensor grad_norm = par.clip_grad_norm(s.train.max_grad_norm);
+      // Fused AdamW multiplies the gradients by the clipping coefficient as it reads them, which saves
+      // a pass over every gradient (not under offload: its update runs on host copies).
+      torch::Tensor clip_coef;
+      const bool fold_clip = optimizer->folds_grad_scale() && !offload;
+      torch::Tensor grad_norm = par.clip_grad_norm(s.train.max_grad_norm, fold_clip ? &clip_coef : nullptr);
+      optimizer->set_grad_scale(clip_coef);
       const double lr = schedule.at(t.step);
       const int64_t step = t.step + 1;
       bool nan_skip = false;

@@ -37,6 +37,10 @@ void steps(Run& r, int n) {
   for (int s = 0; s < n; ++s) {
     at::manual_seed(50 + s);
     for (auto& p : r.params) p.mutable_grad() = at::randn(p.sizes()).to(p.scalar_type()).to(p.device());
+    // Odd steps fold a clipping coefficient into the update (fused AdamW), on the CPU as on the GPU.
+    if (r.opt->folds_grad_scale())
+      r.opt->set_grad_scale(s % 2 ? at::full({}, 0.37f, at::TensorOptions().device(r.params.front().device()))
+                                  : at::Tensor());
     r.opt->step(1e-2);
     r.opt->zero_grad();
   }

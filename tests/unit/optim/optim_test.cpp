@@ -157,3 +157,39 @@ TEST_CASE("fused AdamW falls back to foreach for a non-contiguous parameter", "[
   dense.step(0.1);
   CHECK(torch::allclose(t, ref, 1e-6, 1e-7));
 }
+
+TEST_CASE("fused AdamW folds the clipping coefficient into its pass: the same update as clipping first", "[optim]") {
+  for (auto dtype : {torch::kFloat, torch::kBFloat16}) {
+    INFO(dtype);
+    torch::manual_seed(11);
+    auto w = torch::randn({300, 70}).to(dtype), b = torch::randn({70}).to(dtype);
+    auto g_w = (torch::randn({300, 70}) * 3).to(dtype), g_b = (torch::randn({70}) * 3).to(dtype);
+    auto run = [&](bool fold) {
+      std::vector<torch::Tensor> params = {w.clone().requires_grad_(true), b.clone().requires_grad_(true)};
+      AdamW opt({ParamGroup{"g", {"w", "b"}, params, 0.1, 1.0}}, {}, UpdateKernel::kFused);
+      REQUIRE(opt.folds_grad_scale());
+      for (int step = 0; step < 3; ++step) {
+        params[0].mutable_grad() = g_w * (step + 1);
+        params[1].mutable_grad() = g_b * (step + 1);
+        torch::Tensor coef;
+        const double norm = clip_grad_norm(params, 1.0, fold ? &coef : nullptr).item<double>();
+        CHECK(norm > 1.0);  // clipping is active
+        CHECK(coef.defined() == fold);
+        opt.set_grad_scale(coef);
+        opt.step(1e-2);
+      }
+      return params;
+    };
+    auto folded = run(true), clipped = run(false);
+    if (dtype == torch::kFloat) {  // g * coef rounded once either way: the same bits
+      CHECK(torch::equal(folded[0], clipped[0]));
+      CHECK(torch::equal(folded[1], clipped[1]));
+    } else {  // clipping first rounds the scaled bf16 gradient; folding does not
+      CHECK(torch::allclose(folded[0].to(torch::kFloat), clipped[0].to(torch::kFloat), 1e-2, 1e-2));
+    }
+  }
+  // Foreach updates do not fold: the trainer scales their gradients first.
+  auto p = torch::zeros({2}).requires_grad_(true);
+  AdamW foreach_opt({ParamGroup{"g", {"p"}, {p}, 0.0, 1.0}}, {}, UpdateKernel::kForeach);
+  CHECK_FALSE(foreach_opt.folds_grad_scale());
+}
