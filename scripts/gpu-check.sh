@@ -59,7 +59,7 @@ QS=/tmp/gputrain-quickstart; qs=-1
 STAGES="${STAGES:-quickstart vs-pytorch profile kernels techniques batches optim}"
 has() { [[ " $STAGES " == *" $1 "* ]]; }
 has quickstart && { timeout 120 ./$BUILD/gputrain run --output-dir $QS --overwrite --set metrics.progress=lines > "$OUT/quickstart.log" 2>&1; qs=$?; }
-# gputrain vs PyTorch eager and torch.compile, GPT-2 124M bf16 (issue 9's goal).
+# gputrain vs PyTorch eager and torch.compile, GPT-2 124M bf16 (issue 9's goal); VS_BATCH sets the batch (16).
 has vs-pytorch && timeout 300 python3 bench/gpu_vs_pytorch.py --binary $BUILD/gputrain --batch "${VS_BATCH:-16}" > "$OUT/vs-pytorch.md" 2>&1
 # Where the time goes, kernel by kernel, gputrain vs eager (gputrain-ops.md, eager-ops.md).
 if has profile; then
