@@ -65,8 +65,9 @@ int cmd_plan(const CommonArgs& a, int world_size) {
   std::printf("\nEstimates: real peaks add the framework's own memory and allocator slack (see README, Memory).\n");
   // The grid: for the world size asked for, else the one the recipe's degrees imply.
   const int64_t model_parallel = s.parallel.tp * s.parallel.pp;
+  // (dp auto: the smallest, ep replicas of the model-parallel group).
   const int world = world_size > 0 ? world_size
-                                   : static_cast<int>(s.parallel.dp > 0 ? s.parallel.dp * model_parallel : model_parallel);
+                                   : static_cast<int>((s.parallel.dp > 0 ? s.parallel.dp : s.parallel.ep) * model_parallel);
   if (world > 1) {
     const Grid g(s.parallel, world);
     std::printf("\n%s", grid_table(s, g).c_str());

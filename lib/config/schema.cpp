@@ -567,6 +567,8 @@ std::vector<FieldSpec> build_schema() {
                          "pipeline schedule: 1f1b (a stage holds at most pp micro-batches' activations) or gpipe (all forwards, then all backwards)"));
   f.push_back(int_field(KEY(parallel.pp_microbatches), 0, 65536,
                         "micro-batches per step through the pipeline: the step's grad_accum_steps x per_device_batch_size sequences split into this many equal parts; 0 = grad_accum_steps"));
+  f.push_back(int_field(KEY(parallel.ep), 1, 65536,
+                        "expert-parallel degree: each mixture layer's experts split over this many data-parallel ranks, tokens sent to their experts with all-to-all; must divide parallel.dp and model.moe.experts"));
   f.push_back(enum_field(KEY(parallel.backend),
                          EnumTable<CommBackend>{{"auto", CommBackend::kAuto},
                                                 {"nccl", CommBackend::kNccl},

@@ -304,6 +304,17 @@ void check_parallel(Checker& c) {
   if (p.tp > 1 && m.moe.enabled())
     c.error("parallel.tp", "mixture-of-experts layers (model.moe.experts > 0) are not split by tensor parallelism in this version",
             "use parallel.tp: 1 (data and pipeline parallelism work with experts)");
+  if (p.ep > 1 && !m.moe.enabled())
+    c.error("parallel.ep", "(" + str(p.ep) + ") splits mixture-of-experts layers, and this model has none (model.moe.experts is 0)",
+            "use parallel.ep: 1, or set model.moe");
+  else if (p.ep > 1 && m.moe.experts % p.ep != 0)
+    c.error("parallel.ep", "(" + str(p.ep) + ") must divide model.moe.experts (" + str(m.moe.experts) +
+                               "): every rank holds the same number of experts",
+            "use one of " + divisors(m.moe.experts));
+  if (p.ep > 1 && p.zero > 0)
+    c.error("parallel.zero", "ZeRO (parallel.zero: " + str(p.zero) + ") cannot be combined with expert parallelism (parallel.ep: " +
+                                 str(p.ep) + ") in this version: the ranks of a data-parallel group hold different experts",
+            "use parallel.zero: 0, or parallel.ep: 1");
   if (p.pp > m.n_layer)
     c.error("parallel.pp", "(" + str(p.pp) + ") exceeds model.n_layer (" + str(m.n_layer) + "): every stage needs a block",
             "use at most " + str(m.n_layer) + " stages");

@@ -97,11 +97,19 @@ torch::Tensor MoeMlpImpl::forward(const torch::Tensor& x) {
   const torch::Tensor tokens = r.token.index_select(0, order);
   const torch::Tensor counts = at::bincount(r.expert, /*weights=*/{}, E).cpu();
   const std::vector<int64_t> sizes(counts.data_ptr<int64_t>(), counts.data_ptr<int64_t>() + E);
-  const std::vector<torch::Tensor> inputs = flat.index_select(0, tokens).split_with_sizes(sizes, 0);
-  std::vector<torch::Tensor> outputs;
-  for (int64_t e = 0; e < E; ++e)
-    outputs.push_back((*experts)[static_cast<size_t>(e)]->as<Mlp>()->forward(inputs[static_cast<size_t>(e)]));
-  const torch::Tensor y = at::cat(outputs, 0);
+  const torch::Tensor rows = flat.index_select(0, tokens);
+  auto run_expert = [this](int64_t e, const torch::Tensor& in) {
+    return (*experts)[static_cast<size_t>(e)]->as<Mlp>()->forward(in);
+  };
+  torch::Tensor y;
+  if (exchange) {
+    y = exchange->run(rows, sizes, run_expert);
+  } else {
+    const std::vector<torch::Tensor> inputs = rows.split_with_sizes(sizes, 0);
+    std::vector<torch::Tensor> outputs;
+    for (int64_t e = 0; e < E; ++e) outputs.push_back(run_expert(e, inputs[static_cast<size_t>(e)]));
+    y = at::cat(outputs, 0);
+  }
   const torch::Tensor weighted = y * r.gate.index_select(0, order).unsqueeze(1).to(y.scalar_type());
   torch::Tensor out = at::zeros_like(flat).index_add(0, tokens, weighted.to(flat.scalar_type()));
   out = out.view_as(x);

@@ -19,7 +19,9 @@
 #include <torch/nn/module.h>
 #include <torch/nn/modules/container/modulelist.h>
 
+#include <functional>
 #include <memory>
+#include <vector>
 
 #include "config/settings.h"
 #include "model/linear.h"
@@ -37,6 +39,19 @@ struct MoeContext {
   void reset_stats() { aux_sum = 0, aux_terms = 0, assigned = 0, dropped = 0; }
 };
 
+// Where a mixture layer's experts run. The layer itself knows nothing of
+// ranks (DESIGN rule 1): without an exchange every expert is local; expert
+// parallelism (parallel/expert_parallel.h) installs one from outside that
+// sends each row to the rank holding its expert and brings the outputs back.
+struct ExpertExchange {
+  virtual ~ExpertExchange() = default;
+  // `rows` are this rank's assignments grouped by expert, sizes[e] of them for
+  // expert e (every expert of the layer); `expert(e, x)` runs local expert e.
+  // Returns the experts' outputs in the order of `rows`.
+  using RunExpert = std::function<torch::Tensor(int64_t, const torch::Tensor&)>;
+  virtual torch::Tensor run(const torch::Tensor& rows, const std::vector<int64_t>& sizes, const RunExpert& expert) = 0;
+};
+
 struct MoeMlpImpl : torch::nn::Module {
   MoeMlpImpl(const ModelSettings& cfg, std::shared_ptr<MoeContext> context);
   torch::Tensor forward(const torch::Tensor& x);
@@ -46,6 +61,7 @@ struct MoeMlpImpl : torch::nn::Module {
   std::shared_ptr<MoeContext> context;
   Linear router{nullptr};                  // d_model -> experts, no bias
   torch::nn::ModuleList experts{nullptr};  // Mlp each
+  std::shared_ptr<ExpertExchange> exchange;  // null: every expert runs here
 };
 TORCH_MODULE(MoeMlp);
 

@@ -247,4 +247,10 @@ PendingCollective Communicator::recv(torch::Tensor& t, int src, int tag, const s
   GPUTRAIN_LAUNCH(what, impl_->backend->recv(v, src, tag));
 }
 
+PendingCollective Communicator::all_to_all(torch::Tensor& out, torch::Tensor& in, const std::vector<int64_t>& out_splits,
+                                           const std::vector<int64_t>& in_splits, const std::string& what) {
+  std::vector<int64_t> o = out_splits, i = in_splits;  // c10d takes them by non-const reference
+  GPUTRAIN_LAUNCH(what, impl_->backend->alltoall_base(out, in, o, i, c10d::AllToAllOptions{}));
+}
+
 }  // namespace gputrain

@@ -67,6 +67,10 @@ class Communicator {
   // Point to point (gathering sharded optimizer state for a checkpoint).
   PendingCollective send(torch::Tensor& t, int dst, int tag, const std::string& what);
   PendingCollective recv(torch::Tensor& t, int src, int tag, const std::string& what);
+  // Rows of `in` to every rank: in_splits[r] rows (dim 0) go to rank r, and
+  // out_splits[r] rows come from it into `out`, in rank order (expert parallelism).
+  PendingCollective all_to_all(torch::Tensor& out, torch::Tensor& in, const std::vector<int64_t>& out_splits,
+                               const std::vector<int64_t>& in_splits, const std::string& what);
 
   // Blocking conveniences.
   void all_reduce_sum_now(torch::Tensor& t, const std::string& what) { all_reduce_sum(t, what).wait(); }

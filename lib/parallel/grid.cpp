@@ -9,9 +9,10 @@
 
 namespace gputrain {
 
-Grid::Grid(int dp, int pp, int tp) : dp_(dp), pp_(pp), tp_(tp) {}
+Grid::Grid(int dp, int pp, int tp, int ep) : dp_(dp), pp_(pp), tp_(tp), ep_(ep) {}
 
-Grid::Grid(const ParallelSettings& p, int world_size) : pp_(static_cast<int>(p.pp)), tp_(static_cast<int>(p.tp)) {
+Grid::Grid(const ParallelSettings& p, int world_size)
+    : pp_(static_cast<int>(p.pp)), tp_(static_cast<int>(p.tp)), ep_(static_cast<int>(p.ep)) {
   const int64_t model_parallel = p.tp * p.pp;
   if (p.dp == 0 && world_size % model_parallel != 0)
     throw config_error(fmt::format("parallel.tp ({}) x pp ({}) = {} does not divide the number of processes ({}), so "
@@ -23,6 +24,11 @@ Grid::Grid(const ParallelSettings& p, int world_size) : pp_(static_cast<int>(p.p
     throw config_error(fmt::format("parallel.dp ({}) x tp ({}) x pp ({}) = {} must equal the number of processes ({})"
                                    "\n    fix: set parallel.dp: auto, or start {} processes (--nproc-per-node)",
                                    dp_, p.tp, p.pp, dp_ * model_parallel, world_size, dp_ * model_parallel));
+  if (dp_ % ep_ != 0)
+    throw config_error(fmt::format("parallel.ep ({}) must divide the data-parallel degree ({} = {} process(es) / (tp {} x "
+                                   "pp {})): the experts are split over ep of the data-parallel ranks\n    fix: start a "
+                                   "multiple of {} processes, or use a parallel.ep that divides {}",
+                                   ep_, dp_, world_size, p.tp, p.pp, ep_ * model_parallel, dp_));
 }
 
 GridCoord Grid::coord(int rank) const {
@@ -53,6 +59,21 @@ std::vector<int> Grid::pp_group(int rank) const {
   GridCoord c = coord(rank);
   std::vector<int> g;
   for (c.pp = 0; c.pp < pp_; ++c.pp) g.push_back(rank_of(c));
+  return g;
+}
+
+std::vector<int> Grid::ep_group(int rank) const {
+  GridCoord c = coord(rank);
+  const int first = c.dp / ep_ * ep_;
+  std::vector<int> g;
+  for (c.dp = first; c.dp < first + ep_; ++c.dp) g.push_back(rank_of(c));
+  return g;
+}
+
+std::vector<int> Grid::expert_replica_group(int rank) const {
+  GridCoord c = coord(rank);
+  std::vector<int> g;
+  for (c.dp = c.dp % ep_; c.dp < dp_; c.dp += ep_) g.push_back(rank_of(c));
   return g;
 }
 
@@ -129,6 +150,13 @@ std::string grid_table(const Settings& s, const Grid& g) {
                                     (tp + 1) * f - 1, F);
       out += fmt::format("| {} | {} | {} | {} | {} |\n", pp, tp, fmt::join(ranks, ", "), layers, holds);
     }
+  }
+  if (g.ep() > 1) {
+    const int64_t local = s.model.moe.experts / g.ep();
+    out += fmt::format("\nexpert parallel: ep {} splits each mixture layer's {} experts over runs of {} consecutive dp ranks: "
+                       "the rank at place j of a run holds experts {}j to {}j+{}; each expert has {} holder(s), whose "
+                       "gradients are summed\n",
+                       g.ep(), s.model.moe.experts, g.ep(), local, local, local - 1, g.dp() / g.ep());
   }
   if (g.pp() > 1) {
     out += "\nstage compute (block units, the last stage includes the output head): ";

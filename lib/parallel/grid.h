@@ -21,11 +21,12 @@ class Grid {
   // parallel.dp 0 = auto (world / (tp * pp)). Throws a config error naming
   // the key to change when the degrees do not multiply to `world_size`.
   Grid(const ParallelSettings& p, int world_size);
-  Grid(int dp, int pp, int tp);
+  Grid(int dp, int pp, int tp, int ep = 1);
 
   int dp() const { return dp_; }
   int pp() const { return pp_; }
   int tp() const { return tp_; }
+  int ep() const { return ep_; }  // expert parallelism: consecutive dp ranks that split the experts
   int size() const { return dp_ * pp_ * tp_; }
 
   GridCoord coord(int rank) const;
@@ -34,9 +35,12 @@ class Grid {
   std::vector<int> tp_group(int rank) const;  // same dp, pp: the shards of one layer
   std::vector<int> dp_group(int rank) const;  // same pp, tp: the replicas that average gradients
   std::vector<int> pp_group(int rank) const;  // same dp, tp: the stages a micro-batch flows through
+  // Expert parallelism splits the dp group into runs of ep consecutive dp ranks.
+  std::vector<int> ep_group(int rank) const;              // rank's run: the ranks that split the experts
+  std::vector<int> expert_replica_group(int rank) const;  // same place in every run: the holders of rank's experts
 
  private:
-  int dp_, pp_, tp_;
+  int dp_, pp_, tp_, ep_ = 1;
 };
 
 // Layers [first, last) of one pipeline stage, with the parts around the

@@ -4,6 +4,7 @@
 
 #include "optim/grad_clip.h"
 #include "optim/optimizer.h"
+#include "parallel/expert_parallel.h"
 #include "parallel/tensor_parallel.h"
 #include "util/device.h"
 #include "util/error.h"
@@ -76,7 +77,7 @@ ParallelRun::ParallelRun(const World& world, const ParallelSettings& p, torch::D
       pp_microbatches_(p.pp_microbatches) {
   if (!world.distributed() && !world.launched()) return;
   comm_ = std::make_unique<Communicator>(world, p.backend, device, p.timeout_s);
-  // Every rank makes its groups in the same order: tp, pp, the pipeline's ends, dp.
+  // Every rank makes its groups in the same order: tp, pp, the pipeline's ends, dp, ep, expert replicas.
   if (grid_.tp() > 1)
     tp_comm_ = comm_->subgroup(grid_.tp_group(world.rank), fmt::format("tp(dp{},pp{})", coord_.dp, coord_.pp));
   if (grid_.pp() > 1) {
@@ -90,6 +91,13 @@ ParallelRun::ParallelRun(const World& world, const ParallelSettings& p, torch::D
   } else if (grid_.dp() > 1) {
     dp_own_ = comm_->subgroup(grid_.dp_group(world.rank), fmt::format("dp(tp{},pp{})", coord_.tp, coord_.pp));
     dp_ = dp_own_.get();
+  }
+  if (grid_.ep() > 1) {
+    const int run = coord_.dp / grid_.ep(), place = coord_.dp % grid_.ep();
+    ep_comm_ = comm_->subgroup(grid_.ep_group(world.rank), fmt::format("ep(tp{},pp{},run{})", coord_.tp, coord_.pp, run));
+    if (grid_.dp() > grid_.ep())
+      expert_dp_ = comm_->subgroup(grid_.expert_replica_group(world.rank),
+                                   fmt::format("experts(tp{},pp{},place{})", coord_.tp, coord_.pp, place));
   }
 }
 
@@ -120,6 +128,11 @@ std::string ParallelRun::describe() const {
   if (sync_)
     s += fmt::format("; data parallel: {} gradient bucket(s) of up to {:g} MiB, reduced over {} replica(s) during backward",
                      sync_->bucket_count(), bucket_mb_, grid_.dp());
+  if (ep_comm_)
+    s += fmt::format("; expert parallel: this rank holds experts {}-{} of each mixture layer's {} (ep {}), their "
+                     "gradients reduced over {} replica(s)",
+                     first_expert_, first_expert_ + local_experts_ - 1, local_experts_ * grid_.ep(), grid_.ep(),
+                     grid_.dp() / grid_.ep());
   if (zero_active())
     s += fmt::format("; ZeRO-{}: this rank updates {} of {} parameter tensors ({:.1f}% of the values){}", zero_,
                      mine_tensors, params_.size(), 100.0 * static_cast<double>(mine) / std::max<int64_t>(1, total),
@@ -131,13 +144,21 @@ void ParallelRun::shard_model(Gpt& model) {
   stages_ = split_stages(model->cfg, grid_.pp());
   stage_ = stages_[static_cast<size_t>(coord_.pp)];
   if (tp_comm_) split_ = parallelize_tensor(model, *tp_comm_);
-  if (!pp_comm_) return;
-  for (auto& name : keep_stage(model, stage_)) held_.insert(std::move(name));
-  if (model->cfg.tie_embeddings && (stage_.embeds || stage_.has_head)) tied_weight_ = model->transformer->wte->weight;
+  if (pp_comm_) {
+    for (auto& name : keep_stage(model, stage_)) held_.insert(std::move(name));
+    if (model->cfg.tie_embeddings && (stage_.embeds || stage_.has_head)) tied_weight_ = model->transformer->wte->weight;
+  }
+  if (ep_comm_) {
+    local_experts_ = model->cfg.moe.experts / ep_comm_->size();
+    first_expert_ = ep_comm_->rank() * local_experts_;
+    if (!pp_comm_)
+      for (const auto& item : model->named_parameters()) held_.insert(item.key());
+    for (const auto& name : parallelize_experts(model, *ep_comm_)) held_.erase(name);
+  }
 }
 
 std::vector<NamedTensor> ParallelRun::held(std::vector<NamedTensor> named) const {
-  if (!pp_comm_) return named;
+  if (!holds_part()) return named;
   std::vector<NamedTensor> out;
   for (auto& e : named)
     if (held_.count(e.name)) out.push_back(std::move(e));
@@ -156,12 +177,29 @@ void ParallelRun::attach(const std::vector<NamedTensor>& named_params) {
     if (p.tensor.requires_grad()) trainable.push_back(p);
   params_ = in_gradient_order(trainable);
   sharded_.assign(params_.size(), 0);
-  for (size_t i = 0; i < params_.size(); ++i)
+  expert_.assign(params_.size(), 0);
+  for (size_t i = 0; i < params_.size(); ++i) {
     for (const auto& t : split_)
       if (t.name == params_[i].name) sharded_[i] = t.dim >= 0;
+    expert_[i] = ep_comm_ && is_expert_parameter(params_[i].name);
+  }
   if (!dp_) return;
   // Every rank built the same weights from the seed (and init_from), but a
-  // replica that differs would silently train another model: rank 0 of the dp group decides.
+  // replica that differs would silently train another model: rank 0 of the dp
+  // group decides; under expert parallelism the first holder of each expert.
+  if (ep_comm_) {
+    if (zero_ > 0) throw std::logic_error("ParallelRun: ZeRO with expert parallelism (validation refuses it)");
+    std::vector<NamedTensor> dense, experts, dense_grads, expert_grads;
+    for (const auto& p : named_params) (is_expert_parameter(p.name) ? experts : dense).push_back(p);
+    for (size_t i = 0; i < params_.size(); ++i) (expert_[i] ? expert_grads : dense_grads).push_back(params_[i]);
+    broadcast_parameters(*dp_, dense);
+    sync_ = std::make_unique<GradientSync>(*dp_, dense_grads, bucket_mb_, std::vector<int>{});
+    if (expert_dp_) {
+      broadcast_parameters(*expert_dp_, experts);
+      expert_sync_ = std::make_unique<GradientSync>(*expert_dp_, expert_grads, bucket_mb_, std::vector<int>{});
+    }
+    return;
+  }
   broadcast_parameters(*dp_, named_params);
   if (zero_ > 0) {
     std::vector<int64_t> sizes;
@@ -222,7 +260,11 @@ int64_t ParallelRun::global_targets(int64_t local_targets) {
 torch::Tensor ParallelRun::train_step(Gpt& model, const std::vector<Batch>& micro, const Precision& precision,
                                       int64_t global_targets) {
   std::function<void(bool)> before_backward;
-  if (sync_) before_backward = [this](bool last) { sync_->prepare_backward(last); };
+  if (sync_)
+    before_backward = [this](bool last) {
+      sync_->prepare_backward(last);
+      if (expert_sync_) expert_sync_->prepare_backward(last);
+    };
   const int64_t replicas = dp_ ? dp_->size() : 1;
   if (!pp_comm_) {
     if (model->moe) model->moe->aux_grad_scale = moe_aux_grad_scale(model->cfg, static_cast<int64_t>(micro.size()) * replicas, precision.loss_scale());
@@ -247,6 +289,7 @@ torch::Tensor ParallelRun::train_step(Gpt& model, const std::vector<Batch>& micr
 
 void ParallelRun::finish_backward() {
   if (sync_) sync_->finish();
+  if (expert_sync_) expert_sync_->finish();
   // After the dp reduction: both copies of the tied embedding then hold the
   // whole gradient (embedding + head, every replica's) and take the same update.
   if (ends_ && tied_weight_.defined()) sum_tied_embedding_grads(tied_weight_, *ends_);
@@ -284,23 +327,26 @@ bool ParallelRun::any_rank(bool flag, const std::string& what) {
 }
 
 bool ParallelRun::overflow_on_any_rank(bool local_overflow) {
-  if (!distributed() || (zero_ != 2 && !tp_comm_ && !pp_comm_)) return local_overflow;
+  if (!distributed() || !ranks_differ()) return local_overflow;
   return any_rank(local_overflow, "agreement on an fp16 overflow");
 }
 
 torch::Tensor ParallelRun::clip_grad_norm(double max_norm, torch::Tensor* fold) {
   std::vector<torch::Tensor> all;
   for (const auto& p : params_) all.push_back(p.tensor);
-  if (!distributed() || (zero_ != 2 && !tp_comm_ && !pp_comm_)) return gputrain::clip_grad_norm(all, max_norm, fold);
+  if (!distributed() || !ranks_differ()) return gputrain::clip_grad_norm(all, max_norm, fold);
   // One world all-reduce of the squared norm. A value is counted by one rank:
   // each pipeline stage its own parameters (the tied embedding on the first
   // stage), split parameters by every tp rank (each holds its own slice),
   // replicated ones by tp rank 0; ZeRO-2 spreads the gradients over the dp
-  // group (each rank holds its own parameters'), otherwise dp rank 0 speaks for the replicas.
+  // group (each rank holds its own parameters'), otherwise dp rank 0 speaks
+  // for the replicas, and for experts each rank of the first ep run for its own.
   std::vector<torch::Tensor> counted;
-  if (zero_ == 2 || coord_.dp == 0)
-    for (size_t i = 0; i < params_.size(); ++i)
-      if ((sharded_[i] || coord_.tp == 0) && stage_counts(params_[i].name)) counted.push_back(params_[i].tensor);
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const bool replica_speaks = expert_[i] ? coord_.dp < grid_.ep() : zero_ == 2 || coord_.dp == 0;
+    if (replica_speaks && (sharded_[i] || coord_.tp == 0) && stage_counts(params_[i].name))
+      counted.push_back(params_[i].tensor);
+  }
   torch::Tensor squared = squared_grad_norm(counted, params_.front().tensor.options());
   comm_->all_reduce_sum_now(squared, "sum of the gradient norm's shards");
   const torch::Tensor norm = squared.sqrt().reshape({});
@@ -318,15 +364,21 @@ ParallelRun::CheckpointShards ParallelRun::gather_checkpoint(const Optimizer& op
   CheckpointShards out;
   // Which ranks hold what rank 0 needs: each (stage, tp shard)'s model from
   // the first dp replica; its optimizer state from there too, or from every
-  // dp rank under ZeRO. The stages' parts are joined, so the files do not
-  // depend on parallel.pp (the tied embedding and its state, held by two
-  // stages alike, are written once).
-  auto sends_model = [&](int r) { return grid_.coord(r).dp == 0; };
-  auto sends_state = [&](int r) { return zero_active() || grid_.coord(r).dp == 0; };
+  // dp rank under ZeRO. Under expert parallelism the other ranks of the first
+  // ep run send their experts and the experts' state. The parts are joined, so
+  // the files do not depend on parallel.pp or ep (the tied embedding and its
+  // state, held by two stages alike, are written once).
+  auto sends_model = [&](int r) { return grid_.coord(r).dp < grid_.ep(); };
+  auto sends_state = [&](int r) { return zero_active() || grid_.coord(r).dp < grid_.ep(); };
   if (world_.rank != 0) {
-    if (sends_model(world_.rank)) send_tensors(*comm_, named_, 0, 1, "sending model shards to rank 0 for a checkpoint");
+    auto only_experts = [&](std::vector<NamedTensor> v) {  // dp rank 0 of the stage sends the rest
+      if (coord_.dp > 0 && !zero_active()) std::erase_if(v, [](const NamedTensor& e) { return !is_expert_parameter(e.name); });
+      return v;
+    };
+    if (sends_model(world_.rank))
+      send_tensors(*comm_, only_experts(named_), 0, 1, "sending model shards to rank 0 for a checkpoint");
     if (sends_state(world_.rank))
-      send_tensors(*comm_, state, 0, 4, "sending optimizer state to rank 0 for a checkpoint");
+      send_tensors(*comm_, only_experts(std::move(state)), 0, 4, "sending optimizer state to rank 0 for a checkpoint");
     return out;
   }
   out.model.resize(static_cast<size_t>(grid_.tp()));

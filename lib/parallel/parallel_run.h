@@ -46,10 +46,10 @@ class ParallelRun {
 
   // After the model is built and its whole weights loaded: tensor parallelism
   // (parallel.tp > 1) keeps this rank's shard of each split layer, pipeline
-  // parallelism (parallel.pp > 1) this rank's stage (the others' parameters
-  // become empty tensors).
+  // parallelism (parallel.pp > 1) this rank's stage, expert parallelism
+  // (parallel.ep > 1) this rank's experts (the others' parameters become empty tensors).
   void shard_model(Gpt& model);
-  // The parameters this rank holds (its pipeline stage's), in the given order.
+  // The parameters this rank holds (its pipeline stage's, its experts), in the given order.
   std::vector<NamedTensor> held(std::vector<NamedTensor> named) const;
   // How each parameter is split over the tp group (empty when tp = 1).
   const std::vector<TensorShard>& tensor_split() const { return split_; }
@@ -112,8 +112,12 @@ class ParallelRun {
   // The parameters this rank updates: ZeRO's owned share (of its stage's), or
   // its stage's under a pipeline; null when it updates the whole model it has.
   const std::set<std::string>* updated_names() const {
-    return zero_active() ? &owned_ : pp_comm_ ? &held_ : nullptr;
+    return zero_active() ? &owned_ : holds_part() ? &held_ : nullptr;
   }
+  // Whether this rank holds only some of the model's parameters (held_ names them).
+  bool holds_part() const { return pp_comm_ || ep_comm_; }
+  // Whether ranks of one dp group hold different gradients (so norms and overflow need the world).
+  bool ranks_differ() const { return zero_ == 2 || tp_comm_ || pp_comm_ || ep_comm_; }
   // Whether parameter `name`'s gradient is counted in the global norm by this
   // rank's stage: the tied embedding's copy on the last stage is not (the first stage's is).
   bool stage_counts(const std::string& name) const;
@@ -129,21 +133,26 @@ class ParallelRun {
   std::unique_ptr<Communicator> ends_;     // the pp group's first and last stage (pp > 1, on those two)
   std::unique_ptr<Communicator> dp_own_;   // its dp group, when smaller than the world
   Communicator* dp_ = nullptr;             // the dp group (the world, dp_own_ or none when dp = 1)
+  std::unique_ptr<Communicator> ep_comm_;  // its run of ep dp ranks that split the experts (ep > 1)
+  std::unique_ptr<Communicator> expert_dp_;  // the ranks holding its experts (ep > 1 and dp > ep)
   std::vector<TensorShard> split_;
   PipelineSchedule schedule_;
   int64_t pp_microbatches_;
   std::vector<StageLayers> stages_;  // every pipeline stage's layers
   StageLayers stage_;                // this rank's (all layers when pp = 1)
-  std::set<std::string> held_;       // pp > 1: the stage's parameter names
+  std::set<std::string> held_;       // pp or ep > 1: the names of the parameters this rank holds
+  int64_t first_expert_ = 0, local_experts_ = 0;  // ep > 1: this rank's experts of each mixture layer
   torch::Tensor tied_weight_;        // pp > 1 with tied embeddings: the stage's wte (first and last stage)
   PipelineStepStats pipeline_stats_; // the last step's
   int64_t micro_batches_ = 0;        // the last step's, through the pipeline
   std::vector<NamedTensor> named_;   // registration order (checkpoints)
   std::vector<NamedTensor> params_;  // gradient order
   std::vector<char> sharded_;        // params_[i] is split over the tp group
+  std::vector<char> expert_;         // ep > 1: params_[i] is one of this rank's experts
   std::vector<int> owners_;          // ZeRO: owner of params_[i] (a dp-group rank)
   std::set<std::string> owned_;      // names of the parameters this rank updates
-  std::unique_ptr<GradientSync> sync_;
+  std::unique_ptr<GradientSync> sync_;          // over the dp group (experts excluded under ep > 1)
+  std::unique_ptr<GradientSync> expert_sync_;   // ep > 1: the experts' over expert_dp_
   int64_t grad_bytes_ = 0;  // gradients this rank held after the last reduction
 };
 

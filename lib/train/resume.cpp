@@ -55,7 +55,9 @@ bool reported_only(const std::string& key) {
       "data.pin_memory", "model.init_from", "parallel.backend", "parallel.bucket_mb", "parallel.zero",
       "parallel.offload_optimizer", "parallel.timeout_s",
       // A pipeline's checkpoint is the whole model's (per tp rank): any stage split trains the same numbers.
-      "parallel.pp", "parallel.pp_schedule", "parallel.pp_microbatches"};
+      "parallel.pp", "parallel.pp_schedule", "parallel.pp_microbatches",
+      // So is an expert-parallel one: every expert is gathered into it.
+      "parallel.ep"};
   for (const auto& k : keys)
     if (key == k) return true;
   return false;

@@ -271,9 +271,9 @@ RunOutcome run_training(const Recipe& recipe, const RunOptions& options) {
                          " data-parallel processes\n    fix: make it a multiple of " + std::to_string(dp));
     s.train.global_batch_size /= dp;
     const double budget = cpu_memory_budget_bytes(s);
-    if (!device.is_cpu() && (s.parallel.tp > 1 || s.parallel.pp > 1))  // trial steps would run collectives that an OOM on one rank leaves hanging
-      throw config_error("train.per_device_batch_size: auto tries batch sizes on the GPU, which a tensor- or "
-                         "pipeline-parallel run (parallel.tp or parallel.pp > 1) cannot do\n    fix: set "
+    if (!device.is_cpu() && (s.parallel.tp > 1 || s.parallel.pp > 1 || s.parallel.ep > 1))  // trial steps would run collectives that an OOM on one rank leaves hanging
+      throw config_error("train.per_device_batch_size: auto tries batch sizes on the GPU, which a tensor-, pipeline- "
+                         "or expert-parallel run (parallel.tp, pp or ep > 1) cannot do\n    fix: set "
                          "train.per_device_batch_size (`gputrain plan` estimates what fits)");
     const BatchChoice choice =
         device.is_cpu() ? find_batch_size_cpu(s, budget)

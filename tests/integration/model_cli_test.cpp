@@ -11,6 +11,7 @@
 #include <ATen/ATen.h>
 
 #include "checkpoint/safetensors.h"
+#include "same_tensors.h"
 #include "test_util.h"
 
 using namespace gputrain::test;
@@ -156,6 +157,96 @@ TEST_CASE("cli: configs/moe-shakespeare.yaml trains at tiny size, reports balanc
     }
     CHECK(read_json(dir.file(name) + "/summary.json")["moe"]["assignments"] ==
           read_json(dir.file("one") + "/summary.json")["moe"]["assignments"]);
+  }
+}
+
+TEST_CASE("cli: expert parallelism (parallel.ep) trains like replicated experts, with recomputation, over 4 "
+          "processes and under a pipeline, gathers every expert into its checkpoints, and resumes exactly, also at ep 1",
+          "[cli][moe][parallel]") {
+  TempDir dir;
+  // The recipe's capacity (1.25): each rank routes and drops over its own capacity, with or without ep.
+  const std::vector<std::string> same = with(kTinyLlama, {"train.max_steps=10", "train.per_device_batch_size=4",
+                                                          "run.threads=1", "checkpoint.every=5", "train.log_every=1"});
+  auto launch = [&](const std::string& name, int nproc, const std::vector<std::string>& extra) {
+    std::vector<std::string> a = {"run", config("moe-shakespeare.yaml"), "--output-dir", dir.file(name),
+                                  "--nproc-per-node", std::to_string(nproc)};
+    for (const auto& s : with(same, extra)) a.insert(a.end(), {"--set", s});
+    auto r = run_gputrain(a);
+    INFO(r.output);
+    REQUIRE(r.exit_code == 0);
+    return r;
+  };
+  auto same_numbers = [&](const std::string& a, const std::string& b) {
+    INFO(a << " vs " << b);
+    for (const char* key : {"loss", "moe_aux_loss", "grad_norm", "moe_dropped_fraction"}) {
+      INFO(key);
+      const auto x = column(dir.file(a), key), y = column(dir.file(b), key);
+      REQUIRE(x.size() == y.size());
+      for (size_t i = 0; i < x.size(); ++i) CHECK(std::abs(x[i] - y[i]) < 1e-4);
+    }
+  };
+  launch("replicated", 2, {});
+  auto ep = launch("ep2", 2, {"parallel.ep=2"});
+  CHECK_THAT(ep.output, Contains("expert parallel: this rank holds experts 0-3 of each mixture layer's 8 (ep 2), "
+                                 "their gradients reduced over 1 replica(s)"));
+  same_numbers("replicated", "ep2");
+  // Each rank holds half the experts: their weights and optimizer state are halved on every rank.
+  const auto mem1 = read_json(dir.file("replicated") + "/summary.json")["memory_per_rank"];
+  const auto mem2 = read_json(dir.file("ep2") + "/summary.json")["memory_per_rank"];
+  for (int r = 0; r < 2; ++r)
+    for (const char* key : {"weights_mb", "optimizer_state_mb", "grads_mb"}) {
+      INFO(key);
+      CHECK(mem2[r][key].get<double>() < 0.9 * mem1[r][key].get<double>());
+    }
+  // A recomputed mixture layer runs its exchanges again in backward.
+  launch("ep2-recompute", 2, {"parallel.ep=2", "train.gradient_checkpointing=full"});
+  same_numbers("replicated", "ep2-recompute");
+  // 4 processes: two runs of ep 2, each expert held twice, its gradients summed over its holders.
+  launch("replicated4", 4, {});
+  auto ep4 = launch("ep2-of-4", 4, {"parallel.ep=2"});
+  CHECK_THAT(ep4.output, Contains("their gradients reduced over 2 replica(s)"));
+  same_numbers("replicated4", "ep2-of-4");
+  // With a pipeline (dp 2 x pp 2): the mixture layer's stage exchanges over its own dp ranks.
+  launch("ep2-pp2", 4, {"parallel.ep=2", "parallel.pp=2"});
+  same_numbers("replicated", "ep2-pp2");
+
+  // The checkpoint holds every expert, as the replicated run's does.
+  for (const char* f : {"model.safetensors", "optimizer.safetensors"})
+    check_same_tensors(dir.file("replicated") + "/checkpoints/step_00000010/" + f,
+                       dir.file("ep2") + "/checkpoints/step_00000010/" + f, 1e-4);
+  // Resumed at step 5 under ep 2 it continues bitwise; with replicated experts, within float sums.
+  const std::string step5 = "checkpoint.resume=" + dir.file("ep2") + "/checkpoints/step_00000005";
+  launch("ep2-resumed", 2, {"parallel.ep=2", step5});
+  const auto straight = column(dir.file("ep2"), "loss"), resumed = column(dir.file("ep2-resumed"), "loss");
+  REQUIRE(resumed.size() == 5);
+  for (size_t i = 0; i < 5; ++i) CHECK(resumed[i] == straight[5 + i]);
+  auto ep1 = launch("ep1-resumed", 2, {step5});
+  CHECK_THAT(ep1.output, Contains("parallel.ep changed from 2 to 1"));
+  const auto ep1_loss = column(dir.file("ep1-resumed"), "loss");
+  REQUIRE(ep1_loss.size() == 5);
+  for (size_t i = 0; i < 5; ++i) CHECK(std::abs(ep1_loss[i] - straight[5 + i]) < 1e-4);
+
+  // The plan says which experts each rank holds.
+  auto plan = run_gputrain({"plan", config("moe-shakespeare.yaml"), "--world-size", "4", "--set", "parallel.ep=2"});
+  INFO(plan.output);
+  CHECK(plan.exit_code == 0);
+  CHECK_THAT(plan.output, Contains("expert parallel: ep 2 splits each mixture layer's 8 experts over runs of 2 "
+                                   "consecutive dp ranks: the rank at place j of a run holds experts 4j to 4j+3; "
+                                   "each expert has 2 holder(s)"));
+
+  // Wrong degrees are refused before training, naming the key.
+  for (const auto& [sets, nproc, message] :
+       {std::tuple<std::vector<std::string>, int, std::string>{{"parallel.ep=3"}, 0, "parallel.ep: (3) must divide model.moe.experts (8)"},
+        {{"parallel.ep=2"}, 0, "parallel.ep (2) must divide the data-parallel degree (1"},
+        {{"parallel.ep=2", "parallel.zero=1"}, 2, "cannot be combined with expert parallelism"}}) {
+    std::vector<std::string> a = {"run", config("moe-shakespeare.yaml"), "--output-dir", dir.file("bad")};
+    if (nproc > 0) a.insert(a.end(), {"--nproc-per-node", std::to_string(nproc)});
+    for (const auto& s : with(same, sets)) a.insert(a.end(), {"--set", s});
+    auto r = run_gputrain(a);
+    INFO(r.output);
+    CHECK(r.exit_code == 2);
+    CHECK_THAT(r.output, Contains(message));
+    CHECK_FALSE(std::filesystem::exists(dir.file("bad") + "/metrics.jsonl"));
   }
 }
 

@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "checkpoint/safetensors.h"
+#include "same_tensors.h"
 #include "test_util.h"
 
 using namespace gputrain::test;
@@ -104,19 +105,6 @@ int worker_pid(int launcher, int rank) {
       if (var == "RANK=" + std::to_string(rank)) return std::stoi(name);
   }
   return -1;
-}
-
-// Every tensor of `expected` is in `got` with the same shape and values within `tolerance`.
-void check_same_tensors(const std::string& expected_path, const std::string& got_path, double tolerance) {
-  const auto expected = gputrain::read_safetensors(expected_path), got = gputrain::read_safetensors(got_path);
-  REQUIRE(expected.tensors.size() == got.tensors.size());
-  for (const auto& t : expected.tensors) {
-    const torch::Tensor* other = got.find(t.name);
-    REQUIRE(other != nullptr);
-    INFO(t.name);
-    REQUIRE(other->sizes() == t.tensor.sizes());
-    CHECK((*other - t.tensor).abs().max().item<double>() < tolerance);
-  }
 }
 
 // A resumed run's `steps` losses are the uninterrupted run's last ones: bitwise

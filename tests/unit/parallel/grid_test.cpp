@@ -62,6 +62,30 @@ TEST_CASE("grid: the degrees must multiply to the world, with dp auto filling it
   CHECK(grid_error(2, 2, 2, 8).empty());
 }
 
+TEST_CASE("grid: expert parallelism splits each dp group into runs of ep consecutive dp ranks", "[parallel]") {
+  const Grid g(4, 1, 2, 2);  // dp 4, pp 1, tp 2, ep 2: dp ranks {0, 1} and {2, 3} each split the experts
+  // Rank 3 is tp 1, dp 1; its dp group is ranks 1, 3, 5, 7.
+  CHECK(g.dp_group(3) == std::vector<int>{1, 3, 5, 7});
+  CHECK(g.ep_group(3) == std::vector<int>{1, 3});
+  CHECK(g.ep_group(5) == std::vector<int>{5, 7});
+  CHECK(g.expert_replica_group(3) == std::vector<int>{3, 7});  // the second place of each run
+  CHECK(g.expert_replica_group(0) == std::vector<int>{0, 4});
+  for (int r = 0; r < 8; ++r) {
+    for (int peer : g.ep_group(r)) CHECK(g.ep_group(peer) == g.ep_group(r));
+    for (int peer : g.expert_replica_group(r)) CHECK(g.expert_replica_group(peer) == g.expert_replica_group(r));
+  }
+  ParallelSettings p;
+  p.ep = 4;
+  CHECK(Grid(p, 8).ep() == 4);
+  p.ep = 3;
+  try {
+    Grid bad(p, 4);
+    FAIL("ep 3 over dp 4 was accepted");
+  } catch (const std::exception& e) {
+    CHECK_THAT(e.what(), Contains("parallel.ep (3) must divide the data-parallel degree (4"));
+  }
+}
+
 TEST_CASE("grid: stages are contiguous, non-empty and balanced with the output head on the last", "[parallel]") {
   const ModelSettings gpt2 = test::model_settings(50304, 1024, 12, 12, 768);
   for (int64_t pp : {1, 2, 3, 4, 6, 12}) {
