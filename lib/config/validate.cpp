@@ -311,6 +311,10 @@ void check_parallel(Checker& c) {
     c.error("parallel.ep", "(" + str(p.ep) + ") must divide model.moe.experts (" + str(m.moe.experts) +
                                "): every rank holds the same number of experts",
             "use one of " + divisors(m.moe.experts));
+  if (p.ep > 1 && p.dp > 0 && p.dp % p.ep != 0)  // with dp auto, the run's start checks it against the world
+    c.error("parallel.ep", "(" + str(p.ep) + ") must divide parallel.dp (" + str(p.dp) +
+                               "): the experts are split over ep of the data-parallel ranks",
+            "use one of " + divisors(p.dp) + ", or parallel.dp: auto");
   if (p.ep > 1 && p.zero > 0)
     c.error("parallel.zero", "ZeRO (parallel.zero: " + str(p.zero) + ") cannot be combined with expert parallelism (parallel.ep: " +
                                  str(p.ep) + ") in this version: the ranks of a data-parallel group hold different experts",

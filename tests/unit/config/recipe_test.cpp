@@ -164,6 +164,7 @@ TEST_CASE("cross-field: tensor and pipeline degrees must fit the model", "[confi
   const std::vector<std::string> experts = {"model.moe.experts=4", "model.moe.top_k=1"};
   CHECK(load_error(kMinimal + "parallel: {ep: 2}\n", experts).empty());
   CHECK_THAT(load_error(kMinimal + "parallel: {ep: 3}\n", experts), Contains("fix: use one of 1, 2, 4"));
+  CHECK_THAT(load_error(kMinimal + "parallel: {ep: 2, dp: 3}\n", experts), Contains("parallel.ep: (2) must divide parallel.dp (3)"));
   CHECK_THAT(load_error(kMinimal + "parallel: {ep: 2, zero: 1}\n", experts),
              Contains("parallel.zero: ZeRO (parallel.zero: 1) cannot be combined with expert parallelism"));
 }
