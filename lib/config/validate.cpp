@@ -315,10 +315,6 @@ void check_parallel(Checker& c) {
     c.error("parallel.ep", "(" + str(p.ep) + ") must divide parallel.dp (" + str(p.dp) +
                                "): the experts are split over ep of the data-parallel ranks",
             "use one of " + divisors(p.dp) + ", or parallel.dp: auto");
-  if (p.ep > 1 && p.zero > 0)
-    c.error("parallel.zero", "ZeRO (parallel.zero: " + str(p.zero) + ") cannot be combined with expert parallelism (parallel.ep: " +
-                                 str(p.ep) + ") in this version: the ranks of a data-parallel group hold different experts",
-            "use parallel.zero: 0, or parallel.ep: 1");
   if (p.pp > m.n_layer)
     c.error("parallel.pp", "(" + str(p.pp) + ") exceeds model.n_layer (" + str(m.n_layer) + "): every stage needs a block",
             "use at most " + str(m.n_layer) + " stages");

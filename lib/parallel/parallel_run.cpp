@@ -108,7 +108,7 @@ std::string ParallelRun::describe() const {
   int64_t mine = 0, total = 0, mine_tensors = 0;
   for (size_t i = 0; i < params_.size(); ++i) {
     total += params_[i].tensor.numel();
-    if (owners_.empty() || owners_[i] == coord_.dp) {
+    if (!zero_active() || owned_.count(params_[i].name)) {
       mine += params_[i].tensor.numel();
       ++mine_tensors;
     }
@@ -125,9 +125,9 @@ std::string ParallelRun::describe() const {
     s += fmt::format("; pipeline: stage {} of {} runs blocks [{}, {}){}{}, {} schedule", coord_.pp, grid_.pp(),
                      stage_.first, stage_.last, stage_.embeds ? " and the embeddings" : "",
                      stage_.has_head ? " and the head" : "", schedule_ == PipelineSchedule::kGpipe ? "gpipe" : "1f1b");
-  if (sync_)
+  if (dense_.sync)
     s += fmt::format("; data parallel: {} gradient bucket(s) of up to {:g} MiB, reduced over {} replica(s) during backward",
-                     sync_->bucket_count(), bucket_mb_, grid_.dp());
+                     dense_.sync->bucket_count(), bucket_mb_, grid_.dp());
   if (ep_comm_)
     s += fmt::format("; expert parallel: this rank holds experts {}-{} of each mixture layer's {} (ep {}), their "
                      "gradients reduced over {} replica(s)",
@@ -184,31 +184,33 @@ void ParallelRun::attach(const std::vector<NamedTensor>& named_params) {
     expert_[i] = ep_comm_ && is_expert_parameter(params_[i].name);
   }
   if (!dp_) return;
-  // Every rank built the same weights from the seed (and init_from), but a
-  // replica that differs would silently train another model: rank 0 of the dp
-  // group decides; under expert parallelism the first holder of each expert.
-  if (ep_comm_) {
-    if (zero_ > 0) throw std::logic_error("ParallelRun: ZeRO with expert parallelism (validation refuses it)");
-    std::vector<NamedTensor> dense, experts, dense_grads, expert_grads;
-    for (const auto& p : named_params) (is_expert_parameter(p.name) ? experts : dense).push_back(p);
-    for (size_t i = 0; i < params_.size(); ++i) (expert_[i] ? expert_grads : dense_grads).push_back(params_[i]);
-    broadcast_parameters(*dp_, dense);
-    sync_ = std::make_unique<GradientSync>(*dp_, dense_grads, bucket_mb_, std::vector<int>{});
-    if (expert_dp_) {
-      broadcast_parameters(*expert_dp_, experts);
-      expert_sync_ = std::make_unique<GradientSync>(*expert_dp_, expert_grads, bucket_mb_, std::vector<int>{});
-    }
+  std::vector<NamedTensor> dense_named, expert_named;
+  for (const auto& p : named_params) (ep_comm_ && is_expert_parameter(p.name) ? expert_named : dense_named).push_back(p);
+  for (size_t i = 0; i < params_.size(); ++i) (expert_[i] ? experts_ : dense_).params.push_back(params_[i]);
+  dense_.group = dp_;
+  experts_.group = expert_dp_.get();
+  replicate(dense_, dense_named);
+  replicate(experts_, expert_named);
+}
+
+void ParallelRun::replicate(Replicas& r, const std::vector<NamedTensor>& named) {
+  if (!r.group) {  // the only holder: nothing to reduce or share, and under ZeRO it updates them all
+    if (zero_ > 0)
+      for (const auto& p : r.params) owned_.insert(p.name);
     return;
   }
-  broadcast_parameters(*dp_, named_params);
+  // Every rank built the same weights from the seed (and init_from), but a
+  // replica that differs would silently train another model: the group's rank 0 decides.
+  broadcast_parameters(*r.group, named);
+  if (r.params.empty()) return;  // all frozen (LoRA's base)
   if (zero_ > 0) {
     std::vector<int64_t> sizes;
-    for (const auto& p : params_) sizes.push_back(p.tensor.numel());
-    owners_ = partition_contiguous(sizes, dp_->size());
-    for (size_t i = 0; i < params_.size(); ++i)
-      if (owners_[i] == coord_.dp) owned_.insert(params_[i].name);
+    for (const auto& p : r.params) sizes.push_back(p.tensor.numel());
+    r.owners = partition_contiguous(sizes, r.group->size());
+    for (size_t i = 0; i < r.params.size(); ++i)
+      if (r.owners[i] == r.group->rank()) owned_.insert(r.params[i].name);
   }
-  sync_ = std::make_unique<GradientSync>(*dp_, params_, bucket_mb_, zero_ == 2 ? owners_ : std::vector<int>{});
+  r.sync = std::make_unique<GradientSync>(*r.group, r.params, bucket_mb_, zero_ == 2 ? r.owners : std::vector<int>{});
 }
 
 std::vector<ParamGroup> ParallelRun::owned_groups(std::vector<ParamGroup> groups) const {
@@ -260,10 +262,10 @@ int64_t ParallelRun::global_targets(int64_t local_targets) {
 torch::Tensor ParallelRun::train_step(Gpt& model, const std::vector<Batch>& micro, const Precision& precision,
                                       int64_t global_targets) {
   std::function<void(bool)> before_backward;
-  if (sync_)
+  if (dense_.sync || experts_.sync)
     before_backward = [this](bool last) {
-      sync_->prepare_backward(last);
-      if (expert_sync_) expert_sync_->prepare_backward(last);
+      for (Replicas* r : {&dense_, &experts_})
+        if (r->sync) r->sync->prepare_backward(last);
     };
   const int64_t replicas = dp_ ? dp_->size() : 1;
   if (!pp_comm_) {
@@ -288,8 +290,8 @@ torch::Tensor ParallelRun::train_step(Gpt& model, const std::vector<Batch>& micr
 }
 
 void ParallelRun::finish_backward() {
-  if (sync_) sync_->finish();
-  if (expert_sync_) expert_sync_->finish();
+  for (Replicas* r : {&dense_, &experts_})
+    if (r->sync) r->sync->finish();
   // After the dp reduction: both copies of the tied embedding then hold the
   // whole gradient (embedding + head, every replica's) and take the same update.
   if (ends_ && tied_weight_.defined()) sum_tied_embedding_grads(tied_weight_, *ends_);
@@ -338,12 +340,12 @@ torch::Tensor ParallelRun::clip_grad_norm(double max_norm, torch::Tensor* fold) 
   // One world all-reduce of the squared norm. A value is counted by one rank:
   // each pipeline stage its own parameters (the tied embedding on the first
   // stage), split parameters by every tp rank (each holds its own slice),
-  // replicated ones by tp rank 0; ZeRO-2 spreads the gradients over the dp
-  // group (each rank holds its own parameters'), otherwise dp rank 0 speaks
+  // replicated ones by tp rank 0; ZeRO-2 spreads the gradients over the
+  // replicas (each rank holds its own parameters'), otherwise dp rank 0 speaks
   // for the replicas, and for experts each rank of the first ep run for its own.
   std::vector<torch::Tensor> counted;
   for (size_t i = 0; i < params_.size(); ++i) {
-    const bool replica_speaks = expert_[i] ? coord_.dp < grid_.ep() : zero_ == 2 || coord_.dp == 0;
+    const bool replica_speaks = zero_ == 2 || (expert_[i] ? coord_.dp < grid_.ep() : coord_.dp == 0);
     if (replica_speaks && (sharded_[i] || coord_.tp == 0) && stage_counts(params_[i].name))
       counted.push_back(params_[i].tensor);
   }
@@ -355,7 +357,9 @@ torch::Tensor ParallelRun::clip_grad_norm(double max_norm, torch::Tensor* fold) 
 }
 
 void ParallelRun::after_optimizer_step() {
-  if (zero_active()) broadcast_from_owners(*dp_, params_, owners_);
+  if (!zero_active()) return;
+  for (Replicas* r : {&dense_, &experts_})
+    if (r->sync) broadcast_from_owners(*r->group, r->params, r->owners);
 }
 
 ParallelRun::CheckpointShards ParallelRun::gather_checkpoint(const Optimizer& optimizer) {
@@ -371,14 +375,16 @@ ParallelRun::CheckpointShards ParallelRun::gather_checkpoint(const Optimizer& op
   auto sends_model = [&](int r) { return grid_.coord(r).dp < grid_.ep(); };
   auto sends_state = [&](int r) { return zero_active() || grid_.coord(r).dp < grid_.ep(); };
   if (world_.rank != 0) {
-    auto only_experts = [&](std::vector<NamedTensor> v) {  // dp rank 0 of the stage sends the rest
-      if (coord_.dp > 0 && !zero_active()) std::erase_if(v, [](const NamedTensor& e) { return !is_expert_parameter(e.name); });
+    // Past dp rank 0 (which sends the rest), a rank of the first ep run sends its experts' part.
+    auto only_experts = [&](std::vector<NamedTensor> v, bool all_owned) {
+      if (coord_.dp > 0 && !all_owned) std::erase_if(v, [](const NamedTensor& e) { return !is_expert_parameter(e.name); });
       return v;
     };
     if (sends_model(world_.rank))
-      send_tensors(*comm_, only_experts(named_), 0, 1, "sending model shards to rank 0 for a checkpoint");
-    if (sends_state(world_.rank))
-      send_tensors(*comm_, only_experts(std::move(state)), 0, 4, "sending optimizer state to rank 0 for a checkpoint");
+      send_tensors(*comm_, only_experts(named_, false), 0, 1, "sending model shards to rank 0 for a checkpoint");
+    if (sends_state(world_.rank))  // under ZeRO, the state of whatever this rank owns
+      send_tensors(*comm_, only_experts(std::move(state), zero_active()), 0, 4,
+                   "sending optimizer state to rank 0 for a checkpoint");
     return out;
   }
   out.model.resize(static_cast<size_t>(grid_.tp()));
@@ -403,9 +409,9 @@ ParallelRun::CheckpointShards ParallelRun::gather_checkpoint(const Optimizer& op
 }
 
 json ParallelRun::grad_sync_report() const {
-  if (!sync_) return nullptr;
-  const auto& events = sync_->last_step_events();
-  const double end = sync_->last_backward_end_s();
+  if (!dense_.sync) return nullptr;
+  const auto& events = dense_.sync->last_step_events();
+  const double end = dense_.sync->last_backward_end_s();
   int64_t during = 0;
   json launches = json::array();
   for (const auto& e : events) {
@@ -413,7 +419,7 @@ json ParallelRun::grad_sync_report() const {
     launches.push_back(std::round(e.launched_s * 1e6) / 1e3);
   }
   json j;
-  j["buckets"] = sync_->bucket_count();
+  j["buckets"] = dense_.sync->bucket_count();
   j["started_during_backward"] = during;  // of the last step's buckets
   j["backward_ms"] = std::round(end * 1e6) / 1e3;  // from the last micro-batch's backward start
   j["bucket_start_ms"] = launches;

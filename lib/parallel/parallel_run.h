@@ -109,6 +109,17 @@ class ParallelRun {
 
  private:
   bool zero_active() const { return zero_ > 0 && dp_ != nullptr; }
+  // Parameters kept equal over a group of ranks: their gradients are summed
+  // there and ZeRO splits their ownership there. The dense parameters' group
+  // is the dp group; under expert parallelism each expert's is its holders.
+  struct Replicas {
+    Communicator* group = nullptr;    // null: this rank is their only holder
+    std::vector<NamedTensor> params;  // trainable, in gradient order
+    std::vector<int> owners;          // ZeRO: the group rank that updates params[i]
+    std::unique_ptr<GradientSync> sync;
+  };
+  // Rank 0 of r.group's weights (`named`, frozen ones included) to the group, ZeRO ownership, gradient hooks.
+  void replicate(Replicas& r, const std::vector<NamedTensor>& named);
   // The parameters this rank updates: ZeRO's owned share (of its stage's), or
   // its stage's under a pipeline; null when it updates the whole model it has.
   const std::set<std::string>* updated_names() const {
@@ -149,10 +160,9 @@ class ParallelRun {
   std::vector<NamedTensor> params_;  // gradient order
   std::vector<char> sharded_;        // params_[i] is split over the tp group
   std::vector<char> expert_;         // ep > 1: params_[i] is one of this rank's experts
-  std::vector<int> owners_;          // ZeRO: owner of params_[i] (a dp-group rank)
-  std::set<std::string> owned_;      // names of the parameters this rank updates
-  std::unique_ptr<GradientSync> sync_;          // over the dp group (experts excluded under ep > 1)
-  std::unique_ptr<GradientSync> expert_sync_;   // ep > 1: the experts' over expert_dp_
+  std::set<std::string> owned_;      // ZeRO: names of the parameters this rank updates
+  Replicas dense_;                   // over the dp group (all parameters but ep > 1's experts)
+  Replicas experts_;                 // ep > 1: this rank's experts, over expert_dp_
   int64_t grad_bytes_ = 0;  // gradients this rank held after the last reduction
 };
 

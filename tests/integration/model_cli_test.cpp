@@ -161,7 +161,7 @@ TEST_CASE("cli: configs/moe-shakespeare.yaml trains at tiny size, reports balanc
 }
 
 TEST_CASE("cli: expert parallelism (parallel.ep) trains like replicated experts, with recomputation, over 4 "
-          "processes and under a pipeline, gathers every expert into its checkpoints, and resumes exactly, also at ep 1",
+          "processes, under a pipeline and with ZeRO, gathers every expert into its checkpoints, and resumes exactly, also at ep 1",
           "[cli][moe][parallel]") {
   TempDir dir;
   // The recipe's capacity (1.25): each rank routes and drops over its own capacity, with or without ep.
@@ -206,14 +206,22 @@ TEST_CASE("cli: expert parallelism (parallel.ep) trains like replicated experts,
   auto ep4 = launch("ep2-of-4", 4, {"parallel.ep=2"});
   CHECK_THAT(ep4.output, Contains("their gradients reduced over 2 replica(s)"));
   same_numbers("replicated4", "ep2-of-4");
+  // ZeRO splits each group's optimizer state: the dense parameters' over the dp group, each
+  // expert's over its holders (ZeRO-2: their gradients too).
+  launch("ep2-zero1", 2, {"parallel.ep=2", "parallel.zero=1"});
+  same_numbers("replicated", "ep2-zero1");
+  launch("ep2-of-4-zero2", 4, {"parallel.ep=2", "parallel.zero=2"});
+  same_numbers("replicated4", "ep2-of-4-zero2");
   // With a pipeline (dp 2 x pp 2): the mixture layer's stage exchanges over its own dp ranks.
   launch("ep2-pp2", 4, {"parallel.ep=2", "parallel.pp=2"});
   same_numbers("replicated", "ep2-pp2");
 
   // The checkpoint holds every expert, as the replicated run's does.
-  for (const char* f : {"model.safetensors", "optimizer.safetensors"})
-    check_same_tensors(dir.file("replicated") + "/checkpoints/step_00000010/" + f,
-                       dir.file("ep2") + "/checkpoints/step_00000010/" + f, 1e-4);
+  for (const auto& [expected, got] : {std::pair<std::string, std::string>{"replicated", "ep2"},
+                                      {"replicated4", "ep2-of-4-zero2"}})
+    for (const char* f : {"model.safetensors", "optimizer.safetensors"})
+      check_same_tensors(dir.file(expected) + "/checkpoints/step_00000010/" + f,
+                         dir.file(got) + "/checkpoints/step_00000010/" + f, 1e-4);
   // Resumed at step 5 under ep 2 it continues bitwise; with replicated experts, within float sums.
   const std::string step5 = "checkpoint.resume=" + dir.file("ep2") + "/checkpoints/step_00000005";
   launch("ep2-resumed", 2, {"parallel.ep=2", step5});
@@ -238,7 +246,7 @@ TEST_CASE("cli: expert parallelism (parallel.ep) trains like replicated experts,
   for (const auto& [sets, nproc, message] :
        {std::tuple<std::vector<std::string>, int, std::string>{{"parallel.ep=3"}, 0, "parallel.ep: (3) must divide model.moe.experts (8)"},
         {{"parallel.ep=2"}, 0, "parallel.ep (2) must divide the data-parallel degree (1"},
-        {{"parallel.ep=2", "parallel.zero=1"}, 2, "cannot be combined with expert parallelism"}}) {
+        {{"parallel.ep=4"}, 2, "parallel.ep (4) must divide the data-parallel degree (2"}}) {
     std::vector<std::string> a = {"run", config("moe-shakespeare.yaml"), "--output-dir", dir.file("bad")};
     if (nproc > 0) a.insert(a.end(), {"--nproc-per-node", std::to_string(nproc)});
     for (const auto& s : with(same, sets)) a.insert(a.end(), {"--set", s});

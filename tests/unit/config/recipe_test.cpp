@@ -159,14 +159,13 @@ TEST_CASE("cross-field: tensor and pipeline degrees must fit the model", "[confi
   CHECK_THAT(load_error(kMinimal + "parallel: {zero: 3}\n"), Contains("parallel.zero"));
   CHECK_THAT(load_error(kMinimal + "parallel: {pp_schedule: interleaved}\n"), Contains("parallel.pp_schedule"));
   CHECK(load_error(kMinimal + "parallel: {pp: 1, tp: 1, pp_schedule: gpipe}\n").empty());
-  // Expert parallelism needs experts, a degree that divides them, and no ZeRO.
+  // Expert parallelism needs experts and a degree that divides them and the dp degree; ZeRO combines with it.
   CHECK_THAT(load_error(kMinimal + "parallel: {ep: 2}\n"), Contains("parallel.ep: (2) splits mixture-of-experts layers, and this model has none"));
   const std::vector<std::string> experts = {"model.moe.experts=4", "model.moe.top_k=1"};
   CHECK(load_error(kMinimal + "parallel: {ep: 2}\n", experts).empty());
   CHECK_THAT(load_error(kMinimal + "parallel: {ep: 3}\n", experts), Contains("fix: use one of 1, 2, 4"));
   CHECK_THAT(load_error(kMinimal + "parallel: {ep: 2, dp: 3}\n", experts), Contains("parallel.ep: (2) must divide parallel.dp (3)"));
-  CHECK_THAT(load_error(kMinimal + "parallel: {ep: 2, zero: 1}\n", experts),
-             Contains("parallel.zero: ZeRO (parallel.zero: 1) cannot be combined with expert parallelism"));
+  CHECK(load_error(kMinimal + "parallel: {ep: 2, zero: 2}\n", experts).empty());
 }
 
 TEST_CASE("model.arch llama: bias and tie_embeddings default to false unless set, its keys are checked", "[config][llama]") {
