@@ -1,5 +1,5 @@
 // Ranks as threads of the test process, over Gloo on loopback: what the
-// tensor- and pipeline-parallel tests share to compare n ranks with one process.
+// tensor-, pipeline- and expert-parallel tests share to compare n ranks with one process.
 #pragma once
 #include <torch/types.h>
 
