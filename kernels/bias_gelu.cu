@@ -38,6 +38,14 @@ __device__ __forceinline__ void store(T* p, const Vec<T>& r) {
   *reinterpret_cast<uint4*>(p) = *reinterpret_cast<const uint4*>(r.v);
 }
 
+// The bias of the kN columns starting at `col`, in fp32 (both kernels add it to y).
+template <class TBias, int kN>
+__device__ __forceinline__ void load_bias(const BiasGeluArgs& a, int64_t col, float (&b)[kN]) {
+  const TBias* bias = static_cast<const TBias*>(a.bias) + col;
+#pragma unroll
+  for (int k = 0; k < kN; ++k) b[k] = to_float(bias[k]);
+}
+
 // --- kernels -------------------------------------------------------------------
 
 // Thread x of block (bx, by) owns the kN columns starting at (bx * kThreads + x) * kN
@@ -47,10 +55,8 @@ __global__ void __launch_bounds__(kThreads) bias_gelu_forward_kernel(BiasGeluArg
   constexpr int kN = Vec<T>::kN;
   const int64_t col = (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) * kN;
   if (col >= a.width) return;
-  const TBias* bias = static_cast<const TBias*>(a.bias) + col;
   float b[kN];
-#pragma unroll
-  for (int k = 0; k < kN; ++k) b[k] = to_float(bias[k]);
+  load_bias<TBias>(a, col, b);
   const int64_t chunk = blockIdx.y, end = min(a.rows, (chunk + 1) * rows_per_chunk);
   // kRowsInFlight rows' loads are issued before the first is used.
   for (int64_t r0 = chunk * rows_per_chunk; r0 < end; r0 += kRowsInFlight) {
@@ -75,10 +81,8 @@ __global__ void __launch_bounds__(kThreads) bias_gelu_backward_kernel(BiasGeluAr
   constexpr int kN = Vec<T>::kN;
   const int64_t col = (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) * kN;
   if (col >= a.width) return;
-  const TBias* bias = static_cast<const TBias*>(a.bias) + col;
   float b[kN];
-#pragma unroll
-  for (int k = 0; k < kN; ++k) b[k] = to_float(bias[k]);
+  load_bias<TBias>(a, col, b);
   const int64_t chunk = blockIdx.y;  // one chunk per grid row: the partial row it writes
   const int64_t end = min(a.rows, (chunk + 1) * rows_per_chunk);
   float acc[kN];

@@ -46,8 +46,6 @@ struct FusedBiasGelu : torch::autograd::Function<FusedBiasGelu> {
   }
 };
 
-bool aligned16(const at::Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0; }
-
 }  // namespace
 
 bool fused_bias_gelu_available(const torch::Tensor& y, const torch::Tensor& bias) {

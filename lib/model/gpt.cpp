@@ -193,8 +193,7 @@ torch::Tensor GptImpl::head_loss_sum(const torch::Tensor& x, const torch::Tensor
 }
 
 torch::Tensor GptImpl::loss_sum(const torch::Tensor& tokens, const torch::Tensor& targets) {
-  auto [x, pending] = run_blocks_deferred(*this, embed(tokens), 0, cfg.n_layer);
-  return loss_of_logits(logits_of(*this, x, pending), targets);
+  return loss_of_logits(forward(tokens), targets);
 }
 
 void GptImpl::reset_parameters() {

@@ -23,6 +23,11 @@ std::string dtype_name(at::ScalarType t) {
   return t == at::kFloat ? "fp32" : t == at::kBFloat16 ? "bf16" : t == at::kHalf ? "fp16" : "other";
 }
 
+// The dtype of the activations the kernels see: autocast's, or the weights' without it.
+at::ScalarType activation_dtype(const Precision& precision) {
+  return precision.uses_autocast() ? precision.autocast_dtype() : precision.weight_dtype();
+}
+
 // Gradients of leaves are dropped before each repetition, so no
 // accumulation kernel is timed on either side.
 void clear_grads(std::initializer_list<at::Tensor*> leaves) {
@@ -35,7 +40,7 @@ KernelBenchRow bench_add_norm(const Settings& s, const Precision& precision, con
   const bool rms = s.model.arch == ModelArch::kLlama;
   const at::ScalarType stream = precision.weight_dtype();
   // Under autocast the branch (a linear layer's output) and the norm's consumer are in autocast's dtype.
-  const at::ScalarType low = precision.uses_autocast() ? precision.autocast_dtype() : stream;
+  const at::ScalarType low = activation_dtype(precision);
   const auto opts = at::TensorOptions().device(device);
   at::Tensor x = at::randn({rows, d}, opts.dtype(stream)).requires_grad_(true);
   at::Tensor branch = at::randn({rows, d}, opts.dtype(low)).requires_grad_(true);
@@ -75,7 +80,7 @@ KernelBenchRow bench_add_norm(const Settings& s, const Precision& precision, con
 KernelBenchRow bench_cross_entropy(const Settings& s, const Precision& precision, const torch::Device& device,
                                    int64_t repeats) {
   const int64_t rows = s.train.per_device_batch_size * s.model.seq_len, vocab = s.model.padded_vocab();
-  const at::ScalarType dtype = precision.uses_autocast() ? precision.autocast_dtype() : precision.weight_dtype();
+  const at::ScalarType dtype = activation_dtype(precision);
   const auto opts = at::TensorOptions().device(device);
   at::Tensor logits = (at::randn({rows, vocab}, opts) * 2).to(dtype).requires_grad_(true);
   at::Tensor targets = at::randint(0, s.model.vocab_size, {rows}, opts.dtype(at::kLong));
@@ -101,7 +106,7 @@ KernelBenchRow bench_cross_entropy(const Settings& s, const Precision& precision
 KernelBenchRow bench_bias_gelu(const Settings& s, const Precision& precision, const torch::Device& device,
                                int64_t repeats) {
   const int64_t rows = s.train.per_device_batch_size * s.model.seq_len, width = s.model.mlp_hidden();
-  const at::ScalarType dtype = precision.uses_autocast() ? precision.autocast_dtype() : precision.weight_dtype();
+  const at::ScalarType dtype = activation_dtype(precision);
   const auto opts = at::TensorOptions().device(device);
   at::Tensor y = at::randn({rows, width}, opts.dtype(dtype)).requires_grad_(true);
   at::Tensor bias = at::zeros({width}, opts.dtype(precision.weight_dtype())).requires_grad_(true);

@@ -1,10 +1,12 @@
 // What the autograd functions over our CUDA kernels share (include from
-// *_cuda.cpp files only): the kernels' element type for an ATen dtype, and
-// the current CUDA stream of a tensor's device, and the column sums that
-// finish a weight/bias gradient from the kernels' per-block partial rows.
+// *_cuda.cpp files only): the kernels' element type for an ATen dtype, their
+// alignment test, the current CUDA stream of a tensor's device, and the
+// column sums that finish a weight/bias gradient from the kernels' per-block
+// partial rows.
 #pragma once
 #include <ATen/cuda/CUDAContext.h>
 
+#include <cstdint>
 #include <optional>
 
 #include "column_sum.cuh"
@@ -20,6 +22,9 @@ inline std::optional<kernels::FloatType> kernel_float_type(at::ScalarType t) {
     default: return std::nullopt;
   }
 }
+
+// The vectorized kernels load 16 bytes at a time.
+inline bool aligned16(const at::Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0; }
 
 inline cudaStream_t kernel_stream(const at::Tensor& t) {
   return at::cuda::getCurrentCUDAStream(t.device().index()).stream();

@@ -4,6 +4,7 @@
 
 #include <numeric>
 
+#include "parallel/group_handle.h"
 #include "util/error.h"
 
 namespace gputrain {
@@ -17,28 +18,24 @@ int64_t total(const std::vector<int64_t>& v) { return std::accumulate(v.begin(),
 // One blocking all-to-all of rows, on the wire device and back.
 torch::Tensor exchange_rows(const torch::Tensor& x, const std::vector<int64_t>& send, const std::vector<int64_t>& recv,
                             Communicator& group, const char* what) {
-  const torch::Device home = x.device(), wire = group.tensor_device();
-  torch::Tensor in = x.contiguous();
-  if (home != wire) in = in.to(wire);
+  torch::Tensor in = x.contiguous().to(group.tensor_device());  // .to: no copy when it is there already
   std::vector<int64_t> shape = in.sizes().vec();
   shape[0] = total(recv);
   torch::Tensor out = torch::empty(shape, in.options());
   group.all_to_all(out, in, recv, send, what).wait();
-  return home == wire ? out : out.to(home);
+  return out.to(x.device());
 }
 
-// The group rides in the autograd context as an integer (as in tensor_parallel.cpp):
-// the communicator outlives every graph.
 struct AllToAllRows : torch::autograd::Function<AllToAllRows> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, std::vector<int64_t> send,
                                std::vector<int64_t> recv, int64_t group) {
     ctx->saved_data["send"] = send;
     ctx->saved_data["recv"] = recv;
     ctx->saved_data["group"] = group;
-    return exchange_rows(x, send, recv, *reinterpret_cast<Communicator*>(group), "expert-parallel exchange of routed tokens");
+    return exchange_rows(x, send, recv, group_from_handle(group), "expert-parallel exchange of routed tokens");
   }
   static variable_list backward(AutogradContext* ctx, variable_list g) {
-    auto& group = *reinterpret_cast<Communicator*>(ctx->saved_data["group"].toInt());
+    Communicator& group = group_from_handle(ctx->saved_data["group"].toInt());
     // The gradient of each received row goes back to the rank it came from.
     const torch::Tensor dx = exchange_rows(g[0], ctx->saved_data["recv"].toIntVector(),
                                            ctx->saved_data["send"].toIntVector(), group,
@@ -68,7 +65,7 @@ class ExpertAllToAll : public ExpertExchange {
         send[static_cast<size_t>(r)] += sizes[static_cast<size_t>(r * L + l)];
         recv[static_cast<size_t>(r)] += from[static_cast<size_t>(r * L + l)];
       }
-    const torch::Tensor arrived = AllToAllRows::apply(rows, send, recv, reinterpret_cast<int64_t>(&group_));
+    const torch::Tensor arrived = AllToAllRows::apply(rows, send, recv, group_handle(group_));
     // Arrived rows are source-major; each local expert takes its rows from every source at once.
     const std::vector<torch::Tensor> pieces = arrived.split_with_sizes(from, 0);
     std::vector<torch::Tensor> back(pieces.size());
@@ -83,7 +80,7 @@ class ExpertAllToAll : public ExpertExchange {
       const std::vector<torch::Tensor> parts = y.split_with_sizes(lengths, 0);
       for (int64_t s = 0; s < P; ++s) back[static_cast<size_t>(s * L + l)] = parts[static_cast<size_t>(s)];
     }
-    return AllToAllRows::apply(at::cat(back, 0), recv, send, reinterpret_cast<int64_t>(&group_));
+    return AllToAllRows::apply(at::cat(back, 0), recv, send, group_handle(group_));
   }
 
  private:
@@ -97,7 +94,7 @@ bool is_expert_parameter(const std::string& name) { return name.find(".mlp.exper
 
 torch::Tensor all_to_all_rows(const torch::Tensor& x, const std::vector<int64_t>& send,
                               const std::vector<int64_t>& recv, Communicator& group) {
-  return AllToAllRows::apply(x, send, recv, reinterpret_cast<int64_t>(&group));
+  return AllToAllRows::apply(x, send, recv, group_handle(group));
 }
 
 std::set<std::string> parallelize_experts(Gpt& model, Communicator& ep) {

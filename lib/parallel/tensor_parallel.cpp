@@ -2,6 +2,7 @@
 
 #include <torch/autograd.h>
 
+#include "parallel/group_handle.h"
 #include "util/error.h"
 
 namespace gputrain {
@@ -10,12 +11,7 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-// The group rides in the autograd context as an integer: autograd functions
-// take tensors and IValues only, and the communicator outlives every graph.
-int64_t handle(Communicator& c) { return reinterpret_cast<int64_t>(&c); }
-Communicator& group_of(AutogradContext* ctx) {
-  return *reinterpret_cast<Communicator*>(ctx->saved_data["group"].toInt());
-}
+Communicator& group_of(AutogradContext* ctx) { return group_from_handle(ctx->saved_data["group"].toInt()); }
 
 torch::Tensor all_reduced(const torch::Tensor& t, Communicator& group, const char* what) {
   torch::Tensor out = t.contiguous().clone();
@@ -38,7 +34,7 @@ struct CopyToGroup : torch::autograd::Function<CopyToGroup> {
 struct ReduceFromGroup : torch::autograd::Function<ReduceFromGroup> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, int64_t group) {
     ctx->saved_data["group"] = group;
-    return all_reduced(x, *reinterpret_cast<Communicator*>(group), "tensor-parallel partial products");
+    return all_reduced(x, group_from_handle(group), "tensor-parallel partial products");
   }
   static variable_list backward(AutogradContext*, variable_list g) { return {g[0], torch::Tensor()}; }
 };
@@ -51,9 +47,9 @@ void keep_shard(torch::Tensor& p, const TensorShard& s, int rank, int size) {
 
 }  // namespace
 
-torch::Tensor copy_to_group(const torch::Tensor& x, Communicator& group) { return CopyToGroup::apply(x, handle(group)); }
+torch::Tensor copy_to_group(const torch::Tensor& x, Communicator& group) { return CopyToGroup::apply(x, group_handle(group)); }
 torch::Tensor reduce_from_group(const torch::Tensor& x, Communicator& group) {
-  return ReduceFromGroup::apply(x, handle(group));
+  return ReduceFromGroup::apply(x, group_handle(group));
 }
 
 std::vector<TensorShard> parallelize_tensor(Gpt& model, Communicator& tp) {
