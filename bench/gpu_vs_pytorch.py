@@ -5,7 +5,8 @@ GPT-2 124M (12 layers, d 768, 12 heads, seq 1024, vocab 50304), bf16 autocast
 with fp32 master weights, fused AdamW, SDPA (flash) attention, gradient
 clipping at 1.0, uniform random tokens generated on the device. Each side
 times `--steps` steps after `--warmup` steps (torch.compile's compilation is in
-the warm-up). Prints a Markdown table: tokens/s, step ms, MFU and peak memory.
+the warm-up; gputrain+graphs, gputrain with kernels.cuda_graphs, captures its
+step in it). Prints a Markdown table: tokens/s, step ms, MFU and peak memory.
 
 MFU = tokens/s x FLOPs/token / peak, FLOPs/token = 6 N + 12 L T d (N: all
 parameters but the position embedding; the attention term is PaLM's appendix
@@ -136,7 +137,8 @@ def main():
     ap.add_argument("--d", type=int, default=768)
     ap.add_argument("--seq", type=int, default=1024)
     ap.add_argument("--vocab", type=int, default=50304)
-    ap.add_argument("--sides", default="gputrain,eager,compile")
+    ap.add_argument("--sides", default="gputrain,gputrain+graphs,eager,compile",
+                    help="gputrain+graphs: gputrain with kernels.cuda_graphs: true")
     ap.add_argument("--set", action="append", default=[], help="extra --set for the gputrain side")
     ap.add_argument("--profile", metavar="DIR", help="profile 3 steps of each side into DIR instead of timing")
     a = ap.parse_args()
@@ -160,8 +162,9 @@ def main():
     print("| side | tokens/s | step ms | MFU | peak memory MiB |")
     print("|---|---:|---:|---:|---:|")
     for side in a.sides.split(","):
-        if side == "gputrain":
-            tps, ms, mem = bench_gputrain(a.binary, L, H, d, T, B, V, a.steps, a.warmup, a.set)
+        if side.startswith("gputrain"):
+            sets = a.set + (["kernels.cuda_graphs=true"] if side == "gputrain+graphs" else [])
+            tps, ms, mem = bench_gputrain(a.binary, L, H, d, T, B, V, a.steps, a.warmup, sets)
         else:
             tps, ms, mem = bench_pytorch(L, H, d, T, B, V, a.steps, a.warmup, side == "compile")
         mfu = f"{100 * tps * fpt / (peak * 1e12):.1f}%" if peak else "-"

@@ -509,6 +509,9 @@ std::vector<FieldSpec> build_schema() {
   f.push_back(float_field(KEY(precision.growth_factor), FloatRange{1, INFINITY, true}, "fp16 dynamic: scale multiplier after growth_interval clean steps"));
   f.push_back(float_field(KEY(precision.backoff_factor), FloatRange{0, 1, true, true}, "fp16 dynamic: scale multiplier after an overflow"));
   f.push_back(int_field(KEY(precision.growth_interval), 1, kMaxInt, "fp16 dynamic: clean steps before the scale grows"));
+  // kernels
+  f.push_back(bool_field(KEY(kernels.cuda_graphs),
+                         "CUDA: capture the forward and backward of a step's micro-batches as one CUDA graph after 3 eager steps and replay it (one launch instead of hundreds); one process, no MoE or activation checkpointing"));
   // optim
   f.push_back(enum_field(KEY(optim.name),
                          EnumTable<OptimName>{{"adamw", OptimName::kAdamW},
@@ -609,7 +612,7 @@ std::vector<FieldSpec> build_schema() {
 
 // Sections that exist even while they have no keys (printed as {}).
 const std::vector<std::string> kSections = {"run", "model", "data", "train", "precision",
-                                            "optim", "parallel", "checkpoint", "metrics"};
+                                            "kernels", "optim", "parallel", "checkpoint", "metrics"};
 
 bool is_section(const std::string& path) {
   for (const auto& s : kSections)

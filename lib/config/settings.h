@@ -166,6 +166,13 @@ struct PrecisionSettings {
   int64_t growth_interval = 2000;
 };
 
+// How a CUDA training step runs (train/step_graph.h).
+struct KernelsSettings {
+  // Capture the forward and backward of a step's micro-batches as one CUDA
+  // graph after a few eager steps, and replay it every step after.
+  bool cuda_graphs = false;
+};
+
 enum class OptimName { kAdamW, kAdamW8bit, kAdafactor, kLion, kSgd };
 // auto = fused where we have kernels for the optimizer (adamw, adamw8bit), else foreach.
 enum class OptimImpl { kAuto, kForeach, kFused };
@@ -267,6 +274,7 @@ struct Settings {
   DataSettings data;
   TrainSettings train;
   PrecisionSettings precision;
+  KernelsSettings kernels;
   OptimSettings optim;
   ParallelSettings parallel;
   CheckpointSettings checkpoint;

@@ -339,6 +339,28 @@ void check_parallel(Checker& c) {
 
 }  // namespace
 
+// kernels.cuda_graphs replays one fixed sequence of kernels: whatever needs
+// the host inside a step (routing counts, collectives between processes, the
+// recomputation's saved random state) cannot be in it.
+void check_kernels(Checker& c) {
+  if (!c.s.kernels.cuda_graphs) return;
+  const std::string key = "kernels.cuda_graphs";
+  const ParallelSettings& p = c.s.parallel;
+  if (c.s.run.device == "cpu")
+    c.warning(key, "has no effect when training on the CPU (CUDA graphs are a GPU feature)", "remove it");
+  if (c.s.model.moe.enabled())
+    c.error(key, "cannot capture a mixture-of-experts step: routing reads expert counts back to the host inside it",
+            "set kernels.cuda_graphs: false, or remove model.moe");
+  if (c.s.train.gradient_checkpointing != CheckpointingPolicy::kNone)
+    c.error(key, "cannot be combined with train.gradient_checkpointing (the recomputation saves and restores the "
+                 "random generators' state inside the step, which a graph cannot replay)",
+            "set kernels.cuda_graphs: false, or train.gradient_checkpointing: none");
+  if (p.tp > 1 || p.pp > 1 || p.ep > 1 || p.dp > 1)
+    c.error(key, "captures the step of a single process; this recipe splits the run over several "
+                 "(parallel.dp, tp, pp or ep > 1)",
+            "set kernels.cuda_graphs: false for multi-process runs");
+}
+
 void validate_settings(const Settings& s, const std::map<std::string, Origin>& origins, Diagnostics& diag) {
   Checker c{s, origins, diag};
   check_run(c);
@@ -350,6 +372,7 @@ void validate_settings(const Settings& s, const std::map<std::string, Origin>& o
   check_alignment(c);
   check_checkpoint(c);
   check_parallel(c);
+  check_kernels(c);
 }
 
 }  // namespace gputrain

@@ -46,7 +46,7 @@ bool shape_changing(const std::string& key, const json& saved, const json& now) 
 
 // Keys that change how long the run goes, how it reports or where it writes, not its numbers.
 bool reported_only(const std::string& key) {
-  for (const char* p : {"checkpoint.", "metrics.", "data.eval."})
+  for (const char* p : {"checkpoint.", "metrics.", "data.eval.", "kernels."})
     if (starts_with(key, p)) return true;
   static const std::vector<std::string> keys = {
       "train.max_steps", "train.log_every", "train.eval_every", "train.eval_steps", "optim.schedule.decay_steps",

@@ -9,13 +9,24 @@ AutocastGuard autocast_for(const Precision* p) {
                        p ? p->autocast_dtype() : c10::kFloat);
 }
 
-torch::Tensor accumulate_gradients(Gpt& model, const std::vector<Batch>& micro_batches, const Precision* precision,
-                                   const AccumulateOptions& options) {
-  int64_t total = options.total_targets;
+double inverse_target_count(const std::vector<Batch>& micro_batches, int64_t total_targets) {
+  int64_t total = total_targets;
   if (total == 0)
     for (const auto& b : micro_batches) total += b.target_count;
   if (total == 0) throw runtime_error("a training step has no target tokens (every target is masked)");
-  const double inv_total = 1.0 / static_cast<double>(total);
+  return 1.0 / static_cast<double>(total);
+}
+
+torch::Tensor accumulate_gradients(Gpt& model, const std::vector<Batch>& micro_batches, const Precision* precision,
+                                   const AccumulateOptions& options) {
+  // Multiplying by a host number (the usual case) or by options.inv_total's device value.
+  std::function<torch::Tensor(const torch::Tensor&)> normalize;
+  if (options.inv_total.defined()) {
+    normalize = [&](const torch::Tensor& t) { return t * options.inv_total; };
+  } else {
+    const double inv_total = inverse_target_count(micro_batches, options.total_targets);
+    normalize = [inv_total](const torch::Tensor& t) { return t * inv_total; };
+  }
   torch::Tensor loss_sum;
   for (size_t i = 0; i < micro_batches.size(); ++i) {
     const Batch& b = micro_batches[i];
@@ -25,13 +36,13 @@ torch::Tensor accumulate_gradients(Gpt& model, const std::vector<Batch>& micro_b
       loss = model->loss_sum(b.input, b.target);
     }
     // Backward outside autocast, as torch.autocast recommends: it replays the forward's dtypes.
-    const torch::Tensor scaled = loss * inv_total;
+    const torch::Tensor scaled = normalize(loss);
     if (options.before_backward) options.before_backward(i + 1 == micro_batches.size());
     (precision ? precision->for_backward(scaled) : scaled).backward();
     auto l = loss.detach();
     loss_sum = loss_sum.defined() ? loss_sum + l : l;
   }
-  return loss_sum * inv_total;
+  return normalize(loss_sum);
 }
 
 double evaluate(Gpt& model, const std::vector<Batch>& batches, const Precision* precision) {

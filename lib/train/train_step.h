@@ -28,7 +28,15 @@ struct AccumulateOptions {
   int64_t total_targets = 0;
   // Called before each micro-batch's backward with whether it is the last.
   std::function<void(bool last)> before_backward;
+  // 1 / the normalizer as a 0-dim float32 tensor on the model's device, read
+  // by the kernels instead of baked into them as a constant: a captured CUDA
+  // graph (train/step_graph.h) refills it every step. Overrides total_targets.
+  torch::Tensor inv_total;
 };
+// 1 / the targets a step's loss is normalized by: total_targets, or where it
+// is 0 the micro-batches' own count. An error when there are none.
+double inverse_target_count(const std::vector<Batch>& micro_batches, int64_t total_targets);
+
 torch::Tensor accumulate_gradients(Gpt& model, const std::vector<Batch>& micro_batches,
                                    const Precision* precision = nullptr, const AccumulateOptions& options = {});
 

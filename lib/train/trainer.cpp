@@ -39,6 +39,7 @@
 #include "train/model_options_report.h"
 #include "train/nan_guard.h"
 #include "train/resume.h"
+#include "train/step_graph.h"
 #include "train/train_step.h"
 #include "util/cpu_memory.h"
 #include "util/device.h"
@@ -163,6 +164,24 @@ bool fits_on_device(Gpt& model, const Precision& precision, const ModelSettings&
   return ok;
 }
 
+// kernels.cuda_graphs (train/step_graph.h) for this run: null when it is off or the run is on the CPU.
+std::unique_ptr<StepGraph> step_graph_for(const Settings& s, const ParallelRun& par, const World& world,
+                                          torch::Device device, const std::vector<torch::Tensor>& params) {
+  if (!s.kernels.cuda_graphs) return nullptr;
+  if (!device.is_cuda()) {
+    if (s.run.device != "cpu")  // (validation warns for "cpu")
+      spdlog::warn("kernels.cuda_graphs has no effect on the CPU: training without CUDA graphs");
+    return nullptr;
+  }
+  if (par.distributed())
+    throw config_error("kernels.cuda_graphs captures the step of a single process, and this one runs in a world of " +
+                       std::to_string(world.size) + " (" + world.describe() +
+                       ")\n    fix: set kernels.cuda_graphs: false, or start a single-GPU run without a launcher");
+  spdlog::info("kernels.cuda_graphs: each step's forward and backward are captured as a CUDA graph after {} eager "
+               "steps, then replayed", StepGraph::kWarmupSteps);
+  return make_step_graph(device, params);
+}
+
 }  // namespace
 
 RunOutcome run_training(const Recipe& recipe, const RunOptions& options) {
@@ -263,6 +282,7 @@ RunOutcome run_training(const Recipe& recipe, const RunOptions& options) {
     spdlog::warn("parallel.offload_optimizer has no effect on the CPU (the optimizer state is there already)");
   std::unique_ptr<Optimizer> optimizer = make_optimizer(groups, s.optim);
   LrSchedule schedule(s.optim, s.train.max_steps);
+  std::unique_ptr<StepGraph> step_graph = step_graph_for(s, par, world, device, params);
   if (s.train.per_device_batch_size == 0) {
     // The global batch is split over the ranks first, then into micro-batches.
     if (s.train.global_batch_size % dp != 0)
@@ -385,6 +405,7 @@ RunOutcome run_training(const Recipe& recipe, const RunOptions& options) {
       j["mfu"] = round_to(*mfu, 4);
     if (s.model.lora.rank > 0) j["lora"] = lora_report(s, optimizer->state_bytes());
     if (s.model.moe.enabled()) j["moe"] = moe_metrics.summary(s.model);
+    if (step_graph) j["cuda_graphs"] = step_graph->report();
     if (par.distributed()) {
       j["zero"] = s.parallel.zero;
       j["grid"] = {{"dp", par.grid().dp()}, {"pp", par.grid().pp()}, {"tp", par.grid().tp()}};
@@ -494,7 +515,14 @@ RunOutcome run_training(const Recipe& recipe, const RunOptions& options) {
         local_tokens += micro.back().target_count;
       }
       const int64_t step_tokens = par.global_targets(local_tokens);
-      torch::Tensor loss = par.train_step(model, micro, precision, step_tokens);
+      const bool capture_now = step_graph && !step_graph->keeps_gradients();
+      torch::Tensor loss = step_graph ? step_graph->accumulate(model, micro, precision, step_tokens)
+                                      : par.train_step(model, micro, precision, step_tokens);
+      if (capture_now && step_graph->keeps_gradients()) {
+        progress.finish();
+        spdlog::info("kernels.cuda_graphs: step {} captured ({} micro-batches); replayed from here on", t.step + 1,
+                     micro.size());
+      }
       par.finish_backward();  // every rank now holds the summed gradients (ZeRO-2: of its own parameters)
       // The global batch's mean loss; and a stop signal on any rank stops every rank after this step
       // (a signal may reach them a step apart; one arriving later in this step counts at the next).
@@ -528,7 +556,9 @@ RunOutcome run_training(const Recipe& recipe, const RunOptions& options) {
       }
       precision.update(overflow);
       // Every parameter's, not just the optimizer's (under ZeRO it holds a share of them).
-      for (const auto& p : params) p.mutable_grad() = torch::Tensor();
+      // A captured step graph keeps them: they are its outputs, overwritten by the next replay.
+      if (!step_graph || !step_graph->keeps_gradients())
+        for (const auto& p : params) p.mutable_grad() = torch::Tensor();
       t.step = step;
       if (overflow)
         spdlog::warn("step {}: gradients overflowed under fp16; optimizer step skipped, loss scale now {}", step,

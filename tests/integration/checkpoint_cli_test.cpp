@@ -144,10 +144,12 @@ TEST_CASE("checkpoint: resuming with a changed recipe refuses shape changes and 
   CHECK_THAT(shape.output, Contains("fix: put these keys back"));
   CHECK(read_jsonl(out + "/metrics.jsonl").size() == 4);  // nothing written
 
-  auto safe = train(dir.file("r.yaml"), out, {"train.max_steps=6", "train.log_every=2", "optim.lr=1e-3"});
+  auto safe = train(dir.file("r.yaml"), out,
+                    {"train.max_steps=6", "train.log_every=2", "optim.lr=1e-3", "kernels.cuda_graphs=true"});
   INFO(safe.output);
   CHECK(safe.exit_code == 0);
   CHECK_THAT(safe.output, Contains("resume: train.max_steps changed from 4 to 6"));
+  CHECK_THAT(safe.output, Contains("resume: kernels.cuda_graphs changed from false to true\n"));  // how, not what
   CHECK_THAT(safe.output, Contains("resume: train.log_every changed from 1 to 2"));
   CHECK_THAT(safe.output, Contains("resume: optim.lr changed from 0.003 to 0.001; the run continues, but not as the "
                                    "saved one would have"));

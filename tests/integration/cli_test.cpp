@@ -272,6 +272,25 @@ TEST_CASE("cli: a run is reproducible and does not depend on the number of data 
   CHECK(a.back()["loss"].get<double>() < a.front()["loss"].get<double>());
 }
 
+TEST_CASE("cli: kernels.cuda_graphs on the CPU says it has no effect and trains as without it", "[cli]") {
+  TempDir dir;
+  const std::string smoke = std::string(GPUTRAIN_SOURCE_DIR) + "/configs/smoke.yaml";
+  CommandResult with;
+  for (const char* graphs : {"false", "true"}) {
+    auto r = run_gputrain({"run", smoke, "--output-dir", dir.file(graphs), "--set", "run.threads=2", "--set",
+                           std::string("kernels.cuda_graphs=") + graphs});
+    INFO(r.output);
+    REQUIRE(r.exit_code == 0);
+    if (std::string(graphs) == "true") with = r;
+  }
+  CHECK_THAT(with.output, Contains("kernels.cuda_graphs has no effect on the CPU"));
+  auto a = read_jsonl(dir.file("false") + "/metrics.jsonl");
+  auto b = read_jsonl(dir.file("true") + "/metrics.jsonl");
+  REQUIRE(a.size() == b.size());
+  for (size_t i = 0; i < a.size(); ++i) CHECK(a[i]["loss"] == b[i]["loss"]);
+  CHECK_FALSE(read_json(dir.file("true") + "/summary.json").contains("cuda_graphs"));
+}
+
 TEST_CASE("cli: metrics.profile_at writes a trace and a time table of the profiled steps", "[cli]") {
   TempDir dir;
   write_file(dir.file("r.yaml"), kTiny);

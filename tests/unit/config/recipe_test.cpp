@@ -168,6 +168,26 @@ TEST_CASE("cross-field: tensor and pipeline degrees must fit the model", "[confi
   CHECK(load_error(kMinimal + "parallel: {ep: 2, zero: 2}\n", experts).empty());
 }
 
+TEST_CASE("kernels.cuda_graphs refuses what a captured step cannot replay, and warns on the CPU", "[config]") {
+  const std::string on = kMinimal + "kernels: {cuda_graphs: true}\n";
+  CHECK(load_error(on).empty());
+  CHECK_THAT(load_error(on, {"model.moe.experts=4", "model.moe.top_k=1"}),
+             Contains("kernels.cuda_graphs: cannot capture a mixture-of-experts step"));
+  CHECK_THAT(load_error(on, {"train.gradient_checkpointing=full"}),
+             Contains("fix: set kernels.cuda_graphs: false, or train.gradient_checkpointing: none"));
+  for (const char* split : {"parallel.dp=2", "parallel.tp=2", "parallel.pp=2"}) {
+    INFO(split);
+    CHECK_THAT(load_error(on, {split, "model.n_layer=2"}), Contains("kernels.cuda_graphs: captures the step of a single process"));
+  }
+  CHECK(load_error(on, {"parallel.dp=1", "parallel.tp=1"}).empty());
+  CHECK_THAT(load_error(kMinimal + "kernels: {cuda_graph: true}\n"), Contains("did you mean 'kernels.cuda_graphs'?"));
+  std::string warnings;
+  for (const auto& w : load_text(on, {"run.device=cpu"}).warnings) warnings += w.str() + "\n";
+  CHECK_THAT(warnings, Contains("kernels.cuda_graphs: has no effect when training on the CPU"));
+  CHECK(load_text(on).settings.kernels.cuda_graphs);
+  CHECK_FALSE(load_text(kMinimal).settings.kernels.cuda_graphs);
+}
+
 TEST_CASE("model.arch llama: bias and tie_embeddings default to false unless set, its keys are checked", "[config][llama]") {
   const Settings llama = load_text(minimal("arch: llama")).settings;
   CHECK(llama.model.arch == ModelArch::kLlama);

@@ -56,3 +56,36 @@ TEST_CASE("a step whose targets are all masked is an error", "[train]") {
   auto tg = torch::full({1, 4}, kIgnoreIndex, torch::kLong);
   CHECK_THROWS_WITH(accumulate_gradients(model, {make_batch(in, tg)}), Catch::Contains("no target tokens"));
 }
+
+// A captured CUDA graph (train/step_graph.h) reads the normalizer from a
+// device scalar instead of a constant: the same gradients and loss, to the bit.
+TEST_CASE("the normalizer as a tensor gives the host normalizer's gradients and loss", "[train]") {
+  torch::manual_seed(5);
+  Gpt model(gputrain::test::model_settings(50, 12, 2, 2, 16));
+  auto inputs = torch::randint(0, 50, {4, 12}, torch::kLong);
+  auto targets = torch::randint(0, 50, {4, 12}, torch::kLong);
+  targets.slice(0, 0, 1).slice(1, 0, 7) = kIgnoreIndex;
+  const std::vector<Batch> micro = {make_batch(inputs.slice(0, 0, 2), targets.slice(0, 0, 2)),
+                                    make_batch(inputs.slice(0, 2, 4), targets.slice(0, 2, 4))};
+  REQUIRE(inverse_target_count(micro, 0) == 1.0 / 41.0);
+  CHECK(inverse_target_count(micro, 82) == 1.0 / 82.0);  // data parallel: every rank's count
+
+  model->zero_grad();
+  const auto host_loss = accumulate_gradients(model, micro);
+  const auto host = gputrain::test::gradients_of(*model);
+  model->zero_grad();
+  AccumulateOptions o;
+  o.inv_total = torch::full({}, 1.0 / 41.0, torch::kFloat);
+  o.total_targets = 7;  // ignored: the tensor decides
+  const auto tensor_loss = accumulate_gradients(model, micro, nullptr, o);
+  const auto tensor = gputrain::test::gradients_of(*model);
+  CHECK(tensor_loss.item<float>() == host_loss.item<float>());
+  for (size_t i = 0; i < host.size(); ++i) {
+    INFO("parameter " << i);
+    CHECK(torch::equal(tensor[i], host[i]));
+  }
+  // A different value in the tensor scales everything by it.
+  model->zero_grad();
+  o.inv_total.fill_(2.0 / 41.0);
+  CHECK(accumulate_gradients(model, micro, nullptr, o).item<float>() == Approx(2 * host_loss.item<float>()).epsilon(1e-6));
+}
