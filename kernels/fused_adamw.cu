@@ -21,7 +21,9 @@ __global__ void fused_adamw_kernel(const FusedAdamWTensor* tensors, int n_tensor
       if constexpr (kType == ParamType::kFloat32) {
         float* p = static_cast<float*>(t.param);
         const float g = static_cast<const float*>(t.grad)[i] * scale;
-        p[i] = adamw_element(p[i], g, m, v, t.s);
+        const float updated = adamw_element(p[i], g, m, v, t.s);
+        p[i] = updated;
+        if (t.bf16_copy) t.bf16_copy[i] = float_to_bf16_nearest(updated);
       } else {
         uint16_t* p = static_cast<uint16_t*>(t.param);
         const float g = bf16_bits_to_float(static_cast<const uint16_t*>(t.grad)[i]) * scale;

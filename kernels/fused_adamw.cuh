@@ -1,8 +1,10 @@
 // Fused multi-tensor AdamW: one kernel launch updates every parameter of a
 // list in one pass over memory (read p, g, m, v; write p, m, v), instead of
 // ~10 elementwise kernels per tensor. fp32 or bf16 parameters (bf16 written
-// back with stochastic rounding); fp32 moments. CPU reference:
-// lib/optim/fused_cpu.cpp (adamw_fused_cpu), same per-element math
+// back with stochastic rounding); fp32 moments. An fp32 parameter may also
+// have a bf16 copy (bf16 mixed precision's weight copies,
+// lib/train/weight_copies.h) written in the same pass. CPU reference:
+// lib/optim/fused_update_cpu.cpp (adamw_loop), same per-element math
 // (optim_math.cuh).
 #pragma once
 #include <cuda_runtime.h>
@@ -28,6 +30,7 @@ struct FusedAdamWTensor {
   uint64_t seed;       // stochastic rounding of bf16 parameters
   AdamWScalars s;
   const float* grad_scale;  // device float the gradient is multiplied by (gradient clipping), or null
+  uint16_t* bf16_copy;      // fp32 parameters: a bf16 copy written with the update (round to nearest), or null
 };
 
 // Updates every tensor of `tensors` (n_tensors entries in device memory,

@@ -62,6 +62,17 @@ GT_HOST_DEVICE uint16_t float_to_bf16_stochastic(float x, uint32_t random_bits) 
   return static_cast<uint16_t>(u >> 16);
 }
 
+// Rounds x to the nearest bf16, ties to even: the conversion ATen's .to(bf16)
+// (and so autocast's weight cast) makes, for bf16 mixed precision's weight
+// copies (fused AdamW). NaN becomes bf16's quiet NaN, as in c10::BFloat16.
+GT_HOST_DEVICE uint16_t float_to_bf16_nearest(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, sizeof u);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0u;
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+
 // A stateless hash of (seed, index) to 32 random bits (splitmix64's
 // finalizer): every element of every step gets independent bits, with no RNG
 // state to carry, on any thread and on either device.

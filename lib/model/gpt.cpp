@@ -9,6 +9,7 @@
 #include "model/cross_entropy.h"
 #include "model/fused_bias_gelu.h"
 #include "model/lora.h"
+#include "model/weight_copy.h"
 
 namespace gputrain {
 
@@ -85,7 +86,7 @@ torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
              !c_fc->output_tap && !c_fc->lora_A.defined()) {
     // A plain c_fc on CUDA: its bias goes into the activation kernel, whose
     // backward then reduces the bias gradient in the same pass.
-    torch::Tensor y = at::linear(x, c_fc->weight);
+    torch::Tensor y = at::linear(x, c_fc->product_weight());
     a = fused_bias_gelu_available(y, c_fc->bias) ? fused_bias_gelu(y, c_fc->bias)
                                                  : at::gelu((y + c_fc->bias).to(y.scalar_type()), "tanh");
   } else {
@@ -175,7 +176,8 @@ torch::Tensor GptImpl::run_blocks(torch::Tensor x, int64_t first, int64_t last) 
 // ln_f of the stream x + pending, then the output head.
 static torch::Tensor logits_of(GptImpl& m, const torch::Tensor& x, const torch::Tensor& pending = {}) {
   auto y = m.transformer->ln_f->add_forward(x, pending).second;
-  return m.cfg.tie_embeddings ? at::linear(y, m.transformer->wte->weight) : m.lm_head(y);
+  return m.cfg.tie_embeddings ? at::linear(y, autocast_weight(m.transformer->wte->weight, m.head_weight_copy))
+                              : m.lm_head(y);
 }
 
 static torch::Tensor loss_of_logits(const torch::Tensor& logits, const torch::Tensor& targets) {

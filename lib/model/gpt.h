@@ -112,6 +112,8 @@ struct GptImpl : torch::nn::Module {
   ModelSettings cfg;
   GptBody transformer{nullptr};
   Linear lm_head{nullptr};  // only when embeddings are untied
+  // Tied embeddings: the output head's bf16 copy of wte's weight, as LinearImpl::weight_copy.
+  torch::Tensor head_weight_copy;
   std::shared_ptr<MoeContext> moe;  // shared by the mixture layers; null without model.moe
 };
 TORCH_MODULE(Gpt);

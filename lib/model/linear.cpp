@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "model/linear_bias_grad.h"
+#include "model/weight_copy.h"
 
 namespace gputrain {
 
@@ -29,13 +30,16 @@ void LinearImpl::add_lora(int64_t rank, double scale, double dropout) {
   lora_dropout = dropout;
 }
 
+torch::Tensor LinearImpl::product_weight() const { return autocast_weight(weight, weight_copy); }
+
 torch::Tensor LinearImpl::forward(const torch::Tensor& x) {
   const torch::Tensor in = input_tap ? input_tap(x) : x;
+  const torch::Tensor w = product_weight();
   torch::Tensor y;
   if (!output_tap) {
-    y = linear_bias_grad_applies(in, bias) ? linear_with_bias_grad_kernel(in, weight, bias) : at::linear(in, weight, bias);
+    y = linear_bias_grad_applies(in, bias) ? linear_with_bias_grad_kernel(in, w, bias) : at::linear(in, w, bias);
   } else {
-    y = output_tap(at::linear(in, weight));
+    y = output_tap(at::linear(in, w));
     if (bias.defined()) y = y + bias;
   }
   if (!lora_A.defined()) return y;

@@ -57,7 +57,7 @@ void AdamW::step(double lr) {
       const int64_t t = ++count(s.step);
       items.push_back({g.params[i], grad.to(g.params[i].scalar_type()).contiguous(), s.exp_avg, s.exp_avg_sq,
                        adamw_scalars(opts_, t, lr * g.lr_scale, g.weight_decay), rounding_seed(t, serial),
-                       grad_scale_});
+                       grad_scale_, bf16_copy_of(g.params[i])});
     }
   }
   fused_adamw(items);

@@ -22,6 +22,7 @@ class AdamW : public Optimizer {
   void step(double lr) override;
   std::string describe() const override;
   bool folds_grad_scale() const override { return kernel_ == UpdateKernel::kFused; }
+  bool writes_bf16_copies() const override { return kernel_ == UpdateKernel::kFused; }
 
  private:
   struct Slot {

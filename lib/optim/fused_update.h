@@ -22,6 +22,9 @@ struct FusedAdamWItem {
   // A 0-dim float32 tensor on the item's device the gradient is multiplied by
   // as it is read (gradient clipping folded into the update), or undefined.
   torch::Tensor grad_scale;
+  // For a float32 param: a contiguous bfloat16 tensor of its shape that
+  // receives the updated value rounded to nearest (train/weight_copies.h), or undefined.
+  torch::Tensor bf16_copy;
 };
 
 // The same for 8-bit moments: uint8 codes into the signed (exp_avg) and

@@ -80,6 +80,11 @@ void adamw_loop(const std::vector<FusedAdamWItem>& items) {
       if constexpr (!kBf16) {
         adamw_span_f32(static_cast<float*>(p) + lo, static_cast<const float*>(g) + lo, m + lo, v + lo, hi - lo,
                        it.scalars, scale);
+        if (it.bf16_copy.defined()) {  // while the span is in cache
+          const float* updated = static_cast<const float*>(p);
+          auto* copy = static_cast<uint16_t*>(it.bf16_copy.data_ptr());
+          for (int64_t i = lo; i < hi; ++i) copy[i] = kernels::float_to_bf16_nearest(updated[i]);
+        }
         continue;
       }
       for (int64_t i = lo; i < hi; ++i)

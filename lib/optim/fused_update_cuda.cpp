@@ -35,7 +35,8 @@ void fused_adamw_cuda(const std::vector<FusedAdamWItem>& items) {
   for (const auto& it : items) {
     table.push_back({it.param.data_ptr(), it.grad.data_ptr(), it.exp_avg.data_ptr<float>(),
                      it.exp_avg_sq.data_ptr<float>(), it.param.numel(), chunks, it.seed, it.scalars,
-                     it.grad_scale.defined() ? it.grad_scale.data_ptr<float>() : nullptr});
+                     it.grad_scale.defined() ? it.grad_scale.data_ptr<float>() : nullptr,
+                     it.bf16_copy.defined() ? static_cast<uint16_t*>(it.bf16_copy.data_ptr()) : nullptr});
     chunks += (it.param.numel() + kernels::kAdamWChunk - 1) / kernels::kAdamWChunk;
   }
   const at::Device device = items.front().param.device();

@@ -18,6 +18,27 @@ Optimizer::Optimizer(std::vector<ParamGroup> groups) : groups_(std::move(groups)
                                   " parameters but " + std::to_string(g.names.size()) + " names");
 }
 
+bool Optimizer::updates(const torch::Tensor& param) const {
+  for (const auto& g : groups_)
+    for (const auto& p : g.params)
+      if (p.unsafeGetTensorImpl() == param.unsafeGetTensorImpl()) return true;
+  return false;
+}
+
+void Optimizer::set_bf16_copy(const torch::Tensor& param, torch::Tensor copy) {
+  if (!writes_bf16_copies() || !updates(param) || param.scalar_type() != at::kFloat ||
+      copy.scalar_type() != at::kBFloat16 || !copy.sizes().equals(param.sizes()) || !copy.is_contiguous() ||
+      copy.device() != param.device())
+    throw std::invalid_argument("optimizer: a bf16 copy needs an optimizer that writes them, an fp32 parameter it "
+                                "updates, and a contiguous bf16 tensor of that shape on its device");
+  bf16_copies_[param.unsafeGetTensorImpl()] = std::move(copy);
+}
+
+torch::Tensor Optimizer::bf16_copy_of(const torch::Tensor& param) const {
+  auto it = bf16_copies_.find(param.unsafeGetTensorImpl());
+  return it == bf16_copies_.end() ? torch::Tensor() : it->second;
+}
+
 void Optimizer::zero_grad() {
   for (auto& g : groups_)
     for (auto& p : g.params) p.mutable_grad() = at::Tensor();

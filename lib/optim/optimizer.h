@@ -44,6 +44,16 @@ class Optimizer {
   virtual bool folds_grad_scale() const { return false; }
   void set_grad_scale(torch::Tensor scale) { grad_scale_ = std::move(scale); }
 
+  // bf16 mixed precision's weight copies (train/weight_copies.h): an
+  // optimizer that writes a bf16 copy of an fp32 parameter in the same pass
+  // as its update says so, and is handed each parameter's copy to keep current.
+  virtual bool writes_bf16_copies() const { return false; }
+  // `copy`: a contiguous bfloat16 tensor shaped as `param`, an fp32 parameter
+  // of this optimizer's groups (else std::invalid_argument).
+  void set_bf16_copy(const torch::Tensor& param, torch::Tensor copy);
+  // Whether `param` is one this optimizer updates.
+  bool updates(const torch::Tensor& param) const;
+
   void zero_grad();  // frees the gradients (set_to_none)
   const std::vector<ParamGroup>& groups() const { return groups_; }
   int64_t state_bytes() const;
@@ -61,12 +71,15 @@ class Optimizer {
   // A per-parameter step counter (0-dim int64 on the CPU, part of the state).
   torch::Tensor add_step_counter(const std::string& param_name);
   static int64_t& count(const torch::Tensor& step_counter) { return *step_counter.data_ptr<int64_t>(); }
+  // set_bf16_copy's copy of `param`, or undefined.
+  torch::Tensor bf16_copy_of(const torch::Tensor& param) const;
 
   std::vector<ParamGroup> groups_;
   torch::Tensor grad_scale_;  // set_grad_scale's; applied by step() where folds_grad_scale()
 
  private:
   std::vector<StateEntry> state_;
+  std::map<const c10::TensorImpl*, torch::Tensor> bf16_copies_;
 };
 
 // The device of the groups' parameters (the first one's; CPU when there are none).

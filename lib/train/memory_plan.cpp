@@ -79,7 +79,8 @@ MemoryPlan plan_memory(const Settings& s, int64_t batch) {
   const bool on_gpu = s.run.device.rfind("cuda", 0) == 0 || (s.run.device == "auto" && torch::cuda::is_available());
   const double logit_bytes = mode == PrecisionMode::kFp32 || mode == PrecisionMode::kTf32 ? 4 : 2;
   p.logits = on_gpu ? tokens * V * 2 * logit_bytes : tokens * V * (4 * 4 + (mixed ? 2 : 0));
-  // Autocast keeps a low-precision copy of every weight for the step.
+  // A low-precision copy of every weight: autocast's casts for the step, or the bf16 weight copies
+  // the fused AdamW keeps (train/weight_copies.h) for Linear weights.
   if (mixed) p.weights += N * 2;
   return p;
 }
@@ -96,7 +97,7 @@ std::string memory_plan_table(const Settings& s, const MemoryPlan& p) {
   const bool mixed = s.precision.mode == PrecisionMode::kBf16 || s.precision.mode == PrecisionMode::kFp16;
   out += row("weights", p.weights,
              pure ? "2 bytes x parameters (bf16)"
-                  : mixed ? "4 bytes x parameters (fp32) + 2 (autocast's low-precision copy)" : "4 bytes x parameters (fp32)");
+                  : mixed ? "4 bytes x parameters (fp32) + 2 (low-precision copy: autocast's or bf16 weight copies)" : "4 bytes x parameters (fp32)");
   const bool lora = s.model.lora.rank > 0;  // only the adapters have gradients and optimizer state
   const std::string grads_how = std::string(pure ? "2" : "4") + " bytes x " + (lora ? "LoRA adapter parameters" : "parameters");
   out += row("gradients", p.gradients, grads_how.c_str());

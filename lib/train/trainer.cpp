@@ -36,6 +36,7 @@
 #include "parallel/world.h"
 #include "precision/precision.h"
 #include "train/batch_finder.h"
+#include "train/weight_copies.h"
 #include "train/model_options_report.h"
 #include "train/nan_guard.h"
 #include "train/resume.h"
@@ -281,6 +282,10 @@ RunOutcome run_training(const Recipe& recipe, const RunOptions& options) {
   if (s.parallel.offload_optimizer && !device.is_cuda() && s.run.device != "cpu")  // (validation warns for "cpu")
     spdlog::warn("parallel.offload_optimizer has no effect on the CPU (the optimizer state is there already)");
   std::unique_ptr<Optimizer> optimizer = make_optimizer(groups, s.optim);
+  const WeightCopies copies = attach_weight_copies(model, *optimizer, precision);
+  if (copies.tensors > 0)
+    spdlog::info("bf16 weight copies: {} weights ({:.1f} MiB) kept by the optimizer, so autocast casts none of them",
+                 copies.tensors, static_cast<double>(copies.bytes) / (1024.0 * 1024.0));
   LrSchedule schedule(s.optim, s.train.max_steps);
   std::unique_ptr<StepGraph> step_graph = step_graph_for(s, par, world, device, params);
   if (s.train.per_device_batch_size == 0) {
@@ -406,6 +411,9 @@ RunOutcome run_training(const Recipe& recipe, const RunOptions& options) {
     if (s.model.lora.rank > 0) j["lora"] = lora_report(s, optimizer->state_bytes());
     if (s.model.moe.enabled()) j["moe"] = moe_metrics.summary(s.model);
     if (step_graph) j["cuda_graphs"] = step_graph->report();
+    if (copies.tensors > 0)
+      j["bf16_weight_copies"] = {{"tensors", copies.tensors},
+                                 {"mb", round_to(static_cast<double>(copies.bytes) / (1024.0 * 1024.0), 3)}};
     if (par.distributed()) {
       j["zero"] = s.parallel.zero;
       j["grid"] = {{"dp", par.grid().dp()}, {"pp", par.grid().pp()}, {"tp", par.grid().tp()}};

@@ -98,3 +98,28 @@ TEST_CASE("gpu: every optimizer on CUDA matches itself on the CPU", "[gpu][optim
     for (size_t i = 0; i < cpu.params.size(); ++i) CHECK(at::allclose(cpu.params[i], gpu.params[i].cpu(), 1e-4, 1e-5));
   }
 }
+
+// bf16 mixed precision's weight copies (train/weight_copies.h): the kernel
+// writes each updated fp32 parameter rounded to nearest, as ATen's .to(bf16)
+// (autocast's cast) rounds it, and the CPU loop writes the same.
+TEST_CASE("gpu: fused AdamW writes bf16 copies equal to the updated weights rounded to nearest", "[gpu][optim]") {
+  OptimSettings o;
+  o.impl = OptimImpl::kFused;
+  Run cpu = make_run(o, at::kCPU, at::kFloat), gpu = make_run(o, at::kCUDA, at::kFloat);
+  std::vector<at::Tensor> cpu_copies, gpu_copies;
+  for (size_t i = 0; i < gpu.params.size(); ++i) {
+    cpu_copies.push_back(at::zeros(kShapes[i], at::kBFloat16));
+    gpu_copies.push_back(at::zeros(kShapes[i], at::TensorOptions().dtype(at::kBFloat16).device(at::kCUDA)));
+    cpu.opt->set_bf16_copy(cpu.params[i], cpu_copies.back());
+    gpu.opt->set_bf16_copy(gpu.params[i], gpu_copies.back());
+  }
+  steps(cpu, 3);
+  steps(gpu, 3);
+  for (size_t i = 0; i < gpu.params.size(); ++i) {
+    INFO("tensor " << i);
+    CHECK(at::equal(gpu_copies[i].cpu(), gpu.params[i].to(at::kBFloat16).cpu()));
+    CHECK(at::equal(cpu_copies[i], cpu.params[i].to(at::kBFloat16)));
+    // The fp32 updates agree to an ulp or so (FMA contraction), so their roundings almost always do.
+    CHECK((cpu_copies[i] == gpu_copies[i].cpu()).to(at::kFloat).mean().item<double>() > 0.99);
+  }
+}
