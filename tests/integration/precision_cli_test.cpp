@@ -53,7 +53,14 @@ TEST_CASE("cli: bf16, fp16 and bf16-pure losses track fp32 on real text", "[cli]
     INFO(r.output);
     REQUIRE(r.exit_code == 0);
     lines[mode] = read_jsonl(dir.file(mode) + "/metrics.jsonl");
-    CHECK(read_json(dir.file(mode) + "/summary.json")["precision"] == mode);
+    const auto summary = read_json(dir.file(mode) + "/summary.json");
+    CHECK(summary["precision"] == mode);
+    // bf16 mixed with the fused AdamW keeps bf16 copies of the 8 Linear weights and the tied head.
+    CHECK(summary.contains("bf16_weight_copies") == (mode == "bf16"));
+    if (mode == "bf16") {
+      CHECK(summary["bf16_weight_copies"]["tensors"] == 9);
+      CHECK_THAT(r.output, Contains("bf16 weight copies: 9 weights"));
+    }
   }
   CHECK(lines["fp16"].back().contains("loss_scale"));
   // Dynamic scaling starts at 65536 and may skip a step or two while it finds its scale (as
