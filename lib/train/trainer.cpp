@@ -177,7 +177,7 @@ std::unique_ptr<StepGraph> step_graph_for(const Settings& s, const ParallelRun& 
   if (par.distributed())
     throw config_error("kernels.cuda_graphs captures the step of a single process, and this one runs in a world of " +
                        std::to_string(world.size) + " (" + world.describe() +
-                       ")\n    fix: set kernels.cuda_graphs: false, or start a single-GPU run without a launcher");
+                       ")\n    fix: set kernels.cuda_graphs: false for multi-process runs");
   spdlog::info("kernels.cuda_graphs: each step's forward and backward are captured as a CUDA graph after {} eager "
                "steps, then replayed", StepGraph::kWarmupSteps);
   return make_step_graph(device, params);
@@ -237,7 +237,15 @@ RunOutcome run_training(const Recipe& recipe, const RunOptions& options) {
   const fs::path ckpt_root = s.resolved_checkpoint_dir();
   // The rendezvous comes after rank 0's own checks: if they fail, the other
   // ranks' wait ends with an error naming rank 0 (the launcher stops them sooner).
-  ParallelRun par(world, s.parallel, device);
+  // A launcher's world of one (srun -n 1, torchrun --nproc-per-node 1) takes the multi-process code path,
+  // whose collectives a captured step cannot hold (kernels.cuda_graphs): it trains as the single process it is.
+  World par_world = world;
+  if (s.kernels.cuda_graphs && device.is_cuda() && world.size == 1 && world.launched()) {
+    par_world = World{};
+    spdlog::info("kernels.cuda_graphs: a world of one ({}) trains as a single process, without a process group",
+                 world.describe());
+  }
+  ParallelRun par(par_world, s.parallel, device);
   const int64_t dp = s.parallel.dp;  // data-parallel replicas (resolved above from the grid)
   if (s.train.per_device_batch_size > 0 && s.train.global_batch_size > 0 &&
       s.train.global_batch_size != s.train.per_device_batch_size * s.train.grad_accum_steps * dp)

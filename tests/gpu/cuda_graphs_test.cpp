@@ -176,3 +176,14 @@ TEST_CASE("gpu: kernels.cuda_graphs under fp16 loss scaling skips and rescales a
   CHECK(changes_after_capture > 0);  // the replayed steps met the scaler's skip path
   CHECK(graphed.back()["loss"].get<double>() == Approx(eager.back()["loss"].get<double>()).margin(1e-2));
 }
+
+TEST_CASE("gpu: kernels.cuda_graphs under a launcher's world of one trains as a single process", "[gpu]") {
+  TempDir dir;
+  std::string output;
+  run_cli(dir, "launched", {"--nproc-per-node", "1", "--set", "train.max_steps=10", "--set", "kernels.cuda_graphs=true"},
+          &output);
+  CHECK_THAT(output, Catch::Contains("trains as a single process, without a process group"));
+  const auto s = read_json(dir.file("launched") + "/summary.json");
+  CHECK(s["cuda_graphs"]["captured"].get<bool>());
+  CHECK(s["cuda_graphs"]["replayed_steps"].get<int64_t>() == 10 - StepGraph::kWarmupSteps);
+}
