@@ -32,11 +32,11 @@ class CudaStepGraph final : public StepGraph {
 
   torch::Tensor accumulate(Gpt& model, const std::vector<Batch>& micro, const Precision& precision,
                            int64_t total_targets) override {
-    const double inv_total = inverse_target_count(micro, total_targets);
     if (eager_steps_ < kWarmupSteps) {
       ++eager_steps_;
       return on_capture_stream([&] { return accumulate_gradients(model, micro, &precision, {total_targets}); });
     }
+    const double inv_total = inverse_target_count(micro, total_targets);
     if (!graph_) capture(model, micro, precision);
     load(micro, inv_total);
     graph_->replay();

@@ -20,13 +20,9 @@ double inverse_target_count(const std::vector<Batch>& micro_batches, int64_t tot
 torch::Tensor accumulate_gradients(Gpt& model, const std::vector<Batch>& micro_batches, const Precision* precision,
                                    const AccumulateOptions& options) {
   // Multiplying by a host number (the usual case) or by options.inv_total's device value.
-  std::function<torch::Tensor(const torch::Tensor&)> normalize;
-  if (options.inv_total.defined()) {
-    normalize = [&](const torch::Tensor& t) { return t * options.inv_total; };
-  } else {
-    const double inv_total = inverse_target_count(micro_batches, options.total_targets);
-    normalize = [inv_total](const torch::Tensor& t) { return t * inv_total; };
-  }
+  const bool on_device = options.inv_total.defined();
+  const double inv_total = on_device ? 0.0 : inverse_target_count(micro_batches, options.total_targets);
+  auto normalize = [&](const torch::Tensor& t) { return on_device ? t * options.inv_total : t * inv_total; };
   torch::Tensor loss_sum;
   for (size_t i = 0; i < micro_batches.size(); ++i) {
     const Batch& b = micro_batches[i];
