@@ -15,6 +15,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from bench_args import add_model_args
 from techniques import RECIPE  # the same model and data recipe as the techniques table
 
 ROWS = [
@@ -40,16 +41,10 @@ def run(binary, recipe, sets, out, steps):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--binary", default="build/gputrain")
+    ap = add_model_args(argparse.ArgumentParser(), vocab=50304, seq=1024, layers=12, heads=12, d=768)
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--batches", default="8,16,32,64")
-    ap.add_argument("--vocab", type=int, default=50304)
-    ap.add_argument("--seq", type=int, default=1024)
-    ap.add_argument("--layers", type=int, default=12)
-    ap.add_argument("--heads", type=int, default=12)
-    ap.add_argument("--d", type=int, default=768)
     a = ap.parse_args()
     batches = [int(b) for b in a.batches.split(",")]
     print(f"model: {a.layers} layers, d_model {a.d}, {a.heads} heads, seq_len {a.seq}, vocab {a.vocab}; "

@@ -14,6 +14,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from bench_args import add_model_args
+
 RECIPE = """run: {{name: expert-parallel, device: cpu, threads: 1}}
 model: {{vocab_size: {vocab}, seq_len: {seq}, n_layer: {layers}, n_head: {heads}, d_model: {d},
         moe: {{experts: {experts}, top_k: 2, every: 1, capacity_factor: 1.25}}}}
@@ -35,16 +37,10 @@ def run(binary, recipe, nproc, ep, out):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--binary", default="build/gputrain")
+    ap = add_model_args(argparse.ArgumentParser(), vocab=8192, seq=256, layers=4, heads=4, d=256)
     ap.add_argument("--nproc", type=int, default=2)
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--experts", type=int, default=8)
-    ap.add_argument("--vocab", type=int, default=8192)
-    ap.add_argument("--seq", type=int, default=256)
-    ap.add_argument("--layers", type=int, default=4)
-    ap.add_argument("--heads", type=int, default=4)
-    ap.add_argument("--d", type=int, default=256)
     ap.add_argument("--batch", type=int, default=4)
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:

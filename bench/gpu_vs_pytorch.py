@@ -27,6 +27,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
+from bench_args import add_model_args
 from cpu_vs_pytorch import GPT, timed_ms  # the CPU benchmark's reference model and step timing
 
 PEAK_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0}
@@ -127,16 +128,11 @@ metrics: {{progress: off}}
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--binary", default="build/gputrain")
+    ap = add_model_args(argparse.ArgumentParser(description=__doc__.splitlines()[0]),
+                        vocab=50304, seq=1024, layers=12, heads=12, d=768)
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--batch", type=int, default=16)
-    ap.add_argument("--layers", type=int, default=12)
-    ap.add_argument("--heads", type=int, default=12)
-    ap.add_argument("--d", type=int, default=768)
-    ap.add_argument("--seq", type=int, default=1024)
-    ap.add_argument("--vocab", type=int, default=50304)
     ap.add_argument("--sides", default="gputrain,gputrain+graphs,eager,compile",
                     help="gputrain+graphs: gputrain with kernels.cuda_graphs: true")
     ap.add_argument("--set", action="append", default=[], help="extra --set for the gputrain side")

@@ -13,6 +13,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from bench_args import add_model_args
+
 RECIPE = """run: {{name: techniques, device: {device}}}
 model: {{vocab_size: {vocab}, seq_len: {seq}, n_layer: {layers}, n_head: {heads}, d_model: {d}}}
 data: {{train: {{format: synthetic, synthetic: {{kind: uniform}}}}, num_workers: 2}}
@@ -48,15 +50,9 @@ def run(binary, recipe, sets, out):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--binary", default="build/gputrain")
+    ap = add_model_args(argparse.ArgumentParser(), vocab=8192, seq=256, layers=4, heads=4, d=256)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--steps", type=int, default=12)
-    ap.add_argument("--vocab", type=int, default=8192)
-    ap.add_argument("--seq", type=int, default=256)
-    ap.add_argument("--layers", type=int, default=4)
-    ap.add_argument("--heads", type=int, default=4)
-    ap.add_argument("--d", type=int, default=256)
     ap.add_argument("--batch", type=int, default=8)
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:

@@ -90,12 +90,13 @@ __global__ void cross_entropy_forward_kernel(CrossEntropyArgs a, float* lse, flo
 }
 
 template <class T>
-__global__ void cross_entropy_backward_kernel(CrossEntropyArgs a, const float* lse, const float* grad_scale, T* grad) {
+__global__ void cross_entropy_backward_kernel(CrossEntropyArgs a, const float* lse, const float* grad_scale, T* grad,
+                                              int64_t grad_row_stride) {
   constexpr int kN = Vec<T>::kN;
   const float g = *grad_scale;
   for (int64_t r = blockIdx.x; r < a.rows; r += gridDim.x) {
     const T* row = static_cast<const T*>(a.logits) + r * a.row_stride;
-    T* out = grad + r * a.vocab;
+    T* out = grad + r * grad_row_stride;  // may be `row` itself: each element is read, then written, by one thread
     const int64_t t = a.targets[r];
     const bool ignored = t == a.ignore_index;
     const float l = lse[r], scale = ignored ? 0.0f : g;
@@ -138,13 +139,15 @@ void launch_cross_entropy_forward(const CrossEntropyArgs& a, float* lse, float* 
 }
 
 void launch_cross_entropy_backward(const CrossEntropyArgs& a, const float* lse, const float* grad_scale, void* grad,
-                                   cudaStream_t stream) {
+                                   int64_t grad_row_stride, cudaStream_t stream) {
   if (a.rows <= 0) return;
-  if (a.vocab <= 0 || a.row_stride < a.vocab || !a.logits || !a.targets || !lse || !grad_scale || !grad)
+  if (a.vocab <= 0 || a.row_stride < a.vocab || grad_row_stride < a.vocab || !a.logits || !a.targets || !lse ||
+      !grad_scale || !grad || (grad == a.logits && grad_row_stride != a.row_stride))
     throw std::runtime_error("launch_cross_entropy_backward: bad arguments");
   by_type(a.type, [&](auto zero) {
     using T = decltype(zero);
-    cross_entropy_backward_kernel<T><<<grid_for(a.rows), kThreads, 0, stream>>>(a, lse, grad_scale, static_cast<T*>(grad));
+    cross_entropy_backward_kernel<T>
+        <<<grid_for(a.rows), kThreads, 0, stream>>>(a, lse, grad_scale, static_cast<T*>(grad), grad_row_stride);
   });
   check_cuda(cudaGetLastError(), "launch_cross_entropy_backward");
 }

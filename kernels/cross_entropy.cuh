@@ -28,8 +28,10 @@ struct CrossEntropyArgs {
 void launch_cross_entropy_forward(const CrossEntropyArgs& a, float* lse, float* loss, cudaStream_t stream);
 
 // grad[r, j] = (exp(logits[r, j] - lse[r]) - [j == target[r]]) * (*grad_scale), 0 for ignored rows;
-// `grad` has the logits' type, shape [rows, vocab], contiguous. grad_scale is one float in device memory.
+// `grad` has the logits' type, shape [rows, vocab], rows `grad_row_stride` elements apart. It may be
+// the logits themselves (grad == a.logits, grad_row_stride == a.row_stride): every element is read
+// before the same thread writes it, and nothing else reads it. grad_scale is one float in device memory.
 void launch_cross_entropy_backward(const CrossEntropyArgs& a, const float* lse, const float* grad_scale, void* grad,
-                                   cudaStream_t stream);
+                                   int64_t grad_row_stride, cudaStream_t stream);
 
 }  // namespace gputrain::kernels

@@ -12,14 +12,15 @@ torch::Tensor cross_entropy_sum_reference(const torch::Tensor& logits, const tor
   return at::cross_entropy_loss(l, targets, /*weight=*/{}, at::Reduction::Sum, ignore_index);
 }
 
-torch::Tensor cross_entropy_sum(const torch::Tensor& logits, const torch::Tensor& targets, int64_t ignore_index) {
-  if (fused_cross_entropy_available(logits)) return fused_cross_entropy_sum(logits, targets, ignore_index);
+torch::Tensor cross_entropy_sum(const torch::Tensor& logits, const torch::Tensor& targets, int64_t ignore_index,
+                                LogitsAfterLoss after) {
+  if (fused_cross_entropy_available(logits)) return fused_cross_entropy_sum(logits, targets, ignore_index, after);
   return cross_entropy_sum_reference(logits, targets, ignore_index);
 }
 
 #ifndef GPUTRAIN_WITH_CUDA  // else in cross_entropy_cuda.cpp
 bool fused_cross_entropy_available(const torch::Tensor&) { return false; }
-torch::Tensor fused_cross_entropy_sum(const torch::Tensor&, const torch::Tensor&, int64_t) {
+torch::Tensor fused_cross_entropy_sum(const torch::Tensor&, const torch::Tensor&, int64_t, LogitsAfterLoss) {
   TORCH_CHECK(false, "the fused cross-entropy needs the CUDA build");
 }
 #endif

@@ -1,7 +1,9 @@
 // The fused CUDA cross-entropy as an autograd function: forward saves the
 // logits (no copy) and one fp32 log-sum-exp per row; backward writes the
-// logits' gradient in one pass.
+// logits' gradient in one pass, over the logits themselves where the caller
+// allows it (LogitsAfterLoss in model/cross_entropy.h).
 #include <torch/autograd.h>
+#include <torch/csrc/autograd/variable.h>
 
 #include "cross_entropy.cuh"
 #include "model/cross_entropy.h"
@@ -24,7 +26,7 @@ kernels::CrossEntropyArgs args_for(const at::Tensor& logits, const at::Tensor& t
 
 struct FusedCrossEntropy : torch::autograd::Function<FusedCrossEntropy> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& logits_in,
-                            const at::Tensor& targets_in, int64_t ignore_index) {
+                            const at::Tensor& targets_in, int64_t ignore_index, bool reuse_for_gradient) {
     const at::Tensor logits = logits_in.stride(-1) == 1 ? logits_in : logits_in.contiguous();
     const at::Tensor targets = targets_in.to(at::kLong).contiguous();
     const auto f32 = logits.options().dtype(at::kFloat);
@@ -34,6 +36,7 @@ struct FusedCrossEntropy : torch::autograd::Function<FusedCrossEntropy> {
                                           kernel_stream(logits));
     ctx->save_for_backward({logits, targets, lse});
     ctx->saved_data["ignore_index"] = ignore_index;
+    ctx->saved_data["reuse_for_gradient"] = reuse_for_gradient;
     return loss.sum();
   }
 
@@ -43,11 +46,14 @@ struct FusedCrossEntropy : torch::autograd::Function<FusedCrossEntropy> {
     const at::Tensor &logits = saved[0], &targets = saved[1], &lse = saved[2];
     const int64_t ignore_index = ctx->saved_data["ignore_index"].toInt();
     const at::Tensor scale = grads[0].to(at::kFloat).reshape({1}).contiguous();
-    at::Tensor grad = at::empty({logits.size(0), logits.size(1)}, logits.options());
+    const bool in_place = ctx->saved_data["reuse_for_gradient"].toBool();
+    at::Tensor grad = in_place ? logits : at::empty({logits.size(0), logits.size(1)}, logits.options());
+    // Anything else that saved these logits now fails its version check rather than read the gradient.
+    if (in_place) torch::autograd::impl::bump_version(logits);
     kernels::launch_cross_entropy_backward(args_for(logits, targets, ignore_index), lse.data_ptr<float>(),
-                                           scale.data_ptr<float>(), grad.data_ptr(),
+                                           scale.data_ptr<float>(), grad.data_ptr(), grad.stride(0),
                                            kernel_stream(logits));
-    return {grad, at::Tensor(), at::Tensor()};
+    return {grad, at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -59,8 +65,11 @@ bool fused_cross_entropy_available(const torch::Tensor& logits) {
           logits.scalar_type() == at::kHalf);
 }
 
-torch::Tensor fused_cross_entropy_sum(const torch::Tensor& logits, const torch::Tensor& targets, int64_t ignore_index) {
-  return FusedCrossEntropy::apply(logits, targets, ignore_index);
+torch::Tensor fused_cross_entropy_sum(const torch::Tensor& logits, const torch::Tensor& targets, int64_t ignore_index,
+                                     LogitsAfterLoss after) {
+  // A leaf is the caller's own tensor (and a contiguous() copy made in forward is ours anyway).
+  const bool reuse = after == LogitsAfterLoss::kReuseForGradient && !logits.is_leaf();
+  return FusedCrossEntropy::apply(logits, targets, ignore_index, reuse);
 }
 
 }  // namespace gputrain

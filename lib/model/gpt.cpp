@@ -181,8 +181,11 @@ static torch::Tensor logits_of(GptImpl& m, const torch::Tensor& x, const torch::
 }
 
 static torch::Tensor loss_of_logits(const torch::Tensor& logits, const torch::Tensor& targets) {
-  // fp32 arithmetic whatever the logits' dtype (model/cross_entropy.h); fused on CUDA.
-  return cross_entropy_sum(logits.view({-1, logits.size(-1)}), targets.reshape({-1}), kIgnoreIndex);
+  // fp32 arithmetic whatever the logits' dtype (model/cross_entropy.h); fused on CUDA, where the
+  // gradient is written over the logits (nothing else reads them: the head's backward needs its
+  // input and weight, not its output).
+  return cross_entropy_sum(logits.view({-1, logits.size(-1)}), targets.reshape({-1}), kIgnoreIndex,
+                           LogitsAfterLoss::kReuseForGradient);
 }
 
 torch::Tensor GptImpl::forward(const torch::Tensor& tokens) {

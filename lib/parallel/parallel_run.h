@@ -40,6 +40,7 @@ class ParallelRun {
   int dp_rank() const { return coord_.dp; }  // which share of each global batch this rank reads
   int tp_rank() const { return coord_.tp; }
   bool pipelined() const { return pp_comm_ != nullptr; }
+  bool runs_head() const { return stage_.has_head; }  // after shard_model: the last (or only) stage
   bool distributed() const { return comm_ != nullptr; }
   int64_t zero() const { return zero_; }
   std::string describe() const;  // for the log

@@ -72,13 +72,13 @@ MemoryPlan plan_memory(const Settings& s, int64_t batch) {
   p.activations_plain = tokens * (blocks_plain + outside + per_block);
   p.activations = tokens * (blocks_ckpt + outside + per_block);
   // The loss. On CUDA the fused cross-entropy (model/cross_entropy.h) keeps
-  // only the logits in the compute dtype, and their gradient joins them in
-  // backward. Elsewhere fp32 logits and their log-softmax are kept; at the
+  // only the logits in the compute dtype, and backward writes their gradient
+  // over them. Elsewhere fp32 logits and their log-softmax are kept; at the
   // start of backward the loss's gradient and the logits' gradient join them
   // (plus the low-precision logits under autocast).
   const bool on_gpu = s.run.device.rfind("cuda", 0) == 0 || (s.run.device == "auto" && torch::cuda::is_available());
   const double logit_bytes = mode == PrecisionMode::kFp32 || mode == PrecisionMode::kTf32 ? 4 : 2;
-  p.logits = on_gpu ? tokens * V * 2 * logit_bytes : tokens * V * (4 * 4 + (mixed ? 2 : 0));
+  p.logits = on_gpu ? tokens * V * logit_bytes : tokens * V * (4 * 4 + (mixed ? 2 : 0));
   // A low-precision copy of every weight: autocast's casts for the step, or the bf16 weight copies
   // the fused AdamW keeps (train/weight_copies.h) for Linear weights.
   if (mixed) p.weights += N * 2;
@@ -106,7 +106,7 @@ std::string memory_plan_table(const Settings& s, const MemoryPlan& p) {
   out += row("optimizer state", p.optimizer, optim_how.c_str());
   out += row("activations", p.activations, "kept for backward, one micro-batch, with the recipe's checkpointing");
   out += row("activations without checkpointing", p.activations_plain, "(for comparison; not in the total)");
-  out += row("logits and loss", p.logits, "micro-batch x seq_len x vocab x 16-18 bytes at the peak of backward (CUDA, fused loss: 2 x 2-4)");
+  out += row("logits and loss", p.logits, "micro-batch x seq_len x vocab x 16-18 bytes at the peak of backward (CUDA, fused loss: 2-4, the gradient written over the logits)");
   out += row("total (estimate)", p.total(), "weights + gradients + optimizer + activations + logits");
   return out;
 }

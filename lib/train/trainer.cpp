@@ -290,7 +290,7 @@ RunOutcome run_training(const Recipe& recipe, const RunOptions& options) {
   if (s.parallel.offload_optimizer && !device.is_cuda() && s.run.device != "cpu")  // (validation warns for "cpu")
     spdlog::warn("parallel.offload_optimizer has no effect on the CPU (the optimizer state is there already)");
   std::unique_ptr<Optimizer> optimizer = make_optimizer(groups, s.optim);
-  const WeightCopies copies = attach_weight_copies(model, *optimizer, precision);
+  const WeightCopies copies = attach_weight_copies(model, *optimizer, precision, par.runs_head());
   if (copies.tensors > 0)
     spdlog::info("bf16 weight copies: {} weights ({:.1f} MiB) kept by the optimizer, so autocast casts none of them",
                  copies.tensors, static_cast<double>(copies.bytes) / (1024.0 * 1024.0));

@@ -6,7 +6,7 @@
 
 namespace gputrain {
 
-WeightCopies attach_weight_copies(Gpt& model, Optimizer& optimizer, const Precision& precision) {
+WeightCopies attach_weight_copies(Gpt& model, Optimizer& optimizer, const Precision& precision, bool runs_head) {
   WeightCopies made;
   if (!precision.uses_autocast() || precision.autocast_dtype() != c10::kBFloat16 || !optimizer.writes_bf16_copies())
     return made;
@@ -22,7 +22,7 @@ WeightCopies attach_weight_copies(Gpt& model, Optimizer& optimizer, const Precis
   };
   for (const auto& module : model->modules(/*include_self=*/false))
     if (auto* linear = dynamic_cast<LinearImpl*>(module.get())) linear->weight_copy = copy_for(linear->weight);
-  if (model->cfg.tie_embeddings) model->head_weight_copy = copy_for(model->transformer->wte->weight);
+  if (model->cfg.tie_embeddings && runs_head) model->head_weight_copy = copy_for(model->transformer->wte->weight);
   return made;
 }
 

@@ -29,6 +29,8 @@ struct WeightCopies {
 };
 
 // Makes the copies where they apply (see above); returns what was made.
-WeightCopies attach_weight_copies(Gpt& model, Optimizer& optimizer, const Precision& precision);
+// runs_head: whether this process computes the output head (false on a pipeline
+// stage other than the last, which holds a tied embedding only to embed).
+WeightCopies attach_weight_copies(Gpt& model, Optimizer& optimizer, const Precision& precision, bool runs_head = true);
 
 }  // namespace gputrain

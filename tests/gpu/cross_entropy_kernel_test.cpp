@@ -62,3 +62,34 @@ TEST_CASE("gpu: the fused cross-entropy reads strided rows and flags a target ou
   targets[3] = 512;
   CHECK(std::isnan(fused_cross_entropy_sum(logits, targets.cuda(), -100).item<double>()));
 }
+
+TEST_CASE("gpu: the model's loss writes the logits' gradient over the logits", "[gpu]") {
+  at::manual_seed(5);
+  for (bool strided : {false, true}) {
+    INFO((strided ? "strided rows" : "contiguous rows"));
+    at::Tensor leaf = (at::randn({24, strided ? 1010 : 1000}) * 3).to(at::kBFloat16).cuda().requires_grad_(true);
+    at::Tensor targets = at::randint(0, 1000, {24}, at::kLong);
+    targets[2] = -100;
+    at::Tensor ref_in = leaf.detach().slice(1, 0, 1000).cpu().to(at::kDouble).requires_grad_(true);
+    at::cross_entropy_loss(ref_in, targets, {}, at::Reduction::Sum, -100).backward();
+
+    // A temporary made from the leaf, as the head's output is: its memory becomes the gradient.
+    at::Tensor logits = (leaf * 1).slice(1, 0, 1000);
+    const void* storage = logits.data_ptr();
+    at::Tensor loss = fused_cross_entropy_sum(logits, targets.cuda(), -100, LogitsAfterLoss::kReuseForGradient);
+    loss.backward({}, /*retain_graph=*/true);
+    CHECK(rel_error(leaf.grad().slice(1, 0, 1000).cpu(), ref_in.grad()) < 1e-2);
+    CHECK(leaf.grad().slice(0, 2, 3).abs().max().item<double>() == 0.0);  // the ignored row
+    // The logits' memory now holds that gradient (the same bits), and nothing else was allocated for it.
+    CHECK(logits.data_ptr() == storage);
+    CHECK(at::equal(logits.detach(), leaf.grad().slice(1, 0, 1000)));
+    // A second backward through the same graph would read the overwritten logits: autograd refuses.
+    CHECK_THROWS_WITH(loss.backward(), Catch::Contains("modified by an inplace operation"));
+  }
+  // A leaf is the caller's own tensor and is never overwritten.
+  at::Tensor own = at::randn({8, 1000}).to(at::kBFloat16).cuda().requires_grad_(true);
+  const at::Tensor before = own.detach().clone();
+  fused_cross_entropy_sum(own, at::randint(0, 1000, {8}, at::kLong).cuda(), -100, LogitsAfterLoss::kReuseForGradient)
+      .backward();
+  CHECK(at::equal(own.detach(), before));
+}

@@ -96,12 +96,13 @@ TEST_CASE("bf16 weight copies: autocast's numbers bit for bit, kept equal to the
 
 TEST_CASE("bf16 weight copies are made only for bf16 autocast and an optimizer that writes them", "[train][precision]") {
   const ModelSettings m = gputrain::test::model_settings(64, 16, 1, 2, 32);
-  auto made = [&](const OptimSettings& o, PrecisionMode mode) {
+  auto made = [&](const OptimSettings& o, PrecisionMode mode, bool runs_head = true) {
     PrecisionSettings ps;
     ps.mode = mode;
     Gpt model(m);
     auto optimizer = make_optimizer(make_param_groups(*model, o), o);
-    const WeightCopies c = attach_weight_copies(model, *optimizer, Precision(ps, torch::kCPU));
+    const WeightCopies c = attach_weight_copies(model, *optimizer, Precision(ps, torch::kCPU), runs_head);
+    CHECK(model->head_weight_copy.defined() == (c.tensors > 0 && runs_head));
     int64_t set = model->head_weight_copy.defined() ? 1 : 0;
     for (auto* l : linears(model)) set += l->weight_copy.defined() ? 1 : 0;
     CHECK(set == c.tensors);
@@ -113,6 +114,8 @@ TEST_CASE("bf16 weight copies are made only for bf16 autocast and an optimizer t
   OptimSettings lion = fused;
   lion.name = OptimName::kLion;
   CHECK(made(fused, PrecisionMode::kBf16) == 5);
+  // A pipeline stage that does not compute the head keeps no copy of the tied embedding for it.
+  CHECK(made(fused, PrecisionMode::kBf16, /*runs_head=*/false) == 4);
   CHECK(made(foreach, PrecisionMode::kBf16) == 0);
   CHECK(made(lion, PrecisionMode::kBf16) == 0);
   for (PrecisionMode mode : {PrecisionMode::kFp32, PrecisionMode::kTf32, PrecisionMode::kFp16, PrecisionMode::kBf16Pure})
