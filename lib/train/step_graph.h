@@ -27,10 +27,17 @@
 // graph advances on every replay as an eager step would. The fp16 loss
 // scale is a device tensor the graph reads, so it follows the scaler.
 // The shapes are fixed by the capture; a step with other shapes is an error.
+//
+// Memory: the graph's pool keeps what the captured step allocated (its peak:
+// activations, logits, gradients). Between replays only the gradients and the
+// loss in it are live, so evaluation runs in the same pool
+// (run_in_graph_memory) instead of allocating as much again beside it; a
+// graphed run then needs about the memory of an eager one.
 #pragma once
 #include <nlohmann/json.hpp>
 #include <torch/types.h>
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -51,6 +58,10 @@ class StepGraph {
                                    int64_t total_targets) = 0;
   // True once captured: the gradients are the graph's outputs, kept between steps.
   virtual bool keeps_gradients() const = 0;
+  // Runs f with its CUDA allocations served from the graph's pool once captured (plain f()
+  // before): on the capture stream, ordered after the work queued so far and before what
+  // follows. Nothing f allocates may outlive it: the next replay writes over that memory.
+  virtual void run_in_graph_memory(const std::function<void()>& f) = 0;
   // For summary.json: {"warmup_steps", "captured", "replayed_steps", "micro_batches"}.
   virtual nlohmann::ordered_json report() const = 0;
 };

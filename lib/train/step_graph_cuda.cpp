@@ -1,6 +1,7 @@
 // The CUDA StepGraph (train/step_graph.h explains what is captured and why).
 #include <ATen/cuda/CUDAEvent.h>
 #include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -25,6 +26,27 @@ void wait_for(const CUDAStream& waiter, const CUDAStream& on) {
 
 std::string shape_of(const torch::Tensor& t) { return fmt::format("[{}]", fmt::join(t.sizes(), ", ")); }
 
+// While alive, the caching allocator serves `stream`'s allocations from graph pool `pool`
+// (as the capture itself does; torch.cuda.use_mem_pool is the Python form). The pool's
+// use count taken by beginAllocateToPool is given back by releasePool.
+class AllocateToPool {
+ public:
+  AllocateToPool(const CUDAStream& stream, c10::MempoolId_t pool) : device_(stream.device_index()), pool_(pool) {
+    const cudaStream_t s = stream.stream();
+    c10::cuda::CUDACachingAllocator::beginAllocateToPool(device_, pool_, [s](cudaStream_t x) { return x == s; });
+  }
+  ~AllocateToPool() {
+    c10::cuda::CUDACachingAllocator::endAllocateToPool(device_, pool_);
+    c10::cuda::CUDACachingAllocator::releasePool(device_, pool_);
+  }
+  AllocateToPool(const AllocateToPool&) = delete;
+  AllocateToPool& operator=(const AllocateToPool&) = delete;
+
+ private:
+  c10::DeviceIndex device_;
+  c10::MempoolId_t pool_;
+};
+
 class CudaStepGraph final : public StepGraph {
  public:
   CudaStepGraph(torch::Device device, std::vector<torch::Tensor> params)
@@ -45,6 +67,17 @@ class CudaStepGraph final : public StepGraph {
   }
 
   bool keeps_gradients() const override { return graph_ != nullptr; }
+
+  void run_in_graph_memory(const std::function<void()>& f) override {
+    if (!graph_) return f();
+    // On the capture stream: the pool's free blocks belong to it (the allocator reuses a
+    // block only on the stream it was allocated on).
+    on_capture_stream([&] {
+      AllocateToPool in_pool(stream_, graph_->pool());
+      f();
+      return torch::Tensor();
+    });
+  }
 
   nlohmann::ordered_json report() const override {
     nlohmann::ordered_json j;

@@ -473,7 +473,11 @@ RunOutcome run_training(const Recipe& recipe, const RunOptions& options) {
   };
 
   auto run_eval = [&]() {
-    const double l = par.evaluate(model, eval_batches, precision);
+    double l = 0;
+    auto evaluate = [&] { l = par.evaluate(model, eval_batches, precision); };
+    // A captured step graph lends its memory pool, idle between replays (train/step_graph.h).
+    if (step_graph) step_graph->run_in_graph_memory(evaluate);
+    else evaluate();
     if (!std::isfinite(l)) throw runtime_error("evaluation loss is not finite at step " + std::to_string(t.step));
     t.last_eval = l;
     progress.finish();

@@ -1,10 +1,12 @@
 // kernels.cuda_graphs (train/step_graph.h) on the GPU: a replayed step gives
 // the eager step's loss and gradients as weights, data and masks change, with
-// dropout and gradient accumulation; through the CLI a graphed run follows
-// an eager one, in bf16 and under fp16 loss scaling with skipped steps.
+// dropout and gradient accumulation; evaluation runs in the graph's memory
+// pool; through the CLI a graphed run follows an eager one, in bf16 and under
+// fp16 loss scaling with skipped steps.
 #include <catch2/catch.hpp>
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
+#include <c10/cuda/CUDACachingAllocator.h>
 
 #include <algorithm>
 #include <cmath>
@@ -108,6 +110,31 @@ TEST_CASE("gpu: a captured step graph replays the eager step's loss and gradient
   CHECK(graphed[kSteps - 1].loss != graphed[kSteps - 2].loss);
   WARN("graph vs eager, bf16, dropout 0.1, 2 micro-batches: max |loss difference| " << loss_diff
        << ", max gradient difference relative to the largest gradient " << grad_diff);
+
+  // Evaluation in the graph's memory: the same loss as outside it, served from the pool's
+  // blocks that are free between replays where outside it needs new memory (each measured
+  // after emptying the allocator's cache). Then the next replay still gives the eager step.
+  const auto eval_batches = batches_for(20, m, cuda);
+  const auto reserved = [] { return c10::cuda::CUDACachingAllocator::getDeviceStats(0).reserved_bytes[0].current; };
+  c10::cuda::CUDACachingAllocator::emptyCache();
+  int64_t before = reserved();
+  double inside = 0;
+  graph->run_in_graph_memory([&] { inside = evaluate(graph_model, eval_batches, &precision); });
+  const int64_t grown_inside = reserved() - before;
+  c10::cuda::CUDACachingAllocator::emptyCache();
+  before = reserved();
+  const double outside = evaluate(graph_model, eval_batches, &precision);
+  const int64_t grown_outside = reserved() - before;
+  WARN("evaluation's new reserved memory: " << grown_inside << " bytes in the graph's pool, " << grown_outside
+                                            << " bytes outside it");
+  CHECK(inside == Approx(outside).epsilon(1e-5));
+  CHECK(grown_inside < grown_outside);
+  const auto next = batches_for(kSteps, m, cuda);
+  torch::manual_seed(11);
+  const double eager_next = accumulate_gradients(eager_model, next, &precision).item<double>();
+  torch::manual_seed(11);
+  const double graph_next = graph->accumulate(graph_model, next, precision, 0).item<double>();
+  CHECK(graph_next == Approx(eager_next).epsilon(1e-4));
 
   // The capture fixed the shapes: another micro-batch count is an error.
   auto three = batches_for(0, m, cuda);
