@@ -15,8 +15,8 @@ namespace gputrain {
 // them, which saves a second [N, V] buffer at the peak of backward (1.6 GB for
 // GPT-2 124M at batch 16 in bf16). The logits are marked modified (autograd's
 // version counter), so anything else that saved them fails loudly in backward
-// instead of reading the gradient. A leaf tensor (a caller's own) is never
-// overwritten, and the ATen path ignores the choice.
+// instead of reading the gradient. A leaf tensor or a view of one (a caller's
+// own) is never overwritten, and the ATen path ignores the choice.
 enum class LogitsAfterLoss { kKeep, kReuseForGradient };
 
 // logits [N, V] (any float dtype), targets [N] (int64; ignore_index = no target). Returns a scalar fp32 sum.

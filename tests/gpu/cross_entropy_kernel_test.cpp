@@ -86,10 +86,11 @@ TEST_CASE("gpu: the model's loss writes the logits' gradient over the logits", "
     // A second backward through the same graph would read the overwritten logits: autograd refuses.
     CHECK_THROWS_WITH(loss.backward(), Catch::Contains("modified by an inplace operation"));
   }
-  // A leaf is the caller's own tensor and is never overwritten.
+  // A leaf, or a view of one, is the caller's own tensor and is never overwritten.
   at::Tensor own = at::randn({8, 1000}).to(at::kBFloat16).cuda().requires_grad_(true);
   const at::Tensor before = own.detach().clone();
-  fused_cross_entropy_sum(own, at::randint(0, 1000, {8}, at::kLong).cuda(), -100, LogitsAfterLoss::kReuseForGradient)
-      .backward();
+  const at::Tensor some_targets = at::randint(0, 1000, {8}, at::kLong).cuda();
+  for (const at::Tensor& logits : {own, own.view({8, 1000})})
+    fused_cross_entropy_sum(logits, some_targets, -100, LogitsAfterLoss::kReuseForGradient).backward();
   CHECK(at::equal(own.detach(), before));
 }
