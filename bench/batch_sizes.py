@@ -1,6 +1,6 @@
 """Tokens/s and peak memory against the micro-batch size (the seed guide's
-"batch sizes 8..64" table), for a few precision and checkpointing choices, as a
-Markdown table (docs/benchmarks.md).
+table: fp32 / tf32 / fp16 / bf16 (and bf16-pure), gradient checkpointing off
+and on, batch sizes 8..64), as a Markdown table (docs/benchmarks.md).
 
 Each cell is a real `gputrain run` of the same recipe with --set overrides.
 Throughput is the second half of the steps (metrics.jsonl's last line; the
@@ -8,6 +8,7 @@ first half holds the warm-up: allocator growth, cuBLAS heuristics); memory is
 the peak (CUDA: the caching allocator's; CPU: resident set above the start).
 A run that does not fit shows "OOM".
 Usage: batch_sizes.py --binary build/gputrain [--device cuda] [--batches 8,16,32,64] [--steps N]
+                      [--modes fp32,tf32,fp16,bf16,bf16-pure] [--checkpointing none,full]
 """
 import argparse
 import json
@@ -18,12 +19,24 @@ from pathlib import Path
 from bench_args import add_model_args
 from techniques import RECIPE  # the same model and data recipe as the techniques table
 
-ROWS = [
-    ("bf16 mixed", ["precision.mode=bf16"]),
-    ("bf16 mixed + full checkpointing", ["precision.mode=bf16", "train.gradient_checkpointing=full"]),
-    ("bf16-pure", ["precision.mode=bf16-pure"]),
-    ("fp32 (tf32 matmuls)", ["precision.mode=tf32"]),
-]
+# precision.mode -> the table's name for it (the seed guide's fp32 / tf32 / fp16 / bf16, and bf16-pure).
+MODES = {
+    "fp32": "fp32",
+    "tf32": "fp32 (tf32 matmuls)",
+    "fp16": "fp16 mixed + loss scaling",
+    "bf16": "bf16 mixed",
+    "bf16-pure": "bf16-pure",
+}
+
+
+def rows(modes, checkpointing):
+    """(name, --set overrides) for each precision mode, with each checkpointing policy."""
+    for mode in modes:
+        if mode not in MODES:
+            raise SystemExit(f"--modes: unknown precision mode {mode!r} (one of {', '.join(MODES)})")
+        for policy in checkpointing:
+            sets = [f"precision.mode={mode}", f"train.gradient_checkpointing={policy}"]
+            yield MODES[mode] + ("" if policy == "none" else f" + {policy} checkpointing"), sets
 
 
 def run(binary, recipe, sets, out, steps):
@@ -45,14 +58,17 @@ def main():
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--batches", default="8,16,32,64")
+    ap.add_argument("--modes", default=",".join(MODES), help="precision modes, comma-separated")
+    ap.add_argument("--checkpointing", default="none,full", help="train.gradient_checkpointing policies")
     a = ap.parse_args()
     batches = [int(b) for b in a.batches.split(",")]
+    table = list(rows(a.modes.split(","), a.checkpointing.split(",")))
     print(f"model: {a.layers} layers, d_model {a.d}, {a.heads} heads, seq_len {a.seq}, vocab {a.vocab}; "
           f"{a.steps} steps on {a.device}, the second half timed\n")
     print("| technique | batch | tokens/s | MFU | peak memory MiB |")
     print("|---|---:|---:|---:|---:|")
     with tempfile.TemporaryDirectory() as tmp:
-        for name, sets in ROWS:
+        for name, sets in table:
             for b in batches:
                 recipe = Path(tmp) / "r.yaml"
                 recipe.write_text(RECIPE.format(device=a.device, vocab=a.vocab, seq=a.seq, layers=a.layers,
