@@ -11,6 +11,16 @@
 #include "util/timing.h"
 
 namespace gputrain {
+namespace {
+
+// describe() is "name, kernel; details": the table wants the kernel.
+std::string kernel_of(const Optimizer& opt) {
+  const std::string desc = opt.describe();
+  const std::string kernel = desc.substr(desc.find(", ") + 2);
+  return kernel.substr(0, kernel.find(';'));
+}
+
+}  // namespace
 
 OptimBenchResult bench_optimizers(const Settings& s, int64_t steps) {
   OptimBenchResult r;
@@ -43,13 +53,26 @@ OptimBenchResult bench_optimizers(const Settings& s, int64_t steps) {
     o.adafactor.beta1 = c.adafactor_beta1;
     auto opt = make_optimizer(*model, o);
     const double ms = mean_ms(device, steps, [&] { opt->step(lr); });
-    // describe() is "name, kernel; details": the table wants the kernel.
-    const std::string desc = opt->describe();
-    std::string kernel = desc.substr(desc.find(", ") + 2);
-    kernel = kernel.substr(0, kernel.find(';'));
+    std::string kernel = kernel_of(*opt);
     if (c.name == OptimName::kAdafactor) kernel += c.adafactor_beta1 > 0 ? ", beta1 0.9" : ", beta1 0 (no momentum)";
     r.rows.push_back({optim_name(c.name), kernel,
                       static_cast<double>(opt->state_bytes()) / static_cast<double>(r.parameters), ms});
+  }
+  if (precision.weight_dtype() == at::kFloat) {
+    // bf16 mixed precision's weight copies (train/weight_copies.h): the same fused pass also
+    // writes a bf16 copy of every matrix, 2 more bytes per parameter written.
+    OptimSettings o = s.optim;
+    o.name = OptimName::kAdamW;
+    o.impl = OptimImpl::kFused;
+    auto opt = make_optimizer(*model, o);
+    if (opt->writes_bf16_copies()) {
+      torch::NoGradGuard no_grad;
+      for (const auto& p : model->parameters())
+        if (p.dim() == 2) opt->set_bf16_copy(p, p.detach().to(at::kBFloat16));
+      const double ms = mean_ms(device, steps, [&] { opt->step(lr); });
+      r.rows.push_back({"adamw", kernel_of(*opt) + " + bf16 weight copies",
+                        static_cast<double>(opt->state_bytes()) / static_cast<double>(r.parameters), ms});
+    }
   }
   if (precision.weight_dtype() == at::kFloat) {  // LibTorch's AdamW keeps moments in the parameters' dtype
     torch::optim::AdamW ref(model->parameters(), torch::optim::AdamWOptions(lr)

@@ -91,3 +91,22 @@ TEST_CASE("cli: the plan's optimizer state follows optim.name", "[cli][optim]") 
   CHECK(state_mib("adamw8bit") < adamw / 3);
   CHECK(state_mib("adafactor") < adamw / 20);
 }
+
+TEST_CASE("cli: optim bench times every optimizer, and fused AdamW with bf16 weight copies", "[cli][optim]") {
+  TempDir dir;
+  write_file(dir.file("r.yaml"), kText);
+  auto fp32 = run_gputrain({"optim", "bench", dir.file("r.yaml"), "--steps", "2"});
+  INFO(fp32.output);
+  REQUIRE(fp32.exit_code == 0);
+  for (const char* row : {"| adamw | foreach", "| adamw | fused", "| adamw8bit | fused", "| adafactor |", "| lion |",
+                          "| sgd |", "| torch::optim::AdamW |"})
+    CHECK_THAT(fp32.output, Contains(row));
+  // The copies live beside the weights, not in the optimizer state: the same 8 bytes per parameter.
+  CHECK_THAT(fp32.output, Contains("+ bf16 weight copies | 8.00 |"));
+  // bf16 weights have no fp32 master to copy from.
+  auto bf16 = run_gputrain({"optim", "bench", dir.file("r.yaml"), "--steps", "2", "--set", "precision.mode=bf16-pure"});
+  INFO(bf16.output);
+  REQUIRE(bf16.exit_code == 0);
+  CHECK_THAT(bf16.output, Contains("| adamw | fused"));
+  CHECK_THAT(bf16.output, !Contains("weight copies"));
+}
