@@ -341,7 +341,7 @@ void check_parallel(Checker& c) {
 
 // kernels.cuda_graphs replays one fixed sequence of kernels: whatever needs
 // the host inside a step (routing counts, collectives between processes, the
-// recomputation's saved random state) cannot be in it.
+// recomputation's saved random state under dropout) cannot be in it.
 void check_kernels(Checker& c) {
   if (!c.s.kernels.cuda_graphs) return;
   const std::string key = "kernels.cuda_graphs";
@@ -351,10 +351,12 @@ void check_kernels(Checker& c) {
   if (c.s.model.moe.enabled())
     c.error(key, "cannot capture a mixture-of-experts step: routing reads expert counts back to the host inside it",
             "set kernels.cuda_graphs: false, or remove model.moe");
-  if (c.s.train.gradient_checkpointing != CheckpointingPolicy::kNone)
-    c.error(key, "cannot be combined with train.gradient_checkpointing (the recomputation saves and restores the "
-                 "random generators' state inside the step, which a graph cannot replay)",
-            "set kernels.cuda_graphs: false, or train.gradient_checkpointing: none");
+  const bool dropout = c.s.model.dropout > 0 || (c.s.model.lora.rank > 0 && c.s.model.lora.dropout > 0);
+  if (c.s.train.gradient_checkpointing != CheckpointingPolicy::kNone && dropout)
+    c.error(key, "cannot be combined with train.gradient_checkpointing while model.dropout or model.lora.dropout "
+                 "is above 0 (the recomputation restores the random generators' state for the dropout masks "
+                 "inside the step, which a graph cannot capture)",
+            "set the dropout to 0, train.gradient_checkpointing: none, or kernels.cuda_graphs: false");
   if (p.tp > 1 || p.pp > 1 || p.ep > 1 || p.dp > 1)
     c.error(key, "captures the step of a single process; this recipe splits the run over several "
                  "(parallel.dp, tp, pp or ep > 1)",

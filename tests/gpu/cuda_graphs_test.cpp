@@ -1,7 +1,7 @@
 // kernels.cuda_graphs (train/step_graph.h) on the GPU: a replayed step gives
 // the eager step's loss and gradients as weights, data and masks change, with
-// dropout and gradient accumulation; evaluation runs in the graph's memory
-// pool; through the CLI a graphed run follows an eager one, in bf16 and under
+// dropout and gradient accumulation, and with activation checkpointing
+// (without dropout); evaluation runs in the graph's memory pool; through the CLI a graphed run follows an eager one, in bf16 and under
 // fp16 loss scaling with skipped steps.
 #include <catch2/catch.hpp>
 #include <ATen/ATen.h>
@@ -12,6 +12,7 @@
 #include <cmath>
 
 #include "data/loader.h"
+#include "model/activation_checkpointing.h"
 #include "precision/precision.h"
 #include "test_util.h"
 #include "train/step_graph.h"
@@ -140,6 +141,38 @@ TEST_CASE("gpu: a captured step graph replays the eager step's loss and gradient
   auto three = batches_for(0, m, cuda);
   three.push_back(three.front());
   CHECK_THROWS_WITH(graph->accumulate(graph_model, three, precision, 0), Catch::Contains("captured with 2"));
+}
+
+TEST_CASE("gpu: a captured step graph holds activation checkpointing's recomputation (no dropout)", "[gpu]") {
+  const torch::Device cuda(torch::kCUDA, 0);
+  ModelSettings m = model_settings(256, 64, 2, 4, 64);  // dropout 0: the recomputation needs no random state
+  m.attention = AttentionImpl::kMath;
+  PrecisionSettings ps;
+  ps.mode = PrecisionMode::kBf16;
+  Precision precision(ps, cuda);
+  auto build = [&](CheckpointingPolicy policy) {
+    torch::manual_seed(1);
+    Gpt model(m);
+    model->to(cuda);
+    model->train();
+    apply_activation_checkpointing(model, policy, 1);
+    return model;
+  };
+  constexpr int64_t kSteps = 7;
+  Gpt plain_model = build(CheckpointingPolicy::kNone);
+  const auto plain = train(plain_model, precision, nullptr, kSteps, cuda);
+  Gpt graph_model = build(CheckpointingPolicy::kFull);
+  auto graph = make_step_graph(cuda, graph_model->parameters());
+  const auto graphed = train(graph_model, precision, graph.get(), kSteps, cuda);
+  CHECK(graph->report()["replayed_steps"].get<int64_t>() == kSteps - StepGraph::kWarmupSteps);
+  for (int64_t s = 0; s < kSteps; ++s) {
+    INFO("step " << s + 1);
+    CHECK(graphed[s].loss == Approx(plain[s].loss).epsilon(1e-4));
+    for (size_t i = 0; i < plain[s].grads.size(); ++i) {
+      const double scale = plain[s].grads[i].abs().max().item<double>() + 1e-12;
+      CHECK((graphed[s].grads[i] - plain[s].grads[i]).abs().max().item<double>() / scale < 1e-3);
+    }
+  }
 }
 
 namespace {
