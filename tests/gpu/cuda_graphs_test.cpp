@@ -1,8 +1,9 @@
 // kernels.cuda_graphs (train/step_graph.h) on the GPU: a replayed step gives
 // the eager step's loss and gradients as weights, data and masks change, with
 // dropout and gradient accumulation, and with activation checkpointing
-// (without dropout); evaluation runs in the graph's memory pool; through the CLI a graphed run follows an eager one, in bf16 and under
-// fp16 loss scaling with skipped steps.
+// (without dropout); evaluation runs in the graph's memory pool; through the
+// CLI a graphed run follows an eager one, in bf16 and under fp16 loss scaling
+// with skipped steps.
 #include <catch2/catch.hpp>
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
