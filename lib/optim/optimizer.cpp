@@ -2,6 +2,8 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
+#include <functional>
 #include <set>
 #include <stdexcept>
 #include <sstream>
@@ -95,18 +97,64 @@ std::string describe_kernel(UpdateKernel kernel, const std::vector<ParamGroup>& 
   return device_of(groups).is_cuda() ? "fused (CUDA kernel)" : "fused (C++ loop)";
 }
 
-void for_each_fp32_working_set(const ParamGroup& group,
-                               const std::function<void(std::vector<torch::Tensor>&, std::vector<torch::Tensor>&,
-                                                        const std::vector<size_t>&)>& update) {
+namespace {
+
+using WorkingSetUpdate = std::function<void(std::vector<torch::Tensor>&, std::vector<torch::Tensor>&,
+                                            const std::vector<size_t>&)>;
+
+// A working set of bf16 parameters holds at least this many elements when its tensors are
+// smaller (a few MiB of transient fp32 copies, so even small models batch their tensors).
+constexpr int64_t kMinBf16WorkingSet = int64_t{1} << 20;
+
+// The bf16 parameters `members` of `group`, updated together in fp32: their values and gradients
+// are copied into one flat fp32 buffer each (a view per tensor), `update` runs once over the
+// views, and the results go back through one stochastic rounding of the whole buffer. The cost
+// is a few multi-tensor launches per set instead of a few per tensor.
+void update_bf16_working_set(const ParamGroup& group, const std::vector<size_t>& members,
+                             const WorkingSetUpdate& update) {
+  int64_t total = 0;
+  for (size_t i : members) total += group.params[i].numel();
+  const auto fp32 = group.params[members.front()].options().dtype(at::kFloat);
+  at::Tensor flat_params = at::empty({total}, fp32), flat_grads = at::empty({total}, fp32);
+  std::vector<at::Tensor> params, grads, params32, grads32;
+  auto views_of = [&](const at::Tensor& flat) {
+    std::vector<at::Tensor> views;
+    int64_t offset = 0;
+    for (const at::Tensor& p : params) {
+      views.push_back(flat.narrow(0, offset, p.numel()).view(p.sizes()));
+      offset += p.numel();
+    }
+    return views;
+  };
+  for (size_t i : members) {
+    params.push_back(group.params[i]);
+    grads.push_back(group.params[i].grad());
+  }
+  params32 = views_of(flat_params);
+  grads32 = views_of(flat_grads);
+  at::_foreach_copy_(params32, params);
+  at::_foreach_copy_(grads32, grads);
+  update(params32, grads32, members);
+  grads32.clear();
+  flat_grads.reset();  // before the rounding's temporaries: a lower peak
+  at::Tensor rounded = at::empty({total}, fp32.dtype(at::kBFloat16));
+  stochastic_round_to_bf16(flat_params, rounded);
+  at::_foreach_copy_(params, views_of(rounded));
+}
+
+}  // namespace
+
+void for_each_fp32_working_set(const ParamGroup& group, const WorkingSetUpdate& update) {
   torch::NoGradGuard no_grad;
   std::vector<at::Tensor> params, grads;
-  std::vector<size_t> indices;
-  std::vector<size_t> bf16;
+  std::vector<size_t> indices, bf16;
+  int64_t largest_bf16 = 0;
   for (size_t i = 0; i < group.params.size(); ++i) {
     const at::Tensor& p = group.params[i];
     if (!p.grad().defined()) continue;
     if (p.scalar_type() == at::kBFloat16) {
       bf16.push_back(i);
+      largest_bf16 = std::max(largest_bf16, p.numel());
       continue;
     }
     params.push_back(p);
@@ -114,12 +162,22 @@ void for_each_fp32_working_set(const ParamGroup& group,
     indices.push_back(i);
   }
   if (!params.empty()) update(params, grads, indices);
+  // Working sets no larger than the largest tensor: the transient memory is what updating that
+  // tensor alone would take.
+  const int64_t budget = std::max(largest_bf16, kMinBf16WorkingSet);
+  std::vector<size_t> set;
+  int64_t set_elements = 0;
   for (size_t i : bf16) {
-    const at::Tensor& p = group.params[i];
-    std::vector<at::Tensor> p32{p.to(at::kFloat)}, g32{p.grad().to(at::kFloat)};
-    update(p32, g32, {i});
-    stochastic_round_to_bf16(p32[0], p);
+    const int64_t n = group.params[i].numel();
+    if (!set.empty() && set_elements + n > budget) {
+      update_bf16_working_set(group, set, update);
+      set.clear();
+      set_elements = 0;
+    }
+    set.push_back(i);
+    set_elements += n;
   }
+  if (!set.empty()) update_bf16_working_set(group, set, update);
 }
 
 }  // namespace gputrain

@@ -90,9 +90,10 @@ std::string describe_kernel(UpdateKernel kernel, const std::vector<ParamGroup>& 
 
 // Runs `update(params, grads, indices)` over a group's parameters that have
 // gradients, all in fp32: fp32 parameters together in one call (the
-// multi-tensor case), and each bf16 parameter alone on fp32 copies of it and
-// its gradient, written back with stochastic rounding afterwards (one tensor
-// at a time bounds the extra memory by the largest tensor). `indices` are
+// multi-tensor case); bf16 parameters in working sets of fp32 copies of them
+// and their gradients, written back with stochastic rounding afterwards. A set
+// holds no more elements than the largest bf16 tensor (at least 2^20), which
+// bounds the extra memory by what that tensor alone would take. `indices` are
 // positions in group.params, for finding the matching state.
 void for_each_fp32_working_set(const ParamGroup& group,
                                const std::function<void(std::vector<torch::Tensor>& params,
