@@ -102,8 +102,8 @@ namespace {
 using WorkingSetUpdate = std::function<void(std::vector<torch::Tensor>&, std::vector<torch::Tensor>&,
                                             const std::vector<size_t>&)>;
 
-// A working set of bf16 parameters holds at least this many elements when its tensors are
-// smaller (a few MiB of transient fp32 copies, so even small models batch their tensors).
+// A working set of bf16 parameters holds up to this many elements on the CPU, and at least this
+// many on a GPU (4 MiB of fp32 values: small tensors are batched everywhere).
 constexpr int64_t kMinBf16WorkingSet = int64_t{1} << 20;
 
 // The bf16 parameters `members` of `group`, updated together in fp32: their values and gradients
@@ -162,9 +162,11 @@ void for_each_fp32_working_set(const ParamGroup& group, const WorkingSetUpdate& 
     indices.push_back(i);
   }
   if (!params.empty()) update(params, grads, indices);
-  // Working sets no larger than the largest tensor: the transient memory is what updating that
-  // tensor alone would take.
-  const int64_t budget = std::max(largest_bf16, kMinBf16WorkingSet);
+  // On a GPU, working sets as large as the largest tensor: fewest launches, and the transient
+  // memory is what updating that tensor alone would take. On the CPU an op costs its arithmetic,
+  // not a launch, so sets stay small enough for the cache to carry values from op to op.
+  const bool on_gpu = !bf16.empty() && group.params[bf16.front()].is_cuda();
+  const int64_t budget = on_gpu ? std::max(largest_bf16, kMinBf16WorkingSet) : kMinBf16WorkingSet;
   std::vector<size_t> set;
   int64_t set_elements = 0;
   for (size_t i : bf16) {

@@ -92,7 +92,8 @@ std::string describe_kernel(UpdateKernel kernel, const std::vector<ParamGroup>& 
 // gradients, all in fp32: fp32 parameters together in one call (the
 // multi-tensor case); bf16 parameters in working sets of fp32 copies of them
 // and their gradients, written back with stochastic rounding afterwards. A set
-// holds no more elements than the largest bf16 tensor (at least 2^20), which
+// holds up to 2^20 elements on the CPU (a tensor larger than that alone); on a
+// GPU, where each op is a launch, up to the largest bf16 tensor's size, which
 // bounds the extra memory by what that tensor alone would take. `indices` are
 // positions in group.params, for finding the matching state.
 void for_each_fp32_working_set(const ParamGroup& group,

@@ -345,8 +345,9 @@ TEST_CASE("bf16 parameters: updates below bf16's resolution survive on average (
 // several tensors (optimizer.h). Each step's fp32 result must be the same
 // optimizer's fp32 update of the same values, so every stored bf16 value is
 // that result with its low 16 bits dropped, or one bf16 step further out.
-// The shapes make several working sets (the budget is the largest tensor,
-// 1.1M elements), one parameter has no gradient, and one is fp32.
+// The shapes make several working sets on the CPU (up to 2^20 elements each:
+// one tensor above that, one set of two tensors), one parameter has no
+// gradient, and one is fp32.
 TEST_CASE("bf16 parameters in foreach working sets: each value is its fp32 update, stochastically rounded",
           "[optim]") {
   const std::vector<std::vector<int64_t>> shapes = {{7}, {1100, 1000}, {600, 1000}, {3, 5}, {600, 1000}, {9, 4}, {11}};
