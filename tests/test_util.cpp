@@ -11,6 +11,7 @@
 
 #include "config/recipe.h"
 #include "model/gpt_shapes.h"
+#include "optim/make_optimizer.h"
 #include "util/error.h"
 
 namespace gputrain::test {
@@ -135,6 +136,54 @@ std::vector<nlohmann::json> read_jsonl(const std::string& path) {
   for (std::string line; std::getline(in, line);)
     if (!line.empty()) out.push_back(nlohmann::json::parse(line));
   return out;
+}
+
+std::string bf16_working_set_mismatch(const OptimSettings& o, const torch::Device& device) {
+  // Sets of up to 2^20 elements on the CPU, up to the largest tensor (1.1M) on a GPU: both make
+  // several sets here, one of them of two tensors.
+  const std::vector<std::vector<int64_t>> shapes = {{7}, {1100, 1000}, {600, 1000}, {3, 5}, {600, 1000}, {9, 4}, {11}};
+  const size_t no_grad = 3, fp32 = 5;
+  at::manual_seed(3);
+  std::vector<at::Tensor> ours, ref;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    ours.push_back(at::randn(shapes[i]).to(i == fp32 ? at::kFloat : at::kBFloat16).to(device));
+    ref.push_back(ours.back().to(at::kFloat));
+  }
+  auto group = [&](const std::vector<at::Tensor>& params) {
+    ParamGroup g{"decay", {}, params, 0.1, 1.0};
+    for (size_t i = 0; i < params.size(); ++i) g.names.push_back(std::string("p").append(std::to_string(i)));
+    return std::vector<ParamGroup>{g};
+  };
+  auto opt = make_optimizer(group(ours), o), ref_opt = make_optimizer(group(ref), o);
+  for (int step = 1; step <= 3; ++step) {
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      ref[i].copy_(ours[i]);  // the reference continues from our rounded values
+      if (i == no_grad) continue;
+      ours[i].mutable_grad() = at::randn(shapes[i]).to(ours[i].scalar_type()).to(device);
+      ref[i].mutable_grad() = ours[i].grad().to(at::kFloat);
+    }
+    const at::Tensor untouched = ours[no_grad].clone();
+    opt->step(1e-2);
+    ref_opt->step(1e-2);
+    const std::string where = opt->describe() + ", step " + std::to_string(step) + ": ";
+    if (!at::equal(ours[no_grad], untouched)) return where + "the parameter without a gradient changed";
+    if (!at::equal(ours[fp32], ref[fp32])) return where + "the fp32 parameter differs from the reference";
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      if (i == no_grad || i == fp32) continue;
+      const at::Tensor r = ref[i].view(at::kInt), b = ours[i].to(at::kFloat).view(at::kInt);
+      const at::Tensor down = at::bitwise_and(r, int64_t{-65536});  // the low 16 bits dropped
+      const std::string tensor = where + "tensor " + std::to_string(i) + ": ";
+      if (!at::logical_or(b == down, b == down + 65536).all().item<bool>())
+        return tensor + "a value is neither its fp32 update truncated nor one bf16 step above";
+      if (ours[i].numel() > 1000 && !at::logical_and(b != down, b == down + 65536).any().item<bool>())
+        return tensor + "no value was rounded up";
+      if (ours[i].numel() > 1000 && !at::logical_and(b == down, r != down).any().item<bool>())
+        return tensor + "no inexact value was rounded down";
+    }
+    opt->zero_grad();
+    ref_opt->zero_grad();
+  }
+  return "";
 }
 
 }  // namespace gputrain::test

@@ -106,6 +106,12 @@ using WorkingSetUpdate = std::function<void(std::vector<torch::Tensor>&, std::ve
 // many on a GPU (4 MiB of fp32 values: small tensors are batched everywhere).
 constexpr int64_t kMinBf16WorkingSet = int64_t{1} << 20;
 
+// Each tensor's place in a working set starts at a multiple of 128 elements (512 bytes in fp32,
+// the CUDA allocator's alignment): multi-tensor kernels take their vectorized path only when
+// every tensor is aligned, and reductions over a tensor then run as they would on the tensor
+// alone (the same partial sums, so the same results).
+int64_t aligned_size(int64_t numel) { return (numel + 127) / 128 * 128; }
+
 // The bf16 parameters `members` of `group`, updated together in fp32: their values and gradients
 // are copied into one flat fp32 buffer each (a view per tensor), `update` runs once over the
 // views, and the results go back through one stochastic rounding of the whole buffer. The cost
@@ -113,7 +119,7 @@ constexpr int64_t kMinBf16WorkingSet = int64_t{1} << 20;
 void update_bf16_working_set(const ParamGroup& group, const std::vector<size_t>& members,
                              const WorkingSetUpdate& update) {
   int64_t total = 0;
-  for (size_t i : members) total += group.params[i].numel();
+  for (size_t i : members) total += aligned_size(group.params[i].numel());
   const auto fp32 = group.params[members.front()].options().dtype(at::kFloat);
   at::Tensor flat_params = at::empty({total}, fp32), flat_grads = at::empty({total}, fp32);
   std::vector<at::Tensor> params, grads, params32, grads32;
@@ -122,7 +128,7 @@ void update_bf16_working_set(const ParamGroup& group, const std::vector<size_t>&
     int64_t offset = 0;
     for (const at::Tensor& p : params) {
       views.push_back(flat.narrow(0, offset, p.numel()).view(p.sizes()));
-      offset += p.numel();
+      offset += aligned_size(p.numel());
     }
     return views;
   };

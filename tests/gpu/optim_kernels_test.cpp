@@ -5,6 +5,7 @@
 #include <ATen/ATen.h>
 
 #include "optim/make_optimizer.h"
+#include "test_util.h"
 
 using namespace gputrain;
 
@@ -26,7 +27,7 @@ Run make_run(const OptimSettings& o, at::Device device, at::ScalarType dtype) {
   for (size_t i = 0; i < kShapes.size(); ++i) {
     r.params.push_back(at::randn(kShapes[i]).to(dtype).to(device));
     ParamGroup& g = kShapes[i].size() >= 2 ? decay : no_decay;
-    g.names.push_back("p" + std::to_string(i));
+    g.names.push_back(std::string("p").append(std::to_string(i)));
     g.params.push_back(r.params.back());
   }
   r.opt = make_optimizer({decay, no_decay}, o);
@@ -96,6 +97,19 @@ TEST_CASE("gpu: every optimizer on CUDA matches itself on the CPU", "[gpu][optim
     steps(gpu, 4);
     INFO(gpu.opt->describe());
     for (size_t i = 0; i < cpu.params.size(); ++i) CHECK(at::allclose(cpu.params[i], gpu.params[i].cpu(), 1e-4, 1e-5));
+  }
+}
+
+// On a GPU the working sets are as large as the largest tensor and the copies
+// in and out of them are multi-tensor kernels (optim/optimizer.h).
+TEST_CASE("gpu: foreach optimizers update bf16 parameters in working sets, stochastically rounded", "[gpu][optim]") {
+  for (OptimName name : {OptimName::kAdamW, OptimName::kAdafactor, OptimName::kLion, OptimName::kSgd}) {
+    OptimSettings o;
+    o.name = name;
+    o.impl = OptimImpl::kForeach;
+    o.adafactor.beta1 = 0.9;
+    o.sgd.momentum = 0.9;
+    CHECK(test::bf16_working_set_mismatch(o, torch::kCUDA) == "");
   }
 }
 
