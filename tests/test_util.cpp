@@ -138,7 +138,9 @@ std::vector<nlohmann::json> read_jsonl(const std::string& path) {
   return out;
 }
 
-std::string bf16_working_set_mismatch(const OptimSettings& o, const torch::Device& device) {
+namespace {
+
+std::string bf16_working_set_mismatch_of(const OptimSettings& o, const torch::Device& device) {
   // Sets of up to 2^20 elements on the CPU, up to the largest tensor (1.1M) on a GPU: both make
   // several sets here, one of them of two tensors.
   const std::vector<std::vector<int64_t>> shapes = {{7}, {1100, 1000}, {600, 1000}, {3, 5}, {600, 1000}, {9, 4}, {11}};
@@ -182,6 +184,21 @@ std::string bf16_working_set_mismatch(const OptimSettings& o, const torch::Devic
     }
     opt->zero_grad();
     ref_opt->zero_grad();
+  }
+  return "";
+}
+
+}  // namespace
+
+std::string bf16_working_set_mismatch(const torch::Device& device) {
+  for (OptimName name : {OptimName::kAdamW, OptimName::kAdafactor, OptimName::kLion, OptimName::kSgd}) {
+    OptimSettings o;
+    o.name = name;
+    o.impl = OptimImpl::kForeach;
+    o.adafactor.beta1 = 0.9;  // every state slot in use
+    o.sgd.momentum = 0.9;
+    const std::string mismatch = bf16_working_set_mismatch_of(o, device);
+    if (!mismatch.empty()) return mismatch;
   }
   return "";
 }

@@ -70,13 +70,14 @@ std::vector<torch::Tensor> gradients_of(const torch::nn::Module& model);
 std::string recipe_error(const std::string& path, const std::vector<std::string>& overrides = {});
 std::vector<nlohmann::json> read_jsonl(const std::string& path);
 
-// Three steps of the foreach optimizer `o` on bf16 parameters on `device`
-// (several working sets, see optim/optimizer.h; one parameter without a
-// gradient, one fp32) beside the same optimizer on fp32 copies that restart
-// from our rounded values every step. "" when every bf16 value is the fp32
-// update with its low 16 bits dropped or one bf16 step further from zero
-// (stochastic rounding), both ways occurring in every large tensor, and the
-// other two parameters are right; else the first difference.
-std::string bf16_working_set_mismatch(const OptimSettings& o, const torch::Device& device);
+// Three steps of each foreach optimizer (adamw, adafactor and sgd with
+// momentum, lion) on bf16 parameters on `device` (several working sets, see
+// optim/optimizer.h; one parameter without a gradient, one fp32) beside the
+// same optimizer on fp32 copies that restart from our rounded values every
+// step. "" when every bf16 value is the fp32 update with its low 16 bits
+// dropped or one bf16 step further from zero (stochastic rounding), both ways
+// occurring in every large tensor, and the other two parameters are right;
+// else the first difference, naming the optimizer.
+std::string bf16_working_set_mismatch(const torch::Device& device);
 
 }  // namespace gputrain::test
