@@ -735,8 +735,8 @@ std::string schema_reference_markdown() {
   for (const auto& f : schema()) {
     std::string def = f.write(defaults).dump();
     if (def == "\"\"") def = "(empty)";
-    std::string type = f.type;  // "a | b" would split the Markdown cell
-    for (size_t i = 0; (i = type.find('|', i)) != std::string::npos; i += 2) type.insert(i, "\\");
+    std::string type;  // "a | b" is written "a \| b": a bare "|" would split the Markdown cell
+    for (char c : f.type) type.append(c == '|' ? "\\|" : std::string(1, c));
     out += "| `" + f.path + "` | " + type + " | `" + def + "` | " + f.doc + " |\n";
   }
   return out;

@@ -15,7 +15,6 @@
 #include <cstring>
 #include <fmt/format.h>
 #include <map>
-#include <optional>
 
 #include "util/error.h"
 
@@ -170,7 +169,10 @@ int launch_workers(LaunchOptions o) {
 
   int first_failed = -1;  // index into workers
   int forwarded = 0;      // the last stop signal passed on
-  std::optional<Clock::time_point> kill_at;
+  // When the stragglers get SIGKILL; never until a worker fails (a sentinel, not std::optional:
+  // GCC 12 warns falsely about an optional time_point).
+  constexpr Clock::time_point kNever = Clock::time_point::max();
+  Clock::time_point kill_at = kNever;
   auto signal_all = [&](int sig) {
     for (auto& w : workers)
       if (w.running) ::kill(w.pid, sig);
@@ -201,15 +203,15 @@ int launch_workers(LaunchOptions o) {
     for (auto& w : workers)
       if (w.out_fd >= 0) fds.push_back({w.out_fd, POLLIN, 0}), owners.push_back(&w);
     int timeout_ms = 500;
-    if (kill_at) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(*kill_at - Clock::now()).count();
+    if (kill_at != kNever) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(kill_at - Clock::now()).count();
       if (left <= 0) {
         for (auto& w : workers)
           if (w.running) {
             std::fprintf(stderr, "gputrain launcher: rank %d did not stop within %.0f s; killing it\n", w.rank, o.grace_s);
             ::kill(w.pid, SIGKILL);
           }
-        kill_at.reset();
+        kill_at = kNever;
       } else {
         timeout_ms = static_cast<int>(std::min<int64_t>(left, 500));
       }

@@ -40,7 +40,7 @@ BatchChoice find_batch_size(int64_t global, const std::function<bool(int64_t)>& 
 std::string BatchChoice::describe() const {
   std::string s = "per_device_batch_size: auto -> " + std::to_string(batch) + " (grad_accum_steps " +
                   std::to_string(grad_accum) + "); tried";
-  for (const auto& [b, ok] : tried) s += " " + std::to_string(b) + (ok ? " ok" : " no");
+  for (const auto& [b, ok] : tried) s.append(" ").append(std::to_string(b)).append(ok ? " ok" : " no");
   return s;
 }
 

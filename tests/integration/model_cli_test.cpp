@@ -19,7 +19,7 @@ using Catch::Matchers::Contains;
 
 namespace {
 
-std::string config(const char* name) { return std::string(GPUTRAIN_SOURCE_DIR) + "/configs/" + name; }
+std::string config(const char* name) { return std::string(GPUTRAIN_SOURCE_DIR).append("/configs/").append(name); }
 
 // configs/llama-shakespeare.yaml shrunk to seconds: 2 blocks of d 64, 4 query and 2 key/value heads.
 const std::vector<std::string> kTinyLlama = {
