@@ -36,9 +36,44 @@ Adafactor::Adafactor(std::vector<ParamGroup> groups, AdafactorSettings opts)
 
 std::string Adafactor::describe() const {
   return std::string("adafactor, ") + describe_kernel(UpdateKernel::kForeach, groups_) +
-         "; per-tensor factored statistics" + (opts_.beta1 > 0 ? ", momentum" : "") +
+         "; factored statistics batched by shape" + (opts_.beta1 > 0 ? ", momentum" : "") +
          (opts_.relative_step ? ", relative step" : "") + (opts_.scale_parameter ? ", parameter scale" : "");
 }
+
+namespace {
+
+// Tensors whose statistics are computed together: matrices of one shape (stacked along a new
+// first dimension) or vectors (multi-tensor ops), all at the same step count, so that one
+// beta2t serves them all. `members` are positions in the working set.
+struct Batch {
+  bool factored = false;
+  int64_t step = 0;
+  std::vector<int64_t> shape;  // factored only
+  std::vector<size_t> members;
+  int64_t elements = 0;
+};
+
+// A batch of matrices stacks its gradients, so it holds as many elements as the working set's
+// largest tensor, and at least this many: the stacked copies and temporaries stay within what
+// updating that tensor alone takes, while a model's layers, which share a few shapes, make a few
+// batches. (On a GPU each op is a launch; on the CPU, too, GPT-2's step takes half the time of
+// per-tensor ops, docs/benchmarks.md.)
+constexpr int64_t kMinBatchElements = int64_t{1} << 20;
+
+// `tensors` (one shape) stacked along a new first dimension; one tensor is viewed, not copied.
+at::Tensor stacked(const std::vector<at::Tensor>& tensors) {
+  return tensors.size() == 1 ? tensors.front().unsqueeze(0) : at::stack(tensors);
+}
+
+// Writes a stack updated in place back into the tensors it was made from (a view of one
+// tensor already wrote through).
+void unstack_into(std::vector<at::Tensor>& tensors, const at::Tensor& stack) {
+  if (tensors.size() > 1) at::_foreach_copy_(tensors, stack.unbind(0));
+}
+
+std::vector<c10::Scalar> scalars(const std::vector<double>& values) { return {values.begin(), values.end()}; }
+
+}  // namespace
 
 void Adafactor::step(double lr) {
   for (size_t gi = 0; gi < groups_.size(); ++gi) {
@@ -46,42 +81,85 @@ void Adafactor::step(double lr) {
     const double group_lr = lr * g.lr_scale;
     for_each_fp32_working_set(g, [&](std::vector<at::Tensor>& params, std::vector<at::Tensor>& grads,
                                      const std::vector<size_t>& idx) {
-      // Per tensor: the second-moment statistics and the unclipped update
-      // (their reductions have each tensor's own shape).
-      std::vector<at::Tensor> updates, step_lr;
-      for (size_t k = 0; k < idx.size(); ++k) {
+      const size_t n = idx.size();
+      int64_t budget = kMinBatchElements;
+      for (const at::Tensor& p : params) budget = std::max(budget, p.numel());
+      // Step counts, base learning rates, and the batches; the unclipped update of each tensor
+      // is then computed batch by batch (one set of ops per batch instead of per tensor).
+      std::vector<double> base_lr(n), rms_divisor(n), clip_divisor(n);
+      std::vector<Batch> batches;
+      for (size_t k = 0; k < n; ++k) {
         Slot& s = slots_[gi][idx[k]];
-        const at::Tensor& grad = grads[k];
-        const double t = static_cast<double>(++count(s.step));
-        const double beta2t = 1.0 - std::pow(t, opts_.decay_rate);
-        const at::Tensor sq = grad * grad + opts_.eps[0];
-        at::Tensor update;
-        if (s.factored) {
-          s.row.mul_(beta2t).add_(sq.mean(-1), 1.0 - beta2t);
-          s.col.mul_(beta2t).add_(sq.mean(-2), 1.0 - beta2t);
-          const at::Tensor r = (s.row / s.row.mean(-1, /*keepdim=*/true)).rsqrt_().unsqueeze(-1);
-          const at::Tensor c = s.col.unsqueeze(-2).rsqrt();
-          update = r * c * grad;
-        } else {
-          s.exp_avg_sq.mul_(beta2t).add_(sq, 1.0 - beta2t);
-          update = s.exp_avg_sq.rsqrt() * grad;
+        const int64_t t = ++count(s.step);
+        base_lr[k] = opts_.relative_step ? std::min(1e-2, 1.0 / std::sqrt(static_cast<double>(t))) : group_lr;
+        rms_divisor[k] = std::sqrt(static_cast<double>(params[k].numel()));
+        clip_divisor[k] = rms_divisor[k] * opts_.clip_threshold;
+        const std::vector<int64_t> shape = s.factored ? params[k].sizes().vec() : std::vector<int64_t>{};
+        auto same = std::find_if(batches.rbegin(), batches.rend(), [&](const Batch& b) {
+          return b.factored == s.factored && b.step == t && b.shape == shape;
+        });
+        if (same == batches.rend() || (s.factored && same->elements + params[k].numel() > budget)) {
+          batches.push_back(Batch{s.factored, t, shape, {}, 0});
+          same = batches.rbegin();
         }
-        updates.push_back(update);
-        const double base = opts_.relative_step ? std::min(1e-2, 1.0 / std::sqrt(t)) : group_lr;
-        // scale_parameter: lr * max(eps[1], RMS(p)), kept on the device (no sync).
-        step_lr.push_back(opts_.scale_parameter
-                              ? at::clamp_min(params[k].norm() / std::sqrt(static_cast<double>(params[k].numel())),
-                                              opts_.eps[1]) * base
-                              : at::full({}, base, params[k].options()));
+        same->members.push_back(k);
+        same->elements += params[k].numel();
       }
-      // Clip each update to RMS <= clip_threshold, scale by its lr, then momentum.
-      std::vector<at::Tensor> norms = at::_foreach_norm(updates);
-      std::vector<at::Tensor> divisors;
-      for (size_t k = 0; k < updates.size(); ++k)
-        divisors.push_back(at::clamp_min(norms[k] / (std::sqrt(static_cast<double>(updates[k].numel())) *
-                                                     opts_.clip_threshold), 1.0));
-      at::_foreach_div_(updates, divisors);
-      at::_foreach_mul_(updates, step_lr);
+      std::vector<at::Tensor> updates(n);
+      for (const Batch& b : batches) {
+        const double beta2t = 1.0 - std::pow(static_cast<double>(b.step), opts_.decay_rate);
+        std::vector<at::Tensor> gs;
+        for (size_t k : b.members) gs.push_back(grads[k]);
+        if (b.factored) {
+          // Row and column means of grad^2 + eps (over the last two dimensions) decay into the
+          // factored second moment; the update is grad / sqrt(row x col / mean(row)).
+          std::vector<at::Tensor> rows, cols;
+          for (size_t k : b.members) {
+            rows.push_back(slots_[gi][idx[k]].row);
+            cols.push_back(slots_[gi][idx[k]].col);
+          }
+          const at::Tensor grad = stacked(gs);
+          at::Tensor sq = (grad * grad).add_(opts_.eps[0]);
+          at::Tensor row = stacked(rows), col = stacked(cols);
+          row.mul_(beta2t).add_(sq.mean(-1), 1.0 - beta2t);
+          col.mul_(beta2t).add_(sq.mean(-2), 1.0 - beta2t);
+          sq.reset();
+          unstack_into(rows, row);
+          unstack_into(cols, col);
+          const at::Tensor r = (row / row.mean(-1, /*keepdim=*/true)).rsqrt_().unsqueeze(-1);
+          const at::Tensor c = col.unsqueeze(-2).rsqrt();
+          const std::vector<at::Tensor> batch_updates = (r * c).mul_(grad).unbind(0);
+          for (size_t j = 0; j < b.members.size(); ++j) updates[b.members[j]] = batch_updates[j];
+        } else {
+          std::vector<at::Tensor> sq_avg;
+          for (size_t k : b.members) sq_avg.push_back(slots_[gi][idx[k]].exp_avg_sq);
+          std::vector<at::Tensor> sq = at::_foreach_mul(gs, gs);
+          at::_foreach_add_(sq, opts_.eps[0]);
+          at::_foreach_mul_(sq_avg, beta2t);
+          at::_foreach_add_(sq_avg, sq, 1.0 - beta2t);
+          std::vector<at::Tensor> batch_updates = at::_foreach_rsqrt(sq_avg);
+          at::_foreach_mul_(batch_updates, gs);
+          for (size_t j = 0; j < b.members.size(); ++j) updates[b.members[j]] = batch_updates[j];
+        }
+      }
+      // Each update clipped to RMS <= clip_threshold and scaled by its lr: one factor per
+      // tensor, lr / max(1, RMS(update) / clip_threshold), kept on the device (no sync).
+      // scale_parameter multiplies the lr by max(eps[1], RMS(parameter)).
+      std::vector<at::Tensor> factor = at::_foreach_norm(updates);
+      at::_foreach_div_(factor, scalars(clip_divisor));
+      at::_foreach_clamp_min_(factor, 1.0);
+      at::_foreach_reciprocal_(factor);
+      std::vector<at::Tensor> step_lr;  // per tensor under scale_parameter, else base_lr
+      if (opts_.scale_parameter) {
+        step_lr = at::_foreach_norm(params);
+        at::_foreach_div_(step_lr, scalars(rms_divisor));
+        at::_foreach_clamp_min_(step_lr, opts_.eps[1]);
+        at::_foreach_mul_(step_lr, scalars(base_lr));
+        at::_foreach_mul_(factor, step_lr);
+      } else {
+        at::_foreach_mul_(factor, scalars(base_lr));
+      }
+      at::_foreach_mul_(updates, factor);
       if (opts_.beta1 > 0) {
         std::vector<at::Tensor> m;
         for (size_t k : idx) m.push_back(slots_[gi][k].exp_avg);
@@ -90,10 +168,16 @@ void Adafactor::step(double lr) {
         updates = m;
       }
       if (g.weight_decay != 0) {
-        // p -= wd * lr_t * p, with lr_t per tensor.
-        std::vector<at::Tensor> decay = at::_foreach_mul(step_lr, -g.weight_decay);
-        at::_foreach_add_(decay, 1.0);
-        at::_foreach_mul_(params, decay);
+        // Decoupled: p *= 1 - wd * lr_t, with lr_t per tensor.
+        if (opts_.scale_parameter) {
+          std::vector<at::Tensor> decay = at::_foreach_mul(step_lr, -g.weight_decay);
+          at::_foreach_add_(decay, 1.0);
+          at::_foreach_mul_(params, decay);
+        } else {
+          std::vector<double> decay(n);
+          for (size_t k = 0; k < n; ++k) decay[k] = 1.0 - g.weight_decay * base_lr[k];
+          at::_foreach_mul_(params, scalars(decay));
+        }
       }
       at::_foreach_sub_(params, updates);
     });

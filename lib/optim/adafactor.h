@@ -11,6 +11,10 @@
 // scaled by the parameter's RMS), so that optim.lr and the schedule drive
 // it as they drive every other optimizer. Weight decay is decoupled and
 // scaled by the step's lr, as there.
+//
+// Speed: the statistics of matrices of one shape (a model's layers share a
+// few) are computed on a stack of them, and the clipping and lr scaling are
+// multi-tensor ops, so a step is a few dozen ops rather than ~17 per tensor.
 #pragma once
 #include "config/settings.h"
 #include "optim/optimizer.h"
