@@ -3,6 +3,7 @@
 // bounds; bf16 parameters; state save/restore; state-size estimates.
 #include <catch2/catch.hpp>
 #include <ATen/ATen.h>
+#include <ATen/record_function.h>
 
 #include <cmath>
 #include <functional>
@@ -203,6 +204,64 @@ TEST_CASE("adafactor equals float64 Adafactor (transformers' algorithm), every o
     row.clear(), col.clear(), vsq.clear(), m.clear();
     CHECK(max_difference(o, ref, 6, 1e-2, nullptr, batched) < 2e-6);
   }
+}
+
+namespace {
+
+// ATen ops called directly by the code under test (not those they call in turn),
+// views excepted: on a GPU each is a launch or a few.
+thread_local int64_t top_level_ops = 0, op_depth = 0;
+
+std::unique_ptr<at::ObserverContext> on_op_start(const at::RecordFunction& op) {
+  static const std::set<std::string> views = {"aten::unsqueeze", "aten::unbind", "aten::view", "aten::narrow",
+                                              "aten::select", "aten::slice", "aten::squeeze", "aten::as_strided"};
+  if (op_depth++ == 0 && !views.count(op.name())) ++top_level_ops;
+  return nullptr;
+}
+void on_op_end(const at::RecordFunction&, at::ObserverContext*) { --op_depth; }
+
+// Top-level ATen ops in Adafactor's second step on a GPT-shaped parameter list of
+// `layers` blocks (d 32), grouped as the trainer groups them.
+int64_t adafactor_step_ops(int layers) {
+  const int64_t d = 32;
+  std::vector<std::vector<int64_t>> matrices = {{64, d}, {16, d}}, vectors = {{d}, {d}};  // embeddings, final norm
+  for (int l = 0; l < layers; ++l) {
+    for (std::vector<int64_t> m : {std::vector<int64_t>{3 * d, d}, {d, d}, {4 * d, d}, {d, 4 * d}}) matrices.push_back(m);
+    for (int64_t v : {3 * d, d, 4 * d, d, d, d, d, d}) vectors.push_back({v});
+  }
+  ParamGroup decay{"decay", {}, {}, 0.1, 1.0}, no_decay{"no_decay", {}, {}, 0.0, 1.0};
+  for (auto [group, shapes] : {std::pair{&decay, &matrices}, {&no_decay, &vectors}})
+    for (const auto& shape : *shapes) {
+      group->names.push_back(std::string("p").append(std::to_string(group->params.size())).append(group->name));
+      group->params.push_back(at::randn(shape));
+    }
+  OptimSettings o = settings_for(OptimName::kAdafactor);
+  o.adafactor.beta1 = 0.9;
+  auto opt = make_optimizer({decay, no_decay}, o);
+  auto step = [&] {
+    for (auto* g : {&decay, &no_decay})
+      for (auto& p : g->params) p.mutable_grad() = at::randn(p.sizes());
+    opt->step(1e-3);
+  };
+  step();
+  top_level_ops = op_depth = 0;
+  const at::CallbackHandle handle = at::addThreadLocalCallback(at::RecordFunctionCallback(on_op_start, on_op_end));
+  step();
+  at::removeCallback(handle);
+  const int64_t grads = 4 * layers + 2 + 8 * layers + 2;  // setting each gradient is an op of its own
+  return top_level_ops - grads;
+}
+
+}  // namespace
+
+// Same-shape matrices share one stack and vectors one multi-tensor batch
+// (optim/adafactor.cpp), so a deeper model adds no ops to a step: a few dozen
+// launches on a GPU instead of ~17 per matrix and ~9 per vector.
+TEST_CASE("adafactor: a step's ATen op count does not grow with the number of layers", "[optim]") {
+  const int64_t two = adafactor_step_ops(2), twelve = adafactor_step_ops(12);
+  WARN("adafactor step, top-level ATen ops: 2 layers " << two << ", 12 layers " << twelve);
+  CHECK(twelve == two);
+  CHECK(twelve < 150);  // 129 when written: 6 matrix shapes x 19, 15 for the rest
 }
 
 TEST_CASE("adafactor factors the second moment of matrices into rows and columns", "[optim]") {
