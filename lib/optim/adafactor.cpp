@@ -50,7 +50,6 @@ struct Batch {
   int64_t step = 0;
   std::vector<int64_t> shape;  // factored only
   std::vector<size_t> members;
-  int64_t elements = 0;
 };
 
 // A batch of matrices stacks its gradients, so it holds as many elements as the working set's
@@ -72,6 +71,37 @@ void unstack_into(std::vector<at::Tensor>& tensors, const at::Tensor& stack) {
 }
 
 std::vector<c10::Scalar> scalars(const std::vector<double>& values) { return {values.begin(), values.end()}; }
+
+// Factored second moment of same-shape matrices: row and column means of grad^2 + eps (over
+// the last two dimensions) decay into `rows` and `cols` (updated in place); returns each
+// unclipped update, grad / sqrt(row x col / mean(row)).
+std::vector<at::Tensor> factored_updates(const std::vector<at::Tensor>& grads, std::vector<at::Tensor> rows,
+                                         std::vector<at::Tensor> cols, double beta2t, double eps) {
+  const at::Tensor grad = stacked(grads);
+  at::Tensor sq = (grad * grad).add_(eps);
+  at::Tensor row = stacked(rows), col = stacked(cols);
+  row.mul_(beta2t).add_(sq.mean(-1), 1.0 - beta2t);
+  col.mul_(beta2t).add_(sq.mean(-2), 1.0 - beta2t);
+  sq.reset();
+  unstack_into(rows, row);
+  unstack_into(cols, col);
+  const at::Tensor r = (row / row.mean(-1, /*keepdim=*/true)).rsqrt_().unsqueeze(-1);
+  const at::Tensor c = col.unsqueeze(-2).rsqrt();
+  return (r * c).mul_(grad).unbind(0);
+}
+
+// Full second moment of vectors: grad^2 + eps decays into `sq_avgs` (in place); returns each
+// unclipped update, grad / sqrt(sq_avg).
+std::vector<at::Tensor> full_updates(const std::vector<at::Tensor>& grads, const std::vector<at::Tensor>& sq_avgs,
+                                     double beta2t, double eps) {
+  std::vector<at::Tensor> sq = at::_foreach_mul(grads, grads);
+  at::_foreach_add_(sq, eps);
+  at::_foreach_mul_(sq_avgs, beta2t);
+  at::_foreach_add_(sq_avgs, sq, 1.0 - beta2t);
+  std::vector<at::Tensor> updates = at::_foreach_rsqrt(sq_avgs);
+  at::_foreach_mul_(updates, grads);
+  return updates;
+}
 
 }  // namespace
 
@@ -98,49 +128,28 @@ void Adafactor::step(double lr) {
         auto same = std::find_if(batches.rbegin(), batches.rend(), [&](const Batch& b) {
           return b.factored == s.factored && b.step == t && b.shape == shape;
         });
-        if (same == batches.rend() || (s.factored && same->elements + params[k].numel() > budget)) {
-          batches.push_back(Batch{s.factored, t, shape, {}, 0});
+        // A factored batch has one shape, so its size is members x this tensor's.
+        if (same == batches.rend() ||
+            (s.factored && static_cast<int64_t>(same->members.size() + 1) * params[k].numel() > budget)) {
+          batches.push_back(Batch{s.factored, t, shape, {}});
           same = batches.rbegin();
         }
         same->members.push_back(k);
-        same->elements += params[k].numel();
       }
       std::vector<at::Tensor> updates(n);
       for (const Batch& b : batches) {
         const double beta2t = 1.0 - std::pow(static_cast<double>(b.step), opts_.decay_rate);
-        std::vector<at::Tensor> gs;
-        for (size_t k : b.members) gs.push_back(grads[k]);
-        if (b.factored) {
-          // Row and column means of grad^2 + eps (over the last two dimensions) decay into the
-          // factored second moment; the update is grad / sqrt(row x col / mean(row)).
-          std::vector<at::Tensor> rows, cols;
-          for (size_t k : b.members) {
-            rows.push_back(slots_[gi][idx[k]].row);
-            cols.push_back(slots_[gi][idx[k]].col);
-          }
-          const at::Tensor grad = stacked(gs);
-          at::Tensor sq = (grad * grad).add_(opts_.eps[0]);
-          at::Tensor row = stacked(rows), col = stacked(cols);
-          row.mul_(beta2t).add_(sq.mean(-1), 1.0 - beta2t);
-          col.mul_(beta2t).add_(sq.mean(-2), 1.0 - beta2t);
-          sq.reset();
-          unstack_into(rows, row);
-          unstack_into(cols, col);
-          const at::Tensor r = (row / row.mean(-1, /*keepdim=*/true)).rsqrt_().unsqueeze(-1);
-          const at::Tensor c = col.unsqueeze(-2).rsqrt();
-          const std::vector<at::Tensor> batch_updates = (r * c).mul_(grad).unbind(0);
-          for (size_t j = 0; j < b.members.size(); ++j) updates[b.members[j]] = batch_updates[j];
-        } else {
-          std::vector<at::Tensor> sq_avg;
-          for (size_t k : b.members) sq_avg.push_back(slots_[gi][idx[k]].exp_avg_sq);
-          std::vector<at::Tensor> sq = at::_foreach_mul(gs, gs);
-          at::_foreach_add_(sq, opts_.eps[0]);
-          at::_foreach_mul_(sq_avg, beta2t);
-          at::_foreach_add_(sq_avg, sq, 1.0 - beta2t);
-          std::vector<at::Tensor> batch_updates = at::_foreach_rsqrt(sq_avg);
-          at::_foreach_mul_(batch_updates, gs);
-          for (size_t j = 0; j < b.members.size(); ++j) updates[b.members[j]] = batch_updates[j];
+        std::vector<at::Tensor> gs, rows, cols, sq_avgs;
+        for (size_t k : b.members) {
+          const Slot& s = slots_[gi][idx[k]];
+          gs.push_back(grads[k]);
+          if (b.factored) rows.push_back(s.row), cols.push_back(s.col);
+          else sq_avgs.push_back(s.exp_avg_sq);
         }
+        const std::vector<at::Tensor> batch_updates = b.factored
+                                                          ? factored_updates(gs, rows, cols, beta2t, opts_.eps[0])
+                                                          : full_updates(gs, sq_avgs, beta2t, opts_.eps[0]);
+        for (size_t j = 0; j < b.members.size(); ++j) updates[b.members[j]] = batch_updates[j];
       }
       // Each update clipped to RMS <= clip_threshold and scaled by its lr: one factor per
       // tensor, lr / max(1, RMS(update) / clip_threshold), kept on the device (no sync).
