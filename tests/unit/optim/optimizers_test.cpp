@@ -221,25 +221,14 @@ std::unique_ptr<at::ObserverContext> on_op_start(const at::RecordFunction& op) {
 }
 void on_op_end(const at::RecordFunction&, at::ObserverContext*) { --op_depth; }
 
-// Top-level ATen ops in the second step of `o` on a GPT-shaped parameter list of
-// `layers` blocks (d 32) of `dtype`, grouped as the trainer groups them.
+// Top-level ATen ops in the second step of `o` on a GPT of `layers` blocks
+// (d 32) with `dtype` weights, grouped as the trainer groups them.
 int64_t step_ops(const OptimSettings& o, int layers, at::ScalarType dtype) {
-  const int64_t d = 32;
-  std::vector<std::vector<int64_t>> matrices = {{64, d}, {16, d}}, vectors = {{d}, {d}};  // embeddings, final norm
-  for (int l = 0; l < layers; ++l) {
-    for (std::vector<int64_t> m : {std::vector<int64_t>{3 * d, d}, {d, d}, {4 * d, d}, {d, 4 * d}}) matrices.push_back(m);
-    for (int64_t v : {3 * d, d, 4 * d, d, d, d, d, d}) vectors.push_back({v});
-  }
-  ParamGroup decay{"decay", {}, {}, 0.1, 1.0}, no_decay{"no_decay", {}, {}, 0.0, 1.0};
-  for (auto [group, shapes] : {std::pair{&decay, &matrices}, {&no_decay, &vectors}})
-    for (const auto& shape : *shapes) {
-      group->names.push_back(std::string("p").append(std::to_string(group->params.size())).append(group->name));
-      group->params.push_back(at::randn(shape, dtype));
-    }
-  auto opt = make_optimizer({decay, no_decay}, o);
+  Gpt model(test::model_settings(64, 16, layers, 2, 32));
+  model->to(dtype);
+  auto opt = make_optimizer(*model, o);
   auto set_grads = [&] {
-    for (auto* g : {&decay, &no_decay})
-      for (auto& p : g->params) p.mutable_grad() = at::randn(p.sizes(), dtype);
+    for (auto& p : model->parameters()) p.mutable_grad() = at::randn(p.sizes(), dtype);
   };
   set_grads();
   opt->step(1e-3);
