@@ -2,9 +2,7 @@
 
 #include <fmt/format.h>
 
-#include <fstream>
 #include <set>
-#include <sstream>
 
 #include "checkpoint/checkpoint_dir.h"
 #include "checkpoint/hf_gpt2.h"
@@ -16,6 +14,7 @@
 #include "model/gpt.h"
 #include "model/lora.h"
 #include "util/error.h"
+#include "util/text_file.h"
 
 namespace gputrain {
 namespace {
@@ -23,17 +22,9 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-std::string read_text(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  if (!in) throw data_error("cannot read '" + p.string() + "'");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 json read_json(const fs::path& p) {
   try {
-    return json::parse(read_text(p));
+    return json::parse(read_text_file(p));
   } catch (const json::exception& e) {
     throw data_error("'" + p.string() + "' is not valid JSON: " + e.what());
   }
@@ -76,7 +67,7 @@ std::string load_initial_weights(torch::nn::Module& model, const ModelSettings& 
       throw data_error("model.init_from: checkpoint '" + path + "' is not usable: " + *problem +
                        "\n    fix: name a complete checkpoint");
     // A tensor-parallel checkpoint's shards are joined: the weights start a run at any parallel.tp.
-    const Settings saved = settings_from_saved_recipe(read_text(p / "recipe.yaml"), (p / "recipe.yaml").string());
+    const Settings saved = settings_from_saved_recipe(read_text_file(p / "recipe.yaml"), (p / "recipe.yaml").string());
     load_module_weights(model, checkpoint_plain_weights(p, saved), "model.init_from checkpoint '" + path + "'", fix, base);
     return "weights of gputrain checkpoint " + path;
   }
@@ -158,7 +149,7 @@ ExportResult export_hf(const fs::path& where, const fs::path& out, bool overwrit
   if (auto problem = checkpoint_problem(r.checkpoint))
     throw data_error("checkpoint '" + r.checkpoint.string() + "' is not usable: " + *problem +
                      "\n    fix: export another checkpoint");
-  const Settings s = settings_from_saved_recipe(read_text(r.checkpoint / "recipe.yaml"),
+  const Settings s = settings_from_saved_recipe(read_text_file(r.checkpoint / "recipe.yaml"),
                                                 (r.checkpoint / "recipe.yaml").string());
   if (s.model.moe.enabled())
     throw data_error("checkpoint '" + r.checkpoint.string() + "' is a mixture-of-experts model (model.moe), which " +

@@ -2,13 +2,12 @@
 
 #include <torch/version.h>
 
-#include <fstream>
 #include <map>
 #include <tuple>
-#include <sstream>
 
 #include "checkpoint/checkpoint_dir.h"
 #include "util/error.h"
+#include "util/text_file.h"
 #include "util/version.h"
 
 namespace gputrain {
@@ -26,14 +25,6 @@ std::vector<NamedTensor> rng_tensors(const RngSnapshot& r) {
   std::vector<NamedTensor> t = {{"cpu", r.cpu}};
   if (r.cuda.defined()) t.push_back({"cuda", r.cuda});
   return t;
-}
-
-std::string read_text(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  if (!in) throw data_error("cannot read '" + p.string() + "'");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
 }
 
 std::string shard_file(const char* stem, size_t rank) { return std::string(stem) + ".tp" + std::to_string(rank) + ".safetensors"; }
@@ -62,7 +53,7 @@ std::pair<size_t, std::vector<TensorShard>> tensor_parallel_of(const json& j) {
 
 json read_json_file(const fs::path& p) {
   try {
-    return json::parse(read_text(p));
+    return json::parse(read_text_file(p, "checkpoint file", "resume from another checkpoint"));
   } catch (const json::exception& e) {
     throw data_error("'" + p.string() + "' is malformed: " + e.what() + "\n    fix: resume from another checkpoint");
   }
@@ -167,7 +158,7 @@ TrainingSnapshot load_training_checkpoint(const fs::path& dir) {
   const fs::path state_path = dir / "trainer.json";
   size_t tp = 1;
   try {
-    const json j = json::parse(read_text(state_path));
+    const json j = json::parse(read_text_file(state_path, "checkpoint file", "resume from another checkpoint"));
     if (j.at("format") != kStateFormat || j.at("version").get<int>() > kStateVersion)
       throw data_error("'" + state_path.string() + "' is not a gputrain training state this version can read (format " +
                        j.at("format").dump() + ", version " + j.at("version").dump() + ")" +
@@ -195,7 +186,7 @@ TrainingSnapshot load_training_checkpoint(const fs::path& dir) {
     throw data_error("'" + state_path.string() + "' is malformed: " + e.what() +
                      "\n    fix: resume from another checkpoint");
   }
-  s.recipe_yaml = read_text(dir / "recipe.yaml");
+  s.recipe_yaml = read_text_file(dir / "recipe.yaml", "checkpoint file", "resume from another checkpoint");
   s.model = read_model_files(dir, tp, s.tp_split);
   if (tp == 1) s.optimizer_state = read_safetensors((dir / "optimizer.safetensors").string()).tensors;
   for (size_t r = 0; tp > 1 && r < tp; ++r)

@@ -18,7 +18,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string read_text_file(const fs::path& p, const Origin& named_at) {
+std::string read_recipe_text(const fs::path& p, const Origin& named_at) {
   std::error_code ec;
   std::ifstream in;
   if (fs::is_regular_file(p, ec)) in.open(p, std::ios::binary);
@@ -40,7 +40,7 @@ ConfigNode load_with_bases(const fs::path& path, const std::string& display, con
     if (c == canon)
       throw config_error(named_at.str() + ": extends: '" + display + "' extends itself (cycle: " + c +
                          ")\n    fix: remove the cycle");
-  ConfigNode node = parse_yaml(read_text_file(path, named_at), display);
+  ConfigNode node = parse_yaml(read_recipe_text(path, named_at), display);
 
   ConfigNode merged{.kind = ConfigNode::Kind::kMap, .origin = node.origin};
   const ConfigNode* ext = node.find("extends");

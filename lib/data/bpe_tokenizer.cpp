@@ -1,6 +1,5 @@
 #include "data/bpe_tokenizer.h"
 
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <queue>
 #include <sstream>
@@ -8,6 +7,7 @@
 #include "data/pretokenize.h"
 #include "data/unicode_classes.h"
 #include "util/error.h"
+#include "util/text_file.h"
 
 namespace gputrain {
 namespace {
@@ -34,14 +34,6 @@ bool vocab_string_to_bytes(std::string_view s, const std::vector<int>& table, st
     out.push_back(static_cast<char>(table[cp]));
   }
   return !out.empty();
-}
-
-std::string read_text_file(const std::string& path, const char* what) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw data_error("cannot read the " + std::string(what) + " '" + path + "'\n    fix: check the path");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
 }
 
 class BpeEncoder : public TokenEncoder {

@@ -161,7 +161,11 @@ TEST_CASE("bad tokenizer files are data errors naming the file", "[data][tokeniz
     }
     return std::string();
   };
-  CHECK_THAT(err({"gpt2", dir.file("none.json"), shared_data("gpt2/vocab.bpe")}), Contains("none.json"));
+  CHECK_THAT(err({"gpt2", dir.file("none.json"), shared_data("gpt2/vocab.bpe")}),
+             Contains("cannot read the GPT-2 vocabulary (encoder.json) '" + dir.file("none.json") +
+                      "'\n    fix: check the path"));
+  CHECK_THAT(err({"gpt2", shared_data("gpt2/encoder.json"), dir.file("none.bpe")}),
+             Contains("cannot read the GPT-2 merges file (vocab.bpe) '" + dir.file("none.bpe") + "'"));
   write_file(dir.file("bad.json"), "{\"a\": 0,");
   CHECK_THAT(err({"gpt2", dir.file("bad.json"), shared_data("gpt2/vocab.bpe")}), Contains("is not valid JSON"));
   write_file(dir.file("noeot.json"), "{\"a\": 0, \"b\": 1}");
