@@ -6,8 +6,8 @@
 # results JSON to $OUT (or ./gpu-check-out).
 #
 # GPU time is scarce and the host has 16 cores: `scripts/gpu-check.sh --pack`
-# on a development machine whose build/ was configured with CUDA for sm_90
-# (cmake -DCMAKE_CUDA_ARCHITECTURES=90 build) copies the binaries, the three
+# on a development machine whose build/ has the CUDA kernels for sm_90 (the
+# default TORCH_CUDA_ARCH_LIST "8.0;9.0" gives them) copies the binaries, the three
 # Debian shared libraries they need and ../shared/data into .deps/prebuilt;
 # carry .deps and the host runs those instead of building (same torch 2.11).
 set -uo pipefail
@@ -19,11 +19,20 @@ if [[ "${1:-}" == "--download" ]]; then  # on a Debian development machine
   echo "downloaded to .deps/debs; carry .deps to the GPU host"; exit 0
 fi
 if [[ "${1:-}" == "--pack" ]]; then  # on a development machine, after building with CUDA
+  # Our kernels must hold sm_90 code for the H100/H200 (the nvcc flags come from TORCH_CUDA_ARCH_LIST,
+  # "8.0;9.0" unless set otherwise).
+  if ! grep -q 'code=sm_90' build/kernels/CMakeFiles/gputrain_kernels.dir/flags.make 2>/dev/null; then
+    echo "build/ has no CUDA kernels for sm_90: configure it with TORCH_CUDA_ARCH_LIST including 9.0" \
+         "(the default) and GPUTRAIN_CUDA=auto or ON, rebuild, then --pack" >&2
+    exit 1
+  fi
   P=.deps/prebuilt; rm -rf "$P"; mkdir -p "$P/lib" "$P/tests"
   cp build/gputrain "$P/" && cp build/tests/gputrain_gpu_tests "$P/tests/" || exit 1
   for l in libyaml-cpp.so.0.7 libspdlog.so.1.10 libfmt.so.9; do cp -L "/lib/x86_64-linux-gnu/$l" "$P/lib/"; done
   cp -r ../shared/data "$P/shared-data" && chmod -R u+w "$P/shared-data"
   pwd > "$P/source-dir"  # the tests have this path compiled in
+  # Which sources the binaries are (the host's copy of the tree need not have .git).
+  git describe --always --dirty > "$P/commit"
   du -sh "$P"; exit 0
 fi
 OUT="${OUT:-$PWD/gpu-check-out}"; mkdir -p "$OUT"
@@ -39,12 +48,13 @@ if [[ -d .deps/prebuilt ]]; then
   mkdir -p "$src/../shared" build/tests && cp -rn .deps/prebuilt/shared-data "$src/../shared/data" 2>/dev/null
   cp .deps/prebuilt/gputrain build/ && cp .deps/prebuilt/tests/gputrain_gpu_tests build/tests/
   export LD_LIBRARY_PATH="$PWD/.deps/prebuilt/lib:$(python3 -c 'import torch,os;print(os.path.dirname(torch.__file__))')/lib:$LD_LIBRARY_PATH"
-  BUILD=build; build=0; echo "prebuilt binaries from $src" > "$OUT/build.log"
+  BUILD=build; build=0; BINARIES="prebuilt at $(cat .deps/prebuilt/commit 2>/dev/null || echo unknown)"
+  echo "prebuilt binaries from $src, commit ${BINARIES#prebuilt at }" > "$OUT/build.log"
 else
   cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DGPUTRAIN_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
     -DTORCH_CUDA_ARCH_LIST=9.0 -DCMAKE_PREFIX_PATH="$TORCH_PREFIX;$PREFIX/usr;$PREFIX/usr/lib/x86_64-linux-gnu/cmake" \
     > "$OUT/build.log" 2>&1 && cmake --build build-gpu -j "$(nproc)" >> "$OUT/build.log" 2>&1
-  build=$?; BUILD=build-gpu
+  build=$?; BUILD=build-gpu; BINARIES="built here for sm_90"
 fi
 # At most 8 files come back from the device tool's $OUT: the quickstart's run
 # directory stays in /tmp and its summary goes into results.json.
@@ -56,9 +66,11 @@ elif [[ "$BUILD" == build ]]; then  # no CTest files travel: run the Catch binar
 else
   (cd build-gpu && timeout 420 ctest -L gpu --output-on-failure) > "$OUT/gpu-tests.log" 2>&1; tests=$?
 fi
-QS=/tmp/gputrain-quickstart; qs=-1
-# STAGES picks the steps after the tests (one device call lasts at most 10 minutes).
-STAGES="${STAGES:-quickstart vs-pytorch profile kernels techniques batches optim}"
+QS=/tmp/gputrain-quickstart; qs=-1; rm -rf "$QS"  # a summary from an earlier call would pass for this one
+# STAGES picks the steps after the tests (one device call lasts at most 10 minutes): unset = all of
+# them, "none" (or empty) = none.
+STAGES="${STAGES-quickstart vs-pytorch profile kernels techniques batches optim}"
+[[ "$STAGES" == none ]] && STAGES=""
 has() { [[ " $STAGES " == *" $1 "* ]]; }
 has quickstart && { timeout 120 ./$BUILD/gputrain run --output-dir $QS --overwrite --set metrics.progress=lines > "$OUT/quickstart.log" 2>&1; qs=$?; }
 # gputrain vs PyTorch eager and torch.compile, GPT-2 124M bf16 (issue 9's goal); VS_BATCH sets the batch (16).
@@ -86,14 +98,14 @@ has optim && for mode in fp32 bf16-pure; do
   timeout 120 ./$BUILD/gputrain optim bench configs/gpt2-124m.yaml --steps 20 --set run.device=cuda \
     --set precision.mode=$mode >> "$OUT/optim.md" 2>&1
 done
-python3 - "$OUT" "$QS" "$build" "$tests" "$qs" <<'PY'
+python3 - "$OUT" "$QS" "$BINARIES" "$build" "$tests" "$qs" <<'PY'
 import json, os, sys
-out, qs_dir, build, tests, qs = sys.argv[1], sys.argv[2], *map(int, sys.argv[3:])
+out, qs_dir, binaries, build, tests, qs = sys.argv[1], sys.argv[2], sys.argv[3], *map(int, sys.argv[4:])
 summary = {}
 p = os.path.join(qs_dir, "summary.json")
 if os.path.exists(p):
     summary = json.load(open(p))
-res = {"build_rc": build, "gpu_tests_rc": tests, "quickstart_rc": qs,
+res = {"binaries": binaries, "build_rc": build, "gpu_tests_rc": tests, "quickstart_rc": qs,
        "quickstart": {k: summary.get(k) for k in ("device", "tokens_per_s", "eval_loss", "entropy_floor", "mem_peak_mb")}}
 json.dump(res, open(os.path.join(out, "results.json"), "w"), indent=2)
 print("| check | result |\n|---|---|")
