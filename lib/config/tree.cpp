@@ -88,7 +88,9 @@ ConfigNode parse_yaml(const std::string& text, const std::string& file) {
   }
   if (root.kind != ConfigNode::Kind::kMap)
     throw config_error(root.origin.str() + ": a recipe must be a mapping of sections (run:, model:, ...), not " +
-                       root.kind_name());
+                       root.kind_name() +
+                       "\n    fix: start lines at the top level with a section name and a colon, e.g. `train:`, "
+                       "and indent its keys under it (`gputrain print-config --reference` lists them)");
   return root;
 }
 

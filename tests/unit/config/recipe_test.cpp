@@ -65,6 +65,15 @@ TEST_CASE("YAML syntax errors name file, line and column", "[config]") {
   CHECK_THAT(e, Contains("YAML syntax error"));
 }
 
+TEST_CASE("a recipe that is a list or a scalar says what a recipe is and how to write one", "[config]") {
+  for (const std::string text : {"- model\n- train\n", "just some words\n"}) {
+    INFO(text);
+    const std::string e = load_error(text);
+    CHECK_THAT(e, Contains("recipe.yaml:1:1: a recipe must be a mapping of sections"));
+    CHECK_THAT(e, Contains("fix: start lines at the top level with a section name"));
+  }
+}
+
 TEST_CASE("unknown keys are errors with a suggestion", "[config]") {
   std::string e = load_error(kMinimal + "optim: {learning_rate: 0.1, betas: [0.9, 0.99], lr: 1e-3}\ntrain: {max_step: 10}\n");
   CHECK_THAT(e, Contains("recipe.yaml:5:9: optim.learning_rate: unknown key"));
