@@ -4,7 +4,9 @@
 #include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <string>
 #include <exception>
 
 #include "commands.h"
@@ -19,6 +21,31 @@ void add_recipe_args(CLI::App* cmd, gputrain::app::CommonArgs& a, bool required)
   cmd->add_option("--set", a.overrides, "override a key, e.g. --set optim.lr=3e-4 (repeatable; value is YAML)")
       ->type_name("KEY=VALUE")
       ->allow_extra_args(false);
+}
+
+// Counts such as --steps: CLI::PositiveNumber would print a double's whole range on a bad value.
+const CLI::Range kCount(int64_t{1}, int64_t{1} << 30);
+
+// A missing command ("gputrain", "gputrain optim") or a word where a command belongs that names
+// none ("gputrain frobnicate", "gputrain data frob"): CLI11 reports only "A subcommand is
+// required". Returns the error text, or "" when the words before the first option are fine.
+std::string command_error(CLI::App& top, int argc, char** argv) {
+  CLI::App* app = &top;
+  std::string path = "gputrain";
+  for (int i = 1;; ++i) {
+    const auto commands = app->get_subcommands([](CLI::App*) { return true; });
+    if (commands.empty()) return "";
+    std::string names;
+    for (CLI::App* c : commands) names.append(names.empty() ? "" : ", ").append(c->get_name());
+    const std::string fix = "\n    fix: use one of " + names + " (`" + path + " --help` describes them)";
+    if (i == argc) return "`" + path + "` needs a command" + fix;
+    const std::string word = argv[i];
+    if (word.empty() || word[0] == '-') return "";  // --help, --version, or an option CLI11 reports
+    auto it = std::find_if(commands.begin(), commands.end(), [&](CLI::App* c) { return c->get_name() == word; });
+    if (it == commands.end()) return "unknown command '" + word + "' for `" + path + "`" + fix;
+    app = *it;
+    path.append(" ").append(word);
+  }
 }
 
 }  // namespace
@@ -100,7 +127,7 @@ int main(int argc, char** argv) {
   auto* bench = data->add_subcommand("bench", "measure the recipe's data loader (tokens/s by worker count)");
   add_recipe_args(bench, bench_args, false);
   bench->add_option("--workers", bench_workers, "worker counts to measure")->capture_default_str()->expected(1, -1);
-  bench->add_option("--batches", bench_batches, "batches per measurement")->capture_default_str()->check(CLI::PositiveNumber);
+  bench->add_option("--batches", bench_batches, "batches per measurement")->capture_default_str()->check(kCount);
 
   auto* optim = cli.add_subcommand("optim", "measure the optimizers");
   optim->require_subcommand(1);
@@ -111,7 +138,7 @@ int main(int argc, char** argv) {
   add_recipe_args(optim_bench, optim_bench_args, false);
   optim_bench->add_option("--steps", optim_bench_steps, "timed steps per optimizer (after one warm-up step)")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(kCount);
 
   auto* kernels = cli.add_subcommand("kernels", "measure the fused CUDA kernels");
   kernels->require_subcommand(1);
@@ -122,7 +149,7 @@ int main(int argc, char** argv) {
   add_recipe_args(kernels_bench, kernels_bench_args, false);
   kernels_bench->add_option("--repeats", kernels_bench_repeats, "timed repetitions per op (after one warm-up)")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(kCount);
 
   std::string export_checkpoint, export_format = "hf", export_out;
   bool export_overwrite = false, export_merge_lora = false;
@@ -139,6 +166,10 @@ int main(int argc, char** argv) {
   exp->add_flag("--merge-lora", export_merge_lora,
                 "a LoRA checkpoint: write each adapted weight as W + (alpha / rank) B A (needed for LoRA checkpoints)");
 
+  if (const std::string wrong = command_error(cli, argc, argv); !wrong.empty()) {
+    std::fprintf(stderr, "error: %s\n", wrong.c_str());
+    return 2;
+  }
   try {
     cli.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -42,8 +42,20 @@ TEST_CASE("cli: --version, --help and usage errors", "[cli]") {
   auto rh = run_gputrain({"run", "--help"});
   CHECK(rh.exit_code == 0);
   CHECK_THAT(rh.output, Contains("--set"));
-  CHECK(run_gputrain({}).exit_code == 2);
-  CHECK(run_gputrain({"frobnicate"}).exit_code == 2);
+  auto none = run_gputrain({});
+  CHECK(none.exit_code == 2);
+  CHECK_THAT(none.output, Contains("`gputrain` needs a command\n    fix: use one of run, plan, validate"));
+  auto unknown = run_gputrain({"frobnicate"});
+  CHECK(unknown.exit_code == 2);
+  CHECK_THAT(unknown.output, Contains("unknown command 'frobnicate' for `gputrain`"));
+  auto nested = run_gputrain({"data", "frob", "x"});
+  CHECK(nested.exit_code == 2);
+  CHECK_THAT(nested.output, Contains("unknown command 'frob' for `gputrain data`\n    fix: use one of prepare, bench"));
+  CHECK_THAT(run_gputrain({"optim"}).output, Contains("`gputrain optim` needs a command"));
+  // Counts name their range, not a double's.
+  auto steps = run_gputrain({"optim", "bench", "--steps", "0"});
+  CHECK(steps.exit_code == 2);
+  CHECK_THAT(steps.output, Contains("--steps: Value 0 not in range 1 to 1073741824"));
   CHECK(run_gputrain({"run", "--no-such-flag"}).exit_code == 2);
   CHECK(run_gputrain({"print-config", "--format", "toml"}).exit_code == 2);
   auto bad_set = run_gputrain({"validate", "x.yaml", "--set", "nokey"});
