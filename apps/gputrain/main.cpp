@@ -6,8 +6,8 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <string>
 #include <exception>
+#include <string>
 
 #include "commands.h"
 #include "util/error.h"
