@@ -16,7 +16,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from bench_args import add_model_args
+from bench_args import add_model_args, provenance
 from techniques import RECIPE  # the same model and data recipe as the techniques table
 
 # precision.mode -> the table's name for it (the seed guide's fp32 / tf32 / fp16 / bf16, and bf16-pure).
@@ -63,6 +63,7 @@ def main():
     a = ap.parse_args()
     batches = [int(b) for b in a.batches.split(",")]
     table = list(rows(a.modes.split(","), a.checkpointing.split(",")))
+    print(provenance(a.binary))
     print(f"model: {a.layers} layers, d_model {a.d}, {a.heads} heads, seq_len {a.seq}, vocab {a.vocab}; "
           f"{a.steps} steps on {a.device}, the second half timed\n")
     print("| technique | batch | tokens/s | MFU | peak memory MiB |")

@@ -1,5 +1,8 @@
 """Command-line options the benchmark scripts share: the gputrain binary and
-the model's shape (each script picks its own default model)."""
+the model's shape (each script picks its own default model); and the line
+naming which gputrain was measured, and when."""
+import datetime
+import subprocess
 
 
 def add_model_args(ap, *, vocab, seq, layers, heads, d):
@@ -10,3 +13,13 @@ def add_model_args(ap, *, vocab, seq, layers, heads, d):
     ap.add_argument("--heads", type=int, default=heads)
     ap.add_argument("--d", type=int, default=d)
     return ap
+
+
+def provenance(binary):
+    """`gputrain --version` (the commit the binary was built from) and today's date: the first
+    line of every table, since docs/benchmarks.md records each run with its commit and date."""
+    try:
+        version = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=60).stdout.strip()
+    except OSError as e:
+        version = f"{binary}: {e.strerror}"
+    return f"{version or binary + ': no version'}; {datetime.date.today().isoformat()}"

@@ -20,6 +20,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from bench_args import provenance
+
 SIZES = {
     # name: (n_layer, n_head, d_model, seq_len, batch, vocab), timed steps (about 10-60 s a side)
     "tiny (0.8M)": ((2, 4, 128, 64, 32, 512), 100),
@@ -126,6 +128,7 @@ def main():
     ap.add_argument("--sizes", default=",".join(SIZES), help="comma-separated names from: " + ", ".join(SIZES))
     args = ap.parse_args()
 
+    print(provenance(args.binary))
     print(f"torch {torch.__version__}, {args.threads} threads, fp32, best of {args.repeats} runs a side, "
           f"timed after {args.warmup} warm-up steps\n")
     print("| model | layers x d_model | batch x seq | PyTorch eager tok/s | gputrain tok/s | gputrain / PyTorch |")

@@ -14,7 +14,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from bench_args import add_model_args
+from bench_args import add_model_args, provenance
 
 RECIPE = """run: {{name: expert-parallel, device: cpu, threads: 1}}
 model: {{vocab_size: {vocab}, seq_len: {seq}, n_layer: {layers}, n_head: {heads}, d_model: {d},
@@ -46,6 +46,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         recipe = Path(tmp) / "r.yaml"
         recipe.write_text(RECIPE.format(**vars(a)))
+        print(provenance(a.binary))
         print(f"model: {a.layers} layers, d_model {a.d}, every block a mixture of {a.experts} experts (top 2, "
               f"capacity 1.25), seq_len {a.seq}, vocab {a.vocab}; {a.nproc} processes (Gloo, 1 thread each) of "
               f"batch {a.batch}, {a.steps} steps\n")

@@ -27,7 +27,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
-from bench_args import add_model_args
+from bench_args import add_model_args, provenance
 from cpu_vs_pytorch import GPT, timed_ms  # the CPU benchmark's reference model and step timing
 
 PEAK_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0}
@@ -152,6 +152,7 @@ def main():
     L, H, d, T, B, V = a.layers, a.heads, a.d, a.seq, a.batch, a.vocab
     peak = peak_tflops()
     fpt = flops_per_token(L, d, T, V)
+    print(provenance(a.binary))
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}; {L} layers, d {d}, {H} heads, seq {T}, "
           f"vocab {V}; batch {B}; bf16 autocast, fused AdamW; {a.steps} steps after {a.warmup} warm-up; "
           f"{fpt / 1e6:.0f} MFLOP/token\n")

@@ -13,7 +13,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from bench_args import add_model_args
+from bench_args import add_model_args, provenance
 
 RECIPE = """run: {{name: techniques, device: {device}}}
 model: {{vocab_size: {vocab}, seq_len: {seq}, n_layer: {layers}, n_head: {heads}, d_model: {d}}}
@@ -59,6 +59,7 @@ def main():
         recipe = Path(tmp) / "r.yaml"
         recipe.write_text(RECIPE.format(device=a.device, vocab=a.vocab, seq=a.seq, layers=a.layers, heads=a.heads,
                                         d=a.d, batch=a.batch, steps=a.steps))
+        print(provenance(a.binary))
         print(f"model: {a.layers} layers, d_model {a.d}, {a.heads} heads, seq_len {a.seq}, vocab {a.vocab}; "
               f"batch {a.batch}; {a.steps} steps on {a.device}\n")
         print("| technique | tokens/s | vs fp32 | peak memory MiB | vs fp32 | plan estimate MiB |")
