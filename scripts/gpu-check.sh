@@ -51,8 +51,9 @@ if [[ -d .deps/prebuilt ]]; then
   mkdir -p "$src/../shared" build/tests && cp -rn .deps/prebuilt/shared-data "$src/../shared/data" 2>/dev/null
   cp .deps/prebuilt/gputrain build/ && cp .deps/prebuilt/tests/gputrain_gpu_tests build/tests/
   export LD_LIBRARY_PATH="$PWD/.deps/prebuilt/lib:$(python3 -c 'import torch,os;print(os.path.dirname(torch.__file__))')/lib:$LD_LIBRARY_PATH"
-  BUILD=build; build=0; BINARIES="prebuilt at $(cat .deps/prebuilt/commit 2>/dev/null || echo unknown)"
-  echo "prebuilt binaries from $src, commit ${BINARIES#prebuilt at }" > "$OUT/build.log"
+  commit="$(cat .deps/prebuilt/commit 2>/dev/null || echo unknown)"
+  BUILD=build; build=0; BINARIES="prebuilt at $commit"
+  echo "prebuilt binaries from $src, commit $commit" > "$OUT/build.log"
 else
   cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DGPUTRAIN_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
     -DTORCH_CUDA_ARCH_LIST=9.0 -DCMAKE_PREFIX_PATH="$TORCH_PREFIX;$PREFIX/usr;$PREFIX/usr/lib/x86_64-linux-gnu/cmake" \
