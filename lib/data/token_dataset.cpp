@@ -40,9 +40,18 @@ std::vector<std::string> expand_data_paths(const std::vector<std::string>& paths
       for (size_t i = 0; i < g.gl_pathc; ++i)
         if (!fs::is_directory(g.gl_pathv[i])) out.emplace_back(g.gl_pathv[i]);
     ::globfree(&g);
-    if (rc == GLOB_NOMATCH || out.empty())
+    if (rc == GLOB_NOMATCH || out.empty()) {
+      // A missing directory is usually shards not prepared yet (a recipe's header says how).
+      const fs::path dir = fs::path(p).parent_path();
+      std::error_code ec;
+      if (!dir.empty() && !is_glob_pattern(dir.string()) && !fs::exists(dir, ec))
+        throw data_error(key + ".path: the pattern '" + p + "' matches no files: the directory '" + dir.string() +
+                         "' does not exist" +
+                         fix("make the shards first with `gputrain data prepare <text files> -o " + dir.string() +
+                             "` (a recipe's header comment may give the full command), or correct the path"));
       throw data_error(key + ".path: the pattern '" + p + "' matches no files" +
                        fix("check the directory and pattern, e.g. data/train_*.bin"));
+    }
     if (rc != 0 && rc != GLOB_NOMATCH) throw data_error(key + ".path: cannot expand '" + p + "'");
   }
   return out;

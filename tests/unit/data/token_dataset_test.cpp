@@ -165,6 +165,11 @@ TEST_CASE("bad token files are data errors before training", "[data]") {
   CHECK_THAT(open_error(tokens_at({dir.file("missing.bin")}), m), Contains("cannot open data file '" + dir.file("missing.bin")));
   CHECK_THAT(open_error(tokens_at({dir.file("adir")}), m), Contains("is a directory"));
   CHECK_THAT(open_error(tokens_at({dir.file("nothing_*.bin")}), m), Contains("matches no files"));
+  CHECK_THAT(open_error(tokens_at({dir.file("nothing_*.bin")}), m), Contains("fix: check the directory and pattern"));
+  // Shards not prepared yet: the directory itself is missing, and the fix says how to make it.
+  CHECK_THAT(open_error(tokens_at({dir.file("unprepared/train_*.bin")}), m),
+             Contains("matches no files: the directory '" + dir.file("unprepared") + "' does not exist\n    fix: make "
+                      "the shards first with `gputrain data prepare <text files> -o " + dir.file("unprepared") + "`"));
   CHECK_THAT(open_error(tokens_at({dir.file("empty.bin")}), m), Contains("empty.bin' is empty"));
   CHECK_THAT(open_error(tokens_at({dir.file("trunc.bin")}), m),
              Contains("trunc.bin' is truncated: its header declares 80 tokens"));
