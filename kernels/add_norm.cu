@@ -17,14 +17,16 @@ __device__ __forceinline__ float warp_sum(float v) {
 // --- kernels -------------------------------------------------------------------
 
 // One warp per row; lane l holds columns l, l + 32, ... (kPer of them), so
-// each load instruction of a warp reads consecutive elements. Loads and
+// each load instruction of a warp reads consecutive elements. Column indices
+// are 32-bit (width <= kMaxAddNormWidth): with 64-bit ones the backward
+// spilled registers at d 768. Loads and
 // stores sit in separate loops: the compiler may not move a load past a
 // store to memory that could alias it, so a loop that mixed them would wait
 // out one memory latency per element instead of one per loop.
 template <class TR, class TB, class TO, int kPer>
 __global__ void __launch_bounds__(kThreads) add_norm_forward_kernel(AddNormForwardArgs a) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t d = a.width;
+  const int d = static_cast<int>(a.width);
   const TR* weight = static_cast<const TR*>(a.weight);
   const TR* bias = static_cast<const TR*>(a.bias);
   const float inv_d = 1.0f / static_cast<float>(d);
@@ -34,21 +36,21 @@ __global__ void __launch_bounds__(kThreads) add_norm_forward_kernel(AddNormForwa
     float v[kPer];
 #pragma unroll
     for (int i = 0; i < kPer; ++i) {
-      const int64_t c = lane + 32 * i;
+      const int c = lane + 32 * i;
       v[i] = c < d ? to_float(x[c]) : 0.0f;
     }
     if (a.branch) {
       const TB* branch = static_cast<const TB*>(a.branch) + r * d;
 #pragma unroll
       for (int i = 0; i < kPer; ++i) {
-        const int64_t c = lane + 32 * i;
+        const int c = lane + 32 * i;
         if (c < d) v[i] += to_float(branch[c]);
       }
       // The sum is rounded to the stream's type before it is normalized, as ATen's add then norm do.
       TR* sum = static_cast<TR*>(a.sum) + r * d;
 #pragma unroll
       for (int i = 0; i < kPer; ++i) {
-        const int64_t c = lane + 32 * i;
+        const int c = lane + 32 * i;
         if (c < d) {
           const TR s = from_float<TR>(v[i]);
           sum[c] = s;
@@ -63,7 +65,7 @@ __global__ void __launch_bounds__(kThreads) add_norm_forward_kernel(AddNormForwa
     float sq = 0.0f;
 #pragma unroll
     for (int i = 0; i < kPer; ++i) {
-      const int64_t c = lane + 32 * i;
+      const int c = lane + 32 * i;
       if (c < d) sq += (v[i] - mean) * (v[i] - mean);
     }
     const float rstd = rsqrtf(warp_sum(sq) * inv_d + a.eps);
@@ -73,16 +75,30 @@ __global__ void __launch_bounds__(kThreads) add_norm_forward_kernel(AddNormForwa
     }
 #pragma unroll
     for (int i = 0; i < kPer; ++i) {
-      const int64_t c = lane + 32 * i;
+      const int c = lane + 32 * i;
       if (c < d) v[i] = (v[i] - mean) * rstd * to_float(weight[c]) + (bias ? to_float(bias[c]) : 0.0f);
     }
     TO* out = static_cast<TO*>(a.out) + r * d;
 #pragma unroll
     for (int i = 0; i < kPer; ++i) {
-      const int64_t c = lane + 32 * i;
+      const int c = lane + 32 * i;
       if (c < d) out[c] = from_float<TO>(v[i]);
     }
   }
+}
+
+// Whether the backward's second pass reloads its input (the warp read it a
+// moment ago: L1 or L2) rather than keep xhat in registers: where keeping it
+// would spill (ptxas -v; scripts/kernel_resources.py prints it). Past 32
+// columns per lane the accumulators, g and xhat exceed the 255 registers a
+// thread has; at 24, capped at 128 for two blocks per multiprocessor, they fit
+// sm_90's schedule but not sm_80's.
+template <int kPer>
+__device__ constexpr bool backward_reloads_input() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+  if (kPer == 24) return true;
+#endif
+  return kPer > 32;
 }
 
 // d input = rstd * (g - mean(g) - xhat * mean(g * xhat)) + grad_sum, with
@@ -90,12 +106,13 @@ __global__ void __launch_bounds__(kThreads) add_norm_forward_kernel(AddNormForwa
 // term). Each lane accumulates its columns' weight/bias gradients over the
 // rows its warp visits; the block then adds its 8 warps' sums into one
 // partial row (shared memory, a fixed order). Up to 24 columns per lane the
-// registers fit two blocks per multiprocessor without spilling (d 768: 128).
+// registers fit two blocks per multiprocessor (d 768: 128 registers).
 template <class TR, class TB, class TO, int kPer>
 __global__ void __launch_bounds__(kThreads, kPer <= 24 ? 2 : 1) add_norm_backward_kernel(AddNormBackwardArgs a) {
+  constexpr bool kReloadInput = backward_reloads_input<kPer>();
   __shared__ float staged[kWarps][32];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t d = a.width;
+  const int d = static_cast<int>(a.width);
   const TR* weight = static_cast<const TR*>(a.weight);
   const float inv_d = 1.0f / static_cast<float>(d);
   float weight_acc[kPer], bias_acc[kPer];
@@ -110,7 +127,7 @@ __global__ void __launch_bounds__(kThreads, kPer <= 24 ? 2 : 1) add_norm_backwar
     float sum_g = 0.0f, sum_gx = 0.0f;
 #pragma unroll
     for (int i = 0; i < kPer; ++i) {
-      const int64_t c = lane + 32 * i;
+      const int c = lane + 32 * i;
       g[i] = xhat[i] = 0.0f;
       if (c < d) {
         const float dy = to_float(grad_out[c]);
@@ -126,12 +143,16 @@ __global__ void __launch_bounds__(kThreads, kPer <= 24 ? 2 : 1) add_norm_backwar
     const float mean_gx = warp_sum(sum_gx) * inv_d;
     // g becomes d input; then the residual path's gradient is loaded (loads only), then stored.
 #pragma unroll
-    for (int i = 0; i < kPer; ++i) g[i] = rstd * (g[i] - mean_g - xhat[i] * mean_gx);
+    for (int i = 0; i < kPer; ++i) {
+      const int c = lane + 32 * i;
+      const float x = kReloadInput ? (c < d ? (to_float(input[c]) - mean) * rstd : 0.0f) : xhat[i];
+      g[i] = rstd * (g[i] - mean_g - x * mean_gx);
+    }
     if (a.grad_sum) {
       const TR* grad_sum = static_cast<const TR*>(a.grad_sum) + r * d;
 #pragma unroll
       for (int i = 0; i < kPer; ++i) {
-        const int64_t c = lane + 32 * i;
+        const int c = lane + 32 * i;
         if (c < d) g[i] += to_float(grad_sum[c]);
       }
     }
@@ -139,7 +160,7 @@ __global__ void __launch_bounds__(kThreads, kPer <= 24 ? 2 : 1) add_norm_backwar
     TB* grad_branch = a.grad_branch ? static_cast<TB*>(a.grad_branch) + r * d : nullptr;
 #pragma unroll
     for (int i = 0; i < kPer; ++i) {
-      const int64_t c = lane + 32 * i;
+      const int c = lane + 32 * i;
       if (c < d) {
         grad_input[c] = from_float<TR>(g[i]);
         if (grad_branch) grad_branch[c] = from_float<TB>(g[i]);
@@ -154,7 +175,7 @@ __global__ void __launch_bounds__(kThreads, kPer <= 24 ? 2 : 1) add_norm_backwar
     for (int i = 0; i < kPer; ++i) {
       staged[warp][lane] = which == 0 ? weight_acc[i] : bias_acc[i];
       __syncthreads();
-      const int64_t c = lane + 32 * i;
+      const int c = lane + 32 * i;
       if (warp == 0 && c < d) {
         float t = 0.0f;
 #pragma unroll

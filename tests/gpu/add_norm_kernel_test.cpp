@@ -4,7 +4,9 @@
 // branch, the weight and the bias, for every dtype combination the blocks
 // produce (fp32; fp32 stream with a bf16/fp16/fp32 branch under autocast;
 // bf16-pure), widths that fill the lanes exactly (768), leave lanes idle
-// (100) and take the wide variant (1280); then whole models on CUDA, whose
+// (100), take a wide variant (1280) and the widest, whose backward reloads
+// its input instead of keeping it in registers (2000, idle lanes at the
+// end); then whole models on CUDA, whose
 // loss and gradients must match the CPU's (which runs ATen's path).
 #include <catch2/catch.hpp>
 #include <ATen/ATen.h>
@@ -41,7 +43,7 @@ TEST_CASE("gpu: the fused add + norm matches a float64 reference, forward and ba
       {at::kBFloat16, at::kBFloat16, std::nullopt}, {at::kFloat, kNone, std::nullopt},
       {at::kFloat, kNone, at::kBFloat16},           {at::kBFloat16, kNone, std::nullopt}};
   for (const Case& c : cases)
-    for (int64_t width : {768, 100, 1280})
+    for (int64_t width : {768, 100, 1280, 2000})
       for (bool rms : {false, true}) {
         at::manual_seed(static_cast<uint64_t>(width) * 7 + (rms ? 1 : 0));
         const bool has_branch = c.branch != kNone;
