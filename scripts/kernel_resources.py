@@ -50,8 +50,11 @@ def kernel_commands(build):
 def ptxas_report(entry, scratch):
     """ptxas's -v lines for one translation unit, compiled with the build's flags."""
     args = shlex.split(entry["command"]) if "command" in entry else list(entry["arguments"])
-    if "-o" in args:  # the object goes to scratch, never over the build's own
-        args[args.index("-o") + 1] = os.path.join(scratch, os.path.basename(entry["file"]) + ".o")
+    obj = os.path.join(scratch, os.path.basename(entry["file"]) + ".o")  # never over the build's own
+    if "-o" in args:
+        args[args.index("-o") + 1] = obj
+    else:
+        args += ["-o", obj]
     result = subprocess.run(args + ["-Xptxas", "-v"], cwd=entry["directory"], capture_output=True, text=True)
     if result.returncode != 0:
         fail(f"compiling {entry['file']} failed:\n{result.stderr[-4000:]}")
@@ -59,7 +62,13 @@ def ptxas_report(entry, scratch):
 
 
 def demangle(names):
-    out = subprocess.run(["c++filt"], input="\n".join(names), capture_output=True, text=True).stdout.splitlines()
+    """C++ names (c++filt, from binutils), or the mangled ones where it is missing or fails."""
+    try:
+        out = subprocess.run(["c++filt"], input="\n".join(names), capture_output=True, text=True).stdout.splitlines()
+    except OSError:
+        out = []
+    if len(out) != len(names):
+        return names
     return [re.sub(r"gputrain::kernels::(\(anonymous namespace\)::)?", "", n) for n in out]
 
 
@@ -104,8 +113,8 @@ def main():
         row["name"] = name
 
     shown = [r for r in rows if r["spill_stores"] or not opts.spills_only]
-    print(f"| arch | registers | spill stores / loads (bytes) | smem (bytes) | kernel |")
-    print(f"|---|--:|--:|--:|---|")
+    print("| arch | registers | spill stores / loads (bytes) | smem (bytes) | kernel |")
+    print("|---|--:|--:|--:|---|")
     for r in sorted(shown, key=lambda r: (r["file"], r["name"], r["arch"])):
         print(f"| {r['arch']} | {r['registers']} | {r['spill_stores']} / {r['spill_loads']} | {r['smem']} | "
               f"`{r['name']}` |")
