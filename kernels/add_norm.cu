@@ -123,6 +123,8 @@ __global__ void __launch_bounds__(kThreads, kPer <= 24 ? 2 : 1) add_norm_backwar
     const TO* grad_out = static_cast<const TO*>(a.grad_out) + r * d;
     const TR* input = static_cast<const TR*>(a.input) + r * d;
     const float mean = a.rms ? 0.0f : a.mean[r], rstd = a.rstd[r];
+    // The one expression both passes use, so a reloaded xhat equals the kept one bit for bit.
+    const auto normalized = [&](int c) { return (to_float(input[c]) - mean) * rstd; };
     float g[kPer], xhat[kPer];
     float sum_g = 0.0f, sum_gx = 0.0f;
 #pragma unroll
@@ -131,7 +133,7 @@ __global__ void __launch_bounds__(kThreads, kPer <= 24 ? 2 : 1) add_norm_backwar
       g[i] = xhat[i] = 0.0f;
       if (c < d) {
         const float dy = to_float(grad_out[c]);
-        xhat[i] = (to_float(input[c]) - mean) * rstd;
+        xhat[i] = normalized(c);
         g[i] = dy * to_float(weight[c]);
         sum_g += g[i];
         sum_gx += g[i] * xhat[i];
@@ -145,7 +147,7 @@ __global__ void __launch_bounds__(kThreads, kPer <= 24 ? 2 : 1) add_norm_backwar
 #pragma unroll
     for (int i = 0; i < kPer; ++i) {
       const int c = lane + 32 * i;
-      const float x = kReloadInput ? (c < d ? (to_float(input[c]) - mean) * rstd : 0.0f) : xhat[i];
+      const float x = kReloadInput ? (c < d ? normalized(c) : 0.0f) : xhat[i];
       g[i] = rstd * (g[i] - mean_g - x * mean_gx);
     }
     if (a.grad_sum) {
