@@ -3,11 +3,14 @@
 #include <ATen/ATen.h>
 #include <torch/autograd.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <vector>
 
 #include "model/cross_entropy.h"
 #include "model/fused_bias_gelu.h"
 #include "model/fused_norm.h"
+#include "model/linear_bias_grad.h"
 #include "precision/autocast_guard.h"
 #include "precision/precision.h"
 #include "util/device.h"
@@ -133,6 +136,36 @@ KernelBenchRow bench_bias_gelu(const Settings& s, const Precision& precision, co
   return row;
 }
 
+// A linear layer's bias gradient (model/linear_bias_grad.h): the column sums of its output
+// gradient [rows, width], against ATen's sum(0), which the backward of at::linear runs.
+KernelBenchRow bench_bias_gradient(const Settings& s, const Precision& precision, const torch::Device& device,
+                                   int64_t repeats, int64_t width) {
+  const int64_t rows = s.train.per_device_batch_size * s.model.seq_len;
+  const at::ScalarType dtype = activation_dtype(precision);
+  at::Tensor g = at::randn({rows, width}, at::TensorOptions().device(device).dtype(dtype));
+  KernelBenchRow row;
+  row.op = "linear layer's bias gradient (column sums)";
+  row.shape = "[" + std::to_string(rows) + ", " + std::to_string(width) + "] " + dtype_name(dtype);
+  row.aten_ms = mean_ms(device, repeats, [&] { at::Tensor b = g.sum(0); });
+  row.fused_ms = mean_ms(device, repeats, [&] { at::Tensor b = linear_bias_gradient(g); });
+  // Reads the gradient once (the partial rows, 256 x width fp32, are small beside it).
+  row.fused_gb_per_s = static_cast<double>(at::elementSize(dtype)) * static_cast<double>(rows * width) /
+                       (row.fused_ms * 1e6);
+  return row;
+}
+
+// The output widths of the model's linear layers whose bias gradient the kernels reduce:
+// q/k/v and the two projections back to d_model, and llama's SwiGLU input (GPT's c_fc bias
+// is reduced by the bias + GELU kernel instead). None without model.bias.
+std::vector<int64_t> biased_linear_widths(const ModelSettings& m) {
+  if (!m.bias) return {};
+  std::vector<int64_t> widths = {m.d_model + 2 * m.kv_width(), m.d_model};
+  if (m.arch == ModelArch::kLlama) widths.push_back(2 * m.mlp_hidden());
+  std::sort(widths.begin(), widths.end());
+  widths.erase(std::unique(widths.begin(), widths.end()), widths.end());
+  return widths;
+}
+
 }  // namespace
 
 KernelBenchResult bench_kernels(const Settings& s, int64_t repeats) {
@@ -147,6 +180,8 @@ KernelBenchResult bench_kernels(const Settings& s, int64_t repeats) {
   r.device = device_name(device);
   r.rows.push_back(bench_add_norm(s, precision, device, repeats));
   if (s.model.arch == ModelArch::kGpt) r.rows.push_back(bench_bias_gelu(s, precision, device, repeats));
+  for (int64_t width : biased_linear_widths(s.model))
+    r.rows.push_back(bench_bias_gradient(s, precision, device, repeats, width));
   r.rows.push_back(bench_cross_entropy(s, precision, device, repeats));
   return r;
 }

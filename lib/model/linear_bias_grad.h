@@ -15,5 +15,9 @@ bool linear_bias_grad_applies(const torch::Tensor& x, const torch::Tensor& bias)
 // x W^T + b.
 torch::Tensor linear_with_bias_grad_kernel(const torch::Tensor& x, const torch::Tensor& weight,
                                            const torch::Tensor& bias);
+// The bias gradient of such a layer from its output gradient g [rows, out]: g's column sums in
+// g's dtype (rounded once, as ATen's sum(0) rounds), by the kernels where they take g and by
+// ATen's sum elsewhere. The backward above uses it; `gputrain kernels bench` times it.
+torch::Tensor linear_bias_gradient(const torch::Tensor& g);
 
 }  // namespace gputrain

@@ -39,12 +39,14 @@ struct LinearBiasGrad : torch::autograd::Function<LinearBiasGrad> {
     at::Tensor grad_x, grad_w, grad_b;
     if (ctx->needs_input_grad(0)) grad_x = at::mm(g, weight).view(x.sizes());
     if (ctx->needs_input_grad(1)) grad_w = at::mm(g.t(), x.reshape({-1, in}));
-    if (ctx->needs_input_grad(2)) grad_b = column_sums(g).to(g.scalar_type());  // rounded as ATen's sum(0) would be
+    if (ctx->needs_input_grad(2)) grad_b = linear_bias_gradient(g);
     return {grad_x, grad_w, grad_b};
   }
 };
 
 }  // namespace
+
+torch::Tensor linear_bias_gradient(const torch::Tensor& g) { return column_sums(g).to(g.scalar_type()); }
 
 bool linear_bias_grad_applies(const torch::Tensor& x, const torch::Tensor& bias) {
   return x.is_cuda() && bias.defined() && x.dim() >= 1;

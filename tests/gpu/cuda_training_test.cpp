@@ -151,4 +151,8 @@ TEST_CASE("gpu: kernels bench times every fused kernel against ATen", "[gpu]") {
   CHECK_THAT(r.output, Catch::Matchers::Contains("residual add + LayerNorm"));
   CHECK_THAT(r.output, Catch::Matchers::Contains("cross-entropy"));
   CHECK_THAT(r.output, Catch::Matchers::Contains("stream fp32, branch/out bf16"));
+  CHECK_THAT(r.output, Catch::Matchers::Contains("bias + GELU(tanh)"));
+  // The quickstart model's q/k/v and projection widths (d_model 128).
+  CHECK_THAT(r.output, Catch::Matchers::Contains("bias gradient (column sums) | [") &&
+                           Catch::Matchers::Contains(", 384] bf16") && Catch::Matchers::Contains(", 128] bf16"));
 }
