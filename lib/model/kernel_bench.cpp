@@ -31,6 +31,14 @@ at::ScalarType activation_dtype(const Precision& precision) {
   return precision.uses_autocast() ? precision.autocast_dtype() : precision.weight_dtype();
 }
 
+// The rows every kernel sees: one micro-batch's tokens.
+int64_t token_rows(const Settings& s) { return s.train.per_device_batch_size * s.model.seq_len; }
+
+// "[rows, width]", the start of each row's shape column.
+std::string matrix_shape(int64_t rows, int64_t width) {
+  return "[" + std::to_string(rows) + ", " + std::to_string(width) + "]";
+}
+
 // Gradients of leaves are dropped before each repetition, so no
 // accumulation kernel is timed on either side.
 void clear_grads(std::initializer_list<at::Tensor*> leaves) {
@@ -39,7 +47,7 @@ void clear_grads(std::initializer_list<at::Tensor*> leaves) {
 
 KernelBenchRow bench_add_norm(const Settings& s, const Precision& precision, const torch::Device& device,
                               int64_t repeats) {
-  const int64_t rows = s.train.per_device_batch_size * s.model.seq_len, d = s.model.d_model;
+  const int64_t rows = token_rows(s), d = s.model.d_model;
   const bool rms = s.model.arch == ModelArch::kLlama;
   const at::ScalarType stream = precision.weight_dtype();
   // Under autocast the branch (a linear layer's output) and the norm's consumer are in autocast's dtype.
@@ -57,8 +65,7 @@ KernelBenchRow bench_add_norm(const Settings& s, const Precision& precision, con
   p.eps = s.model.norm_eps;
   KernelBenchRow row;
   row.op = std::string("residual add + ") + (rms ? "RMSNorm" : "LayerNorm");
-  row.shape = "[" + std::to_string(rows) + ", " + std::to_string(d) + "] stream " + dtype_name(stream) + ", branch/out " +
-              dtype_name(low);
+  row.shape = matrix_shape(rows, d) + " stream " + dtype_name(stream) + ", branch/out " + dtype_name(low);
   row.aten_ms = mean_ms(device, repeats, [&] {
     clear_grads({&x, &branch, &weight, &bias});
     at::Tensor h = x + branch;
@@ -82,14 +89,14 @@ KernelBenchRow bench_add_norm(const Settings& s, const Precision& precision, con
 
 KernelBenchRow bench_cross_entropy(const Settings& s, const Precision& precision, const torch::Device& device,
                                    int64_t repeats) {
-  const int64_t rows = s.train.per_device_batch_size * s.model.seq_len, vocab = s.model.padded_vocab();
+  const int64_t rows = token_rows(s), vocab = s.model.padded_vocab();
   const at::ScalarType dtype = activation_dtype(precision);
   const auto opts = at::TensorOptions().device(device);
   at::Tensor logits = (at::randn({rows, vocab}, opts) * 2).to(dtype).requires_grad_(true);
   at::Tensor targets = at::randint(0, s.model.vocab_size, {rows}, opts.dtype(at::kLong));
   KernelBenchRow row;
   row.op = "cross-entropy (sum over rows)";
-  row.shape = "[" + std::to_string(rows) + ", " + std::to_string(vocab) + "] " + dtype_name(dtype);
+  row.shape = matrix_shape(rows, vocab) + " " + dtype_name(dtype);
   row.aten_ms = mean_ms(device, repeats, [&] {
     clear_grads({&logits});
     cross_entropy_sum_reference(logits, targets, kIgnoreIndex).backward();
@@ -108,7 +115,7 @@ KernelBenchRow bench_cross_entropy(const Settings& s, const Precision& precision
 
 KernelBenchRow bench_bias_gelu(const Settings& s, const Precision& precision, const torch::Device& device,
                                int64_t repeats) {
-  const int64_t rows = s.train.per_device_batch_size * s.model.seq_len, width = s.model.mlp_hidden();
+  const int64_t rows = token_rows(s), width = s.model.mlp_hidden();
   const at::ScalarType dtype = activation_dtype(precision);
   const auto opts = at::TensorOptions().device(device);
   at::Tensor y = at::randn({rows, width}, opts.dtype(dtype)).requires_grad_(true);
@@ -116,8 +123,7 @@ KernelBenchRow bench_bias_gelu(const Settings& s, const Precision& precision, co
   at::Tensor grad_out = at::randn({rows, width}, opts.dtype(dtype));
   KernelBenchRow row;
   row.op = "bias + GELU(tanh), with the bias gradient";
-  row.shape = "[" + std::to_string(rows) + ", " + std::to_string(width) + "] " + dtype_name(dtype) + ", bias " +
-              dtype_name(precision.weight_dtype());
+  row.shape = matrix_shape(rows, width) + " " + dtype_name(dtype) + ", bias " + dtype_name(precision.weight_dtype());
   // ATen: the bias is in cuBLAS's epilogue (y here stands for the biased product); GELU, its
   // backward and the bias gradient's reduction are separate kernels.
   row.aten_ms = mean_ms(device, repeats, [&] {
@@ -140,12 +146,12 @@ KernelBenchRow bench_bias_gelu(const Settings& s, const Precision& precision, co
 // gradient [rows, width], against ATen's sum(0), which the backward of at::linear runs.
 KernelBenchRow bench_bias_gradient(const Settings& s, const Precision& precision, const torch::Device& device,
                                    int64_t repeats, int64_t width) {
-  const int64_t rows = s.train.per_device_batch_size * s.model.seq_len;
+  const int64_t rows = token_rows(s);
   const at::ScalarType dtype = activation_dtype(precision);
   at::Tensor g = at::randn({rows, width}, at::TensorOptions().device(device).dtype(dtype));
   KernelBenchRow row;
   row.op = "linear layer's bias gradient (column sums)";
-  row.shape = "[" + std::to_string(rows) + ", " + std::to_string(width) + "] " + dtype_name(dtype);
+  row.shape = matrix_shape(rows, width) + " " + dtype_name(dtype);
   row.aten_ms = mean_ms(device, repeats, [&] { at::Tensor b = g.sum(0); });
   row.fused_ms = mean_ms(device, repeats, [&] { at::Tensor b = linear_bias_gradient(g); });
   // Reads the gradient once (the partial rows, 256 x width fp32, are small beside it).
