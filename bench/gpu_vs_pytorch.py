@@ -161,7 +161,11 @@ def main():
     for side in a.sides.split(","):
         if side.startswith("gputrain"):
             sets = a.set + (["kernels.cuda_graphs=true"] if side == "gputrain+graphs" else [])
-            tps, ms, mem = bench_gputrain(a.binary, L, H, d, T, B, V, a.steps, a.warmup, sets)
+            try:
+                tps, ms, mem = bench_gputrain(a.binary, L, H, d, T, B, V, a.steps, a.warmup, sets)
+            except subprocess.CalledProcessError as e:  # its own message went to stderr; time the other sides
+                print(f"| {side} | failed (exit {e.returncode}) | | | |", flush=True)
+                continue
         else:
             tps, ms, mem = bench_pytorch(L, H, d, T, B, V, a.steps, a.warmup, side == "compile")
         mfu = f"{100 * tps * fpt / (peak * 1e12):.1f}%" if peak else "-"
