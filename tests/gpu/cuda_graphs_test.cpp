@@ -209,7 +209,8 @@ TEST_CASE("gpu: a run with kernels.cuda_graphs follows the eager run (bf16, accu
     diff = std::max(diff, std::abs(eager[i]["loss"].get<double>() - graphed[i]["loss"].get<double>()));
   WARN("CLI, bf16: max per-step |loss difference|, graphs vs eager, over 120 steps: " << diff);
   CHECK(diff < 1e-2);  // flash attention's backward differs run to run; a broken replay differs at once by more
-  CHECK(graphed.back()["loss"].get<double>() < graphed.front()["loss"].get<double>() - 0.5);
+  // The replays learn: 3.50 -> 3.05 nats on the H100 (2026-11-25), 120 steps of which 50 warm up the lr.
+  CHECK(graphed.back()["loss"].get<double>() < graphed.front()["loss"].get<double>() - 0.3);
   const auto s = read_json(dir.file("graphs") + "/summary.json");
   CHECK(s["cuda_graphs"]["captured"].get<bool>());
   CHECK(s["cuda_graphs"]["replayed_steps"].get<int64_t>() == 120 - StepGraph::kWarmupSteps);
@@ -219,7 +220,9 @@ TEST_CASE("gpu: a run with kernels.cuda_graphs follows the eager run (bf16, accu
 TEST_CASE("gpu: kernels.cuda_graphs under fp16 loss scaling skips and rescales as the eager run does", "[gpu]") {
   TempDir dir;
   // A scale that grows every 2 clean steps keeps overflowing through the run, replays included.
-  const std::vector<std::string> common = {"--set", "train.max_steps=40", "--set", "precision.mode=fp16",
+  // The built-in quickstart warms the lr up over 50 steps: fewer here, to fit 40 steps.
+  const std::vector<std::string> common = {"--set", "train.max_steps=40", "--set", "optim.schedule.warmup_steps=5",
+                                           "--set", "precision.mode=fp16",
                                            "--set", "precision.growth_interval=2", "--set", "precision.init_scale=1048576",
                                            "--set", "train.grad_accum_steps=2", "--set", "model.attention=math"};
   const auto eager = run_cli(dir, "eager", common);
@@ -241,7 +244,9 @@ TEST_CASE("gpu: kernels.cuda_graphs under fp16 loss scaling skips and rescales a
 TEST_CASE("gpu: kernels.cuda_graphs under a launcher's world of one trains as a single process", "[gpu]") {
   TempDir dir;
   std::string output;
-  run_cli(dir, "launched", {"--nproc-per-node", "1", "--set", "train.max_steps=10", "--set", "kernels.cuda_graphs=true"},
+  run_cli(dir, "launched",
+          {"--nproc-per-node", "1", "--set", "train.max_steps=10", "--set", "optim.schedule.warmup_steps=2", "--set",
+           "kernels.cuda_graphs=true"},
           &output);
   CHECK_THAT(output, Catch::Contains("trains as a single process, without a process group"));
   const auto s = read_json(dir.file("launched") + "/summary.json");
