@@ -6,6 +6,7 @@
 
 #include "checkpoint/hf_weights.h"
 #include "util/error.h"
+#include "util/tensor_text.h"
 
 namespace gputrain {
 namespace {

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "util/error.h"
+#include "util/tensor_text.h"
 
 namespace gputrain {
 namespace {

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "checkpoint/module_weights.h"  // shape_str
+#include "checkpoint/module_weights.h"
 #include "checkpoint/safetensors.h"
 #include "config/settings.h"
 

@@ -12,9 +12,6 @@
 
 namespace gputrain {
 
-// "[3, 4]", for messages about shapes.
-std::string shape_str(const torch::Tensor& t);
-
 // The parameters under their module paths ("transformer.h.0.attn.c_attn.weight").
 std::vector<NamedTensor> module_weights(const torch::nn::Module& m);
 

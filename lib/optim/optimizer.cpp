@@ -61,7 +61,7 @@ torch::Tensor Optimizer::add_step_counter(const std::string& param_name) {
   return add_state(param_name, "step", at::zeros({}, at::TensorOptions().dtype(at::kLong)));
 }
 
-static std::string shape_str(const at::Tensor& t) {
+static std::string shape_and_dtype(const at::Tensor& t) {
   std::ostringstream s;
   s << t.sizes() << " " << t.scalar_type();
   return s.str();
@@ -76,8 +76,8 @@ void Optimizer::load_state(const std::map<std::string, torch::Tensor>& saved) {
     if (it == saved.end())
       throw data_error("optimizer state: the saved state has no '" + e.name + "' (" + describe() + " needs it)" + fix);
     if (it->second.sizes() != e.tensor.sizes() || it->second.scalar_type() != e.tensor.scalar_type())
-      throw data_error("optimizer state: '" + e.name + "' is " + shape_str(it->second) + " in the saved state but " +
-                       shape_str(e.tensor) + " here" + fix);
+      throw data_error("optimizer state: '" + e.name + "' is " + shape_and_dtype(it->second) + " in the saved state but " +
+                       shape_and_dtype(e.tensor) + " here" + fix);
   }
   for (const auto& [name, _] : saved)
     if (!expected.count(name))

@@ -11,6 +11,7 @@
 #include "train/train_step.h"
 #include "util/device.h"
 #include "util/error.h"
+#include "util/tensor_text.h"
 
 namespace gputrain {
 namespace {
@@ -23,8 +24,6 @@ void wait_for(const CUDAStream& waiter, const CUDAStream& on) {
   done.record(on);
   done.block(waiter);
 }
-
-std::string shape_of(const torch::Tensor& t) { return fmt::format("[{}]", fmt::join(t.sizes(), ", ")); }
 
 // While alive, the caching allocator serves `stream`'s allocations from graph pool `pool`
 // (as the capture itself does; torch.cuda.use_mem_pool is the Python form). The pool's
@@ -153,7 +152,7 @@ class CudaStepGraph final : public StepGraph {
           throw runtime_error(fmt::format(
               "kernels.cuda_graphs: micro-batch {} has shape {}, but the graph was captured with {} (a graph replays "
               "fixed shapes)\n    fix: set kernels.cuda_graphs: false for data whose batches change shape",
-              i, shape_of(now), shape_of(fixed)));
+              i, shape_str(now), shape_str(fixed)));
       static_[i].input.copy_(micro[i].input, /*non_blocking=*/true);
       static_[i].target.copy_(micro[i].target, /*non_blocking=*/true);
     }
