@@ -14,8 +14,9 @@ B one, QK^T and AV at full T x T, as nanoGPT and `gputrain plan` count), peak = 
 an unknown device).
 Run: python3 bench/gpu_vs_pytorch.py --binary build/gputrain [--batch 16]
 With --profile DIR it times nothing: it profiles 3 steps of gputrain
-(metrics.profile_at) and of PyTorch eager (torch.profiler) and writes
-DIR/gputrain-ops.md and DIR/eager-ops.md, kernel by kernel, in one format.
+(metrics.profile_at), of gputrain with kernels.cuda_graphs (replayed steps) and of
+PyTorch eager (torch.profiler) and writes DIR/gputrain-ops.md,
+DIR/gputrain-graphs-ops.md and DIR/eager-ops.md, kernel by kernel, in one format.
 """
 import argparse
 import os
@@ -140,13 +141,20 @@ def main():
     a = ap.parse_args()
     if a.profile:
         os.makedirs(a.profile, exist_ok=True)
-        with tempfile.TemporaryDirectory() as tmp:
-            sets = a.set + [f"metrics.profile_at={a.warmup + 1}", "metrics.profile_steps=3"]
-            bench_gputrain(a.binary, a.layers, a.heads, a.d, a.seq, a.batch, a.vocab, 3, a.warmup, sets,
-                           out=os.path.join(tmp, "run"))
-            with open(os.path.join(tmp, "run", "profile", "ops.md")) as f, \
-                    open(os.path.join(a.profile, "gputrain-ops.md"), "w") as g:
-                g.write(f.read())
+        # The graphed run too: its profiled steps are replays (captured at step 4, profiled from
+        # warmup + 1), to show what is left between the device time and the step time.
+        for name, extra in (("gputrain", []), ("gputrain-graphs", ["kernels.cuda_graphs=true"])):
+            with tempfile.TemporaryDirectory() as tmp:
+                sets = a.set + extra + [f"metrics.profile_at={a.warmup + 1}", "metrics.profile_steps=3"]
+                try:
+                    bench_gputrain(a.binary, a.layers, a.heads, a.d, a.seq, a.batch, a.vocab, 3, a.warmup, sets,
+                                   out=os.path.join(tmp, "run"))
+                except subprocess.CalledProcessError as e:  # its message went to stderr; profile the rest
+                    print(f"{name}: the profiled run failed (exit {e.returncode})", file=sys.stderr)
+                    continue
+                with open(os.path.join(tmp, "run", "profile", "ops.md")) as f, \
+                        open(os.path.join(a.profile, f"{name}-ops.md"), "w") as g:
+                    g.write(f.read())
         bench_pytorch(a.layers, a.heads, a.d, a.seq, a.batch, a.vocab, 3, a.warmup, False, a.profile)
         return 0
     L, H, d, T, B, V = a.layers, a.heads, a.d, a.seq, a.batch, a.vocab
