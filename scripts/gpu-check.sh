@@ -10,6 +10,9 @@
 # default TORCH_CUDA_ARCH_LIST "8.0;9.0" gives them) copies the binaries, the three
 # Debian shared libraries they need and ../shared/data into .deps/prebuilt;
 # carry .deps and the host runs those instead of building (same torch 2.11).
+#
+# TESTS picks the gpu tests (a Catch spec; "none" = none), STAGES the steps after them (below).
+# results.json names the failed tests; OUT_ARCHIVE=1 packs the other files into one archive.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 DEBS=(libyaml-cpp-dev libyaml-cpp0.7 libcli11-dev libspdlog-dev libspdlog1.10 libfmt-dev libfmt9
@@ -111,10 +114,33 @@ summary = {}
 p = os.path.join(qs_dir, "summary.json")
 if os.path.exists(p):
     summary = json.load(open(p))
-res = {"binaries": binaries, "build_rc": build, "gpu_tests_rc": tests, "quickstart_rc": qs,
+# Catch's last line ("All tests passed (...)" or "test cases: N | P passed | F failed") and the
+# failed cases' names, so the table below says which tests failed without opening the log.
+tests_summary, failed = None, []
+log = os.path.join(out, "gpu-tests.log")
+if tests >= 0 and os.path.exists(log):
+    lines = open(log, errors="replace").read().splitlines()
+    tests_summary = next((l.strip().replace(" | ", ", ") for l in reversed(lines) if l.startswith(("All tests passed", "test cases:"))),
+                         "no summary line (the run was cut short?)")
+    # Catch opens a case's report (failures, and warnings of passing cases) with its name between two
+    # dashed lines; the report is a failure when "FAILED:" comes before the next case's.
+    dashes = [i for i, l in enumerate(lines) if len(l) > 40 and set(l) == {"-"}]
+    for a, b in zip(dashes[::2], dashes[1::2]):
+        name = " ".join(l.strip() for l in lines[a + 1:b])
+        end = next((i for i in dashes if i > b), len(lines))
+        if any("FAILED:" in l for l in lines[b:end]) and name not in failed:
+            failed.append(name)
+res = {"binaries": binaries, "build_rc": build, "gpu_tests_rc": tests, "gpu_tests": tests_summary,
+       "gpu_tests_failed": failed, "quickstart_rc": qs,
        "quickstart": {k: summary.get(k) for k in ("device", "tokens_per_s", "eval_loss", "entropy_floor", "mem_peak_mb")}}
 json.dump(res, open(os.path.join(out, "results.json"), "w"), indent=2)
 print("| check | result |\n|---|---|")
 for k, v in res.items():
     print(f"| {k} | {v} |")
 PY
+# OUT_ARCHIVE=1: every file but results.json goes into $OUT/gpu-check.tar.gz, for callers that can take
+# only a few files back (the device tool returns at most 8).
+if [[ "${OUT_ARCHIVE:-0}" == 1 ]]; then
+  (cd "$OUT" && files=$(ls | grep -v -e '^results.json$' -e '^gpu-check.tar.gz$') &&
+     [[ -n "$files" ]] && tar czf gpu-check.tar.gz $files && rm -f $files)
+fi
