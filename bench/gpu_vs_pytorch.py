@@ -32,6 +32,8 @@ from bench_args import add_model_args, provenance
 from cpu_vs_pytorch import GPT, timed_ms  # the CPU benchmark's reference model and step timing
 
 PEAK_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0}
+# The gputrain sides and their extra --set overrides.
+GPUTRAIN_SIDES = {"gputrain": [], "gputrain+graphs": ["kernels.cuda_graphs=true"]}
 
 
 def peak_tflops():
@@ -128,6 +130,16 @@ metrics: {{progress: off}}
         return steps * B * T / (ms / 1000.0), ms / steps, peak
 
 
+def try_bench_gputrain(side, *args, **kwargs):
+    """bench_gputrain, or None when the run fails (its own message went to stderr), so the other
+    sides are still measured."""
+    try:
+        return bench_gputrain(*args, **kwargs)
+    except subprocess.CalledProcessError as e:
+        print(f"{side}: the gputrain run failed (exit {e.returncode})", file=sys.stderr)
+        return None
+
+
 def main():
     ap = add_model_args(argparse.ArgumentParser(description=__doc__.splitlines()[0]),
                         vocab=50304, seq=1024, layers=12, heads=12, d=768)
@@ -139,21 +151,21 @@ def main():
     ap.add_argument("--set", action="append", default=[], help="extra --set for the gputrain side")
     ap.add_argument("--profile", metavar="DIR", help="profile 3 steps of each side into DIR instead of timing")
     a = ap.parse_args()
+    for side in a.sides.split(","):
+        if side not in GPUTRAIN_SIDES and side not in ("eager", "compile"):
+            ap.error(f"--sides: unknown side {side!r} (one of {', '.join([*GPUTRAIN_SIDES, 'eager', 'compile'])})")
     if a.profile:
         os.makedirs(a.profile, exist_ok=True)
         # The graphed run too: its profiled steps are replays (captured at step 4, profiled from
         # warmup + 1), to show what is left between the device time and the step time.
-        for name, extra in (("gputrain", []), ("gputrain-graphs", ["kernels.cuda_graphs=true"])):
+        for side, extra in GPUTRAIN_SIDES.items():
             with tempfile.TemporaryDirectory() as tmp:
                 sets = a.set + extra + [f"metrics.profile_at={a.warmup + 1}", "metrics.profile_steps=3"]
-                try:
-                    bench_gputrain(a.binary, a.layers, a.heads, a.d, a.seq, a.batch, a.vocab, 3, a.warmup, sets,
-                                   out=os.path.join(tmp, "run"))
-                except subprocess.CalledProcessError as e:  # its message went to stderr; profile the rest
-                    print(f"{name}: the profiled run failed (exit {e.returncode})", file=sys.stderr)
+                if try_bench_gputrain(side, a.binary, a.layers, a.heads, a.d, a.seq, a.batch, a.vocab, 3, a.warmup,
+                                      sets, out=os.path.join(tmp, "run")) is None:
                     continue
                 with open(os.path.join(tmp, "run", "profile", "ops.md")) as f, \
-                        open(os.path.join(a.profile, f"{name}-ops.md"), "w") as g:
+                        open(os.path.join(a.profile, f"{side.replace('+', '-')}-ops.md"), "w") as g:
                     g.write(f.read())
         bench_pytorch(a.layers, a.heads, a.d, a.seq, a.batch, a.vocab, 3, a.warmup, False, a.profile)
         return 0
@@ -167,13 +179,13 @@ def main():
     print("| side | tokens/s | step ms | MFU | peak memory MiB |")
     print("|---|---:|---:|---:|---:|")
     for side in a.sides.split(","):
-        if side.startswith("gputrain"):
-            sets = a.set + (["kernels.cuda_graphs=true"] if side == "gputrain+graphs" else [])
-            try:
-                tps, ms, mem = bench_gputrain(a.binary, L, H, d, T, B, V, a.steps, a.warmup, sets)
-            except subprocess.CalledProcessError as e:  # its own message went to stderr; time the other sides
-                print(f"| {side} | failed (exit {e.returncode}) | | | |", flush=True)
+        if side in GPUTRAIN_SIDES:
+            measured = try_bench_gputrain(side, a.binary, L, H, d, T, B, V, a.steps, a.warmup,
+                                          a.set + GPUTRAIN_SIDES[side])
+            if measured is None:
+                print(f"| {side} | failed (see above) | | | |", flush=True)
                 continue
+            tps, ms, mem = measured
         else:
             tps, ms, mem = bench_pytorch(L, H, d, T, B, V, a.steps, a.warmup, side == "compile")
         mfu = f"{100 * tps * fpt / (peak * 1e12):.1f}%" if peak else "-"

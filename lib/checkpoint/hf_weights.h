@@ -9,7 +9,6 @@
 #include <string>
 #include <vector>
 
-#include "checkpoint/module_weights.h"
 #include "checkpoint/safetensors.h"
 #include "config/settings.h"
 
