@@ -107,37 +107,8 @@ has optim && for mode in fp32 bf16-pure; do
   timeout 120 ./$BUILD/gputrain optim bench configs/gpt2-124m.yaml --steps 20 --set run.device=cuda \
     --set precision.mode=$mode >> "$OUT/optim.md" 2>&1
 done
-python3 - "$OUT" "$QS" "$BINARIES" "$build" "$tests" "$qs" <<'PY'
-import json, os, sys
-out, qs_dir, binaries, build, tests, qs = sys.argv[1], sys.argv[2], sys.argv[3], *map(int, sys.argv[4:])
-summary = {}
-p = os.path.join(qs_dir, "summary.json")
-if os.path.exists(p):
-    summary = json.load(open(p))
-# Catch's last line ("All tests passed (...)" or "test cases: N | P passed | F failed") and the
-# failed cases' names, so the table below says which tests failed without opening the log.
-tests_summary, failed = None, []
-log = os.path.join(out, "gpu-tests.log")
-if tests >= 0 and os.path.exists(log):
-    lines = open(log, errors="replace").read().splitlines()
-    tests_summary = next((l.strip().replace(" | ", ", ") for l in reversed(lines) if l.startswith(("All tests passed", "test cases:"))),
-                         "no summary line (the run was cut short?)")
-    # Catch opens a case's report (failures, and warnings of passing cases) with its name between two
-    # dashed lines; the report is a failure when "FAILED:" comes before the next case's.
-    dashes = [i for i, l in enumerate(lines) if len(l) > 40 and set(l) == {"-"}]
-    for a, b in zip(dashes[::2], dashes[1::2]):
-        name = " ".join(l.strip() for l in lines[a + 1:b])
-        end = next((i for i in dashes if i > b), len(lines))
-        if any("FAILED:" in l for l in lines[b:end]) and name not in failed:
-            failed.append(name)
-res = {"binaries": binaries, "build_rc": build, "gpu_tests_rc": tests, "gpu_tests": tests_summary,
-       "gpu_tests_failed": failed, "quickstart_rc": qs,
-       "quickstart": {k: summary.get(k) for k in ("device", "tokens_per_s", "eval_loss", "entropy_floor", "mem_peak_mb")}}
-json.dump(res, open(os.path.join(out, "results.json"), "w"), indent=2)
-print("| check | result |\n|---|---|")
-for k, v in res.items():
-    print(f"| {k} | {v} |")
-PY
+# results.json (exit codes, Catch's summary, the failed tests' names, the quickstart) and its table.
+python3 scripts/gpu_check_results.py "$OUT" "$QS" "$BINARIES" "$build" "$tests" "$qs"
 # OUT_ARCHIVE=1: every file but results.json goes into $OUT/gpu-check.tar.gz, for callers that can take
 # only a few files back (the device tool returns at most 8).
 if [[ "${OUT_ARCHIVE:-0}" == 1 ]]; then
