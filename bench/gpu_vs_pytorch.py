@@ -32,8 +32,10 @@ from bench_args import add_model_args, provenance
 from cpu_vs_pytorch import GPT, timed_ms  # the CPU benchmark's reference model and step timing
 
 PEAK_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0}
-# The gputrain sides and their extra --set overrides.
+# The gputrain sides and their extra --set overrides; the PyTorch sides and whether they compile.
 GPUTRAIN_SIDES = {"gputrain": [], "gputrain+graphs": ["kernels.cuda_graphs=true"]}
+PYTORCH_SIDES = {"eager": False, "compile": True}
+SIDES = [*GPUTRAIN_SIDES, *PYTORCH_SIDES]
 
 
 def peak_tflops():
@@ -146,14 +148,14 @@ def main():
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--batch", type=int, default=16)
-    ap.add_argument("--sides", default="gputrain,gputrain+graphs,eager,compile",
+    ap.add_argument("--sides", default=",".join(SIDES),
                     help="gputrain+graphs: gputrain with kernels.cuda_graphs: true")
     ap.add_argument("--set", action="append", default=[], help="extra --set for the gputrain side")
     ap.add_argument("--profile", metavar="DIR", help="profile 3 steps of each side into DIR instead of timing")
     a = ap.parse_args()
     for side in a.sides.split(","):
-        if side not in GPUTRAIN_SIDES and side not in ("eager", "compile"):
-            ap.error(f"--sides: unknown side {side!r} (one of {', '.join([*GPUTRAIN_SIDES, 'eager', 'compile'])})")
+        if side not in SIDES:
+            ap.error(f"--sides: unknown side {side!r} (one of {', '.join(SIDES)})")
     if a.profile:
         os.makedirs(a.profile, exist_ok=True)
         # The graphed run too: its profiled steps are replays (captured at step 4, profiled from
@@ -187,7 +189,7 @@ def main():
                 continue
             tps, ms, mem = measured
         else:
-            tps, ms, mem = bench_pytorch(L, H, d, T, B, V, a.steps, a.warmup, side == "compile")
+            tps, ms, mem = bench_pytorch(L, H, d, T, B, V, a.steps, a.warmup, PYTORCH_SIDES[side])
         mfu = f"{100 * tps * fpt / (peak * 1e12):.1f}%" if peak else "-"
         print(f"| {side} | {tps:,.0f} | {ms:.1f} | {mfu} | {mem:,.0f} |", flush=True)
 
