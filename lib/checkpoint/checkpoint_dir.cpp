@@ -13,6 +13,7 @@
 #include "util/crc32c.h"
 #include "util/error.h"
 #include "util/fsync.h"
+#include "util/process_info.h"
 
 namespace gputrain {
 namespace {
@@ -40,7 +41,53 @@ int64_t step_of(const std::string& name) {
   return v;
 }
 
+// Temporary names say whose they are: ".tmp-step_<N>-<host>-<pid>" while a
+// save is written, "-replaced" appended for the old copy of a step being
+// replaced, "-pruned" for an old checkpoint being removed.
+std::string temporary_name(const std::string& step_dir, const std::string& suffix = "") {
+  return ".tmp-" + step_dir + "-" + host_name() + "-" + std::to_string(::getpid()) + suffix;
+}
+
+// The writer of a temporary entry: host "" for names of earlier versions
+// (".tmp-step_<N>-<pid>", this host's), pid 0 where the name has none.
+struct TemporaryOwner {
+  std::string host;
+  pid_t pid = 0;
+};
+
+std::optional<TemporaryOwner> temporary_owner(std::string name) {
+  if (name.rfind(".tmp-step_", 0) != 0) return std::nullopt;
+  for (const std::string suffix : {"-replaced", "-pruned"})
+    if (name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0)
+      name.resize(name.size() - suffix.size());
+  const size_t after_step = name.find('-', 5);
+  if (after_step == std::string::npos) return TemporaryOwner{};
+  const std::string tail = name.substr(after_step + 1);  // "<host>-<pid>" (hosts may hold '-'), or "<pid>"
+  const size_t dash = tail.rfind('-');
+  const std::string pid = dash == std::string::npos ? tail : tail.substr(dash + 1);
+  TemporaryOwner owner;
+  if (dash != std::string::npos) owner.host = tail.substr(0, dash);
+  if (!pid.empty() && pid.size() < 10 && pid.find_first_not_of("0123456789") == std::string::npos)
+    owner.pid = static_cast<pid_t>(std::stol(pid));
+  return owner;
+}
+
 }  // namespace
+
+void clear_abandoned_saves(const fs::path& root, bool other_hosts) {
+  const std::string here = host_name();
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(root, ec)) {
+    const auto owner = temporary_owner(e.path().filename().string());
+    if (!owner) continue;
+    // This host's is gone when its pid is (this process saves one checkpoint at a time: its own are leftovers).
+    bool gone = other_hosts;
+    if (owner->pid == 0) gone = true;
+    else if (owner->host.empty() || owner->host == here) gone = owner->pid == ::getpid() || !process_running(owner->pid);
+    std::error_code rm;
+    if (gone) fs::remove_all(e.path(), rm);
+  }
+}
 
 uint32_t file_crc32c(const fs::path& file) {
   std::ifstream in(file, std::ios::binary);
@@ -59,10 +106,8 @@ CheckpointWriter::CheckpointWriter(const fs::path& root, int64_t step)
   std::error_code ec;
   fs::create_directories(root_, ec);
   if (ec) throw runtime_error("cannot create checkpoint directory '" + root_.string() + "': " + ec.message());
-  // Leftovers of writers that were killed: never complete, safe to remove.
-  for (const auto& e : fs::directory_iterator(root_, ec))
-    if (e.path().filename().string().rfind(".tmp-step_", 0) == 0) fs::remove_all(e.path(), ec);
-  tmp_ = root_ / (".tmp-" + step_name(step) + "-" + std::to_string(::getpid()));
+  clear_abandoned_saves(root_, /*other_hosts=*/false);
+  tmp_ = root_ / temporary_name(step_name(step));
   fs::remove_all(tmp_, ec);
   fs::create_directory(tmp_, ec);
   if (ec) throw runtime_error("cannot create '" + tmp_.string() + "': " + ec.message());
@@ -163,7 +208,7 @@ void prune_checkpoints(const fs::path& root, int64_t keep_last) {
   if (keep_last <= 0) return;
   const CheckpointListing l = list_checkpoints(root);
   for (size_t i = 0; i + static_cast<size_t>(keep_last) < l.complete.size(); ++i) {
-    const fs::path doomed = root / (".tmp-" + l.complete[i].filename().string() + "-pruned");
+    const fs::path doomed = root / temporary_name(l.complete[i].filename().string(), "-pruned");
     std::error_code ec;
     fs::rename(l.complete[i], doomed, ec);
     if (!ec) fs::remove_all(doomed, ec);

@@ -4,7 +4,7 @@
 // and the manifest fsynced, then renamed into place in one step, so a
 // process killed at any moment (SIGKILL included) leaves the previous
 // checkpoints untouched and at worst a temporary directory that readers
-// ignore and the next writer removes.
+// ignore and a later writer removes once its writer is gone.
 #pragma once
 #include <cstdint>
 #include <filesystem>
@@ -65,6 +65,12 @@ CheckpointListing list_checkpoints(const std::filesystem::path& root,
 // Each is first renamed to a temporary name, so a kill part-way through
 // leaves a leftover the next writer clears, not a broken step directory.
 void prune_checkpoints(const std::filesystem::path& root, int64_t keep_last);
+
+// Removes the temporary entries under root whose writers are gone: this
+// host's whose pid no longer runs (or is this process's own), and, when
+// `other_hosts` (the caller holds root's directory lock, util/dir_lock.h, so no
+// other writer can be live), those of other hosts too. A live writer's never.
+void clear_abandoned_saves(const std::filesystem::path& root, bool other_hosts);
 
 // CRC-32C (Castagnoli) of a file's bytes (util/crc32c.h).
 uint32_t file_crc32c(const std::filesystem::path& file);

@@ -13,6 +13,7 @@
 #include "metrics/metrics_writer.h"
 #include "model/gpt.h"
 #include "model/lora.h"
+#include "util/dir_lock.h"
 #include "util/error.h"
 #include "util/text_file.h"
 
@@ -143,43 +144,81 @@ fs::path find_checkpoint(const fs::path& where) {
                    "\n    fix: name a step_<N> checkpoint directory, the directory holding them, or a run's output directory");
 }
 
-ExportResult export_hf(const fs::path& where, const fs::path& out, bool overwrite, bool merge_lora_adapters) {
-  ExportResult r;
-  r.checkpoint = find_checkpoint(where);
-  if (auto problem = checkpoint_problem(r.checkpoint))
-    throw data_error("checkpoint '" + r.checkpoint.string() + "' is not usable: " + *problem +
+namespace {
+
+// What an export reads from a checkpoint, checked: its recipe and its plain weights (tp shards joined, LoRA merged).
+struct ExportSource {
+  Settings settings;
+  std::vector<NamedTensor> weights;
+  int64_t step = 0;
+};
+
+ExportSource read_export_source(const fs::path& checkpoint, bool merge_lora_adapters) {
+  if (auto problem = checkpoint_problem(checkpoint))
+    throw data_error("checkpoint '" + checkpoint.string() + "' is not usable: " + *problem +
                      "\n    fix: export another checkpoint");
-  const Settings s = settings_from_saved_recipe(read_text_file(r.checkpoint / "recipe.yaml"),
-                                                (r.checkpoint / "recipe.yaml").string());
+  ExportSource src;
+  src.settings = settings_from_saved_recipe(read_text_file(checkpoint / "recipe.yaml"), (checkpoint / "recipe.yaml").string());
+  const Settings& s = src.settings;
   if (s.model.moe.enabled())
-    throw data_error("checkpoint '" + r.checkpoint.string() + "' is a mixture-of-experts model (model.moe), which " +
+    throw data_error("checkpoint '" + checkpoint.string() + "' is a mixture-of-experts model (model.moe), which " +
                      "GPT2LMHeadModel and LlamaForCausalLM cannot hold (and Mixtral routes differently: it renormalizes "
                      "the top-k probabilities)\n    fix: keep it as a gputrain checkpoint (model.init_from reads it)");
   const bool lora = s.model.lora.rank > 0;
   if (lora && !merge_lora_adapters)
-    throw usage_error("checkpoint '" + r.checkpoint.string() + "' holds LoRA adapters (model.lora.rank " +
+    throw usage_error("checkpoint '" + checkpoint.string() + "' holds LoRA adapters (model.lora.rank " +
                       std::to_string(s.model.lora.rank) + "); the Hugging Face formats hold plain weights" +
                       "\n    fix: pass --merge-lora to write W + (alpha / rank) B A for every adapted layer");
   if (!lora && merge_lora_adapters)
-    throw usage_error("checkpoint '" + r.checkpoint.string() + "' has no LoRA adapters (model.lora.rank is 0)" +
+    throw usage_error("checkpoint '" + checkpoint.string() + "' has no LoRA adapters (model.lora.rank is 0)" +
                       "\n    fix: leave out --merge-lora");
-  const std::vector<NamedTensor> ours = checkpoint_plain_weights(r.checkpoint, s);  // tp shards joined, LoRA merged
-  const bool llama = s.model.arch == ModelArch::kLlama;
-  const std::vector<NamedTensor> hf = llama ? to_hf_llama(ours, s.model) : to_hf_gpt2(ours, s.model);
-  std::error_code ec;
+  src.weights = checkpoint_plain_weights(checkpoint, s);
+  src.step = read_json(checkpoint / "trainer.json").value("step", int64_t{0});
+  return src;
+}
+
+ExportResult export_hf_locked(const fs::path& where, const fs::path& out, bool overwrite, bool merge_lora_adapters) {
+  // One writer at a time (util/dir_lock.h): a live run's folder, or another export's, is refused.
+  const DirectoryLock lock = DirectoryLock::acquire(out, "choose another --out");
   if (!overwrite && (fs::exists(out / "model.safetensors") || fs::exists(out / "config.json")))
     throw usage_error("'" + out.string() + "' already holds model files" +
                       "\n    fix: choose another --out, or pass --overwrite to replace them");
-  fs::create_directories(out, ec);
-  if (ec) throw runtime_error("cannot create '" + out.string() + "': " + ec.message());
+  ExportResult r;
+  ExportSource src;
+  for (int attempt = 0;; ++attempt) {
+    r.checkpoint = find_checkpoint(where);
+    try {
+      src = read_export_source(r.checkpoint, merge_lora_adapters);
+      break;
+    } catch (const Error&) {
+      // A live run may remove it while it is read (checkpoint.keep_last): take the newest again.
+      if (attempt < 3 && !fs::exists(r.checkpoint)) continue;
+      throw;
+    }
+  }
+  const bool llama = src.settings.model.arch == ModelArch::kLlama;
+  const std::vector<NamedTensor> hf = llama ? to_hf_llama(src.weights, src.settings.model)
+                                            : to_hf_gpt2(src.weights, src.settings.model);
   write_safetensors((out / "model.safetensors").string(), hf, {{"format", "pt"}});
-  const auto config = llama ? hf_llama_config(s.model) : hf_gpt2_config(s.model);
+  const auto config = llama ? hf_llama_config(src.settings.model) : hf_gpt2_config(src.settings.model);
   write_file_atomic((out / "config.json").string(), config.dump(2) + "\n");
-  const json state = read_json(r.checkpoint / "trainer.json");
-  r.step = state.value("step", int64_t{0});
+  r.step = src.step;
   r.tensors = static_cast<int64_t>(hf.size());
   r.architecture = llama ? "LlamaForCausalLM" : "GPT2LMHeadModel";
   return r;
+}
+
+}  // namespace
+
+ExportResult export_hf(const fs::path& where, const fs::path& out, bool overwrite, bool merge_lora_adapters) {
+  std::error_code ec;
+  const bool out_existed = fs::exists(out, ec);
+  try {
+    return export_hf_locked(where, out, overwrite, merge_lora_adapters);
+  } catch (...) {
+    if (!out_existed) fs::remove(out, ec);  // a failed export leaves no empty folder of its making
+    throw;
+  }
 }
 
 }  // namespace gputrain

@@ -45,7 +45,9 @@ struct ExportResult {
 // or LlamaForCausalLM (the checkpoint's model.arch). Refuses an `out` that
 // already holds model files unless `overwrite`. A LoRA checkpoint exports
 // only with `merge_lora_adapters` (the adapters merged into the weights);
-// a mixture-of-experts one not at all.
+// a mixture-of-experts one not at all. `out` is locked while it is written
+// (util/dir_lock.h: a live run's folder is refused); reading a live run is
+// fine: a checkpoint it prunes while being read is replaced by its newest.
 ExportResult export_hf(const std::filesystem::path& checkpoint, const std::filesystem::path& out, bool overwrite,
                        bool merge_lora_adapters = false);
 

@@ -415,7 +415,7 @@ std::vector<FieldSpec> build_schema() {
   std::vector<FieldSpec> f;
   // run
   f.push_back(string_field(KEY(run.name), "run name; the default output_dir is runs/<name>"));
-  f.push_back(string_field(KEY(run.output_dir), "where metrics and the resolved recipe go (relative to the current directory); default runs/<name>"));
+  f.push_back(string_field(KEY(run.output_dir), "where metrics and the resolved recipe go (relative to the current directory); default runs/<name>; one run writes there at a time (docs/run-folders.md)"));
   f.push_back(int_field(KEY(run.seed), 0, kMaxInt, "seeds weight init, dropout and data order"));
   f.push_back(string_field(KEY(run.device), "auto | cpu | cuda | cuda:N; auto = CUDA when LibTorch sees a GPU"));
   f.push_back(auto_int_field(KEY(run.threads), 1, 4096, "CPU threads for ATen ops; auto = cores this process may use"));
@@ -588,7 +588,7 @@ std::vector<FieldSpec> build_schema() {
   // checkpoint
   f.push_back(int_field(KEY(checkpoint.every), 0, kMaxInt, "save a checkpoint every N steps; 0 = only when the run stops (checkpoint.at_end)"));
   f.push_back(int_field(KEY(checkpoint.keep_last), 0, kMaxInt, "complete checkpoints to keep (older ones are deleted); 0 = keep all"));
-  f.push_back(string_field(KEY(checkpoint.dir), "where checkpoints go (relative to the current directory); default <output_dir>/checkpoints"));
+  f.push_back(string_field(KEY(checkpoint.dir), "where checkpoints go (relative to the current directory); default <output_dir>/checkpoints; locked by the run like output_dir"));
   f.push_back(word_or_path_field(KEY(checkpoint.resume), {"auto", "never"},
                                  "auto = continue from the newest complete checkpoint in checkpoint.dir, if any; never = start fresh; or a checkpoint directory to continue from"));
   f.push_back(bool_field(KEY(checkpoint.at_end), "save when the run finishes its max_steps (a preempted, interrupted or out-of-time run always saves)"));

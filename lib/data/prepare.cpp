@@ -21,6 +21,7 @@
 #include "data/token_shard.h"
 #include "metrics/progress.h"
 #include "util/device.h"
+#include "util/dir_lock.h"
 #include "util/error.h"
 #include "util/signals.h"
 
@@ -229,12 +230,14 @@ void check_options(const PrepareOptions& o) {
   if (o.text_key.empty()) throw usage_error("--text-key must not be empty");
 }
 
-// Creates the output directory; refuses to mix with an earlier dataset unless told to replace it.
-void prepare_output(const PrepareOptions& o) {
+// Creates and locks the output directory (one writer at a time: util/dir_lock.h);
+// refuses to mix with an earlier dataset unless told to replace it.
+DirectoryLock prepare_output(const PrepareOptions& o) {
   std::error_code ec;
   fs::create_directories(o.output_dir, ec);
   if (ec || !fs::is_directory(o.output_dir))
     throw usage_error("cannot create output directory '" + o.output_dir + "'" + (ec ? ": " + ec.message() : ""));
+  DirectoryLock lock = DirectoryLock::acquire(o.output_dir, "use another --output");
   std::vector<fs::path> old;
   for (const auto& e : fs::directory_iterator(o.output_dir)) {
     const std::string name = e.path().filename().string();
@@ -242,11 +245,12 @@ void prepare_output(const PrepareOptions& o) {
         (e.path().extension() == ".bin" || e.path().extension() == ".json" || e.path().extension() == ".partial"))
       old.push_back(e.path());
   }
-  if (old.empty()) return;
+  if (old.empty()) return lock;
   if (!o.overwrite)
     throw usage_error("output directory '" + o.output_dir + "' already holds shards (" + old.front().filename().string() +
                       ", ...)\n    fix: choose another --output, or pass --overwrite to replace them");
   for (const auto& p : old) fs::remove(p);
+  return lock;
 }
 
 InputFormat format_of(const std::string& path, InputFormat requested) {
@@ -312,7 +316,7 @@ PrepareResult prepare_dataset(const PrepareOptions& o) {
     inputs.push_back(std::move(in));
   }
   const std::unique_ptr<Tokenizer> tokenizer = make_tokenizer(o.tokenizer);
-  prepare_output(o);
+  const DirectoryLock output_lock = prepare_output(o);
 
   ShardInfo info;
   info.tokenizer = tokenizer->name();

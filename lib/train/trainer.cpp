@@ -44,6 +44,7 @@
 #include "train/weight_copies.h"
 #include "util/cpu_memory.h"
 #include "util/device.h"
+#include "util/dir_lock.h"
 #include "util/error.h"
 #include "util/signals.h"
 
@@ -55,6 +56,20 @@ using json = nlohmann::ordered_json;
 using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// One run per folder (util/dir_lock.h): rank 0 locks the output directory and the
+// checkpoint directory (when it is another one: it may be a second run's output) before
+// it reads or removes anything in them. Held, the lock proves every earlier save's writer gone.
+std::vector<DirectoryLock> lock_run_directories(const Settings& s) {
+  std::vector<DirectoryLock> locks;
+  const fs::path out = s.resolved_output_dir(), ckpt = s.resolved_checkpoint_dir();
+  locks.push_back(DirectoryLock::acquire(out, "use another --output-dir"));
+  std::error_code ec;
+  fs::create_directories(ckpt, ec);
+  if (!fs::equivalent(out, ckpt, ec)) locks.push_back(DirectoryLock::acquire(ckpt, "set another checkpoint.dir"));
+  if (locks.back().held()) clear_abandoned_saves(ckpt, /*other_hosts=*/true);
+  return locks;
+}
 
 // `continuing`: a resumed run that writes where the checkpoint's run did (it appends).
 fs::path prepare_output_dir(const Settings& s, const RunOptions& o, bool continuing) {
@@ -204,6 +219,9 @@ RunOutcome run_training(const Recipe& recipe, const RunOptions& options) {
   auto train_source = make_window_source(s.data.train, s.model, "data.train");
   std::unique_ptr<WindowSource> eval_source;
   if (s.data.eval.format != DataFormat::kNone) eval_source = make_window_source(s.data.eval, s.model, "data.eval");
+  // Before this run reads a checkpoint or removes one: a second run into a live one's folder stops here.
+  std::vector<DirectoryLock> dir_locks;
+  if (lead) dir_locks = lock_run_directories(s);
 
   // The checkpoint to continue from, checked against this recipe before anything is written.
   if (options.overwrite && s.checkpoint.resume == "auto") {

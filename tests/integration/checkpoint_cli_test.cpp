@@ -1,10 +1,12 @@
 // Checkpoints end to end through the gputrain binary: exact resume (bitwise
 // on the CPU), changed recipes, preemption signals, SIGKILL at any moment,
-// corrupt and truncated files, max_wall_time, train.nan_policy and export.
+// corrupt and truncated files, max_wall_time, train.nan_policy, export, and
+// one run per output folder.
 #include <catch2/catch.hpp>
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -18,6 +20,7 @@
 #include "checkpoint/safetensors.h"
 #include "checkpoint/training_checkpoint.h"
 #include "test_util.h"
+#include "util/dir_lock.h"
 
 using namespace gputrain;
 using namespace gputrain::test;
@@ -275,6 +278,10 @@ TEST_CASE("checkpoint: SIGKILL at any moment, during saves included, leaves a go
       kill(pid, SIGKILL);
     }
     CHECK(wait_exit_code(pid) == 128 + SIGKILL);
+    // Its lock file stays behind, naming it; the kernel released the lock, so the next trial starts at once.
+    const auto stale = read_lock_holder(fs::path(out) / kLockFileName);
+    REQUIRE(stale);
+    CHECK(stale->pid == pid);
     // The newest complete checkpoint verifies and loads, nothing is left broken,
     // and no progress before the kill was lost.
     const CheckpointListing l = list_checkpoints(root, CheckpointCheck::kChecksums);
@@ -295,6 +302,66 @@ TEST_CASE("checkpoint: SIGKILL at any moment, during saves included, leaves a go
   auto s = read_json(out + "/summary.json");
   CHECK(s["resumed_from_step"] == newest_step);
   CHECK(s["steps"] == newest_step + 2);
+  // Nothing of the killed runs is left: their temporary saves were cleared, the lock file went with the last run.
+  for (const auto& e : fs::directory_iterator(root)) CHECK(e.path().filename().string().rfind("step_", 0) == 0);
+  CHECK_FALSE(fs::exists(fs::path(out) / kLockFileName));
+}
+
+TEST_CASE("checkpoint: a second run, export or data prepare into a live run's folder exits 2 at once, and the "
+          "first finishes clean", "[checkpoint][cli][slow]") {
+  TempDir dir;
+  write_file(dir.file("r.yaml"), tiny_recipe());
+  const std::string out = dir.file("out");
+  // About half a minute here, alone: far longer than the commands below take to be refused (about a second each).
+  const int64_t steps = 3000;
+  const std::vector<std::string> sets = {"train.max_steps=" + std::to_string(steps), "model.d_model=128",
+                                         "model.seq_len=64", "optim.schedule.decay_steps=3000", "checkpoint.every=100",
+                                         "checkpoint.keep_last=2"};
+  const int pid = spawn_run(dir.file("r.yaml"), out, sets);
+  // As in the report: the first run has saved, so a second one would resume from its checkpoint.
+  REQUIRE(wait_until([&] { return !list_checkpoints(fs::path(out) / "checkpoints").complete.empty(); }));
+  const std::string holder = "'" + out + "' is in use by gputrain pid " + std::to_string(pid) + " on host ";
+  const auto t0 = std::chrono::steady_clock::now();
+  auto second = train(dir.file("r.yaml"), out, sets);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  INFO(second.output);
+  CHECK(second.exit_code == 2);
+  CHECK_THAT(second.output, Contains(holder) && Contains("(gputrain run " + dir.file("r.yaml")));
+  CHECK_THAT(second.output, Contains("fix: wait for it, stop it (kill " + std::to_string(pid) +
+                                     "), or use another --output-dir"));
+  CHECK(took < 15);
+  // --overwrite would delete the live run's checkpoints: refused before it removes anything.
+  auto overwrite = run_gputrain({"run", dir.file("r.yaml"), "--output-dir", out, "--overwrite"});
+  CHECK(overwrite.exit_code == 2);
+  CHECK_THAT(overwrite.output, Contains(holder));
+  CHECK_FALSE(list_checkpoints(fs::path(out) / "checkpoints").complete.empty());
+  // Exporting into the live folder is writing there; exporting from it (its complete checkpoints) is reading.
+  auto into = run_gputrain({"export", out, "--out", out});
+  CHECK(into.exit_code == 2);
+  CHECK_THAT(into.output, Contains(holder) && Contains("or choose another --out"));
+  CHECK_FALSE(fs::exists(out + "/model.safetensors"));
+  auto from = run_gputrain({"export", out, "--out", dir.file("hf")});
+  INFO(from.output);
+  CHECK(from.exit_code == 0);
+  auto prepare = run_gputrain({"data", "prepare", shared_data("tinyshakespeare.txt"), "-o", out});
+  CHECK(prepare.exit_code == 2);
+  CHECK_THAT(prepare.output, Contains(holder) && Contains("or use another --output"));
+  CHECK_FALSE(fs::exists(out + "/train_000000.bin"));
+  // Each of them met a live run (had it ended, the second run would have resumed and exited 0).
+  int status = 0;
+  REQUIRE(::waitpid(pid, &status, WNOHANG) == 0);
+
+  CHECK(wait_exit_code(pid) == 0);
+  const std::string metrics = read_file(out + "/metrics.jsonl");
+  CHECK(metrics.find('\0') == std::string::npos);
+  const std::vector<nlohmann::json> lines = read_jsonl(out + "/metrics.jsonl");
+  REQUIRE(lines.size() == static_cast<size_t>(steps));  // log_every 1: every step once, in order
+  for (size_t i = 0; i < lines.size(); ++i) CHECK(lines[i]["step"] == static_cast<int64_t>(i + 1));
+  const auto summary = read_json(out + "/summary.json");
+  CHECK(summary["status"] == "ok");
+  CHECK_FALSE(summary.contains("resumed_from_step"));
+  CHECK(newest_checkpoint(out).filename() == step_dir(steps));
+  CHECK_FALSE(fs::exists(fs::path(out) / kLockFileName));
 }
 
 TEST_CASE("checkpoint: corrupt and truncated checkpoints are passed over by auto and refused by path",

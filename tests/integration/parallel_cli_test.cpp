@@ -16,9 +16,11 @@
 #include <fstream>
 #include <thread>
 
+#include "checkpoint/checkpoint_dir.h"
 #include "checkpoint/safetensors.h"
 #include "same_tensors.h"
 #include "test_util.h"
+#include "util/dir_lock.h"
 
 using namespace gputrain::test;
 using Catch::Contains;
@@ -234,6 +236,47 @@ TEST_CASE("parallel: workers of a launcher killed with SIGKILL save and stop as 
   CHECK(s["status"] == "preempted");
   CHECK(fs::exists(fs::path(out) / "checkpoints" / ("step_" + std::string(8 - std::to_string(s["steps"].get<int>()).size(), '0') +
                                                      std::to_string(s["steps"].get<int>()))));
+}
+
+TEST_CASE("parallel: a second launched run into a live one's folder exits 2, and once it is SIGKILLed the "
+          "folder is free at once", "[parallel][cli][slow]") {
+  TempDir dir;
+  write_file(dir.file("r.yaml"), dp_recipe());
+  const std::string out = dir.file("o");
+  const fs::path root = fs::path(out) / "checkpoints";
+  const int launcher = spawn_launcher(dir.file("r.yaml"), out, 2, {"train.max_steps=10000000", "checkpoint.every=5"},
+                                      dir.file("log"));
+  REQUIRE(wait_until([&] { return !gputrain::list_checkpoints(root).complete.empty(); }));
+  const int rank0 = worker_pid(launcher, 0), rank1 = worker_pid(launcher, 1);
+  REQUIRE(rank0 > 0);
+  REQUIRE(rank1 > 0);
+  // Rank 0 holds the folder, not the launcher; the second launcher's rank 0 is refused and the launcher stops its other rank.
+  const auto t0 = std::chrono::steady_clock::now();
+  auto second = train(dir.file("r.yaml"), out, 2, {"train.max_steps=10000000"});
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  INFO(second.output);
+  CHECK(second.exit_code == 2);
+  CHECK_THAT(second.output, Contains("'" + out + "' is in use by gputrain pid " + std::to_string(rank0) + " on host "));
+  CHECK(took < 30);
+
+  // SIGKILL the whole first run (workers first: a launcher's death alone makes them save and stop gracefully).
+  kill(rank0, SIGKILL);
+  kill(rank1, SIGKILL);
+  kill(launcher, SIGKILL);
+  wait_exit_code(launcher);
+  const auto stale = gputrain::read_lock_holder(fs::path(out) / gputrain::kLockFileName);
+  REQUIRE(stale);
+  CHECK(stale->pid == rank0);  // the record stays; the lock went with the process
+  const gputrain::CheckpointListing saved = gputrain::list_checkpoints(root, gputrain::CheckpointCheck::kChecksums);
+  REQUIRE_FALSE(saved.complete.empty());
+  const int64_t newest = std::stoll(saved.complete.back().filename().string().substr(5));
+  auto third = train(dir.file("r.yaml"), out, 2, {"train.max_steps=" + std::to_string(newest + 3)});
+  INFO(third.output);
+  REQUIRE(third.exit_code == 0);
+  const auto s = read_json(out + "/summary.json");
+  CHECK(s["resumed_from_step"] == newest);
+  CHECK(s["steps"] == newest + 3);
+  CHECK_FALSE(fs::exists(fs::path(out) / gputrain::kLockFileName));
 }
 
 TEST_CASE("parallel: a hung worker ends the run within parallel.timeout_s with the collective named",

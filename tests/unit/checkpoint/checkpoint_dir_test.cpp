@@ -1,14 +1,21 @@
 // Checkpoint directories: committed atomically with a manifest of sizes and
 // CRC-32C; unfinished, truncated or corrupt ones are detected and named;
-// leftovers of killed writers are ignored, then cleaned; pruning keeps the newest.
+// leftovers of killed writers are ignored, then cleaned (a live writer's never);
+// pruning keeps the newest.
 #include <catch2/catch.hpp>
 #include <ATen/ATen.h>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <fstream>
+#include <map>
 #include <random>
+#include <set>
 
 #include "checkpoint/checkpoint_dir.h"
 #include "util/crc32c.h"
+#include "util/process_info.h"
 #include "test_util.h"
 
 using namespace gputrain;
@@ -120,4 +127,48 @@ TEST_CASE("checkpoint: pruning keeps the newest complete checkpoints", "[checkpo
   CHECK(std::distance(fs::directory_iterator(root), fs::directory_iterator()) == 2);  // nothing left behind
   prune_checkpoints(root, 0);  // 0 keeps all
   CHECK(list_checkpoints(root).complete.size() == 2);
+}
+
+TEST_CASE("checkpoint: only temporary directories whose writer is gone are cleared, never a live writer's",
+          "[checkpoint]") {
+  TempDir dir;
+  const fs::path root = dir.path() / "ckpt";
+  const std::string here = host_name();
+  // A pid that ran here and has exited (reaped), and one that runs (the process that started this test).
+  const pid_t dead = ::fork();
+  if (dead == 0) ::_exit(0);
+  REQUIRE(::waitpid(dead, nullptr, 0) == dead);
+  REQUIRE_FALSE(process_running(dead));
+  const std::string live = std::to_string(::getppid());
+  const std::map<std::string, bool> cleared_when_local = {
+      {".tmp-step_00000005-" + here + "-" + std::to_string(dead), true},           // killed writer of this host
+      {".tmp-step_00000005-" + here + "-" + std::to_string(dead) + "-replaced", true},
+      {".tmp-step_00000004-" + here + "-" + std::to_string(dead) + "-pruned", true},
+      {".tmp-step_00000006-" + here + "-" + std::to_string(::getpid()), true},      // this process's own leftover
+      {".tmp-step_00000007-" + std::to_string(dead), true},                         // an earlier version's name
+      {".tmp-step_00000003-pruned", true},                                          // an earlier version's prune
+      {".tmp-step_00000008-" + here + "-" + live, false},                           // a live writer here
+      {".tmp-step_00000008-" + here + "-" + live + "-replaced", false},
+      {".tmp-step_00000009-node-a-12-" + std::to_string(dead), false},             // another host's (a '-' in its name)
+      {"step_00000002", false},                                                     // not temporary at all
+  };
+  for (const auto& [name, _] : cleared_when_local) fs::create_directories(root / name / "x");
+  auto present = [&] {
+    std::set<std::string> names;
+    for (const auto& e : fs::directory_iterator(root)) names.insert(e.path().filename().string());
+    return names;
+  };
+  clear_abandoned_saves(root, /*other_hosts=*/false);
+  std::set<std::string> expected;
+  for (const auto& [name, cleared] : cleared_when_local)
+    if (!cleared) expected.insert(name);
+  CHECK(present() == expected);
+  // Under the directory's lock no other host can be writing: its leftovers go too, the live local one stays.
+  clear_abandoned_saves(root, /*other_hosts=*/true);
+  expected.erase(".tmp-step_00000009-node-a-12-" + std::to_string(dead));
+  CHECK(present() == expected);
+  // A writer's own temporary name carries this host and its pid.
+  CheckpointWriter w(root, 10);
+  CHECK(fs::exists(root / (".tmp-step_00000010-" + here + "-" + std::to_string(::getpid()))));
+  CHECK(present().count(".tmp-step_00000008-" + here + "-" + live));  // constructing it cleared nothing live
 }
