@@ -343,7 +343,8 @@ TEST_CASE("checkpoint: a second run, export or data prepare into a live run's fo
   auto from = run_gputrain({"export", out, "--out", dir.file("hf")});
   INFO(from.output);
   CHECK(from.exit_code == 0);
-  auto prepare = run_gputrain({"data", "prepare", shared_data("tinyshakespeare.txt"), "-o", out});
+  auto prepare =
+      run_gputrain({"data", "prepare", shared_data("tinyshakespeare.txt"), "-o", out, "--tokenizer", "bytes"});
   CHECK(prepare.exit_code == 2);
   CHECK_THAT(prepare.output, Contains(holder) && Contains("or use another --output"));
   CHECK_FALSE(fs::exists(out + "/train_000000.bin"));
