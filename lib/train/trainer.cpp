@@ -61,11 +61,15 @@ double seconds_since(Clock::time_point t) { return std::chrono::duration<double>
 // checkpoint directory (when it is another one: it may be a second run's output) before
 // it reads or removes anything in them. Held, the lock proves every earlier save's writer gone.
 std::vector<DirectoryLock> lock_run_directories(const Settings& s) {
-  std::vector<DirectoryLock> locks;
   const fs::path out = s.resolved_output_dir(), ckpt = s.resolved_checkpoint_dir();
+  for (const auto& [dir, what] : {std::pair{out, "output"}, std::pair{ckpt, "checkpoint"}}) {
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    if (ec) throw runtime_error(fmt::format("cannot create {} directory '{}': {}", what, dir.string(), ec.message()));
+  }
+  std::vector<DirectoryLock> locks;
   locks.push_back(DirectoryLock::acquire(out, "use another --output-dir"));
   std::error_code ec;
-  fs::create_directories(ckpt, ec);
   if (!fs::equivalent(out, ckpt, ec)) locks.push_back(DirectoryLock::acquire(ckpt, "set another checkpoint.dir"));
   if (locks.back().held()) clear_abandoned_saves(ckpt, /*other_hosts=*/true);
   return locks;
