@@ -19,6 +19,8 @@
 #include "checkpoint/checkpoint_dir.h"
 #include "checkpoint/safetensors.h"
 #include "checkpoint/training_checkpoint.h"
+#include "export_reference.h"
+#include "same_tensors.h"
 #include "test_util.h"
 #include "util/dir_lock.h"
 
@@ -478,6 +480,13 @@ TEST_CASE("checkpoint: train.nan_policy abort names the parameter, skip drops th
   CHECK(warn.exit_code == 0);
   CHECK_THAT(warn.output, Contains("update applied anyway (train.nan_policy: warn)"));
   CHECK(read_json(dir.file("warn") + "/summary.json")["status"] == "ok");
+  // The updates were applied: every weight moved (the NaN gradients spread into each one).
+  SafetensorsFile warned = read_safetensors((newest_checkpoint(dir.file("warn")) / "model.safetensors").string());
+  REQUIRE(warned.tensors.size() == w.tensors.size());
+  for (const auto& t : w.tensors) {
+    INFO(t.name);
+    CHECK_FALSE(at::equal(t.tensor.nan_to_num(), warned.find(t.name)->nan_to_num()));
+  }
 }
 
 TEST_CASE("checkpoint: gputrain export writes Hugging Face files and refuses bad requests", "[checkpoint][cli]") {
@@ -489,7 +498,7 @@ TEST_CASE("checkpoint: gputrain export writes Hugging Face files and refuses bad
   CHECK(e.exit_code == 0);
   CHECK_THAT(e.output, Contains("exported step 2"));
   CHECK(read_json(dir.file("hf") + "/config.json")["model_type"] == "gpt2");
-  CHECK(fs::exists(dir.file("hf") + "/model.safetensors"));
+  check_export_logits(newest_checkpoint(dir.file("run")), dir.file("hf"), "GPT2LMHeadModel");  // transformers agrees
   auto again = run_gputrain({"export", dir.file("run"), "--format", "hf", "--out", dir.file("hf")});
   CHECK(again.exit_code == 2);
   CHECK_THAT(again.output, Contains("already holds model files"));
@@ -502,10 +511,14 @@ TEST_CASE("checkpoint: gputrain export writes Hugging Face files and refuses bad
   auto empty = run_gputrain({"export", dir.path().string(), "--format", "hf", "--out", dir.file("y")});
   CHECK(empty.exit_code == 2);
   CHECK_THAT(empty.output, Contains("holds no complete gputrain checkpoint"));
-  // The exported weights start a new run.
-  auto init = train(dir.file("r.yaml"), dir.file("ft"), {"model.init_from=" + dir.file("hf"), "train.max_steps=1"});
-  CHECK(init.exit_code == 0);
+  // The exported weights start a new run: it holds the checkpoint's weights (a learning rate too small to move them).
+  auto init = train(dir.file("r.yaml"), dir.file("ft"),
+                    {"model.init_from=" + dir.file("hf"), "train.max_steps=1", "optim.lr=1e-12"});
+  INFO(init.output);
+  REQUIRE(init.exit_code == 0);
   CHECK_THAT(init.output, Contains("Hugging Face GPT-2 weights from"));
+  check_same_tensors((newest_checkpoint(dir.file("run")) / "model.safetensors").string(),
+                     (newest_checkpoint(dir.file("ft")) / "model.safetensors").string(), 1e-6);
 }
 
 TEST_CASE("checkpoint: keys are validated with clear errors", "[checkpoint][cli]") {

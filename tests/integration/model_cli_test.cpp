@@ -11,6 +11,7 @@
 #include <ATen/ATen.h>
 
 #include "checkpoint/safetensors.h"
+#include "export_reference.h"
 #include "same_tensors.h"
 #include "test_util.h"
 
@@ -83,7 +84,7 @@ TEST_CASE("cli: configs/llama-shakespeare.yaml trains at tiny size, resumes exac
   const auto hf_config = read_json(dir.file("hf") + "/config.json");
   CHECK(hf_config["num_key_value_heads"] == 2);
   CHECK(hf_config["tie_word_embeddings"] == false);
-  CHECK(std::filesystem::exists(dir.file("hf") + "/model.safetensors"));
+  check_export_logits(dir.file("llama") + "/checkpoints/step_00000040", dir.file("hf"), "LlamaForCausalLM");
 }
 
 TEST_CASE("cli: configs/moe-shakespeare.yaml trains at tiny size, reports balancing and dropping, and 2 processes "
@@ -96,8 +97,10 @@ TEST_CASE("cli: configs/moe-shakespeare.yaml trains at tiny size, reports balanc
   CHECK_THAT(r.output, Contains("model: mixture of experts every 2 block(s): 8 experts, top 2"));
   const auto loss = losses(dir.file("moe"));
   CHECK(loss.back() < loss.front() - 1.5);
+  size_t rows = 0;
   for (const auto& row : read_jsonl(dir.file("moe") + "/metrics.jsonl")) {
     if (!row.contains("loss")) continue;
+    ++rows;
     // 1 = balanced, 8 = collapsed. An untrained router's near-equal probabilities still pick
     // correlated top-2 choices, so a capacity of 1.25x the even share drops many early on.
     CHECK(row["moe_aux_loss"].get<double>() >= 1.0);
@@ -105,6 +108,8 @@ TEST_CASE("cli: configs/moe-shakespeare.yaml trains at tiny size, reports balanc
     CHECK(row["moe_dropped_fraction"].get<double>() > 0.0);
     CHECK(row["moe_dropped_fraction"].get<double>() < 1.0);
   }
+  CHECK(rows == loss.size());  // every logged step was looked at
+  REQUIRE(rows > 0);
   const auto summary = read_json(dir.file("moe") + "/summary.json");
   CHECK(summary["moe"]["experts"] == 8);
   CHECK(summary["moe"]["layers"] == 1);  // of 2 blocks, block 1
@@ -129,12 +134,17 @@ TEST_CASE("cli: configs/moe-shakespeare.yaml trains at tiny size, reports balanc
   REQUIRE(two.exit_code == 0);
   const auto l1 = column(dir.file("one"), "loss"), l2 = column(dir.file("two"), "loss");
   const auto a1 = column(dir.file("one"), "moe_aux_loss"), a2 = column(dir.file("two"), "moe_aux_loss");
-  REQUIRE(l1.size() == l2.size());
+  REQUIRE(l1.size() == 2);  // steps 5 and 10 (train.log_every 5)
+  REQUIRE(l2.size() == l1.size());
+  REQUIRE(a1.size() == l1.size());
+  REQUIRE(a2.size() == l1.size());
   for (size_t i = 0; i < l1.size(); ++i) {
     CHECK(std::abs(l1[i] - l2[i]) < 1e-4);
     CHECK(std::abs(a1[i] - a2[i]) < 1e-4);
   }
-  for (const double dropped : column(dir.file("two"), "moe_dropped_fraction")) CHECK(dropped == 0.0);  // no capacity limit
+  const auto dropped = column(dir.file("two"), "moe_dropped_fraction");
+  REQUIRE(dropped.size() == l1.size());
+  for (const double d : dropped) CHECK(d == 0.0);  // no capacity limit
 
   // The balancing loss reaches routers on another pipeline stage, and a recomputed (checkpointed)
   // mixture layer neither counts its statistics twice nor loses its balancing gradient.
@@ -330,4 +340,21 @@ TEST_CASE("cli: configs/lora-finetune.yaml fine-tunes an exported model with ada
   REQUIRE(base_w.tensors.size() == lora_w.tensors.size());
   CHECK_FALSE(at::equal(*base_w.find("model.layers.0.self_attn.q_proj.weight"), *lora_w.find("model.layers.0.self_attn.q_proj.weight")));
   CHECK(at::equal(*base_w.find("model.norm.weight"), *lora_w.find("model.norm.weight")));  // not adapted
+  // merged = W + (alpha / r) B A, computed here from the exported checkpoint's adapters (alpha 16, rank 8),
+  // for layers HF keeps whole (its q/k/v and gate/up are cut from our fused ones).
+  const auto adapters = gputrain::read_safetensors(dir.file("lora") + "/checkpoints/step_00000040/model.safetensors");
+  const std::vector<std::pair<std::string, std::string>> unfused = {
+      {"transformer.h.0.attn.c_proj", "model.layers.0.self_attn.o_proj"},
+      {"transformer.h.1.mlp.c_proj", "model.layers.1.mlp.down_proj"}};
+  check_export_logits(dir.file("lora") + "/checkpoints/step_00000040", dir.file("lora_hf"), "LlamaForCausalLM");
+  for (const auto& [ours, hf] : unfused) {
+    INFO(hf);
+    const at::Tensor *a = adapters.find(ours + ".lora_A"), *b = adapters.find(ours + ".lora_B");
+    const at::Tensor *w = base_w.find(hf + ".weight"), *merged_w = lora_w.find(hf + ".weight");
+    REQUIRE((a && b && w && merged_w));
+    REQUIRE(a->size(0) == 8);
+    const at::Tensor delta = at::matmul(*b, *a);
+    CHECK((*merged_w - (*w + (16.0 / 8.0) * delta)).abs().max().item<double>() < 1e-6);
+    CHECK(delta.abs().max().item<double>() > 1e-3);  // the adapters did move away from B = 0
+  }
 }

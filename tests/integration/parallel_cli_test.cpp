@@ -18,6 +18,7 @@
 
 #include "checkpoint/checkpoint_dir.h"
 #include "checkpoint/safetensors.h"
+#include "export_reference.h"
 #include "same_tensors.h"
 #include "test_util.h"
 #include "util/dir_lock.h"
@@ -475,6 +476,7 @@ TEST_CASE("parallel: tensor parallelism (tp 2, dp 2 x tp 2, with ZeRO-2 and reco
       CHECK(s["parameters"] == read_json(dir.file("one") + "/summary.json")["parameters"]);  // the whole model's
       CHECK(s["tokens"] == read_json(dir.file("one") + "/summary.json")["tokens"]);
       // Each tp rank holds its half of the split layers (embeddings and norms stay whole).
+      REQUIRE(s["memory_per_rank"].size() == static_cast<size_t>(v.nproc));
       for (const auto& m : s["memory_per_rank"]) CHECK(m["weights_mb"].get<double>() < 0.8 * weights1);
       CHECK_THAT(r.output, Contains("tensor parallel: 12 of 28 parameter tensors split over 2 ranks"));
     }
@@ -640,9 +642,14 @@ TEST_CASE("parallel: a pipeline-parallel checkpoint holds the whole model, expor
   const fs::path ckpt = fs::path(dir.file("pp2")) / "checkpoints/step_00000010";
   check_same_tensors(dir.file("one") + "/checkpoints/step_00000010/model.safetensors",
                      (ckpt / "model.safetensors").string(), 1e-4);
+  // Its export: the 1-process export's tensors, and transformers computes the checkpoint's logits from it.
   auto e = run_gputrain({"export", dir.file("pp2"), "--out", dir.file("hf")});
   INFO(e.output);
-  CHECK(e.exit_code == 0);
+  REQUIRE(e.exit_code == 0);
+  CHECK_THAT(e.output, Contains("exported step 20"));  // the newest (train.max_steps)
+  REQUIRE(run_gputrain({"export", dir.file("one"), "--out", dir.file("hf-one")}).exit_code == 0);
+  check_same_tensors(dir.file("hf-one") + "/model.safetensors", dir.file("hf") + "/model.safetensors", 1e-4);
+  check_export_logits(dir.file("pp2") + "/checkpoints/step_00000020", dir.file("hf"), "GPT2LMHeadModel");
 
   // Resumed at step 10: at the same pp exactly; with one process (pp 1), within float32 noise.
   const auto straight = column(dir.file("pp2"), "loss");

@@ -51,12 +51,27 @@ TEST_CASE("two ranks never share a window in an epoch and together cover the epo
 
 TEST_CASE("2 ranks with batch B read the windows 1 rank with batch 2B reads", "[data][sampler]") {
   const int64_t B = 4;
-  WindowSampler one(333, {5, 1, 0, 1}), r0(333, {5, 1, 0, 2}), r1(333, {5, 1, 1, 2});
-  for (int64_t step = 0; step < 40; ++step) {  // crosses epoch boundaries
+  // The windows of one step in both layouts (`count` windows in the dataset).
+  auto step_windows = [&](int64_t count, int64_t step) {
+    WindowSampler one(count, {5, 1, 0, 1}), r0(count, {5, 1, 0, 2}), r1(count, {5, 1, 1, 2});
     std::multiset<uint64_t> single, pair;
     for (int64_t j = 0; j < 2 * B; ++j) single.insert(one.window(step * 2 * B + j));
     for (int64_t j = 0; j < B; ++j) pair.insert(r0.window(step * B + j)), pair.insert(r1.window(step * B + j));
-    if (step * 2 * B + 2 * B <= 332) CHECK(single == pair);  // the same epoch for both layouts
+    return std::make_pair(single, pair);
+  };
+  // An even count: the same at every step, across epoch boundaries (100 steps of 8 read 2.4 epochs
+  // of 334), including steps that a boundary cuts in two (step 41 reads samples 328..335).
+  REQUIRE(WindowSampler(334, {5, 1, 0, 1}).epoch(100 * 2 * B - 1) == 2);
+  for (int64_t step = 0; step < 100; ++step) {
+    INFO("step " << step);
+    const auto [single, pair] = step_windows(334, step);
+    CHECK(single == pair);
+  }
+  // An odd count leaves one window over per epoch for 2 ranks (not for 1): the same in the first epoch.
+  for (int64_t step = 0; (step + 1) * 2 * B <= 332; ++step) {
+    INFO("step " << step);
+    const auto [single, pair] = step_windows(333, step);
+    CHECK(single == pair);
   }
 }
 

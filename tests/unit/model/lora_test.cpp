@@ -1,8 +1,12 @@
 // LoRA (model/lora.h): a LoRA model starts exactly at its base's outputs,
 // only the adapters get gradients and optimizer state, merged weights give
-// the unmerged model's logits, and the base fingerprint sees the base only.
+// the unmerged model's logits and are W + (alpha / rank) B A, and the base
+// fingerprint sees the base only.
 #include <catch2/catch.hpp>
 #include <ATen/ATen.h>
+
+#include <map>
+#include <string>
 
 #include "checkpoint/module_weights.h"
 #include "model/gpt.h"
@@ -104,8 +108,26 @@ TEST_CASE("lora: merged weights give the unmerged model's logits", "[model][lora
     const auto unmerged = logits(model, tokens);
     ModelSettings plain = m;
     plain.lora.rank = 0;
+    // The merge is W + (alpha / rank) B A, with the scale written out here (alpha 8, rank 4).
+    const std::vector<NamedTensor> weights = module_weights(*model), merged_weights = merge_lora(weights, m.lora);
+    std::map<std::string, torch::Tensor> by_name;
+    for (const auto& w : weights) by_name[w.name] = w.tensor;
+    int adapted = 0;
+    for (const auto& w : merged_weights) {
+      const std::string stem = w.name.substr(0, w.name.size() - std::string(".weight").size());
+      if (!w.name.ends_with(".weight") || !by_name.count(stem + ".lora_A")) {
+        CHECK(at::equal(w.tensor, by_name.at(w.name)));  // not adapted: as it was
+        continue;
+      }
+      INFO(w.name);
+      const torch::Tensor delta = at::matmul(by_name.at(stem + ".lora_B"), by_name.at(stem + ".lora_A"));
+      const torch::Tensor expected = by_name.at(w.name) + 2.0 * delta;
+      CHECK((w.tensor - expected).abs().max().item<double>() < 1e-6);
+      ++adapted;
+    }
+    CHECK(adapted == 2 * 4);  // 2 blocks x 4 targets
     Gpt merged(plain);
-    load_module_weights(*merged, merge_lora(module_weights(*model), m.lora), "merged", "");
+    load_module_weights(*merged, merged_weights, "merged", "");
     CHECK((logits(merged, tokens) - unmerged).abs().max().item<double>() < 1e-5);
     Gpt base(plain);  // the adapters matter: without them the logits differ
     std::vector<NamedTensor> base_weights = module_weights(*model);

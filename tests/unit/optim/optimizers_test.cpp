@@ -1,5 +1,6 @@
 // Every optim.name against a float64 reference written out here from the
-// published algorithm, for each update kernel; the 8-bit quantizer's error
+// published algorithm, for each update kernel, and AdamW, SGD and Adafactor
+// against PyTorch's and transformers' own (tests/reference/optim_reference.py); the 8-bit quantizer's error
 // bounds; bf16 parameters; the ATen op count of a step (launches on a GPU);
 // state save/restore; state-size estimates.
 #include <catch2/catch.hpp>
@@ -11,6 +12,7 @@
 #include <map>
 #include <set>
 
+#include "checkpoint/safetensors.h"
 #include "model/gpt.h"
 #include "model/gpt_shapes.h"
 #include "optim/adamw8bit.h"
@@ -41,10 +43,11 @@ struct Problem {
     for (const auto& s : shapes) out.push_back(at::randn(s));
     return out;
   }
+  double grad_scale = 1.0;  // tiny gradients make eps matter (Adam's sqrt(v) comes near it)
   std::vector<at::Tensor> grads(int step) const {
     at::manual_seed(100 + step);
     std::vector<at::Tensor> out;
-    for (const auto& s : shapes) out.push_back(at::randn(s));
+    for (const auto& s : shapes) out.push_back(at::randn(s) * grad_scale);
     return out;
   }
   std::vector<ParamGroup> groups(const std::vector<at::Tensor>& params) const {
@@ -89,6 +92,49 @@ double max_difference(const OptimSettings& o, const Reference& reference, int st
   return worst;
 }
 
+// As max_difference, against an optimizer of PyTorch or transformers (tests/reference/optim_reference.py,
+// float64): `options` names it and gives its arguments; the per-parameter lr and weight decay are added here.
+double external_difference(const OptimSettings& o, nlohmann::json options, const Problem& pr = Problem{},
+                           int steps = 6, double lr = 1e-2) {
+  test::TempDir dir;
+  std::vector<NamedTensor> problem;
+  std::vector<at::Tensor> ours;
+  for (const auto& t : pr.initial()) {
+    problem.push_back({"param." + std::to_string(ours.size()), t.to(at::kDouble)});
+    ours.push_back(t.clone());
+  }
+  for (size_t i = 0; i < ours.size(); ++i) {
+    options["lr"].push_back(lr * pr.scale_of(i));
+    options["weight_decay"].push_back(pr.wd_of(i));
+  }
+  options["steps"] = steps;
+  auto opt = make_optimizer(pr.groups(ours), o);
+  for (int step = 1; step <= steps; ++step) {
+    const auto g = pr.grads(step);
+    for (size_t i = 0; i < ours.size(); ++i) {
+      if (pr.no_grad.count({step, i})) continue;
+      ours[i].mutable_grad() = g[i].clone();
+      problem.push_back({"grad." + std::to_string(step) + "." + std::to_string(i), g[i].to(at::kDouble)});
+    }
+    opt->step(lr);
+    opt->zero_grad();
+  }
+  write_safetensors(dir.file("problem.safetensors"), problem);
+  const auto r = test::run_python({std::string(GPUTRAIN_SOURCE_DIR) + "/tests/reference/optim_reference.py",
+                                   dir.file("problem.safetensors"), options.dump(), dir.file("out.safetensors")});
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  const SafetensorsFile theirs = read_safetensors(dir.file("out.safetensors"));
+  double worst = 0;
+  for (size_t i = 0; i < ours.size(); ++i) {
+    const at::Tensor* ref = theirs.find("param." + std::to_string(i));
+    REQUIRE(ref != nullptr);
+    REQUIRE(ref->sizes() == ours[i].sizes());
+    worst = std::max(worst, ((ours[i].to(at::kDouble) - *ref).abs() / (1 + ref->abs())).max().item<double>());
+  }
+  return worst;
+}
+
 struct AdamRef {
   double b1 = 0.9, b2 = 0.95, eps = 1e-8;
   std::map<size_t, at::Tensor> m, v;
@@ -117,6 +163,18 @@ TEST_CASE("adamw, foreach and fused, equals float64 AdamW over 6 steps", "[optim
     AdamRef ref;
     // fp32 arithmetic against fp64: ~1e-6 relative after 6 steps.
     CHECK(max_difference(settings_for(OptimName::kAdamW, impl), std::ref(ref)) < 2e-6);
+  }
+}
+
+TEST_CASE("adamw, foreach and fused, equals torch.optim.AdamW, also where eps matters", "[optim][python]") {
+  Problem tiny;
+  tiny.grad_scale = 1e-8;  // sqrt(v) near eps: where eps sits in the denominator changes the update by ~2x
+  for (OptimImpl impl : {OptimImpl::kForeach, OptimImpl::kFused}) {
+    INFO("impl " << static_cast<int>(impl));
+    const OptimSettings o = settings_for(OptimName::kAdamW, impl);
+    const nlohmann::json options = {{"optimizer", "adamw"}, {"betas", o.betas}, {"eps", o.eps}};
+    CHECK(external_difference(o, options) < 2e-6);
+    CHECK(external_difference(o, options, tiny) < 2e-6);
   }
 }
 
@@ -149,6 +207,9 @@ TEST_CASE("sgd with momentum, dampening and nesterov equals float64 torch.optim.
       };
       INFO("momentum " << momentum << " nesterov " << nesterov);
       CHECK(max_difference(o, ref) < 1e-6);
+      // And torch.optim.SGD itself.
+      CHECK(external_difference(o, {{"optimizer", "sgd"}, {"momentum", momentum}, {"dampening", o.sgd.dampening},
+                                    {"nesterov", nesterov}}) < 1e-6);
     }
   }
 }
@@ -193,6 +254,10 @@ TEST_CASE("adafactor equals float64 Adafactor (transformers' algorithm), every o
     };
     INFO("beta1 " << c.beta1 << " scale_parameter " << c.scale_parameter << " relative_step " << c.relative_step);
     CHECK(max_difference(o, ref) < 2e-6);
+    // And transformers' Adafactor itself, its arguments set to ours (its defaults differ: README, optim.adafactor).
+    CHECK(external_difference(o, {{"optimizer", "adafactor"}, {"eps", a.eps}, {"clip_threshold", a.clip_threshold},
+                                  {"decay_rate", a.decay_rate}, {"beta1", a.beta1},
+                                  {"scale_parameter", a.scale_parameter}, {"relative_step", a.relative_step}}) < 2e-6);
     // Matrices of one shape are updated as a stack (optim/adafactor.cpp): three
     // of 2^19 elements (a batch holds at most 2^20 here, so two and one),
     // three small ones, two 3-d tensors, and vectors; one matrix and one vector

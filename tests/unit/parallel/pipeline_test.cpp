@@ -130,14 +130,19 @@ TEST_CASE("pipeline: the forward-only evaluation gives one process's loss on the
   Gpt whole = make_model();
   const double ref = evaluate(whole, batches) * static_cast<double>(total_targets(batches));
   std::vector<double> sums(kStages);
+  std::vector<char> training_after(kStages, 0);  // asserted here: Catch's assertions are not thread-safe
   test::run_thread_ranks(kStages, [&](int rank, Communicator& world) {
     auto pp = test::whole_group(world, "pp");
     Gpt model = make_model();
     const StageLayers stage = split_stages(model->cfg, kStages)[static_cast<size_t>(rank)];
     keep_stage(model, stage);
     sums[static_cast<size_t>(rank)] = pipeline_eval_loss_sum(model, *pp, batches, stage, nullptr);
-    CHECK(model->is_training());  // put back as it was
+    training_after[static_cast<size_t>(rank)] = model->is_training();
   });
+  for (int rank = 0; rank < kStages; ++rank) {
+    INFO("rank " << rank);
+    CHECK(training_after[static_cast<size_t>(rank)]);  // put back in training mode as it was
+  }
   CHECK(sums.back() == Approx(ref).epsilon(1e-6));
   CHECK(sums[0] == 0);
 }

@@ -1,0 +1,51 @@
+// The reference for a CLI export: transformers loads the exported folder
+// (tests/reference/hf_interop.py) and its logits must equal those of the
+// checkpoint's model as gputrain builds it, on the same random tokens.
+#pragma once
+#include <catch2/catch.hpp>
+
+#include <ATen/ATen.h>
+
+#include <filesystem>
+#include <string>
+
+#include "checkpoint/model_files.h"
+#include "checkpoint/module_weights.h"
+#include "checkpoint/safetensors.h"
+#include "config/recipe.h"
+#include "model/gpt.h"
+#include "test_util.h"
+#include "util/text_file.h"
+
+namespace gputrain::test {
+
+// `checkpoint` is the step_<N> directory that `hf_dir` was exported from (LoRA adapters merged).
+inline void check_export_logits(const std::filesystem::path& checkpoint, const std::string& hf_dir,
+                                const std::string& architecture) {
+  const Settings s = settings_from_saved_recipe(read_text_file(checkpoint / "recipe.yaml"),
+                                                (checkpoint / "recipe.yaml").string());
+  ModelSettings plain = s.model;
+  plain.lora.rank = 0;  // the export holds the merged weights
+  Gpt model(plain);
+  load_module_weights(*model, checkpoint_plain_weights(checkpoint, s), checkpoint.string(), "");
+  model->eval();
+  const TempDir dir;
+  const auto tokens = at::randint(0, plain.vocab_size, {2, plain.seq_len}, at::kLong);
+  write_safetensors(dir.file("tokens.safetensors"), {{"tokens", tokens}});
+  auto r = run_python({std::string(GPUTRAIN_SOURCE_DIR) + "/tests/reference/hf_interop.py", "logits", hf_dir,
+                       dir.file("tokens.safetensors"), dir.file("logits.safetensors")});
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.output, Catch::Matchers::Contains(architecture));
+  const torch::Tensor theirs = *read_safetensors(dir.file("logits.safetensors")).find("logits");
+  torch::Tensor ours;
+  {
+    torch::NoGradGuard no_grad;
+    ours = model->forward(tokens).narrow(-1, 0, plain.vocab_size);
+  }
+  REQUIRE(theirs.sizes() == ours.sizes());
+  CHECK((theirs - ours).abs().max().item<double>() < 1e-4);
+  CHECK(ours.abs().max().item<double>() > 0.1);  // not a comparison of near-zeros
+}
+
+}  // namespace gputrain::test
