@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -192,7 +193,8 @@ TEST_CASE("parallel: gradient buckets are reduced while backward still runs", "[
   TempDir dir;
   write_file(dir.file("r.yaml"), dp_recipe());
   auto r = train(dir.file("r.yaml"), dir.file("o"), 2,
-                 {"model.n_layer=4", "model.d_model=64", "parallel.bucket_mb=0.02", "train.max_steps=5"});
+                 {"model.n_layer=4", "model.d_model=64", "parallel.bucket_mb=0.02", "train.max_steps=5",
+                  "metrics.profile_at=3", "metrics.profile_steps=1"});
   INFO(r.output);
   REQUIRE(r.exit_code == 0);
   const auto g = read_json(dir.file("o") + "/summary.json")["grad_sync"];
@@ -201,6 +203,30 @@ TEST_CASE("parallel: gradient buckets are reduced while backward still runs", "[
   // Measured, not assumed: the first buckets started before backward returned.
   CHECK(g["started_during_backward"].get<int>() >= 1);
   CHECK(g["bucket_start_ms"][0].get<double>() < g["backward_ms"].get<double>());
+  // And seen from outside, in the PyTorch profiler's trace of step 3: Gloo's own all-reduce events start
+  // inside the span of autograd's backward functions (before any, the step's token count is summed;
+  // after all, the loss).
+  for (int rank : {0, 1}) {
+    INFO("rank " << rank);
+    const auto trace = read_json(dir.file("o") + "/profile/rank" + std::to_string(rank) + "/trace.json");
+    double backward_start = INFINITY, backward_end = 0;
+    std::vector<double> all_reduce_starts;
+    for (const auto& e : trace.is_object() ? trace["traceEvents"] : trace) {
+      if (e.value("ph", "") != "X") continue;
+      const std::string name = e.value("name", "");
+      const double ts = e["ts"].get<double>(), dur = e.value("dur", 0.0);
+      if (name.rfind("autograd::engine::evaluate_function:", 0) == 0) {
+        backward_start = std::min(backward_start, ts);
+        backward_end = std::max(backward_end, ts + dur);
+      }
+      if (name == "gloo:all_reduce") all_reduce_starts.push_back(ts);
+    }
+    REQUIRE(backward_end > backward_start);
+    int during = 0;
+    for (const double ts : all_reduce_starts) during += ts > backward_start && ts < backward_end;
+    CHECK(during >= 1);
+    CHECK(during <= g["buckets"].get<int>());
+  }
 }
 
 TEST_CASE("parallel: a killed worker makes the launcher stop the others and name it", "[parallel][cli][slow]") {
