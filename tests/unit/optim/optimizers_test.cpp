@@ -1,8 +1,8 @@
 // Every optim.name against a float64 reference written out here from the
 // published algorithm, for each update kernel, and AdamW, SGD and Adafactor
-// against PyTorch's and transformers' own (tests/reference/optim_reference.py); the 8-bit quantizer's error
-// bounds; bf16 parameters; the ATen op count of a step (launches on a GPU);
-// state save/restore; state-size estimates.
+// against PyTorch's and transformers' own (tests/reference/optim_reference.py);
+// the 8-bit quantizer's error bounds; bf16 parameters; the ATen op count of a
+// step (launches on a GPU); state save/restore; state-size estimates.
 #include <catch2/catch.hpp>
 #include <ATen/ATen.h>
 #include <ATen/record_function.h>
