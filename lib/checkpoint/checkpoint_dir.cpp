@@ -83,7 +83,8 @@ void clear_abandoned_saves(const fs::path& root, bool other_hosts) {
     // This host's is gone when its pid is (this process saves one checkpoint at a time: its own are leftovers).
     bool gone = other_hosts;
     if (owner->pid == 0) gone = true;
-    else if (owner->host.empty() || owner->host == here) gone = owner->pid == ::getpid() || !process_running(owner->pid);
+    else if (owner->host.empty() || owner->host == here)
+      gone = owner->pid == ::getpid() || !process_running(owner->pid);
     std::error_code rm;
     if (gone) fs::remove_all(e.path(), rm);
   }

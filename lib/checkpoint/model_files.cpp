@@ -158,7 +158,8 @@ ExportSource read_export_source(const fs::path& checkpoint, bool merge_lora_adap
     throw data_error("checkpoint '" + checkpoint.string() + "' is not usable: " + *problem +
                      "\n    fix: export another checkpoint");
   ExportSource src;
-  src.settings = settings_from_saved_recipe(read_text_file(checkpoint / "recipe.yaml"), (checkpoint / "recipe.yaml").string());
+  const fs::path recipe = checkpoint / "recipe.yaml";
+  src.settings = settings_from_saved_recipe(read_text_file(recipe), recipe.string());
   const Settings& s = src.settings;
   if (s.model.moe.enabled())
     throw data_error("checkpoint '" + checkpoint.string() + "' is a mixture-of-experts model (model.moe), which " +

@@ -74,7 +74,8 @@ Error in_use_error(const fs::path& dir, const std::string& fix) {
     who = h->describe();
     if (h->host == host_name()) {
       stop = "stop it (kill " + std::to_string(h->pid) + ")";
-      if (!process_running(h->pid)) who += ", or by a process it started (pid " + std::to_string(h->pid) + " has exited)";
+      if (!process_running(h->pid))
+        who += ", or by a process it started (pid " + std::to_string(h->pid) + " has exited)";
     }
   }
   return usage_error("'" + dir.string() + "' is in use by " + who + "\n    fix: wait for it, " + stop + ", or " + fix);

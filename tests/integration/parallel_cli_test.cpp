@@ -277,13 +277,15 @@ TEST_CASE("parallel: a second launched run into a live one's folder exits 2, and
   const int rank0 = worker_pid(launcher, 0), rank1 = worker_pid(launcher, 1);
   REQUIRE(rank0 > 0);
   REQUIRE(rank1 > 0);
-  // Rank 0 holds the folder, not the launcher; the second launcher's rank 0 is refused and the launcher stops its other rank.
+  // Rank 0 holds the folder, not the launcher; the second launcher's rank 0 is refused, and that
+  // launcher stops its other rank.
   const auto t0 = std::chrono::steady_clock::now();
   auto second = train(dir.file("r.yaml"), out, 2, {"train.max_steps=10000000"});
   const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   INFO(second.output);
   CHECK(second.exit_code == 2);
-  CHECK_THAT(second.output, Contains("'" + out + "' is in use by gputrain pid " + std::to_string(rank0) + " on host "));
+  CHECK_THAT(second.output,
+             Contains("'" + out + "' is in use by gputrain pid " + std::to_string(rank0) + " on host "));
   CHECK(took < 30);
 
   // SIGKILL the whole first run (workers first: a launcher's death alone makes them save and stop gracefully).
