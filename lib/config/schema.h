@@ -20,12 +20,27 @@ struct FieldProblem {
   std::string fix;
 };
 
+// What changing a key means when a run resumes from a checkpoint (train/resume.h).
+enum class ResumePolicy {
+  kDiverges,     // allowed, with a warning: the run no longer continues as the saved one would have
+  kReported,     // allowed and logged: how long the run goes, how it reports or where it writes
+  kRefused,      // the saved weights, optimizer state or data position depend on it
+  kBatchSplit,   // another split of the global batch: reported while the global batch stays the same
+  kWeightDtype,  // precision.mode: refused to or from bf16-pure (the saved weights' dtype), else diverges
+};
+
 struct FieldSpec {
   std::string path;  // "optim.lr"
   std::string type;  // "number > 0", "one of: cosine | linear | constant"
   std::string doc;
   std::function<void(Settings&, const ConfigNode&)> read;  // throws FieldProblem
   std::function<nlohmann::ordered_json(const Settings&)> write;
+  ResumePolicy on_resume = ResumePolicy::kDiverges;
+
+  FieldSpec resume(ResumePolicy p) && {
+    on_resume = p;
+    return std::move(*this);
+  }
 };
 
 const std::vector<FieldSpec>& schema();

@@ -1,10 +1,11 @@
 // Which checkpoint a run continues from (checkpoint.resume), and which
-// recipe changes a resume accepts. Shape-changing keys (the model, the
-// training data, the seed, the optimizer and its state layout, bf16-pure)
-// are refused; keys that only change how long or how visibly the run goes
-// (max_steps, the schedule's length, log/eval/checkpoint cadence, threads,
-// output) are reported; anything else (lr, batch split, clipping...) is
-// allowed with a warning that the run no longer continues as it would have.
+// recipe changes a resume accepts, as each key's ResumePolicy in the schema
+// says (config/schema.h). Shape-changing keys (the model, the training data,
+// the seed, the optimizer and its state layout, bf16-pure) are refused; keys
+// that only change how long or how visibly the run goes (max_steps, the
+// schedule's length, log/eval/checkpoint cadence, threads, output) are
+// reported; anything else (lr, clipping...) is allowed with a warning that
+// the run no longer continues as it would have.
 #pragma once
 #include <filesystem>
 #include <nlohmann/json.hpp>
