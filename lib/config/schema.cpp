@@ -428,6 +428,10 @@ std::vector<FieldSpec> build_schema() {
   f.push_back(bool_field(KEY(run.cpu_malloc_cache),
                          "CPU device: keep freed large buffers for reuse (faster steps, higher peak memory)").resume(ResumePolicy::kReported));
   // model
+  // Resume: the model's shape is refused (the saved tensors depend on it). Dropout, attention, LoRA's
+  // dropout and what it saves, and the mixture layers' capacity and balancing weight change the numbers
+  // from here on, not what the tensors mean, so they diverge (an adapters-only checkpoint checks its
+  // base by fingerprint, whatever model.init_from now says: reported).
   f.push_back(enum_field(KEY(model.arch), EnumTable<ModelArch>{{"gpt", ModelArch::kGpt}, {"llama", ModelArch::kLlama}},
                          "gpt = GPT-2 style decoder (pre-LayerNorm, GELU MLP, learned positions); llama = RMSNorm, rotary positions, SwiGLU MLP, and unless set otherwise bias: false and tie_embeddings: false").resume(ResumePolicy::kRefused));
   f.push_back(int_field(KEY(model.vocab_size), 2, 1 << 24, "embedding rows; token ids must be below it").resume(ResumePolicy::kRefused));
@@ -564,6 +568,9 @@ std::vector<FieldSpec> build_schema() {
   f.push_back(float_field(KEY(optim.schedule.min_lr_ratio), FloatRange{0, 1}, "cosine/linear: final lr as a fraction of lr"));
   f.push_back(int_field(KEY(optim.schedule.decay_steps), 0, kMaxInt, "step where decay ends; 0 = train.max_steps").resume(ResumePolicy::kReported));
   // parallel
+  // Resume: of the degrees only tp is refused (the optimizer state is saved per tp shard). A pipeline's
+  // or expert-parallel run's checkpoint holds the whole model, and the data position is global, so dp,
+  // pp, ep and the ZeRO stage may change (dp as a batch split).
   f.push_back(auto_int_field(KEY(parallel.dp), 1, 65536, "data-parallel degree; auto = the number of processes").resume(ResumePolicy::kBatchSplit));
   f.push_back(int_field(KEY(parallel.tp), 1, 65536,
                         "tensor-parallel degree: attention heads and MLP columns split over this many adjacent ranks; must divide model.n_head and the MLP width").resume(ResumePolicy::kRefused));

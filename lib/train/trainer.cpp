@@ -76,11 +76,9 @@ std::vector<DirectoryLock> lock_run_directories(const Settings& s) {
 }
 
 // `continuing`: a resumed run that writes where the checkpoint's run did (it appends).
+// (Rank 0 created it when it locked it: lock_run_directories.)
 fs::path prepare_output_dir(const Settings& s, const RunOptions& o, bool continuing) {
   fs::path dir = s.resolved_output_dir();
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) throw runtime_error("cannot create output directory '" + dir.string() + "': " + ec.message());
   if (!continuing && !o.overwrite && (fs::exists(dir / "metrics.jsonl") || fs::exists(dir / "summary.json")))
     throw usage_error("output directory '" + dir.string() + "' already holds a run (metrics.jsonl) and no checkpoint " +
                       "to continue from (checkpoint.resume: " + s.checkpoint.resume + ")" +

@@ -23,6 +23,11 @@ namespace {
 
 namespace fs = std::filesystem;
 
+int64_t unix_now() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
 std::string format_time(int64_t unix_s, const char* format) {
   const std::time_t t = static_cast<std::time_t>(unix_s);
   std::tm tm{};
@@ -33,8 +38,7 @@ std::string format_time(int64_t unix_s, const char* format) {
 
 // The lock file's text: a few "key: value" lines for a person, read back by read_lock_holder.
 std::string holder_record() {
-  const int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
-                          std::chrono::system_clock::now().time_since_epoch()).count();
+  const int64_t now = unix_now();
   std::ostringstream r;
   r << "# gputrain: the process below writes into this directory while it holds an flock on this file\n"
     << "pid: " << ::getpid() << "\n"
@@ -84,8 +88,7 @@ Error in_use_error(const fs::path& dir, const std::string& fix) {
 }  // namespace
 
 std::string LockHolder::describe() const {
-  const int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
-                          std::chrono::system_clock::now().time_since_epoch()).count();
+  const int64_t now = unix_now();
   const bool today = format_time(now, "%F") == format_time(since, "%F");
   std::string d = "gputrain pid " + std::to_string(pid) + " on host " + host + " since " +
                   format_time(since, today ? "%H:%M:%S %Z" : "%F %H:%M %Z");
