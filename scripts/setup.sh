@@ -20,7 +20,7 @@ source "$(dirname "$0")/env.sh"
 APT_PACKAGES=(build-essential cmake git pkg-config python3 python3-venv python3-pip
               libyaml-cpp-dev libcli11-dev libspdlog-dev libfmt-dev nlohmann-json3-dev catch2 ccache)
 
-# LibTorch's CUDA CMake package needs the CUDA 13 toolkit at build time (README "Requirements").
+# LibTorch's CUDA CMake package needs the CUDA 13 toolkit at build time (README "Set up").
 if ! command -v nvcc >/dev/null 2>&1; then
   echo "setup: error: the CUDA 13 toolkit (nvcc) is not installed; the pip LibTorch's CMake package" >&2
   echo "       requires it even for CPU-only use. Install NVIDIA's cuda-toolkit-13-0 (to /usr/local/cuda)." >&2

@@ -57,10 +57,10 @@ bool wait_until(F ready) {
   return false;
 }
 
-// Real text on which each precision mode is held to fp32 (README "Precision"), on the CPU and on a GPU.
+// Real text on which each precision mode is held to fp32 (docs/training.md "Precision"), on the CPU and on a GPU.
 std::string precision_reference_recipe();
 
-// README "Precision": each mode of `lines` (metrics.jsonl per precision.mode, "fp32" the reference)
+// docs/training.md "Precision": each mode of `lines` (metrics.jsonl per precision.mode, "fp32" the reference)
 // stays within 0.05 nats of fp32's loss_avg at every log step and ends within 0.03 in eval loss;
 // bf16-pure within 0.15, and not ending more than 0.03 worse (its end point depends on the rounding
 // draws: measured 0.09 below fp32 with the fused AdamW, 0.01 above with foreach).

@@ -62,7 +62,7 @@ int cmd_plan(const CommonArgs& a, int world_size) {
               static_cast<long long>(s.train.per_device_batch_size), static_cast<long long>(s.model.seq_len),
               static_cast<long long>(s.train.grad_accum_steps), tokens_per_step, batch_note.c_str());
   std::printf("\n%s", memory_plan_table(s, p).c_str());
-  std::printf("\nEstimates: real peaks add the framework's own memory and allocator slack (see README, Memory).\n");
+  std::printf("\nEstimates: real peaks add the framework's own memory and allocator slack (see docs/training.md, Memory).\n");
   // The grid: for the world size asked for, else the one the recipe's degrees imply.
   const int64_t model_parallel = s.parallel.tp * s.parallel.pp;
   // (dp auto: the smallest, ep replicas of the model-parallel group).

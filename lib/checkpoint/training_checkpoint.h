@@ -12,7 +12,7 @@
 //                          LoRA run that saves adapters only, its base's fingerprint
 //   recipe.yaml            the resolved recipe, for people
 //   manifest.json          every file's size and CRC-32C
-// README "Checkpoints" documents the files for users.
+// docs/checkpoints.md documents the files for users.
 #pragma once
 #include <cmath>
 #include <filesystem>

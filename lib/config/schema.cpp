@@ -742,11 +742,21 @@ json settings_to_json(const Settings& settings) {
 
 std::string schema_reference_markdown() {
   const Settings defaults;
-  std::string out = "| key | type | default | meaning |\n|---|---|---|---|\n";
+  std::string out =
+      "# Recipe reference\n\n"
+      "Every recipe key with its type, default and meaning, one table per section. Generated from the schema\n"
+      "by `gputrain print-config --reference > docs/recipe-reference.md` (a test fails while it is stale);\n"
+      "how recipes combine and are checked is in [recipes](recipes.md).\n";
+  std::string section;
   for (const auto& f : schema()) {
+    const std::string top = f.path.substr(0, f.path.find('.'));
+    if (top != section) {  // a new top-level section starts a new table
+      section = top;
+      out += "\n## " + section + "\n\n| key | type | default | meaning |\n|---|---|---|---|\n";
+    }
     std::string def = f.write(defaults).dump();
     if (def == "\"\"") def = "(empty)";
-    std::string type;  // "a | b" is written "a \| b": a bare "|" would split the Markdown cell
+    std::string type;  // "a | b" is written "a \\| b": a bare "|" would split the Markdown cell
     for (char c : f.type) type.append(c == '|' ? "\\|" : std::string(1, c));
     out += "| `" + f.path + "` | " + type + " | `" + def + "` | " + f.doc + " |\n";
   }

@@ -1,6 +1,6 @@
 // The recipe's schema: every key, its type, range, default and meaning, in
 // one table (schema.cpp). Binding, dumping, unknown-key detection and the
-// README's key reference are all driven by it, so a key is declared once.
+// recipe reference (docs/) are all driven by it, so a key is declared once.
 #pragma once
 #include <functional>
 #include <map>
@@ -55,7 +55,7 @@ void bind_settings(const ConfigNode& root, Settings& settings, std::map<std::str
 // print-config formats and of the recipe hash).
 nlohmann::ordered_json settings_to_json(const Settings& settings);
 
-// A Markdown table of every key (type, default, meaning) for the README.
+// docs/recipe-reference.md: every key (type, default, meaning), a Markdown table per section.
 std::string schema_reference_markdown();
 
 }  // namespace gputrain

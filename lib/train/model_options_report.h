@@ -2,7 +2,7 @@
 // log line and summary.json's "lora" object (adapters vs frozen parameters,
 // and the optimizer state against a full fine-tune's), and the mixture
 // layers' balancing loss and dropped-token fraction in metrics.jsonl and
-// summary.json's "moe" object. README "Model options" documents the keys.
+// summary.json's "moe" object. docs/models.md documents the keys.
 #pragma once
 #include <nlohmann/json.hpp>
 

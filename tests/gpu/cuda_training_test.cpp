@@ -27,7 +27,7 @@ TEST_CASE("gpu: the quickstart recipe trains on CUDA to within its margin of the
   auto s = read_json(dir.file("qs") + "/summary.json");
   CHECK(s["device"].get<std::string>() != "cpu");
   CHECK(s["mem_peak_mb"].get<double>() > 0);
-  // The CPU's reference (cli_test.cpp, README): eval loss within 0.15 nats of the synthetic language's floor.
+  // The CPU's reference (cli_test.cpp, README's tour): eval loss within 0.15 nats of the synthetic language's floor.
   REQUIRE(s.contains("entropy_floor"));
   CHECK(s["eval_loss"].get<double>() < s["entropy_floor"].get<double>() + 0.15);
   CHECK(s["eval_loss"].get<double>() > s["entropy_floor"].get<double>() - 0.01);  // no model beats the floor

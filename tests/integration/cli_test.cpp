@@ -260,7 +260,7 @@ TEST_CASE("cli: the quickstart gets within its stated margin of the entropy floo
   const double floor = s["entropy_floor"], eval = s["eval_loss"];
   INFO("floor " << floor << " eval " << eval);
   CHECK(eval > floor - 0.02);  // nothing beats the floor (eval batches are a finite sample)
-  CHECK(eval < floor + 0.15);  // README: "within 0.15 nats of the floor"
+  CHECK(eval < floor + 0.15);  // README's tour: "within 0.15 nats of the floor"
 }
 
 TEST_CASE("cli: a run is reproducible and does not depend on the number of data workers", "[cli]") {

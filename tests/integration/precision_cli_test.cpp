@@ -62,7 +62,7 @@ TEST_CASE("cli: bf16, fp16 and bf16-pure losses track fp32 on real text", "[cli]
 TEST_CASE("cli: the memory plan is within its stated margin of the measured CPU peak", "[cli][memory]") {
   TempDir dir;
   write_file(dir.file("m.yaml"), kMem);
-  // README: the measured rise of peak resident memory is 0.9x-1.4x the estimate
+  // docs/training.md: the measured rise of peak resident memory is 0.9x-1.4x the estimate
   // (bf16-pure measured 1.27x too, but bf16 is too slow on CPUs without bf16 units to test here).
   for (const std::vector<std::string>& sets :
        {std::vector<std::string>{}, {"train.gradient_checkpointing=full"}, {"train.per_device_batch_size=24"}}) {

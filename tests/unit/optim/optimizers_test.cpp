@@ -254,7 +254,7 @@ TEST_CASE("adafactor equals float64 Adafactor (transformers' algorithm), every o
     };
     INFO("beta1 " << c.beta1 << " scale_parameter " << c.scale_parameter << " relative_step " << c.relative_step);
     CHECK(max_difference(o, ref) < 2e-6);
-    // And transformers' Adafactor itself, its arguments set to ours (its defaults differ: README, optim.adafactor).
+    // And transformers' Adafactor itself, its arguments set to ours (its defaults differ: docs/training.md, adafactor).
     CHECK(external_difference(o, {{"optimizer", "adafactor"}, {"eps", a.eps}, {"clip_threshold", a.clip_threshold},
                                   {"decay_rate", a.decay_rate}, {"beta1", a.beta1},
                                   {"scale_parameter", a.scale_parameter}, {"relative_step", a.relative_step}}) < 2e-6);
@@ -374,7 +374,7 @@ TEST_CASE("8-bit block quantization: nearest code, exact absmax, error within ha
     // The widest gap between neighbouring codes (and, signed, from -1 to the lowest code).
     double half_gap = ((md.slice(0, 1) - md.slice(0, 0, 255)).max().item<double>()) / 2;
     if (is_signed) half_gap = std::max(half_gap, 1.0 + md[0].item<double>());
-    CHECK(half_gap < (is_signed ? 0.0075 : 0.0036));  // README's stated bounds
+    CHECK(half_gap < (is_signed ? 0.0075 : 0.0036));  // docs/training.md's stated bounds
     for (int64_t b = 0; b < 6; ++b) {
       const at::Tensor blk = v.slice(0, b * 256, std::min<int64_t>(v.numel(), (b + 1) * 256)).to(at::kDouble);
       const double absmax = q.absmax[b].item<double>();

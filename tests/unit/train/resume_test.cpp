@@ -77,7 +77,7 @@ TEST_CASE("resume: each key's schema policy decides what a changed recipe does",
 
 TEST_CASE("resume: a new model, checkpoint, metrics, kernels or data.eval key cannot fall into diverging unsaid",
           "[train][resume]") {
-  // A key without a policy diverges (the default); README "Changing the recipe on resume" says which
+  // A key without a policy diverges (the default); docs/checkpoints.md "Changing the recipe on resume" says which
   // groups are refused or reported, with these exceptions.
   for (const FieldSpec& f : schema()) {
     INFO(f.path);
