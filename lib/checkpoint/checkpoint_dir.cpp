@@ -9,7 +9,7 @@
 #include <cstring>
 #include <fstream>
 
-#include "metrics/metrics_writer.h"
+#include "util/atomic_file.h"
 #include "util/crc32c.h"
 #include "util/error.h"
 #include "util/fsync.h"

@@ -10,7 +10,7 @@
 #include "checkpoint/module_weights.h"
 #include "checkpoint/training_checkpoint.h"
 #include "config/recipe.h"
-#include "metrics/metrics_writer.h"
+#include "util/atomic_file.h"
 #include "model/gpt.h"
 #include "model/lora.h"
 #include "util/dir_lock.h"

@@ -11,7 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
-#include "data/mapped_file.h"
+#include "util/mapped_file.h"
 #include "util/crc32c.h"
 #include "util/error.h"
 #include "util/fsync.h"

@@ -11,12 +11,9 @@
 #include <utility>
 #include <vector>
 
-namespace gputrain {
+#include "util/named_tensor.h"
 
-struct NamedTensor {
-  std::string name;
-  torch::Tensor tensor;
-};
+namespace gputrain {
 
 // Writes `tensors` (any device, any layout; copied to contiguous CPU bytes)
 // to `path` atomically: a temporary file in the same directory, flushed and

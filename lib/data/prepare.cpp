@@ -16,7 +16,7 @@
 #include <optional>
 #include <thread>
 
-#include "data/mapped_file.h"
+#include "util/mapped_file.h"
 #include "data/pretokenize.h"
 #include "data/token_shard.h"
 #include "metrics/progress.h"

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "config/settings.h"
-#include "data/mapped_file.h"
+#include "util/mapped_file.h"
 
 namespace gputrain {
 

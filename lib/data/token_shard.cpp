@@ -9,7 +9,7 @@
 #include <sstream>
 #include <vector>
 
-#include "metrics/metrics_writer.h"
+#include "util/atomic_file.h"
 #include "util/error.h"
 
 namespace gputrain {

@@ -1,6 +1,5 @@
 #include "metrics/metrics_writer.h"
 
-#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
@@ -36,19 +35,6 @@ void MetricsWriter::write(const nlohmann::ordered_json& record) {
   std::string line = record.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
   if (std::fwrite(line.data(), 1, line.size(), file_) != line.size() || std::fflush(file_) != 0)
     throw runtime_error("cannot write '" + path_ + "': " + std::strerror(errno));
-}
-
-void write_file_atomic(const std::string& path, const std::string& content) {
-  const std::string tmp = path + ".tmp";
-  std::FILE* f = std::fopen(tmp.c_str(), "w");
-  if (f == nullptr) throw runtime_error("cannot write '" + tmp + "': " + std::strerror(errno));
-  bool ok = std::fwrite(content.data(), 1, content.size(), f) == content.size();
-  ok = std::fflush(f) == 0 && ok;
-  ok = ::fsync(fileno(f)) == 0 && ok;
-  ok = std::fclose(f) == 0 && ok;
-  std::error_code ec;
-  if (ok) std::filesystem::rename(tmp, path, ec);
-  if (!ok || ec) throw runtime_error("cannot write '" + path + "': " + (ec ? ec.message() : std::strerror(errno)));
 }
 
 }  // namespace gputrain

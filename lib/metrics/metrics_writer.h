@@ -1,6 +1,6 @@
 // The metrics contract (DESIGN.md): metrics.jsonl gets one JSON object per
 // logged step, flushed at once so a crash leaves only whole lines;
-// summary.json is written once at the end, atomically (temp file + rename).
+// summary.json is written once at the end, atomically (util/atomic_file.h).
 #pragma once
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -24,9 +24,5 @@ class MetricsWriter {
   std::string path_;
   std::FILE* file_ = nullptr;
 };
-
-// Writes `content` to `path` through a temporary file and rename, so readers
-// see the old file or the new one, never half of one.
-void write_file_atomic(const std::string& path, const std::string& content);
 
 }  // namespace gputrain

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "checkpoint/safetensors.h"
+#include "util/named_tensor.h"
 #include "config/settings.h"
 
 namespace gputrain {

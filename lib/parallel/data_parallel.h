@@ -22,7 +22,7 @@
 #include <mutex>
 #include <vector>
 
-#include "checkpoint/safetensors.h"
+#include "util/named_tensor.h"
 #include "parallel/communicator.h"
 
 namespace gputrain {

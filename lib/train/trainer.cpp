@@ -20,6 +20,7 @@
 #include "data/rng.h"
 #include "metrics/flops.h"
 #include "metrics/metrics_writer.h"
+#include "util/atomic_file.h"
 #include "metrics/progress.h"
 #include "metrics/step_profiler.h"
 #include "model/activation_checkpointing.h"

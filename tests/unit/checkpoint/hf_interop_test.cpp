@@ -15,7 +15,7 @@
 #include "checkpoint/training_checkpoint.h"
 #include "config/recipe.h"
 #include "config/schema.h"
-#include "metrics/metrics_writer.h"
+#include "util/atomic_file.h"
 #include "model/gpt.h"
 #include "model/gpt_shapes.h"
 #include "test_util.h"

@@ -1,4 +1,4 @@
-#include "data/mapped_file.h"
+#include "util/mapped_file.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
