@@ -259,31 +259,31 @@ int64_t ParallelRun::global_targets(int64_t local_targets) {
   return t.item<int64_t>();
 }
 
-torch::Tensor ParallelRun::train_step(Gpt& model, const std::vector<Batch>& micro, const Precision& precision,
-                                      int64_t global_targets) {
-  std::function<void(bool)> before_backward;
-  if (dense_.sync || experts_.sync)
-    before_backward = [this](bool last) {
-      for (Replicas* r : {&dense_, &experts_})
-        if (r->sync) r->sync->prepare_backward(last);
-    };
-  const int64_t replicas = dp_ ? dp_->size() : 1;
-  if (!pp_comm_) {
-    if (model->moe) model->moe->aux_grad_scale = moe_aux_grad_scale(model->cfg, static_cast<int64_t>(micro.size()) * replicas, precision.loss_scale());
-    return accumulate_gradients(model, micro, &precision, AccumulateOptions{global_targets, before_backward});
-  }
+std::function<void(bool)> ParallelRun::backward_hook() {
+  if (!dense_.sync && !experts_.sync) return {};
+  return [this](bool last) {
+    for (Replicas* r : {&dense_, &experts_})
+      if (r->sync) r->sync->prepare_backward(last);
+  };
+}
+
+int64_t ParallelRun::pipeline_micro_batches(int64_t micro_batches) const {
+  return pp_microbatches_ > 0 ? pp_microbatches_ : micro_batches;
+}
+
+torch::Tensor ParallelRun::pipeline_step(Gpt& model, const std::vector<Batch>& micro, const Precision& precision,
+                                         int64_t global_targets) {
   PipelineStepOptions o;
   o.schedule = schedule_;
   o.stage = stage_;
   o.total_targets = global_targets;
   o.precision = &precision;
-  o.before_backward = before_backward;
+  o.before_backward = backward_hook();
   const torch::Device device = model->transformer->ln_f->weight.device();
   o.memory_in_use = [device] { return memory_in_use_bytes(device); };
   const bool recut = pp_microbatches_ > 0 && pp_microbatches_ != static_cast<int64_t>(micro.size());
   const std::vector<Batch> parts = recut ? split_micro_batches(micro, pp_microbatches_) : micro;
   micro_batches_ = static_cast<int64_t>(parts.size());
-  if (model->moe) model->moe->aux_grad_scale = moe_aux_grad_scale(model->cfg, micro_batches_ * replicas, precision.loss_scale());
   torch::Tensor loss = pipeline_train_step(model, *pp_comm_, parts, o, &pipeline_stats_);
   // Only the last stage has a loss; the others' zero is summed with it.
   return loss.to(torch::kFloat);
@@ -309,8 +309,7 @@ std::pair<torch::Tensor, bool> ParallelRun::sum_loss_and_any(const torch::Tensor
   return {both[0].clone(), both[1].item<double>() > 0};
 }
 
-double ParallelRun::evaluate(Gpt& model, const std::vector<Batch>& batches, const Precision& precision) {
-  if (!pp_comm_) return gputrain::evaluate(model, batches, &precision);
+double ParallelRun::pipeline_evaluate(Gpt& model, const std::vector<Batch>& batches, const Precision& precision) {
   const double sum = pipeline_eval_loss_sum(model, *pp_comm_, batches, stage_, &precision);
   int64_t count = 0;
   for (const auto& b : batches) count += b.target_count;

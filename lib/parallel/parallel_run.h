@@ -10,12 +10,13 @@
 #pragma once
 #include <torch/types.h>
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
 #include <vector>
 
-#include "checkpoint/safetensors.h"
+#include "util/named_tensor.h"
 #include "config/settings.h"
 #include "optim/param_groups.h"
 #include "parallel/communicator.h"
@@ -23,7 +24,6 @@
 #include "parallel/grid.h"
 #include "parallel/pipeline.h"
 #include "parallel/tensor_shard.h"
-#include "train/train_step.h"
 
 namespace gputrain {
 
@@ -68,17 +68,22 @@ class ParallelRun {
   int64_t global_targets(int64_t local_targets);
   // `values` summed over every rank (`what` names the all-reduce in errors); as given in one process.
   std::vector<double> sum_over_world(std::vector<double> values, const std::string& what);
-  // Forward and backward of the step's micro-batches, gradients accumulated
-  // (train/train_step.h), through the pipeline's stages when pp > 1 (the
-  // micro-batches re-cut to parallel.pp_microbatches). Sets the mixture
-  // layers' balancing-loss gradient for this step's forwards. Returns this
-  // rank's share of the step's mean loss: summed by sum_loss_and_any.
-  torch::Tensor train_step(Gpt& model, const std::vector<Batch>& micro, const Precision& precision,
-                           int64_t global_targets);
+  // Called before each micro-batch's backward with whether it is the last (the gradient buckets
+  // start their reductions during the last one); empty when no gradients are reduced.
+  std::function<void(bool last)> backward_hook();
+  // Data-parallel replicas of the model (the dp degree).
+  int64_t replicas() const { return dp_ ? dp_->size() : 1; }
+  // pp > 1: how many micro-batches a step of `micro_batches` runs through the stages (parallel.pp_microbatches).
+  int64_t pipeline_micro_batches(int64_t micro_batches) const;
+  // pp > 1: forward and backward of the step's micro-batches through the stages (re-cut to
+  // parallel.pp_microbatches), gradients accumulated. Returns this rank's share of the step's mean
+  // loss (the last stage's; zero elsewhere): summed by sum_loss_and_any.
+  torch::Tensor pipeline_step(Gpt& model, const std::vector<Batch>& micro, const Precision& precision,
+                              int64_t global_targets);
   // Waits for the gradient reductions; sums the tied embedding's over the pipeline's ends.
   void finish_backward();
-  // The eval batches' mean loss (every rank evaluates the same batches).
-  double evaluate(Gpt& model, const std::vector<Batch>& batches, const Precision& precision);
+  // pp > 1: the eval batches' mean loss through the stages (every replica evaluates the same batches).
+  double pipeline_evaluate(Gpt& model, const std::vector<Batch>& batches, const Precision& precision);
   // The loss summed over ranks (each rank's is already divided by the global count, so this is the
   // global mean), and whether any rank raised `flag` (a stop signal): one all-reduce for both.
   std::pair<torch::Tensor, bool> sum_loss_and_any(const torch::Tensor& loss, bool flag);

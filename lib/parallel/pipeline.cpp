@@ -2,7 +2,6 @@
 
 #include <algorithm>
 
-#include "train/train_step.h"
 #include "util/error.h"
 
 namespace gputrain {

@@ -46,4 +46,9 @@ std::string Precision::describe() const {
   return "?";
 }
 
+AutocastGuard autocast_for(const Precision* p) {
+  return AutocastGuard(p != nullptr && p->uses_autocast(), p ? p->device_type() : c10::DeviceType::CPU,
+                       p ? p->autocast_dtype() : c10::kFloat);
+}
+
 }  // namespace gputrain

@@ -56,4 +56,7 @@ class Precision {
   std::unique_ptr<LossScaler> scaler_;
 };
 
+// The autocast a forward pass runs under (none without `precision`, or when it does not autocast).
+AutocastGuard autocast_for(const Precision* precision);
+
 }  // namespace gputrain

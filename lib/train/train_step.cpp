@@ -1,13 +1,10 @@
 #include "train/train_step.h"
 
+#include "model/moe.h"
+#include "parallel/parallel_run.h"
 #include "util/error.h"
 
 namespace gputrain {
-
-AutocastGuard autocast_for(const Precision* p) {
-  return AutocastGuard(p != nullptr && p->uses_autocast(), p ? p->device_type() : c10::DeviceType::CPU,
-                       p ? p->autocast_dtype() : c10::kFloat);
-}
 
 double inverse_target_count(const std::vector<Batch>& micro_batches, int64_t total_targets) {
   int64_t total = total_targets;
@@ -54,6 +51,20 @@ double evaluate(Gpt& model, const std::vector<Batch>& batches, const Precision* 
   }
   model->train(was_training);
   return loss / static_cast<double>(std::max<int64_t>(count, 1));
+}
+
+torch::Tensor forward_backward(ParallelRun& par, Gpt& model, const std::vector<Batch>& micro,
+                               const Precision& precision, int64_t global_targets) {
+  const auto n = static_cast<int64_t>(micro.size());
+  const int64_t forwards = par.pipelined() ? par.pipeline_micro_batches(n) : n;
+  if (model->moe) model->moe->aux_grad_scale = moe_aux_grad_scale(model->cfg, forwards * par.replicas(), precision.loss_scale());
+  if (par.pipelined()) return par.pipeline_step(model, micro, precision, global_targets);
+  return accumulate_gradients(model, micro, &precision, AccumulateOptions{global_targets, par.backward_hook()});
+}
+
+double evaluate(ParallelRun& par, Gpt& model, const std::vector<Batch>& batches, const Precision& precision) {
+  if (par.pipelined()) return par.pipeline_evaluate(model, batches, precision);
+  return evaluate(model, batches, &precision);
 }
 
 }  // namespace gputrain

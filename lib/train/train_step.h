@@ -11,6 +11,8 @@
 
 namespace gputrain {
 
+class ParallelRun;
+
 // Accumulates into the parameters' .grad the gradient of
 //   sum over all micro-batches of the per-token losses / (target tokens in all micro-batches),
 // i.e. the loss is normalized by the step's total token count, not averaged
@@ -40,10 +42,16 @@ double inverse_target_count(const std::vector<Batch>& micro_batches, int64_t tot
 torch::Tensor accumulate_gradients(Gpt& model, const std::vector<Batch>& micro_batches,
                                    const Precision* precision = nullptr, const AccumulateOptions& options = {});
 
-// The autocast a forward pass runs under (none without `precision`, or when it does not autocast).
-AutocastGuard autocast_for(const Precision* precision);
-
 // Mean per-token loss over `batches`, without gradients, in eval mode.
 double evaluate(Gpt& model, const std::vector<Batch>& batches, const Precision* precision = nullptr);
+
+// A training step's forward and backward on this rank, gradients accumulated: over its model
+// (accumulate_gradients, the gradient buckets' hook before each backward) or through the
+// pipeline's stages (pp > 1). The mixture layers' balancing loss is weighted for the step's
+// forwards on every replica. Returns this rank's share of the step's mean loss.
+torch::Tensor forward_backward(ParallelRun& par, Gpt& model, const std::vector<Batch>& micro,
+                               const Precision& precision, int64_t global_targets);
+// The eval batches' mean loss, on this rank's model or through the pipeline.
+double evaluate(ParallelRun& par, Gpt& model, const std::vector<Batch>& batches, const Precision& precision);
 
 }  // namespace gputrain

@@ -495,7 +495,7 @@ RunOutcome run_training(const Recipe& recipe, const RunOptions& options) {
 
   auto run_eval = [&]() {
     double l = 0;
-    auto evaluate = [&] { l = par.evaluate(model, eval_batches, precision); };
+    auto evaluate = [&] { l = gputrain::evaluate(par, model, eval_batches, precision); };
     // A captured step graph lends its memory pool, idle between replays (train/step_graph.h).
     if (step_graph) step_graph->run_in_graph_memory(evaluate);
     else evaluate();
@@ -558,7 +558,7 @@ RunOutcome run_training(const Recipe& recipe, const RunOptions& options) {
       const int64_t step_tokens = par.global_targets(local_tokens);
       const bool capture_now = step_graph && !step_graph->keeps_gradients();
       torch::Tensor loss = step_graph ? step_graph->accumulate(model, micro, precision, step_tokens)
-                                      : par.train_step(model, micro, precision, step_tokens);
+                                      : forward_backward(par, model, micro, precision, step_tokens);
       if (capture_now && step_graph->keeps_gradients()) {
         progress.finish();
         spdlog::info("kernels.cuda_graphs: step {} captured ({} micro-batches); replayed from here on", t.step + 1,
