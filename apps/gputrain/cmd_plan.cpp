@@ -48,7 +48,7 @@ int cmd_plan(const CommonArgs& a, int world_size) {
   if (s.train.per_device_batch_size == 0) {
     // What the CPU finder would choose; on a GPU the run measures instead.
     const double budget = cpu_memory_budget_bytes(s);
-    find_batch_size_cpu(s, budget).apply_to(s.train);
+    find_batch_size_cpu(s, s.train.global_batch_size, budget).apply_to(s.train);
     batch_note = fmt::format(" (auto: the largest that fits {:.0f} MiB on CPU; a GPU run measures instead)",
                              budget / (1024.0 * 1024.0));
   }

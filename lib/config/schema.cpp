@@ -415,9 +415,7 @@ void add_data_source(std::vector<FieldSpec>& f, const std::string& which) {
                         "markov: which language (transition table); train and eval must match to be meaningful").resume(on_resume));
 }
 
-std::vector<FieldSpec> build_schema() {
-  std::vector<FieldSpec> f;
-  // run
+void add_run_fields(std::vector<FieldSpec>& f) {
   f.push_back(string_field(KEY(run.name), "run name; the default output_dir is runs/<name>").resume(ResumePolicy::kReported));
   f.push_back(string_field(KEY(run.output_dir), "where metrics and the resolved recipe go (relative to the current directory); default runs/<name>; one run writes there at a time (docs/run-folders.md)").resume(ResumePolicy::kReported));
   f.push_back(int_field(KEY(run.seed), 0, kMaxInt, "seeds weight init, dropout and data order").resume(ResumePolicy::kRefused));
@@ -427,7 +425,9 @@ std::vector<FieldSpec> build_schema() {
                              "CPU: memory the batch size finder may plan for; auto = 80% of available RAM").resume(ResumePolicy::kReported));
   f.push_back(bool_field(KEY(run.cpu_malloc_cache),
                          "CPU device: keep freed large buffers for reuse (faster steps, higher peak memory)").resume(ResumePolicy::kReported));
-  // model
+}
+
+void add_model_fields(std::vector<FieldSpec>& f) {
   // Resume: the model's shape is refused (the saved tensors depend on it). Dropout, attention, LoRA's
   // dropout and what it saves, and the mixture layers' capacity and balancing weight change the numbers
   // from here on, not what the tensors mean, so they diverge (an adapters-only checkpoint checks its
@@ -475,13 +475,17 @@ std::vector<FieldSpec> build_schema() {
                           "mixture of experts: each expert takes at most ceil(factor x tokens x top_k / experts) tokens of a micro-batch, the rest are dropped (counted in metrics); 0 = no limit"));
   f.push_back(float_field(KEY(model.moe.aux_loss_coef), FloatRange{0, INFINITY},
                           "mixture of experts: weight of the load-balancing loss (Switch Transformer: experts x sum of routed fraction x mean probability; 1 when balanced)"));
-  // data
+}
+
+void add_data_fields(std::vector<FieldSpec>& f) {
   add_data_source(f, "train");
   add_data_source(f, "eval");
   f.push_back(int_field(KEY(data.num_workers), 0, 64, "background threads preparing batches; 0 = prepare in the training thread").resume(ResumePolicy::kReported));
   f.push_back(int_field(KEY(data.prefetch), 1, 1024, "batches prepared ahead of the training step").resume(ResumePolicy::kReported));
   f.push_back(bool_field(KEY(data.pin_memory), "page-locked host batches and asynchronous copies to the GPU (CUDA only)").resume(ResumePolicy::kReported));
-  // train
+}
+
+void add_train_fields(std::vector<FieldSpec>& f) {
   f.push_back(auto_int_field(KEY(train.per_device_batch_size), 1, 1 << 20,
                              "sequences per micro-batch; auto = the largest that fits (needs train.global_batch_size)").resume(ResumePolicy::kBatchSplit));
   f.push_back(int_field(KEY(train.global_batch_size), 0, 1 << 24,
@@ -503,7 +507,9 @@ std::vector<FieldSpec> build_schema() {
   f.push_back(enum_field(KEY(train.nan_policy),
                          EnumTable<NanPolicy>{{"abort", NanPolicy::kAbort}, {"skip", NanPolicy::kSkip}, {"warn", NanPolicy::kWarn}},
                          "a step whose loss or gradient norm is inf/nan: abort = stop (exit 1, the first bad gradient named); skip = drop the update; warn = apply it and warn").resume(ResumePolicy::kReported));
-  // precision
+}
+
+void add_precision_fields(std::vector<FieldSpec>& f) {
   f.push_back(enum_field(KEY(precision.mode),
                          EnumTable<PrecisionMode>{{"fp32", PrecisionMode::kFp32},
                                                   {"tf32", PrecisionMode::kTf32},
@@ -517,10 +523,14 @@ std::vector<FieldSpec> build_schema() {
   f.push_back(float_field(KEY(precision.growth_factor), FloatRange{1, INFINITY, true}, "fp16 dynamic: scale multiplier after growth_interval clean steps"));
   f.push_back(float_field(KEY(precision.backoff_factor), FloatRange{0, 1, true, true}, "fp16 dynamic: scale multiplier after an overflow"));
   f.push_back(int_field(KEY(precision.growth_interval), 1, kMaxInt, "fp16 dynamic: clean steps before the scale grows"));
-  // kernels
+}
+
+void add_kernels_fields(std::vector<FieldSpec>& f) {
   f.push_back(bool_field(KEY(kernels.cuda_graphs),
                          "CUDA: capture the forward and backward of a step's micro-batches as one CUDA graph after 3 eager steps and replay it (one launch instead of hundreds); one process, no MoE or activation checkpointing").resume(ResumePolicy::kReported));
-  // optim
+}
+
+void add_optim_fields(std::vector<FieldSpec>& f) {
   f.push_back(enum_field(KEY(optim.name),
                          EnumTable<OptimName>{{"adamw", OptimName::kAdamW},
                                               {"adamw8bit", OptimName::kAdamW8bit},
@@ -567,7 +577,9 @@ std::vector<FieldSpec> build_schema() {
   f.push_back(int_field(KEY(optim.schedule.warmup_steps), 0, kMaxInt, "linear warmup from lr/warmup_steps to lr"));
   f.push_back(float_field(KEY(optim.schedule.min_lr_ratio), FloatRange{0, 1}, "cosine/linear: final lr as a fraction of lr"));
   f.push_back(int_field(KEY(optim.schedule.decay_steps), 0, kMaxInt, "step where decay ends; 0 = train.max_steps").resume(ResumePolicy::kReported));
-  // parallel
+}
+
+void add_parallel_fields(std::vector<FieldSpec>& f) {
   // Resume: of the degrees only tp is refused (the optimizer state is saved per tp shard). A pipeline's
   // or expert-parallel run's checkpoint holds the whole model, and the data position is global, so dp,
   // pp, ep and the ZeRO stage may change (dp as a batch split).
@@ -596,7 +608,9 @@ std::vector<FieldSpec> build_schema() {
                          "CUDA: keep optimizer state and run the update on the CPU (pinned memory)").resume(ResumePolicy::kReported));
   f.push_back(float_field(KEY(parallel.timeout_s), FloatRange{1, 86400},
                           "seconds a collective or the rendezvous may take before the run ends with an error").resume(ResumePolicy::kReported));
-  // checkpoint
+}
+
+void add_checkpoint_fields(std::vector<FieldSpec>& f) {
   f.push_back(int_field(KEY(checkpoint.every), 0, kMaxInt, "save a checkpoint every N steps; 0 = only when the run stops (checkpoint.at_end)").resume(ResumePolicy::kReported));
   f.push_back(int_field(KEY(checkpoint.keep_last), 0, kMaxInt, "complete checkpoints to keep (older ones are deleted); 0 = keep all").resume(ResumePolicy::kReported));
   f.push_back(string_field(KEY(checkpoint.dir), "where checkpoints go (relative to the current directory); default <output_dir>/checkpoints; locked by the run like output_dir").resume(ResumePolicy::kReported));
@@ -607,7 +621,9 @@ std::vector<FieldSpec> build_schema() {
                              "save and stop before this much wall time has passed (e.g. a few minutes under the job's limit); 0 = no limit").resume(ResumePolicy::kReported));
   f.push_back(signal_list_field(KEY(checkpoint.preempt_signals),
                                 "signals that mean preemption: finish the step, save, exit 143 (a second signal exits at once)").resume(ResumePolicy::kReported));
-  // metrics
+}
+
+void add_metrics_fields(std::vector<FieldSpec>& f) {
   f.push_back(enum_field(KEY(metrics.progress),
                          EnumTable<ProgressStyle>{{"auto", ProgressStyle::kAuto},
                                                   {"bar", ProgressStyle::kBar},
@@ -617,6 +633,21 @@ std::vector<FieldSpec> build_schema() {
   f.push_back(int_field(KEY(metrics.profile_at), 0, kMaxInt,
                         "profile from this step on with the PyTorch profiler: <output_dir>/profile/trace.json (Perfetto, chrome://tracing) and ops.md (time per kernel or op); 0 = off").resume(ResumePolicy::kReported));
   f.push_back(int_field(KEY(metrics.profile_steps), 1, 1000, "how many steps metrics.profile_at profiles").resume(ResumePolicy::kReported));
+}
+
+// One function per recipe section, in the order the reference prints them.
+std::vector<FieldSpec> build_schema() {
+  std::vector<FieldSpec> f;
+  add_run_fields(f);
+  add_model_fields(f);
+  add_data_fields(f);
+  add_train_fields(f);
+  add_precision_fields(f);
+  add_kernels_fields(f);
+  add_optim_fields(f);
+  add_parallel_fields(f);
+  add_checkpoint_fields(f);
+  add_metrics_fields(f);
   return f;
 }
 #undef KEY

@@ -1,8 +1,11 @@
 #include "train/batch_finder.h"
 
+#include <ATen/CPUGeneratorImpl.h>
 #include <unistd.h>
 
 #include "train/memory_plan.h"
+#include "train/train_step.h"
+#include "util/device.h"
 #include "util/error.h"
 
 namespace gputrain {
@@ -44,8 +47,35 @@ std::string BatchChoice::describe() const {
   return s;
 }
 
-BatchChoice find_batch_size_cpu(const Settings& s, double budget) {
-  return find_batch_size(s.train.global_batch_size, [&](int64_t b) { return plan_memory(s, b).total() <= budget; });
+BatchChoice find_batch_size_cpu(const Settings& s, int64_t sequences, double budget) {
+  return find_batch_size(sequences, [&](int64_t b) { return plan_memory(s, b).total() <= budget; });
+}
+
+namespace {
+
+// One forward and backward of a `batch`-sequence micro-batch: does it fit in
+// device memory? Out-of-memory is caught, and the memory released either way.
+bool fits_on_device(Gpt& model, const Precision& precision, const ModelSettings& m, int64_t batch,
+                    torch::Device device) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(0);  // leaves the run's random streams alone
+  auto tokens = at::randint(0, m.vocab_size, {batch, m.seq_len}, gen, torch::kLong).to(device);
+  bool ok = true;
+  try {
+    accumulate_gradients(model, {Batch{tokens, tokens, batch * m.seq_len}}, &precision);
+    synchronize(device);
+  } catch (const c10::OutOfMemoryError&) {
+    ok = false;
+  }
+  model->zero_grad();  // sets the gradients to none
+  release_cached_memory(device);
+  return ok;
+}
+
+}  // namespace
+
+BatchChoice find_batch_size_on_device(Gpt& model, const Precision& precision, const ModelSettings& m,
+                                      int64_t sequences, torch::Device device) {
+  return find_batch_size(sequences, [&](int64_t b) { return fits_on_device(model, precision, m, b, device); });
 }
 
 double cpu_memory_budget_bytes(const Settings& s) {

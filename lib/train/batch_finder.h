@@ -13,6 +13,8 @@
 #include <vector>
 
 #include "config/settings.h"
+#include "model/gpt.h"
+#include "precision/precision.h"
 
 namespace gputrain {
 
@@ -32,7 +34,13 @@ BatchChoice find_batch_size(int64_t global_batch, const std::function<bool(int64
 double cpu_memory_budget_bytes(const Settings& s);
 
 // The CPU rule: a size fits when the memory plan (train/memory_plan.h) of
-// the recipe with that micro-batch is within `budget` bytes.
-BatchChoice find_batch_size_cpu(const Settings& s, double budget);
+// the recipe with that micro-batch is within `budget` bytes. `sequences`: one
+// process's share of the global batch.
+BatchChoice find_batch_size_cpu(const Settings& s, int64_t sequences, double budget);
+
+// The GPU rule: a size fits when one forward and backward of a micro-batch that
+// size runs without running out of device memory (the memory is released either way).
+BatchChoice find_batch_size_on_device(Gpt& model, const Precision& precision, const ModelSettings& m,
+                                      int64_t sequences, torch::Device device);
 
 }  // namespace gputrain

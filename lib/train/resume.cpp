@@ -46,6 +46,18 @@ std::vector<fs::path> resume_candidates(const Settings& s) {
   return {l.complete.rbegin(), l.complete.rend()};
 }
 
+std::optional<ResumePoint> load_resume_checkpoint(const Settings& s) {
+  for (const fs::path& dir : resume_candidates(s)) {
+    try {
+      return ResumePoint{dir, load_training_checkpoint(dir)};
+    } catch (const Error& e) {
+      if (s.checkpoint.resume != "auto") throw;
+      spdlog::warn("checkpoint: passing over {}: {}", dir.string(), e.what());
+    }
+  }
+  return std::nullopt;
+}
+
 ResumeChanges compare_for_resume(const json& saved, const json& now, const fs::path& checkpoint) {
   std::map<std::string, json> a, b;
   flatten(saved, "", a);

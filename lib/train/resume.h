@@ -9,9 +9,11 @@
 #pragma once
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "checkpoint/training_checkpoint.h"
 #include "config/settings.h"
 
 namespace gputrain {
@@ -21,6 +23,15 @@ namespace gputrain {
 // complete checkpoints under checkpoint.dir, newest first, with a warning for
 // each broken one passed over. The caller tries them in order.
 std::vector<std::filesystem::path> resume_candidates(const Settings& s);
+
+struct ResumePoint {
+  std::filesystem::path dir;
+  TrainingSnapshot snapshot;
+};
+
+// The checkpoint this run continues from, loaded; none when there is none to continue from.
+// auto passes over a checkpoint that fails to load, with a warning; a named one is an error.
+std::optional<ResumePoint> load_resume_checkpoint(const Settings& s);
 
 struct RecipeChange {
   std::string key;  // "train.max_steps"

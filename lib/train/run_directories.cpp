@@ -1,0 +1,53 @@
+#include "train/run_directories.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "checkpoint/checkpoint_dir.h"
+#include "util/error.h"
+
+namespace gputrain {
+
+namespace fs = std::filesystem;
+
+std::vector<DirectoryLock> lock_run_directories(const Settings& s) {
+  const fs::path out = s.resolved_output_dir(), ckpt = s.resolved_checkpoint_dir();
+  for (const auto& [dir, what] : {std::pair{out, "output"}, std::pair{ckpt, "checkpoint"}}) {
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    if (ec) throw runtime_error(fmt::format("cannot create {} directory '{}': {}", what, dir.string(), ec.message()));
+  }
+  std::vector<DirectoryLock> locks;
+  locks.push_back(DirectoryLock::acquire(out, "use another --output-dir"));
+  std::error_code ec;
+  if (!fs::equivalent(out, ckpt, ec)) locks.push_back(DirectoryLock::acquire(ckpt, "set another checkpoint.dir"));
+  if (locks.back().held()) clear_abandoned_saves(ckpt, /*other_hosts=*/true);
+  return locks;
+}
+
+// (Rank 0 created the directory when it locked it: lock_run_directories.)
+fs::path prepare_output_dir(const Settings& s, bool overwrite, bool continuing) {
+  fs::path dir = s.resolved_output_dir();
+  if (!continuing && !overwrite && (fs::exists(dir / "metrics.jsonl") || fs::exists(dir / "summary.json")))
+    throw usage_error("output directory '" + dir.string() + "' already holds a run (metrics.jsonl) and no checkpoint " +
+                      "to continue from (checkpoint.resume: " + s.checkpoint.resume + ")" +
+                      "\n    fix: choose another with --output-dir, or pass --overwrite to replace it");
+  return dir;
+}
+
+void remove_old_checkpoints(const Settings& s) {
+  const CheckpointListing l = list_checkpoints(s.resolved_checkpoint_dir());
+  std::error_code ec;
+  for (const auto& dir : l.complete) fs::remove_all(dir, ec);
+  for (const auto& [dir, _] : l.broken) fs::remove_all(dir, ec);
+  if (!l.complete.empty() || !l.broken.empty())
+    spdlog::warn("--overwrite: removed {} checkpoint(s) of the earlier run in {}", l.complete.size() + l.broken.size(),
+                 s.resolved_checkpoint_dir());
+}
+
+bool same_directory(const fs::path& a, const fs::path& b) {
+  std::error_code ec1, ec2;
+  return fs::weakly_canonical(a, ec1) == fs::weakly_canonical(b, ec2) && !ec1 && !ec2;
+}
+
+}  // namespace gputrain

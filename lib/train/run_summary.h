@@ -1,0 +1,41 @@
+// summary.json (the metrics contract, docs/metrics.md): what a run has done, built from its
+// counters on every exit path.
+#pragma once
+#include <c10/core/Device.h>
+#include <nlohmann/json.hpp>
+
+#include <optional>
+#include <string>
+
+#include "checkpoint/training_checkpoint.h"
+#include "config/settings.h"
+#include "optim/optimizer.h"
+
+namespace gputrain {
+
+// The counters a checkpoint saves (TrainingCounters), and what only this process knows.
+struct RunTotals : TrainingCounters {
+  double mem_start_mb = 0;  // CPU: resident memory before the model was built (LibTorch, data maps)
+  std::string stop_reason;  // why a run stopped early: "SIGTERM", "max_wall_time", ...
+  int64_t resumed_from = -1;  // the checkpoint step this process started at
+};
+
+// What the summary reports besides the counters and the resolved recipe.
+struct SummaryFacts {
+  c10::Device device{c10::kCPU};
+  int64_t threads = 1;
+  int64_t parameters = 0;  // the whole model's
+  int64_t skipped_steps = 0;  // fp16 overflows and train.nan_policy: skip
+  std::optional<double> entropy_floor;
+  double wall_s = 0;  // this process's
+};
+
+// The keys every summary has, for a run that ended with `status` (the trainer adds the
+// world's and the techniques' own).
+nlohmann::ordered_json build_summary(const std::string& status, const RunTotals& t, const Settings& s,
+                                     const Optimizer& optimizer, const SummaryFacts& f);
+
+// `v` rounded to `digits` decimals, as the metrics files write numbers.
+double round_to(double v, int digits);
+
+}  // namespace gputrain
