@@ -20,12 +20,6 @@ std::string first_names(const std::vector<std::string>& names) {
 
 }  // namespace
 
-std::vector<NamedTensor> module_weights(const torch::nn::Module& m) {
-  std::vector<NamedTensor> out;
-  for (const auto& item : m.named_parameters(/*recurse=*/true)) out.push_back({item.key(), item.value()});
-  return out;
-}
-
 void load_module_weights(torch::nn::Module& m, const std::vector<NamedTensor>& weights, const std::string& source,
                          const std::string& fix, const std::function<bool(const std::string&)>& covers) {
   std::map<std::string, torch::Tensor> given;

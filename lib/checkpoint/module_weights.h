@@ -1,4 +1,4 @@
-// A module's parameters as named tensors, and loading them back with every
+// Loading a module's parameters (util/named_tensor.h: module_weights) back with every
 // name and shape checked: a checkpoint of another model is refused before
 // anything is copied, with the first differences named.
 #pragma once
@@ -8,12 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "checkpoint/safetensors.h"
+#include "util/named_tensor.h"
 
 namespace gputrain {
-
-// The parameters under their module paths ("transformer.h.0.attn.c_attn.weight").
-std::vector<NamedTensor> module_weights(const torch::nn::Module& m);
 
 // Copies `weights` into m's parameters (converting dtype and device). Every
 // parameter must be present with its shape and nothing else may be; a

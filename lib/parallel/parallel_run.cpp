@@ -140,21 +140,25 @@ std::string ParallelRun::describe() const {
   return s;
 }
 
-void ParallelRun::shard_model(Gpt& model) {
+void ParallelRun::split_tensors(Gpt& model) {
+  if (tp_comm_) split_ = parallelize_tensor(model, *tp_comm_);
+}
+
+void ParallelRun::keep_pipeline_stage(Gpt& model) {
   stages_ = split_stages(model->cfg, grid_.pp());
   stage_ = stages_[static_cast<size_t>(coord_.pp)];
-  if (tp_comm_) split_ = parallelize_tensor(model, *tp_comm_);
-  if (pp_comm_) {
-    for (auto& name : keep_stage(model, stage_)) held_.insert(std::move(name));
-    if (model->cfg.tie_embeddings && (stage_.embeds || stage_.has_head)) tied_weight_ = model->transformer->wte->weight;
-  }
-  if (ep_comm_) {
-    local_experts_ = model->cfg.moe.experts / ep_comm_->size();
-    first_expert_ = ep_comm_->rank() * local_experts_;
-    if (!pp_comm_)
-      for (const auto& item : model->named_parameters()) held_.insert(item.key());
-    for (const auto& name : parallelize_experts(model, *ep_comm_)) held_.erase(name);
-  }
+  if (!pp_comm_) return;
+  for (auto& name : keep_stage(model, stage_)) held_.insert(std::move(name));
+  if (model->cfg.tie_embeddings && (stage_.embeds || stage_.has_head)) tied_weight_ = model->transformer->wte->weight;
+}
+
+void ParallelRun::keep_experts(Gpt& model) {
+  if (!ep_comm_) return;
+  local_experts_ = model->cfg.moe.experts / ep_comm_->size();
+  first_expert_ = ep_comm_->rank() * local_experts_;
+  if (!pp_comm_)
+    for (const auto& item : model->named_parameters()) held_.insert(item.key());
+  for (const auto& name : parallelize_experts(model, *ep_comm_)) held_.erase(name);
 }
 
 std::vector<NamedTensor> ParallelRun::held(std::vector<NamedTensor> named) const {

@@ -1,6 +1,6 @@
 // What the training loop asks of parallelism, in one place: the world and its
-// dp x pp x tp grid (parallel/grid.h), tensor and pipeline parallelism
-// applied to the model from outside, data parallelism (GradientSync) and ZeRO
+// dp x pp x tp grid (parallel/grid.h), tensor, pipeline and expert parallelism
+// applied to the model from outside (in order by parallel/parallelize.h), data parallelism (GradientSync) and ZeRO
 // over the dp group, and gathering every rank's shards into a checkpoint. A single-process run
 // has a ParallelRun too; every call is then a no-op, so the loop has one shape.
 //
@@ -40,22 +40,24 @@ class ParallelRun {
   int dp_rank() const { return coord_.dp; }  // which share of each global batch this rank reads
   int tp_rank() const { return coord_.tp; }
   bool pipelined() const { return pp_comm_ != nullptr; }
-  bool runs_head() const { return stage_.has_head; }  // after shard_model: the last (or only) stage
+  bool runs_head() const { return stage_.has_head; }  // after keep_pipeline_stage: the last (or only) stage
   bool distributed() const { return comm_ != nullptr; }
   int64_t zero() const { return zero_; }
   std::string describe() const;  // for the log
 
-  // After the model is built and its whole weights loaded: tensor parallelism
-  // (parallel.tp > 1) keeps this rank's shard of each split layer, pipeline
-  // parallelism (parallel.pp > 1) this rank's stage, expert parallelism
-  // (parallel.ep > 1) this rank's experts (the others' parameters become empty tensors).
-  void shard_model(Gpt& model);
+  // After the model is built and its whole weights loaded, in this order (parallel/parallelize.h):
+  // tensor parallelism (parallel.tp > 1) keeps this rank's shard of each split layer; the pipeline
+  // stage (parallel.pp > 1) this rank's blocks; expert parallelism (parallel.ep > 1) this rank's
+  // experts (the others' parameters become empty tensors). Each is a no-op at degree 1.
+  void split_tensors(Gpt& model);
+  void keep_pipeline_stage(Gpt& model);
+  void keep_experts(Gpt& model);
   // The parameters this rank holds (its pipeline stage's, its experts), in the given order.
   std::vector<NamedTensor> held(std::vector<NamedTensor> named) const;
   // How each parameter is split over the tp group (empty when tp = 1).
   const std::vector<TensorShard>& tensor_split() const { return split_; }
 
-  // After shard_model: the dp group's first rank's weights go to its other
+  // Data parallelism, after the above: the dp group's first rank's weights go to its other
   // ranks, gradient hooks are installed and ZeRO ownership is decided.
   void attach(const std::vector<NamedTensor>& named_params);
 

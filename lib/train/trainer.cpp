@@ -20,7 +20,6 @@
 #include "metrics/metrics_writer.h"
 #include "metrics/progress.h"
 #include "metrics/step_profiler.h"
-#include "model/activation_checkpointing.h"
 #include "model/gpt.h"
 #include "model/gpt_shapes.h"
 #include "model/lora.h"
@@ -29,6 +28,7 @@
 #include "optim/make_optimizer.h"
 #include "optim/param_groups.h"
 #include "parallel/parallel_run.h"
+#include "parallel/parallelize.h"
 #include "parallel/pipeline.h"
 #include "parallel/world.h"
 #include "precision/precision.h"
@@ -221,7 +221,7 @@ void Trainer::restore() {
 }
 
 // The process groups (their rendezvous comes after rank 0's own checks: if those fail, the other
-// ranks' wait ends with an error naming rank 0), then the model: built, restored, split.
+// ranks' wait ends with an error naming rank 0), then the model: built, restored, parallelized.
 void Trainer::build_model() {
   if (plan_.world.launched() && !plan_.group_world.launched())
     spdlog::info("kernels.cuda_graphs: a world of one ({}) trains as a single process, without a process group",
@@ -250,15 +250,15 @@ void Trainer::build_model() {
   if (s_.model.lora.rank > 0 && s_.model.lora.save == LoraSave::kAdapters)
     lora_base_ = lora_base_fingerprint(module_weights(*model_));
   n_params_ = model_->parameter_count();
-  par_->shard_model(model_);  // parallel.tp > 1: this rank's slices of the split layers; pp > 1: its stage
-  recomputed_blocks_ = apply_activation_checkpointing(model_, s_.train.gradient_checkpointing, s_.train.checkpoint_every);
+  // TP -> PP -> EP -> activation checkpointing -> DP/ZeRO (parallel/parallelize.h).
+  ParallelizedModel parallel = parallelize(model_, *par_, s_.train);
+  named_params_ = std::move(parallel.params);
+  recomputed_blocks_ = parallel.recomputed_blocks;
 }
 
-// The parameters this rank holds and updates, the optimizer over them, the schedule, the step graph.
+// The optimizer over the parameters this rank updates, the schedule, the step graph.
 void Trainer::build_optimizer() {
-  named_params_ = par_->held(module_weights(*model_));
   for (const auto& p : named_params_) params_.push_back(p.tensor);
-  par_->attach(named_params_);  // the dp group's first weights in every replica, gradient hooks, ZeRO ownership
   std::vector<ParamGroup> groups = par_->owned_groups(make_param_groups(*model_, s_.optim));
   const bool cuda = plan_.device.is_cuda();
   if (s_.parallel.offload_optimizer && cuda) {  // state and update on the CPU
