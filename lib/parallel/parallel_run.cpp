@@ -10,62 +10,6 @@
 #include "util/error.h"
 
 namespace gputrain {
-namespace {
-
-using json = nlohmann::ordered_json;
-
-// A tensor's bytes as a flat uint8 tensor (0-dim tensors included).
-torch::Tensor as_bytes(const torch::Tensor& t) { return t.contiguous().reshape({-1}).view(torch::kByte); }
-
-// Named tensors between two ranks in three messages (tags tag..tag+2): sizes,
-// a JSON list of (name, dtype, shape), the bytes.
-void send_tensors(Communicator& comm, const std::vector<NamedTensor>& tensors, int dst, int tag, const std::string& what) {
-  const torch::Device dev = comm.tensor_device();
-  json meta = json::array();
-  std::vector<torch::Tensor> bytes;
-  for (const auto& e : tensors) {
-    meta.push_back({e.name, static_cast<int>(e.tensor.scalar_type()), e.tensor.sizes().vec()});
-    bytes.push_back(as_bytes(e.tensor.detach()).to(dev));
-  }
-  const std::string text = meta.dump();
-  torch::Tensor data = bytes.empty() ? torch::empty({0}, torch::TensorOptions().dtype(torch::kByte).device(dev)) : torch::cat(bytes);
-  torch::Tensor text_t = torch::from_blob(const_cast<char*>(text.data()), {static_cast<int64_t>(text.size())},
-                                          torch::kByte).to(dev).clone();
-  torch::Tensor sizes = torch::tensor({static_cast<int64_t>(text.size()), data.numel()}, torch::kLong).to(dev);
-  comm.send(sizes, dst, tag, what).wait();
-  comm.send(text_t, dst, tag + 1, what).wait();
-  comm.send(data, dst, tag + 2, what).wait();
-}
-
-std::vector<NamedTensor> receive_tensors(Communicator& comm, int src, int tag, const std::string& what) {
-  const torch::Device dev = comm.tensor_device();
-  const auto u8 = torch::TensorOptions().dtype(torch::kByte).device(dev);
-  torch::Tensor sizes = torch::empty({2}, torch::TensorOptions().dtype(torch::kLong).device(dev));
-  comm.recv(sizes, src, tag, what).wait();
-  const torch::Tensor host_sizes = sizes.cpu();
-  torch::Tensor text_t = torch::empty({host_sizes[0].item<int64_t>()}, u8);
-  torch::Tensor data = torch::empty({host_sizes[1].item<int64_t>()}, u8);
-  comm.recv(text_t, src, tag + 1, what).wait();
-  comm.recv(data, src, tag + 2, what).wait();
-  const torch::Tensor host_text = text_t.cpu();
-  const torch::Tensor host_data = data.cpu();
-  const json meta = json::parse(std::string(reinterpret_cast<const char*>(host_text.data_ptr<uint8_t>()),
-                                            static_cast<size_t>(host_text.numel())));
-  std::vector<NamedTensor> out;
-  int64_t offset = 0;
-  for (const auto& m : meta) {
-    const auto dtype = static_cast<torch::ScalarType>(m[1].get<int>());
-    const std::vector<int64_t> shape = m[2].get<std::vector<int64_t>>();
-    int64_t numel = 1;
-    for (int64_t d : shape) numel *= d;
-    const int64_t n = numel * static_cast<int64_t>(c10::elementSize(dtype));
-    out.push_back({m[0].get<std::string>(), host_data.narrow(0, offset, n).clone().view(dtype).reshape(shape)});
-    offset += n;
-  }
-  return out;
-}
-
-}  // namespace
 
 ParallelRun::ParallelRun(const World& world, const ParallelSettings& p, torch::Device device)
     : world_(world),
@@ -365,83 +309,27 @@ void ParallelRun::after_optimizer_step() {
     if (r->sync) broadcast_from_owners(*r->group, r->params, r->owners);
 }
 
-ParallelRun::CheckpointShards ParallelRun::gather_checkpoint(const Optimizer& optimizer) {
-  std::vector<NamedTensor> state;
-  for (const auto& e : optimizer.state()) state.push_back({e.name, e.tensor});
-  CheckpointShards out;
-  // Which ranks hold what rank 0 needs: each (stage, tp shard)'s model from
-  // the first dp replica; its optimizer state from there too, or from every
-  // dp rank under ZeRO. Under expert parallelism the other ranks of the first
-  // ep run send their experts and the experts' state. The parts are joined, so
-  // the files do not depend on parallel.pp or ep (the tied embedding and its
-  // state, held by two stages alike, are written once).
-  auto sends_model = [&](int r) { return grid_.coord(r).dp < grid_.ep(); };
-  auto sends_state = [&](int r) { return zero_active() || grid_.coord(r).dp < grid_.ep(); };
-  if (world_.rank != 0) {
-    // Past dp rank 0 (which sends the rest), a rank of the first ep run sends its experts' part.
-    auto only_experts = [&](std::vector<NamedTensor> v, bool all_owned) {
-      if (coord_.dp > 0 && !all_owned) std::erase_if(v, [](const NamedTensor& e) { return !is_expert_parameter(e.name); });
-      return v;
-    };
-    if (sends_model(world_.rank))
-      send_tensors(*comm_, only_experts(named_, false), 0, 1, "sending model shards to rank 0 for a checkpoint");
-    if (sends_state(world_.rank))  // under ZeRO, the state of whatever this rank owns
-      send_tensors(*comm_, only_experts(std::move(state), zero_active()), 0, 4,
-                   "sending optimizer state to rank 0 for a checkpoint");
-    return out;
-  }
-  out.model.resize(static_cast<size_t>(grid_.tp()));
-  out.optimizer.resize(static_cast<size_t>(grid_.tp()));
-  std::vector<std::set<std::string>> seen_model(out.model.size()), seen_state(out.model.size());
-  auto add = [](std::vector<NamedTensor>& into, std::set<std::string>& seen, std::vector<NamedTensor> part) {
-    for (auto& e : part)
-      if (seen.insert(e.name).second) into.push_back(std::move(e));
-  };
-  add(out.model[0], seen_model[0], named_);
-  add(out.optimizer[0], seen_state[0], std::move(state));
-  for (int r = 1; r < world_.size; ++r) {
-    const auto tp = static_cast<size_t>(grid_.coord(r).tp);
-    if (sends_model(r))
-      add(out.model[tp], seen_model[tp],
-          receive_tensors(*comm_, r, 1, "receiving rank " + std::to_string(r) + "'s model shards for a checkpoint"));
-    if (sends_state(r))
-      add(out.optimizer[tp], seen_state[tp],
-          receive_tensors(*comm_, r, 4, "receiving rank " + std::to_string(r) + "'s optimizer state for a checkpoint"));
-  }
-  return out;
+
+std::optional<GradSyncTimes> ParallelRun::grad_sync_times() const {
+  if (!dense_.sync) return std::nullopt;
+  GradSyncTimes t;
+  t.buckets = dense_.sync->bucket_count();
+  t.backward_end_s = dense_.sync->last_backward_end_s();
+  for (const auto& e : dense_.sync->last_step_events()) t.bucket_start_s.push_back(e.launched_s);
+  return t;
 }
 
-json ParallelRun::grad_sync_report() const {
-  if (!dense_.sync) return nullptr;
-  const auto& events = dense_.sync->last_step_events();
-  const double end = dense_.sync->last_backward_end_s();
-  int64_t during = 0;
-  json launches = json::array();
-  for (const auto& e : events) {
-    during += e.launched_s < end ? 1 : 0;
-    launches.push_back(std::round(e.launched_s * 1e6) / 1e3);
-  }
-  json j;
-  j["buckets"] = dense_.sync->bucket_count();
-  j["started_during_backward"] = during;  // of the last step's buckets
-  j["backward_ms"] = std::round(end * 1e6) / 1e3;  // from the last micro-batch's backward start
-  j["bucket_start_ms"] = launches;
-  return j;
+std::optional<PipelineLayout> ParallelRun::pipeline_layout() const {
+  if (!pp_comm_) return std::nullopt;
+  PipelineLayout p;
+  p.schedule = schedule_ == PipelineSchedule::kGpipe ? "gpipe" : "1f1b";
+  p.micro_batches = micro_batches_;
+  p.bubble_fraction = bubble_fraction(grid_.pp(), micro_batches_);
+  for (const auto& st : stages_) p.stage_blocks.emplace_back(st.first, st.last);
+  return p;
 }
 
-json ParallelRun::pipeline_report() const {
-  if (!pp_comm_) return nullptr;
-  json j;
-  j["schedule"] = schedule_ == PipelineSchedule::kGpipe ? "gpipe" : "1f1b";
-  j["micro_batches"] = micro_batches_;
-  j["bubble_fraction"] = std::round(bubble_fraction(grid_.pp(), micro_batches_) * 1e4) / 1e4;
-  json blocks = json::array();  // per stage: [first, last) of the block stack
-  for (const auto& st : stages_) blocks.push_back({st.first, st.last});
-  j["stage_blocks"] = blocks;
-  return j;
-}
-
-json ParallelRun::memory_per_rank(const Optimizer& optimizer) {
+std::vector<RankMemory> ParallelRun::memory_per_rank(const Optimizer& optimizer) {
   int64_t weights = 0;
   for (const auto& p : params_) weights += static_cast<int64_t>(p.tensor.nbytes());
   const double mib = 1024.0 * 1024.0;
@@ -454,16 +342,18 @@ json ParallelRun::memory_per_rank(const Optimizer& optimizer) {
   table[world_.rank][4] = static_cast<double>(pipeline_stats_.peak_memory_bytes) / mib;
   if (distributed()) comm_->all_reduce_sum_now(table, "gathering per-rank memory for the summary");
   table = table.cpu();
-  json out = json::array();
-  auto mb = [&](int r, int col) { return std::round(table[r][col].item<double>() * 1000) / 1000; };
+  std::vector<RankMemory> out;
   for (int r = 0; r < world_.size; ++r) {
-    json row = {{"rank", r}, {"weights_mb", mb(r, 0)}, {"grads_mb", mb(r, 1)}, {"optimizer_state_mb", mb(r, 2)}};
+    RankMemory m;
+    m.weights_mb = table[r][0].item<double>();
+    m.grads_mb = table[r][1].item<double>();
+    m.optimizer_state_mb = table[r][2].item<double>();
     if (pp_comm_) {
-      row["stage"] = grid_.coord(r).pp;
-      row["micro_batches_held"] = static_cast<int64_t>(table[r][3].item<double>());  // at the last step's peak
-      row["activations_mb"] = mb(r, 4);  // memory in use at that peak above the step's start
+      m.stage = grid_.coord(r).pp;
+      m.micro_batches_held = static_cast<int64_t>(table[r][3].item<double>());
+      m.activations_mb = table[r][4].item<double>();
     }
-    out.push_back(std::move(row));
+    out.push_back(m);
   }
   return out;
 }

@@ -1,8 +1,9 @@
-// What the training loop asks of parallelism, in one place: the world and its
-// dp x pp x tp grid (parallel/grid.h), tensor, pipeline and expert parallelism
-// applied to the model from outside (in order by parallel/parallelize.h), data parallelism (GradientSync) and ZeRO
-// over the dp group, and gathering every rank's shards into a checkpoint. A single-process run
-// has a ParallelRun too; every call is then a no-op, so the loop has one shape.
+// What the training loop asks of parallelism, in one place: the world and its dp x pp x tp grid
+// (parallel/grid.h), tensor, pipeline and expert parallelism applied to the model from outside (in
+// order by parallel/parallelize.h), data parallelism (GradientSync) and ZeRO over the dp group. What
+// it measures is written to summary.json by metrics/parallel_reports.h; checkpoint/gather_checkpoint.h
+// gathers every rank's shards for a checkpoint. A single-process run has a ParallelRun too; every
+// call is then a no-op, so the loop has one shape.
 //
 // Quantities counted once per model replica (the loss, target tokens, the
 // gradient norm's replicated part) are summed over the world with only the
@@ -13,11 +14,13 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <vector>
 
 #include "util/named_tensor.h"
 #include "config/settings.h"
+#include "metrics/parallel_reports.h"
 #include "optim/param_groups.h"
 #include "parallel/communicator.h"
 #include "parallel/data_parallel.h"
@@ -43,6 +46,13 @@ class ParallelRun {
   bool runs_head() const { return stage_.has_head; }  // after keep_pipeline_stage: the last (or only) stage
   bool distributed() const { return comm_ != nullptr; }
   int64_t zero() const { return zero_; }
+  const GridCoord& coord() const { return coord_; }
+  // The world's communicator (null in a single process that no launcher started).
+  Communicator* world_comm() { return comm_.get(); }
+  // Whether ZeRO splits the optimizer state over the dp group (each rank holds its owned share).
+  bool shards_optimizer_state() const { return zero_active(); }
+  // After attach: the parameters this rank holds, frozen ones included, in registration order.
+  const std::vector<NamedTensor>& weights() const { return named_; }
   std::string describe() const;  // for the log
 
   // After the model is built and its whole weights loaded, in this order (parallel/parallelize.h):
@@ -100,20 +110,15 @@ class ParallelRun {
   torch::Tensor clip_grad_norm(double max_norm, torch::Tensor* fold = nullptr);
   void after_optimizer_step();  // ZeRO: owners broadcast their updated parameters
 
-  // Rank 0 gets the model and optimizer state of every tp rank (ZeRO: every
-  // dp rank's share merged in): one list per tp rank. Other ranks get empty lists.
-  struct CheckpointShards {
-    std::vector<std::vector<NamedTensor>> model, optimizer;
-  };
-  CheckpointShards gather_checkpoint(const Optimizer& optimizer);
   // Per rank: MiB of weights, gradients (as last reduced) and optimizer state;
   // with a pipeline also the micro-batches held and the memory they took at the last step's peak.
-  nlohmann::ordered_json memory_per_rank(const Optimizer& optimizer);
-  // The last step's gradient reductions: how many buckets started before
-  // backward ended (communication overlapping compute), with timestamps.
-  nlohmann::ordered_json grad_sync_report() const;
-  // The pipeline's stages, schedule, micro-batches and bubble (null without one).
-  nlohmann::ordered_json pipeline_report() const;
+  // A collective: every rank calls it.
+  std::vector<RankMemory> memory_per_rank(const Optimizer& optimizer);
+  // The last step's gradient reductions: when each bucket started, against backward's end
+  // (communication overlapping compute); none without data parallelism.
+  std::optional<GradSyncTimes> grad_sync_times() const;
+  // The pipeline's stages, schedule, micro-batches and bubble; none without a pipeline.
+  std::optional<PipelineLayout> pipeline_layout() const;
 
  private:
   bool zero_active() const { return zero_ > 0 && dp_ != nullptr; }

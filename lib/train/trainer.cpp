@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "checkpoint/checkpoint_dir.h"
+#include "checkpoint/gather_checkpoint.h"
 #include "checkpoint/model_files.h"
 #include "checkpoint/module_weights.h"
 #include "checkpoint/training_checkpoint.h"
@@ -18,6 +19,7 @@
 #include "data/rng.h"
 #include "metrics/flops.h"
 #include "metrics/metrics_writer.h"
+#include "metrics/parallel_reports.h"
 #include "metrics/progress.h"
 #include "metrics/step_profiler.h"
 #include "model/gpt.h"
@@ -608,7 +610,7 @@ void Trainer::save() {
   snap.recipe_yaml = recipe_to_yaml(s_);
   snap.optimizer = optimizer_->describe();
   // On rank 0: every tp shard's weights and optimizer state (ZeRO: every dp rank's share merged).
-  ParallelRun::CheckpointShards shards = par_->gather_checkpoint(*optimizer_);
+  CheckpointShards shards = gather_checkpoint(*par_, *optimizer_);
   if (shards.model.size() > 1) {
     snap.model_shards = std::move(shards.model);
     snap.optimizer_shards = std::move(shards.optimizer);
@@ -647,7 +649,7 @@ json Trainer::summary(const std::string& status) const {
   if (par_->distributed()) {
     j["zero"] = s_.parallel.zero;
     j["grid"] = {{"dp", par_->grid().dp()}, {"pp", par_->grid().pp()}, {"tp", par_->grid().tp()}};
-    if (par_->pipelined()) j["pipeline"] = par_->pipeline_report();
+    if (par_->pipelined()) j["pipeline"] = pipeline_report(par_->pipeline_layout());
   }
   return j;
 }
@@ -655,8 +657,8 @@ json Trainer::summary(const std::string& status) const {
 // summary.json, after the reports that need every rank (collectives: every rank gets here).
 RunOutcome Trainer::finish() {
   json j = summary(status_);
-  j["memory_per_rank"] = par_->memory_per_rank(*optimizer_);
-  if (par_->distributed()) j["grad_sync"] = par_->grad_sync_report();
+  j["memory_per_rank"] = memory_per_rank_report(par_->memory_per_rank(*optimizer_));
+  if (par_->distributed()) j["grad_sync"] = grad_sync_report(par_->grad_sync_times());
   if (plan_.lead) write_file_atomic((out_dir_ / "summary.json").string(), j.dump(2) + "\n");
   spdlog::info("{}: {} steps, {} tokens in {}, {:.0f} tokens/s; final loss {:.4f}{}", status_, t_.step, t_.tokens,
                format_duration(seconds_since(t_start_)), j["tokens_per_s"].get<double>(), t_.last_loss,
