@@ -231,8 +231,8 @@ int64_t add_norm_backward_blocks(int64_t rows) {
 
 void launch_add_norm_forward(const AddNormForwardArgs& a, cudaStream_t stream) {
   if (a.rows <= 0) return;
-  if (!add_norm_supported(a.residual, a.branch_type, a.out_type, a.width) || !a.x || !a.out || !a.weight ||
-      !a.rstd || (!a.rms && !a.mean) || (a.branch && !a.sum) || (a.rms && a.bias))
+  if (!add_norm_supported(a.residual, a.branch_type, a.out_type, a.width) || !a.x || !a.out || !a.weight || !a.rstd ||
+      (!a.rms && !a.mean) || (a.branch && !a.sum) || (a.rms && a.bias))
     throw std::runtime_error("launch_add_norm_forward: bad arguments");
   by_types(a.residual, a.branch_type, a.out_type, [&](auto r, auto b, auto o) {
     by_width(a.width, [&](auto per) {
@@ -245,8 +245,8 @@ void launch_add_norm_forward(const AddNormForwardArgs& a, cudaStream_t stream) {
 
 void launch_add_norm_backward(const AddNormBackwardArgs& a, cudaStream_t stream) {
   if (a.rows <= 0) return;
-  if (!add_norm_supported(a.residual, a.branch_type, a.out_type, a.width) || !a.grad_out || !a.input ||
-      !a.weight || !a.rstd || (!a.rms && !a.mean) || !a.grad_input || !a.weight_partial)
+  if (!add_norm_supported(a.residual, a.branch_type, a.out_type, a.width) || !a.grad_out || !a.input || !a.weight ||
+      !a.rstd || (!a.rms && !a.mean) || !a.grad_input || !a.weight_partial)
     throw std::runtime_error("launch_add_norm_backward: bad arguments");
   by_types(a.residual, a.branch_type, a.out_type, [&](auto r, auto b, auto o) {
     by_width(a.width, [&](auto per) {

@@ -54,8 +54,8 @@ struct AddNormBackwardArgs {
   const void* weight = nullptr;    // [width] type `residual`
   const float* mean = nullptr;     // from the forward (LayerNorm only)
   const float* rstd = nullptr;
-  void* grad_input = nullptr;      // [rows, width] type `residual`: grad_sum + the normalization's backward
-  void* grad_branch = nullptr;     // [rows, width] type `branch_type`: the same values, or null
+  void* grad_input = nullptr;       // [rows, width] type `residual`: grad_sum + the normalization's backward
+  void* grad_branch = nullptr;      // [rows, width] type `branch_type`: the same values, or null
   float* weight_partial = nullptr;  // [add_norm_backward_blocks(rows), width]: sum of grad_out * normalized input
   float* bias_partial = nullptr;    // same shape: sum of grad_out, or null
   int64_t rows = 0, width = 0;

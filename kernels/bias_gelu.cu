@@ -151,13 +151,13 @@ int64_t bias_gelu_backward_chunks(int64_t rows) { return rows < kChunks ? rows :
 
 void launch_bias_gelu_forward(const BiasGeluArgs& a, void* out, cudaStream_t stream) {
   if (a.rows <= 0) return;
-  if (!bias_gelu_supported(a.y_type, a.bias_type, a.width) || !a.y || !a.bias || !out || !aligned(a.y) ||
-      !aligned(out))
+  if (!bias_gelu_supported(a.y_type, a.bias_type, a.width) || !a.y || !a.bias || !out || !aligned(a.y) || !aligned(out))
     throw std::runtime_error("launch_bias_gelu_forward: bad arguments");
   const int64_t chunks = bias_gelu_backward_chunks(a.rows), per_chunk = (a.rows + chunks - 1) / chunks;
   by_types(a.y_type, a.bias_type, [&](auto t, auto b) {
     using T = decltype(t);
-    bias_gelu_forward_kernel<T, decltype(b)><<<grid_of(a, chunks), kThreads, 0, stream>>>(a, static_cast<T*>(out), per_chunk);
+    bias_gelu_forward_kernel<T, decltype(b)>
+        <<<grid_of(a, chunks), kThreads, 0, stream>>>(a, static_cast<T*>(out), per_chunk);
   });
   check_cuda(cudaGetLastError(), "launch_bias_gelu_forward");
 }

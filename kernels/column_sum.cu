@@ -41,7 +41,7 @@ __global__ void __launch_bounds__(kPartialThreads)
 // Block b sums columns [32 b, 32 b + 32): thread (x, y) adds rows y, y + 32, ...
 // of column 32 b + x (a warp reads 32 consecutive floats), then the 32
 // partial sums of each column are added in shared memory in order of y.
-__global__ void __launch_bounds__(kColumns * kRowThreads)
+__global__ void __launch_bounds__(kColumns* kRowThreads)
     column_sum_kernel(const float* partial, int64_t rows, int64_t cols, float* out) {
   __shared__ float staged[kRowThreads][kColumns];
   const int64_t c = static_cast<int64_t>(blockIdx.x) * kColumns + threadIdx.x;
@@ -86,8 +86,8 @@ void launch_column_partial_sums(const void* m, FloatType type, int64_t rows, int
     const int64_t vectors = cols / (16 / static_cast<int64_t>(sizeof(T)));
     const dim3 grid(static_cast<unsigned>((vectors + kPartialThreads - 1) / kPartialThreads),
                     static_cast<unsigned>(chunks));
-    column_partial_sums_kernel<T><<<grid, kPartialThreads, 0, stream>>>(static_cast<const T*>(m), rows, cols,
-                                                                        per_chunk, partial);
+    column_partial_sums_kernel<T>
+        <<<grid, kPartialThreads, 0, stream>>>(static_cast<const T*>(m), rows, cols, per_chunk, partial);
   });
   check_cuda(cudaGetLastError(), "launch_column_partial_sums");
 }

@@ -82,7 +82,9 @@ __global__ void cross_entropy_forward_kernel(CrossEntropyArgs a, float* lse, flo
         lse[r] = l;
         const int64_t t = a.targets[r];
         // A target outside the vocabulary gives NaN (the NaN guard names the step) rather than a stray read.
-        loss[r] = t == a.ignore_index ? 0.0f : (t < 0 || t >= a.vocab) ? __int_as_float(0x7fc00000) : l - to_float(row[t]);
+        loss[r] = t == a.ignore_index       ? 0.0f
+                  : (t < 0 || t >= a.vocab) ? __int_as_float(0x7fc00000)
+                                            : l - to_float(row[t]);
       }
     }
     __syncthreads();  // sm/ss are reused by the next row

@@ -16,10 +16,10 @@
 namespace gputrain::kernels {
 
 struct CrossEntropyArgs {
-  const void* logits;       // [rows, vocab], rows `row_stride` elements apart, last dimension contiguous
+  const void* logits;  // [rows, vocab], rows `row_stride` elements apart, last dimension contiguous
   int64_t rows = 0, vocab = 0, row_stride = 0;
   FloatType type = FloatType::kFloat32;
-  const int64_t* targets;   // [rows]; ignore_index marks rows without a target
+  const int64_t* targets;  // [rows]; ignore_index marks rows without a target
   int64_t ignore_index = -100;
 };
 

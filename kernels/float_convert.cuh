@@ -28,9 +28,15 @@ __device__ __forceinline__ T from_float(float x) {
 template <class Fn>
 void by_type(FloatType type, Fn fn) {
   switch (type) {
-    case FloatType::kFloat32: fn(float{}); break;
-    case FloatType::kBFloat16: fn(__nv_bfloat16{}); break;
-    case FloatType::kFloat16: fn(__half{}); break;
+    case FloatType::kFloat32:
+      fn(float{});
+      break;
+    case FloatType::kBFloat16:
+      fn(__nv_bfloat16{});
+      break;
+    case FloatType::kFloat16:
+      fn(__half{});
+      break;
   }
 }
 

@@ -47,8 +47,7 @@ void launch_fused_adamw(const FusedAdamWTensor* tensors, int n_tensors, int64_t 
   const unsigned grid = grid_for(total_chunks);
   if (type == ParamType::kFloat32)
     fused_adamw_kernel<ParamType::kFloat32><<<grid, kThreads, 0, stream>>>(tensors, n_tensors, total_chunks);
-  else
-    fused_adamw_kernel<ParamType::kBFloat16><<<grid, kThreads, 0, stream>>>(tensors, n_tensors, total_chunks);
+  else fused_adamw_kernel<ParamType::kBFloat16><<<grid, kThreads, 0, stream>>>(tensors, n_tensors, total_chunks);
   check_cuda(cudaGetLastError(), "launch_fused_adamw");
 }
 

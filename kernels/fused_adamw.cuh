@@ -21,13 +21,13 @@ constexpr int64_t kAdamWChunk = 16384;
 // One tensor of the list. The table lives in device memory; chunks are
 // numbered across all tensors, first_chunk being this tensor's first.
 struct FusedAdamWTensor {
-  void* param;         // float* or bf16 bits (uint16_t*)
-  const void* grad;    // same type as param
+  void* param;       // float* or bf16 bits (uint16_t*)
+  const void* grad;  // same type as param
   float* exp_avg;
   float* exp_avg_sq;
   int64_t numel;
   int64_t first_chunk;
-  uint64_t seed;       // stochastic rounding of bf16 parameters
+  uint64_t seed;  // stochastic rounding of bf16 parameters
   AdamWScalars s;
   const float* grad_scale;  // device float the gradient is multiplied by (gradient clipping), or null
   uint16_t* bf16_copy;      // fp32 parameters: a bf16 copy written with the update (round to nearest), or null

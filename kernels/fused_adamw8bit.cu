@@ -71,8 +71,7 @@ __global__ void __launch_bounds__(kThreads)
 // --- launchers -----------------------------------------------------------------
 
 void launch_fused_adamw8bit(const FusedAdamW8bitTensor* tensors, int n_tensors, int64_t total_blocks,
-                            const float* signed_code, const float* unsigned_code, ParamType type,
-                            cudaStream_t stream) {
+                            const float* signed_code, const float* unsigned_code, ParamType type, cudaStream_t stream) {
   if (n_tensors <= 0 || total_blocks <= 0) return;
   if (tensors == nullptr || signed_code == nullptr || unsigned_code == nullptr)
     throw std::runtime_error("launch_fused_adamw8bit: null table or quantization map");

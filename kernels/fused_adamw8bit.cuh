@@ -14,9 +14,9 @@
 namespace gputrain::kernels {
 
 struct FusedAdamW8bitTensor {
-  void* param;        // float* or bf16 bits (uint16_t*)
-  const void* grad;   // same type as param
-  uint8_t* exp_avg;   // codes into the signed map
+  void* param;          // float* or bf16 bits (uint16_t*)
+  const void* grad;     // same type as param
+  uint8_t* exp_avg;     // codes into the signed map
   uint8_t* exp_avg_sq;  // codes into the unsigned map
   float* absmax_avg;    // one per block of kQuantBlock elements
   float* absmax_avg_sq;
@@ -28,7 +28,6 @@ struct FusedAdamW8bitTensor {
 
 // signed_code / unsigned_code: the two 256-entry sorted maps in device memory.
 void launch_fused_adamw8bit(const FusedAdamW8bitTensor* tensors, int n_tensors, int64_t total_blocks,
-                            const float* signed_code, const float* unsigned_code, ParamType type,
-                            cudaStream_t stream);
+                            const float* signed_code, const float* unsigned_code, ParamType type, cudaStream_t stream);
 
 }  // namespace gputrain::kernels

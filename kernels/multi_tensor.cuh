@@ -17,10 +17,8 @@ __device__ __forceinline__ int owner_of(const Entry* table, int n, int64_t unit,
   int lo = 0, hi = n - 1;
   while (lo < hi) {
     const int mid = (lo + hi + 1) / 2;
-    if (first_of(table[mid]) <= unit)
-      lo = mid;
-    else
-      hi = mid - 1;
+    if (first_of(table[mid]) <= unit) lo = mid;
+    else hi = mid - 1;
   }
   return lo;
 }

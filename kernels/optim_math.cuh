@@ -22,9 +22,9 @@ struct AdamWScalars {
   float beta1;
   float beta2;
   float eps;
-  float step_size;  // lr / (1 - beta1^t)
+  float step_size;              // lr / (1 - beta1^t)
   float bias_correction2_sqrt;  // sqrt(1 - beta2^t)
-  float decay;  // 1 - lr * weight_decay (decoupled weight decay)
+  float decay;                  // 1 - lr * weight_decay (decoupled weight decay)
 };
 
 // One AdamW element, in the order torch.optim.AdamW uses:
@@ -97,10 +97,8 @@ GT_HOST_DEVICE uint8_t quantize_nearest(const float* code, float x) {
   if (x >= code[hi]) return static_cast<uint8_t>(hi);
   while (hi - lo > 1) {
     const int mid = (lo + hi) / 2;
-    if (code[mid] < x)
-      lo = mid;
-    else
-      hi = mid;
+    if (code[mid] < x) lo = mid;
+    else hi = mid;
   }
   return static_cast<uint8_t>(x - code[lo] <= code[hi] - x ? lo : hi);
 }

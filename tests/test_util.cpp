@@ -96,8 +96,12 @@ std::string precision_reference_recipe() {
   return "run: {name: prec, threads: 2}\n"
          "model: {vocab_size: 256, seq_len: 64, n_layer: 2, n_head: 4, d_model: 64}\n"
          "data:\n"
-         "  train: {format: text, path: " + shared_data("tinyshakespeare.txt") + ", span: [0.0, 0.9]}\n"
-         "  eval: {format: text, path: " + shared_data("tinyshakespeare.txt") + ", span: [0.9, 1.0]}\n"
+         "  train: {format: text, path: " +
+         shared_data("tinyshakespeare.txt") +
+         ", span: [0.0, 0.9]}\n"
+         "  eval: {format: text, path: " +
+         shared_data("tinyshakespeare.txt") +
+         ", span: [0.9, 1.0]}\n"
          "train: {per_device_batch_size: 8, max_steps: 80, log_every: 20, eval_steps: 8}\n"
          // A stable setting: at lr 3e-3 this model has loss spikes (to ~10 nats, in fp32 too) whose step and
          // size depend on rounding, which turns a per-step comparison of precisions into a coin toss.
@@ -120,10 +124,8 @@ void check_precisions_track_fp32(const std::map<std::string, std::vector<nlohman
     INFO(mode << " eval");
     REQUIRE(rows.back().contains("eval_loss"));
     const double gap = rows.back()["eval_loss"].get<double>() - fp32.back()["eval_loss"].get<double>();
-    if (mode == "bf16-pure")
-      CHECK(gap < 0.03);
-    else
-      CHECK(std::fabs(gap) < 0.03);
+    if (mode == "bf16-pure") CHECK(gap < 0.03);
+    else CHECK(std::fabs(gap) < 0.03);
   }
 }
 

@@ -17,11 +17,12 @@ int cmd_data_prepare(const PrepareOptions& o) {
                  r.shards.size(), dir.c_str());
     return 128 + r.signal;
   }
-  std::printf("data prepare: %.1f MB -> %lld train tokens (%lld documents), %lld val tokens (%lld documents) "
-              "in %zu shard(s), %.1f s (%.1f MB/s)\n",
-              r.input_bytes / 1e6, static_cast<long long>(r.train_tokens), static_cast<long long>(r.train_documents),
-              static_cast<long long>(r.val_tokens), static_cast<long long>(r.val_documents), r.shards.size(), r.seconds,
-              r.input_bytes / 1e6 / r.seconds);
+  std::printf(
+      "data prepare: %.1f MB -> %lld train tokens (%lld documents), %lld val tokens (%lld documents) "
+      "in %zu shard(s), %.1f s (%.1f MB/s)\n",
+      r.input_bytes / 1e6, static_cast<long long>(r.train_tokens), static_cast<long long>(r.train_documents),
+      static_cast<long long>(r.val_tokens), static_cast<long long>(r.val_documents), r.shards.size(), r.seconds,
+      r.input_bytes / 1e6 / r.seconds);
   for (const auto& s : r.shards) std::printf("  %s\n", s.c_str());
   std::printf("\nuse it in a recipe:\n  data:\n    train: {format: tokens, path: %s/train_*.bin}\n", dir.c_str());
   if (r.val_tokens > 0) std::printf("    eval: {format: tokens, path: %s/val_*.bin}\n", dir.c_str());

@@ -21,10 +21,10 @@ void print_pipeline(const Settings& s, const Grid& g, const MemoryPlan& whole_mo
   std::printf("\npipeline: %lld micro-batches of %lld sequences per step, schedule %s\n", static_cast<long long>(m),
               static_cast<long long>(sequences / m),
               s.parallel.pp_schedule == PipelineSchedule::kGpipe ? "gpipe" : "1f1b");
-  std::printf("bubble (idle) fraction, both schedules: (pp - 1) / (micro-batches + pp - 1) = %.1f%%%s\n",
-              100.0 * bubble_fraction(g.pp(), m),
-              m < 4 * g.pp() ? "; more micro-batches (train.grad_accum_steps or parallel.pp_microbatches) shrink it"
-                             : "");
+  std::printf(
+      "bubble (idle) fraction, both schedules: (pp - 1) / (micro-batches + pp - 1) = %.1f%%%s\n",
+      100.0 * bubble_fraction(g.pp(), m),
+      m < 4 * g.pp() ? "; more micro-batches (train.grad_accum_steps or parallel.pp_microbatches) shrink it" : "");
   std::printf("\n| stage | blocks | activations held at peak, 1f1b | gpipe |\n|---|---|---|---|\n");
   const double per_block = whole_model_per_sequence.activations * static_cast<double>(sequences / m) /
                            static_cast<double>(s.model.n_layer) / (1024.0 * 1024.0);
@@ -56,18 +56,22 @@ int cmd_plan(const CommonArgs& a, int world_size) {
   const double tokens_per_step = static_cast<double>(s.tokens_per_step());
   std::printf("plan for %s\n", recipe.source.c_str());
   std::printf("parameters: %lld (%.2fM)\n", static_cast<long long>(p.parameters), p.parameters / 1e6);
-  std::printf("training FLOPs per token: %.3g (6 N + 12 n_layer seq_len d_model, N without the position embedding); per step: %.3g\n",
-              p.flops_per_token, p.flops_per_token * tokens_per_step);
+  std::printf(
+      "training FLOPs per token: %.3g (6 N + 12 n_layer seq_len d_model, N without the position embedding); per step: "
+      "%.3g\n",
+      p.flops_per_token, p.flops_per_token * tokens_per_step);
   std::printf("micro-batch %lld x seq_len %lld, grad_accum_steps %lld: %.0f tokens per step%s\n",
               static_cast<long long>(s.train.per_device_batch_size), static_cast<long long>(s.model.seq_len),
               static_cast<long long>(s.train.grad_accum_steps), tokens_per_step, batch_note.c_str());
   std::printf("\n%s", memory_plan_table(s, p).c_str());
-  std::printf("\nEstimates: real peaks add the framework's own memory and allocator slack (see docs/training.md, Memory).\n");
+  std::printf(
+      "\nEstimates: real peaks add the framework's own memory and allocator slack (see docs/training.md, Memory).\n");
   // The grid: for the world size asked for, else the one the recipe's degrees imply.
   const int64_t model_parallel = s.parallel.tp * s.parallel.pp;
   // (dp auto: the smallest, ep replicas of the model-parallel group).
-  const int world = world_size > 0 ? world_size
-                                   : static_cast<int>((s.parallel.dp > 0 ? s.parallel.dp : s.parallel.ep) * model_parallel);
+  const int world = world_size > 0
+                        ? world_size
+                        : static_cast<int>((s.parallel.dp > 0 ? s.parallel.dp : s.parallel.ep) * model_parallel);
   if (world > 1) {
     const Grid g(s.parallel, world);
     std::printf("\n%s", grid_table(s, g).c_str());

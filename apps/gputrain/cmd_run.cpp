@@ -19,8 +19,9 @@ namespace {
 // overrides (and no launcher flags), with the torchrun variables set.
 int launch(const CommonArgs& a, const std::string& output_dir, bool overwrite, const LaunchArgs& l) {
   if (std::getenv("RANK") || std::getenv("OMPI_COMM_WORLD_RANK"))
-    throw usage_error("--nproc-per-node inside a process that a launcher started already (RANK or "
-                      "OMPI_COMM_WORLD_RANK is set)\n    fix: drop --nproc-per-node, or unset those variables");
+    throw usage_error(
+        "--nproc-per-node inside a process that a launcher started already (RANK or "
+        "OMPI_COMM_WORLD_RANK is set)\n    fix: drop --nproc-per-node, or unset those variables");
   load_recipe(a.recipe, a.overrides);  // a bad recipe fails once, here, not in every worker
   LaunchOptions o;
   o.nproc_per_node = std::max(1, l.nproc_per_node);

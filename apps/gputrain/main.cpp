@@ -16,7 +16,8 @@
 namespace {
 
 void add_recipe_args(CLI::App* cmd, gputrain::app::CommonArgs& a, bool required) {
-  auto* opt = cmd->add_option("recipe", a.recipe, required ? "recipe YAML file" : "recipe YAML file (default: the built-in quickstart)");
+  auto* opt = cmd->add_option("recipe", a.recipe,
+                              required ? "recipe YAML file" : "recipe YAML file (default: the built-in quickstart)");
   if (required) opt->required();
   cmd->add_option("--set", a.overrides, "override a key, e.g. --set optim.lr=3e-4 (repeatable; value is YAML)")
       ->type_name("KEY=VALUE")
@@ -55,7 +56,9 @@ int main(int argc, char** argv) {
   CLI::App cli{"gputrain: train transformer language models from a YAML recipe", "gputrain"};
   cli.set_version_flag("--version", gputrain::version_string());
   cli.require_subcommand(1);
-  cli.footer("Exit codes: 0 ok, 1 runtime failure, 2 bad recipe, data, checkpoint or usage, 130 interrupted (SIGINT), 143 preempted (SIGTERM, SIGUSR1, max_wall_time). With --nproc-per-node: a failed worker's own code.");
+  cli.footer(
+      "Exit codes: 0 ok, 1 runtime failure, 2 bad recipe, data, checkpoint or usage, 130 interrupted (SIGINT), 143 "
+      "preempted (SIGTERM, SIGUSR1, max_wall_time). With --nproc-per-node: a failed worker's own code.");
 
   app::CommonArgs run_args, validate_args, print_args;
   std::string output_dir, format = "yaml";
@@ -66,20 +69,23 @@ int main(int argc, char** argv) {
   run->add_option("--output-dir", output_dir, "where metrics go (same as --set run.output_dir=DIR)");
   run->add_flag("--overwrite", overwrite, "replace an earlier run's metrics in the output directory");
   bool dry_run = false;
-  run->add_flag("--dry-run", dry_run, "print the plan (parameters, FLOPs, memory per component) and exit; same as `plan`");
+  run->add_flag("--dry-run", dry_run,
+                "print the plan (parameters, FLOPs, memory per component) and exit; same as `plan`");
   app::LaunchArgs launch;
   run->add_option("--nproc-per-node", launch.nproc_per_node, "start this many workers here (one per GPU on CUDA)")
       ->check(CLI::Range(1, 1024));
   run->add_option("--nnodes", launch.nnodes, "machines in the run (start gputrain on each with its --node-rank)")
       ->check(CLI::Range(1, 65536));
-  run->add_option("--node-rank", launch.node_rank, "this machine's index, 0 to nnodes-1")->check(CLI::NonNegativeNumber);
+  run->add_option("--node-rank", launch.node_rank, "this machine's index, 0 to nnodes-1")
+      ->check(CLI::NonNegativeNumber);
   run->add_option("--master-addr", launch.master_addr, "host of node 0, where rank 0 listens for the rendezvous");
   run->add_option("--master-port", launch.master_port, "rendezvous port; default: a free one (one node) or 29500")
       ->check(CLI::Range(1, 65535));
 
   app::CommonArgs plan_args;
-  auto* plan = cli.add_subcommand("plan", "parameters, FLOPs per token, estimated memory per component, and "
-                                          "the dp x pp x tp grid: which rank holds which layers and shards");
+  auto* plan = cli.add_subcommand("plan",
+                                  "parameters, FLOPs per token, estimated memory per component, and "
+                                  "the dp x pp x tp grid: which rank holds which layers and shards");
   add_recipe_args(plan, plan_args, false);
   int plan_world = 0;
   plan->add_option("--world-size", plan_world, "processes to plan the grid for (default: the recipe's degrees)")
@@ -97,22 +103,31 @@ int main(int argc, char** argv) {
   data->require_subcommand(1);
   gputrain::PrepareOptions prep;
   std::string tokenizer = "gpt2", documents = "file", input_format = "auto", progress = "auto";
-  auto* prepare = data->add_subcommand("prepare", "encode text or JSONL files into llm.c token shards (+ .json sidecars)");
-  prepare->add_option("inputs", prep.inputs, "text or JSONL files (documents in this order)")->required()->check(CLI::ExistingPath);
+  auto* prepare =
+      data->add_subcommand("prepare", "encode text or JSONL files into llm.c token shards (+ .json sidecars)");
+  prepare->add_option("inputs", prep.inputs, "text or JSONL files (documents in this order)")
+      ->required()
+      ->check(CLI::ExistingPath);
   prepare->add_option("-o,--output", prep.output_dir, "directory for train_*.bin and val_*.bin")->required();
   prepare->add_option("--tokenizer", tokenizer, "bytes (ids 0..255, end-of-document 256) or gpt2 (byte-level BPE)")
       ->check(CLI::IsMember({"bytes", "gpt2"}))
       ->capture_default_str();
   prepare->add_option("--vocab", prep.tokenizer.vocab_path, "gpt2: GPT-2's encoder.json")->check(CLI::ExistingFile);
-  prepare->add_option("--merges", prep.tokenizer.merges_path, "gpt2: GPT-2's vocab.bpe (merges)")->check(CLI::ExistingFile);
+  prepare->add_option("--merges", prep.tokenizer.merges_path, "gpt2: GPT-2's vocab.bpe (merges)")
+      ->check(CLI::ExistingFile);
   prepare->add_option("--input-format", input_format, "text or jsonl; auto = jsonl for *.jsonl and *.json")
       ->check(CLI::IsMember({"auto", "text", "jsonl"}))
       ->capture_default_str();
-  prepare->add_option("--text-key", prep.text_key, "jsonl: the key holding each document's text")->capture_default_str();
-  prepare->add_option("--documents", documents, "text: what one document is: file, lines, or paragraphs (blank-line separated)")
+  prepare->add_option("--text-key", prep.text_key, "jsonl: the key holding each document's text")
+      ->capture_default_str();
+  prepare
+      ->add_option("--documents", documents,
+                   "text: what one document is: file, lines, or paragraphs (blank-line separated)")
       ->check(CLI::IsMember({"file", "lines", "paragraphs"}))
       ->capture_default_str();
-  prepare->add_option("--val-fraction", prep.val_fraction, "the last fraction of the input (by bytes) that becomes val_*.bin")
+  prepare
+      ->add_option("--val-fraction", prep.val_fraction,
+                   "the last fraction of the input (by bytes) that becomes val_*.bin")
       ->capture_default_str();
   prepare->add_option("--shard-tokens", prep.shard_tokens, "tokens per shard file")->capture_default_str();
   prepare->add_option("--threads", prep.threads, "encoding threads; 0 = all cores")->capture_default_str();
@@ -134,7 +149,8 @@ int main(int argc, char** argv) {
   app::CommonArgs optim_bench_args;
   int64_t optim_bench_steps = 5;
   auto* optim_bench = optim->add_subcommand(
-      "bench", "time one optimizer step of every optimizer on the recipe's model and device, with state bytes per parameter");
+      "bench",
+      "time one optimizer step of every optimizer on the recipe's model and device, with state bytes per parameter");
   add_recipe_args(optim_bench, optim_bench_args, false);
   optim_bench->add_option("--steps", optim_bench_steps, "timed steps per optimizer (after one warm-up step)")
       ->capture_default_str()
@@ -145,7 +161,8 @@ int main(int argc, char** argv) {
   app::CommonArgs kernels_bench_args;
   int64_t kernels_bench_repeats = 50;
   auto* kernels_bench = kernels->add_subcommand(
-      "bench", "time each fused CUDA kernel against the ATen ops it replaces, forward + backward, at the recipe's shapes");
+      "bench",
+      "time each fused CUDA kernel against the ATen ops it replaces, forward + backward, at the recipe's shapes");
   add_recipe_args(kernels_bench, kernels_bench_args, false);
   kernels_bench->add_option("--repeats", kernels_bench_repeats, "timed repetitions per op (after one warm-up)")
       ->capture_default_str()
@@ -155,10 +172,12 @@ int main(int argc, char** argv) {
   bool export_overwrite = false, export_merge_lora = false;
   auto* exp = cli.add_subcommand("export", "write a checkpoint's weights for other tools (Hugging Face transformers)");
   exp->add_option("checkpoint", export_checkpoint,
-                  "a checkpoint directory (step_<N>), the directory holding them, or a run's output directory (newest complete checkpoint)")
+                  "a checkpoint directory (step_<N>), the directory holding them, or a run's output directory (newest "
+                  "complete checkpoint)")
       ->required()
       ->check(CLI::ExistingDirectory);
-  exp->add_option("--format", export_format, "hf = GPT2LMHeadModel (model.arch gpt) or LlamaForCausalLM (llama): model.safetensors + config.json")
+  exp->add_option("--format", export_format,
+                  "hf = GPT2LMHeadModel (model.arch gpt) or LlamaForCausalLM (llama): model.safetensors + config.json")
       ->check(CLI::IsMember({"hf"}))
       ->capture_default_str();
   exp->add_option("--out", export_out, "directory to write")->required();

@@ -126,7 +126,9 @@ void CheckpointWriter::add_safetensors(const std::string& file, const std::vecto
   files_[file] = {{"bytes", w.bytes}, {"crc32c", w.crc32c}};
 }
 
-void CheckpointWriter::add_json(const std::string& file, const json& content) { add_text(file, content.dump(2) + "\n"); }
+void CheckpointWriter::add_json(const std::string& file, const json& content) {
+  add_text(file, content.dump(2) + "\n");
+}
 
 void CheckpointWriter::add_text(const std::string& file, const std::string& text) {
   write_file_atomic((tmp_ / file).string(), text);
@@ -177,7 +179,8 @@ std::optional<std::string> checkpoint_problem(const fs::path& dir, CheckpointChe
       const auto size = fs::file_size(p, ec);
       if (ec) return name + " is missing";
       if (size != f.at("bytes").get<uint64_t>())
-        return name + " has " + std::to_string(size) + " bytes, the manifest says " + std::to_string(f.at("bytes").get<uint64_t>());
+        return name + " has " + std::to_string(size) + " bytes, the manifest says " +
+               std::to_string(f.at("bytes").get<uint64_t>());
       if (check == CheckpointCheck::kChecksums && file_crc32c(p) != f.at("crc32c").get<uint32_t>())
         return name + " fails its checksum (corrupt)";
     }
@@ -197,10 +200,8 @@ CheckpointListing list_checkpoints(const fs::path& root, CheckpointCheck check) 
   std::sort(dirs.begin(), dirs.end());
   CheckpointListing out;
   for (const auto& [step, p] : dirs) {
-    if (auto problem = checkpoint_problem(p, check))
-      out.broken.emplace_back(p, *problem);
-    else
-      out.complete.push_back(p);
+    if (auto problem = checkpoint_problem(p, check)) out.broken.emplace_back(p, *problem);
+    else out.complete.push_back(p);
   }
   return out;
 }

@@ -52,14 +52,13 @@ std::optional<std::string> checkpoint_problem(const std::filesystem::path& dir,
                                               CheckpointCheck check = CheckpointCheck::kChecksums);
 
 struct CheckpointListing {
-  std::vector<std::filesystem::path> complete;  // oldest first
+  std::vector<std::filesystem::path> complete;                        // oldest first
   std::vector<std::pair<std::filesystem::path, std::string>> broken;  // with the reason
 };
 // The step_<N> directories under root, checked as `check` says (temporary
 // ones are ignored). Loading verifies checksums anyway, so listings default to
 // the cheap check rather than reading every checkpoint's bytes.
-CheckpointListing list_checkpoints(const std::filesystem::path& root,
-                                   CheckpointCheck check = CheckpointCheck::kSizes);
+CheckpointListing list_checkpoints(const std::filesystem::path& root, CheckpointCheck check = CheckpointCheck::kSizes);
 
 // Removes all but the newest `keep_last` complete checkpoints (0 = keep all).
 // Each is first renamed to a temporary name, so a kill part-way through

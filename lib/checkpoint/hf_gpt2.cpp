@@ -110,11 +110,13 @@ std::vector<NamedTensor> from_hf_gpt2(const std::vector<NamedTensor>& hf, const 
       auto it = given.find(name);
       if (it == given.end()) continue;
       if (at::any(it->second != 0).item<bool>())
-        throw data_error(source + ": " + name + " is not zero, but model.bias is false" + "\n    fix: set model.bias: true");
+        throw data_error(source + ": " + name + " is not zero, but model.bias is false" +
+                         "\n    fix: set model.bias: true");
       given.erase(it);
     }
-  const std::string fix_shapes = "\n    fix: make model.* match the checkpoint's config.json (n_embd -> d_model, "
-                                 "n_layer, n_head, n_inner -> mlp_width, n_positions >= seq_len, vocab_size)";
+  const std::string fix_shapes =
+      "\n    fix: make model.* match the checkpoint's config.json (n_embd -> d_model, "
+      "n_layer, n_head, n_inner -> mlp_width, n_positions >= seq_len, vocab_size)";
   return fit_to_model(std::move(given), current, m, source, "GPT-2", fix_shapes);
 }
 

@@ -51,9 +51,10 @@ void check_rope(const nlohmann::json& config, const ModelSettings& m, const std:
     const auto& r = config[key];
     const std::string type = r.value("rope_type", r.value("type", std::string("default")));
     if (type != "default")
-      throw data_error(source + ": config.json's " + key + " uses rope_type '" + type +
-                       "', which gputrain's rotary embedding does not implement (it computes the default, unscaled one)" +
-                       "\n    fix: init from a Llama model with unscaled rotary embeddings");
+      throw data_error(
+          source + ": config.json's " + key + " uses rope_type '" + type +
+          "', which gputrain's rotary embedding does not implement (it computes the default, unscaled one)" +
+          "\n    fix: init from a Llama model with unscaled rotary embeddings");
     check_config_float(r, "rope_theta", "model.rope_theta", m.rope_theta, source + " (" + key + ")");
   }
   check_config_float(config, "rope_theta", "model.rope_theta", m.rope_theta, source);
@@ -132,9 +133,10 @@ std::vector<NamedTensor> from_hf_llama(const std::vector<NamedTensor>& hf, const
       at::equal(theirs["lm_head.weight"], theirs["model.embed_tokens.weight"]))
     theirs.erase("lm_head.weight");  // a tied copy written out
 
-  const std::string fix_shapes = "\n    fix: make model.* match the checkpoint's config.json (hidden_size -> d_model, "
-                                 "num_hidden_layers -> n_layer, num_attention_heads -> n_head, num_key_value_heads -> "
-                                 "n_kv_head, intermediate_size -> mlp_width, vocab_size, attention_bias -> bias)";
+  const std::string fix_shapes =
+      "\n    fix: make model.* match the checkpoint's config.json (hidden_size -> d_model, "
+      "num_hidden_layers -> n_layer, num_attention_heads -> n_head, num_key_value_heads -> "
+      "n_kv_head, intermediate_size -> mlp_width, vocab_size, attention_bias -> bias)";
   // Rename (and join the split projections) into our names; fit_to_model checks every shape.
   std::map<std::string, torch::Tensor> given;
   for (const Mapping& map : mappings(m)) {
@@ -149,7 +151,8 @@ std::vector<NamedTensor> from_hf_llama(const std::vector<NamedTensor>& hf, const
     if (parts.size() > 1)
       for (size_t k = 0; k < parts.size(); ++k)
         // q/k/v and gate/up all read the d_model-wide residual stream.
-        if (parts[k].dim() < 1 || parts[k].size(0) != map.rows[k] || (parts[k].dim() == 2 && parts[k].size(1) != m.d_model))
+        if (parts[k].dim() < 1 || parts[k].size(0) != map.rows[k] ||
+            (parts[k].dim() == 2 && parts[k].size(1) != m.d_model))
           throw data_error(source + ": " + map.theirs[k] + " is " + shape_str(parts[k]) + " but this model's is " +
                            std::to_string(map.rows[k]) + " rows" + fix_shapes);
     given[map.ours] = parts.size() == 1 ? parts.front() : at::cat(parts, 0);

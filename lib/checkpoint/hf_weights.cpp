@@ -10,9 +10,7 @@
 namespace gputrain {
 namespace {
 
-bool is_vocab_matrix(const std::string& name) {
-  return name == "transformer.wte.weight" || name == "lm_head.weight";
-}
+bool is_vocab_matrix(const std::string& name) { return name == "transformer.wte.weight" || name == "lm_head.weight"; }
 
 }  // namespace
 
@@ -22,13 +20,15 @@ torch::Tensor exported_tensor(const std::string& name, const torch::Tensor& t, c
   return w.contiguous();
 }
 
-std::vector<NamedTensor> fit_to_model(std::map<std::string, torch::Tensor> given, const std::vector<NamedTensor>& current,
-                                      const ModelSettings& m, const std::string& source, const std::string& family,
+std::vector<NamedTensor> fit_to_model(std::map<std::string, torch::Tensor> given,
+                                      const std::vector<NamedTensor>& current, const ModelSettings& m,
+                                      const std::string& source, const std::string& family,
                                       const std::string& fix_shapes) {
   std::vector<NamedTensor> out;
   for (const auto& [name, own] : current) {
     auto it = given.find(name);
-    if (it == given.end()) throw data_error(source + ": has no weights for " + name + " (is it a " + family + " checkpoint?)" + fix_shapes);
+    if (it == given.end())
+      throw data_error(source + ": has no weights for " + name + " (is it a " + family + " checkpoint?)" + fix_shapes);
     const torch::Tensor w = it->second.to(torch::kFloat);
     torch::Tensor result;
     if (is_vocab_matrix(name) || name == "transformer.wpe.weight") {
@@ -45,8 +45,8 @@ std::vector<NamedTensor> fit_to_model(std::map<std::string, torch::Tensor> given
       result.narrow(0, 0, rows).copy_(w.narrow(0, 0, rows));
     } else {
       if (w.sizes() != own.sizes())
-        throw data_error(source + ": " + name + " is " + shape_str(w) + " there but " + shape_str(own) + " in this model" +
-                         fix_shapes);
+        throw data_error(source + ": " + name + " is " + shape_str(w) + " there but " + shape_str(own) +
+                         " in this model" + fix_shapes);
       result = w;
     }
     given.erase(it);

@@ -22,8 +22,9 @@ torch::Tensor exported_tensor(const std::string& name, const torch::Tensor& t, c
 // matrices may have model.vocab_size rows (our padding rows keep their values)
 // and the position table may be longer than model.seq_len (cut). Anything left
 // in `given` is an error. `fix_shapes` ends each shape error.
-std::vector<NamedTensor> fit_to_model(std::map<std::string, torch::Tensor> given, const std::vector<NamedTensor>& current,
-                                      const ModelSettings& m, const std::string& source, const std::string& family,
+std::vector<NamedTensor> fit_to_model(std::map<std::string, torch::Tensor> given,
+                                      const std::vector<NamedTensor>& current, const ModelSettings& m,
+                                      const std::string& source, const std::string& family,
                                       const std::string& fix_shapes);
 
 // config.json checks; each throws a DataError naming `recipe_key` and its fix.

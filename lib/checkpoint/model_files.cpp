@@ -69,7 +69,8 @@ std::string load_initial_weights(torch::nn::Module& model, const ModelSettings& 
                        "\n    fix: name a complete checkpoint");
     // A tensor-parallel checkpoint's shards are joined: the weights start a run at any parallel.tp.
     const Settings saved = settings_from_saved_recipe(read_text_file(p / "recipe.yaml"), (p / "recipe.yaml").string());
-    load_module_weights(model, checkpoint_plain_weights(p, saved), "model.init_from checkpoint '" + path + "'", fix, base);
+    load_module_weights(model, checkpoint_plain_weights(p, saved), "model.init_from checkpoint '" + path + "'", fix,
+                        base);
     return "weights of gputrain checkpoint " + path;
   }
   std::vector<NamedTensor> hf;
@@ -91,8 +92,8 @@ std::string load_initial_weights(torch::nn::Module& model, const ModelSettings& 
   std::vector<NamedTensor> current;
   for (auto& w : module_weights(model))
     if (base(w.name)) current.push_back(std::move(w));
-  const std::vector<NamedTensor> ours = llama ? from_hf_llama(hf, config, current, m, source)
-                                              : from_hf_gpt2(hf, config, current, m, source);
+  const std::vector<NamedTensor> ours =
+      llama ? from_hf_llama(hf, config, current, m, source) : from_hf_gpt2(hf, config, current, m, source);
   load_module_weights(model, ours, source, fix, base);
   return std::string(llama ? "Hugging Face Llama" : "Hugging Face GPT-2") + " weights from " + path;
 }
@@ -124,14 +125,15 @@ std::vector<NamedTensor> checkpoint_plain_weights(const fs::path& checkpoint, co
   return saved.model.lora.rank > 0 ? merge_lora(weights, saved.model.lora) : weights;
 }
 
-void check_lora_base(const std::vector<NamedTensor>& weights, const std::string& expected, const std::string& checkpoint,
-                     const std::string& init_from) {
+void check_lora_base(const std::vector<NamedTensor>& weights, const std::string& expected,
+                     const std::string& checkpoint, const std::string& init_from) {
   const std::string got = lora_base_fingerprint(weights);
   if (got == expected) return;
-  throw data_error("checkpoint '" + checkpoint + "' holds LoRA adapters trained on another base model (fingerprint " +
-                   expected + "; the recipe's base, " +
-                   (init_from.empty() ? std::string("the seed's random initialization") : "model.init_from '" + init_from + "'") +
-                   ", has " + got + ")\n    fix: set model.init_from (and run.seed) to the base the adapters were trained on");
+  throw data_error(
+      "checkpoint '" + checkpoint + "' holds LoRA adapters trained on another base model (fingerprint " + expected +
+      "; the recipe's base, " +
+      (init_from.empty() ? std::string("the seed's random initialization") : "model.init_from '" + init_from + "'") +
+      ", has " + got + ")\n    fix: set model.init_from (and run.seed) to the base the adapters were trained on");
 }
 
 fs::path find_checkpoint(const fs::path& where) {
@@ -140,8 +142,9 @@ fs::path find_checkpoint(const fs::path& where) {
     const CheckpointListing l = list_checkpoints(root);
     if (!l.complete.empty()) return l.complete.back();
   }
-  throw data_error("'" + where.string() + "' holds no complete gputrain checkpoint" +
-                   "\n    fix: name a step_<N> checkpoint directory, the directory holding them, or a run's output directory");
+  throw data_error(
+      "'" + where.string() + "' holds no complete gputrain checkpoint" +
+      "\n    fix: name a step_<N> checkpoint directory, the directory holding them, or a run's output directory");
 }
 
 namespace {
@@ -162,9 +165,10 @@ ExportSource read_export_source(const fs::path& checkpoint, bool merge_lora_adap
   src.settings = settings_from_saved_recipe(read_text_file(recipe), recipe.string());
   const Settings& s = src.settings;
   if (s.model.moe.enabled())
-    throw data_error("checkpoint '" + checkpoint.string() + "' is a mixture-of-experts model (model.moe), which " +
-                     "GPT2LMHeadModel and LlamaForCausalLM cannot hold (and Mixtral routes differently: it renormalizes "
-                     "the top-k probabilities)\n    fix: keep it as a gputrain checkpoint (model.init_from reads it)");
+    throw data_error(
+        "checkpoint '" + checkpoint.string() + "' is a mixture-of-experts model (model.moe), which " +
+        "GPT2LMHeadModel and LlamaForCausalLM cannot hold (and Mixtral routes differently: it renormalizes "
+        "the top-k probabilities)\n    fix: keep it as a gputrain checkpoint (model.init_from reads it)");
   const bool lora = s.model.lora.rank > 0;
   if (lora && !merge_lora_adapters)
     throw usage_error("checkpoint '" + checkpoint.string() + "' holds LoRA adapters (model.lora.rank " +
@@ -198,8 +202,8 @@ ExportResult export_hf_locked(const fs::path& where, const fs::path& out, bool o
     }
   }
   const bool llama = src.settings.model.arch == ModelArch::kLlama;
-  const std::vector<NamedTensor> hf = llama ? to_hf_llama(src.weights, src.settings.model)
-                                            : to_hf_gpt2(src.weights, src.settings.model);
+  const std::vector<NamedTensor> hf =
+      llama ? to_hf_llama(src.weights, src.settings.model) : to_hf_gpt2(src.weights, src.settings.model);
   write_safetensors((out / "model.safetensors").string(), hf, {{"format", "pt"}});
   const auto config = llama ? hf_llama_config(src.settings.model) : hf_gpt2_config(src.settings.model);
   write_file_atomic((out / "config.json").string(), config.dump(2) + "\n");

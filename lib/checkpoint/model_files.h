@@ -60,7 +60,7 @@ std::vector<NamedTensor> checkpoint_plain_weights(const std::filesystem::path& c
 
 // DataError unless the base weights among `weights` have the LoRA fingerprint `expected`
 // (checkpoint and init_from name the files in the message).
-void check_lora_base(const std::vector<NamedTensor>& weights, const std::string& expected, const std::string& checkpoint,
-                     const std::string& init_from);
+void check_lora_base(const std::vector<NamedTensor>& weights, const std::string& expected,
+                     const std::string& checkpoint, const std::string& init_from);
 
 }  // namespace gputrain

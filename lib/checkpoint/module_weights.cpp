@@ -32,8 +32,7 @@ void load_module_weights(torch::nn::Module& m, const std::vector<NamedTensor>& w
   for (const auto& [key, value] : params) {
     expected.insert(key);
     auto it = given.find(key);
-    if (it == given.end())
-      missing.push_back(key);
+    if (it == given.end()) missing.push_back(key);
     else if (it->second.sizes() != value.sizes())
       wrong_shape.push_back(key + " is " + shape_str(it->second) + " there but " + shape_str(value) + " in this model");
   }

@@ -23,9 +23,8 @@ using json = nlohmann::ordered_json;
 
 const std::vector<std::pair<std::string, at::ScalarType>>& dtype_table() {
   static const std::vector<std::pair<std::string, at::ScalarType>> t = {
-      {"F64", at::kDouble}, {"F32", at::kFloat},  {"F16", at::kHalf},  {"BF16", at::kBFloat16},
-      {"I64", at::kLong},   {"I32", at::kInt},    {"I16", at::kShort}, {"I8", at::kChar},
-      {"U8", at::kByte},    {"BOOL", at::kBool}};
+      {"F64", at::kDouble}, {"F32", at::kFloat}, {"F16", at::kHalf}, {"BF16", at::kBFloat16}, {"I64", at::kLong},
+      {"I32", at::kInt},    {"I16", at::kShort}, {"I8", at::kChar},  {"U8", at::kByte},       {"BOOL", at::kBool}};
   return t;
 }
 
@@ -95,7 +94,8 @@ WrittenFile write_safetensors(const std::string& path, const std::vector<NamedTe
       throw runtime_error("safetensors: tensor name '" + name + "' is reserved or repeated (writing " + path + ")");
     at::Tensor c = t.detach().to(at::kCPU).contiguous();
     const uint64_t n = c.nbytes();
-    header[name] = {{"dtype", safetensors_dtype(c.scalar_type())}, {"shape", c.sizes().vec()},
+    header[name] = {{"dtype", safetensors_dtype(c.scalar_type())},
+                    {"shape", c.sizes().vec()},
                     {"data_offsets", {offset, offset + n}}};
     offset += n;
     bytes.push_back(std::move(c));
@@ -129,7 +129,8 @@ SafetensorsFile read_safetensors(const std::string& path) {
     return data_error("'" + path + "' is not a valid safetensors file: " + what +
                       "\n    fix: the file is truncated or corrupt; use another copy or checkpoint");
   };
-  if (file.size() < 8) throw bad("it has " + std::to_string(file.size()) + " bytes, fewer than the 8-byte header length");
+  if (file.size() < 8)
+    throw bad("it has " + std::to_string(file.size()) + " bytes, fewer than the 8-byte header length");
   uint64_t len = 0;
   for (int i = 7; i >= 0; --i) len = (len << 8) | file.data()[i];
   if (len > file.size() - 8)
@@ -154,10 +155,11 @@ SafetensorsFile read_safetensors(const std::string& path) {
       const std::string dtype = entry.at("dtype").get<std::string>();
       const auto shape = entry.at("shape").get<std::vector<int64_t>>();
       const auto offsets = entry.at("data_offsets").get<std::vector<uint64_t>>();
-      auto it = std::find_if(dtype_table().begin(), dtype_table().end(), [&](const auto& d) { return d.first == dtype; });
-      if (it == dtype_table().end()) throw bad("tensor '" + name + "' has dtype " + dtype + ", which gputrain does not read");
-      if (offsets.size() != 2 || offsets[0] > offsets[1])
-        throw bad("tensor '" + name + "' has a malformed byte range");
+      auto it =
+          std::find_if(dtype_table().begin(), dtype_table().end(), [&](const auto& d) { return d.first == dtype; });
+      if (it == dtype_table().end())
+        throw bad("tensor '" + name + "' has dtype " + dtype + ", which gputrain does not read");
+      if (offsets.size() != 2 || offsets[0] > offsets[1]) throw bad("tensor '" + name + "' has a malformed byte range");
       if (offsets[1] > data_size)
         throw bad("tensor '" + name + "' ends at data byte " + std::to_string(offsets[1]) + ", past the file's " +
                   std::to_string(data_size) + " (truncated?)");
@@ -168,8 +170,8 @@ SafetensorsFile read_safetensors(const std::string& path) {
       }
       const uint64_t expected = numel * c10::elementSize(it->second);
       if (offsets[1] - offsets[0] != expected)
-        throw bad("tensor '" + name + "' has " + std::to_string(offsets[1] - offsets[0]) + " bytes but its shape needs " +
-                  std::to_string(expected));
+        throw bad("tensor '" + name + "' has " + std::to_string(offsets[1] - offsets[0]) +
+                  " bytes but its shape needs " + std::to_string(expected));
       at::Tensor t = at::empty(shape, at::TensorOptions().dtype(it->second));
       if (expected > 0) std::memcpy(t.data_ptr(), data + offsets[0], expected);
       out.tensors.push_back({name, t});

@@ -26,7 +26,7 @@ struct WrittenFile {
   uint32_t crc32c = 0;
 };
 WrittenFile write_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
-                       const std::map<std::string, std::string>& metadata = {});
+                              const std::map<std::string, std::string>& metadata = {});
 
 struct SafetensorsFile {
   std::vector<NamedTensor> tensors;  // in file order (by offset), CPU, owning their memory

@@ -27,7 +27,9 @@ std::vector<NamedTensor> rng_tensors(const RngSnapshot& r) {
   return t;
 }
 
-std::string shard_file(const char* stem, size_t rank) { return std::string(stem) + ".tp" + std::to_string(rank) + ".safetensors"; }
+std::string shard_file(const char* stem, size_t rank) {
+  return std::string(stem) + ".tp" + std::to_string(rank) + ".safetensors";
+}
 
 json split_to_json(const std::vector<TensorShard>& split) {
   json out = json::array();
@@ -76,8 +78,9 @@ std::vector<NamedTensor> join_shards(const std::vector<std::vector<NamedTensor>>
       const NamedTensor* mine = nullptr;
       for (const auto& e : shards[r])
         if (e.name == first.name) mine = &e;
-      if (!mine) throw data_error("checkpoint '" + dir.string() + "': " + shard_file("model", r) + " lacks '" + first.name +
-                                  "'\n    fix: resume from another checkpoint");
+      if (!mine)
+        throw data_error("checkpoint '" + dir.string() + "': " + shard_file("model", r) + " lacks '" + first.name +
+                         "'\n    fix: resume from another checkpoint");
       parts.push_back(mine->tensor);
     }
     whole.push_back({first.name, unshard(parts, *it->second)});
@@ -108,7 +111,8 @@ fs::path save_training_checkpoint(const fs::path& root, const TrainingSnapshot& 
   }
   for (size_t r = 0; r < s.model_shards.size(); ++r) {
     const std::string of = std::to_string(s.model_shards.size());
-    w.add_safetensors(shard_file("model", r), s.model_shards[r], {{"format", "gputrain"}, {"tp_rank", std::to_string(r)}, {"tp_size", of}});
+    w.add_safetensors(shard_file("model", r), s.model_shards[r],
+                      {{"format", "gputrain"}, {"tp_rank", std::to_string(r)}, {"tp_size", of}});
     w.add_safetensors(shard_file("optimizer", r), s.optimizer_shards.at(r),
                       {{"optimizer", s.optimizer}, {"tp_rank", std::to_string(r)}, {"tp_size", of}});
   }
@@ -152,8 +156,9 @@ bool is_training_checkpoint(const fs::path& dir) {
 
 TrainingSnapshot load_training_checkpoint(const fs::path& dir) {
   if (auto problem = checkpoint_problem(dir))
-    throw data_error("checkpoint '" + dir.string() + "' is not usable: " + *problem +
-                     "\n    fix: resume from another checkpoint (checkpoint.resume: auto picks the newest complete one)");
+    throw data_error(
+        "checkpoint '" + dir.string() + "' is not usable: " + *problem +
+        "\n    fix: resume from another checkpoint (checkpoint.resume: auto picks the newest complete one)");
   TrainingSnapshot s;
   const fs::path state_path = dir / "trainer.json";
   size_t tp = 1;

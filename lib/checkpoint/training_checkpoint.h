@@ -48,7 +48,7 @@ struct TrainingSnapshot {
   RngSnapshot rng;
   nlohmann::ordered_json settings;  // settings_to_json() of the run that saved it
   std::string recipe_yaml;
-  std::string optimizer;  // Optimizer::describe(), for people
+  std::string optimizer;                     // Optimizer::describe(), for people
   std::vector<NamedTensor> model;            // whole: a tensor-parallel checkpoint's shards are joined on load
   std::vector<NamedTensor> optimizer_state;  // tp = 1
   // Tensor parallelism saves a model and an optimizer file per tp rank: model_shards and

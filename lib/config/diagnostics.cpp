@@ -27,9 +27,8 @@ void Diagnostics::warning(Origin o, std::string key, std::string problem, std::s
 
 void Diagnostics::throw_if_errors() const {
   if (errors_.empty()) return;
-  std::string msg = errors_.size() == 1 ? "invalid recipe:\n"
-                                        : "invalid recipe (" + std::to_string(errors_.size()) +
-                                              " problems):\n";
+  std::string msg =
+      errors_.size() == 1 ? "invalid recipe:\n" : "invalid recipe (" + std::to_string(errors_.size()) + " problems):\n";
   for (const auto& d : errors_) msg += "  " + d.str() + "\n";
   msg.pop_back();
   throw config_error(msg);

@@ -24,7 +24,9 @@ std::string read_recipe_text(const fs::path& p, const Origin& named_at) {
   if (fs::is_regular_file(p, ec)) in.open(p, std::ios::binary);
   if (!in.is_open()) {
     std::string where = named_at.file.empty() ? "" : named_at.str() + ": ";
-    std::string why = !fs::exists(p, ec) ? "no such file" : fs::is_directory(p, ec) ? "it is a directory" : "permission denied";
+    std::string why = !fs::exists(p, ec)        ? "no such file"
+                      : fs::is_directory(p, ec) ? "it is a directory"
+                                                : "permission denied";
     throw config_error(where + "cannot read recipe '" + p.string() + "': " + why + "\n    fix: check the path");
   }
   std::stringstream ss;

@@ -46,8 +46,8 @@ int64_t read_int(const ConfigNode& n, int64_t lo, int64_t hi) {
     v = static_cast<int64_t>(d);
   }
   if (v < lo || v > hi) {
-    std::string range = hi == kMaxInt ? ">= " + std::to_string(lo)
-                                      : "in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+    std::string range =
+        hi == kMaxInt ? ">= " + std::to_string(lo) : "in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
     throw FieldProblem{"must be " + range + ", got " + s, "use a value " + range};
   }
   return v;
@@ -62,17 +62,14 @@ struct FloatRange {
     if (!a.empty() && !b.empty()) return a + " and " + b;
     return a + b;
   }
-  bool contains(double v) const {
-    return (lo_open ? v > lo : v >= lo) && (hi_open ? v < hi : v <= hi);
-  }
+  bool contains(double v) const { return (lo_open ? v > lo : v >= lo) && (hi_open ? v < hi : v <= hi); }
 };
 
 double read_float(const ConfigNode& n, const FloatRange& range) {
   const std::string& s = scalar_of(n, "a number");
   double v = 0;
   if (!parse_double(s, v)) throw FieldProblem{"expected a number, got '" + s + "'", "write a number such as 3e-4"};
-  if (!range.contains(v))
-    throw FieldProblem{"must be " + range.str() + ", got " + s, "use a value " + range.str()};
+  if (!range.contains(v)) throw FieldProblem{"must be " + range.str() + ", got " + s, "use a value " + range.str()};
   return v;
 }
 
@@ -119,7 +116,9 @@ std::string enum_name(const EnumTable<E>& t, E v) {
 // --- field factories -----------------------------------------------------------
 // Each takes the dotted path and an accessor returning a reference into Settings;
 // KEY(a.b) writes both from one token so they can never disagree.
+// clang-format off
 #define KEY(p) #p, [](auto& s) -> auto& { return s.p; }
+// clang-format on
 
 template <class Acc>
 FieldSpec int_field(std::string path, Acc acc, int64_t lo, int64_t hi, std::string doc) {
@@ -135,10 +134,8 @@ FieldSpec auto_int_field(std::string path, Acc acc, int64_t lo, int64_t hi, std:
   FieldSpec f = int_field(path, acc, lo, hi, doc);
   f.type = "auto | " + f.type;
   f.read = [=](Settings& s, const ConfigNode& n) {
-    if (n.kind == ConfigNode::Kind::kScalar && n.scalar == "auto")
-      acc(s) = 0;
-    else
-      acc(s) = read_int(n, lo, hi);
+    if (n.kind == ConfigNode::Kind::kScalar && n.scalar == "auto") acc(s) = 0;
+    else acc(s) = read_int(n, lo, hi);
   };
   f.write = [=](const Settings& s) { return acc(s) == 0 ? json("auto") : json(acc(s)); };
   return f;
@@ -168,11 +165,12 @@ FieldSpec float_pair_field(std::string path, Acc acc, FloatRange r, std::string 
   return {path, "[a, b], each " + r.str(), doc,
           [=](Settings& s, const ConfigNode& n) {
             if (n.kind != ConfigNode::Kind::kSequence || n.items.size() != 2)
-              throw FieldProblem{"expected a list of two numbers, got " + n.kind_name(),
-                                 "write it as [a, b]"};
+              throw FieldProblem{"expected a list of two numbers, got " + n.kind_name(), "write it as [a, b]"};
             for (int i = 0; i < 2; ++i) acc(s)[i] = read_float(n.items[i], r);
           },
-          [=](const Settings& s) { return json::array({acc(s)[0], acc(s)[1]}); }};
+          [=](const Settings& s) {
+            return json::array({acc(s)[0], acc(s)[1]});
+          }};
 }
 
 template <class Acc>
@@ -284,8 +282,7 @@ FieldSpec signal_list_field(std::string path, Acc acc, std::string doc) {
             std::vector<const ConfigNode*> items;
             if (n.kind == ConfigNode::Kind::kSequence)
               for (const auto& item : n.items) items.push_back(&item);
-            else
-              items.push_back(&n);
+            else items.push_back(&n);
             std::vector<std::string> out;
             for (const ConfigNode* item : items) {
               std::string name = read_string(*item);
@@ -336,8 +333,7 @@ FieldSpec auto_id_field(std::string path, Acc acc, int64_t hi, std::string doc) 
 
 template <class Acc, class E>
 FieldSpec enum_field(std::string path, Acc acc, EnumTable<E> table, std::string doc) {
-  return {path, enum_choices(table), doc,
-          [=](Settings& s, const ConfigNode& n) { acc(s) = read_enum(n, table); },
+  return {path, enum_choices(table), doc, [=](Settings& s, const ConfigNode& n) { acc(s) = read_enum(n, table); },
           [=](const Settings& s) { return json(enum_name(table, acc(s))); }};
 }
 
@@ -348,7 +344,8 @@ FieldSpec enum_list_field(std::string path, Acc acc, EnumTable<E> table, std::st
           [=](Settings& s, const ConfigNode& n) {
             std::vector<E> out;
             if (n.kind == ConfigNode::Kind::kSequence) {
-              if (n.items.empty()) throw FieldProblem{"is an empty list", "name at least one of " + enum_choices(table)};
+              if (n.items.empty())
+                throw FieldProblem{"is an empty list", "name at least one of " + enum_choices(table)};
               for (const auto& item : n.items) {
                 const E v = read_enum(item, table);
                 if (std::find(out.begin(), out.end(), v) != out.end())
@@ -374,57 +371,91 @@ const EnumTable<DataFormat> kFormats = {{"none", DataFormat::kNone},
 
 void add_data_source(std::vector<FieldSpec>& f, const std::string& which) {
   // data.train and data.eval share a shape; build their fields from one list.
-  auto src = [which](auto& s) -> auto& {
-    return which == "train" ? s.data.train : s.data.eval;
-  };
+  auto src = [which](auto& s) -> auto& { return which == "train" ? s.data.train : s.data.eval; };
   std::string p = "data." + which + ".";
   // What the training data is decides what the saved data position means: changing it is refused
   // (its path may move to another mount); the evaluation data only changes what is reported.
   const ResumePolicy on_resume = which == "train" ? ResumePolicy::kRefused : ResumePolicy::kReported;
   const ResumePolicy path_on_resume = which == "train" ? ResumePolicy::kDiverges : ResumePolicy::kReported;
-  f.push_back(enum_field(p + "format", [=](auto& s) -> auto& { return src(s).format; }, kFormats,
-                         which == "train" ? "where training batches come from"
-                                          : "where evaluation batches come from; none = no evaluation").resume(on_resume));
-  f.push_back(path_list_field(p + "path", [=](auto& s) -> auto& { return src(s).paths; },
-                              "tokens/text: a file, a glob such as data/train_*.bin, or a list of them (relative to the recipe file)").resume(path_on_resume));
-  f.push_back(enum_field(p + "dtype", [=](auto& s) -> auto& { return src(s).dtype; },
-                         EnumTable<TokenDtype>{{"auto", TokenDtype::kAuto}, {"uint16", TokenDtype::kUint16},
-                                               {"uint32", TokenDtype::kUint32}},
-                         "tokens: width of one little-endian token id; auto = from the llm.c header or the .json sidecar").resume(on_resume));
-  f.push_back(float_pair_field(p + "span", [=](auto& s) -> auto& { return src(s).span; },
-                               FloatRange{0.0, 1.0},
-                               "tokens/text: the [start, end) fraction of the windows used (in file order), e.g. [0.9, 1.0] for a held-out tail").resume(on_resume));
-  f.push_back(enum_field(p + "packing", [=](auto& s) -> auto& { return src(s).packing; },
-                         EnumTable<Packing>{{"stream", Packing::kStream}, {"documents", Packing::kDocuments}},
-                         "tokens: stream = fixed windows over the token stream; documents = windows start at a document and hold whole documents (padding masked)").resume(on_resume));
-  f.push_back(bool_field(p + "mask_document_boundaries", [=](auto& s) -> auto& { return src(s).mask_document_boundaries; },
-                         "tokens: no loss where the input is an end-of-document token with an earlier document before it in the window").resume(on_resume));
-  f.push_back(auto_id_field(p + "eot_token", [=](auto& s) -> auto& { return src(s).eot_token; }, (1 << 24) - 1,
-                            "tokens: end-of-document id (packing, masking); auto = from the shards' .json sidecar").resume(on_resume));
+  f.push_back(enum_field(
+                  p + "format", [=](auto& s) -> auto& { return src(s).format; }, kFormats,
+                  which == "train" ? "where training batches come from"
+                                   : "where evaluation batches come from; none = no evaluation")
+                  .resume(on_resume));
+  f.push_back(
+      path_list_field(
+          p + "path", [=](auto& s) -> auto& { return src(s).paths; },
+          "tokens/text: a file, a glob such as data/train_*.bin, or a list of them (relative to the recipe file)")
+          .resume(path_on_resume));
+  f.push_back(enum_field(
+                  p + "dtype", [=](auto& s) -> auto& { return src(s).dtype; },
+                  EnumTable<TokenDtype>{
+                      {"auto", TokenDtype::kAuto}, {"uint16", TokenDtype::kUint16}, {"uint32", TokenDtype::kUint32}},
+                  "tokens: width of one little-endian token id; auto = from the llm.c header or the .json sidecar")
+                  .resume(on_resume));
+  f.push_back(float_pair_field(
+                  p + "span", [=](auto& s) -> auto& { return src(s).span; }, FloatRange{0.0, 1.0},
+                  "tokens/text: the [start, end) fraction of the windows used (in file order), e.g. [0.9, 1.0] for a "
+                  "held-out tail")
+                  .resume(on_resume));
+  f.push_back(enum_field(
+                  p + "packing", [=](auto& s) -> auto& { return src(s).packing; },
+                  EnumTable<Packing>{{"stream", Packing::kStream}, {"documents", Packing::kDocuments}},
+                  "tokens: stream = fixed windows over the token stream; documents = windows start at a document and "
+                  "hold whole documents (padding masked)")
+                  .resume(on_resume));
+  f.push_back(bool_field(
+                  p + "mask_document_boundaries", [=](auto& s) -> auto& { return src(s).mask_document_boundaries; },
+                  "tokens: no loss where the input is an end-of-document token with an earlier document before it in "
+                  "the window")
+                  .resume(on_resume));
+  f.push_back(auto_id_field(
+                  p + "eot_token", [=](auto& s) -> auto& { return src(s).eot_token; }, (1 << 24) - 1,
+                  "tokens: end-of-document id (packing, masking); auto = from the shards' .json sidecar")
+                  .resume(on_resume));
   std::string q = p + "synthetic.";
-  f.push_back(enum_field(q + "kind", [=](auto& s) -> auto& { return src(s).synthetic.kind; },
-                         EnumTable<SyntheticKind>{{"markov", SyntheticKind::kMarkov}, {"uniform", SyntheticKind::kUniform}},
-                         "markov = learnable language with a known entropy floor; uniform = random tokens (speed tests)").resume(on_resume));
-  f.push_back(int_field(q + "vocab", [=](auto& s) -> auto& { return src(s).synthetic.vocab; }, 0, kMaxInt,
-                        "token ids the language uses; 0 = model.vocab_size").resume(on_resume));
-  f.push_back(int_field(q + "order", [=](auto& s) -> auto& { return src(s).synthetic.order; }, 1, 8,
-                        "markov: how many previous tokens decide the next one").resume(on_resume));
-  f.push_back(int_field(q + "branching", [=](auto& s) -> auto& { return src(s).synthetic.branching; }, 1, 65536,
-                        "markov: possible successors of each context").resume(on_resume));
-  f.push_back(int_field(q + "seed", [=](auto& s) -> auto& { return src(s).synthetic.seed; }, 0, kMaxInt,
-                        "markov: which language (transition table); train and eval must match to be meaningful").resume(on_resume));
+  f.push_back(enum_field(
+                  q + "kind", [=](auto& s) -> auto& { return src(s).synthetic.kind; },
+                  EnumTable<SyntheticKind>{{"markov", SyntheticKind::kMarkov}, {"uniform", SyntheticKind::kUniform}},
+                  "markov = learnable language with a known entropy floor; uniform = random tokens (speed tests)")
+                  .resume(on_resume));
+  f.push_back(int_field(
+                  q + "vocab", [=](auto& s) -> auto& { return src(s).synthetic.vocab; }, 0, kMaxInt,
+                  "token ids the language uses; 0 = model.vocab_size")
+                  .resume(on_resume));
+  f.push_back(int_field(
+                  q + "order", [=](auto& s) -> auto& { return src(s).synthetic.order; }, 1, 8,
+                  "markov: how many previous tokens decide the next one")
+                  .resume(on_resume));
+  f.push_back(int_field(
+                  q + "branching", [=](auto& s) -> auto& { return src(s).synthetic.branching; }, 1, 65536,
+                  "markov: possible successors of each context")
+                  .resume(on_resume));
+  f.push_back(int_field(
+                  q + "seed", [=](auto& s) -> auto& { return src(s).synthetic.seed; }, 0, kMaxInt,
+                  "markov: which language (transition table); train and eval must match to be meaningful")
+                  .resume(on_resume));
 }
 
 void add_run_fields(std::vector<FieldSpec>& f) {
-  f.push_back(string_field(KEY(run.name), "run name; the default output_dir is runs/<name>").resume(ResumePolicy::kReported));
-  f.push_back(string_field(KEY(run.output_dir), "where metrics and the resolved recipe go (relative to the current directory); default runs/<name>; one run writes there at a time (docs/run-folders.md)").resume(ResumePolicy::kReported));
-  f.push_back(int_field(KEY(run.seed), 0, kMaxInt, "seeds weight init, dropout and data order").resume(ResumePolicy::kRefused));
-  f.push_back(string_field(KEY(run.device), "auto | cpu | cuda | cuda:N; auto = CUDA when LibTorch sees a GPU").resume(ResumePolicy::kReported));
-  f.push_back(auto_int_field(KEY(run.threads), 1, 4096, "CPU threads for ATen ops; auto = cores this process may use").resume(ResumePolicy::kReported));
+  f.push_back(
+      string_field(KEY(run.name), "run name; the default output_dir is runs/<name>").resume(ResumePolicy::kReported));
+  f.push_back(string_field(KEY(run.output_dir),
+                           "where metrics and the resolved recipe go (relative to the current directory); default "
+                           "runs/<name>; one run writes there at a time (docs/run-folders.md)")
+                  .resume(ResumePolicy::kReported));
+  f.push_back(
+      int_field(KEY(run.seed), 0, kMaxInt, "seeds weight init, dropout and data order").resume(ResumePolicy::kRefused));
+  f.push_back(string_field(KEY(run.device), "auto | cpu | cuda | cuda:N; auto = CUDA when LibTorch sees a GPU")
+                  .resume(ResumePolicy::kReported));
+  f.push_back(auto_int_field(KEY(run.threads), 1, 4096, "CPU threads for ATen ops; auto = cores this process may use")
+                  .resume(ResumePolicy::kReported));
   f.push_back(auto_int_field(KEY(run.memory_budget_mb), 1, kMaxInt,
-                             "CPU: memory the batch size finder may plan for; auto = 80% of available RAM").resume(ResumePolicy::kReported));
+                             "CPU: memory the batch size finder may plan for; auto = 80% of available RAM")
+                  .resume(ResumePolicy::kReported));
   f.push_back(bool_field(KEY(run.cpu_malloc_cache),
-                         "CPU device: keep freed large buffers for reuse (faster steps, higher peak memory)").resume(ResumePolicy::kReported));
+                         "CPU device: keep freed large buffers for reuse (faster steps, higher peak memory)")
+                  .resume(ResumePolicy::kReported));
 }
 
 void add_model_fields(std::vector<FieldSpec>& f) {
@@ -433,80 +464,141 @@ void add_model_fields(std::vector<FieldSpec>& f) {
   // from here on, not what the tensors mean, so they diverge (an adapters-only checkpoint checks its
   // base by fingerprint, whatever model.init_from now says: reported).
   f.push_back(enum_field(KEY(model.arch), EnumTable<ModelArch>{{"gpt", ModelArch::kGpt}, {"llama", ModelArch::kLlama}},
-                         "gpt = GPT-2 style decoder (pre-LayerNorm, GELU MLP, learned positions); llama = RMSNorm, rotary positions, SwiGLU MLP, and unless set otherwise bias: false and tie_embeddings: false").resume(ResumePolicy::kRefused));
-  f.push_back(int_field(KEY(model.vocab_size), 2, 1 << 24, "embedding rows; token ids must be below it").resume(ResumePolicy::kRefused));
-  f.push_back(int_field(KEY(model.seq_len), 1, 1 << 20, "context length (tokens per sequence)").resume(ResumePolicy::kRefused));
+                         "gpt = GPT-2 style decoder (pre-LayerNorm, GELU MLP, learned positions); llama = RMSNorm, "
+                         "rotary positions, SwiGLU MLP, and unless set otherwise bias: false and tie_embeddings: false")
+                  .resume(ResumePolicy::kRefused));
+  f.push_back(int_field(KEY(model.vocab_size), 2, 1 << 24, "embedding rows; token ids must be below it")
+                  .resume(ResumePolicy::kRefused));
+  f.push_back(
+      int_field(KEY(model.seq_len), 1, 1 << 20, "context length (tokens per sequence)").resume(ResumePolicy::kRefused));
   f.push_back(int_field(KEY(model.n_layer), 1, 1024, "transformer blocks").resume(ResumePolicy::kRefused));
-  f.push_back(int_field(KEY(model.n_head), 1, 1024, "attention heads; must divide d_model").resume(ResumePolicy::kRefused));
+  f.push_back(
+      int_field(KEY(model.n_head), 1, 1024, "attention heads; must divide d_model").resume(ResumePolicy::kRefused));
   f.push_back(int_field(KEY(model.d_model), 1, 1 << 16, "hidden size").resume(ResumePolicy::kRefused));
   f.push_back(auto_int_field(KEY(model.n_kv_head), 1, 1024,
-                             "key/value heads (grouped-query attention; llama only): must divide n_head; auto = n_head").resume(ResumePolicy::kRefused));
-  f.push_back(float_field(KEY(model.mlp_ratio), FloatRange{0, 64, true},
-                          "MLP hidden size = mlp_ratio * d_model (gpt); llama's SwiGLU: 2/3 of that, rounded up to a multiple of 64").resume(ResumePolicy::kRefused));
-  f.push_back(auto_int_field(KEY(model.mlp_width), 1, 1 << 20, "MLP hidden size, overriding mlp_ratio; auto = from mlp_ratio").resume(ResumePolicy::kRefused));
-  f.push_back(float_field(KEY(model.norm_eps), FloatRange{0, 1, true, true}, "epsilon of the LayerNorms (gpt) or RMSNorms (llama)").resume(ResumePolicy::kRefused));
+                             "key/value heads (grouped-query attention; llama only): must divide n_head; auto = n_head")
+                  .resume(ResumePolicy::kRefused));
+  f.push_back(
+      float_field(
+          KEY(model.mlp_ratio), FloatRange{0, 64, true},
+          "MLP hidden size = mlp_ratio * d_model (gpt); llama's SwiGLU: 2/3 of that, rounded up to a multiple of 64")
+          .resume(ResumePolicy::kRefused));
+  f.push_back(
+      auto_int_field(KEY(model.mlp_width), 1, 1 << 20, "MLP hidden size, overriding mlp_ratio; auto = from mlp_ratio")
+          .resume(ResumePolicy::kRefused));
+  f.push_back(float_field(KEY(model.norm_eps), FloatRange{0, 1, true, true},
+                          "epsilon of the LayerNorms (gpt) or RMSNorms (llama)")
+                  .resume(ResumePolicy::kRefused));
   f.push_back(float_field(KEY(model.rope_theta), FloatRange{0, INFINITY, true},
-                          "llama: base of the rotary position embedding's frequencies").resume(ResumePolicy::kRefused));
-  f.push_back(float_field(KEY(model.dropout), FloatRange{0, 1, false, true}, "dropout after embeddings, attention and MLP (training only)"));
-  f.push_back(bool_field(KEY(model.bias), "biases in the Linear layers (LayerNorms always keep theirs); default false under arch llama").resume(ResumePolicy::kRefused));
-  f.push_back(bool_field(KEY(model.tie_embeddings), "output head shares the token embedding matrix; default false under arch llama").resume(ResumePolicy::kRefused));
+                          "llama: base of the rotary position embedding's frequencies")
+                  .resume(ResumePolicy::kRefused));
+  f.push_back(float_field(KEY(model.dropout), FloatRange{0, 1, false, true},
+                          "dropout after embeddings, attention and MLP (training only)"));
+  f.push_back(bool_field(KEY(model.bias),
+                         "biases in the Linear layers (LayerNorms always keep theirs); default false under arch llama")
+                  .resume(ResumePolicy::kRefused));
+  f.push_back(bool_field(KEY(model.tie_embeddings),
+                         "output head shares the token embedding matrix; default false under arch llama")
+                  .resume(ResumePolicy::kRefused));
   f.push_back(enum_field(KEY(model.attention),
                          EnumTable<AttentionImpl>{{"sdpa", AttentionImpl::kSdpa}, {"math", AttentionImpl::kMath}},
-                         "sdpa = scaled_dot_product_attention (flash/efficient kernels on CUDA with fp16/bf16); math = explicit softmax(QK^T)V, for reference"));
+                         "sdpa = scaled_dot_product_attention (flash/efficient kernels on CUDA with fp16/bf16); math = "
+                         "explicit softmax(QK^T)V, for reference"));
   f.push_back(int_field(KEY(model.pad_vocab_to_multiple_of), 0, 4096,
-                        "round the embedding rows up to a multiple of this (64 suits tensor cores); 0 = no padding").resume(ResumePolicy::kRefused));
+                        "round the embedding rows up to a multiple of this (64 suits tensor cores); 0 = no padding")
+                  .resume(ResumePolicy::kRefused));
   f.push_back(path_field(KEY(model.init_from),
-                         "start from these weights instead of random ones: a Hugging Face GPT-2 (arch gpt) or Llama (arch llama) directory or model.safetensors, or a gputrain checkpoint directory (relative to the recipe file); empty = random init").resume(ResumePolicy::kReported));
+                         "start from these weights instead of random ones: a Hugging Face GPT-2 (arch gpt) or Llama "
+                         "(arch llama) directory or model.safetensors, or a gputrain checkpoint directory (relative to "
+                         "the recipe file); empty = random init")
+                  .resume(ResumePolicy::kReported));
   f.push_back(int_field(KEY(model.lora.rank), 0, 4096,
-                        "LoRA: adapters of this rank on model.lora.targets, every other weight frozen (no gradients, no optimizer state); 0 = off").resume(ResumePolicy::kRefused));
-  f.push_back(float_field(KEY(model.lora.alpha), FloatRange{0, INFINITY, true}, "LoRA: the update is scaled by alpha / rank").resume(ResumePolicy::kRefused));
-  f.push_back(float_field(KEY(model.lora.dropout), FloatRange{0, 1, false, true}, "LoRA: dropout on the adapters' input (training only)"));
+                        "LoRA: adapters of this rank on model.lora.targets, every other weight frozen (no gradients, "
+                        "no optimizer state); 0 = off")
+                  .resume(ResumePolicy::kRefused));
+  f.push_back(
+      float_field(KEY(model.lora.alpha), FloatRange{0, INFINITY, true}, "LoRA: the update is scaled by alpha / rank")
+          .resume(ResumePolicy::kRefused));
+  f.push_back(float_field(KEY(model.lora.dropout), FloatRange{0, 1, false, true},
+                          "LoRA: dropout on the adapters' input (training only)"));
   f.push_back(enum_list_field(KEY(model.lora.targets),
-                              EnumTable<LoraTarget>{{"qkv", LoraTarget::kQkv}, {"proj", LoraTarget::kProj},
-                                                    {"mlp_up", LoraTarget::kMlpUp}, {"mlp_down", LoraTarget::kMlpDown}},
-                              "LoRA: the layers adapted in every block: qkv = attn.c_attn, proj = attn.c_proj, mlp_up = mlp.c_fc (SwiGLU: gate and up), mlp_down = mlp.c_proj").resume(ResumePolicy::kRefused));
-  f.push_back(enum_field(KEY(model.lora.save), EnumTable<LoraSave>{{"adapters", LoraSave::kAdapters}, {"full", LoraSave::kFull}},
-                         "LoRA: checkpoints hold the adapters only (the frozen base is model.init_from, checked on resume) or every weight"));
-  f.push_back(int_field(KEY(model.moe.experts), 0, 1024, "mixture of experts: expert MLPs per mixture layer; 0 = dense MLPs").resume(ResumePolicy::kRefused));
-  f.push_back(int_field(KEY(model.moe.top_k), 1, 64, "mixture of experts: experts each token is routed to").resume(ResumePolicy::kRefused));
+                              EnumTable<LoraTarget>{{"qkv", LoraTarget::kQkv},
+                                                    {"proj", LoraTarget::kProj},
+                                                    {"mlp_up", LoraTarget::kMlpUp},
+                                                    {"mlp_down", LoraTarget::kMlpDown}},
+                              "LoRA: the layers adapted in every block: qkv = attn.c_attn, proj = attn.c_proj, mlp_up "
+                              "= mlp.c_fc (SwiGLU: gate and up), mlp_down = mlp.c_proj")
+                  .resume(ResumePolicy::kRefused));
+  f.push_back(enum_field(KEY(model.lora.save),
+                         EnumTable<LoraSave>{{"adapters", LoraSave::kAdapters}, {"full", LoraSave::kFull}},
+                         "LoRA: checkpoints hold the adapters only (the frozen base is model.init_from, checked on "
+                         "resume) or every weight"));
+  f.push_back(
+      int_field(KEY(model.moe.experts), 0, 1024, "mixture of experts: expert MLPs per mixture layer; 0 = dense MLPs")
+          .resume(ResumePolicy::kRefused));
+  f.push_back(int_field(KEY(model.moe.top_k), 1, 64, "mixture of experts: experts each token is routed to")
+                  .resume(ResumePolicy::kRefused));
   f.push_back(int_field(KEY(model.moe.every), 1, 1024,
-                        "mixture of experts: every k-th block's MLP is a mixture (blocks k-1, 2k-1, ...); 1 = all").resume(ResumePolicy::kRefused));
+                        "mixture of experts: every k-th block's MLP is a mixture (blocks k-1, 2k-1, ...); 1 = all")
+                  .resume(ResumePolicy::kRefused));
   f.push_back(float_field(KEY(model.moe.capacity_factor), FloatRange{0, INFINITY},
-                          "mixture of experts: each expert takes at most ceil(factor x tokens x top_k / experts) tokens of a micro-batch, the rest are dropped (counted in metrics); 0 = no limit"));
+                          "mixture of experts: each expert takes at most ceil(factor x tokens x top_k / experts) "
+                          "tokens of a micro-batch, the rest are dropped (counted in metrics); 0 = no limit"));
   f.push_back(float_field(KEY(model.moe.aux_loss_coef), FloatRange{0, INFINITY},
-                          "mixture of experts: weight of the load-balancing loss (Switch Transformer: experts x sum of routed fraction x mean probability; 1 when balanced)"));
+                          "mixture of experts: weight of the load-balancing loss (Switch Transformer: experts x sum of "
+                          "routed fraction x mean probability; 1 when balanced)"));
 }
 
 void add_data_fields(std::vector<FieldSpec>& f) {
   add_data_source(f, "train");
   add_data_source(f, "eval");
-  f.push_back(int_field(KEY(data.num_workers), 0, 64, "background threads preparing batches; 0 = prepare in the training thread").resume(ResumePolicy::kReported));
-  f.push_back(int_field(KEY(data.prefetch), 1, 1024, "batches prepared ahead of the training step").resume(ResumePolicy::kReported));
-  f.push_back(bool_field(KEY(data.pin_memory), "page-locked host batches and asynchronous copies to the GPU (CUDA only)").resume(ResumePolicy::kReported));
+  f.push_back(int_field(KEY(data.num_workers), 0, 64,
+                        "background threads preparing batches; 0 = prepare in the training thread")
+                  .resume(ResumePolicy::kReported));
+  f.push_back(int_field(KEY(data.prefetch), 1, 1024, "batches prepared ahead of the training step")
+                  .resume(ResumePolicy::kReported));
+  f.push_back(
+      bool_field(KEY(data.pin_memory), "page-locked host batches and asynchronous copies to the GPU (CUDA only)")
+          .resume(ResumePolicy::kReported));
 }
 
 void add_train_fields(std::vector<FieldSpec>& f) {
   f.push_back(auto_int_field(KEY(train.per_device_batch_size), 1, 1 << 20,
-                             "sequences per micro-batch; auto = the largest that fits (needs train.global_batch_size)").resume(ResumePolicy::kBatchSplit));
+                             "sequences per micro-batch; auto = the largest that fits (needs train.global_batch_size)")
+                  .resume(ResumePolicy::kBatchSplit));
   f.push_back(int_field(KEY(train.global_batch_size), 0, 1 << 24,
-                        "sequences per optimizer step, all processes together; needed when per_device_batch_size is auto (grad_accum_steps follows); 0 = unset"));
-  f.push_back(int_field(KEY(train.grad_accum_steps), 1, 1 << 20, "micro-batches accumulated per optimizer step").resume(ResumePolicy::kBatchSplit));
+                        "sequences per optimizer step, all processes together; needed when per_device_batch_size is "
+                        "auto (grad_accum_steps follows); 0 = unset"));
+  f.push_back(int_field(KEY(train.grad_accum_steps), 1, 1 << 20, "micro-batches accumulated per optimizer step")
+                  .resume(ResumePolicy::kBatchSplit));
   f.push_back(int_field(KEY(train.max_steps), 1, kMaxInt, "optimizer steps to run").resume(ResumePolicy::kReported));
-  f.push_back(int_field(KEY(train.log_every), 1, kMaxInt, "steps between metrics lines").resume(ResumePolicy::kReported));
-  f.push_back(int_field(KEY(train.eval_every), 0, kMaxInt, "steps between evaluations; 0 = only at the end (needs data.eval)").resume(ResumePolicy::kReported));
-  f.push_back(int_field(KEY(train.eval_steps), 1, kMaxInt, "batches per evaluation (the same batches every time)").resume(ResumePolicy::kReported));
-  f.push_back(float_field(KEY(train.max_grad_norm), FloatRange{0}, "clip the global gradient norm to this; 0 = no clipping"));
+  f.push_back(
+      int_field(KEY(train.log_every), 1, kMaxInt, "steps between metrics lines").resume(ResumePolicy::kReported));
+  f.push_back(
+      int_field(KEY(train.eval_every), 0, kMaxInt, "steps between evaluations; 0 = only at the end (needs data.eval)")
+          .resume(ResumePolicy::kReported));
+  f.push_back(int_field(KEY(train.eval_steps), 1, kMaxInt, "batches per evaluation (the same batches every time)")
+                  .resume(ResumePolicy::kReported));
+  f.push_back(
+      float_field(KEY(train.max_grad_norm), FloatRange{0}, "clip the global gradient norm to this; 0 = no clipping"));
   f.push_back(enum_field(KEY(train.gradient_checkpointing),
                          EnumTable<CheckpointingPolicy>{{"none", CheckpointingPolicy::kNone},
                                                         {"full", CheckpointingPolicy::kFull},
                                                         {"selective", CheckpointingPolicy::kSelective}},
-                         "recompute transformer blocks in backward instead of keeping their activations: full = every block, selective = every checkpoint_every-th"));
-  f.push_back(int_field(KEY(train.checkpoint_every), 1, 1024, "selective checkpointing: recompute blocks 0, k, 2k, ..."));
-  f.push_back(int_field(KEY(train.empty_cache_steps), 0, kMaxInt,
-                        "every N steps release cached allocator memory (CUDA caching allocator; malloc_trim on CPU); 0 = never").resume(ResumePolicy::kReported));
+                         "recompute transformer blocks in backward instead of keeping their activations: full = every "
+                         "block, selective = every checkpoint_every-th"));
+  f.push_back(
+      int_field(KEY(train.checkpoint_every), 1, 1024, "selective checkpointing: recompute blocks 0, k, 2k, ..."));
+  f.push_back(
+      int_field(KEY(train.empty_cache_steps), 0, kMaxInt,
+                "every N steps release cached allocator memory (CUDA caching allocator; malloc_trim on CPU); 0 = never")
+          .resume(ResumePolicy::kReported));
   f.push_back(enum_field(KEY(train.nan_policy),
-                         EnumTable<NanPolicy>{{"abort", NanPolicy::kAbort}, {"skip", NanPolicy::kSkip}, {"warn", NanPolicy::kWarn}},
-                         "a step whose loss or gradient norm is inf/nan: abort = stop (exit 1, the first bad gradient named); skip = drop the update; warn = apply it and warn").resume(ResumePolicy::kReported));
+                         EnumTable<NanPolicy>{
+                             {"abort", NanPolicy::kAbort}, {"skip", NanPolicy::kSkip}, {"warn", NanPolicy::kWarn}},
+                         "a step whose loss or gradient norm is inf/nan: abort = stop (exit 1, the first bad gradient "
+                         "named); skip = drop the update; warn = apply it and warn")
+                  .resume(ResumePolicy::kReported));
 }
 
 void add_precision_fields(std::vector<FieldSpec>& f) {
@@ -516,18 +608,29 @@ void add_precision_fields(std::vector<FieldSpec>& f) {
                                                   {"bf16", PrecisionMode::kBf16},
                                                   {"fp16", PrecisionMode::kFp16},
                                                   {"bf16-pure", PrecisionMode::kBf16Pure}},
-                         "fp32; tf32 (TF32 matmuls on Ampere+ GPUs); bf16 / fp16 = mixed precision (fp32 weights and optimizer, autocast compute; fp16 with loss scaling); bf16-pure = bf16 weights, fp32 optimizer state and update with stochastic rounding").resume(ResumePolicy::kWeightDtype));
+                         "fp32; tf32 (TF32 matmuls on Ampere+ GPUs); bf16 / fp16 = mixed precision (fp32 weights and "
+                         "optimizer, autocast compute; fp16 with loss scaling); bf16-pure = bf16 weights, fp32 "
+                         "optimizer state and update with stochastic rounding")
+                  .resume(ResumePolicy::kWeightDtype));
   f.push_back(auto_float_field(KEY(precision.loss_scale), "dynamic", FloatRange{0, INFINITY, true},
                                "fp16: a fixed loss scale, or dynamic (grows and backs off on overflow)"));
-  f.push_back(float_field(KEY(precision.init_scale), FloatRange{0, INFINITY, true}, "fp16 dynamic: the first loss scale"));
-  f.push_back(float_field(KEY(precision.growth_factor), FloatRange{1, INFINITY, true}, "fp16 dynamic: scale multiplier after growth_interval clean steps"));
-  f.push_back(float_field(KEY(precision.backoff_factor), FloatRange{0, 1, true, true}, "fp16 dynamic: scale multiplier after an overflow"));
-  f.push_back(int_field(KEY(precision.growth_interval), 1, kMaxInt, "fp16 dynamic: clean steps before the scale grows"));
+  f.push_back(
+      float_field(KEY(precision.init_scale), FloatRange{0, INFINITY, true}, "fp16 dynamic: the first loss scale"));
+  f.push_back(float_field(KEY(precision.growth_factor), FloatRange{1, INFINITY, true},
+                          "fp16 dynamic: scale multiplier after growth_interval clean steps"));
+  f.push_back(float_field(KEY(precision.backoff_factor), FloatRange{0, 1, true, true},
+                          "fp16 dynamic: scale multiplier after an overflow"));
+  f.push_back(
+      int_field(KEY(precision.growth_interval), 1, kMaxInt, "fp16 dynamic: clean steps before the scale grows"));
 }
 
 void add_kernels_fields(std::vector<FieldSpec>& f) {
-  f.push_back(bool_field(KEY(kernels.cuda_graphs),
-                         "CUDA: capture the forward and backward of a step's micro-batches as one CUDA graph after 3 eager steps and replay it (one launch instead of hundreds); one process, no MoE or activation checkpointing").resume(ResumePolicy::kReported));
+  f.push_back(
+      bool_field(
+          KEY(kernels.cuda_graphs),
+          "CUDA: capture the forward and backward of a step's micro-batches as one CUDA graph after 3 eager steps and "
+          "replay it (one launch instead of hundreds); one process, no MoE or activation checkpointing")
+          .resume(ResumePolicy::kReported));
 }
 
 void add_optim_fields(std::vector<FieldSpec>& f) {
@@ -537,102 +640,152 @@ void add_optim_fields(std::vector<FieldSpec>& f) {
                                               {"adafactor", OptimName::kAdafactor},
                                               {"lion", OptimName::kLion},
                                               {"sgd", OptimName::kSgd}},
-                         "adamw (8 bytes of state per parameter); adamw8bit (block-wise 8-bit moments, ~2); adafactor (factored second moment, ~0 for matrices); lion (sign update, 4); sgd (momentum, 4 or 0)").resume(ResumePolicy::kRefused));
-  f.push_back(enum_field(KEY(optim.impl),
-                         EnumTable<OptimImpl>{{"auto", OptimImpl::kAuto},
-                                              {"foreach", OptimImpl::kForeach},
-                                              {"fused", OptimImpl::kFused}},
-                         "foreach = multi-tensor ATen ops over all parameters; fused = our one-pass kernels (CUDA, and a C++ loop on CPU) for adamw and adamw8bit; auto = fused where it exists"));
+                         "adamw (8 bytes of state per parameter); adamw8bit (block-wise 8-bit moments, ~2); adafactor "
+                         "(factored second moment, ~0 for matrices); lion (sign update, 4); sgd (momentum, 4 or 0)")
+                  .resume(ResumePolicy::kRefused));
+  f.push_back(enum_field(
+      KEY(optim.impl),
+      EnumTable<OptimImpl>{{"auto", OptimImpl::kAuto}, {"foreach", OptimImpl::kForeach}, {"fused", OptimImpl::kFused}},
+      "foreach = multi-tensor ATen ops over all parameters; fused = our one-pass kernels (CUDA, and a C++ loop on CPU) "
+      "for adamw and adamw8bit; auto = fused where it exists"));
   f.push_back(float_field(KEY(optim.lr), FloatRange{0, 10, true}, "peak learning rate"));
   f.push_back(float_pair_field(KEY(optim.betas), FloatRange{0, 1, false, true}, "adamw, adamw8bit: [beta1, beta2]"));
   f.push_back(float_field(KEY(optim.eps), FloatRange{0, 1, true}, "adamw, adamw8bit: epsilon added to sqrt(v)"));
   f.push_back(float_field(KEY(optim.weight_decay), FloatRange{0, 10},
-                          "weight decay of the decayed group (matrices): decoupled (p -= lr*wd*p) except sgd, where it is L2 added to the gradient as in torch.optim.SGD"));
+                          "weight decay of the decayed group (matrices): decoupled (p -= lr*wd*p) except sgd, where it "
+                          "is L2 added to the gradient as in torch.optim.SGD"));
   f.push_back(bool_field(KEY(optim.decay_embeddings), "also decay the token and position embeddings"));
   f.push_back(int_field(KEY(optim.adamw8bit.min_8bit_size), 0, kMaxInt,
-                        "tensors with fewer elements keep 32-bit moments (bitsandbytes' min_8bit_size)").resume(ResumePolicy::kRefused));
-  f.push_back(bool_field(KEY(optim.adamw8bit.embeddings_32bit),
-                         "keep 32-bit moments for the token and position embeddings (bitsandbytes' StableEmbedding advice)").resume(ResumePolicy::kRefused));
+                        "tensors with fewer elements keep 32-bit moments (bitsandbytes' min_8bit_size)")
+                  .resume(ResumePolicy::kRefused));
+  f.push_back(
+      bool_field(KEY(optim.adamw8bit.embeddings_32bit),
+                 "keep 32-bit moments for the token and position embeddings (bitsandbytes' StableEmbedding advice)")
+          .resume(ResumePolicy::kRefused));
   f.push_back(float_field(KEY(optim.adafactor.beta1), FloatRange{0, 1, false, true},
-                          "first-moment decay; 0 = no momentum and no state for it").resume(ResumePolicy::kRefused));
+                          "first-moment decay; 0 = no momentum and no state for it")
+                  .resume(ResumePolicy::kRefused));
   f.push_back(float_field(KEY(optim.adafactor.decay_rate), FloatRange{-1, 0, false, true},
                           "second-moment decay beta2_t = 1 - step^decay_rate"));
-  f.push_back(float_field(KEY(optim.adafactor.clip_threshold), FloatRange{0, INFINITY, true},
-                          "clip the update's RMS to this"));
+  f.push_back(
+      float_field(KEY(optim.adafactor.clip_threshold), FloatRange{0, INFINITY, true}, "clip the update's RMS to this"));
   f.push_back(float_pair_field(KEY(optim.adafactor.eps), FloatRange{0, 1, true},
                                "[added to grad^2, floor of the parameter scale]"));
   f.push_back(bool_field(KEY(optim.adafactor.scale_parameter), "multiply the lr by max(eps[1], RMS(parameter))"));
-  f.push_back(bool_field(KEY(optim.adafactor.relative_step),
-                         "lr = min(1e-2, 1/sqrt(step)) (times the parameter scale); optim.lr and the schedule are then ignored"));
+  f.push_back(bool_field(
+      KEY(optim.adafactor.relative_step),
+      "lr = min(1e-2, 1/sqrt(step)) (times the parameter scale); optim.lr and the schedule are then ignored"));
   f.push_back(float_pair_field(KEY(optim.lion.betas), FloatRange{0, 1, false, true},
                                "[beta1 of the update's interpolation, beta2 of the momentum]"));
-  f.push_back(float_field(KEY(optim.sgd.momentum), FloatRange{0, 1, false, true}, "momentum; 0 = plain SGD (no state)"));
+  f.push_back(
+      float_field(KEY(optim.sgd.momentum), FloatRange{0, 1, false, true}, "momentum; 0 = plain SGD (no state)"));
   f.push_back(float_field(KEY(optim.sgd.dampening), FloatRange{0, 1}, "dampening of the momentum update"));
   f.push_back(bool_field(KEY(optim.sgd.nesterov), "Nesterov momentum (needs momentum > 0 and dampening 0)"));
-  f.push_back(enum_field(KEY(optim.schedule.name),
-                         EnumTable<ScheduleName>{{"constant", ScheduleName::kConstant},
-                                                 {"cosine", ScheduleName::kCosine},
-                                                 {"linear", ScheduleName::kLinear}},
-                         "learning-rate shape after warmup"));
+  f.push_back(enum_field(
+      KEY(optim.schedule.name),
+      EnumTable<ScheduleName>{
+          {"constant", ScheduleName::kConstant}, {"cosine", ScheduleName::kCosine}, {"linear", ScheduleName::kLinear}},
+      "learning-rate shape after warmup"));
   f.push_back(int_field(KEY(optim.schedule.warmup_steps), 0, kMaxInt, "linear warmup from lr/warmup_steps to lr"));
-  f.push_back(float_field(KEY(optim.schedule.min_lr_ratio), FloatRange{0, 1}, "cosine/linear: final lr as a fraction of lr"));
-  f.push_back(int_field(KEY(optim.schedule.decay_steps), 0, kMaxInt, "step where decay ends; 0 = train.max_steps").resume(ResumePolicy::kReported));
+  f.push_back(
+      float_field(KEY(optim.schedule.min_lr_ratio), FloatRange{0, 1}, "cosine/linear: final lr as a fraction of lr"));
+  f.push_back(int_field(KEY(optim.schedule.decay_steps), 0, kMaxInt, "step where decay ends; 0 = train.max_steps")
+                  .resume(ResumePolicy::kReported));
 }
 
 void add_parallel_fields(std::vector<FieldSpec>& f) {
   // Resume: of the degrees only tp is refused (the optimizer state is saved per tp shard). A pipeline's
   // or expert-parallel run's checkpoint holds the whole model, and the data position is global, so dp,
   // pp, ep and the ZeRO stage may change (dp as a batch split).
-  f.push_back(auto_int_field(KEY(parallel.dp), 1, 65536, "data-parallel degree; auto = the number of processes").resume(ResumePolicy::kBatchSplit));
+  f.push_back(auto_int_field(KEY(parallel.dp), 1, 65536, "data-parallel degree; auto = the number of processes")
+                  .resume(ResumePolicy::kBatchSplit));
   f.push_back(int_field(KEY(parallel.tp), 1, 65536,
-                        "tensor-parallel degree: attention heads and MLP columns split over this many adjacent ranks; must divide model.n_head and the MLP width").resume(ResumePolicy::kRefused));
-  f.push_back(int_field(KEY(parallel.pp), 1, 65536,
-                        "pipeline-parallel degree: the blocks split into this many stages of balanced compute; at most model.n_layer").resume(ResumePolicy::kReported));
+                        "tensor-parallel degree: attention heads and MLP columns split over this many adjacent ranks; "
+                        "must divide model.n_head and the MLP width")
+                  .resume(ResumePolicy::kRefused));
+  f.push_back(
+      int_field(
+          KEY(parallel.pp), 1, 65536,
+          "pipeline-parallel degree: the blocks split into this many stages of balanced compute; at most model.n_layer")
+          .resume(ResumePolicy::kReported));
   f.push_back(enum_field(KEY(parallel.pp_schedule),
-                         EnumTable<PipelineSchedule>{{"1f1b", PipelineSchedule::kOneFOneB}, {"gpipe", PipelineSchedule::kGpipe}},
-                         "pipeline schedule: 1f1b (a stage holds at most pp micro-batches' activations) or gpipe (all forwards, then all backwards)").resume(ResumePolicy::kReported));
+                         EnumTable<PipelineSchedule>{{"1f1b", PipelineSchedule::kOneFOneB},
+                                                     {"gpipe", PipelineSchedule::kGpipe}},
+                         "pipeline schedule: 1f1b (a stage holds at most pp micro-batches' activations) or gpipe (all "
+                         "forwards, then all backwards)")
+                  .resume(ResumePolicy::kReported));
   f.push_back(int_field(KEY(parallel.pp_microbatches), 0, 65536,
-                        "micro-batches per step through the pipeline: the step's grad_accum_steps x per_device_batch_size sequences split into this many equal parts; 0 = grad_accum_steps").resume(ResumePolicy::kReported));
-  f.push_back(int_field(KEY(parallel.ep), 1, 65536,
-                        "expert-parallel degree: each mixture layer's experts split over this many data-parallel ranks, tokens sent to their experts with all-to-all; must divide parallel.dp and model.moe.experts").resume(ResumePolicy::kReported));
+                        "micro-batches per step through the pipeline: the step's grad_accum_steps x "
+                        "per_device_batch_size sequences split into this many equal parts; 0 = grad_accum_steps")
+                  .resume(ResumePolicy::kReported));
+  f.push_back(
+      int_field(KEY(parallel.ep), 1, 65536,
+                "expert-parallel degree: each mixture layer's experts split over this many data-parallel ranks, tokens "
+                "sent to their experts with all-to-all; must divide parallel.dp and model.moe.experts")
+          .resume(ResumePolicy::kReported));
   f.push_back(enum_field(KEY(parallel.backend),
-                         EnumTable<CommBackend>{{"auto", CommBackend::kAuto},
-                                                {"nccl", CommBackend::kNccl},
-                                                {"gloo", CommBackend::kGloo}},
-                         "collectives library: auto = NCCL on CUDA, Gloo on the CPU").resume(ResumePolicy::kReported));
+                         EnumTable<CommBackend>{
+                             {"auto", CommBackend::kAuto}, {"nccl", CommBackend::kNccl}, {"gloo", CommBackend::kGloo}},
+                         "collectives library: auto = NCCL on CUDA, Gloo on the CPU")
+                  .resume(ResumePolicy::kReported));
   f.push_back(float_field(KEY(parallel.bucket_mb), FloatRange{0, 4096, true},
-                          "gradient all-reduce bucket size in MiB; a full bucket is sent while backward goes on").resume(ResumePolicy::kReported));
+                          "gradient all-reduce bucket size in MiB; a full bucket is sent while backward goes on")
+                  .resume(ResumePolicy::kReported));
   f.push_back(int_field(KEY(parallel.zero), 0, 2,
-                        "ZeRO stage: 0 = every rank holds everything; 1 = optimizer state sharded; 2 = gradients too").resume(ResumePolicy::kReported));
+                        "ZeRO stage: 0 = every rank holds everything; 1 = optimizer state sharded; 2 = gradients too")
+                  .resume(ResumePolicy::kReported));
   f.push_back(bool_field(KEY(parallel.offload_optimizer),
-                         "CUDA: keep optimizer state and run the update on the CPU (pinned memory)").resume(ResumePolicy::kReported));
+                         "CUDA: keep optimizer state and run the update on the CPU (pinned memory)")
+                  .resume(ResumePolicy::kReported));
   f.push_back(float_field(KEY(parallel.timeout_s), FloatRange{1, 86400},
-                          "seconds a collective or the rendezvous may take before the run ends with an error").resume(ResumePolicy::kReported));
+                          "seconds a collective or the rendezvous may take before the run ends with an error")
+                  .resume(ResumePolicy::kReported));
 }
 
 void add_checkpoint_fields(std::vector<FieldSpec>& f) {
-  f.push_back(int_field(KEY(checkpoint.every), 0, kMaxInt, "save a checkpoint every N steps; 0 = only when the run stops (checkpoint.at_end)").resume(ResumePolicy::kReported));
-  f.push_back(int_field(KEY(checkpoint.keep_last), 0, kMaxInt, "complete checkpoints to keep (older ones are deleted); 0 = keep all").resume(ResumePolicy::kReported));
-  f.push_back(string_field(KEY(checkpoint.dir), "where checkpoints go (relative to the current directory); default <output_dir>/checkpoints; locked by the run like output_dir").resume(ResumePolicy::kReported));
+  f.push_back(int_field(KEY(checkpoint.every), 0, kMaxInt,
+                        "save a checkpoint every N steps; 0 = only when the run stops (checkpoint.at_end)")
+                  .resume(ResumePolicy::kReported));
+  f.push_back(int_field(KEY(checkpoint.keep_last), 0, kMaxInt,
+                        "complete checkpoints to keep (older ones are deleted); 0 = keep all")
+                  .resume(ResumePolicy::kReported));
+  f.push_back(string_field(KEY(checkpoint.dir),
+                           "where checkpoints go (relative to the current directory); default "
+                           "<output_dir>/checkpoints; locked by the run like output_dir")
+                  .resume(ResumePolicy::kReported));
   f.push_back(word_or_path_field(KEY(checkpoint.resume), {"auto", "never"},
-                                 "auto = continue from the newest complete checkpoint in checkpoint.dir, if any; never = start fresh; or a checkpoint directory to continue from").resume(ResumePolicy::kReported));
-  f.push_back(bool_field(KEY(checkpoint.at_end), "save when the run finishes its max_steps (a preempted, interrupted or out-of-time run always saves)").resume(ResumePolicy::kReported));
+                                 "auto = continue from the newest complete checkpoint in checkpoint.dir, if any; never "
+                                 "= start fresh; or a checkpoint directory to continue from")
+                  .resume(ResumePolicy::kReported));
+  f.push_back(
+      bool_field(KEY(checkpoint.at_end),
+                 "save when the run finishes its max_steps (a preempted, interrupted or out-of-time run always saves)")
+          .resume(ResumePolicy::kReported));
   f.push_back(duration_field(KEY(checkpoint.max_wall_time),
-                             "save and stop before this much wall time has passed (e.g. a few minutes under the job's limit); 0 = no limit").resume(ResumePolicy::kReported));
-  f.push_back(signal_list_field(KEY(checkpoint.preempt_signals),
-                                "signals that mean preemption: finish the step, save, exit 143 (a second signal exits at once)").resume(ResumePolicy::kReported));
+                             "save and stop before this much wall time has passed (e.g. a few minutes under the job's "
+                             "limit); 0 = no limit")
+                  .resume(ResumePolicy::kReported));
+  f.push_back(
+      signal_list_field(KEY(checkpoint.preempt_signals),
+                        "signals that mean preemption: finish the step, save, exit 143 (a second signal exits at once)")
+          .resume(ResumePolicy::kReported));
 }
 
 void add_metrics_fields(std::vector<FieldSpec>& f) {
-  f.push_back(enum_field(KEY(metrics.progress),
-                         EnumTable<ProgressStyle>{{"auto", ProgressStyle::kAuto},
-                                                  {"bar", ProgressStyle::kBar},
-                                                  {"lines", ProgressStyle::kLines},
-                                                  {"off", ProgressStyle::kOff}},
-                         "console progress: bar (redrawn line), lines (one per log step), off; auto = bar on a terminal").resume(ResumePolicy::kReported));
+  f.push_back(
+      enum_field(KEY(metrics.progress),
+                 EnumTable<ProgressStyle>{{"auto", ProgressStyle::kAuto},
+                                          {"bar", ProgressStyle::kBar},
+                                          {"lines", ProgressStyle::kLines},
+                                          {"off", ProgressStyle::kOff}},
+                 "console progress: bar (redrawn line), lines (one per log step), off; auto = bar on a terminal")
+          .resume(ResumePolicy::kReported));
   f.push_back(int_field(KEY(metrics.profile_at), 0, kMaxInt,
-                        "profile from this step on with the PyTorch profiler: <output_dir>/profile/trace.json (Perfetto, chrome://tracing) and ops.md (time per kernel or op); 0 = off").resume(ResumePolicy::kReported));
-  f.push_back(int_field(KEY(metrics.profile_steps), 1, 1000, "how many steps metrics.profile_at profiles").resume(ResumePolicy::kReported));
+                        "profile from this step on with the PyTorch profiler: <output_dir>/profile/trace.json "
+                        "(Perfetto, chrome://tracing) and ops.md (time per kernel or op); 0 = off")
+                  .resume(ResumePolicy::kReported));
+  f.push_back(int_field(KEY(metrics.profile_steps), 1, 1000, "how many steps metrics.profile_at profiles")
+                  .resume(ResumePolicy::kReported));
 }
 
 // One function per recipe section, in the order the reference prints them.
@@ -653,7 +806,7 @@ std::vector<FieldSpec> build_schema() {
 #undef KEY
 
 // Sections that exist even while they have no keys (printed as {}).
-const std::vector<std::string> kSections = {"run", "model", "data", "train", "precision",
+const std::vector<std::string> kSections = {"run",     "model", "data",     "train",      "precision",
                                             "kernels", "optim", "parallel", "checkpoint", "metrics"};
 
 bool is_section(const std::string& path) {
@@ -697,8 +850,8 @@ void unknown_key(const std::string& prefix, const ConfigNode::Entry& e, Diagnost
   diag.error(e.key_origin, full, "unknown key", fix);
 }
 
-void bind_map(const ConfigNode& node, const std::string& prefix, Settings& s,
-              std::map<std::string, Origin>& origins, Diagnostics& diag) {
+void bind_map(const ConfigNode& node, const std::string& prefix, Settings& s, std::map<std::string, Origin>& origins,
+              Diagnostics& diag) {
   for (const auto& e : node.entries) {
     std::string full = prefix.empty() ? e.key : prefix + "." + e.key;
     if (const FieldSpec* f = find_field(full)) {
@@ -713,8 +866,7 @@ void bind_map(const ConfigNode& node, const std::string& prefix, Settings& s,
         diag.error(e.value.origin, full, p.problem, p.fix.empty() ? "expected " + f->type : p.fix);
       }
     } else if (is_section(full)) {
-      if (e.value.kind == ConfigNode::Kind::kMap)
-        bind_map(e.value, full, s, origins, diag);
+      if (e.value.kind == ConfigNode::Kind::kMap) bind_map(e.value, full, s, origins, diag);
       else if (e.value.kind != ConfigNode::Kind::kNull) {
         const auto keys = children_of(full);
         diag.error(e.value.origin, full, "is a section, so it needs keys, got " + e.value.kind_name(),

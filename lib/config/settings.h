@@ -14,8 +14,8 @@ struct RunSettings {
   std::string name = "gputrain";
   std::string output_dir;  // empty = runs/<name>
   int64_t seed = 1337;
-  std::string device = "auto";  // auto | cpu | cuda | cuda:N
-  int64_t threads = 0;          // 0 = auto (the cores this process may use)
+  std::string device = "auto";   // auto | cpu | cuda | cuda:N
+  int64_t threads = 0;           // 0 = auto (the cores this process may use)
   int64_t memory_budget_mb = 0;  // CPU batch size auto: memory a run may use; 0 = 80% of available RAM
   bool cpu_malloc_cache = true;  // CPU device: reuse freed large buffers (util/cpu_memory.h)
 };
@@ -32,8 +32,8 @@ enum class LoraTarget { kQkv, kProj, kMlpUp, kMlpDown };
 enum class LoraSave { kAdapters, kFull };
 
 struct LoraSettings {
-  int64_t rank = 0;     // 0 = no LoRA (every parameter trains)
-  double alpha = 16.0;  // the update is scaled by alpha / rank
+  int64_t rank = 0;      // 0 = no LoRA (every parameter trains)
+  double alpha = 16.0;   // the update is scaled by alpha / rank
   double dropout = 0.0;  // on the adapters' input, training only
   std::vector<LoraTarget> targets = {LoraTarget::kQkv, LoraTarget::kProj};
   LoraSave save = LoraSave::kAdapters;
@@ -44,7 +44,7 @@ struct LoraSettings {
 struct MoeSettings {
   int64_t experts = 0;  // 0 = dense MLPs
   int64_t top_k = 2;
-  int64_t every = 1;    // blocks every-1, 2 every-1, ... are mixtures (1 = all)
+  int64_t every = 1;              // blocks every-1, 2 every-1, ... are mixtures (1 = all)
   double capacity_factor = 1.25;  // tokens per expert = ceil(factor x tokens x top_k / experts); 0 = no limit
   double aux_loss_coef = 0.01;    // weight of the load-balancing loss (Switch Transformer's)
 
@@ -61,8 +61,8 @@ struct ModelSettings {
   int64_t d_model = 768;
   int64_t n_kv_head = 0;  // key/value heads (grouped-query attention); 0 = n_head
   double mlp_ratio = 4.0;
-  int64_t mlp_width = 0;  // MLP hidden size; 0 = auto from mlp_ratio (see mlp_hidden())
-  double norm_eps = 1e-5;      // LayerNorm / RMSNorm epsilon
+  int64_t mlp_width = 0;        // MLP hidden size; 0 = auto from mlp_ratio (see mlp_hidden())
+  double norm_eps = 1e-5;       // LayerNorm / RMSNorm epsilon
   double rope_theta = 10000.0;  // llama: base of the rotary position frequencies
   double dropout = 0.0;
   bool bias = true;
@@ -82,7 +82,8 @@ struct ModelSettings {
   int64_t mlp_hidden() const {
     if (mlp_width > 0) return mlp_width;
     if (arch == ModelArch::kLlama) {
-      const auto two_thirds = static_cast<int64_t>(std::ceil(2.0 * mlp_ratio * static_cast<double>(d_model) / 3.0 - 1e-9));
+      const auto two_thirds =
+          static_cast<int64_t>(std::ceil(2.0 * mlp_ratio * static_cast<double>(d_model) / 3.0 - 1e-9));
       return (two_thirds + 63) / 64 * 64;
     }
     return static_cast<int64_t>(mlp_ratio * d_model + 0.5);
@@ -108,10 +109,10 @@ enum class SyntheticKind { kMarkov, kUniform };
 // whose entropy rate is computed exactly (data/synthetic_language.h).
 struct SyntheticSettings {
   SyntheticKind kind = SyntheticKind::kMarkov;
-  int64_t vocab = 0;       // tokens the language uses; 0 = model.vocab_size
-  int64_t order = 2;       // context length of the chain
-  int64_t branching = 4;   // successors per context
-  int64_t seed = 0;        // the language itself (which successors, which probabilities)
+  int64_t vocab = 0;      // tokens the language uses; 0 = model.vocab_size
+  int64_t order = 2;      // context length of the chain
+  int64_t branching = 4;  // successors per context
+  int64_t seed = 0;       // the language itself (which successors, which probabilities)
 };
 
 struct DataSourceSettings {
@@ -119,20 +120,20 @@ struct DataSourceSettings {
   // tokens / text: files or glob patterns, absolute after loading (YAML key
   // `path`: one string or a list).
   std::vector<std::string> paths;
-  TokenDtype dtype = TokenDtype::kAuto;  // tokens: width of one id; auto = from the llm.c header or sidecar
+  TokenDtype dtype = TokenDtype::kAuto;     // tokens: width of one id; auto = from the llm.c header or sidecar
   std::array<double, 2> span = {0.0, 1.0};  // fraction of the windows used: [start, end)
   Packing packing = Packing::kStream;
   bool mask_document_boundaries = false;  // no loss on a prediction made from an end-of-document input
-  int64_t eot_token = -1;  // end-of-document id; -1 = auto (from the shards' sidecar)
+  int64_t eot_token = -1;                 // end-of-document id; -1 = auto (from the shards' sidecar)
   SyntheticSettings synthetic;
 };
 
 struct DataSettings {
   DataSourceSettings train;  // format none until a recipe names its data
-  DataSourceSettings eval;  // format none = no evaluation
-  int64_t num_workers = 1;  // background threads preparing batches; 0 = in the training thread
-  int64_t prefetch = 4;     // batches prepared ahead
-  bool pin_memory = true;   // page-locked host batches for async copies (CUDA only)
+  DataSourceSettings eval;   // format none = no evaluation
+  int64_t num_workers = 1;   // background threads preparing batches; 0 = in the training thread
+  int64_t prefetch = 4;      // batches prepared ahead
+  bool pin_memory = true;    // page-locked host batches for async copies (CUDA only)
 };
 
 enum class CheckpointingPolicy { kNone, kFull, kSelective };
@@ -149,7 +150,7 @@ struct TrainSettings {
   int64_t eval_steps = 20;
   double max_grad_norm = 1.0;  // 0 = no clipping (the norm is still reported)
   CheckpointingPolicy gradient_checkpointing = CheckpointingPolicy::kNone;
-  int64_t checkpoint_every = 2;  // selective: blocks 0, k, 2k, ... are recomputed
+  int64_t checkpoint_every = 2;   // selective: blocks 0, k, 2k, ... are recomputed
   int64_t empty_cache_steps = 0;  // release cached allocator memory every N steps; 0 = never
   NanPolicy nan_policy = NanPolicy::kAbort;
 };
@@ -187,7 +188,7 @@ struct ScheduleSettings {
 
 // 8-bit AdamW: which tensors keep 32-bit moments (bitsandbytes' rule).
 struct AdamW8bitSettings {
-  int64_t min_8bit_size = 4096;  // tensors with fewer elements stay 32-bit
+  int64_t min_8bit_size = 4096;   // tensors with fewer elements stay 32-bit
   bool embeddings_32bit = false;  // true = token/position embeddings stay 32-bit (bnb's StableEmbedding advice)
 };
 
@@ -195,12 +196,12 @@ struct AdamW8bitSettings {
 // except relative_step and scale_parameter, which are off so optim.lr and the
 // schedule drive it like any other optimizer).
 struct AdafactorSettings {
-  double beta1 = 0.0;  // first-moment decay; 0 = no momentum (no state for it)
-  double decay_rate = -0.8;  // second moment decay: beta2_t = 1 - t^decay_rate
-  double clip_threshold = 1.0;  // the update's RMS is clipped to this
+  double beta1 = 0.0;                         // first-moment decay; 0 = no momentum (no state for it)
+  double decay_rate = -0.8;                   // second moment decay: beta2_t = 1 - t^decay_rate
+  double clip_threshold = 1.0;                // the update's RMS is clipped to this
   std::array<double, 2> eps = {1e-30, 1e-3};  // added to grad^2; floor of the parameter RMS scale
-  bool scale_parameter = false;  // lr *= max(eps[1], RMS(param))
-  bool relative_step = false;    // lr = min(1e-2, 1/sqrt(step)) instead of optim.lr
+  bool scale_parameter = false;               // lr *= max(eps[1], RMS(param))
+  bool relative_step = false;                 // lr = min(1e-2, 1/sqrt(step)) instead of optim.lr
 };
 
 struct LionSettings {
@@ -241,20 +242,20 @@ struct ParallelSettings {
   int64_t pp_microbatches = 0;  // 0 = train.grad_accum_steps micro-batches per step
   int64_t ep = 1;  // expert-parallel degree: each mixture layer's experts split over ep data-parallel ranks
   CommBackend backend = CommBackend::kAuto;  // auto = NCCL on CUDA, Gloo on the CPU
-  double bucket_mb = 25;  // gradients are all-reduced in buckets of about this size, during backward
-  int64_t zero = 0;       // 0 = replicated; 1 = shard optimizer state; 2 = also gradients
-  bool offload_optimizer = false;  // optimizer state and update on the CPU (CUDA runs)
-  double timeout_s = 300;  // a collective (or the rendezvous) that takes longer ends the run
+  double bucket_mb = 25;                     // gradients are all-reduced in buckets of about this size, during backward
+  int64_t zero = 0;                          // 0 = replicated; 1 = shard optimizer state; 2 = also gradients
+  bool offload_optimizer = false;            // optimizer state and update on the CPU (CUDA runs)
+  double timeout_s = 300;                    // a collective (or the rendezvous) that takes longer ends the run
 };
 
 // Saving and resuming (checkpoint/, train/run_checkpoints.h).
 struct CheckpointSettings {
-  int64_t every = 0;       // save every N steps; 0 = only when the run stops (at_end)
-  int64_t keep_last = 3;   // complete checkpoints kept; 0 = all
-  std::string dir;         // empty = <output_dir>/checkpoints
+  int64_t every = 0;            // save every N steps; 0 = only when the run stops (at_end)
+  int64_t keep_last = 3;        // complete checkpoints kept; 0 = all
+  std::string dir;              // empty = <output_dir>/checkpoints
   std::string resume = "auto";  // auto | never | a checkpoint directory (absolute after loading)
-  bool at_end = true;      // save when max_steps is reached (preemption, SIGINT and max_wall_time always save)
-  double max_wall_time = 0;  // seconds: save and stop before this much time has passed; 0 = no limit
+  bool at_end = true;           // save when max_steps is reached (preemption, SIGINT and max_wall_time always save)
+  double max_wall_time = 0;     // seconds: save and stop before this much time has passed; 0 = no limit
   std::vector<std::string> preempt_signals = {"SIGTERM", "SIGUSR1"};  // finish the step, save, exit 143
 };
 
@@ -281,12 +282,8 @@ struct Settings {
   MetricsSettings metrics;
 
   // Derived values every consumer agrees on.
-  int64_t tokens_per_step() const {
-    return train.per_device_batch_size * train.grad_accum_steps * model.seq_len;
-  }
-  std::string resolved_output_dir() const {
-    return run.output_dir.empty() ? "runs/" + run.name : run.output_dir;
-  }
+  int64_t tokens_per_step() const { return train.per_device_batch_size * train.grad_accum_steps * model.seq_len; }
+  std::string resolved_output_dir() const { return run.output_dir.empty() ? "runs/" + run.name : run.output_dir; }
   std::string resolved_checkpoint_dir() const {
     return checkpoint.dir.empty() ? resolved_output_dir() + "/checkpoints" : checkpoint.dir;
   }

@@ -20,10 +20,14 @@ ConfigNode* ConfigNode::find(const std::string& key) {
 
 std::string ConfigNode::kind_name() const {
   switch (kind) {
-    case Kind::kNull: return "nothing (null)";
-    case Kind::kScalar: return "'" + scalar + "'";
-    case Kind::kSequence: return "a list";
-    case Kind::kMap: return "a mapping";
+    case Kind::kNull:
+      return "nothing (null)";
+    case Kind::kScalar:
+      return "'" + scalar + "'";
+    case Kind::kSequence:
+      return "a list";
+    case Kind::kMap:
+      return "a mapping";
   }
   return "?";
 }
@@ -62,8 +66,8 @@ static ConfigNode convert(const YAML::Node& y, const std::string& file) {
           Origin first;
           for (const auto& e : n.entries)
             if (e.key == key) first = e.key_origin;
-          throw config_error(ko.str() + ": key '" + key + "' appears twice (first at " +
-                             first.str() + ")\n    fix: keep one of them");
+          throw config_error(ko.str() + ": key '" + key + "' appears twice (first at " + first.str() +
+                             ")\n    fix: keep one of them");
         }
         n.entries.push_back({key, ko, convert(kv.second, file)});
       }
@@ -141,8 +145,7 @@ void apply_override(ConfigNode& root, const std::string& assignment) {
   while (true) {
     size_t dot = path.find('.', start);
     std::string key = path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
-    if (key.empty())
-      throw usage_error(o.file + ": '" + path + "' is not a key path; write section.key, e.g. optim.lr");
+    if (key.empty()) throw usage_error(o.file + ": '" + path + "' is not a key path; write section.key, e.g. optim.lr");
     if (node->kind == ConfigNode::Kind::kNull) node->kind = ConfigNode::Kind::kMap;
     if (node->kind != ConfigNode::Kind::kMap)
       throw config_error(o.file + ": " + path.substr(0, start ? start - 1 : 0) +

@@ -15,8 +15,8 @@ struct ConfigNode {
   struct Entry;
 
   Kind kind = Kind::kNull;
-  std::string scalar;           // kScalar: the text as written
-  bool quoted = false;          // kScalar: written in quotes (always a string)
+  std::string scalar;             // kScalar: the text as written
+  bool quoted = false;            // kScalar: written in quotes (always a string)
   std::vector<ConfigNode> items;  // kSequence
   std::vector<Entry> entries;     // kMap, in file order
   Origin origin;

@@ -59,30 +59,37 @@ void check_model(Checker& c) {
     c.error("model.n_kv_head", "grouped-query attention is part of arch llama; GPT-2 has one key/value head per head",
             "remove model.n_kv_head, or set model.arch: llama");
   else if (m.n_kv_head > 0 && m.n_head % m.n_kv_head != 0)
-    c.error("model.n_kv_head", "(" + str(m.n_kv_head) + ") must divide model.n_head (" + str(m.n_head) +
-                                   "): each key/value head serves the same number of query heads",
+    c.error("model.n_kv_head",
+            "(" + str(m.n_kv_head) + ") must divide model.n_head (" + str(m.n_head) +
+                "): each key/value head serves the same number of query heads",
             "use a divisor of " + str(m.n_head) + " (1 = multi-query attention, n_head = plain multi-head)");
   if (m.lora.rank > m.d_model)
-    c.error("model.lora.rank", "(" + str(m.lora.rank) + ") exceeds model.d_model (" + str(m.d_model) + "): a low-rank update needs rank < d_model",
+    c.error("model.lora.rank",
+            "(" + str(m.lora.rank) + ") exceeds model.d_model (" + str(m.d_model) +
+                "): a low-rank update needs rank < d_model",
             "use a rank such as 8 or 16");
   if (m.lora.rank > 0 && m.init_from.empty())
-    c.warning("model.lora.rank", "LoRA freezes the base model, and without model.init_from the base is the seed's random initialization",
+    c.warning("model.lora.rank",
+              "LoRA freezes the base model, and without model.init_from the base is the seed's random initialization",
               "set model.init_from to the model to fine-tune");
   const MoeSettings& moe = m.moe;
   if (moe.enabled() && moe.top_k > moe.experts)
     c.error("model.moe.top_k", "(" + str(moe.top_k) + ") exceeds model.moe.experts (" + str(moe.experts) + ")",
             "route each token to at most " + str(moe.experts) + " experts");
   if (moe.enabled() && moe.every > m.n_layer)
-    c.error("model.moe.every", "(" + str(moe.every) + ") exceeds model.n_layer (" + str(m.n_layer) + "): no block would be a mixture",
+    c.error("model.moe.every",
+            "(" + str(moe.every) + ") exceeds model.n_layer (" + str(m.n_layer) + "): no block would be a mixture",
             "use at most " + str(m.n_layer));
   if (moe.enabled() && m.lora.rank > 0)
     for (LoraTarget t : m.lora.targets)
       if (t == LoraTarget::kMlpUp || t == LoraTarget::kMlpDown)
-        c.error("model.lora.targets", "mlp_up and mlp_down cannot adapt mixture-of-experts layers (model.moe.experts > 0)",
+        c.error("model.lora.targets",
+                "mlp_up and mlp_down cannot adapt mixture-of-experts layers (model.moe.experts > 0)",
                 "adapt qkv and proj only");
   if (m.arch == ModelArch::kLlama && m.d_model % m.n_head == 0 && m.head_dim() % 2 != 0)
-    c.error("model.n_head", "gives a head dimension of " + str(m.head_dim()) +
-                                ", but rotary position embeddings rotate pairs of dimensions and need an even one",
+    c.error("model.n_head",
+            "gives a head dimension of " + str(m.head_dim()) +
+                ", but rotary position embeddings rotate pairs of dimensions and need an even one",
             "choose n_head so that d_model / n_head is even");
 }
 
@@ -91,8 +98,7 @@ void check_source(Checker& c, const DataSourceSettings& d, const std::string& wh
   const ModelSettings& m = c.s.model;
   switch (d.format) {
     case DataFormat::kNone:
-      if (which == "train")
-        c.error(p + "format", "is none, but training needs data", "use synthetic, tokens or text");
+      if (which == "train") c.error(p + "format", "is none, but training needs data", "use synthetic, tokens or text");
       return;
     case DataFormat::kSynthetic: {
       const SyntheticSettings& y = d.synthetic;
@@ -103,12 +109,14 @@ void check_source(Checker& c, const DataSourceSettings& d, const std::string& wh
       if (y.kind == SyntheticKind::kMarkov) {
         double contexts = std::pow(static_cast<double>(vocab), static_cast<double>(y.order));
         if (contexts * static_cast<double>(std::min(y.branching, vocab)) > double(1 << 24))
-          c.error(p + "synthetic.order", "vocab^order x branching = " + std::to_string(contexts * y.branching) +
+          c.error(p + "synthetic.order",
+                  "vocab^order x branching = " + std::to_string(contexts * y.branching) +
                       " transition entries is more than the 16M this generator keeps in memory",
                   "lower synthetic.vocab (e.g. 64), synthetic.order or synthetic.branching");
         if (y.branching > vocab)
-          c.error(p + "synthetic.branching", "(" + str(y.branching) + ") exceeds the language's vocabulary (" +
-                      str(vocab) + ")", "use at most " + str(vocab));
+          c.error(p + "synthetic.branching",
+                  "(" + str(y.branching) + ") exceeds the language's vocabulary (" + str(vocab) + ")",
+                  "use at most " + str(vocab));
       }
       return;
     }
@@ -117,13 +125,16 @@ void check_source(Checker& c, const DataSourceSettings& d, const std::string& wh
       break;
   }
   if (d.span[0] >= d.span[1])
-    c.error(p + "span", "start (" + std::to_string(d.span[0]) + ") must be below end (" + std::to_string(d.span[1]) + ")",
+    c.error(p + "span",
+            "start (" + std::to_string(d.span[0]) + ") must be below end (" + std::to_string(d.span[1]) + ")",
             "write [start, end) with start < end, e.g. [0.0, 0.9]");
   if (d.format == DataFormat::kText && m.vocab_size < 256)
-    c.error("model.vocab_size", "(" + str(m.vocab_size) + ") is below 256, but data." + which +
-                " is byte-level text (ids 0..255)", "set model.vocab_size to 256 or more");
+    c.error("model.vocab_size",
+            "(" + str(m.vocab_size) + ") is below 256, but data." + which + " is byte-level text (ids 0..255)",
+            "set model.vocab_size to 256 or more");
   if (d.format == DataFormat::kText && (d.packing != Packing::kStream || d.mask_document_boundaries))
-    c.error(p + "packing", "documents and boundary masking need token shards with end-of-document tokens, but format is text",
+    c.error(p + "packing",
+            "documents and boundary masking need token shards with end-of-document tokens, but format is text",
             "prepare the text with `gputrain data prepare --tokenizer bytes` and use format: tokens");
   if (d.eot_token >= m.vocab_size)
     c.error(p + "eot_token", "(" + str(d.eot_token) + ") is not below model.vocab_size (" + str(m.vocab_size) + ")",
@@ -170,12 +181,15 @@ void check_train(Checker& c) {
     c.error("train.eval_every", "is " + str(t.eval_every) + " but data.eval is not set",
             "set data.eval (e.g. the same source with another span) or train.eval_every: 0");
   if (t.eval_every > t.max_steps)
-    c.warning("train.eval_every", "(" + str(t.eval_every) + ") exceeds train.max_steps (" + str(t.max_steps) +
-                  "); only the final evaluation runs", "lower train.eval_every");
+    c.warning("train.eval_every",
+              "(" + str(t.eval_every) + ") exceeds train.max_steps (" + str(t.max_steps) +
+                  "); only the final evaluation runs",
+              "lower train.eval_every");
   const ScheduleSettings& sch = c.s.optim.schedule;
   int64_t decay_end = sch.decay_steps == 0 ? t.max_steps : sch.decay_steps;
   if (sch.warmup_steps > decay_end)
-    c.error("optim.schedule.warmup_steps", "(" + str(sch.warmup_steps) + ") exceeds the decay end (" + str(decay_end) + ")",
+    c.error("optim.schedule.warmup_steps",
+            "(" + str(sch.warmup_steps) + ") exceeds the decay end (" + str(decay_end) + ")",
             "use fewer warmup steps, or a larger train.max_steps / optim.schedule.decay_steps");
   const MetricsSettings& m = c.s.metrics;
   if (m.profile_at > 0 && m.profile_at + m.profile_steps - 1 > t.max_steps)
@@ -207,8 +221,10 @@ void check_batch(Checker& c) {
               "remove it, or set per_device_batch_size: auto to let the finder choose the split");
   }
   if (t.gradient_checkpointing == CheckpointingPolicy::kSelective && t.checkpoint_every > c.s.model.n_layer)
-    c.warning("train.checkpoint_every", "(" + str(t.checkpoint_every) + ") exceeds model.n_layer (" +
-                  str(c.s.model.n_layer) + "); only block 0 is recomputed", "lower train.checkpoint_every");
+    c.warning("train.checkpoint_every",
+              "(" + str(t.checkpoint_every) + ") exceeds model.n_layer (" + str(c.s.model.n_layer) +
+                  "); only block 0 is recomputed",
+              "lower train.checkpoint_every");
 }
 
 // Tensor cores (and vectorized CPU kernels) want dimensions that are multiples
@@ -216,13 +232,18 @@ void check_batch(Checker& c) {
 void check_alignment(Checker& c) {
   const ModelSettings& m = c.s.model;
   if (m.d_model % 8 != 0)
-    c.warning("model.d_model", "(" + str(m.d_model) + ") is not a multiple of 8, which tensor cores need to run at speed",
+    c.warning("model.d_model",
+              "(" + str(m.d_model) + ") is not a multiple of 8, which tensor cores need to run at speed",
               "use a multiple of 64 on A100/H100");
   if (m.head_dim() % 8 != 0)
-    c.warning("model.n_head", "gives a head dimension of " + str(m.head_dim()) + ", not a multiple of 8 (flash attention and tensor cores want one)",
+    c.warning("model.n_head",
+              "gives a head dimension of " + str(m.head_dim()) +
+                  ", not a multiple of 8 (flash attention and tensor cores want one)",
               "choose n_head so that d_model / n_head is a multiple of 8 (64 is typical)");
   if (m.padded_vocab() % 8 != 0)
-    c.warning("model.vocab_size", "(" + str(m.padded_vocab()) + " embedding rows) is not a multiple of 8, so the output layer misses tensor cores",
+    c.warning("model.vocab_size",
+              "(" + str(m.padded_vocab()) +
+                  " embedding rows) is not a multiple of 8, so the output layer misses tensor cores",
               "set model.pad_vocab_to_multiple_of: 64 (GPT-2's 50257 becomes 50304)");
 }
 
@@ -253,8 +274,9 @@ void check_optim(Checker& c) {
     }
   }
   if (o.name == OptimName::kSgd && o.sgd.nesterov && (o.sgd.momentum == 0 || o.sgd.dampening != 0))
-    c.error("optim.sgd.nesterov", "needs momentum > 0 and dampening 0 (momentum " + nlohmann::json(o.sgd.momentum).dump() +
-                                      ", dampening " + nlohmann::json(o.sgd.dampening).dump() + ")",
+    c.error("optim.sgd.nesterov",
+            "needs momentum > 0 and dampening 0 (momentum " + nlohmann::json(o.sgd.momentum).dump() + ", dampening " +
+                nlohmann::json(o.sgd.dampening).dump() + ")",
             "set optim.sgd.momentum (e.g. 0.9) and optim.sgd.dampening: 0, or nesterov: false");
   if (o.name == OptimName::kAdafactor && o.adafactor.relative_step && !c.at("optim.lr").is_default())
     c.warning("optim.lr", "is ignored: optim.adafactor.relative_step sets the step size",
@@ -274,8 +296,10 @@ void check_checkpoint(Checker& c) {
             "name a Hugging Face GPT-2 or Llama directory, a .safetensors file or a gputrain checkpoint directory "
             "(relative paths are relative to the recipe file)");
   if (k.every > c.s.train.max_steps)
-    c.warning("checkpoint.every", "(" + str(k.every) + ") exceeds train.max_steps (" + str(c.s.train.max_steps) +
-                  "); no periodic checkpoint is written", "lower checkpoint.every");
+    c.warning("checkpoint.every",
+              "(" + str(k.every) + ") exceeds train.max_steps (" + str(c.s.train.max_steps) +
+                  "); no periodic checkpoint is written",
+              "lower checkpoint.every");
 }
 
 void check_parallel(Checker& c) {
@@ -289,46 +313,57 @@ void check_parallel(Checker& c) {
     return d;
   };
   if (m.n_head % p.tp != 0)
-    c.error("parallel.tp", "(" + str(p.tp) + ") must divide model.n_head (" + str(m.n_head) + "): each rank computes whole heads",
+    c.error("parallel.tp",
+            "(" + str(p.tp) + ") must divide model.n_head (" + str(m.n_head) + "): each rank computes whole heads",
             "use one of " + divisors(m.n_head));
   else if (m.kv_heads() % p.tp != 0)
-    c.error("parallel.tp", "(" + str(p.tp) + ") must divide model.n_kv_head (" + str(m.kv_heads()) +
-                               "): each rank computes whole key/value heads",
+    c.error("parallel.tp",
+            "(" + str(p.tp) + ") must divide model.n_kv_head (" + str(m.kv_heads()) +
+                "): each rank computes whole key/value heads",
             "use one of " + divisors(m.kv_heads()));
   else if (m.mlp_hidden() % p.tp != 0)
-    c.error("parallel.tp", "(" + str(p.tp) + ") must divide the MLP width (" + str(m.mlp_hidden()) + ", from model.mlp_ratio or model.mlp_width)",
+    c.error("parallel.tp",
+            "(" + str(p.tp) + ") must divide the MLP width (" + str(m.mlp_hidden()) +
+                ", from model.mlp_ratio or model.mlp_width)",
             "use one of " + divisors(m.mlp_hidden()) + ", or change model.mlp_ratio / model.mlp_width");
   if (p.tp > 1 && m.lora.rank > 0)
     c.error("parallel.tp", "LoRA (model.lora.rank > 0) is not split by tensor parallelism in this version",
             "use parallel.tp: 1 (data and pipeline parallelism work with LoRA)");
   if (p.tp > 1 && m.moe.enabled())
-    c.error("parallel.tp", "mixture-of-experts layers (model.moe.experts > 0) are not split by tensor parallelism in this version",
+    c.error("parallel.tp",
+            "mixture-of-experts layers (model.moe.experts > 0) are not split by tensor parallelism in this version",
             "use parallel.tp: 1 (data and pipeline parallelism work with experts)");
   if (p.ep > 1 && !m.moe.enabled())
-    c.error("parallel.ep", "(" + str(p.ep) + ") splits mixture-of-experts layers, and this model has none (model.moe.experts is 0)",
+    c.error("parallel.ep",
+            "(" + str(p.ep) + ") splits mixture-of-experts layers, and this model has none (model.moe.experts is 0)",
             "use parallel.ep: 1, or set model.moe");
   else if (p.ep > 1 && m.moe.experts % p.ep != 0)
-    c.error("parallel.ep", "(" + str(p.ep) + ") must divide model.moe.experts (" + str(m.moe.experts) +
-                               "): every rank holds the same number of experts",
+    c.error("parallel.ep",
+            "(" + str(p.ep) + ") must divide model.moe.experts (" + str(m.moe.experts) +
+                "): every rank holds the same number of experts",
             "use one of " + divisors(m.moe.experts));
   if (p.ep > 1 && p.dp > 0 && p.dp % p.ep != 0)  // with dp auto, the run's start checks it against the world
-    c.error("parallel.ep", "(" + str(p.ep) + ") must divide parallel.dp (" + str(p.dp) +
-                               "): the experts are split over ep of the data-parallel ranks",
+    c.error("parallel.ep",
+            "(" + str(p.ep) + ") must divide parallel.dp (" + str(p.dp) +
+                "): the experts are split over ep of the data-parallel ranks",
             "use one of " + divisors(p.dp) + ", or parallel.dp: auto");
   if (p.pp > m.n_layer)
-    c.error("parallel.pp", "(" + str(p.pp) + ") exceeds model.n_layer (" + str(m.n_layer) + "): every stage needs a block",
+    c.error("parallel.pp",
+            "(" + str(p.pp) + ") exceeds model.n_layer (" + str(m.n_layer) + "): every stage needs a block",
             "use at most " + str(m.n_layer) + " stages");
   const int64_t sequences = c.s.train.grad_accum_steps * c.s.train.per_device_batch_size;  // 0 with batch size auto
   if (p.pp_microbatches > 0 && sequences > 0 && sequences % p.pp_microbatches != 0)
-    c.error("parallel.pp_microbatches", "(" + str(p.pp_microbatches) + ") must divide the " + str(sequences) +
-                                            " sequences of a step (grad_accum_steps x per_device_batch_size)",
+    c.error("parallel.pp_microbatches",
+            "(" + str(p.pp_microbatches) + ") must divide the " + str(sequences) +
+                " sequences of a step (grad_accum_steps x per_device_batch_size)",
             "use one of " + divisors(sequences));
   // ZeRO-2 keeps each gradient on its owner alone, and the two stages that
   // hold the tied embedding split their parameters among different owners, so
   // its two gradients could not be summed.
   if (p.pp > 1 && p.zero == 2 && m.tie_embeddings)
-    c.error("parallel.zero", "2 cannot be combined with pipeline parallelism (parallel.pp: " + str(p.pp) +
-                                 ") and tied embeddings: the first and last stage must sum the embedding's whole gradients",
+    c.error("parallel.zero",
+            "2 cannot be combined with pipeline parallelism (parallel.pp: " + str(p.pp) +
+                ") and tied embeddings: the first and last stage must sum the embedding's whole gradients",
             "use parallel.zero: 1 (the optimizer state stays sharded), or model.tie_embeddings: false");
   if (p.pp == 1 && p.pp_microbatches > 0)
     c.warning("parallel.pp_microbatches", "has no effect without pipeline parallelism (parallel.pp: 1)", "remove it");
@@ -353,13 +388,15 @@ void check_kernels(Checker& c) {
             "set kernels.cuda_graphs: false, or remove model.moe");
   const bool dropout = c.s.model.dropout > 0 || (c.s.model.lora.rank > 0 && c.s.model.lora.dropout > 0);
   if (c.s.train.gradient_checkpointing != CheckpointingPolicy::kNone && dropout)
-    c.error(key, "cannot be combined with train.gradient_checkpointing while model.dropout or model.lora.dropout "
-                 "is above 0 (the recomputation restores the random generators' state for the dropout masks "
-                 "inside the step, which a graph cannot capture)",
+    c.error(key,
+            "cannot be combined with train.gradient_checkpointing while model.dropout or model.lora.dropout "
+            "is above 0 (the recomputation restores the random generators' state for the dropout masks "
+            "inside the step, which a graph cannot capture)",
             "set the dropout to 0, train.gradient_checkpointing: none, or kernels.cuda_graphs: false");
   if (p.tp > 1 || p.pp > 1 || p.ep > 1 || p.dp > 1)
-    c.error(key, "captures the step of a single process; this recipe splits the run over several "
-                 "(parallel.dp, tp, pp or ep > 1)",
+    c.error(key,
+            "captures the step of a single process; this recipe splits the run over several "
+            "(parallel.dp, tp, pp or ep > 1)",
             "set kernels.cuda_graphs: false for multi-process runs");
 }
 

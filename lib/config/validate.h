@@ -13,8 +13,8 @@ void validate_settings(const Settings& s, const std::map<std::string, Origin>& o
 
 // What a run knows only once it starts (train/run_plan.h): the checks against it live here.
 struct RunWorld {
-  int64_t dp = 1;  // data-parallel replicas, parallel.dp auto resolved
-  int64_t processes = 1;  // the launcher's world
+  int64_t dp = 1;           // data-parallel replicas, parallel.dp auto resolved
+  int64_t processes = 1;    // the launcher's world
   std::string description;  // the world for messages ("rank 0 of 2 ... from torchrun variables")
   bool on_gpu = false;
   bool process_groups = false;  // the run's collectives span several processes

@@ -134,7 +134,8 @@ BpeTokenizer::BpeTokenizer(const std::string& vocab_path, const std::string& mer
       throw fail("merge '" + line + "' uses or makes a token that is not in the vocabulary");
     merges_.emplace(pair_key(ia->second, ib->second), Merge{rank++, iab->second});
   }
-  if (merges_.empty()) throw data_error("GPT-2 merges file '" + merges_path + "' has no merges\n    fix: check the path");
+  if (merges_.empty())
+    throw data_error("GPT-2 merges file '" + merges_path + "' has no merges\n    fix: check the path");
 }
 
 void BpeTokenizer::merge_word(std::string_view word, std::vector<uint32_t>& out) const {

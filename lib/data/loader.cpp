@@ -22,7 +22,10 @@ LoaderOptions loader_options(const Settings& s, const DataSourceSettings& d, tor
 
 BatchLoader::BatchLoader(const WindowSource& source, const WindowSampler& sampler, LoaderOptions opts,
                          int64_t first_sample)
-    : source_(source), sampler_(sampler), opts_(opts), first_sample_(first_sample),
+    : source_(source),
+      sampler_(sampler),
+      opts_(opts),
+      first_sample_(first_sample),
       pad_token_(source.eot_token().value_or(0)) {
   if (opts_.mask_document_boundaries && !source.eot_token())
     throw data_error("mask_document_boundaries needs the data's end-of-document id\n    fix: set data.*.eot_token");
@@ -51,7 +54,8 @@ Batch BatchLoader::make_host_batch(int64_t index) const {
   const int64_t eot = source_.eot_token().value_or(-1);
   int64_t counted = 0;
   for (int64_t r = 0; r < B; ++r) {
-    const int64_t real = source_.fill_window(sampler_.window(first_sample_ + (index * opts_.shards + opts_.shard) * B + r), T + 1, window.data());
+    const int64_t real = source_.fill_window(
+        sampler_.window(first_sample_ + (index * opts_.shards + opts_.shard) * B + r), T + 1, window.data());
     int64_t* x = in + r * T;
     int64_t* y = tg + r * T;
     for (int64_t t = 0; t < T; ++t) {

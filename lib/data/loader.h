@@ -21,8 +21,8 @@
 namespace gputrain {
 
 struct Batch {
-  torch::Tensor input;   // [B, T] int64
-  torch::Tensor target;  // [B, T] int64, kIgnoreIndex where no loss is taken
+  torch::Tensor input;       // [B, T] int64
+  torch::Tensor target;      // [B, T] int64, kIgnoreIndex where no loss is taken
   int64_t target_count = 0;  // targets that count toward the loss
 };
 
@@ -43,8 +43,7 @@ struct LoaderOptions {
 
 // The options a recipe implies for the loader of source `d` (data.train or
 // data.eval) with `num_workers` threads.
-LoaderOptions loader_options(const Settings& s, const DataSourceSettings& d, torch::Device device,
-                             int64_t num_workers);
+LoaderOptions loader_options(const Settings& s, const DataSourceSettings& d, torch::Device device, int64_t num_workers);
 
 class BatchLoader {
  public:
@@ -69,7 +68,7 @@ class BatchLoader {
   const WindowSampler& sampler_;
   LoaderOptions opts_;
   int64_t first_sample_;
-  int64_t pad_token_;   // input value of padding positions
+  int64_t pad_token_;       // input value of padding positions
   int64_t next_index_ = 0;  // next batch handed to the caller
 
   std::mutex mu_;

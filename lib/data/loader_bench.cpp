@@ -15,7 +15,8 @@ std::vector<LoaderBenchRow> bench_loader(const Settings& s, const std::vector<in
   std::vector<LoaderBenchRow> rows;
   for (int64_t w : workers) {
     BatchLoader loader(*source, sampler, loader_options(s, s.data.train, device, w));
-    for (int64_t i = 0; i < std::min<int64_t>(batches / 10 + 1, 20); ++i) loader.next();  // warm-up: threads, page cache
+    for (int64_t i = 0; i < std::min<int64_t>(batches / 10 + 1, 20); ++i)
+      loader.next();  // warm-up: threads, page cache
     synchronize(device);
     const auto t0 = std::chrono::steady_clock::now();
     int64_t tokens = 0;
@@ -32,7 +33,8 @@ std::vector<LoaderBenchRow> bench_loader(const Settings& s, const std::vector<in
 }
 
 std::string loader_bench_table(const std::vector<LoaderBenchRow>& rows) {
-  std::string out = "| workers | batches | seconds | tokens/s | x GPT-2 124M on H100 (500k tok/s) |\n|---:|---:|---:|---:|---:|\n";
+  std::string out =
+      "| workers | batches | seconds | tokens/s | x GPT-2 124M on H100 (500k tok/s) |\n|---:|---:|---:|---:|---:|\n";
   char line[256];
   for (const auto& r : rows) {
     std::snprintf(line, sizeof line, "| %lld | %lld | %.3f | %.3g | %.1fx |\n", static_cast<long long>(r.workers),

@@ -51,9 +51,7 @@ struct Encoded {
   std::vector<size_t> document_starts;  // offsets into tokens of each document's EOT
 };
 
-bool is_blank(std::string_view line) {
-  return line.find_first_not_of(" \t\r\f\v") == std::string_view::npos;
-}
+bool is_blank(std::string_view line) { return line.find_first_not_of(" \t\r\f\v") == std::string_view::npos; }
 
 // The first document boundary at or after `target` in `text`: the offset just
 // after a line break (lines, JSONL), after an empty line (paragraphs), or a
@@ -247,7 +245,8 @@ DirectoryLock prepare_output(const PrepareOptions& o) {
   }
   if (old.empty()) return lock;
   if (!o.overwrite)
-    throw usage_error("output directory '" + o.output_dir + "' already holds shards (" + old.front().filename().string() +
+    throw usage_error("output directory '" + o.output_dir + "' already holds shards (" +
+                      old.front().filename().string() +
                       ", ...)\n    fix: choose another --output, or pass --overwrite to replace them");
   for (const auto& p : old) fs::remove(p);
   return lock;
@@ -274,19 +273,22 @@ std::vector<Chunk> plan_chunks(const std::vector<Input>& inputs, const PrepareOp
       val_input = k, val_offset = b;
     } else if (k + 1 < inputs.size()) {
       val_input = k + 1, val_offset = 0;
-    } else if ((b = boundary_before(text, static_cast<size_t>(cut - inputs[k].base), o.documents, inputs[k].format)) > 0 ||
+    } else if ((b = boundary_before(text, static_cast<size_t>(cut - inputs[k].base), o.documents, inputs[k].format)) >
+                   0 ||
                k > 0) {
       val_input = k, val_offset = b;
     } else {
-      spdlog::warn("data prepare: the input has no document boundary or line break to split at, so the validation "
-                   "split is empty (use --documents lines or paragraphs, or --val-fraction 0)");
+      spdlog::warn(
+          "data prepare: the input has no document boundary or line break to split at, so the validation "
+          "split is empty (use --documents lines or paragraphs, or --val-fraction 0)");
     }
   }
   std::vector<Chunk> chunks;
   for (size_t k = 0; k < inputs.size(); ++k) {
     const std::string_view text = inputs[k].text();
     for (size_t pos = 0; pos < text.size();) {
-      size_t end = boundary_at_or_after(text, std::min(text.size(), pos + o.chunk_bytes), o.documents, inputs[k].format);
+      size_t end =
+          boundary_at_or_after(text, std::min(text.size(), pos + o.chunk_bytes), o.documents, inputs[k].format);
       if (k == val_input && pos < val_offset && val_offset < end) end = val_offset;
       const bool val = k > val_input || (k == val_input && pos >= val_offset);
       const bool starts = inputs[k].format == InputFormat::kJsonl || o.documents != DocumentUnit::kFile || pos == 0 ||
@@ -403,10 +405,12 @@ PrepareResult prepare_dataset(const PrepareOptions& o) {
       if (Clock::now() - last_shown > std::chrono::milliseconds(250) || next_write == chunks.size()) {
         last_shown = Clock::now();
         char line[256];
-        std::snprintf(line, sizeof line, "prepare: %5.1f%% | %.1f/%.1f MB | %lld tokens | %.1f MB/s | ETA %s",
-                      100.0 * static_cast<double>(bytes_done) / static_cast<double>(total), bytes_done / 1e6,
-                      total / 1e6, static_cast<long long>(train.tokens() + val.tokens()), bytes_done / 1e6 / elapsed,
-                      format_duration(elapsed * static_cast<double>(total - bytes_done) / std::max<double>(1.0, bytes_done)).c_str());
+        std::snprintf(
+            line, sizeof line, "prepare: %5.1f%% | %.1f/%.1f MB | %lld tokens | %.1f MB/s | ETA %s",
+            100.0 * static_cast<double>(bytes_done) / static_cast<double>(total), bytes_done / 1e6, total / 1e6,
+            static_cast<long long>(train.tokens() + val.tokens()), bytes_done / 1e6 / elapsed,
+            format_duration(elapsed * static_cast<double>(total - bytes_done) / std::max<double>(1.0, bytes_done))
+                .c_str());
         progress.show(line);
       }
     }

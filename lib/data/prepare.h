@@ -27,7 +27,7 @@ struct PrepareOptions {
   std::vector<std::string> inputs;
   InputFormat input_format = InputFormat::kAuto;  // auto: *.jsonl / *.json are JSONL
   std::string text_key = "text";
-  DocumentUnit documents = DocumentUnit::kFile;   // text inputs
+  DocumentUnit documents = DocumentUnit::kFile;  // text inputs
   TokenizerSpec tokenizer;
   std::string output_dir;
   double val_fraction = 0.01;

@@ -39,11 +39,11 @@ WindowSampler::WindowSampler(int64_t window_count, SamplerOptions o) : window_co
 int64_t WindowSampler::epoch(int64_t sample) const { return per_rank_ == 0 ? 0 : sample / per_rank_; }
 
 uint64_t WindowSampler::window(int64_t sample) const {
-  if (window_count_ == 0)
-    return mix_seed(o_.seed, o_.stream, static_cast<uint64_t>(sample * o_.world + o_.rank));
+  if (window_count_ == 0) return mix_seed(o_.seed, o_.stream, static_cast<uint64_t>(sample * o_.world + o_.rank));
   const int64_t e = sample / per_rank_;
   const int64_t position = (sample % per_rank_) * o_.world + o_.rank;
-  const RandomPermutation order(static_cast<uint64_t>(window_count_), mix_seed(o_.seed, o_.stream, static_cast<uint64_t>(e)));
+  const RandomPermutation order(static_cast<uint64_t>(window_count_),
+                                mix_seed(o_.seed, o_.stream, static_cast<uint64_t>(e)));
   return order(static_cast<uint64_t>(position));
 }
 
@@ -67,7 +67,8 @@ int64_t WindowSampler::resume_sample(const SamplerState& s) const {
 }
 
 nlohmann::json sampler_state_to_json(const SamplerState& s) {
-  return {{"global_samples", s.global_samples}, {"window_count", s.window_count}, {"seed", s.seed}, {"stream", s.stream}};
+  return {
+      {"global_samples", s.global_samples}, {"window_count", s.window_count}, {"seed", s.seed}, {"stream", s.stream}};
 }
 
 SamplerState sampler_state_from_json(const nlohmann::json& j) {

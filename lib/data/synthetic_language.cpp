@@ -23,7 +23,8 @@ MarkovLanguage::MarkovLanguage(int64_t vocab, int64_t order, int64_t branching, 
     double total = 0;
     for (int64_t j = 0; j < b; ++j) {
       int64_t t;
-      do t = static_cast<int64_t>(rng.below(vocab)); while (!taken.insert(t).second);
+      do t = static_cast<int64_t>(rng.below(vocab));
+      while (!taken.insert(t).second);
       successor_[c * b + j] = static_cast<int32_t>(t);
       prob[c * b + j] = -std::log(1.0 - rng.uniform());
       total += prob[c * b + j];

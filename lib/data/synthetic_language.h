@@ -29,8 +29,8 @@ class MarkovLanguage {
 
  private:
   int64_t vocab_, order_, branching_, contexts_;
-  std::vector<int32_t> successor_;  // [contexts_ * branching_]
-  std::vector<double> cumulative_;  // [contexts_ * branching_], per-context CDF
+  std::vector<int32_t> successor_;      // [contexts_ * branching_]
+  std::vector<double> cumulative_;      // [contexts_ * branching_], per-context CDF
   std::vector<double> stationary_cdf_;  // [contexts_]
   double entropy_rate_ = 0;
   std::vector<double> prefix_entropy_;  // [k] = H(X_k | X_0..X_{k-1}) for k = 1..order-1

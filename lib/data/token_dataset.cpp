@@ -70,7 +70,8 @@ TokenDataset::TokenDataset(const DataSourceSettings& d, int64_t model_vocab_size
     TokenShard s;
     s.file = std::make_unique<MappedFile>(path);  // throws for a missing or unreadable file
     const size_t size = s.file->size();
-    if (size == 0) throw data_error("data file '" + path + "' is empty" + fix("re-create it, or remove it from " + key + ".path"));
+    if (size == 0)
+      throw data_error("data file '" + path + "' is empty" + fix("re-create it, or remove it from " + key + ".path"));
     const std::optional<ShardInfo> info = text ? std::nullopt : read_sidecar(path);
     if (text) {
       s.width = 1;
@@ -86,18 +87,19 @@ TokenDataset::TokenDataset(const DataSourceSettings& d, int64_t model_vocab_size
                          " tokens (" + std::to_string(expected) + " bytes) but the file has " + std::to_string(size) +
                          " bytes" + fix("re-create or re-download the shard"));
       if (size > expected)
-        throw data_error("token shard '" + path + "' has " + std::to_string(size - expected) +
-                         " bytes after the " + std::to_string(h->tokens) + " tokens its header declares" +
+        throw data_error("token shard '" + path + "' has " + std::to_string(size - expected) + " bytes after the " +
+                         std::to_string(h->tokens) + " tokens its header declares" +
                          fix("re-create the shard; it was not written by a matching writer"));
     } else {
       TokenDtype dtype = d.dtype;
       if (dtype == TokenDtype::kAuto && info) dtype = info->dtype;
       if (dtype == TokenDtype::kAuto)
-        throw data_error("cannot tell the token width of '" + path + "': it has no llm.c header and no .json sidecar" +
-                         fix("set " + key + ".dtype: uint16 (nanoGPT-style files, vocabularies up to 65536) or uint32"));
+        throw data_error(
+            "cannot tell the token width of '" + path + "': it has no llm.c header and no .json sidecar" +
+            fix("set " + key + ".dtype: uint16 (nanoGPT-style files, vocabularies up to 65536) or uint32"));
       if (info && info->dtype != dtype)
-        throw data_error(key + ".dtype is " + std::string(dtype_name(dtype)) + " but the sidecar of '" + path + "' says " +
-                         dtype_name(info->dtype) + fix("set " + key + ".dtype: auto"));
+        throw data_error(key + ".dtype is " + std::string(dtype_name(dtype)) + " but the sidecar of '" + path +
+                         "' says " + dtype_name(info->dtype) + fix("set " + key + ".dtype: auto"));
       s.width = dtype_width(dtype);
       if (size % static_cast<size_t>(s.width) != 0)
         throw data_error("data file '" + path + "' has " + std::to_string(size) + " bytes, not a multiple of " +
@@ -106,7 +108,9 @@ TokenDataset::TokenDataset(const DataSourceSettings& d, int64_t model_vocab_size
     }
     s.count = static_cast<int64_t>((size - static_cast<size_t>(s.header_bytes)) / static_cast<size_t>(s.width));
     s.tokens = s.file->data() + s.header_bytes;
-    if (s.count == 0) throw data_error("token shard '" + path + "' holds no tokens" + fix("re-create it, or remove it from " + key + ".path"));
+    if (s.count == 0)
+      throw data_error("token shard '" + path + "' holds no tokens" +
+                       fix("re-create it, or remove it from " + key + ".path"));
     if (info) {
       if (info->tokens != s.count)
         throw data_error("token shard '" + path + "' holds " + std::to_string(s.count) + " tokens but its sidecar '" +
@@ -129,9 +133,10 @@ TokenDataset::TokenDataset(const DataSourceSettings& d, int64_t model_vocab_size
   }
   if (sidecar_vocab > vocab_size_)
     throw data_error(key + ": '" + vocab_from + "' was made with the " + tokenizer_ + " tokenizer, whose " +
-                     std::to_string(sidecar_vocab) + " ids do not fit model.vocab_size (" + std::to_string(vocab_size_) +
-                     ")" + fix("set model.vocab_size to at least " + std::to_string(sidecar_vocab) +
-                               " (GPT-2: 50304, a multiple of 64 for speed)"));
+                     std::to_string(sidecar_vocab) + " ids do not fit model.vocab_size (" +
+                     std::to_string(vocab_size_) + ")" +
+                     fix("set model.vocab_size to at least " + std::to_string(sidecar_vocab) +
+                         " (GPT-2: 50304, a multiple of 64 for speed)"));
   if (d.eot_token >= 0) eot_ = d.eot_token;
 }
 

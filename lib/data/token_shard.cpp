@@ -21,9 +21,12 @@ int64_t dtype_width(TokenDtype dtype) {
 
 const char* dtype_name(TokenDtype dtype) {
   switch (dtype) {
-    case TokenDtype::kUint16: return "uint16";
-    case TokenDtype::kUint32: return "uint32";
-    case TokenDtype::kAuto: break;
+    case TokenDtype::kUint16:
+      return "uint16";
+    case TokenDtype::kUint32:
+      return "uint32";
+    case TokenDtype::kAuto:
+      break;
   }
   return "auto";
 }
@@ -46,7 +49,8 @@ std::optional<LlmcHeader> parse_llmc_header(const uint8_t* data, size_t size, co
     throw data_error("token shard '" + path + "' is truncated: " + std::to_string(size) +
                      " bytes, less than its 1024-byte llm.c header\n    fix: re-create or re-download the shard");
   if (h[2] < 0)
-    throw data_error("token shard '" + path + "' has a negative token count in its header\n    fix: re-create the shard");
+    throw data_error("token shard '" + path +
+                     "' has a negative token count in its header\n    fix: re-create the shard");
   out.tokens = h[2];
   return out;
 }

@@ -36,13 +36,13 @@ std::optional<LlmcHeader> parse_llmc_header(const uint8_t* data, size_t size, co
 
 // The sidecar: what `data prepare` knows about a shard.
 struct ShardInfo {
-  std::string tokenizer;     // bytes | gpt2 | "" (unknown)
-  int64_t vocab_size = 0;    // 0 = unknown
-  int64_t eot_token = -1;    // end-of-document id, -1 = none
+  std::string tokenizer;   // bytes | gpt2 | "" (unknown)
+  int64_t vocab_size = 0;  // 0 = unknown
+  int64_t eot_token = -1;  // end-of-document id, -1 = none
   TokenDtype dtype = TokenDtype::kUint16;
   int64_t tokens = 0;
-  int64_t documents = 0;     // documents that start in this shard
-  std::string split;         // train | val
+  int64_t documents = 0;  // documents that start in this shard
+  std::string split;      // train | val
 };
 
 std::string sidecar_path(const std::string& shard_path);

@@ -13,7 +13,8 @@ TokenWindows::TokenWindows(const DataSourceSettings& d, const ModelSettings& m, 
   const auto& shards = data_.shards();
   if ((d.packing == Packing::kDocuments || d.mask_document_boundaries) && !data_.eot_token())
     throw data_error(key + ": packing documents and mask_document_boundaries need the end-of-document id, and no " +
-                     "sidecar gives it\n    fix: set " + key + ".eot_token (GPT-2: 50256), or prepare the data with "
+                     "sidecar gives it\n    fix: set " + key +
+                     ".eot_token (GPT-2: 50256), or prepare the data with "
                      "`gputrain data prepare`");
   int64_t total = 0;
   if (packing_ == Packing::kStream) {
@@ -52,9 +53,9 @@ TokenWindows::TokenWindows(const DataSourceSettings& d, const ModelSettings& m, 
   end_ = static_cast<int64_t>(std::floor(static_cast<double>(total) * d.span[1]));
   if (end_ <= begin_)
     throw data_error(key + ": " + std::to_string(data_.total_tokens()) + " tokens in " + std::to_string(shards.size()) +
-                     " file(s) give " + std::to_string(total) + " windows of model.seq_len + 1 = " +
-                     std::to_string(T_ + 1) + " tokens, and the span [" + std::to_string(d.span[0]) + ", " +
-                     std::to_string(d.span[1]) + ") keeps none of them" +
+                     " file(s) give " + std::to_string(total) +
+                     " windows of model.seq_len + 1 = " + std::to_string(T_ + 1) + " tokens, and the span [" +
+                     std::to_string(d.span[0]) + ", " + std::to_string(d.span[1]) + ") keeps none of them" +
                      "\n    fix: use more data, a wider span or a smaller model.seq_len");
 }
 
@@ -76,8 +77,9 @@ std::string TokenWindows::describe() const {
   const auto& shards = data_.shards();
   std::string what = format_ == DataFormat::kText ? "byte-level text" : "tokens";
   if (!data_.tokenizer().empty()) what += " (" + data_.tokenizer() + ")";
-  std::string files = shards.size() == 1 ? "'" + shards.front().path() + "'"
-                                         : std::to_string(shards.size()) + " files ('" + shards.front().path() + "', ...)";
+  std::string files = shards.size() == 1
+                          ? "'" + shards.front().path() + "'"
+                          : std::to_string(shards.size()) + " files ('" + shards.front().path() + "', ...)";
   std::string s = what + " from " + files + ": " + std::to_string(data_.total_tokens()) + " tokens, " +
                   std::to_string(window_count()) + " windows";
   if (packing_ == Packing::kDocuments) {

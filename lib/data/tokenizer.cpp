@@ -35,8 +35,9 @@ std::unique_ptr<Tokenizer> make_tokenizer(const TokenizerSpec& spec) {
   if (spec.name == "bytes") return std::make_unique<ByteTokenizer>();
   if (spec.name == "gpt2") {
     if (spec.vocab_path.empty() || spec.merges_path.empty())
-      throw usage_error("the gpt2 tokenizer needs its vocabulary and merges files"
-                        "\n    fix: pass --vocab path/to/encoder.json --merges path/to/vocab.bpe");
+      throw usage_error(
+          "the gpt2 tokenizer needs its vocabulary and merges files"
+          "\n    fix: pass --vocab path/to/encoder.json --merges path/to/vocab.bpe");
     return std::make_unique<BpeTokenizer>(spec.vocab_path, spec.merges_path);
   }
   throw usage_error("unknown tokenizer '" + spec.name + "'\n    fix: use bytes or gpt2");

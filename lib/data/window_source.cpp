@@ -29,9 +29,8 @@ class MarkovSource : public WindowSource {
     return len;
   }
   std::string describe() const override {
-    return "synthetic markov language (vocab " + std::to_string(lang_.vocab()) + ", order " +
-           std::to_string(s_.order) + ", branching " + std::to_string(s_.branching) + ", seed " +
-           std::to_string(s_.seed) + ")";
+    return "synthetic markov language (vocab " + std::to_string(lang_.vocab()) + ", order " + std::to_string(s_.order) +
+           ", branching " + std::to_string(s_.branching) + ", seed " + std::to_string(s_.seed) + ")";
   }
   std::optional<double> entropy_floor(int64_t seq_len) const override { return lang_.entropy_floor(seq_len); }
 

@@ -1,6 +1,5 @@
 #include "metrics/metrics_writer.h"
 
-
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -17,7 +16,8 @@ MetricsWriter::MetricsWriter(const std::string& path) : path_(path) {
 MetricsWriter::MetricsWriter(const std::string& path, int64_t keep_bytes) : path_(path) {
   std::error_code ec;
   const auto size = std::filesystem::file_size(path, ec);
-  if (!ec && static_cast<int64_t>(size) > keep_bytes) std::filesystem::resize_file(path, static_cast<uint64_t>(keep_bytes), ec);
+  if (!ec && static_cast<int64_t>(size) > keep_bytes)
+    std::filesystem::resize_file(path, static_cast<uint64_t>(keep_bytes), ec);
   if (ec && std::filesystem::exists(path))
     throw runtime_error("cannot cut '" + path + "' back to the checkpoint's step: " + ec.message());
   file_ = std::fopen(path.c_str(), "a");

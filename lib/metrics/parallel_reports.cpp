@@ -23,7 +23,7 @@ json grad_sync_report(const std::optional<GradSyncTimes>& t) {
   }
   json j;
   j["buckets"] = t->buckets;
-  j["started_during_backward"] = during;  // of the last step's buckets
+  j["started_during_backward"] = during;     // of the last step's buckets
   j["backward_ms"] = ms(t->backward_end_s);  // from the last micro-batch's backward start
   j["bucket_start_ms"] = launches;
   return j;
@@ -51,7 +51,7 @@ json memory_per_rank_report(const std::vector<RankMemory>& ranks) {
                 {"optimizer_state_mb", thousandths(m.optimizer_state_mb)}};
     if (m.stage) {
       row["stage"] = *m.stage;
-      row["micro_batches_held"] = m.micro_batches_held;  // at the last step's peak
+      row["micro_batches_held"] = m.micro_batches_held;       // at the last step's peak
       row["activations_mb"] = thousandths(m.activations_mb);  // memory in use at that peak above the step's start
     }
     out.push_back(std::move(row));

@@ -22,7 +22,7 @@ struct GradSyncTimes {
 nlohmann::ordered_json grad_sync_report(const std::optional<GradSyncTimes>& t);
 
 struct PipelineLayout {
-  std::string schedule;  // "1f1b" | "gpipe"
+  std::string schedule;       // "1f1b" | "gpipe"
   int64_t micro_batches = 0;  // the last step's
   double bubble_fraction = 0;
   std::vector<std::pair<int64_t, int64_t>> stage_blocks;  // per stage: [first, last) of the block stack

@@ -27,8 +27,8 @@ void Progress::update(int64_t step, double loss, double tokens_per_s, double lr,
   if (style_ == ProgressStyle::kOff) return;
   const double eta = seconds_per_step * static_cast<double>(total_ - step);
   char line[256];
-  std::snprintf(line, sizeof line, "step %lld/%lld | loss %.4f | lr %.3g | %.0f tok/s | ETA %s",
-                (long long)step, (long long)total_, loss, lr, tokens_per_s, format_duration(eta).c_str());
+  std::snprintf(line, sizeof line, "step %lld/%lld | loss %.4f | lr %.3g | %.0f tok/s | ETA %s", (long long)step,
+                (long long)total_, loss, lr, tokens_per_s, format_duration(eta).c_str());
   show(line);
 }
 

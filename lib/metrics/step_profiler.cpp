@@ -98,8 +98,7 @@ std::string profile_table(const prof::ProfilerResult& result, bool device_events
     out += fmt::format("- device time (kernels and copies, summed): {:.2f} ms per step, {:.0f}% of the wall time{}\n",
                        total_ms / per_step, 100.0 * total_ms / std::max(wall_ms, 1e-9),
                        total_ms < 0.8 * wall_ms ? " (the device waits on the host: launch or sync bound)" : "");
-  else
-    out += fmt::format("- CPU op self time (all threads, summed): {:.2f} ms per step\n", total_ms / per_step);
+  else out += fmt::format("- CPU op self time (all threads, summed): {:.2f} ms per step\n", total_ms / per_step);
   out += fmt::format("\n| {} | calls per step | ms per step | share |\n|---|---:|---:|---:|\n",
                      device_events ? "kernel or copy" : "op (self time)");
   constexpr size_t kTop = 40;
@@ -111,8 +110,8 @@ std::string profile_table(const prof::ProfilerResult& result, bool device_events
                        r.ns / 1e6 / per_step, 100.0 * r.ns / std::max(total_ns, 1.0));
   }
   if (rows.size() > kTop)
-    out += fmt::format("| ({} others) | | {:.3f} | {:.1f}% |\n", rows.size() - kTop, (total_ns - shown) / 1e6 / per_step,
-                       100.0 * (total_ns - shown) / std::max(total_ns, 1.0));
+    out += fmt::format("| ({} others) | | {:.3f} | {:.1f}% |\n", rows.size() - kTop,
+                       (total_ns - shown) / 1e6 / per_step, 100.0 * (total_ns - shown) / std::max(total_ns, 1.0));
   return out;
 }
 

@@ -39,7 +39,7 @@ class StepProfiler {
 
 // The ops.md table from a finished profile (exposed for tests): device events
 // on CUDA, CPU ops by self time otherwise; `wall_ms` is the window's wall time.
-std::string profile_table(const torch::autograd::profiler::ProfilerResult& result, bool device_events,
-                          int64_t steps, double wall_ms);
+std::string profile_table(const torch::autograd::profiler::ProfilerResult& result, bool device_events, int64_t steps,
+                          double wall_ms);
 
 }  // namespace gputrain

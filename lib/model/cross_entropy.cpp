@@ -6,9 +6,8 @@ namespace gputrain {
 
 torch::Tensor cross_entropy_sum_reference(const torch::Tensor& logits, const torch::Tensor& targets,
                                           int64_t ignore_index) {
-  const torch::Tensor l = logits.scalar_type() == at::kFloat || logits.scalar_type() == at::kDouble
-                              ? logits
-                              : logits.to(at::kFloat);
+  const torch::Tensor l =
+      logits.scalar_type() == at::kFloat || logits.scalar_type() == at::kDouble ? logits : logits.to(at::kFloat);
   return at::cross_entropy_loss(l, targets, /*weight=*/{}, at::Reduction::Sum, ignore_index);
 }
 

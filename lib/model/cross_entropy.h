@@ -28,6 +28,6 @@ torch::Tensor cross_entropy_sum_reference(const torch::Tensor& logits, const tor
 // The fused CUDA path (CUDA build only; false where it cannot run: CPU tensors, no kernels built).
 bool fused_cross_entropy_available(const torch::Tensor& logits);
 torch::Tensor fused_cross_entropy_sum(const torch::Tensor& logits, const torch::Tensor& targets, int64_t ignore_index,
-                                     LogitsAfterLoss after = LogitsAfterLoss::kKeep);
+                                      LogitsAfterLoss after = LogitsAfterLoss::kKeep);
 
 }  // namespace gputrain

@@ -32,8 +32,7 @@ struct FusedCrossEntropy : torch::autograd::Function<FusedCrossEntropy> {
     const auto f32 = logits.options().dtype(at::kFloat);
     at::Tensor lse = at::empty({logits.size(0)}, f32), loss = at::empty({logits.size(0)}, f32);
     kernels::launch_cross_entropy_forward(args_for(logits, targets, ignore_index), lse.data_ptr<float>(),
-                                          loss.data_ptr<float>(),
-                                          kernel_stream(logits));
+                                          loss.data_ptr<float>(), kernel_stream(logits));
     ctx->save_for_backward({logits, targets, lse});
     ctx->saved_data["ignore_index"] = ignore_index;
     ctx->saved_data["reuse_for_gradient"] = reuse_for_gradient;
@@ -66,7 +65,7 @@ bool fused_cross_entropy_available(const torch::Tensor& logits) {
 }
 
 torch::Tensor fused_cross_entropy_sum(const torch::Tensor& logits, const torch::Tensor& targets, int64_t ignore_index,
-                                     LogitsAfterLoss after) {
+                                      LogitsAfterLoss after) {
   // A leaf, or a view of one, is the caller's own memory (a contiguous() copy made in forward is ours anyway).
   const bool callers_own = logits.is_leaf() || (logits.is_view() && logits._base().is_leaf());
   const bool reuse = after == LogitsAfterLoss::kReuseForGradient && !callers_own;

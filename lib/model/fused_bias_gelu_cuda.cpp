@@ -39,7 +39,8 @@ struct FusedBiasGelu : torch::autograd::Function<FusedBiasGelu> {
     const at::Tensor grad_out = grads[0].to(y.scalar_type()).contiguous();
     at::Tensor grad_y = at::empty_like(y, at::MemoryFormat::Contiguous);
     const auto a = args_for(y, bias);
-    at::Tensor partial = at::empty({kernels::bias_gelu_backward_chunks(a.rows), a.width}, y.options().dtype(at::kFloat));
+    at::Tensor partial =
+        at::empty({kernels::bias_gelu_backward_chunks(a.rows), a.width}, y.options().dtype(at::kFloat));
     kernels::launch_bias_gelu_backward(a, grad_out.data_ptr(), grad_y.data_ptr(), partial.data_ptr<float>(),
                                        kernel_stream(y));
     return {grad_y, column_sum(partial).to(bias.scalar_type())};

@@ -136,7 +136,7 @@ struct FusedAddNorm : torch::autograd::Function<FusedAddNorm> {
 
 at::ScalarType fused_norm_output_dtype(const torch::Tensor& x) {
   return x.is_cuda() && at::autocast::is_autocast_enabled(at::kCUDA) ? at::autocast::get_autocast_dtype(at::kCUDA)
-                                                                      : x.scalar_type();
+                                                                     : x.scalar_type();
 }
 
 bool fused_norm_available(const torch::Tensor& x, const torch::Tensor& branch, const FusedNormParams& p) {
@@ -162,8 +162,8 @@ torch::Tensor fused_norm(const torch::Tensor& x, const FusedNormParams& p) {
 
 std::pair<torch::Tensor, torch::Tensor> fused_add_norm(const torch::Tensor& x, const torch::Tensor& branch,
                                                        const FusedNormParams& p) {
-  auto r = FusedAddNorm::apply(x, branch, p.weight, p.bias, p.eps, p.rms,
-                               static_cast<int64_t>(fused_norm_output_dtype(x)));
+  auto r =
+      FusedAddNorm::apply(x, branch, p.weight, p.bias, p.eps, p.rms, static_cast<int64_t>(fused_norm_output_dtype(x)));
   return {r[0], r[1]};
 }
 

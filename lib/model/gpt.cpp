@@ -17,9 +17,7 @@ namespace nn = torch::nn;
 
 // Dropout with p = 0 still runs an op and records an autograd node in
 // training mode; skip it. One rule for every dropout site in the model.
-static torch::Tensor apply_dropout(nn::Dropout& d, const torch::Tensor& x) {
-  return d->options.p() > 0 ? d(x) : x;
-}
+static torch::Tensor apply_dropout(nn::Dropout& d, const torch::Tensor& x) { return d->options.p() > 0 ? d(x) : x; }
 
 // softmax(Q K^T / sqrt(D) + causal mask) V, spelled out: the reference the
 // fused kernels are compared with, and a fallback where they misbehave. It
@@ -62,10 +60,10 @@ torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
     k = rotary->apply(k);
   }
   const double p = is_training() ? dropout : 0.0;
-  auto y = impl == AttentionImpl::kSdpa
-               ? at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, p, /*is_causal=*/true, /*scale=*/std::nullopt,
-                                                  /*enable_gqa=*/n_kv_head != n_head)
-               : math_attention(q, k, v, p);
+  auto y = impl == AttentionImpl::kSdpa ? at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, p,
+                                                                           /*is_causal=*/true, /*scale=*/std::nullopt,
+                                                                           /*enable_gqa=*/n_kv_head != n_head)
+                                        : math_attention(q, k, v, p);
   y = c_proj(y.transpose(1, 2).reshape({B, T, width}));
   return apply_dropout(resid_dropout, y);
 }
@@ -99,17 +97,17 @@ static Norm make_norm(const ModelSettings& cfg) {
   return Norm(cfg.arch == ModelArch::kLlama ? NormKind::kRmsNorm : NormKind::kLayerNorm, cfg.d_model, cfg.norm_eps);
 }
 
-BlockImpl::BlockImpl(const ModelSettings& cfg, std::shared_ptr<RotaryEmbedding> rotary, std::shared_ptr<MoeContext> moe_context) {
+BlockImpl::BlockImpl(const ModelSettings& cfg, std::shared_ptr<RotaryEmbedding> rotary,
+                     std::shared_ptr<MoeContext> moe_context) {
   ln_1 = register_module("ln_1", make_norm(cfg));
   attn = register_module("attn", CausalSelfAttention(cfg, std::move(rotary)));
   ln_2 = register_module("ln_2", make_norm(cfg));
-  if (moe_context)
-    moe = register_module("mlp", MoeMlp(cfg, std::move(moe_context)));
-  else
-    mlp = register_module("mlp", Mlp(cfg));
+  if (moe_context) moe = register_module("mlp", MoeMlp(cfg, std::move(moe_context)));
+  else mlp = register_module("mlp", Mlp(cfg));
 }
 
-std::pair<torch::Tensor, torch::Tensor> BlockImpl::forward_deferred(const torch::Tensor& x, const torch::Tensor& pending) {
+std::pair<torch::Tensor, torch::Tensor> BlockImpl::forward_deferred(const torch::Tensor& x,
+                                                                    const torch::Tensor& pending) {
   auto [stream, normed] = ln_1->add_forward(x, pending);
   auto [h, normed_h] = ln_2->add_forward(stream, attn(normed));
   return {h, moe ? moe(normed_h) : mlp(normed_h)};
@@ -134,10 +132,10 @@ GptBodyImpl::GptBodyImpl(const ModelSettings& cfg, const std::shared_ptr<MoeCont
 GptImpl::GptImpl(const ModelSettings& c) : cfg(c) {
   if (cfg.moe.enabled()) moe = std::make_shared<MoeContext>();
   transformer = register_module("transformer", GptBody(cfg, moe));
-  if (!cfg.tie_embeddings)
-    lm_head = register_module("lm_head", Linear(cfg.d_model, cfg.padded_vocab(), false));
+  if (!cfg.tie_embeddings) lm_head = register_module("lm_head", Linear(cfg.d_model, cfg.padded_vocab(), false));
   reset_parameters();
-  if (cfg.lora.rank > 0) add_lora_adapters(*this, cfg.lora);  // after the base's initialization: its random numbers stay
+  if (cfg.lora.rank > 0)
+    add_lora_adapters(*this, cfg.lora);  // after the base's initialization: its random numbers stay
 }
 
 torch::Tensor GptImpl::embed(const torch::Tensor& tokens) {

@@ -28,7 +28,8 @@ std::vector<ParamShape> gpt_parameter_shapes(const ModelSettings& m) {
     if (!llama) out.push_back({name + ".bias", {d}});  // RMSNorm has a scale only
   };
   auto mlp = [&](const std::string& name, bool adaptable) {
-    linear(name + ".c_fc", d, llama ? 2 * h : h, m.bias, adaptable && targeted(LoraTarget::kMlpUp));  // SwiGLU: gate and up
+    linear(name + ".c_fc", d, llama ? 2 * h : h, m.bias,
+           adaptable && targeted(LoraTarget::kMlpUp));  // SwiGLU: gate and up
     linear(name + ".c_proj", h, d, m.bias, adaptable && targeted(LoraTarget::kMlpDown));
   };
   for (int64_t l = 0; l < m.n_layer; ++l) {

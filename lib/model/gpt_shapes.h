@@ -1,6 +1,6 @@
 // The GPT's parameters (names and shapes, in registration order; LoRA
-// adapters and mixture-of-experts layers included) computed from the settings alone: the memory plan and optimizer-state estimates use
-// it without building a model. A test checks it against the real module.
+// adapters and mixture-of-experts layers included) computed from the settings alone: the memory plan and
+// optimizer-state estimates use it without building a model. A test checks it against the real module.
 #pragma once
 #include <cstdint>
 #include <string>

@@ -69,12 +69,13 @@ KernelBenchRow bench_add_norm(const Settings& s, const Precision& precision, con
   row.aten_ms = mean_ms(device, repeats, [&] {
     clear_grads({&x, &branch, &weight, &bias});
     at::Tensor h = x + branch;
-    at::Tensor y = rms ? at::rms_norm(h, {d}, weight, s.model.norm_eps)
-                       : at::layer_norm(h, {d}, weight, bias, s.model.norm_eps);
+    at::Tensor y =
+        rms ? at::rms_norm(h, {d}, weight, s.model.norm_eps) : at::layer_norm(h, {d}, weight, bias, s.model.norm_eps);
     torch::autograd::backward({y.to(low), h}, {grad_out, grad_sum});  // .to: the cast autocast's linear makes
   });
   AutocastGuard autocast(precision.uses_autocast(), device.type(), low);
-  if (!fused_norm_available(x, branch, p)) throw usage_error("kernels bench: the fused norm does not take " + row.shape);
+  if (!fused_norm_available(x, branch, p))
+    throw usage_error("kernels bench: the fused norm does not take " + row.shape);
   row.fused_ms = mean_ms(device, repeats, [&] {
     clear_grads({&x, &branch, &weight, &bias});
     auto [h, y] = fused_add_norm(x, branch, p);
@@ -108,8 +109,8 @@ KernelBenchRow bench_cross_entropy(const Settings& s, const Precision& precision
     fused_cross_entropy_sum(logits, targets, kIgnoreIndex).backward();
   });
   // Forward reads the logits; backward reads them and writes their gradient.
-  row.fused_gb_per_s = 3.0 * static_cast<double>(at::elementSize(dtype)) * static_cast<double>(rows * vocab) /
-                       (row.fused_ms * 1e6);
+  row.fused_gb_per_s =
+      3.0 * static_cast<double>(at::elementSize(dtype)) * static_cast<double>(rows * vocab) / (row.fused_ms * 1e6);
   return row;
 }
 
@@ -131,14 +132,15 @@ KernelBenchRow bench_bias_gelu(const Settings& s, const Precision& precision, co
     torch::autograd::backward({at::gelu(y, "tanh")}, {grad_out});
     at::Tensor bias_grad = y.grad().sum(0);
   });
-  if (!fused_bias_gelu_available(y, bias)) throw usage_error("kernels bench: the fused bias + GELU does not take " + row.shape);
+  if (!fused_bias_gelu_available(y, bias))
+    throw usage_error("kernels bench: the fused bias + GELU does not take " + row.shape);
   row.fused_ms = mean_ms(device, repeats, [&] {
     clear_grads({&y, &bias});
     torch::autograd::backward({fused_bias_gelu(y, bias)}, {grad_out});
   });
   // Forward reads y, writes out; backward reads y and the gradient, writes y's gradient.
-  row.fused_gb_per_s = 5.0 * static_cast<double>(at::elementSize(dtype)) * static_cast<double>(rows * width) /
-                       (row.fused_ms * 1e6);
+  row.fused_gb_per_s =
+      5.0 * static_cast<double>(at::elementSize(dtype)) * static_cast<double>(rows * width) / (row.fused_ms * 1e6);
   return row;
 }
 
@@ -155,8 +157,8 @@ KernelBenchRow bench_bias_gradient(const Settings& s, const Precision& precision
   row.aten_ms = mean_ms(device, repeats, [&] { at::Tensor b = g.sum(0); });
   row.fused_ms = mean_ms(device, repeats, [&] { at::Tensor b = linear_bias_gradient(g); });
   // Reads the gradient once (the partial rows, 256 x width fp32, are small beside it).
-  row.fused_gb_per_s = static_cast<double>(at::elementSize(dtype)) * static_cast<double>(rows * width) /
-                       (row.fused_ms * 1e6);
+  row.fused_gb_per_s =
+      static_cast<double>(at::elementSize(dtype)) * static_cast<double>(rows * width) / (row.fused_ms * 1e6);
   return row;
 }
 

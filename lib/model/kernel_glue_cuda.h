@@ -16,10 +16,14 @@ namespace gputrain {
 
 inline std::optional<kernels::FloatType> kernel_float_type(at::ScalarType t) {
   switch (t) {
-    case at::kFloat: return kernels::FloatType::kFloat32;
-    case at::kBFloat16: return kernels::FloatType::kBFloat16;
-    case at::kHalf: return kernels::FloatType::kFloat16;
-    default: return std::nullopt;
+    case at::kFloat:
+      return kernels::FloatType::kFloat32;
+    case at::kBFloat16:
+      return kernels::FloatType::kBFloat16;
+    case at::kHalf:
+      return kernels::FloatType::kFloat16;
+    default:
+      return std::nullopt;
   }
 }
 

@@ -25,8 +25,8 @@ struct LinearImpl : torch::nn::Module {
   // The weight as the product reads it: weight_copy under bf16 autocast when one is set (model/weight_copy.h).
   torch::Tensor product_weight() const;
 
-  torch::Tensor weight, bias;  // [out, in], [out] (undefined without bias)
-  torch::Tensor weight_copy;   // bf16 copy of weight, set and kept current from outside (train/weight_copies.h)
+  torch::Tensor weight, bias;    // [out, in], [out] (undefined without bias)
+  torch::Tensor weight_copy;     // bf16 copy of weight, set and kept current from outside (train/weight_copies.h)
   torch::Tensor lora_A, lora_B;  // undefined without LoRA
   double lora_scale = 0, lora_dropout = 0;
   using Tap = std::function<torch::Tensor(const torch::Tensor&)>;

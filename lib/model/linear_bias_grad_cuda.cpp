@@ -16,8 +16,7 @@ using torch::autograd::variable_list;
 // Column sums of a [rows, cols] matrix in fp32; ATen's where the kernel does not take it.
 at::Tensor column_sums(const at::Tensor& m) {
   const auto type = kernel_float_type(m.scalar_type());
-  if (!type || !m.is_contiguous() || !aligned16(m) ||
-      !kernels::column_partial_sums_supported(*type, m.size(1)))
+  if (!type || !m.is_contiguous() || !aligned16(m) || !kernels::column_partial_sums_supported(*type, m.size(1)))
     return m.sum(0, /*keepdim=*/false, at::kFloat);
   at::Tensor partial = at::empty({kernels::column_partial_rows(m.size(0)), m.size(1)}, m.options().dtype(at::kFloat));
   kernels::launch_column_partial_sums(m.data_ptr(), *type, m.size(0), m.size(1), partial.data_ptr<float>(),

@@ -14,13 +14,18 @@ namespace {
 
 Linear& target_linear(BlockImpl& block, LoraTarget target) {
   if (!block.mlp && (target == LoraTarget::kMlpUp || target == LoraTarget::kMlpDown))
-    throw config_error("model.lora.targets: mlp_up and mlp_down cannot adapt a mixture-of-experts layer"
-                       "\n    fix: adapt qkv and proj only");
+    throw config_error(
+        "model.lora.targets: mlp_up and mlp_down cannot adapt a mixture-of-experts layer"
+        "\n    fix: adapt qkv and proj only");
   switch (target) {
-    case LoraTarget::kQkv: return block.attn->c_attn;
-    case LoraTarget::kProj: return block.attn->c_proj;
-    case LoraTarget::kMlpUp: return block.mlp->c_fc;
-    case LoraTarget::kMlpDown: return block.mlp->c_proj;
+    case LoraTarget::kQkv:
+      return block.attn->c_attn;
+    case LoraTarget::kProj:
+      return block.attn->c_proj;
+    case LoraTarget::kMlpUp:
+      return block.mlp->c_fc;
+    case LoraTarget::kMlpDown:
+      return block.mlp->c_proj;
   }
   throw std::logic_error("unknown LoRA target");
 }
@@ -29,10 +34,14 @@ Linear& target_linear(BlockImpl& block, LoraTarget target) {
 
 const char* lora_target_module(LoraTarget target) {
   switch (target) {
-    case LoraTarget::kQkv: return "attn.c_attn";
-    case LoraTarget::kProj: return "attn.c_proj";
-    case LoraTarget::kMlpUp: return "mlp.c_fc";
-    case LoraTarget::kMlpDown: return "mlp.c_proj";
+    case LoraTarget::kQkv:
+      return "attn.c_attn";
+    case LoraTarget::kProj:
+      return "attn.c_proj";
+    case LoraTarget::kMlpUp:
+      return "mlp.c_fc";
+    case LoraTarget::kMlpDown:
+      return "mlp.c_proj";
   }
   return "?";
 }
@@ -41,7 +50,8 @@ void add_lora_adapters(GptImpl& model, const LoraSettings& lora) {
   for (auto& p : model.parameters()) p.requires_grad_(false);
   for (const auto& m : *model.transformer->h) {
     auto& block = *m->as<Block>();
-    for (LoraTarget t : lora.targets) target_linear(block, t)->add_lora(lora.rank, lora.alpha / static_cast<double>(lora.rank), lora.dropout);
+    for (LoraTarget t : lora.targets)
+      target_linear(block, t)->add_lora(lora.rank, lora.alpha / static_cast<double>(lora.rank), lora.dropout);
   }
 }
 

@@ -18,7 +18,8 @@ using torch::autograd::variable_list;
 // Identity on the layer's output; in backward it also hands the balancing
 // loss the gradient the context says (Megatron's aux-loss scaler, in effect).
 struct MoeAuxGrad : torch::autograd::Function<MoeAuxGrad> {
-  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& y, const torch::Tensor& aux, int64_t context) {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& y, const torch::Tensor& aux,
+                               int64_t context) {
     ctx->saved_data["context"] = context;
     ctx->saved_data["aux"] = aux.detach();  // its dtype and device, for the gradient
     return y.view_as(y);
@@ -39,7 +40,8 @@ double moe_aux_grad_scale(const ModelSettings& m, int64_t forwards_per_layer, do
 
 int64_t expert_capacity(double factor, int64_t tokens, int64_t top_k, int64_t experts) {
   if (factor <= 0) return 0;
-  return static_cast<int64_t>(std::ceil(factor * static_cast<double>(tokens * top_k) / static_cast<double>(experts) - 1e-9));
+  return static_cast<int64_t>(
+      std::ceil(factor * static_cast<double>(tokens * top_k) / static_cast<double>(experts) - 1e-9));
 }
 
 Routing route_tokens(const torch::Tensor& probs, int64_t top_k, int64_t capacity) {
@@ -47,14 +49,14 @@ Routing route_tokens(const torch::Tensor& probs, int64_t top_k, int64_t capacity
   auto [gates, chosen] = probs.topk(top_k, -1);  // [N, k], best first
   // Slot-major order (every token's first choice, then every second choice):
   // an expert's queue fills with first choices before second ones.
-  const torch::Tensor expert = chosen.t().reshape(-1);                                   // [k N]
-  const torch::Tensor gate = gates.t().reshape(-1);                                      // [k N]
-  const torch::Tensor token = at::arange(N, expert.options()).repeat({top_k});           // [k N]
+  const torch::Tensor expert = chosen.t().reshape(-1);                          // [k N]
+  const torch::Tensor gate = gates.t().reshape(-1);                             // [k N]
+  const torch::Tensor token = at::arange(N, expert.options()).repeat({top_k});  // [k N]
   Routing r;
   r.chosen = chosen;
   if (capacity > 0) {
-    const torch::Tensor one_hot = at::one_hot(expert, E);                                // [k N, E]
-    const torch::Tensor position = (one_hot.cumsum(0) * one_hot).sum(-1) - 1;            // place in its expert's queue
+    const torch::Tensor one_hot = at::one_hot(expert, E);                      // [k N, E]
+    const torch::Tensor position = (one_hot.cumsum(0) * one_hot).sum(-1) - 1;  // place in its expert's queue
     const torch::Tensor keep = position < capacity;
     r.dropped = expert.numel() - keep.sum().item<int64_t>();
     r.token = token.masked_select(keep);

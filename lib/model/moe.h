@@ -59,8 +59,8 @@ struct MoeMlpImpl : torch::nn::Module {
   int64_t top_k;
   double capacity_factor;
   std::shared_ptr<MoeContext> context;
-  Linear router{nullptr};                  // d_model -> experts, no bias
-  torch::nn::ModuleList experts{nullptr};  // Mlp each
+  Linear router{nullptr};                    // d_model -> experts, no bias
+  torch::nn::ModuleList experts{nullptr};    // Mlp each
   std::shared_ptr<ExpertExchange> exchange;  // null: every expert runs here
 };
 TORCH_MODULE(MoeMlp);

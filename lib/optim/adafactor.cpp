@@ -109,87 +109,87 @@ void Adafactor::step(double lr) {
   for (size_t gi = 0; gi < groups_.size(); ++gi) {
     const ParamGroup& g = groups_[gi];
     const double group_lr = lr * g.lr_scale;
-    for_each_fp32_working_set(g, [&](std::vector<at::Tensor>& params, std::vector<at::Tensor>& grads,
-                                     const std::vector<size_t>& idx) {
-      const size_t n = idx.size();
-      int64_t budget = kMinBatchElements;
-      for (const at::Tensor& p : params) budget = std::max(budget, p.numel());
-      // Step counts, base learning rates, and the batches; the unclipped update of each tensor
-      // is then computed batch by batch (one set of ops per batch instead of per tensor).
-      std::vector<double> base_lr(n), rms_divisor(n), clip_divisor(n);
-      std::vector<Batch> batches;
-      for (size_t k = 0; k < n; ++k) {
-        Slot& s = slots_[gi][idx[k]];
-        const int64_t t = ++count(s.step);
-        base_lr[k] = opts_.relative_step ? std::min(1e-2, 1.0 / std::sqrt(static_cast<double>(t))) : group_lr;
-        rms_divisor[k] = std::sqrt(static_cast<double>(params[k].numel()));
-        clip_divisor[k] = rms_divisor[k] * opts_.clip_threshold;
-        const std::vector<int64_t> shape = s.factored ? params[k].sizes().vec() : std::vector<int64_t>{};
-        auto same = std::find_if(batches.rbegin(), batches.rend(), [&](const Batch& b) {
-          return b.factored == s.factored && b.step == t && b.shape == shape;
+    for_each_fp32_working_set(
+        g, [&](std::vector<at::Tensor>& params, std::vector<at::Tensor>& grads, const std::vector<size_t>& idx) {
+          const size_t n = idx.size();
+          int64_t budget = kMinBatchElements;
+          for (const at::Tensor& p : params) budget = std::max(budget, p.numel());
+          // Step counts, base learning rates, and the batches; the unclipped update of each tensor
+          // is then computed batch by batch (one set of ops per batch instead of per tensor).
+          std::vector<double> base_lr(n), rms_divisor(n), clip_divisor(n);
+          std::vector<Batch> batches;
+          for (size_t k = 0; k < n; ++k) {
+            Slot& s = slots_[gi][idx[k]];
+            const int64_t t = ++count(s.step);
+            base_lr[k] = opts_.relative_step ? std::min(1e-2, 1.0 / std::sqrt(static_cast<double>(t))) : group_lr;
+            rms_divisor[k] = std::sqrt(static_cast<double>(params[k].numel()));
+            clip_divisor[k] = rms_divisor[k] * opts_.clip_threshold;
+            const std::vector<int64_t> shape = s.factored ? params[k].sizes().vec() : std::vector<int64_t>{};
+            auto same = std::find_if(batches.rbegin(), batches.rend(), [&](const Batch& b) {
+              return b.factored == s.factored && b.step == t && b.shape == shape;
+            });
+            // A factored batch has one shape, so its size is members x this tensor's.
+            if (same == batches.rend() ||
+                (s.factored && static_cast<int64_t>(same->members.size() + 1) * params[k].numel() > budget)) {
+              batches.push_back(Batch{s.factored, t, shape, {}});
+              same = batches.rbegin();
+            }
+            same->members.push_back(k);
+          }
+          std::vector<at::Tensor> updates(n);
+          for (const Batch& b : batches) {
+            const double beta2t = 1.0 - std::pow(static_cast<double>(b.step), opts_.decay_rate);
+            std::vector<at::Tensor> gs, rows, cols, sq_avgs;
+            for (size_t k : b.members) {
+              const Slot& s = slots_[gi][idx[k]];
+              gs.push_back(grads[k]);
+              if (b.factored) rows.push_back(s.row), cols.push_back(s.col);
+              else sq_avgs.push_back(s.exp_avg_sq);
+            }
+            const std::vector<at::Tensor> batch_updates = b.factored
+                                                              ? factored_updates(gs, rows, cols, beta2t, opts_.eps[0])
+                                                              : full_updates(gs, sq_avgs, beta2t, opts_.eps[0]);
+            for (size_t j = 0; j < b.members.size(); ++j) updates[b.members[j]] = batch_updates[j];
+          }
+          // Each update clipped to RMS <= clip_threshold and scaled by its lr: one factor per
+          // tensor, lr / max(1, RMS(update) / clip_threshold), kept on the device (no sync).
+          // scale_parameter multiplies the lr by max(eps[1], RMS(parameter)).
+          std::vector<at::Tensor> factor = at::_foreach_norm(updates);
+          at::_foreach_div_(factor, scalars(clip_divisor));
+          at::_foreach_clamp_min_(factor, 1.0);
+          at::_foreach_reciprocal_(factor);
+          std::vector<at::Tensor> step_lr;  // per tensor under scale_parameter, else base_lr
+          if (opts_.scale_parameter) {
+            step_lr = at::_foreach_norm(params);
+            at::_foreach_div_(step_lr, scalars(rms_divisor));
+            at::_foreach_clamp_min_(step_lr, opts_.eps[1]);
+            at::_foreach_mul_(step_lr, scalars(base_lr));
+            at::_foreach_mul_(factor, step_lr);
+          } else {
+            at::_foreach_mul_(factor, scalars(base_lr));
+          }
+          at::_foreach_mul_(updates, factor);
+          if (opts_.beta1 > 0) {
+            std::vector<at::Tensor> m;
+            for (size_t k : idx) m.push_back(slots_[gi][k].exp_avg);
+            at::_foreach_mul_(m, opts_.beta1);
+            at::_foreach_add_(m, updates, 1.0 - opts_.beta1);
+            updates = m;
+          }
+          if (g.weight_decay != 0) {
+            // Decoupled: p *= 1 - wd * lr_t, with lr_t per tensor.
+            if (opts_.scale_parameter) {
+              std::vector<at::Tensor> decay = at::_foreach_mul(step_lr, -g.weight_decay);
+              at::_foreach_add_(decay, 1.0);
+              at::_foreach_mul_(params, decay);
+            } else {
+              std::vector<double> decay(n);
+              for (size_t k = 0; k < n; ++k) decay[k] = 1.0 - g.weight_decay * base_lr[k];
+              at::_foreach_mul_(params, scalars(decay));
+            }
+          }
+          at::_foreach_sub_(params, updates);
         });
-        // A factored batch has one shape, so its size is members x this tensor's.
-        if (same == batches.rend() ||
-            (s.factored && static_cast<int64_t>(same->members.size() + 1) * params[k].numel() > budget)) {
-          batches.push_back(Batch{s.factored, t, shape, {}});
-          same = batches.rbegin();
-        }
-        same->members.push_back(k);
-      }
-      std::vector<at::Tensor> updates(n);
-      for (const Batch& b : batches) {
-        const double beta2t = 1.0 - std::pow(static_cast<double>(b.step), opts_.decay_rate);
-        std::vector<at::Tensor> gs, rows, cols, sq_avgs;
-        for (size_t k : b.members) {
-          const Slot& s = slots_[gi][idx[k]];
-          gs.push_back(grads[k]);
-          if (b.factored) rows.push_back(s.row), cols.push_back(s.col);
-          else sq_avgs.push_back(s.exp_avg_sq);
-        }
-        const std::vector<at::Tensor> batch_updates = b.factored
-                                                          ? factored_updates(gs, rows, cols, beta2t, opts_.eps[0])
-                                                          : full_updates(gs, sq_avgs, beta2t, opts_.eps[0]);
-        for (size_t j = 0; j < b.members.size(); ++j) updates[b.members[j]] = batch_updates[j];
-      }
-      // Each update clipped to RMS <= clip_threshold and scaled by its lr: one factor per
-      // tensor, lr / max(1, RMS(update) / clip_threshold), kept on the device (no sync).
-      // scale_parameter multiplies the lr by max(eps[1], RMS(parameter)).
-      std::vector<at::Tensor> factor = at::_foreach_norm(updates);
-      at::_foreach_div_(factor, scalars(clip_divisor));
-      at::_foreach_clamp_min_(factor, 1.0);
-      at::_foreach_reciprocal_(factor);
-      std::vector<at::Tensor> step_lr;  // per tensor under scale_parameter, else base_lr
-      if (opts_.scale_parameter) {
-        step_lr = at::_foreach_norm(params);
-        at::_foreach_div_(step_lr, scalars(rms_divisor));
-        at::_foreach_clamp_min_(step_lr, opts_.eps[1]);
-        at::_foreach_mul_(step_lr, scalars(base_lr));
-        at::_foreach_mul_(factor, step_lr);
-      } else {
-        at::_foreach_mul_(factor, scalars(base_lr));
-      }
-      at::_foreach_mul_(updates, factor);
-      if (opts_.beta1 > 0) {
-        std::vector<at::Tensor> m;
-        for (size_t k : idx) m.push_back(slots_[gi][k].exp_avg);
-        at::_foreach_mul_(m, opts_.beta1);
-        at::_foreach_add_(m, updates, 1.0 - opts_.beta1);
-        updates = m;
-      }
-      if (g.weight_decay != 0) {
-        // Decoupled: p *= 1 - wd * lr_t, with lr_t per tensor.
-        if (opts_.scale_parameter) {
-          std::vector<at::Tensor> decay = at::_foreach_mul(step_lr, -g.weight_decay);
-          at::_foreach_add_(decay, 1.0);
-          at::_foreach_mul_(params, decay);
-        } else {
-          std::vector<double> decay(n);
-          for (size_t k = 0; k < n; ++k) decay[k] = 1.0 - g.weight_decay * base_lr[k];
-          at::_foreach_mul_(params, scalars(decay));
-        }
-      }
-      at::_foreach_sub_(params, updates);
-    });
   }
 }
 

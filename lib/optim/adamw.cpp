@@ -9,8 +9,9 @@ namespace gputrain {
 kernels::AdamWScalars adamw_scalars(const AdamWOptions& o, int64_t t, double lr, double weight_decay) {
   const double bc1 = 1.0 - std::pow(o.beta1, static_cast<double>(t));
   const double bc2 = 1.0 - std::pow(o.beta2, static_cast<double>(t));
-  return {static_cast<float>(o.beta1), static_cast<float>(o.beta2), static_cast<float>(o.eps),
-          static_cast<float>(lr / bc1), static_cast<float>(std::sqrt(bc2)), static_cast<float>(1.0 - lr * weight_decay)};
+  return {static_cast<float>(o.beta1),        static_cast<float>(o.beta2),
+          static_cast<float>(o.eps),          static_cast<float>(lr / bc1),
+          static_cast<float>(std::sqrt(bc2)), static_cast<float>(1.0 - lr * weight_decay)};
 }
 
 uint64_t rounding_seed(int64_t step, size_t tensor_serial) {
@@ -56,8 +57,8 @@ void AdamW::step(double lr) {
       Slot& s = slots_[gi][i];
       const int64_t t = ++count(s.step);
       items.push_back({g.params[i], grad.to(g.params[i].scalar_type()).contiguous(), s.exp_avg, s.exp_avg_sq,
-                       adamw_scalars(opts_, t, lr * g.lr_scale, g.weight_decay), rounding_seed(t, serial),
-                       grad_scale_, bf16_copy_of(g.params[i])});
+                       adamw_scalars(opts_, t, lr * g.lr_scale, g.weight_decay), rounding_seed(t, serial), grad_scale_,
+                       bf16_copy_of(g.params[i])});
     }
   }
   fused_adamw(items);
@@ -66,27 +67,27 @@ void AdamW::step(double lr) {
 // torch.optim.AdamW's _multi_tensor_adamw (non-capturable): scalars per
 // tensor for the bias corrections, everything else one op per list.
 void AdamW::step_foreach(const ParamGroup& g, std::vector<Slot>& slots, double lr) {
-  for_each_fp32_working_set(g, [&](std::vector<at::Tensor>& params, std::vector<at::Tensor>& grads,
-                                   const std::vector<size_t>& idx) {
-    std::vector<at::Tensor> m, v;
-    std::vector<at::Scalar> step_size, bc2_sqrt;
-    for (size_t k : idx) {
-      Slot& s = slots[k];
-      const auto sc = adamw_scalars(opts_, ++count(s.step), lr, g.weight_decay);
-      m.push_back(s.exp_avg);
-      v.push_back(s.exp_avg_sq);
-      step_size.emplace_back(-static_cast<double>(sc.step_size));
-      bc2_sqrt.emplace_back(static_cast<double>(sc.bias_correction2_sqrt));
-    }
-    if (g.weight_decay != 0) at::_foreach_mul_(params, 1.0 - lr * g.weight_decay);
-    at::_foreach_lerp_(m, grads, 1.0 - opts_.beta1);
-    at::_foreach_mul_(v, opts_.beta2);
-    at::_foreach_addcmul_(v, grads, grads, 1.0 - opts_.beta2);
-    std::vector<at::Tensor> denom = at::_foreach_sqrt(v);
-    at::_foreach_div_(denom, bc2_sqrt);
-    at::_foreach_add_(denom, opts_.eps);
-    at::_foreach_addcdiv_(params, m, denom, step_size);
-  });
+  for_each_fp32_working_set(
+      g, [&](std::vector<at::Tensor>& params, std::vector<at::Tensor>& grads, const std::vector<size_t>& idx) {
+        std::vector<at::Tensor> m, v;
+        std::vector<at::Scalar> step_size, bc2_sqrt;
+        for (size_t k : idx) {
+          Slot& s = slots[k];
+          const auto sc = adamw_scalars(opts_, ++count(s.step), lr, g.weight_decay);
+          m.push_back(s.exp_avg);
+          v.push_back(s.exp_avg_sq);
+          step_size.emplace_back(-static_cast<double>(sc.step_size));
+          bc2_sqrt.emplace_back(static_cast<double>(sc.bias_correction2_sqrt));
+        }
+        if (g.weight_decay != 0) at::_foreach_mul_(params, 1.0 - lr * g.weight_decay);
+        at::_foreach_lerp_(m, grads, 1.0 - opts_.beta1);
+        at::_foreach_mul_(v, opts_.beta2);
+        at::_foreach_addcmul_(v, grads, grads, 1.0 - opts_.beta2);
+        std::vector<at::Tensor> denom = at::_foreach_sqrt(v);
+        at::_foreach_div_(denom, bc2_sqrt);
+        at::_foreach_add_(denom, opts_.eps);
+        at::_foreach_addcdiv_(params, m, denom, step_size);
+      });
 }
 
 }  // namespace gputrain

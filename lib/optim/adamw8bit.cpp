@@ -50,9 +50,10 @@ AdamW8bit::AdamW8bit(std::vector<ParamGroup> groups, AdamWOptions opts, AdamW8bi
 std::string AdamW8bit::describe() const {
   int64_t tensors = 0;
   for (const auto& g : groups_) tensors += static_cast<int64_t>(g.params.size());
-  return fmt::format("adamw8bit, {}; 8-bit moments for {} of {} tensors ({:.1f}% of parameters)",
-                     describe_kernel(UpdateKernel::kFused, groups_), quantized_tensors_, tensors,
-                     total_elements_ ? 100.0 * static_cast<double>(quantized_elements_) / static_cast<double>(total_elements_) : 0.0);
+  return fmt::format(
+      "adamw8bit, {}; 8-bit moments for {} of {} tensors ({:.1f}% of parameters)",
+      describe_kernel(UpdateKernel::kFused, groups_), quantized_tensors_, tensors,
+      total_elements_ ? 100.0 * static_cast<double>(quantized_elements_) / static_cast<double>(total_elements_) : 0.0);
 }
 
 void AdamW8bit::step(double lr) {
@@ -70,10 +71,9 @@ void AdamW8bit::step(double lr) {
       const auto scalars = adamw_scalars(opts_, t, lr * g.lr_scale, g.weight_decay);
       const at::Tensor grad = p.grad().to(p.scalar_type()).contiguous();
       if (s.quantized)
-        quantized.push_back({p, grad, s.exp_avg, s.exp_avg_sq, s.absmax_avg, s.absmax_avg_sq, scalars,
-                             rounding_seed(t, serial)});
-      else
-        full.push_back({p, grad, s.exp_avg, s.exp_avg_sq, scalars, rounding_seed(t, serial)});
+        quantized.push_back(
+            {p, grad, s.exp_avg, s.exp_avg_sq, s.absmax_avg, s.absmax_avg_sq, scalars, rounding_seed(t, serial)});
+      else full.push_back({p, grad, s.exp_avg, s.exp_avg_sq, scalars, rounding_seed(t, serial)});
     }
   }
   fused_adamw(full);

@@ -45,10 +45,8 @@ std::map<std::pair<std::string, int>, std::vector<Item>> partition(const std::ve
 
 void fused_adamw(const std::vector<FusedAdamWItem>& items) {
   for (const auto& [key, part] : partition(items)) {
-    if (part.front().param.is_cuda())
-      fused_adamw_cuda(part);
-    else
-      fused_adamw_cpu(part);
+    if (part.front().param.is_cuda()) fused_adamw_cuda(part);
+    else fused_adamw_cpu(part);
   }
 }
 
@@ -57,10 +55,8 @@ void fused_adamw8bit(const std::vector<FusedAdamW8bitItem>& items, const QuantMa
     if (part.front().param.device() != maps.signed_code.device())
       throw runtime_error("fused 8-bit AdamW: the quantization maps are on " + maps.signed_code.device().str() +
                           ", the parameters on " + part.front().param.device().str());
-    if (part.front().param.is_cuda())
-      fused_adamw8bit_cuda(part, maps);
-    else
-      fused_adamw8bit_cpu(part, maps);
+    if (part.front().param.is_cuda()) fused_adamw8bit_cuda(part, maps);
+    else fused_adamw8bit_cpu(part, maps);
   }
 }
 

@@ -35,16 +35,13 @@ struct UnitIndex {
 template <bool kBf16>
 struct ParamAccess {
   static float load(const void* base, int64_t i) {
-    if constexpr (kBf16)
-      return kernels::bf16_bits_to_float(static_cast<const uint16_t*>(base)[i]);
-    else
-      return static_cast<const float*>(base)[i];
+    if constexpr (kBf16) return kernels::bf16_bits_to_float(static_cast<const uint16_t*>(base)[i]);
+    else return static_cast<const float*>(base)[i];
   }
   static void store(void* base, int64_t i, float x, uint64_t seed) {
     if constexpr (kBf16)
       static_cast<uint16_t*>(base)[i] = kernels::float_to_bf16_stochastic(x, kernels::hash_bits(seed, i));
-    else
-      static_cast<float*>(base)[i] = x;
+    else static_cast<float*>(base)[i] = x;
   }
 };
 
@@ -52,8 +49,8 @@ struct ParamAccess {
 // -fno-math-errno (lib/CMakeLists.txt) let the compiler vectorize the loop;
 // target_clones adds an AVX2 build picked at load time where the CPU has it.
 __attribute__((target_clones("avx2", "default"))) void adamw_span_f32(float* __restrict p, const float* __restrict g,
-                                                                     float* __restrict m, float* __restrict v,
-                                                                     int64_t n, const AdamWScalars s, float scale) {
+                                                                      float* __restrict m, float* __restrict v,
+                                                                      int64_t n, const AdamWScalars s, float scale) {
   for (int64_t i = 0; i < n; ++i) {
     float mi = m[i], vi = v[i];
     p[i] = kernels::adamw_element(p[i], g[i] * scale, mi, vi, s);
@@ -138,20 +135,16 @@ void adamw8bit_loop(const std::vector<FusedAdamW8bitItem>& items, const QuantMap
 
 void fused_adamw_cpu(const std::vector<FusedAdamWItem>& items) {
   if (items.empty()) return;
-  if (items.front().param.scalar_type() == at::kBFloat16)
-    adamw_loop<true>(items);
-  else
-    adamw_loop<false>(items);
+  if (items.front().param.scalar_type() == at::kBFloat16) adamw_loop<true>(items);
+  else adamw_loop<false>(items);
 }
 
 void fused_adamw8bit_cpu(const std::vector<FusedAdamW8bitItem>& items, const QuantMaps& maps) {
   if (items.empty()) return;
   if (!maps.signed_table || !maps.unsigned_table)
     throw std::logic_error("fused_adamw8bit_cpu: maps without lookup tables (build them with make_quant_maps)");
-  if (items.front().param.scalar_type() == at::kBFloat16)
-    adamw8bit_loop<true>(items, maps);
-  else
-    adamw8bit_loop<false>(items, maps);
+  if (items.front().param.scalar_type() == at::kBFloat16) adamw8bit_loop<true>(items, maps);
+  else adamw8bit_loop<false>(items, maps);
 }
 
 }  // namespace gputrain

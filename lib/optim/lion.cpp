@@ -9,7 +9,8 @@ Lion::Lion(std::vector<ParamGroup> groups, LionSettings opts) : Optimizer(std::m
     std::vector<torch::Tensor> steps, m;
     for (size_t i = 0; i < g.params.size(); ++i) {
       steps.push_back(add_step_counter(g.names[i]));
-      m.push_back(add_state(g.names[i], "exp_avg", at::zeros(g.params[i].sizes(), g.params[i].options().dtype(at::kFloat))));
+      m.push_back(
+          add_state(g.names[i], "exp_avg", at::zeros(g.params[i].sizes(), g.params[i].options().dtype(at::kFloat))));
     }
     step_.push_back(std::move(steps));
     exp_avg_.push_back(std::move(m));
@@ -23,19 +24,19 @@ void Lion::step(double lr) {
   for (size_t gi = 0; gi < groups_.size(); ++gi) {
     const ParamGroup& g = groups_[gi];
     const double group_lr = lr * g.lr_scale;
-    for_each_fp32_working_set(g, [&](std::vector<at::Tensor>& params, std::vector<at::Tensor>& grads,
-                                     const std::vector<size_t>& idx) {
-      std::vector<at::Tensor> m;
-      for (size_t k : idx) {
-        ++count(step_[gi][k]);
-        m.push_back(exp_avg_[gi][k]);
-      }
-      std::vector<at::Tensor> direction = at::_foreach_lerp(m, grads, 1.0 - beta1);
-      at::_foreach_sign_(direction);
-      if (g.weight_decay != 0) at::_foreach_mul_(params, 1.0 - group_lr * g.weight_decay);
-      at::_foreach_add_(params, direction, -group_lr);
-      at::_foreach_lerp_(m, grads, 1.0 - beta2);
-    });
+    for_each_fp32_working_set(
+        g, [&](std::vector<at::Tensor>& params, std::vector<at::Tensor>& grads, const std::vector<size_t>& idx) {
+          std::vector<at::Tensor> m;
+          for (size_t k : idx) {
+            ++count(step_[gi][k]);
+            m.push_back(exp_avg_[gi][k]);
+          }
+          std::vector<at::Tensor> direction = at::_foreach_lerp(m, grads, 1.0 - beta1);
+          at::_foreach_sign_(direction);
+          if (g.weight_decay != 0) at::_foreach_mul_(params, 1.0 - group_lr * g.weight_decay);
+          at::_foreach_add_(params, direction, -group_lr);
+          at::_foreach_lerp_(m, grads, 1.0 - beta2);
+        });
   }
 }
 

@@ -40,11 +40,16 @@ std::unique_ptr<Optimizer> make_optimizer(std::vector<ParamGroup> groups, const 
   if (!choice.notice.empty()) spdlog::warn("{}", choice.notice);
   const AdamWOptions adam{o.betas[0], o.betas[1], o.eps};
   switch (o.name) {
-    case OptimName::kAdamW: return std::make_unique<AdamW>(std::move(groups), adam, choice.kernel);
-    case OptimName::kAdamW8bit: return std::make_unique<AdamW8bit>(std::move(groups), adam, o.adamw8bit);
-    case OptimName::kAdafactor: return std::make_unique<Adafactor>(std::move(groups), o.adafactor);
-    case OptimName::kLion: return std::make_unique<Lion>(std::move(groups), o.lion);
-    case OptimName::kSgd: return std::make_unique<Sgd>(std::move(groups), o.sgd);
+    case OptimName::kAdamW:
+      return std::make_unique<AdamW>(std::move(groups), adam, choice.kernel);
+    case OptimName::kAdamW8bit:
+      return std::make_unique<AdamW8bit>(std::move(groups), adam, o.adamw8bit);
+    case OptimName::kAdafactor:
+      return std::make_unique<Adafactor>(std::move(groups), o.adafactor);
+    case OptimName::kLion:
+      return std::make_unique<Lion>(std::move(groups), o.lion);
+    case OptimName::kSgd:
+      return std::make_unique<Sgd>(std::move(groups), o.sgd);
   }
   throw std::logic_error("make_optimizer: unknown optimizer");
 }
@@ -55,15 +60,18 @@ std::unique_ptr<Optimizer> make_optimizer(const torch::nn::Module& model, const 
 
 std::string optimizer_state_rule(const OptimSettings& o) {
   switch (o.name) {
-    case OptimName::kAdamW: return "2 fp32 moments = 8 bytes x parameters";
+    case OptimName::kAdamW:
+      return "2 fp32 moments = 8 bytes x parameters";
     case OptimName::kAdamW8bit:
       return "2 x (1 byte + 4/256) per parameter of tensors >= " + std::to_string(o.adamw8bit.min_8bit_size) +
              " elements" + (o.adamw8bit.embeddings_32bit ? " (not embeddings)" : "") + ", 8 bytes for the rest";
     case OptimName::kAdafactor:
       return std::string("4 bytes x (rows + cols) per matrix, 4 x size per vector") +
              (o.adafactor.beta1 > 0 ? ", + 4 bytes x parameters of momentum" : "");
-    case OptimName::kLion: return "1 fp32 momentum = 4 bytes x parameters";
-    case OptimName::kSgd: return o.sgd.momentum > 0 ? "1 fp32 momentum buffer = 4 bytes x parameters" : "none";
+    case OptimName::kLion:
+      return "1 fp32 momentum = 4 bytes x parameters";
+    case OptimName::kSgd:
+      return o.sgd.momentum > 0 ? "1 fp32 momentum buffer = 4 bytes x parameters" : "none";
   }
   return "";
 }
@@ -76,12 +84,13 @@ int64_t estimate_state_bytes(const OptimSettings& o, const std::vector<ParamShap
     const int64_t n = p.numel();
     bytes += kStep;
     switch (o.name) {
-      case OptimName::kAdamW: bytes += 8 * n; break;
+      case OptimName::kAdamW:
+        bytes += 8 * n;
+        break;
       case OptimName::kAdamW8bit:
         if (adamw8bit_quantizes(p.name, n, o.adamw8bit))
           bytes += 2 * n + 2 * 4 * ((n + kernels::kQuantBlock - 1) / kernels::kQuantBlock);
-        else
-          bytes += 8 * n;
+        else bytes += 8 * n;
         break;
       case OptimName::kAdafactor:
         if (p.sizes.size() >= 2) {
@@ -92,8 +101,12 @@ int64_t estimate_state_bytes(const OptimSettings& o, const std::vector<ParamShap
         }
         if (o.adafactor.beta1 > 0) bytes += 4 * n;
         break;
-      case OptimName::kLion: bytes += 4 * n; break;
-      case OptimName::kSgd: bytes += o.sgd.momentum > 0 ? 4 * n : 0; break;
+      case OptimName::kLion:
+        bytes += 4 * n;
+        break;
+      case OptimName::kSgd:
+        bytes += o.sgd.momentum > 0 ? 4 * n : 0;
+        break;
     }
   }
   return bytes;

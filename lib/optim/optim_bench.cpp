@@ -45,8 +45,8 @@ OptimBenchResult bench_optimizers(const Settings& s, int64_t steps) {
   };
   for (Config c : {Config{OptimName::kAdamW, OptimImpl::kForeach}, Config{OptimName::kAdamW, OptimImpl::kFused},
                    Config{OptimName::kAdamW8bit, OptimImpl::kFused}, Config{OptimName::kAdafactor, OptimImpl::kForeach},
-                   Config{OptimName::kAdafactor, OptimImpl::kForeach, 0.9}, Config{OptimName::kLion, OptimImpl::kForeach},
-                   Config{OptimName::kSgd, OptimImpl::kForeach}}) {
+                   Config{OptimName::kAdafactor, OptimImpl::kForeach, 0.9},
+                   Config{OptimName::kLion, OptimImpl::kForeach}, Config{OptimName::kSgd, OptimImpl::kForeach}}) {
     OptimSettings o = s.optim;
     o.name = c.name;
     o.impl = c.impl;
@@ -55,8 +55,8 @@ OptimBenchResult bench_optimizers(const Settings& s, int64_t steps) {
     const double ms = mean_ms(device, steps, [&] { opt->step(lr); });
     std::string kernel = kernel_of(*opt);
     if (c.name == OptimName::kAdafactor) kernel += c.adafactor_beta1 > 0 ? ", beta1 0.9" : ", beta1 0 (no momentum)";
-    r.rows.push_back({optim_name(c.name), kernel,
-                      static_cast<double>(opt->state_bytes()) / static_cast<double>(r.parameters), ms});
+    r.rows.push_back(
+        {optim_name(c.name), kernel, static_cast<double>(opt->state_bytes()) / static_cast<double>(r.parameters), ms});
   }
   if (precision.weight_dtype() == at::kFloat) {
     // bf16 mixed precision's weight copies (train/weight_copies.h): the same fused pass also

@@ -15,7 +15,7 @@ struct OptimBenchRow {
   std::string optimizer;  // "adamw", ..., "torch::optim::AdamW"
   std::string kernel;     // "fused (C++ loop)", ...
   double state_bytes_per_param = 0;
-  double step_ms = 0;     // mean over the timed steps
+  double step_ms = 0;  // mean over the timed steps
 };
 
 struct OptimBenchResult {

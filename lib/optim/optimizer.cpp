@@ -31,8 +31,9 @@ void Optimizer::set_bf16_copy(const torch::Tensor& param, torch::Tensor copy) {
   if (!writes_bf16_copies() || !updates(param) || param.scalar_type() != at::kFloat ||
       copy.scalar_type() != at::kBFloat16 || !copy.sizes().equals(param.sizes()) || !copy.is_contiguous() ||
       copy.device() != param.device())
-    throw std::invalid_argument("optimizer: a bf16 copy needs an optimizer that writes them, an fp32 parameter it "
-                                "updates, and a contiguous bf16 tensor of that shape on its device");
+    throw std::invalid_argument(
+        "optimizer: a bf16 copy needs an optimizer that writes them, an fp32 parameter it "
+        "updates, and a contiguous bf16 tensor of that shape on its device");
   bf16_copies_[param.unsafeGetTensorImpl()] = std::move(copy);
 }
 
@@ -68,7 +69,8 @@ static std::string shape_and_dtype(const at::Tensor& t) {
 }
 
 void Optimizer::load_state(const std::map<std::string, torch::Tensor>& saved) {
-  const std::string fix = "\n    fix: resume with the optim.name, optimizer settings and model the checkpoint was saved with";
+  const std::string fix =
+      "\n    fix: resume with the optim.name, optimizer settings and model the checkpoint was saved with";
   std::set<std::string> expected;
   for (const auto& e : state_) {
     expected.insert(e.name);
@@ -76,12 +78,13 @@ void Optimizer::load_state(const std::map<std::string, torch::Tensor>& saved) {
     if (it == saved.end())
       throw data_error("optimizer state: the saved state has no '" + e.name + "' (" + describe() + " needs it)" + fix);
     if (it->second.sizes() != e.tensor.sizes() || it->second.scalar_type() != e.tensor.scalar_type())
-      throw data_error("optimizer state: '" + e.name + "' is " + shape_and_dtype(it->second) + " in the saved state but " +
-                       shape_and_dtype(e.tensor) + " here" + fix);
+      throw data_error("optimizer state: '" + e.name + "' is " + shape_and_dtype(it->second) +
+                       " in the saved state but " + shape_and_dtype(e.tensor) + " here" + fix);
   }
   for (const auto& [name, _] : saved)
     if (!expected.count(name))
-      throw data_error("optimizer state: the saved state has '" + name + "', which " + describe() + " does not use" + fix);
+      throw data_error("optimizer state: the saved state has '" + name + "', which " + describe() + " does not use" +
+                       fix);
   torch::NoGradGuard no_grad;
   for (auto& e : state_) e.tensor.copy_(saved.at(e.name));
 }
@@ -99,8 +102,8 @@ std::string describe_kernel(UpdateKernel kernel, const std::vector<ParamGroup>& 
 
 namespace {
 
-using WorkingSetUpdate = std::function<void(std::vector<torch::Tensor>&, std::vector<torch::Tensor>&,
-                                            const std::vector<size_t>&)>;
+using WorkingSetUpdate =
+    std::function<void(std::vector<torch::Tensor>&, std::vector<torch::Tensor>&, const std::vector<size_t>&)>;
 
 // A working set of bf16 parameters holds up to this many elements on the CPU, and at least this
 // many on a GPU (4 MiB of fp32 values: small tensors are batched everywhere).

@@ -96,9 +96,9 @@ std::string describe_kernel(UpdateKernel kernel, const std::vector<ParamGroup>& 
 // GPU, where each op is a launch, up to the largest bf16 tensor's size, which
 // bounds the extra memory by what that tensor alone would take. `indices` are
 // positions in group.params, for finding the matching state.
-void for_each_fp32_working_set(const ParamGroup& group,
-                               const std::function<void(std::vector<torch::Tensor>& params,
-                                                        std::vector<torch::Tensor>& grads,
-                                                        const std::vector<size_t>& indices)>& update);
+void for_each_fp32_working_set(
+    const ParamGroup& group,
+    const std::function<void(std::vector<torch::Tensor>& params, std::vector<torch::Tensor>& grads,
+                             const std::vector<size_t>& indices)>& update);
 
 }  // namespace gputrain

@@ -28,30 +28,30 @@ void Sgd::step(double lr) {
   for (size_t gi = 0; gi < groups_.size(); ++gi) {
     const ParamGroup& g = groups_[gi];
     const double group_lr = lr * g.lr_scale;
-    for_each_fp32_working_set(g, [&](std::vector<at::Tensor>& params, std::vector<at::Tensor>& grads,
-                                     const std::vector<size_t>& idx) {
-      std::vector<at::Tensor> d = g.weight_decay != 0 ? at::_foreach_add(grads, params, g.weight_decay) : grads;
-      if (opts_.momentum > 0) {
-        std::vector<at::Tensor> bufs, later_bufs, later_d;
-        for (size_t k = 0; k < idx.size(); ++k) {
-          at::Tensor& buf = momentum_buffer_[gi][idx[k]];
-          bufs.push_back(buf);
-          if (count(step_[gi][idx[k]]) == 0) {
-            buf.copy_(d[k]);  // the first step: buffer = gradient
-          } else {
-            later_bufs.push_back(buf);
-            later_d.push_back(d[k]);
+    for_each_fp32_working_set(
+        g, [&](std::vector<at::Tensor>& params, std::vector<at::Tensor>& grads, const std::vector<size_t>& idx) {
+          std::vector<at::Tensor> d = g.weight_decay != 0 ? at::_foreach_add(grads, params, g.weight_decay) : grads;
+          if (opts_.momentum > 0) {
+            std::vector<at::Tensor> bufs, later_bufs, later_d;
+            for (size_t k = 0; k < idx.size(); ++k) {
+              at::Tensor& buf = momentum_buffer_[gi][idx[k]];
+              bufs.push_back(buf);
+              if (count(step_[gi][idx[k]]) == 0) {
+                buf.copy_(d[k]);  // the first step: buffer = gradient
+              } else {
+                later_bufs.push_back(buf);
+                later_d.push_back(d[k]);
+              }
+            }
+            if (!later_bufs.empty()) {
+              at::_foreach_mul_(later_bufs, opts_.momentum);
+              at::_foreach_add_(later_bufs, later_d, 1.0 - opts_.dampening);
+            }
+            d = opts_.nesterov ? at::_foreach_add(d, bufs, opts_.momentum) : bufs;
           }
-        }
-        if (!later_bufs.empty()) {
-          at::_foreach_mul_(later_bufs, opts_.momentum);
-          at::_foreach_add_(later_bufs, later_d, 1.0 - opts_.dampening);
-        }
-        d = opts_.nesterov ? at::_foreach_add(d, bufs, opts_.momentum) : bufs;
-      }
-      for (size_t k : idx) ++count(step_[gi][k]);
-      at::_foreach_add_(params, d, -group_lr);
-    });
+          for (size_t k : idx) ++count(step_[gi][k]);
+          at::_foreach_add_(params, d, -group_lr);
+        });
   }
 }
 

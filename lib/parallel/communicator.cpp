@@ -59,8 +59,13 @@ struct Communicator::Impl {
 };
 
 Communicator::Communicator(const World& world, CommBackend backend, torch::Device device, double timeout_s)
-    : shared_(std::make_shared<Shared>()), impl_(std::make_unique<Impl>()), world_(world), rank_(world.rank),
-      backend_(backend), device_(device), timeout_s_(timeout_s) {
+    : shared_(std::make_shared<Shared>()),
+      impl_(std::make_unique<Impl>()),
+      world_(world),
+      rank_(world.rank),
+      backend_(backend),
+      device_(device),
+      timeout_s_(timeout_s) {
   for (int r = 0; r < world.size; ++r) ranks_.push_back(r);
   const auto timeout = milliseconds(static_cast<int64_t>(timeout_s * 1000));
   const std::string where = world.master_addr + ":" + std::to_string(world.master_port);
@@ -74,19 +79,21 @@ Communicator::Communicator(const World& world, CommBackend backend, torch::Devic
     shared_->store = c10::make_intrusive<c10d::TCPStore>(world.master_addr, opts);
   } catch (const std::exception& e) {
     const std::string cause = lower(e.what());
-    if (world.rank == 0 && (cause.find("address already in use") != std::string::npos ||
-                            cause.find("eaddrinuse") != std::string::npos))
+    if (world.rank == 0 &&
+        (cause.find("address already in use") != std::string::npos || cause.find("eaddrinuse") != std::string::npos))
       throw usage_error("rendezvous: rank 0 cannot listen on " + where + ": the port is in use (another run?)" +
                         "\n    fix: pick a free port with --master-port or MASTER_PORT");
     if (world.rank == 0)
-      throw runtime_error(fmt::format("rendezvous: rank 0 at {} waited {:.0f} s (parallel.timeout_s) for the other {} "
-                                      "process(es) to join: {}\n    fix: start every rank (same MASTER_ADDR and "
-                                      "MASTER_PORT), or under SLURM start gputrain with srun",
-                                      where, timeout_s, world.size - 1, first_line(e.what())));
-    throw runtime_error(fmt::format("rendezvous: rank {} could not reach rank 0's store at {} within {:.0f} s "
-                                    "(parallel.timeout_s): {}\n    fix: check MASTER_ADDR/MASTER_PORT and that rank 0 "
-                                    "is running and reachable from this host",
-                                    world.rank, where, timeout_s, first_line(e.what())));
+      throw runtime_error(
+          fmt::format("rendezvous: rank 0 at {} waited {:.0f} s (parallel.timeout_s) for the other {} "
+                      "process(es) to join: {}\n    fix: start every rank (same MASTER_ADDR and "
+                      "MASTER_PORT), or under SLURM start gputrain with srun",
+                      where, timeout_s, world.size - 1, first_line(e.what())));
+    throw runtime_error(
+        fmt::format("rendezvous: rank {} could not reach rank 0's store at {} within {:.0f} s "
+                    "(parallel.timeout_s): {}\n    fix: check MASTER_ADDR/MASTER_PORT and that rank 0 "
+                    "is running and reachable from this host",
+                    world.rank, where, timeout_s, first_line(e.what())));
   }
   connect();
 
@@ -108,10 +115,16 @@ Communicator::Communicator(const World& world, CommBackend backend, torch::Devic
   });
 }
 
-Communicator::Communicator(std::shared_ptr<Shared> shared, const World& world, std::vector<int> ranks,
-                           std::string name, CommBackend backend, torch::Device device, double timeout_s)
-    : shared_(std::move(shared)), impl_(std::make_unique<Impl>()), world_(world), ranks_(std::move(ranks)),
-      name_(std::move(name)), backend_(backend), device_(device), timeout_s_(timeout_s) {
+Communicator::Communicator(std::shared_ptr<Shared> shared, const World& world, std::vector<int> ranks, std::string name,
+                           CommBackend backend, torch::Device device, double timeout_s)
+    : shared_(std::move(shared)),
+      impl_(std::make_unique<Impl>()),
+      world_(world),
+      ranks_(std::move(ranks)),
+      name_(std::move(name)),
+      backend_(backend),
+      device_(device),
+      timeout_s_(timeout_s) {
   const auto me = std::find(ranks_.begin(), ranks_.end(), world.rank);
   if (me == ranks_.end())
     throw std::logic_error("Communicator::subgroup: rank " + std::to_string(world.rank) + " is not in group " + name_);
@@ -119,7 +132,8 @@ Communicator::Communicator(std::shared_ptr<Shared> shared, const World& world, s
   connect();
 }
 
-std::unique_ptr<Communicator> Communicator::subgroup(const std::vector<int>& world_ranks, const std::string& name) const {
+std::unique_ptr<Communicator> Communicator::subgroup(const std::vector<int>& world_ranks,
+                                                     const std::string& name) const {
   return std::unique_ptr<Communicator>(
       new Communicator(shared_, world_, world_ranks, name, backend_, device_, timeout_s_));
 }
@@ -148,11 +162,12 @@ void Communicator::connect() {
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {
-    throw runtime_error(fmt::format("rendezvous: rank {} could not connect the {} backend{} to its peers within {:.0f} s: "
-                                    "{}\n    fix: check that every host can reach the others (GLOO_SOCKET_IFNAME / "
-                                    "NCCL_SOCKET_IFNAME pick the network interface)",
-                                    world_.rank, nccl ? "NCCL" : "Gloo", name_.empty() ? "" : " of group " + name_,
-                                    timeout_s_, first_line(e.what())));
+    throw runtime_error(
+        fmt::format("rendezvous: rank {} could not connect the {} backend{} to its peers within {:.0f} s: "
+                    "{}\n    fix: check that every host can reach the others (GLOO_SOCKET_IFNAME / "
+                    "NCCL_SOCKET_IFNAME pick the network interface)",
+                    world_.rank, nccl ? "NCCL" : "Gloo", name_.empty() ? "" : " of group " + name_, timeout_s_,
+                    first_line(e.what())));
   }
 }
 
@@ -170,7 +185,8 @@ torch::Device Communicator::tensor_device() const {
   try {
     auto read = [&] {
       std::vector<int64_t> v(static_cast<size_t>(world_.size));
-      for (int r = 0; r < world_.size; ++r) v[static_cast<size_t>(r)] = shared_->heartbeat_store->add(heartbeat_key(r), 0);
+      for (int r = 0; r < world_.size; ++r)
+        v[static_cast<size_t>(r)] = shared_->heartbeat_store->add(heartbeat_key(r), 0);
       return v;
     };
     const auto before = read();
@@ -180,18 +196,18 @@ torch::Device Communicator::tensor_device() const {
     for (int r = 0; r < world_.size; ++r)
       if (r != world_.rank && after[static_cast<size_t>(r)] == before[static_cast<size_t>(r)])
         silent.push_back(std::to_string(r));
-    if (silent.empty())
-      peers = "every peer is still alive (one may be stuck, or the network between ranks failed)";
+    if (silent.empty()) peers = "every peer is still alive (one may be stuck, or the network between ranks failed)";
     else
       peers = (silent.size() == 1 ? "peer rank " : "peer ranks ") + fmt::format("{}", fmt::join(silent, ", ")) +
               " stopped responding (exited, killed or hung)";
   } catch (const std::exception&) {
     peers = "peer rank 0 stopped responding (the rendezvous store it hosts is gone)";
   }
-  throw runtime_error(fmt::format("rank {}: {} ({}{}) failed: {}: {}\n    fix: look at that rank's own output; a "
-                                  "collective waits at most parallel.timeout_s ({:.0f} s)",
-                                  world_.rank, what, impl_->backend_name, name_.empty() ? "" : ", group " + name_, peers,
-                                  first_line(cause), timeout_s_));
+  throw runtime_error(
+      fmt::format("rank {}: {} ({}{}) failed: {}: {}\n    fix: look at that rank's own output; a "
+                  "collective waits at most parallel.timeout_s ({:.0f} s)",
+                  world_.rank, what, impl_->backend_name, name_.empty() ? "" : ", group " + name_, peers,
+                  first_line(cause), timeout_s_));
 }
 
 void PendingCollective::wait() {
@@ -211,11 +227,11 @@ PendingCollective pending(Work w, const Communicator* c, const std::string& what
 }
 }  // namespace
 
-#define GPUTRAIN_LAUNCH(what, call)            \
-  try {                                        \
-    return pending(call, this, what);          \
-  } catch (const std::exception& e) {          \
-    fail(what, e.what());                      \
+#define GPUTRAIN_LAUNCH(what, call)   \
+  try {                               \
+    return pending(call, this, what); \
+  } catch (const std::exception& e) { \
+    fail(what, e.what());             \
   }
 
 PendingCollective Communicator::all_reduce_sum(torch::Tensor& t, const std::string& what) {
@@ -247,7 +263,8 @@ PendingCollective Communicator::recv(torch::Tensor& t, int src, int tag, const s
   GPUTRAIN_LAUNCH(what, impl_->backend->recv(v, src, tag));
 }
 
-PendingCollective Communicator::all_to_all(torch::Tensor& out, torch::Tensor& in, const std::vector<int64_t>& out_splits,
+PendingCollective Communicator::all_to_all(torch::Tensor& out, torch::Tensor& in,
+                                           const std::vector<int64_t>& out_splits,
                                            const std::vector<int64_t>& in_splits, const std::string& what) {
   std::vector<int64_t> o = out_splits, i = in_splits;  // c10d takes them by non-const reference
   GPUTRAIN_LAUNCH(what, impl_->backend->alltoall_base(out, in, o, i, c10d::AllToAllOptions{}));

@@ -90,7 +90,7 @@ class Communicator {
   World world_;
   std::vector<int> ranks_;  // world ranks of the group, in group-rank order
   int rank_ = 0;
-  std::string name_;        // "" for the world
+  std::string name_;  // "" for the world
   CommBackend backend_;
   torch::Device device_;
   double timeout_s_;

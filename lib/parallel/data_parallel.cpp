@@ -39,7 +39,8 @@ std::vector<NamedTensor> in_gradient_order(const std::vector<NamedTensor>& param
   return std::vector<NamedTensor>(params.rbegin(), params.rend());
 }
 
-GradientSync::GradientSync(Communicator& comm, std::vector<NamedTensor> params, double bucket_mb, std::vector<int> owners)
+GradientSync::GradientSync(Communicator& comm, std::vector<NamedTensor> params, double bucket_mb,
+                           std::vector<int> owners)
     : comm_(comm), params_(std::move(params)), seen_(params_.size(), 0) {
   const auto bucket_bytes = static_cast<int64_t>(bucket_mb * 1024 * 1024);
   bucket_of_.resize(params_.size());
@@ -128,10 +129,8 @@ void GradientSync::finish() {
     int64_t offset = 0;
     for (size_t m : b.members) {
       torch::Tensor p = params_[m].tensor;
-      if (keep)
-        p.mutable_grad().copy_(b.flat.narrow(0, offset, p.numel()).view_as(p));
-      else
-        p.mutable_grad() = torch::Tensor();  // ZeRO-2: its owner holds the sum
+      if (keep) p.mutable_grad().copy_(b.flat.narrow(0, offset, p.numel()).view_as(p));
+      else p.mutable_grad() = torch::Tensor();  // ZeRO-2: its owner holds the sum
       offset += p.numel();
     }
     if (!keep) b.flat = torch::Tensor();  // the buffer is only needed for the send; free it between steps
@@ -162,8 +161,8 @@ void broadcast_from_owners(Communicator& comm, const std::vector<NamedTensor>& p
       }
     if (mine.empty()) continue;
     flats[static_cast<size_t>(r)] = r == comm.rank() ? torch::cat(mine) : torch::empty({numel}, mine.front().options());
-    pending[static_cast<size_t>(r)] =
-        comm.broadcast(flats[static_cast<size_t>(r)], r, "broadcast of rank " + std::to_string(r) + "'s updated parameters");
+    pending[static_cast<size_t>(r)] = comm.broadcast(
+        flats[static_cast<size_t>(r)], r, "broadcast of rank " + std::to_string(r) + "'s updated parameters");
   }
   for (int r = 0; r < comm.size(); ++r) {
     pending[static_cast<size_t>(r)].wait();

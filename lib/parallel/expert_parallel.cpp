@@ -37,9 +37,9 @@ struct AllToAllRows : torch::autograd::Function<AllToAllRows> {
   static variable_list backward(AutogradContext* ctx, variable_list g) {
     Communicator& group = group_from_handle(ctx->saved_data["group"].toInt());
     // The gradient of each received row goes back to the rank it came from.
-    const torch::Tensor dx = exchange_rows(g[0], ctx->saved_data["recv"].toIntVector(),
-                                           ctx->saved_data["send"].toIntVector(), group,
-                                           "expert-parallel exchange of routed tokens' gradients");
+    const torch::Tensor dx =
+        exchange_rows(g[0], ctx->saved_data["recv"].toIntVector(), ctx->saved_data["send"].toIntVector(), group,
+                      "expert-parallel exchange of routed tokens' gradients");
     return {dx, torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
@@ -58,7 +58,8 @@ class ExpertAllToAll : public ExpertExchange {
     const std::vector<int64_t> per_rank(static_cast<size_t>(P), L);
     group_.all_to_all(got, counts, per_rank, per_rank, "expert-parallel exchange of routed token counts").wait();
     got = got.cpu();
-    const std::vector<int64_t> from(got.data_ptr<int64_t>(), got.data_ptr<int64_t>() + P * L);  // [source][local expert]
+    const std::vector<int64_t> from(got.data_ptr<int64_t>(),
+                                    got.data_ptr<int64_t>() + P * L);  // [source][local expert]
     std::vector<int64_t> send(static_cast<size_t>(P), 0), recv(static_cast<size_t>(P), 0);
     for (int64_t r = 0; r < P; ++r)
       for (int64_t l = 0; l < L; ++l) {
@@ -100,7 +101,8 @@ torch::Tensor all_to_all_rows(const torch::Tensor& x, const std::vector<int64_t>
 std::set<std::string> parallelize_experts(Gpt& model, Communicator& ep) {
   const int64_t E = model->cfg.moe.experts, P = ep.size();
   if (!model->cfg.moe.enabled() || E % P != 0)  // validate refuses these first; this guards other callers
-    throw config_error("parallel.ep (" + std::to_string(P) + ") must divide model.moe.experts (" + std::to_string(E) + ")");
+    throw config_error("parallel.ep (" + std::to_string(P) + ") must divide model.moe.experts (" + std::to_string(E) +
+                       ")");
   const int64_t L = E / P, first = ep.rank() * L;
   std::set<std::string> emptied;
   torch::NoGradGuard no_grad;

@@ -15,20 +15,23 @@ Grid::Grid(const ParallelSettings& p, int world_size)
     : pp_(static_cast<int>(p.pp)), tp_(static_cast<int>(p.tp)), ep_(static_cast<int>(p.ep)) {
   const int64_t model_parallel = p.tp * p.pp;
   if (p.dp == 0 && world_size % model_parallel != 0)
-    throw config_error(fmt::format("parallel.tp ({}) x pp ({}) = {} does not divide the number of processes ({}), so "
-                                   "parallel.dp: auto has no whole value\n    fix: start a multiple of {} processes, "
-                                   "or change parallel.tp / parallel.pp",
-                                   p.tp, p.pp, model_parallel, world_size, model_parallel));
+    throw config_error(
+        fmt::format("parallel.tp ({}) x pp ({}) = {} does not divide the number of processes ({}), so "
+                    "parallel.dp: auto has no whole value\n    fix: start a multiple of {} processes, "
+                    "or change parallel.tp / parallel.pp",
+                    p.tp, p.pp, model_parallel, world_size, model_parallel));
   dp_ = static_cast<int>(p.dp == 0 ? world_size / model_parallel : p.dp);
   if (static_cast<int64_t>(dp_) * model_parallel != world_size)
-    throw config_error(fmt::format("parallel.dp ({}) x tp ({}) x pp ({}) = {} must equal the number of processes ({})"
-                                   "\n    fix: set parallel.dp: auto, or start {} processes (--nproc-per-node)",
-                                   dp_, p.tp, p.pp, dp_ * model_parallel, world_size, dp_ * model_parallel));
+    throw config_error(
+        fmt::format("parallel.dp ({}) x tp ({}) x pp ({}) = {} must equal the number of processes ({})"
+                    "\n    fix: set parallel.dp: auto, or start {} processes (--nproc-per-node)",
+                    dp_, p.tp, p.pp, dp_ * model_parallel, world_size, dp_ * model_parallel));
   if (dp_ % ep_ != 0)
-    throw config_error(fmt::format("parallel.ep ({}) must divide the data-parallel degree ({} = {} process(es) / (tp {} x "
-                                   "pp {})): the experts are split over ep of the data-parallel ranks\n    fix: start a "
-                                   "multiple of {} processes, or use a parallel.ep that divides {}",
-                                   ep_, dp_, world_size, p.tp, p.pp, ep_ * model_parallel, dp_));
+    throw config_error(
+        fmt::format("parallel.ep ({}) must divide the data-parallel degree ({} = {} process(es) / (tp {} x "
+                    "pp {})): the experts are split over ep of the data-parallel ranks\n    fix: start a "
+                    "multiple of {} processes, or use a parallel.ep that divides {}",
+                    ep_, dp_, world_size, p.tp, p.pp, ep_ * model_parallel, dp_));
 }
 
 GridCoord Grid::coord(int rank) const {
@@ -80,9 +83,10 @@ std::vector<int> Grid::expert_replica_group(int rank) const {
 std::vector<StageLayers> split_stages(const ModelSettings& m, int64_t pp) {
   const int64_t n = m.n_layer;
   if (pp < 1 || pp > n)
-    throw config_error(fmt::format("parallel.pp ({}) must be between 1 and model.n_layer ({}): every pipeline stage "
-                                   "holds at least one block\n    fix: lower parallel.pp",
-                                   pp, n));
+    throw config_error(
+        fmt::format("parallel.pp ({}) must be between 1 and model.n_layer ({}): every pipeline stage "
+                    "holds at least one block\n    fix: lower parallel.pp",
+                    pp, n));
   const double d = static_cast<double>(m.d_model), T = static_cast<double>(m.seq_len);
   // A block's multiply-adds per token: q k v and the output projection, the MLP (three matrices for
   // SwiGLU), attention's 2 T d. GPT-2 with 4 d MLP: 12 d^2 + 2 T d.
@@ -92,7 +96,8 @@ std::vector<StageLayers> split_stages(const ModelSettings& m, int64_t pp) {
   const double head = static_cast<double>(m.padded_vocab()) * d;
   // best[k][i]: the smallest largest-stage cost splitting the first i blocks into k stages.
   constexpr double kInf = std::numeric_limits<double>::infinity();
-  std::vector<std::vector<double>> best(static_cast<size_t>(pp + 1), std::vector<double>(static_cast<size_t>(n + 1), kInf));
+  std::vector<std::vector<double>> best(static_cast<size_t>(pp + 1),
+                                        std::vector<double>(static_cast<size_t>(n + 1), kInf));
   std::vector<std::vector<int64_t>> cut(best.size(), std::vector<int64_t>(static_cast<size_t>(n + 1), 0));
   best[0][0] = 0;
   for (int64_t k = 1; k <= pp; ++k)
@@ -144,19 +149,19 @@ std::string grid_table(const Settings& s, const Grid& g) {
       std::vector<int> ranks;
       for (int dp = 0; dp < g.dp(); ++dp) ranks.push_back(g.rank_of({dp, pp, tp}));
       const int64_t h = H / g.tp(), f = F / g.tp();
-      const std::string holds =
-          g.tp() == 1 ? std::string("whole layers")
-                      : fmt::format("heads {}-{} of {}, MLP columns {}-{} of {}", tp * h, (tp + 1) * h - 1, H, tp * f,
-                                    (tp + 1) * f - 1, F);
+      const std::string holds = g.tp() == 1 ? std::string("whole layers")
+                                            : fmt::format("heads {}-{} of {}, MLP columns {}-{} of {}", tp * h,
+                                                          (tp + 1) * h - 1, H, tp * f, (tp + 1) * f - 1, F);
       out += fmt::format("| {} | {} | {} | {} | {} |\n", pp, tp, fmt::join(ranks, ", "), layers, holds);
     }
   }
   if (g.ep() > 1) {
     const int64_t local = s.model.moe.experts / g.ep();
-    out += fmt::format("\nexpert parallel: ep {} splits each mixture layer's {} experts over runs of {} consecutive dp ranks: "
-                       "the rank at place j of a run holds experts {}j to {}j+{}; each expert has {} holder(s), whose "
-                       "gradients are summed\n",
-                       g.ep(), s.model.moe.experts, g.ep(), local, local, local - 1, g.dp() / g.ep());
+    out += fmt::format(
+        "\nexpert parallel: ep {} splits each mixture layer's {} experts over runs of {} consecutive dp ranks: "
+        "the rank at place j of a run holds experts {}j to {}j+{}; each expert has {} holder(s), whose "
+        "gradients are summed\n",
+        g.ep(), s.model.moe.experts, g.ep(), local, local, local - 1, g.dp() / g.ep());
   }
   if (g.pp() > 1) {
     out += "\nstage compute (block units, the last stage includes the output head): ";

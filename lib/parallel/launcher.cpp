@@ -34,7 +34,8 @@ struct Worker {
 
 std::string describe_status(int status) {
   if (WIFEXITED(status)) return fmt::format("exit code {}", WEXITSTATUS(status));
-  if (WIFSIGNALED(status)) return fmt::format("killed by signal {} ({})", WTERMSIG(status), strsignal(WTERMSIG(status)));
+  if (WIFSIGNALED(status))
+    return fmt::format("killed by signal {} ({})", WTERMSIG(status), strsignal(WTERMSIG(status)));
   return "an unknown status";
 }
 
@@ -145,8 +146,10 @@ int free_tcp_port() {
 
 int launch_workers(LaunchOptions o) {
   if (o.nproc_per_node < 1 || o.nnodes < 1 || o.node_rank < 0 || o.node_rank >= o.nnodes)
-    throw usage_error(fmt::format("launcher: --node-rank {} must be in [0, --nnodes {}) and --nproc-per-node ({}) "
-                                  "at least 1", o.node_rank, o.nnodes, o.nproc_per_node));
+    throw usage_error(
+        fmt::format("launcher: --node-rank {} must be in [0, --nnodes {}) and --nproc-per-node ({}) "
+                    "at least 1",
+                    o.node_rank, o.nnodes, o.nproc_per_node));
   const int port = o.master_port > 0 ? o.master_port : (o.nnodes == 1 ? free_tcp_port() : 29500);
   const int world = o.nnodes * o.nproc_per_node;
 
@@ -208,7 +211,8 @@ int launch_workers(LaunchOptions o) {
       if (left <= 0) {
         for (auto& w : workers)
           if (w.running) {
-            std::fprintf(stderr, "gputrain launcher: rank %d did not stop within %.0f s; killing it\n", w.rank, o.grace_s);
+            std::fprintf(stderr, "gputrain launcher: rank %d did not stop within %.0f s; killing it\n", w.rank,
+                         o.grace_s);
             ::kill(w.pid, SIGKILL);
           }
         kill_at = kNever;

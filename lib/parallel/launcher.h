@@ -14,10 +14,10 @@ struct LaunchOptions {
   int nnodes = 1;
   int node_rank = 0;
   std::string master_addr = "127.0.0.1";
-  int master_port = 0;  // 0: a free port (one node), else 29500
-  std::string executable;  // the worker program (this one: /proc/self/exe)
+  int master_port = 0;                   // 0: a free port (one node), else 29500
+  std::string executable;                // the worker program (this one: /proc/self/exe)
   std::vector<std::string> worker_args;  // its arguments, the same for every worker
-  double grace_s = 10;  // after a failure, how long the other workers get before SIGKILL
+  double grace_s = 10;                   // after a failure, how long the other workers get before SIGKILL
 };
 
 // Runs the workers to completion; returns the launcher's exit code:

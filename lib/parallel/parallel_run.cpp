@@ -38,7 +38,8 @@ ParallelRun::ParallelRun(const World& world, const ParallelSettings& p, torch::D
   }
   if (grid_.ep() > 1) {
     const int run = coord_.dp / grid_.ep(), place = coord_.dp % grid_.ep();
-    ep_comm_ = comm_->subgroup(grid_.ep_group(world.rank), fmt::format("ep(tp{},pp{},run{})", coord_.tp, coord_.pp, run));
+    ep_comm_ =
+        comm_->subgroup(grid_.ep_group(world.rank), fmt::format("ep(tp{},pp{},run{})", coord_.tp, coord_.pp, run));
     if (grid_.dp() > grid_.ep())
       expert_dp_ = comm_->subgroup(grid_.expert_replica_group(world.rank),
                                    fmt::format("experts(tp{},pp{},place{})", coord_.tp, coord_.pp, place));
@@ -63,20 +64,23 @@ std::string ParallelRun::describe() const {
   if (tp_comm_) {
     int64_t split = 0;
     for (const auto& t : split_) split += t.dim >= 0 ? 1 : 0;
-    s += fmt::format("; tensor parallel: {} of {} parameter tensors split over {} ranks", split, split_.size(), grid_.tp());
+    s += fmt::format("; tensor parallel: {} of {} parameter tensors split over {} ranks", split, split_.size(),
+                     grid_.tp());
   }
   if (pp_comm_)
     s += fmt::format("; pipeline: stage {} of {} runs blocks [{}, {}){}{}, {} schedule", coord_.pp, grid_.pp(),
                      stage_.first, stage_.last, stage_.embeds ? " and the embeddings" : "",
                      stage_.has_head ? " and the head" : "", schedule_ == PipelineSchedule::kGpipe ? "gpipe" : "1f1b");
   if (dense_.sync)
-    s += fmt::format("; data parallel: {} gradient bucket(s) of up to {:g} MiB, reduced over {} replica(s) during backward",
-                     dense_.sync->bucket_count(), bucket_mb_, grid_.dp());
+    s += fmt::format(
+        "; data parallel: {} gradient bucket(s) of up to {:g} MiB, reduced over {} replica(s) during backward",
+        dense_.sync->bucket_count(), bucket_mb_, grid_.dp());
   if (ep_comm_)
-    s += fmt::format("; expert parallel: this rank holds experts {}-{} of each mixture layer's {} (ep {}), their "
-                     "gradients reduced over {} replica(s)",
-                     first_expert_, first_expert_ + local_experts_ - 1, local_experts_ * grid_.ep(), grid_.ep(),
-                     grid_.dp() / grid_.ep());
+    s += fmt::format(
+        "; expert parallel: this rank holds experts {}-{} of each mixture layer's {} (ep {}), their "
+        "gradients reduced over {} replica(s)",
+        first_expert_, first_expert_ + local_experts_ - 1, local_experts_ * grid_.ep(), grid_.ep(),
+        grid_.dp() / grid_.ep());
   if (zero_active())
     s += fmt::format("; ZeRO-{}: this rank updates {} of {} parameter tensors ({:.1f}% of the values){}", zero_,
                      mine_tensors, params_.size(), 100.0 * static_cast<double>(mine) / std::max<int64_t>(1, total),
@@ -133,7 +137,8 @@ void ParallelRun::attach(const std::vector<NamedTensor>& named_params) {
   }
   if (!dp_) return;
   std::vector<NamedTensor> dense_named, expert_named;
-  for (const auto& p : named_params) (ep_comm_ && is_expert_parameter(p.name) ? expert_named : dense_named).push_back(p);
+  for (const auto& p : named_params)
+    (ep_comm_ && is_expert_parameter(p.name) ? expert_named : dense_named).push_back(p);
   for (size_t i = 0; i < params_.size(); ++i) (expert_[i] ? experts_ : dense_).params.push_back(params_[i]);
   dense_.group = dp_;
   experts_.group = expert_dp_.get();
@@ -202,7 +207,9 @@ std::vector<double> ParallelRun::sum_over_world(std::vector<double> values, cons
 int64_t ParallelRun::global_targets(int64_t local_targets) {
   if (!distributed()) return local_targets;
   // The tp ranks and pipeline stages of a replica read the same batch: its first one counts it.
-  auto t = torch::tensor({coord_.tp == 0 && coord_.pp == 0 ? local_targets : 0}, torch::TensorOptions().dtype(torch::kLong)).to(comm_->tensor_device());
+  auto t =
+      torch::tensor({coord_.tp == 0 && coord_.pp == 0 ? local_targets : 0}, torch::TensorOptions().dtype(torch::kLong))
+          .to(comm_->tensor_device());
   comm_->all_reduce_sum_now(t, "sum of the step's target tokens");
   return t.item<int64_t>();
 }
@@ -308,7 +315,6 @@ void ParallelRun::after_optimizer_step() {
   for (Replicas* r : {&dense_, &experts_})
     if (r->sync) broadcast_from_owners(*r->group, r->params, r->owners);
 }
-
 
 std::optional<GradSyncTimes> ParallelRun::grad_sync_times() const {
   if (!dense_.sync) return std::nullopt;

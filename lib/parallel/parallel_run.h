@@ -151,32 +151,32 @@ class ParallelRun {
   GridCoord coord_;
   int64_t zero_;
   double bucket_mb_;
-  std::unique_ptr<Communicator> comm_;     // the world
-  std::unique_ptr<Communicator> tp_comm_;  // this rank's tp group (tp > 1)
-  std::unique_ptr<Communicator> pp_comm_;  // its pp group (pp > 1)
-  std::unique_ptr<Communicator> ends_;     // the pp group's first and last stage (pp > 1, on those two)
-  std::unique_ptr<Communicator> dp_own_;   // its dp group, when smaller than the world
-  Communicator* dp_ = nullptr;             // the dp group (the world, dp_own_ or none when dp = 1)
-  std::unique_ptr<Communicator> ep_comm_;  // its run of ep dp ranks that split the experts (ep > 1)
+  std::unique_ptr<Communicator> comm_;       // the world
+  std::unique_ptr<Communicator> tp_comm_;    // this rank's tp group (tp > 1)
+  std::unique_ptr<Communicator> pp_comm_;    // its pp group (pp > 1)
+  std::unique_ptr<Communicator> ends_;       // the pp group's first and last stage (pp > 1, on those two)
+  std::unique_ptr<Communicator> dp_own_;     // its dp group, when smaller than the world
+  Communicator* dp_ = nullptr;               // the dp group (the world, dp_own_ or none when dp = 1)
+  std::unique_ptr<Communicator> ep_comm_;    // its run of ep dp ranks that split the experts (ep > 1)
   std::unique_ptr<Communicator> expert_dp_;  // the ranks holding its experts (ep > 1 and dp > ep)
   std::vector<TensorShard> split_;
   PipelineSchedule schedule_;
   int64_t pp_microbatches_;
-  std::vector<StageLayers> stages_;  // every pipeline stage's layers
-  StageLayers stage_;                // this rank's (all layers when pp = 1)
-  std::set<std::string> held_;       // pp or ep > 1: the names of the parameters this rank holds
+  std::vector<StageLayers> stages_;               // every pipeline stage's layers
+  StageLayers stage_;                             // this rank's (all layers when pp = 1)
+  std::set<std::string> held_;                    // pp or ep > 1: the names of the parameters this rank holds
   int64_t first_expert_ = 0, local_experts_ = 0;  // ep > 1: this rank's experts of each mixture layer
-  torch::Tensor tied_weight_;        // pp > 1 with tied embeddings: the stage's wte (first and last stage)
-  PipelineStepStats pipeline_stats_; // the last step's
-  int64_t micro_batches_ = 0;        // the last step's, through the pipeline
-  std::vector<NamedTensor> named_;   // registration order (checkpoints)
-  std::vector<NamedTensor> params_;  // gradient order
-  std::vector<char> sharded_;        // params_[i] is split over the tp group
-  std::vector<char> expert_;         // ep > 1: params_[i] is one of this rank's experts
-  std::set<std::string> owned_;      // ZeRO: names of the parameters this rank updates
-  Replicas dense_;                   // over the dp group (all parameters but ep > 1's experts)
-  Replicas experts_;                 // ep > 1: this rank's experts, over expert_dp_
-  int64_t grad_bytes_ = 0;  // gradients this rank held after the last reduction
+  torch::Tensor tied_weight_;                     // pp > 1 with tied embeddings: the stage's wte (first and last stage)
+  PipelineStepStats pipeline_stats_;              // the last step's
+  int64_t micro_batches_ = 0;                     // the last step's, through the pipeline
+  std::vector<NamedTensor> named_;                // registration order (checkpoints)
+  std::vector<NamedTensor> params_;               // gradient order
+  std::vector<char> sharded_;                     // params_[i] is split over the tp group
+  std::vector<char> expert_;                      // ep > 1: params_[i] is one of this rank's experts
+  std::set<std::string> owned_;                   // ZeRO: names of the parameters this rank updates
+  Replicas dense_;                                // over the dp group (all parameters but ep > 1's experts)
+  Replicas experts_;                              // ep > 1: this rank's experts, over expert_dp_
+  int64_t grad_bytes_ = 0;                        // gradients this rank held after the last reduction
 };
 
 }  // namespace gputrain

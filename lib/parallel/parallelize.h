@@ -17,7 +17,7 @@ namespace gputrain {
 
 struct ParallelizedModel {
   std::vector<NamedTensor> params;  // the parameters this rank holds, frozen ones included, in registration order
-  int64_t recomputed_blocks = 0;  // blocks that activation checkpointing recomputes in backward
+  int64_t recomputed_blocks = 0;    // blocks that activation checkpointing recomputes in backward
 };
 
 ParallelizedModel parallelize(Gpt& model, ParallelRun& par, const TrainSettings& train);

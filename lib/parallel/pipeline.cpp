@@ -22,7 +22,8 @@ class StageLink {
     const torch::Device wire = pp_.tensor_device();
     if (t.device() != wire) t = t.to(wire);
     sent_.push_back(t);
-    sends_.push_back(pp_.send(sent_.back(), dst, tag, "pipeline stage " + std::to_string(pp_.rank()) + " sending " + what));
+    sends_.push_back(
+        pp_.send(sent_.back(), dst, tag, "pipeline stage " + std::to_string(pp_.rank()) + " sending " + what));
   }
   void receive(torch::Tensor& into, int src, int tag, const std::string& what) {
     const torch::Device wire = pp_.tensor_device();
@@ -84,13 +85,15 @@ class StageRunner {
         f.output = loss * inv_total();
       } else {
         f.output = x;
-        link_.send(x.detach().contiguous(), stage_ + 1, kActivationTag, "activations of micro-batch " + std::to_string(m));
+        link_.send(x.detach().contiguous(), stage_ + 1, kActivationTag,
+                   "activations of micro-batch " + std::to_string(m));
       }
     }
     held_[m] = std::move(f);
     ++in_flight_;
     stats_.peak_micro_batches_held = std::max(stats_.peak_micro_batches_held, in_flight_);
-    if (o_.memory_in_use) stats_.peak_memory_bytes = std::max(stats_.peak_memory_bytes, o_.memory_in_use() - memory_start_);
+    if (o_.memory_in_use)
+      stats_.peak_memory_bytes = std::max(stats_.peak_memory_bytes, o_.memory_in_use() - memory_start_);
   }
 
   void backward(size_t m) {
@@ -103,7 +106,8 @@ class StageRunner {
       link_.receive(grad, stage_ + 1, kGradientTag, "gradient of micro-batch " + std::to_string(m));
       f.output.backward(grad);
     }
-    if (!first()) link_.send(f.input.grad().contiguous(), stage_ - 1, kGradientTag, "gradient of micro-batch " + std::to_string(m));
+    if (!first())
+      link_.send(f.input.grad().contiguous(), stage_ - 1, kGradientTag, "gradient of micro-batch " + std::to_string(m));
     f = InFlight{};
     --in_flight_;
   }
@@ -188,8 +192,8 @@ void sum_tied_embedding_grads(torch::Tensor weight, Communicator& ends) {
   if (!g.is_same(weight.grad())) weight.mutable_grad().copy_(g);
 }
 
-double pipeline_eval_loss_sum(Gpt& model, Communicator& pp, const std::vector<Batch>& batches,
-                              const StageLayers& stage, const Precision* precision) {
+double pipeline_eval_loss_sum(Gpt& model, Communicator& pp, const std::vector<Batch>& batches, const StageLayers& stage,
+                              const Precision* precision) {
   torch::NoGradGuard no_grad;
   AutocastGuard autocast = autocast_for(precision);
   const bool was_training = model->is_training();
@@ -223,9 +227,11 @@ double pipeline_eval_loss_sum(Gpt& model, Communicator& pp, const std::vector<Ba
 void check_micro_batch_split(int64_t sequences, int64_t parts) {
   if (parts >= 1 && sequences % parts == 0) return;
   throw config_error("parallel.pp_microbatches (" + std::to_string(parts) + ") must divide the " +
-                     std::to_string(sequences) + " sequences of a step (train.grad_accum_steps x "
+                     std::to_string(sequences) +
+                     " sequences of a step (train.grad_accum_steps x "
                      "per_device_batch_size, as run)\n    fix: set parallel.pp_microbatches: 0 (one micro-batch per "
-                     "grad_accum_steps) or a divisor of " + std::to_string(sequences));
+                     "grad_accum_steps) or a divisor of " +
+                     std::to_string(sequences));
 }
 
 std::vector<Batch> split_micro_batches(const std::vector<Batch>& micro, int64_t parts) {

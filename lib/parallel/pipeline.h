@@ -40,7 +40,7 @@ std::vector<std::string> keep_stage(Gpt& model, const StageLayers& stage);
 
 struct PipelineStepOptions {
   PipelineSchedule schedule = PipelineSchedule::kOneFOneB;
-  StageLayers stage;        // this rank's
+  StageLayers stage;          // this rank's
   int64_t total_targets = 0;  // the normalizer (every micro-batch's targets, all replicas)
   const Precision* precision = nullptr;
   // Before each micro-batch's backward, with whether it is the stage's last (data parallelism's hooks).
@@ -68,8 +68,8 @@ void sum_tied_embedding_grads(torch::Tensor weight, Communicator& ends);
 
 // Forward only, in eval mode and without gradients: the sum of the per-token
 // losses of `batches` on the last stage (0 on the others).
-double pipeline_eval_loss_sum(Gpt& model, Communicator& pp, const std::vector<Batch>& batches,
-                              const StageLayers& stage, const Precision* precision);
+double pipeline_eval_loss_sum(Gpt& model, Communicator& pp, const std::vector<Batch>& batches, const StageLayers& stage,
+                              const Precision* precision);
 
 // parallel.pp_microbatches: a config error naming the key unless `parts`
 // cuts a step's `sequences` into equal micro-batches.

@@ -47,7 +47,9 @@ void keep_shard(torch::Tensor& p, const TensorShard& s, int rank, int size) {
 
 }  // namespace
 
-torch::Tensor copy_to_group(const torch::Tensor& x, Communicator& group) { return CopyToGroup::apply(x, group_handle(group)); }
+torch::Tensor copy_to_group(const torch::Tensor& x, Communicator& group) {
+  return CopyToGroup::apply(x, group_handle(group));
+}
 torch::Tensor reduce_from_group(const torch::Tensor& x, Communicator& group) {
   return ReduceFromGroup::apply(x, group_handle(group));
 }
@@ -89,7 +91,8 @@ std::vector<TensorShard> parallelize_tensor(Gpt& model, Communicator& tp) {
     // Row-parallel: columns of W; the bias stays whole and is added after the sum.
     keep_shard(attn.c_proj->weight, mark(b + "attn.c_proj.weight", 1, {1}), rank, size);
     keep_shard(mlp.c_proj->weight, mark(b + "mlp.c_proj.weight", 1, {1}), rank, size);
-    for (auto* col : {&attn.c_attn, &mlp.c_fc}) (*col)->input_tap = [&tp](const torch::Tensor& x) { return copy_to_group(x, tp); };
+    for (auto* col : {&attn.c_attn, &mlp.c_fc})
+      (*col)->input_tap = [&tp](const torch::Tensor& x) { return copy_to_group(x, tp); };
     for (auto* row : {&attn.c_proj, &mlp.c_proj})
       (*row)->output_tap = [&tp](const torch::Tensor& y) { return reduce_from_group(y, tp); };
   }

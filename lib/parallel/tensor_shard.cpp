@@ -11,7 +11,8 @@ std::vector<torch::Tensor> sections_of(const torch::Tensor& t, const TensorShard
   const int64_t total = std::accumulate(s.sections.begin(), s.sections.end(), int64_t{0});
   const int64_t length = t.size(s.dim);
   if (total <= 0 || length % total != 0)
-    throw std::logic_error("tensor shard " + s.name + ": " + std::to_string(length) + " rows are not in the proportions of its sections");
+    throw std::logic_error("tensor shard " + s.name + ": " + std::to_string(length) +
+                           " rows are not in the proportions of its sections");
   std::vector<int64_t> sizes;
   for (int64_t w : s.sections) sizes.push_back(length / total * w);
   return t.split_with_sizes(sizes, s.dim);
@@ -22,7 +23,8 @@ std::vector<torch::Tensor> sections_of(const torch::Tensor& t, const TensorShard
 torch::Tensor shard_of(const torch::Tensor& whole, const TensorShard& s, int rank, int size) {
   if (s.dim < 0) return whole;
   std::vector<torch::Tensor> parts;
-  for (const auto& section : sections_of(whole, s)) parts.push_back(section.chunk(size, s.dim)[static_cast<size_t>(rank)]);
+  for (const auto& section : sections_of(whole, s))
+    parts.push_back(section.chunk(size, s.dim)[static_cast<size_t>(rank)]);
   return parts.size() == 1 ? parts.front() : torch::cat(parts, s.dim);
 }
 

@@ -12,7 +12,8 @@ torch::Tensor as_bytes(const torch::Tensor& t) { return t.contiguous().reshape({
 
 }  // namespace
 
-void send_tensors(Communicator& comm, const std::vector<NamedTensor>& tensors, int dst, int tag, const std::string& what) {
+void send_tensors(Communicator& comm, const std::vector<NamedTensor>& tensors, int dst, int tag,
+                  const std::string& what) {
   const torch::Device dev = comm.tensor_device();
   json meta = json::array();
   std::vector<torch::Tensor> bytes;
@@ -21,9 +22,12 @@ void send_tensors(Communicator& comm, const std::vector<NamedTensor>& tensors, i
     bytes.push_back(as_bytes(e.tensor.detach()).to(dev));
   }
   const std::string text = meta.dump();
-  torch::Tensor data = bytes.empty() ? torch::empty({0}, torch::TensorOptions().dtype(torch::kByte).device(dev)) : torch::cat(bytes);
-  torch::Tensor text_t = torch::from_blob(const_cast<char*>(text.data()), {static_cast<int64_t>(text.size())},
-                                          torch::kByte).to(dev).clone();
+  torch::Tensor data =
+      bytes.empty() ? torch::empty({0}, torch::TensorOptions().dtype(torch::kByte).device(dev)) : torch::cat(bytes);
+  torch::Tensor text_t =
+      torch::from_blob(const_cast<char*>(text.data()), {static_cast<int64_t>(text.size())}, torch::kByte)
+          .to(dev)
+          .clone();
   torch::Tensor sizes = torch::tensor({static_cast<int64_t>(text.size()), data.numel()}, torch::kLong).to(dev);
   comm.send(sizes, dst, tag, what).wait();
   comm.send(text_t, dst, tag + 1, what).wait();

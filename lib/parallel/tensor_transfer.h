@@ -10,7 +10,8 @@ namespace gputrain {
 
 // Named tensors in three messages (tags tag..tag+2): sizes, a JSON list of (name, dtype, shape),
 // the bytes. `what` names the transfer in errors (a timeout, a peer gone).
-void send_tensors(Communicator& comm, const std::vector<NamedTensor>& tensors, int dst, int tag, const std::string& what);
+void send_tensors(Communicator& comm, const std::vector<NamedTensor>& tensors, int dst, int tag,
+                  const std::string& what);
 // What send_tensors(comm, ..., src, tag) sent, as tensors on the CPU.
 std::vector<NamedTensor> receive_tensors(Communicator& comm, int src, int tag, const std::string& what);
 

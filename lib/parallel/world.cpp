@@ -18,9 +18,10 @@ std::optional<int> int_var(const EnvLookup& env, const std::string& name, int lo
   errno = 0;
   const long n = std::strtol(v->c_str(), &end, 10);
   if (v->empty() || *end != '\0' || errno != 0 || n < lo || n > hi)
-    throw usage_error(fmt::format("environment: {}='{}' is not a whole number in [{}, {}]\n"
-                                  "    fix: set it as your launcher documents, or unset it for a single-process run",
-                                  name, *v, lo, hi));
+    throw usage_error(
+        fmt::format("environment: {}='{}' is not a whole number in [{}, {}]\n"
+                    "    fix: set it as your launcher documents, or unset it for a single-process run",
+                    name, *v, lo, hi));
   return static_cast<int>(n);
 }
 
@@ -43,24 +44,26 @@ std::optional<int> slurm_tasks_on_first_node(const EnvLookup& env) {
 
 void check_consistent(const World& w, const std::string& vars) {
   if (w.rank >= w.size)
-    throw usage_error(fmt::format("environment: rank {} is outside a world of {} processes ({})\n"
-                                  "    fix: ranks run from 0 to the world size - 1",
-                                  w.rank, w.size, vars));
+    throw usage_error(
+        fmt::format("environment: rank {} is outside a world of {} processes ({})\n"
+                    "    fix: ranks run from 0 to the world size - 1",
+                    w.rank, w.size, vars));
   if (w.local_rank >= w.local_size)
-    throw usage_error(fmt::format("environment: local rank {} is outside the {} processes of this node ({})\n"
-                                  "    fix: local ranks run from 0 to the node's process count - 1",
-                                  w.local_rank, w.local_size, vars));
+    throw usage_error(
+        fmt::format("environment: local rank {} is outside the {} processes of this node ({})\n"
+                    "    fix: local ranks run from 0 to the node's process count - 1",
+                    w.local_rank, w.local_size, vars));
   if (w.local_size > w.size)
-    throw usage_error(fmt::format("environment: {} processes on this node but {} in the world ({})", w.local_size,
-                                  w.size, vars));
+    throw usage_error(
+        fmt::format("environment: {} processes on this node but {} in the world ({})", w.local_size, w.size, vars));
 }
 
 }  // namespace
 
 std::string World::describe() const {
   if (!launched()) return "1 process";
-  return fmt::format("rank {} of {} (local {} of {}), rendezvous at {}:{}, from {}", rank, size, local_rank,
-                     local_size, master_addr, master_port, source);
+  return fmt::format("rank {} of {} (local {} of {}), rendezvous at {}:{}, from {}", rank, size, local_rank, local_size,
+                     master_addr, master_port, source);
 }
 
 std::string first_slurm_host(const std::string& nodelist) {
@@ -77,7 +80,8 @@ std::string first_slurm_host(const std::string& nodelist) {
   // "node[03-05,9]": the prefix and the first number (or range start), zero padding kept.
   std::string range = first.substr(open + 1);
   const auto stop = range.find_first_of(",-]");
-  return first.substr(0, open) + range.substr(0, stop) + (first.find(']') + 1 < first.size() ? first.substr(first.find(']') + 1) : "");
+  return first.substr(0, open) + range.substr(0, stop) +
+         (first.find(']') + 1 < first.size() ? first.substr(first.find(']') + 1) : "");
 }
 
 World detect_world(const EnvLookup& env) {
@@ -119,8 +123,9 @@ World detect_world(const EnvLookup& env) {
     if (!env("MASTER_ADDR") && w.distributed()) {
       const auto nodes = env("SLURM_STEP_NODELIST") ? env("SLURM_STEP_NODELIST") : env("SLURM_NODELIST");
       if (!nodes || nodes->empty())
-        throw usage_error("environment: a SLURM launch of " + std::to_string(w.size) +
-                          " tasks without SLURM_NODELIST or MASTER_ADDR\n    fix: export MASTER_ADDR in the job script");
+        throw usage_error(
+            "environment: a SLURM launch of " + std::to_string(w.size) +
+            " tasks without SLURM_NODELIST or MASTER_ADDR\n    fix: export MASTER_ADDR in the job script");
       w.master_addr = first_slurm_host(*nodes);
     }
   } else {

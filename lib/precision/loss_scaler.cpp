@@ -36,9 +36,7 @@ void LossScaler::update(bool found_inf) {
   at::_amp_update_scale_(scale_, growth_tracker_, found_inf_, growth_, backoff_, interval_);
 }
 
-LossScalerState LossScaler::state() const {
-  return {scale_.item<double>(), growth_tracker_.item<int64_t>(), skipped_};
-}
+LossScalerState LossScaler::state() const { return {scale_.item<double>(), growth_tracker_.item<int64_t>(), skipped_}; }
 
 void LossScaler::load_state(const LossScalerState& s) {
   scale_.fill_(s.scale);

@@ -32,11 +32,13 @@ void Precision::update(bool skipped) {
 
 std::string Precision::describe() const {
   switch (mode_) {
-    case PrecisionMode::kFp32: return "fp32";
+    case PrecisionMode::kFp32:
+      return "fp32";
     case PrecisionMode::kTf32:
       return device_.is_cuda() ? "tf32 (TF32 tensor-core matmuls, fp32 tensors)"
                                : "tf32 has no effect on CPU: training in fp32";
-    case PrecisionMode::kBf16: return "bf16 mixed precision (fp32 weights and optimizer, bf16 autocast)";
+    case PrecisionMode::kBf16:
+      return "bf16 mixed precision (fp32 weights and optimizer, bf16 autocast)";
     case PrecisionMode::kFp16:
       return "fp16 mixed precision (fp32 weights and optimizer, fp16 autocast, loss scale " +
              std::to_string(static_cast<int64_t>(loss_scale())) + ")";

@@ -26,9 +26,10 @@ BatchChoice find_batch_size(int64_t global, const std::function<bool(int64_t)>& 
     best = b;
   }
   if (best == 0)
-    throw runtime_error("train.per_device_batch_size: auto: not even a micro-batch of 1 sequence fits"
-                        "\n    fix: set train.gradient_checkpointing: full, precision.mode: bf16, or a smaller "
-                        "model.seq_len or model");
+    throw runtime_error(
+        "train.per_device_batch_size: auto: not even a micro-batch of 1 sequence fits"
+        "\n    fix: set train.gradient_checkpointing: full, precision.mode: bf16, or a smaller "
+        "model.seq_len or model");
   // Multiples of 8 above the largest power of two, largest first.
   for (int64_t b = (limit - 1) / 8 * 8; b > best; b -= 8)
     if (global % b == 0 && attempt(b)) {
@@ -73,8 +74,8 @@ bool fits_on_device(Gpt& model, const Precision& precision, const ModelSettings&
 
 }  // namespace
 
-BatchChoice find_batch_size_on_device(Gpt& model, const Precision& precision, const ModelSettings& m,
-                                      int64_t sequences, torch::Device device) {
+BatchChoice find_batch_size_on_device(Gpt& model, const Precision& precision, const ModelSettings& m, int64_t sequences,
+                                      torch::Device device) {
   return find_batch_size(sequences, [&](int64_t b) { return fits_on_device(model, precision, m, b, device); });
 }
 

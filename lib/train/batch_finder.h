@@ -40,7 +40,7 @@ BatchChoice find_batch_size_cpu(const Settings& s, int64_t sequences, double bud
 
 // The GPU rule: a size fits when one forward and backward of a micro-batch that
 // size runs without running out of device memory (the memory is released either way).
-BatchChoice find_batch_size_on_device(Gpt& model, const Precision& precision, const ModelSettings& m,
-                                      int64_t sequences, torch::Device device);
+BatchChoice find_batch_size_on_device(Gpt& model, const Precision& precision, const ModelSettings& m, int64_t sequences,
+                                      torch::Device device);
 
 }  // namespace gputrain

@@ -52,12 +52,13 @@ MemoryPlan plan_memory(const Settings& s, int64_t batch) {
   // for every block when model.moe is on).
   const double mlp_values = (llama ? 4 : 2) * h + d;
   const double moe_factor = m.moe.enabled() ? static_cast<double>(m.moe.top_k) : 1.0;
-  const double inner = 4 * d + 2 * kv + (llama ? d + kv : 0) + moe_factor * mlp_values +
-                       (m.moe.enabled() ? 2.0 * static_cast<double>(m.moe.experts) : 0.0);  // besides the norms' 2 d inputs
+  const double inner =
+      4 * d + 2 * kv + (llama ? d + kv : 0) + moe_factor * mlp_values +
+      (m.moe.enabled() ? 2.0 * static_cast<double>(m.moe.experts) : 0.0);  // besides the norms' 2 d inputs
   const double e = (mixed || pure) ? 2 : 4;
   double per_block = mixed ? 2 * d * 4 + inner * e : (2 * d + inner) * e;
   if (m.attention == AttentionImpl::kMath) per_block += H * T * (2 * e + 1);  // scores, probabilities, mask
-  if (m.dropout > 0) per_block += 3 * d + h;  // bool masks (bytes)
+  if (m.dropout > 0) per_block += 3 * d + h;                                  // bool masks (bytes)
   const double tokens = static_cast<double>(batch) * T;
   const double blocks_plain = L * per_block;
   // A checkpointed block keeps only its input; in backward one block at a time is recomputed in full.
@@ -96,17 +97,21 @@ std::string memory_plan_table(const Settings& s, const MemoryPlan& p) {
   std::string out = "| component | MiB | how |\n|---|---:|---|\n";
   const bool mixed = s.precision.mode == PrecisionMode::kBf16 || s.precision.mode == PrecisionMode::kFp16;
   out += row("weights", p.weights,
-             pure ? "2 bytes x parameters (bf16)"
-                  : mixed ? "4 bytes x parameters (fp32) + 2 (low-precision copy: autocast's or bf16 weight copies)" : "4 bytes x parameters (fp32)");
+             pure    ? "2 bytes x parameters (bf16)"
+             : mixed ? "4 bytes x parameters (fp32) + 2 (low-precision copy: autocast's or bf16 weight copies)"
+                     : "4 bytes x parameters (fp32)");
   const bool lora = s.model.lora.rank > 0;  // only the adapters have gradients and optimizer state
-  const std::string grads_how = std::string(pure ? "2" : "4") + " bytes x " + (lora ? "LoRA adapter parameters" : "parameters");
+  const std::string grads_how =
+      std::string(pure ? "2" : "4") + " bytes x " + (lora ? "LoRA adapter parameters" : "parameters");
   out += row("gradients", p.gradients, grads_how.c_str());
   const std::string optim_how =
       optim_name(s.optim.name) + ": " + optimizer_state_rule(s.optim) + (lora ? " (LoRA: of the adapters only)" : "");
   out += row("optimizer state", p.optimizer, optim_how.c_str());
   out += row("activations", p.activations, "kept for backward, one micro-batch, with the recipe's checkpointing");
   out += row("activations without checkpointing", p.activations_plain, "(for comparison; not in the total)");
-  out += row("logits and loss", p.logits, "micro-batch x seq_len x vocab x 16-18 bytes at the peak of backward (CUDA, fused loss: 2-4, the gradient written over the logits)");
+  out += row("logits and loss", p.logits,
+             "micro-batch x seq_len x vocab x 16-18 bytes at the peak of backward (CUDA, fused loss: 2-4, the gradient "
+             "written over the logits)");
   out += row("total (estimate)", p.total(), "weights + gradients + optimizer + activations + logits");
   return out;
 }

@@ -51,12 +51,13 @@ nlohmann::ordered_json lora_report(const Settings& s, int64_t optimizer_state_by
 std::string lora_log_line(const Settings& s) {
   if (s.model.lora.rank == 0) return "";
   const LoraCounts c = count_lora(s);
-  return fmt::format("LoRA rank {} (alpha {}): {} adapter parameters train ({:.2f}% of {}), the rest are frozen; a full "
-                     "fine-tune's optimizer state would be {:.1f} MiB; checkpoints hold {}",
-                     s.model.lora.rank, s.model.lora.alpha, c.trainable,
-                     100.0 * static_cast<double>(c.trainable) / static_cast<double>(c.trainable + c.frozen),
-                     c.trainable + c.frozen, static_cast<double>(c.full_state_bytes) / kMiB,
-                     s.model.lora.save == LoraSave::kAdapters ? "the adapters only" : "every weight");
+  return fmt::format(
+      "LoRA rank {} (alpha {}): {} adapter parameters train ({:.2f}% of {}), the rest are frozen; a full "
+      "fine-tune's optimizer state would be {:.1f} MiB; checkpoints hold {}",
+      s.model.lora.rank, s.model.lora.alpha, c.trainable,
+      100.0 * static_cast<double>(c.trainable) / static_cast<double>(c.trainable + c.frozen), c.trainable + c.frozen,
+      static_cast<double>(c.full_state_bytes) / kMiB,
+      s.model.lora.save == LoraSave::kAdapters ? "the adapters only" : "every weight");
 }
 
 void MoeMetrics::add_to(nlohmann::ordered_json& rec, Gpt& model, ParallelRun& par) {
@@ -81,7 +82,8 @@ nlohmann::ordered_json MoeMetrics::summary(const ModelSettings& m) const {
   j["layers"] = moe_layer_count(m);
   j["capacity_factor"] = m.moe.capacity_factor;
   j["aux_loss"] = std::round(last_aux_ * 1e6) / 1e6;  // the last logged interval's
-  j["dropped_fraction"] = assigned_ > 0 ? std::round(dropped_ / assigned_ * 1e6) / 1e6 : 0.0;  // the whole run (since this process started)
+  j["dropped_fraction"] =
+      assigned_ > 0 ? std::round(dropped_ / assigned_ * 1e6) / 1e6 : 0.0;  // the whole run (since this process started)
   j["assignments"] = assigned_;
   j["active_parameters"] = active_parameters(m);
   return j;

@@ -28,12 +28,14 @@ static std::string number(double v) { return std::isnan(v) ? "nan" : fmt::format
 
 std::string non_finite_message(int64_t step, double loss, double grad_norm, const std::string& culprit,
                                NanPolicy policy) {
-  std::string m = fmt::format("step {}: loss {}, gradient norm {}; first non-finite: {}", step, number(loss), number(grad_norm),
-                              culprit.empty() ? "(none found in parameters or gradients: the loss itself)" : culprit);
+  std::string m =
+      fmt::format("step {}: loss {}, gradient norm {}; first non-finite: {}", step, number(loss), number(grad_norm),
+                  culprit.empty() ? "(none found in parameters or gradients: the loss itself)" : culprit);
   switch (policy) {
     case NanPolicy::kAbort:
-      return m + "\n    fix: lower optim.lr, raise optim.schedule.warmup_steps, set train.max_grad_norm, or use "
-                 "precision.mode: bf16; train.nan_policy: skip drops such steps instead";
+      return m +
+             "\n    fix: lower optim.lr, raise optim.schedule.warmup_steps, set train.max_grad_norm, or use "
+             "precision.mode: bf16; train.nan_policy: skip drops such steps instead";
     case NanPolicy::kSkip:
       return m + "; update skipped (train.nan_policy: skip)";
     case NanPolicy::kWarn:

@@ -85,17 +85,15 @@ ResumeChanges compare_for_resume(const json& saved, const json& now, const fs::p
     if (p == ResumePolicy::kBatchSplit) p = same_global_batch ? ResumePolicy::kReported : ResumePolicy::kDiverges;
     if (p == ResumePolicy::kRefused)
       refused += "\n    " + key + ": " + c.saved + " in the checkpoint, " + c.now + " now";
-    else if (p == ResumePolicy::kReported)
-      out.reported.push_back(c);
-    else
-      out.diverging.push_back(c);
+    else if (p == ResumePolicy::kReported) out.reported.push_back(c);
+    else out.diverging.push_back(c);
   }
   if (!refused.empty())
-    throw config_error("cannot resume from '" + checkpoint.string() +
-                       "': the recipe changes keys the saved weights, optimizer state or data position depend on:" +
-                       refused +
-                       "\n    fix: put these keys back as the checkpoint has them (its recipe.yaml), use "
-                       "model.init_from to start a new run from its weights, or set checkpoint.resume: never");
+    throw config_error(
+        "cannot resume from '" + checkpoint.string() +
+        "': the recipe changes keys the saved weights, optimizer state or data position depend on:" + refused +
+        "\n    fix: put these keys back as the checkpoint has them (its recipe.yaml), use "
+        "model.init_from to start a new run from its weights, or set checkpoint.resume: never");
   return out;
 }
 

@@ -38,7 +38,7 @@ struct RecipeChange {
   std::string saved, now;
 };
 struct ResumeChanges {
-  std::vector<RecipeChange> reported;  // safe: cadence, length, output
+  std::vector<RecipeChange> reported;   // safe: cadence, length, output
   std::vector<RecipeChange> diverging;  // allowed, but the run continues differently
 };
 

@@ -14,8 +14,7 @@ RunPlan plan_run(const Settings& recipe, const World& world, bool overwrite) {
   // dp auto = world / (tp x pp), resolved before a checkpoint's recipe is compared (and checked: a config error).
   p.dp = Grid(recipe.parallel, world.size).dp();
   // run.threads auto shares this machine's cores among its processes.
-  p.threads = recipe.run.threads > 0 ? recipe.run.threads
-                                     : std::max<int64_t>(1, resolve_threads(0) / world.local_size);
+  p.threads = recipe.run.threads > 0 ? recipe.run.threads : std::max<int64_t>(1, resolve_threads(0) / world.local_size);
   p.device = device_for_local_rank(resolve_device(recipe.run.device), world.local_rank);
   // --overwrite starts afresh: the earlier run's checkpoints are not this run's to continue.
   p.resume = overwrite && recipe.checkpoint.resume == "auto" ? "never" : recipe.checkpoint.resume;

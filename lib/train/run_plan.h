@@ -31,7 +31,7 @@ struct RunPlan {
   bool lead = true;  // rank 0: writes files and logs progress
   int64_t threads = 1;
   c10::Device device{c10::kCPU};
-  int64_t dp = 1;  // data-parallel replicas: the grid's, resolved from parallel.dp auto
+  int64_t dp = 1;      // data-parallel replicas: the grid's, resolved from parallel.dp auto
   std::string resume;  // checkpoint.resume as applied: --overwrite turns auto into never
   BatchSplit batch;
 

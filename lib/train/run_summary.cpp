@@ -26,7 +26,7 @@ json build_summary(const std::string& status, const RunTotals& t, const Settings
   j["steps"] = t.step;
   j["max_steps"] = s.train.max_steps;
   j["tokens"] = t.tokens;
-  j["wall_s"] = round_to(f.wall_s, 3);  // this process
+  j["wall_s"] = round_to(f.wall_s, 3);          // this process
   j["train_s"] = round_to(t.train_seconds, 3);  // the whole run, resumed parts included
   j["tokens_per_s"] = round_to(t.train_seconds > 0 ? static_cast<double>(t.tokens) / t.train_seconds : 0.0, 1);
   j["final_loss"] = std::isfinite(t.last_loss) ? json(round_to(t.last_loss, 6)) : json(nullptr);

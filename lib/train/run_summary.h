@@ -15,8 +15,8 @@ namespace gputrain {
 
 // The counters a checkpoint saves (TrainingCounters), and what only this process knows.
 struct RunTotals : TrainingCounters {
-  double mem_start_mb = 0;  // CPU: resident memory before the model was built (LibTorch, data maps)
-  std::string stop_reason;  // why a run stopped early: "SIGTERM", "max_wall_time", ...
+  double mem_start_mb = 0;    // CPU: resident memory before the model was built (LibTorch, data maps)
+  std::string stop_reason;    // why a run stopped early: "SIGTERM", "max_wall_time", ...
   int64_t resumed_from = -1;  // the checkpoint step this process started at
 };
 
@@ -24,7 +24,7 @@ struct RunTotals : TrainingCounters {
 struct SummaryFacts {
   c10::Device device{c10::kCPU};
   int64_t threads = 1;
-  int64_t parameters = 0;  // the whole model's
+  int64_t parameters = 0;     // the whole model's
   int64_t skipped_steps = 0;  // fp16 overflows and train.nan_policy: skip
   std::optional<double> entropy_floor;
   double wall_s = 0;  // this process's

@@ -144,10 +144,12 @@ class CudaStepGraph final : public StepGraph {
   // This step's micro-batches into the static inputs (asynchronous device copies on the current stream).
   void load(const std::vector<Batch>& micro, double inv_total) {
     if (micro.size() != static_.size())
-      throw runtime_error(fmt::format("kernels.cuda_graphs: a step of {} micro-batches, but the graph was captured with {}",
-                                      micro.size(), static_.size()));
+      throw runtime_error(
+          fmt::format("kernels.cuda_graphs: a step of {} micro-batches, but the graph was captured with {}",
+                      micro.size(), static_.size()));
     for (size_t i = 0; i < micro.size(); ++i) {
-      for (const auto& [now, fixed] : {std::pair{micro[i].input, static_[i].input}, {micro[i].target, static_[i].target}})
+      for (const auto& [now, fixed] :
+           {std::pair{micro[i].input, static_[i].input}, {micro[i].target, static_[i].target}})
         if (!now.sizes().equals(fixed.sizes()))
           throw runtime_error(fmt::format(
               "kernels.cuda_graphs: micro-batch {} has shape {}, but the graph was captured with {} (a graph replays "

@@ -57,7 +57,8 @@ torch::Tensor forward_backward(ParallelRun& par, Gpt& model, const std::vector<B
                                const Precision& precision, int64_t global_targets) {
   const auto n = static_cast<int64_t>(micro.size());
   const int64_t forwards = par.pipelined() ? par.pipeline_micro_batches(n) : n;
-  if (model->moe) model->moe->aux_grad_scale = moe_aux_grad_scale(model->cfg, forwards * par.replicas(), precision.loss_scale());
+  if (model->moe)
+    model->moe->aux_grad_scale = moe_aux_grad_scale(model->cfg, forwards * par.replicas(), precision.loss_scale());
   if (par.pipelined()) return par.pipeline_step(model, micro, precision, global_targets);
   return accumulate_gradients(model, micro, &precision, AccumulateOptions{global_targets, par.backward_hook()});
 }

@@ -146,7 +146,7 @@ class Trainer {
   std::unique_ptr<WindowSource> train_source_, eval_source_;
   std::vector<DirectoryLock> dir_locks_;
   std::optional<ResumePoint> resumed_;
-  double load_s_ = 0;  // reading the resumed checkpoint
+  double load_s_ = 0;        // reading the resumed checkpoint
   bool continuing_ = false;  // appending to the checkpoint run's own metrics
   fs::path out_dir_, ckpt_root_;
 
@@ -281,8 +281,10 @@ void Trainer::build_optimizer() {
       spdlog::warn("kernels.cuda_graphs has no effect on the CPU: training without CUDA graphs");
     return;
   }
-  spdlog::info("kernels.cuda_graphs: each step's forward and backward are captured as a CUDA graph after {} eager "
-               "steps, then replayed", StepGraph::kWarmupSteps);
+  spdlog::info(
+      "kernels.cuda_graphs: each step's forward and backward are captured as a CUDA graph after {} eager "
+      "steps, then replayed",
+      StepGraph::kWarmupSteps);
   step_graph_ = make_step_graph(plan_.device, params_);
 }
 
@@ -294,9 +296,8 @@ void Trainer::choose_batch_split() {
     const int64_t share = plan_.batch.global_batch_size / plan_.dp;  // split over the ranks first
     const double budget = cpu_memory_budget_bytes(s_);
     const bool cpu = plan_.device.is_cpu();
-    const BatchChoice choice =
-        cpu ? find_batch_size_cpu(s_, share, budget)
-            : find_batch_size_on_device(model_, *precision_, s_.model, share, plan_.device);
+    const BatchChoice choice = cpu ? find_batch_size_cpu(s_, share, budget)
+                                   : find_batch_size_on_device(model_, *precision_, s_.model, share, plan_.device);
     plan_.batch.per_device_batch_size = choice.batch;
     plan_.batch.grad_accum_steps = choice.grad_accum;
     replan();
@@ -346,13 +347,14 @@ void Trainer::log_start() const {
                recipe_.source);
   spdlog::info("model: {} {} layers, d_model {}, {} heads{}, seq_len {}, vocab {}: {:.2f}M parameters",
                m.arch == ModelArch::kLlama ? "Llama" : "GPT", m.n_layer, m.d_model, m.n_head,
-               m.kv_heads() != m.n_head ? fmt::format(" ({} key/value)", m.kv_heads()) : "", m.seq_len,
-               m.vocab_size, n_params_ / 1e6);
+               m.kv_heads() != m.n_head ? fmt::format(" ({} key/value)", m.kv_heads()) : "", m.seq_len, m.vocab_size,
+               n_params_ / 1e6);
   if (m.lora.rank > 0) spdlog::info("model: {}", lora_log_line(s_));
   if (m.moe.enabled())
-    spdlog::info("model: mixture of experts every {} block(s): {} experts, top {}, capacity factor {}; {:.2f}M of the "
-                 "parameters are active per token",
-                 m.moe.every, m.moe.experts, m.moe.top_k, m.moe.capacity_factor, active_parameters(m) / 1e6);
+    spdlog::info(
+        "model: mixture of experts every {} block(s): {} experts, top {}, capacity factor {}; {:.2f}M of the "
+        "parameters are active per token",
+        m.moe.every, m.moe.experts, m.moe.top_k, m.moe.capacity_factor, active_parameters(m) / 1e6);
   spdlog::info("precision: {}", precision_->describe());
   const auto state_bytes = static_cast<double>(optimizer_->state_bytes());
   spdlog::info("optimizer: {}; {:.1f} MiB of state ({:.2f} bytes per parameter)", optimizer_->describe(),
@@ -368,13 +370,16 @@ void Trainer::log_start() const {
                  static_cast<double>(s_.train.max_steps * plan_.sequences_per_rank()) / static_cast<double>(per_epoch));
   if (floor_) spdlog::info("data: entropy floor {:.4f} nats/token (no model can reach a lower loss)", *floor_);
   const int64_t dp = plan_.dp;
-  spdlog::info("train: {} steps x {} tokens ({}grad_accum {} x batch {} x seq_len {}); output in {}", s_.train.max_steps,
-               s_.tokens_per_step() * dp, dp > 1 ? fmt::format("{} processes x ", dp) : std::string(),
-               s_.train.grad_accum_steps, s_.train.per_device_batch_size, m.seq_len, out_dir_.string());
+  spdlog::info("train: {} steps x {} tokens ({}grad_accum {} x batch {} x seq_len {}); output in {}",
+               s_.train.max_steps, s_.tokens_per_step() * dp,
+               dp > 1 ? fmt::format("{} processes x ", dp) : std::string(), s_.train.grad_accum_steps,
+               s_.train.per_device_batch_size, m.seq_len, out_dir_.string());
   if (par_->distributed()) spdlog::info("parallel: {}", par_->describe());
   if (resumed_)
-    spdlog::info("resume: continuing from {} at step {} ({} tokens seen; verified and read in {:.2f} s); data from "
-                 "sample {}", resumed_->dir.string(), t_.step, t_.tokens, load_s_, first_sample_);
+    spdlog::info(
+        "resume: continuing from {} at step {} ({} tokens seen; verified and read in {:.2f} s); data from "
+        "sample {}",
+        resumed_->dir.string(), t_.step, t_.tokens, load_s_, first_sample_);
   for (const auto& w : recipe_.warnings) spdlog::warn("{}", w.str());
 }
 
@@ -555,7 +560,7 @@ void Trainer::log_step(const StepResult& r, int64_t step, bool eval_now) {
   t_.last_loss = loss_now;
   json rec;
   rec["step"] = step;
-  rec["loss"] = round_to(loss_now, 6);  // null when not finite (a skipped or warned step)
+  rec["loss"] = round_to(loss_now, 6);       // null when not finite (a skipped or warned step)
   rec["loss_avg"] = round_to(mean_loss, 6);  // mean over the steps since the last line
   rec["lr"] = r.lr;
   rec["grad_norm"] = round_to(r.grad_norm.item<double>(), 6);
@@ -633,10 +638,10 @@ void Trainer::save() {
 }
 
 json Trainer::summary(const std::string& status) const {
-  json j = build_summary(status, t_, s_, *optimizer_,
-                         SummaryFacts{plan_.device, plan_.threads, n_params_,
-                                      precision_->skipped_steps() + t_.nan_skipped_steps, floor_,
-                                      seconds_since(t_start_)});
+  json j =
+      build_summary(status, t_, s_, *optimizer_,
+                    SummaryFacts{plan_.device, plan_.threads, n_params_,
+                                 precision_->skipped_steps() + t_.nan_skipped_steps, floor_, seconds_since(t_start_)});
   j["world_size"] = plan_.world.size;
   if (auto mfu = model_flops_utilization(j["tokens_per_s"].get<double>(), flops_per_token_, plan_.world.size,
                                          device_name(plan_.device)))
@@ -645,7 +650,8 @@ json Trainer::summary(const std::string& status) const {
   if (s_.model.moe.enabled()) j["moe"] = moe_metrics_.summary(s_.model);
   if (step_graph_) j["cuda_graphs"] = step_graph_->report();
   if (copies_.tensors > 0)
-    j["bf16_weight_copies"] = {{"tensors", copies_.tensors}, {"mb", round_to(mib(static_cast<double>(copies_.bytes)), 3)}};
+    j["bf16_weight_copies"] = {{"tensors", copies_.tensors},
+                               {"mb", round_to(mib(static_cast<double>(copies_.bytes)), 3)}};
   if (par_->distributed()) {
     j["zero"] = s_.parallel.zero;
     j["grid"] = {{"dp", par_->grid().dp()}, {"pp", par_->grid().pp()}, {"tp", par_->grid().tp()}};

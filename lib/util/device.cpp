@@ -67,9 +67,7 @@ int64_t resolve_threads(int64_t threads) {
   return std::max(1u, std::thread::hardware_concurrency());
 }
 
-std::string device_name(const torch::Device& d) {
-  return d.is_cuda() ? cuda_device_name(d.index()) : "cpu";
-}
+std::string device_name(const torch::Device& d) { return d.is_cuda() ? cuda_device_name(d.index()) : "cpu"; }
 
 void synchronize(const torch::Device& d) {
   if (d.is_cuda()) cuda_synchronize(d.index());

@@ -24,8 +24,7 @@ namespace {
 namespace fs = std::filesystem;
 
 int64_t unix_now() {
-  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 std::string format_time(int64_t unix_s, const char* format) {
@@ -55,7 +54,8 @@ void write_holder_record(int fd) {
 }
 
 bool same_file(int fd, const fs::path& path) {
-  struct stat open_st {}, path_st {};
+  struct stat open_st {
+  }, path_st{};
   return ::fstat(fd, &open_st) == 0 && ::stat(path.c_str(), &path_st) == 0 && open_st.st_dev == path_st.st_dev &&
          open_st.st_ino == path_st.st_ino;
 }
@@ -145,9 +145,10 @@ DirectoryLock DirectoryLock::acquire(const fs::path& dir, const std::string& fix
         throw in_use_error(dir, fix);
       }
       // ENOLCK, EOPNOTSUPP, ENOSYS: a filesystem that keeps no locks (e.g. Lustre without -o flock).
-      spdlog::warn("'{}' is on a filesystem that refuses file locks ({}): nothing stops a second gputrain from "
-                   "writing into it while this one does; make sure only one does (on Lustre, mount with -o flock)",
-                   dir.string(), std::strerror(err));
+      spdlog::warn(
+          "'{}' is on a filesystem that refuses file locks ({}): nothing stops a second gputrain from "
+          "writing into it while this one does; make sure only one does (on Lustre, mount with -o flock)",
+          dir.string(), std::strerror(err));
       write_holder_record(fd);
       return lock;
     }

@@ -12,9 +12,9 @@ namespace {
 std::atomic<int> g_signal{0};
 
 const std::vector<std::pair<std::string, int>>& signal_table() {
-  static const std::vector<std::pair<std::string, int>> t = {
-      {"SIGTERM", SIGTERM}, {"SIGUSR1", SIGUSR1}, {"SIGUSR2", SIGUSR2},
-      {"SIGHUP", SIGHUP},   {"SIGXCPU", SIGXCPU}, {"SIGQUIT", SIGQUIT}};
+  static const std::vector<std::pair<std::string, int>> t = {{"SIGTERM", SIGTERM}, {"SIGUSR1", SIGUSR1},
+                                                             {"SIGUSR2", SIGUSR2}, {"SIGHUP", SIGHUP},
+                                                             {"SIGXCPU", SIGXCPU}, {"SIGQUIT", SIGQUIT}};
   return t;
 }
 

@@ -86,10 +86,8 @@ TEST_CASE("gpu: the fused add + norm matches a float64 reference, forward and ba
         {
           AutocastGuard autocast(c.autocast.has_value(), at::kCUDA, c.autocast.value_or(at::kFloat));
           REQUIRE(fused_norm_available(xc, bc, p));
-          if (has_branch)
-            std::tie(sum, out) = fused_add_norm(xc, bc, p);
-          else
-            out = fused_norm(xc, p);
+          if (has_branch) std::tie(sum, out) = fused_add_norm(xc, bc, p);
+          else out = fused_norm(xc, p);
         }
         REQUIRE(out.scalar_type() == out_dtype);
         CHECK(rel_error(out, y64.detach()) < bound_for(out_dtype));

@@ -54,7 +54,7 @@ TEST_CASE("gpu: the linear layer's bias-gradient kernel matches a float64 refere
         REQUIRE(bc.grad().scalar_type() == at::kFloat);  // the parameter's dtype, as autocast's cast gives back
         CHECK(rel_error(bc.grad(), b64.grad()) < bound);
       }
-  CHECK_FALSE(linear_bias_grad_applies(at::randn({2, 3}), at::randn({4})));   // CPU
+  CHECK_FALSE(linear_bias_grad_applies(at::randn({2, 3}), at::randn({4})));       // CPU
   CHECK_FALSE(linear_bias_grad_applies(at::randn({2, 3}).cuda(), at::Tensor()));  // no bias
 }
 

@@ -53,7 +53,8 @@ std::vector<StepRecord> train(Gpt& model, const Precision& precision, StepGraph*
   torch::manual_seed(7);  // dropout's stream, the same for both runs
   for (int64_t s = 0; s < steps; ++s) {
     const auto micro = batches_for(s, model->cfg, device);
-    torch::Tensor loss = graph ? graph->accumulate(model, micro, precision, 0) : accumulate_gradients(model, micro, &precision);
+    torch::Tensor loss =
+        graph ? graph->accumulate(model, micro, precision, 0) : accumulate_gradients(model, micro, &precision);
     StepRecord r;
     r.loss = loss.item<double>();
     torch::NoGradGuard no_grad;
@@ -110,8 +111,8 @@ TEST_CASE("gpu: a captured step graph replays the eager step's loss and gradient
   }
   // Replays saw new data: the losses move from step to step.
   CHECK(graphed[kSteps - 1].loss != graphed[kSteps - 2].loss);
-  WARN("graph vs eager, bf16, dropout 0.1, 2 micro-batches: max |loss difference| " << loss_diff
-       << ", max gradient difference relative to the largest gradient " << grad_diff);
+  WARN("graph vs eager, bf16, dropout 0.1, 2 micro-batches: max |loss difference| "
+       << loss_diff << ", max gradient difference relative to the largest gradient " << grad_diff);
 
   // Evaluation in the graph's memory: the same loss as outside it, served from the pool's
   // blocks that are free between replays where outside it needs new memory (each measured
@@ -180,7 +181,7 @@ namespace {
 
 std::vector<nlohmann::json> run_cli(TempDir& dir, const std::string& name, std::vector<std::string> extra,
                                     std::string* output = nullptr) {
-  std::vector<std::string> args = {"run", "--output-dir", dir.file(name), "--set", "metrics.progress=off",
+  std::vector<std::string> args = {"run",   "--output-dir",     dir.file(name), "--set", "metrics.progress=off",
                                    "--set", "train.log_every=1"};
   args.insert(args.end(), extra.begin(), extra.end());
   auto r = run_gputrain(args);
@@ -194,7 +195,7 @@ std::vector<nlohmann::json> run_cli(TempDir& dir, const std::string& name, std::
 
 TEST_CASE("gpu: a run with kernels.cuda_graphs follows the eager run (bf16, accumulation, dropout, eval)", "[gpu]") {
   TempDir dir;
-  const std::vector<std::string> common = {"--set", "train.max_steps=120", "--set", "precision.mode=bf16",
+  const std::vector<std::string> common = {"--set", "train.max_steps=120",      "--set", "precision.mode=bf16",
                                            "--set", "train.grad_accum_steps=2", "--set", "model.dropout=0.1",
                                            "--set", "train.eval_every=40"};
   const auto eager = run_cli(dir, "eager", common);
@@ -214,17 +215,19 @@ TEST_CASE("gpu: a run with kernels.cuda_graphs follows the eager run (bf16, accu
   const auto s = read_json(dir.file("graphs") + "/summary.json");
   CHECK(s["cuda_graphs"]["captured"].get<bool>());
   CHECK(s["cuda_graphs"]["replayed_steps"].get<int64_t>() == 120 - StepGraph::kWarmupSteps);
-  CHECK(s["eval_loss"].get<double>() == Approx(read_json(dir.file("eager") + "/summary.json")["eval_loss"].get<double>()).margin(2e-2));
+  CHECK(s["eval_loss"].get<double>() ==
+        Approx(read_json(dir.file("eager") + "/summary.json")["eval_loss"].get<double>()).margin(2e-2));
 }
 
 TEST_CASE("gpu: kernels.cuda_graphs under fp16 loss scaling skips and rescales as the eager run does", "[gpu]") {
   TempDir dir;
   // A scale that grows every 2 clean steps keeps overflowing through the run, replays included.
   // The built-in quickstart warms the lr up over 50 steps: fewer here, to fit 40 steps.
-  const std::vector<std::string> common = {"--set", "train.max_steps=40", "--set", "optim.schedule.warmup_steps=5",
-                                           "--set", "precision.mode=fp16",
-                                           "--set", "precision.growth_interval=2", "--set", "precision.init_scale=1048576",
-                                           "--set", "train.grad_accum_steps=2", "--set", "model.attention=math"};
+  const std::vector<std::string> common = {
+      "--set", "train.max_steps=40",           "--set", "optim.schedule.warmup_steps=5",
+      "--set", "precision.mode=fp16",          "--set", "precision.growth_interval=2",
+      "--set", "precision.init_scale=1048576", "--set", "train.grad_accum_steps=2",
+      "--set", "model.attention=math"};
   const auto eager = run_cli(dir, "eager", common);
   std::vector<std::string> graphs = common;
   graphs.insert(graphs.end(), {"--set", "kernels.cuda_graphs=true"});

@@ -60,8 +60,8 @@ TEST_CASE("gpu: every precision mode with checkpointing tracks fp32 on CUDA", "[
   write_file(dir.file("r.yaml"), precision_reference_recipe());  // the CPU test's real text and settings
   std::map<std::string, std::vector<nlohmann::json>> lines;
   for (std::string mode : {"fp32", "tf32", "bf16", "fp16", "bf16-pure"}) {
-    auto r = run_gputrain({"run", dir.file("r.yaml"), "--output-dir", dir.file(mode), "--set",
-                           "precision.mode=" + mode, "--set", "train.gradient_checkpointing=selective"});
+    auto r = run_gputrain({"run", dir.file("r.yaml"), "--output-dir", dir.file(mode), "--set", "precision.mode=" + mode,
+                           "--set", "train.gradient_checkpointing=selective"});
     INFO(mode << "\n" << r.output);
     REQUIRE(r.exit_code == 0);
     lines[mode] = read_jsonl(dir.file(mode) + "/metrics.jsonl");
@@ -93,9 +93,9 @@ TEST_CASE("gpu: batch size auto finds a batch by trial steps", "[gpu]") {
 TEST_CASE("gpu: a resumed run stays within kernel nondeterminism of an uninterrupted one", "[gpu]") {
   TempDir dir;
   for (std::string mode : {"fp32", "bf16", "fp16"}) {
-    const std::vector<std::string> common = {"--set", "metrics.progress=off", "--set", "train.log_every=1",
-                                             "--set", "model.dropout=0.1", "--set", "optim.schedule.decay_steps=400",
-                                             "--set", "precision.mode=" + mode};
+    const std::vector<std::string> common = {
+        "--set", "metrics.progress=off",           "--set", "train.log_every=1",     "--set", "model.dropout=0.1",
+        "--set", "optim.schedule.decay_steps=400", "--set", "precision.mode=" + mode};
     auto run = [&](const std::string& out, int steps) {
       std::vector<std::string> args = {"run", "--output-dir", dir.file(out), "--set",
                                        "train.max_steps=" + std::to_string(steps)};
@@ -130,8 +130,9 @@ TEST_CASE("gpu: a resumed run stays within kernel nondeterminism of an uninterru
 TEST_CASE("gpu: NCCL with a world of one, and the offloaded optimizer, train like a plain GPU run", "[gpu]") {
   TempDir dir;
   auto run = [&](const std::string& name, std::vector<std::string> extra) {
-    std::vector<std::string> args = {"run", "--output-dir", dir.file(name), "--set", "metrics.progress=off", "--set",
-                                     "train.max_steps=50", "--set", "model.dropout=0"};
+    std::vector<std::string> args = {
+        "run",   "--output-dir",       dir.file(name), "--set",          "metrics.progress=off",
+        "--set", "train.max_steps=50", "--set",        "model.dropout=0"};
     args.insert(args.end(), extra.begin(), extra.end());
     auto r = run_gputrain(args);
     INFO(name << "\n" << r.output);
@@ -140,7 +141,8 @@ TEST_CASE("gpu: NCCL with a world of one, and the offloaded optimizer, train lik
   };
   const auto plain = run("plain", {});
   // The launcher's path: rendezvous, ProcessGroupNCCL, gradient buckets (all-reduce over one rank).
-  const auto nccl = run("nccl", {"--nproc-per-node", "1", "--set", "parallel.backend=nccl", "--set", "parallel.zero=1"});
+  const auto nccl =
+      run("nccl", {"--nproc-per-node", "1", "--set", "parallel.backend=nccl", "--set", "parallel.zero=1"});
   const auto offload = run("offload", {"--set", "parallel.offload_optimizer=true"});
   REQUIRE(plain.size() == nccl.size());
   REQUIRE(plain.size() == offload.size());
@@ -149,9 +151,9 @@ TEST_CASE("gpu: NCCL with a world of one, and the offloaded optimizer, train lik
     nccl_diff = std::max(nccl_diff, std::abs(plain[i]["loss"].get<double>() - nccl[i]["loss"].get<double>()));
     offload_diff = std::max(offload_diff, std::abs(plain[i]["loss"].get<double>() - offload[i]["loss"].get<double>()));
   }
-  WARN("largest per-step loss difference from the plain GPU run: NCCL world of one " << nccl_diff
-       << ", offloaded optimizer (CPU update) " << offload_diff);
-  CHECK(nccl_diff < 1e-3);  // the same arithmetic up to kernel nondeterminism
+  WARN("largest per-step loss difference from the plain GPU run: NCCL world of one "
+       << nccl_diff << ", offloaded optimizer (CPU update) " << offload_diff);
+  CHECK(nccl_diff < 1e-3);     // the same arithmetic up to kernel nondeterminism
   CHECK(offload_diff < 1e-3);  // AdamW's C++ loop on the CPU against the CUDA kernel
 }
 

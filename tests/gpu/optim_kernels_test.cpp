@@ -79,8 +79,7 @@ TEST_CASE("gpu: fused AdamW and 8-bit AdamW kernels match the CPU references", "
         INFO(sa.name);
         if (sa.tensor.scalar_type() == at::kByte)  // codes: a value on a decision boundary may flip
           CHECK((sa.tensor == sb).to(at::kFloat).mean().item<double>() > 0.999);
-        else if (dtype == at::kFloat)
-          CHECK(at::allclose(sa.tensor.to(at::kDouble), sb.to(at::kDouble), 1e-4, 1e-7));
+        else if (dtype == at::kFloat) CHECK(at::allclose(sa.tensor.to(at::kDouble), sb.to(at::kDouble), 1e-4, 1e-7));
       }
     }
   }

@@ -38,7 +38,9 @@ std::string tiny_recipe() {
   return "run: {name: ckpt, threads: 2}\n"
          "model: {vocab_size: 256, seq_len: 16, n_layer: 1, n_head: 2, d_model: 16, dropout: 0.1}\n"
          "data:\n"
-         "  train: {format: text, path: " + shared_data("tinyshakespeare.txt") + ", span: [0.0, 0.0005]}\n"
+         "  train: {format: text, path: " +
+         shared_data("tinyshakespeare.txt") +
+         ", span: [0.0, 0.0005]}\n"
          "train: {per_device_batch_size: 4, max_steps: 12, log_every: 1}\n"
          "optim: {lr: 3e-3, schedule: {warmup_steps: 2, decay_steps: 12}}\n"
          "metrics: {progress: off}\n";
@@ -126,7 +128,8 @@ TEST_CASE("checkpoint: k steps then resume to N is bitwise the same as N steps",
     // And the final state bit for bit.
     for (const char* f : {"model.safetensors", "optimizer.safetensors", "rng.safetensors"}) {
       INFO(f);
-      CHECK(read_file((newest_checkpoint(resumed) / f).string()) == read_file((newest_checkpoint(straight) / f).string()));
+      CHECK(read_file((newest_checkpoint(resumed) / f).string()) ==
+            read_file((newest_checkpoint(straight) / f).string()));
     }
     auto s = read_json(resumed + "/summary.json");
     CHECK(s["steps"] == 12);
@@ -135,7 +138,8 @@ TEST_CASE("checkpoint: k steps then resume to N is bitwise the same as N steps",
   }
 }
 
-TEST_CASE("checkpoint: resuming with a changed recipe refuses shape changes and reports safe ones", "[checkpoint][cli]") {
+TEST_CASE("checkpoint: resuming with a changed recipe refuses shape changes and reports safe ones",
+          "[checkpoint][cli]") {
   TempDir dir;
   write_file(dir.file("r.yaml"), tiny_recipe());
   const std::string out = dir.file("out");
@@ -164,7 +168,8 @@ TEST_CASE("checkpoint: resuming with a changed recipe refuses shape changes and 
   auto never = train(dir.file("r.yaml"), out, {"checkpoint.resume=never"});
   CHECK(never.exit_code == 2);
   CHECK_THAT(never.output, Contains("already holds a run"));
-  auto fresh = run_gputrain({"run", dir.file("r.yaml"), "--output-dir", out, "--overwrite", "--set", "train.max_steps=3"});
+  auto fresh =
+      run_gputrain({"run", dir.file("r.yaml"), "--output-dir", out, "--overwrite", "--set", "train.max_steps=3"});
   CHECK(fresh.exit_code == 0);
   CHECK_THAT(fresh.output, Contains("--overwrite: removed 2 checkpoint(s)"));
   CHECK(newest_checkpoint(out).filename() == "step_00000003");
@@ -206,8 +211,8 @@ TEST_CASE("checkpoint: SIGTERM and SIGUSR1 save, exit 143 and the resumed run en
   }
   // A configured signal list replaces the default one.
   const std::string out = dir.file("usr2");
-  const int pid = spawn_run(dir.file("r.yaml"), out, {"train.max_steps=1000000", "train.log_every=1",
-                                                      "checkpoint.preempt_signals=[USR2]"});
+  const int pid = spawn_run(dir.file("r.yaml"), out,
+                            {"train.max_steps=1000000", "train.log_every=1", "checkpoint.preempt_signals=[USR2]"});
   REQUIRE(wait_until([&] { return has_metrics(out); }));
   kill(pid, SIGUSR2);
   CHECK(wait_exit_code(pid) == 143);
@@ -229,8 +234,9 @@ TEST_CASE("checkpoint: SIGINT saves and exits 130, and a second signal exits at 
   // A model big enough that a step takes far longer than two signals' delivery:
   // the first asks for a graceful stop, the second ends the process with its own code.
   const std::string out2 = dir.file("twice");
-  pid = spawn_run(dir.file("r.yaml"), out2, {"train.max_steps=1000000", "train.log_every=1", "model.d_model=256",
-                                             "model.n_layer=4", "model.seq_len=128"});
+  pid = spawn_run(
+      dir.file("r.yaml"), out2,
+      {"train.max_steps=1000000", "train.log_every=1", "model.d_model=256", "model.n_layer=4", "model.seq_len=128"});
   REQUIRE(wait_until([&] { return has_metrics(out2); }));
   kill(pid, SIGINT);
   kill(pid, SIGTERM);
@@ -309,16 +315,18 @@ TEST_CASE("checkpoint: SIGKILL at any moment, during saves included, leaves a go
   CHECK_FALSE(fs::exists(fs::path(out) / kLockFileName));
 }
 
-TEST_CASE("checkpoint: a second run, export or data prepare into a live run's folder exits 2 at once, and the "
-          "first finishes clean", "[checkpoint][cli][slow]") {
+TEST_CASE(
+    "checkpoint: a second run, export or data prepare into a live run's folder exits 2 at once, and the "
+    "first finishes clean",
+    "[checkpoint][cli][slow]") {
   TempDir dir;
   write_file(dir.file("r.yaml"), tiny_recipe());
   const std::string out = dir.file("out");
   // About half a minute here, alone: far longer than the commands below take to be refused (about a second each).
   const int64_t steps = 3000;
-  const std::vector<std::string> sets = {"train.max_steps=" + std::to_string(steps), "model.d_model=128",
-                                         "model.seq_len=64", "optim.schedule.decay_steps=3000", "checkpoint.every=100",
-                                         "checkpoint.keep_last=2"};
+  const std::vector<std::string> sets = {
+      "train.max_steps=" + std::to_string(steps), "model.d_model=128",    "model.seq_len=64",
+      "optim.schedule.decay_steps=3000",          "checkpoint.every=100", "checkpoint.keep_last=2"};
   const int pid = spawn_run(dir.file("r.yaml"), out, sets);
   // As in the report: the first run has saved, so a second one would resume from its checkpoint.
   REQUIRE(wait_until([&] { return !list_checkpoints(fs::path(out) / "checkpoints").complete.empty(); }));
@@ -329,8 +337,8 @@ TEST_CASE("checkpoint: a second run, export or data prepare into a live run's fo
   INFO(second.output);
   CHECK(second.exit_code == 2);
   CHECK_THAT(second.output, Contains(holder) && Contains("(gputrain run " + dir.file("r.yaml")));
-  CHECK_THAT(second.output, Contains("fix: wait for it, stop it (kill " + std::to_string(pid) +
-                                     "), or use another --output-dir"));
+  CHECK_THAT(second.output,
+             Contains("fix: wait for it, stop it (kill " + std::to_string(pid) + "), or use another --output-dir"));
   CHECK(took < 15);
   // --overwrite would delete the live run's checkpoints: refused before it removes anything.
   auto overwrite = run_gputrain({"run", dir.file("r.yaml"), "--output-dir", out, "--overwrite"});
@@ -372,8 +380,9 @@ TEST_CASE("checkpoint: corrupt and truncated checkpoints are passed over by auto
   TempDir dir;
   write_file(dir.file("r.yaml"), tiny_recipe());
   const std::string out = dir.file("out");
-  REQUIRE(train(dir.file("r.yaml"), out, {"train.max_steps=6", "checkpoint.every=2", "checkpoint.keep_last=0"})
-              .exit_code == 0);
+  REQUIRE(
+      train(dir.file("r.yaml"), out, {"train.max_steps=6", "checkpoint.every=2", "checkpoint.keep_last=0"}).exit_code ==
+      0);
   const fs::path root = fs::path(out) / "checkpoints";
   const fs::path s2 = root / "step_00000002", s4 = root / "step_00000004", s6 = root / "step_00000006";
   {  // one flipped byte in the newest
@@ -402,7 +411,8 @@ TEST_CASE("checkpoint: corrupt and truncated checkpoints are passed over by auto
   fs::resize_file(s2 / "model.safetensors", fs::file_size(s2 / "model.safetensors") - 1);
   auto named = train(dir.file("r.yaml"), out, {"train.max_steps=9", "checkpoint.resume=" + s2.string()});
   CHECK(named.exit_code == 2);
-  CHECK_THAT(named.output, Contains("checkpoint.resume: '" + s2.string() + "' is not a usable checkpoint: "
+  CHECK_THAT(named.output, Contains("checkpoint.resume: '" + s2.string() +
+                                    "' is not a usable checkpoint: "
                                     "model.safetensors has"));
   CHECK(read_file(out + "/metrics.jsonl") == before);
   // A byte flip is found when loading (the quick check reads only sizes).
@@ -411,8 +421,9 @@ TEST_CASE("checkpoint: corrupt and truncated checkpoints are passed over by auto
     f.seekp(3);
     f.put('#');
   }
-  fs::resize_file(s4 / "optimizer.safetensors", read_json((s4 / "manifest.json").string())["files"]
-                                                     ["optimizer.safetensors"]["bytes"].get<uint64_t>());
+  fs::resize_file(
+      s4 / "optimizer.safetensors",
+      read_json((s4 / "manifest.json").string())["files"]["optimizer.safetensors"]["bytes"].get<uint64_t>());
   auto flipped = train(dir.file("r.yaml"), out, {"train.max_steps=9", "checkpoint.resume=" + s4.string()});
   CHECK(flipped.exit_code == 2);
   CHECK_THAT(flipped.output, Contains("fails its checksum"));
@@ -426,8 +437,8 @@ TEST_CASE("checkpoint: max_wall_time saves and stops with status preempted befor
   TempDir dir;
   write_file(dir.file("r.yaml"), tiny_recipe());
   const std::string out = dir.file("out");
-  auto r = train(dir.file("r.yaml"), out, {"train.max_steps=100000000", "train.log_every=1000",
-                                           "checkpoint.max_wall_time=6"});
+  auto r = train(dir.file("r.yaml"), out,
+                 {"train.max_steps=100000000", "train.log_every=1000", "checkpoint.max_wall_time=6"});
   INFO(r.output);
   CHECK(r.exit_code == 143);
   CHECK_THAT(r.output, Contains("checkpoint.max_wall_time (6 s) is near"));
@@ -461,7 +472,8 @@ TEST_CASE("checkpoint: train.nan_policy abort names the parameter, skip drops th
   auto abort = with("abort");
   CHECK(abort.exit_code == 1);
   CHECK_THAT(abort.output, Contains("step 1: loss nan"));
-  CHECK_THAT(abort.output, Contains("first non-finite: parameter transformer.h.0.mlp.c_fc.weight (1 of 1024 values inf/nan)"));
+  CHECK_THAT(abort.output,
+             Contains("first non-finite: parameter transformer.h.0.mlp.c_fc.weight (1 of 1024 values inf/nan)"));
   CHECK_THAT(abort.output, Contains("train.nan_policy: skip drops such steps"));
   CHECK(read_json(dir.file("abort") + "/summary.json")["status"] == "failed");
 

@@ -99,7 +99,8 @@ TEST_CASE("cli: print-config prints the resolved recipe as YAML and JSON", "[cli
   auto j = run_gputrain({"print-config", dir.file("r.yaml"), "--format", "json"});
   REQUIRE(j.exit_code == 0);
   auto cfg = nlohmann::json::parse(j.output);
-  for (const char* section : {"run", "model", "data", "train", "precision", "optim", "parallel", "checkpoint", "metrics"})
+  for (const char* section :
+       {"run", "model", "data", "train", "precision", "optim", "parallel", "checkpoint", "metrics"})
     CHECK(cfg.contains(section));
   CHECK(cfg["optim"]["schedule"]["name"] == "cosine");
   CHECK(cfg["model"]["d_model"] == 16);
@@ -140,14 +141,15 @@ TEST_CASE("cli: run writes metrics, summary and the resolved recipe", "[cli]") {
   CHECK(s["status"] == "ok");
   CHECK(s["steps"] == 12);
   CHECK(s["tokens"] == 12 * 2 * 4 * 16);
-  for (const char* k : {"wall_s", "tokens_per_s", "final_loss", "eval_loss", "mem_peak_mb", "recipe_hash", "entropy_floor"})
+  for (const char* k :
+       {"wall_s", "tokens_per_s", "final_loss", "eval_loss", "mem_peak_mb", "recipe_hash", "entropy_floor"})
     CHECK(s.contains(k));
   CHECK_FALSE(s.contains("mfu"));
 
   // The saved recipe reproduces the run's settings exactly.
   auto again = run_gputrain({"print-config", out + "/recipe.resolved.yaml", "--format", "json"});
-  auto first = run_gputrain({"print-config", dir.file("r.yaml"), "--format", "json", "--set", "train.grad_accum_steps=2",
-                             "--set", "run.output_dir=" + out});
+  auto first = run_gputrain({"print-config", dir.file("r.yaml"), "--format", "json", "--set",
+                             "train.grad_accum_steps=2", "--set", "run.output_dir=" + out});
   auto expected = nlohmann::json::parse(first.output);
   expected["parallel"]["dp"] = 1;  // auto, resolved: the number of processes
   CHECK(nlohmann::json::parse(again.output) == expected);
@@ -175,9 +177,10 @@ TEST_CASE("cli: runtime failures exit 1, data errors exit 2", "[cli]") {
   std::vector<uint16_t> tokens(4000, 3);
   tokens[2000] = 40000;
   write_file(dir.file("t.bin"), std::string(reinterpret_cast<const char*>(tokens.data()), tokens.size() * 2));
-  write_file(dir.file("tok.yaml"), "model: {vocab_size: 64, seq_len: 3999, n_layer: 1, n_head: 1, d_model: 8}\n"
-                                    "data: {train: {format: tokens, path: t.bin, dtype: uint16}}\n"
-                                    "train: {per_device_batch_size: 1, max_steps: 2}\n");
+  write_file(dir.file("tok.yaml"),
+             "model: {vocab_size: 64, seq_len: 3999, n_layer: 1, n_head: 1, d_model: 8}\n"
+             "data: {train: {format: tokens, path: t.bin, dtype: uint16}}\n"
+             "train: {per_device_batch_size: 1, max_steps: 2}\n");
   auto bad = run_gputrain({"run", dir.file("tok.yaml"), "--output-dir", dir.file("o2")});
   CHECK(bad.exit_code == 2);
   CHECK_THAT(bad.output, Contains("token id 40000 at token offset 2000"));
@@ -189,8 +192,8 @@ namespace {
 // Starts a run, waits for its first metrics line, sends `sig`, returns the exit code.
 int run_and_signal(const std::string& recipe, const std::string& out, int sig) {
   const int null = open("/dev/null", O_WRONLY | O_CLOEXEC);
-  const int pid = spawn_gputrain({"run", recipe, "--output-dir", out, "--set", "train.max_steps=1000000", "--set",
-                                  "train.log_every=1"}, null);
+  const int pid = spawn_gputrain(
+      {"run", recipe, "--output-dir", out, "--set", "train.max_steps=1000000", "--set", "train.log_every=1"}, null);
   close(null);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   while (std::chrono::steady_clock::now() < deadline) {
@@ -237,10 +240,14 @@ TEST_CASE("cli: a GPT learns real text well below the unigram baseline", "[cli][
              "run: {name: shakespeare, threads: 2}\n"
              "model: {vocab_size: 256, seq_len: 64, n_layer: 2, n_head: 4, d_model: 64}\n"
              "data:\n"
-             "  train: {format: text, path: " + text + ", span: [0.0, 0.9]}\n"
-             "  eval: {format: text, path: " + text + ", span: [0.9, 1.0]}\n"
-             "train: {per_device_batch_size: 16, max_steps: 250, log_every: 50, eval_steps: 8}\n"
-             "optim: {lr: 3e-3, schedule: {warmup_steps: 20}}\n");
+             "  train: {format: text, path: " +
+                 text +
+                 ", span: [0.0, 0.9]}\n"
+                 "  eval: {format: text, path: " +
+                 text +
+                 ", span: [0.9, 1.0]}\n"
+                 "train: {per_device_batch_size: 16, max_steps: 250, log_every: 50, eval_steps: 8}\n"
+                 "optim: {lr: 3e-3, schedule: {warmup_steps: 20}}\n");
   auto r = run_gputrain({"run", dir.file("r.yaml"), "--output-dir", dir.file("out")});
   INFO(r.output);
   REQUIRE(r.exit_code == 0);
@@ -314,7 +321,8 @@ TEST_CASE("cli: metrics.profile_at writes a trace and a time table of the profil
   REQUIRE(trace.contains("traceEvents"));
   int64_t matmuls = 0;
   for (const auto& e : trace["traceEvents"])
-    if (e.contains("name") && e["name"].is_string() && e["name"].get<std::string>().rfind("aten::addmm", 0) == 0) ++matmuls;
+    if (e.contains("name") && e["name"].is_string() && e["name"].get<std::string>().rfind("aten::addmm", 0) == 0)
+      ++matmuls;
   CHECK(matmuls > 0);
   // The table: a row per op by self time, per step.
   const std::string table = read_file(out + "/profile/ops.md");
@@ -322,8 +330,8 @@ TEST_CASE("cli: metrics.profile_at writes a trace and a time table of the profil
   CHECK_THAT(table, Contains("| op (self time) | calls per step | ms per step | share |"));
   CHECK_THAT(table, Contains("| aten::addmm |"));
   // A window past the last step is a recipe error naming the key.
-  auto bad = run_gputrain({"run", dir.file("r.yaml"), "--output-dir", dir.file("bad"), "--set",
-                           "metrics.profile_at=12", "--set", "metrics.profile_steps=3"});
+  auto bad = run_gputrain({"run", dir.file("r.yaml"), "--output-dir", dir.file("bad"), "--set", "metrics.profile_at=12",
+                           "--set", "metrics.profile_steps=3"});
   CHECK(bad.exit_code == 2);
   CHECK_THAT(bad.output, Contains("metrics.profile_at"));
   CHECK_THAT(bad.output, Contains("past train.max_steps (12)"));

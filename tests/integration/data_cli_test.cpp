@@ -15,9 +15,23 @@ namespace fs = std::filesystem;
 namespace {
 
 std::vector<std::string> prepare_args(const std::string& out) {
-  return {"data", "prepare", shared_data("tinyshakespeare.txt"), "-o", out, "--tokenizer", "gpt2",
-          "--vocab", shared_data("gpt2/encoder.json"), "--merges", shared_data("gpt2/vocab.bpe"),
-          "--documents", "paragraphs", "--val-fraction", "0.1", "--progress", "off"};
+  return {"data",
+          "prepare",
+          shared_data("tinyshakespeare.txt"),
+          "-o",
+          out,
+          "--tokenizer",
+          "gpt2",
+          "--vocab",
+          shared_data("gpt2/encoder.json"),
+          "--merges",
+          shared_data("gpt2/vocab.bpe"),
+          "--documents",
+          "paragraphs",
+          "--val-fraction",
+          "0.1",
+          "--progress",
+          "off"};
 }
 
 // Unigram entropy (nats) of the uint16 ids after the 1024-byte header.
@@ -49,28 +63,32 @@ TEST_CASE("cli: data prepare writes shards a recipe can train on, and errors exi
   CHECK(fs::exists(dir.file("shk/train_000000.bin")));
 
   // A recipe whose vocabulary is too small for the shards fails validation.
-  write_file(dir.file("small.yaml"), "model: {vocab_size: 1000, seq_len: 32, n_layer: 1, n_head: 1, d_model: 8}\n"
-                                     "data: {train: {format: tokens, path: shk/train_*.bin}}\n");
+  write_file(dir.file("small.yaml"),
+             "model: {vocab_size: 1000, seq_len: 32, n_layer: 1, n_head: 1, d_model: 8}\n"
+             "data: {train: {format: tokens, path: shk/train_*.bin}}\n");
   auto v = run_gputrain({"validate", dir.file("small.yaml")});
   CHECK(v.exit_code == 2);
   CHECK_THAT(v.output, Contains("do not fit model.vocab_size (1000)"));
   // A truncated shard is caught before training starts, with nothing written.
   std::string shard = read_file(dir.file("shk/val_000000.bin"));
   write_file(dir.file("trunc.bin"), shard.substr(0, shard.size() - 10));
-  write_file(dir.file("trunc.yaml"), "model: {vocab_size: 50304, seq_len: 32, n_layer: 1, n_head: 1, d_model: 8}\n"
-                                     "data: {train: {format: tokens, path: trunc.bin}}\n");
+  write_file(dir.file("trunc.yaml"),
+             "model: {vocab_size: 50304, seq_len: 32, n_layer: 1, n_head: 1, d_model: 8}\n"
+             "data: {train: {format: tokens, path: trunc.bin}}\n");
   auto t = run_gputrain({"run", dir.file("trunc.yaml"), "--output-dir", dir.file("never")});
   CHECK(t.exit_code == 2);
   CHECK_THAT(t.output, Contains("is truncated"));
   CHECK_FALSE(fs::exists(dir.file("never")));
   // Usage errors.
   CHECK(run_gputrain({"data", "prepare", dir.file("nope.txt"), "-o", dir.file("x")}).exit_code == 2);
-  CHECK(run_gputrain({"data", "prepare", shared_data("tinyshakespeare.txt"), "-o", dir.file("x"), "--tokenizer",
-                      "gpt2"}).exit_code == 2);  // no --vocab/--merges
+  CHECK(
+      run_gputrain({"data", "prepare", shared_data("tinyshakespeare.txt"), "-o", dir.file("x"), "--tokenizer", "gpt2"})
+          .exit_code == 2);  // no --vocab/--merges
 
   // The loader benchmark prints its table.
-  write_file(dir.file("bench.yaml"), "model: {vocab_size: 50304, seq_len: 64, n_layer: 1, n_head: 1, d_model: 8}\n"
-                                     "data: {train: {format: tokens, path: shk/train_*.bin, packing: documents}}\n");
+  write_file(dir.file("bench.yaml"),
+             "model: {vocab_size: 50304, seq_len: 64, n_layer: 1, n_head: 1, d_model: 8}\n"
+             "data: {train: {format: tokens, path: shk/train_*.bin, packing: documents}}\n");
   auto b = run_gputrain({"data", "bench", dir.file("bench.yaml"), "--workers", "0", "2", "--batches", "20"});
   INFO(b.output);
   CHECK(b.exit_code == 0);
@@ -98,6 +116,6 @@ TEST_CASE("cli: a GPT learns GPT-2 tokens of real text, packed by document", "[c
   auto s = read_json(dir.file("out") + "/summary.json");
   const double eval = s["eval_loss"];
   INFO("unigram " << unigram << " eval " << eval);
-  CHECK(eval < unigram - 0.3);  // it learned context, not just token frequencies
+  CHECK(eval < unigram - 0.3);                        // it learned context, not just token frequencies
   CHECK(s["tokens"].get<int64_t>() < 150 * 16 * 64);  // padding and masked boundaries take no loss
 }

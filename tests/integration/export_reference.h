@@ -22,8 +22,8 @@ namespace gputrain::test {
 // `checkpoint` is the step_<N> directory that `hf_dir` was exported from (LoRA adapters merged).
 inline void check_export_logits(const std::filesystem::path& checkpoint, const std::string& hf_dir,
                                 const std::string& architecture) {
-  const Settings s = settings_from_saved_recipe(read_text_file(checkpoint / "recipe.yaml"),
-                                                (checkpoint / "recipe.yaml").string());
+  const Settings s =
+      settings_from_saved_recipe(read_text_file(checkpoint / "recipe.yaml"), (checkpoint / "recipe.yaml").string());
   ModelSettings plain = s.model;
   plain.lora.rank = 0;  // the export holds the merged weights
   Gpt model(plain);

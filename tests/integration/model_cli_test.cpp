@@ -23,11 +23,20 @@ namespace {
 std::string config(const char* name) { return std::string(GPUTRAIN_SOURCE_DIR).append("/configs/").append(name); }
 
 // configs/llama-shakespeare.yaml shrunk to seconds: 2 blocks of d 64, 4 query and 2 key/value heads.
-const std::vector<std::string> kTinyLlama = {
-    "model.n_layer=2", "model.d_model=64", "model.n_head=4", "model.n_kv_head=2", "model.seq_len=64",
-    "train.per_device_batch_size=8", "train.max_steps=40", "train.log_every=5", "train.eval_every=0",
-    "train.eval_steps=2", "optim.schedule.warmup_steps=4", "checkpoint.every=20", "run.threads=2",
-    "metrics.progress=off"};
+const std::vector<std::string> kTinyLlama = {"model.n_layer=2",
+                                             "model.d_model=64",
+                                             "model.n_head=4",
+                                             "model.n_kv_head=2",
+                                             "model.seq_len=64",
+                                             "train.per_device_batch_size=8",
+                                             "train.max_steps=40",
+                                             "train.log_every=5",
+                                             "train.eval_every=0",
+                                             "train.eval_steps=2",
+                                             "optim.schedule.warmup_steps=4",
+                                             "checkpoint.every=20",
+                                             "run.threads=2",
+                                             "metrics.progress=off"};
 
 // A metric of every metrics.jsonl line that has it, in step order.
 std::vector<double> column(const std::string& out, const char* key) {
@@ -87,9 +96,10 @@ TEST_CASE("cli: configs/llama-shakespeare.yaml trains at tiny size, resumes exac
   check_export_logits(dir.file("llama") + "/checkpoints/step_00000040", dir.file("hf"), "LlamaForCausalLM");
 }
 
-TEST_CASE("cli: configs/moe-shakespeare.yaml trains at tiny size, reports balancing and dropping, and 2 processes "
-          "match 1",
-          "[cli][moe]") {
+TEST_CASE(
+    "cli: configs/moe-shakespeare.yaml trains at tiny size, reports balancing and dropping, and 2 processes "
+    "match 1",
+    "[cli][moe]") {
   TempDir dir;
   auto r = run_config("moe-shakespeare.yaml", dir.file("moe"), kTinyLlama);
   INFO(r.output);
@@ -112,7 +122,7 @@ TEST_CASE("cli: configs/moe-shakespeare.yaml trains at tiny size, reports balanc
   REQUIRE(rows > 0);
   const auto summary = read_json(dir.file("moe") + "/summary.json");
   CHECK(summary["moe"]["experts"] == 8);
-  CHECK(summary["moe"]["layers"] == 1);  // of 2 blocks, block 1
+  CHECK(summary["moe"]["layers"] == 1);                                     // of 2 blocks, block 1
   CHECK(summary["moe"]["assignments"].get<double>() == 40.0 * 8 * 64 * 2);  // tokens x top 2
   CHECK(summary["moe"]["active_parameters"].get<double>() < summary["parameters"].get<double>());
 
@@ -127,7 +137,8 @@ TEST_CASE("cli: configs/moe-shakespeare.yaml trains at tiny size, reports balanc
                                                           "train.per_device_batch_size=4", "run.threads=1"});
   auto one = run_config("moe-shakespeare.yaml", dir.file("one"), with(same, {"train.grad_accum_steps=2"}));
   REQUIRE(one.exit_code == 0);
-  std::vector<std::string> args = {"run", config("moe-shakespeare.yaml"), "--output-dir", dir.file("two"), "--nproc-per-node", "2"};
+  std::vector<std::string> args = {
+      "run", config("moe-shakespeare.yaml"), "--output-dir", dir.file("two"), "--nproc-per-node", "2"};
   for (const auto& s : same) args.insert(args.end(), {"--set", s});
   auto two = run_gputrain(args);
   INFO(two.output);
@@ -170,16 +181,22 @@ TEST_CASE("cli: configs/moe-shakespeare.yaml trains at tiny size, reports balanc
   }
 }
 
-TEST_CASE("cli: expert parallelism (parallel.ep) trains like replicated experts, with recomputation, over 4 "
-          "processes, under a pipeline and with ZeRO, gathers every expert into its checkpoints, and resumes exactly, also at ep 1",
-          "[cli][moe][parallel]") {
+TEST_CASE(
+    "cli: expert parallelism (parallel.ep) trains like replicated experts, with recomputation, over 4 "
+    "processes, under a pipeline and with ZeRO, gathers every expert into its checkpoints, and resumes exactly, also "
+    "at ep 1",
+    "[cli][moe][parallel]") {
   TempDir dir;
   // The recipe's capacity (1.25): each rank routes and drops over its own capacity, with or without ep.
   const std::vector<std::string> same = with(kTinyLlama, {"train.max_steps=10", "train.per_device_batch_size=4",
                                                           "run.threads=1", "checkpoint.every=5", "train.log_every=1"});
   auto launch = [&](const std::string& name, int nproc, const std::vector<std::string>& extra) {
-    std::vector<std::string> a = {"run", config("moe-shakespeare.yaml"), "--output-dir", dir.file(name),
-                                  "--nproc-per-node", std::to_string(nproc)};
+    std::vector<std::string> a = {"run",
+                                  config("moe-shakespeare.yaml"),
+                                  "--output-dir",
+                                  dir.file(name),
+                                  "--nproc-per-node",
+                                  std::to_string(nproc)};
     for (const auto& s : with(same, extra)) a.insert(a.end(), {"--set", s});
     auto r = run_gputrain(a);
     INFO(r.output);
@@ -227,8 +244,8 @@ TEST_CASE("cli: expert parallelism (parallel.ep) trains like replicated experts,
   same_numbers("replicated", "ep2-pp2");
 
   // The checkpoint holds every expert, as the replicated run's does.
-  for (const auto& [expected, got] : {std::pair<std::string, std::string>{"replicated", "ep2"},
-                                      {"replicated4", "ep2-of-4-zero2"}})
+  for (const auto& [expected, got] :
+       {std::pair<std::string, std::string>{"replicated", "ep2"}, {"replicated4", "ep2-of-4-zero2"}})
     for (const char* f : {"model.safetensors", "optimizer.safetensors"})
       check_same_tensors(dir.file(expected) + "/checkpoints/step_00000010/" + f,
                          dir.file(got) + "/checkpoints/step_00000010/" + f, 1e-4);
@@ -254,7 +271,8 @@ TEST_CASE("cli: expert parallelism (parallel.ep) trains like replicated experts,
 
   // Wrong degrees are refused before training, naming the key.
   for (const auto& [sets, nproc, message] :
-       {std::tuple<std::vector<std::string>, int, std::string>{{"parallel.ep=3"}, 0, "parallel.ep: (3) must divide model.moe.experts (8)"},
+       {std::tuple<std::vector<std::string>, int, std::string>{
+            {"parallel.ep=3"}, 0, "parallel.ep: (3) must divide model.moe.experts (8)"},
         {{"parallel.ep=2"}, 0, "parallel.ep (2) must divide the data-parallel degree (1"},
         {{"parallel.ep=4"}, 2, "parallel.ep (4) must divide the data-parallel degree (2"}}) {
     std::vector<std::string> a = {"run", config("moe-shakespeare.yaml"), "--output-dir", dir.file("bad")};
@@ -268,12 +286,14 @@ TEST_CASE("cli: expert parallelism (parallel.ep) trains like replicated experts,
   }
 }
 
-TEST_CASE("cli: configs/lora-finetune.yaml fine-tunes an exported model with adapters only, resumes on its base "
-          "alone, and exports merged",
-          "[cli][lora]") {
+TEST_CASE(
+    "cli: configs/lora-finetune.yaml fine-tunes an exported model with adapters only, resumes on its base "
+    "alone, and exports merged",
+    "[cli][lora]") {
   TempDir dir;
   // The base: the tiny Llama trained on the first 90% of the text, exported as transformers would load it.
-  REQUIRE(run_config("llama-shakespeare.yaml", dir.file("base"), with(kTinyLlama, {"train.max_steps=150"})).exit_code == 0);
+  REQUIRE(run_config("llama-shakespeare.yaml", dir.file("base"), with(kTinyLlama, {"train.max_steps=150"})).exit_code ==
+          0);
   REQUIRE(run_gputrain({"export", dir.file("base"), "--out", dir.file("base_hf")}).exit_code == 0);
   // Evaluated after every step on the same held-out batches: step 1 is the base (plus one small step).
   const std::vector<std::string> lora =
@@ -296,8 +316,10 @@ TEST_CASE("cli: configs/lora-finetune.yaml fine-tunes an exported model with ada
   CHECK(l["optimizer_state_mb"].get<double>() < 0.2 * l["full_finetune_optimizer_state_mb"].get<double>());
 
   // Two processes train the same adapters as one (the frozen base takes no part in the reduction).
-  std::vector<std::string> two = {"run", config("lora-finetune.yaml"), "--output-dir", dir.file("two"), "--nproc-per-node", "2"};
-  for (const auto& s : with(lora, {"train.per_device_batch_size=4", "train.max_steps=10", "optim.schedule.decay_steps=40"}))
+  std::vector<std::string> two = {"run",           config("lora-finetune.yaml"), "--output-dir",
+                                  dir.file("two"), "--nproc-per-node",           "2"};
+  for (const auto& s :
+       with(lora, {"train.per_device_batch_size=4", "train.max_steps=10", "optim.schedule.decay_steps=40"}))
     two.insert(two.end(), {"--set", s});
   auto dp = run_gputrain(two);
   INFO(dp.output);
@@ -321,7 +343,8 @@ TEST_CASE("cli: configs/lora-finetune.yaml fine-tunes an exported model with ada
   REQUIRE(again.size() == 20);
   for (size_t i = 0; i < again.size(); ++i) CHECK(again[i] == loss[loss.size() - 20 + i]);
   // On another base the adapters mean nothing: refused, naming the fix.
-  REQUIRE(run_config("llama-shakespeare.yaml", dir.file("other"), with(kTinyLlama, {"train.max_steps=5"})).exit_code == 0);
+  REQUIRE(run_config("llama-shakespeare.yaml", dir.file("other"), with(kTinyLlama, {"train.max_steps=5"})).exit_code ==
+          0);
   REQUIRE(run_gputrain({"export", dir.file("other"), "--out", dir.file("other_hf")}).exit_code == 0);
   auto wrong = run_config("lora-finetune.yaml", dir.file("wrong"),
                           with(lora, {"checkpoint.resume=" + step20, "model.init_from=" + dir.file("other_hf")}));
@@ -338,7 +361,8 @@ TEST_CASE("cli: configs/lora-finetune.yaml fine-tunes an exported model with ada
   const auto base_w = gputrain::read_safetensors(dir.file("base_hf") + "/model.safetensors");
   const auto lora_w = gputrain::read_safetensors(dir.file("lora_hf") + "/model.safetensors");
   REQUIRE(base_w.tensors.size() == lora_w.tensors.size());
-  CHECK_FALSE(at::equal(*base_w.find("model.layers.0.self_attn.q_proj.weight"), *lora_w.find("model.layers.0.self_attn.q_proj.weight")));
+  CHECK_FALSE(at::equal(*base_w.find("model.layers.0.self_attn.q_proj.weight"),
+                        *lora_w.find("model.layers.0.self_attn.q_proj.weight")));
   CHECK(at::equal(*base_w.find("model.norm.weight"), *lora_w.find("model.norm.weight")));  // not adapted
   // merged = W + (alpha / r) B A, computed here from the exported checkpoint's adapters (alpha 16, rank 8),
   // for layers HF keeps whole (its q/k/v and gate/up are cut from our fused ones).

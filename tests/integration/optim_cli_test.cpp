@@ -14,8 +14,12 @@ const std::string kText =
     "run: {name: optim, threads: 2}\n"
     "model: {vocab_size: 256, seq_len: 64, n_layer: 2, n_head: 4, d_model: 64}\n"
     "data:\n"
-    "  train: {format: text, path: " + shared_data("tinyshakespeare.txt") + ", span: [0.0, 0.9]}\n"
-    "  eval: {format: text, path: " + shared_data("tinyshakespeare.txt") + ", span: [0.9, 1.0]}\n"
+    "  train: {format: text, path: " +
+    shared_data("tinyshakespeare.txt") +
+    ", span: [0.0, 0.9]}\n"
+    "  eval: {format: text, path: " +
+    shared_data("tinyshakespeare.txt") +
+    ", span: [0.9, 1.0]}\n"
     "train: {per_device_batch_size: 8, max_steps: 60, log_every: 20, eval_steps: 8}\n"
     "optim: {lr: 3e-3, schedule: {warmup_steps: 10}}\n"
     "metrics: {progress: off}\n";
@@ -26,16 +30,15 @@ TEST_CASE("cli: every optimizer lowers the loss on tinyshakespeare", "[cli][opti
   TempDir dir;
   write_file(dir.file("r.yaml"), kText);
   // Lion wants a smaller lr and a larger weight decay; SGD a much larger lr.
-  const std::vector<std::vector<std::string>> runs = {
-      {"adamw"},
-      {"adamw", "optim.impl=foreach"},
-      {"adamw8bit", "optim.adamw8bit.min_8bit_size=1024"},
-      {"adafactor"},
-      {"adafactor", "optim.adafactor.beta1=0.9"},
-      {"lion", "optim.lr=2e-3", "optim.weight_decay=0.3"},
-      {"sgd", "optim.lr=0.3", "optim.sgd.nesterov=true"}};
+  const std::vector<std::vector<std::string>> runs = {{"adamw"},
+                                                      {"adamw", "optim.impl=foreach"},
+                                                      {"adamw8bit", "optim.adamw8bit.min_8bit_size=1024"},
+                                                      {"adafactor"},
+                                                      {"adafactor", "optim.adafactor.beta1=0.9"},
+                                                      {"lion", "optim.lr=2e-3", "optim.weight_decay=0.3"},
+                                                      {"sgd", "optim.lr=0.3", "optim.sgd.nesterov=true"}};
   for (const auto& run : runs) {
-    std::vector<std::string> args = {"run", dir.file("r.yaml"), "--output-dir", dir.file("out"), "--overwrite",
+    std::vector<std::string> args = {"run",   dir.file("r.yaml"),    "--output-dir", dir.file("out"), "--overwrite",
                                      "--set", "optim.name=" + run[0]};
     for (size_t i = 1; i < run.size(); ++i) args.push_back("--set"), args.push_back(run[i]);
     auto r = run_gputrain(args);

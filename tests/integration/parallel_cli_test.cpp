@@ -35,13 +35,16 @@ std::string dp_recipe() {
   return "run: {name: dp, threads: 1}\n"
          "model: {vocab_size: 256, seq_len: 32, n_layer: 2, n_head: 2, d_model: 32, dropout: 0.0}\n"
          "data:\n"
-         "  train: {format: text, path: " + shared_data("tinyshakespeare.txt") + ", span: [0.0, 0.01]}\n"
+         "  train: {format: text, path: " +
+         shared_data("tinyshakespeare.txt") +
+         ", span: [0.0, 0.01]}\n"
          "train: {per_device_batch_size: 4, max_steps: 20, log_every: 1}\n"
          "optim: {lr: 3e-3, schedule: {warmup_steps: 2, decay_steps: 20}}\n"
          "metrics: {progress: off}\n";
 }
 
-CommandResult train(const std::string& recipe, const std::string& out, int nproc, const std::vector<std::string>& sets) {
+CommandResult train(const std::string& recipe, const std::string& out, int nproc,
+                    const std::vector<std::string>& sets) {
   std::vector<std::string> args = {"run", recipe, "--output-dir", out};
   if (nproc > 0) args.insert(args.end(), {"--nproc-per-node", std::to_string(nproc)});
   for (const auto& s : sets) args.insert(args.end(), {"--set", s});
@@ -118,10 +121,8 @@ void check_continues(const std::vector<double>& straight, const std::vector<doub
   REQUIRE(resumed.size() == steps);
   const size_t start = straight.size() - steps;
   for (size_t i = 0; i < steps; ++i) {
-    if (tolerance == 0)
-      CHECK(resumed[i] == straight[start + i]);
-    else
-      CHECK(std::abs(resumed[i] - straight[start + i]) < tolerance);
+    if (tolerance == 0) CHECK(resumed[i] == straight[start + i]);
+    else CHECK(std::abs(resumed[i] - straight[start + i]) < tolerance);
   }
 }
 
@@ -156,7 +157,8 @@ TEST_CASE("parallel: 2 processes match 1 process with the same global batch, ZeR
       {"zero2", {"train.per_device_batch_size=2", "parallel.zero=2", "parallel.bucket_mb=0.01"}},
       // Recomputation runs backward re-entrantly; the gradient hooks still see every parameter once.
       {"zero2-recompute",
-       {"train.per_device_batch_size=2", "parallel.zero=2", "parallel.bucket_mb=0.01", "train.gradient_checkpointing=full"}},
+       {"train.per_device_batch_size=2", "parallel.zero=2", "parallel.bucket_mb=0.01",
+        "train.gradient_checkpointing=full"}},
       // A world of one through the launcher takes the multi-process path (rendezvous, buckets).
       {"launched1", {"parallel.zero=1"}, 1},
   };
@@ -261,18 +263,21 @@ TEST_CASE("parallel: workers of a launcher killed with SIGKILL save and stop as 
   REQUIRE(wait_until([&] { return fs::exists(out + "/summary.json"); }));
   const auto s = read_json(out + "/summary.json");
   CHECK(s["status"] == "preempted");
-  CHECK(fs::exists(fs::path(out) / "checkpoints" / ("step_" + std::string(8 - std::to_string(s["steps"].get<int>()).size(), '0') +
-                                                     std::to_string(s["steps"].get<int>()))));
+  CHECK(fs::exists(fs::path(out) / "checkpoints" /
+                   ("step_" + std::string(8 - std::to_string(s["steps"].get<int>()).size(), '0') +
+                    std::to_string(s["steps"].get<int>()))));
 }
 
-TEST_CASE("parallel: a second launched run into a live one's folder exits 2, and once it is SIGKILLed the "
-          "folder is free at once", "[parallel][cli][slow]") {
+TEST_CASE(
+    "parallel: a second launched run into a live one's folder exits 2, and once it is SIGKILLed the "
+    "folder is free at once",
+    "[parallel][cli][slow]") {
   TempDir dir;
   write_file(dir.file("r.yaml"), dp_recipe());
   const std::string out = dir.file("o");
   const fs::path root = fs::path(out) / "checkpoints";
-  const int launcher = spawn_launcher(dir.file("r.yaml"), out, 2, {"train.max_steps=10000000", "checkpoint.every=5"},
-                                      dir.file("log"));
+  const int launcher =
+      spawn_launcher(dir.file("r.yaml"), out, 2, {"train.max_steps=10000000", "checkpoint.every=5"}, dir.file("log"));
   REQUIRE(wait_until([&] { return !gputrain::list_checkpoints(root).complete.empty(); }));
   const int rank0 = worker_pid(launcher, 0), rank1 = worker_pid(launcher, 1);
   REQUIRE(rank0 > 0);
@@ -284,8 +289,7 @@ TEST_CASE("parallel: a second launched run into a live one's folder exits 2, and
   const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   INFO(second.output);
   CHECK(second.exit_code == 2);
-  CHECK_THAT(second.output,
-             Contains("'" + out + "' is in use by gputrain pid " + std::to_string(rank0) + " on host "));
+  CHECK_THAT(second.output, Contains("'" + out + "' is in use by gputrain pid " + std::to_string(rank0) + " on host "));
   CHECK(took < 30);
 
   // SIGKILL the whole first run (workers first: a launcher's death alone makes them save and stop gracefully).
@@ -361,11 +365,13 @@ TEST_CASE("parallel: SIGTERM to the launcher saves, and a ZeRO-2 run resumes exa
   CHECK(column(out, "loss") == column(dir.file("straight"), "loss"));
 
   // One process continues the two-process checkpoint: the gathered state needs no re-sharding.
-  auto single = train(dir.file("r.yaml"), dir.file("single"), 0,
-                      {"train.per_device_batch_size=4", "train.max_steps=40", "optim.schedule.decay_steps=40",
-                       "checkpoint.resume=" + (fs::path(out) / "checkpoints" /
-                                               ("step_" + std::string(8 - std::to_string(stopped["steps"].get<int>()).size(), '0') +
-                                                std::to_string(stopped["steps"].get<int>()))).string()});
+  auto single = train(
+      dir.file("r.yaml"), dir.file("single"), 0,
+      {"train.per_device_batch_size=4", "train.max_steps=40", "optim.schedule.decay_steps=40",
+       "checkpoint.resume=" + (fs::path(out) / "checkpoints" /
+                               ("step_" + std::string(8 - std::to_string(stopped["steps"].get<int>()).size(), '0') +
+                                std::to_string(stopped["steps"].get<int>())))
+                                  .string()});
   INFO(single.output);
   REQUIRE(single.exit_code == 0);
   CHECK_THAT(single.output, Contains("parallel.dp changed from 2 to 1"));
@@ -420,7 +426,8 @@ TEST_CASE("parallel: wrong launcher variables, world sizes and ports are clear e
   for (const char* v : {"RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"}) unsetenv(v);
   INFO(unreachable.output);
   CHECK(unreachable.exit_code == 1);
-  CHECK_THAT(unreachable.output, Contains("rank 1 could not reach rank 0's store at 127.0.0.1:" + port + " within 2 s"));
+  CHECK_THAT(unreachable.output,
+             Contains("rank 1 could not reach rank 0's store at 127.0.0.1:" + port + " within 2 s"));
 
   auto bad_node = run_gputrain({"run", dir.file("r.yaml"), "--nnodes", "2", "--node-rank", "0"});
   CHECK(bad_node.exit_code == 2);
@@ -487,12 +494,15 @@ TEST_CASE("parallel: tensor parallelism (tp 2, dp 2 x tp 2, with ZeRO-2 and reco
   REQUIRE(train(dir.file("r.yaml"), dir.file("one"), 0, {}).exit_code == 0);
   const auto loss1 = column(dir.file("one"), "loss");
   const auto norm1 = column(dir.file("one"), "grad_norm");
-  const double weights1 = read_json(dir.file("one") + "/summary.json")["memory_per_rank"][0]["weights_mb"].get<double>();
+  const double weights1 =
+      read_json(dir.file("one") + "/summary.json")["memory_per_rank"][0]["weights_mb"].get<double>();
   const std::vector<Variant> variants = {
       {"tp2", {"parallel.tp=2"}, 2},
       {"tp2-recompute-clip", {"parallel.tp=2", "train.gradient_checkpointing=full"}, 2},
       {"dp2-tp2", {"parallel.tp=2", "train.per_device_batch_size=2"}, 4},
-      {"dp2-tp2-zero2", {"parallel.tp=2", "train.per_device_batch_size=2", "parallel.zero=2", "parallel.bucket_mb=0.01"}, 4},
+      {"dp2-tp2-zero2",
+       {"parallel.tp=2", "train.per_device_batch_size=2", "parallel.zero=2", "parallel.bucket_mb=0.01"},
+       4},
   };
   for (const auto& v : variants) {
     SECTION(v.name) {
@@ -526,8 +536,8 @@ TEST_CASE("parallel: a tensor-parallel checkpoint is a file per shard, exports t
   REQUIRE(r.exit_code == 0);
 
   const fs::path ckpt = fs::path(dir.file("tp2")) / "checkpoints/step_00000020";
-  for (const char* f : {"model.tp0.safetensors", "model.tp1.safetensors", "optimizer.tp0.safetensors",
-                        "optimizer.tp1.safetensors"}) {
+  for (const char* f :
+       {"model.tp0.safetensors", "model.tp1.safetensors", "optimizer.tp0.safetensors", "optimizer.tp1.safetensors"}) {
     CHECK(fs::exists(ckpt / f));
     CHECK(read_json(ckpt / "manifest.json").dump().find(f) != std::string::npos);
   }
@@ -568,20 +578,23 @@ TEST_CASE("parallel: pipeline parallelism (pp 2 under 1f1b and gpipe, dp 2 x tp 
   REQUIRE(train(dir.file("r.yaml"), dir.file("one"), 0, {}).exit_code == 0);
   const auto loss1 = column(dir.file("one"), "loss");
   const auto norm1 = column(dir.file("one"), "grad_norm");
-  const std::vector<std::string> four_micro = {"parallel.pp=2", "train.per_device_batch_size=1", "train.grad_accum_steps=4"};
+  const std::vector<std::string> four_micro = {"parallel.pp=2", "train.per_device_batch_size=1",
+                                               "train.grad_accum_steps=4"};
   auto with = [](std::vector<std::string> a, const std::vector<std::string>& b) {
     a.insert(a.end(), b.begin(), b.end());
     return a;
   };
   SECTION("1f1b and gpipe") {
-    const Variant f1b{"pp2-1f1b", four_micro, 2}, gpipe{"pp2-gpipe", with(four_micro, {"parallel.pp_schedule=gpipe"}), 2};
+    const Variant f1b{"pp2-1f1b", four_micro, 2},
+        gpipe{"pp2-gpipe", with(four_micro, {"parallel.pp_schedule=gpipe"}), 2};
     const auto r = train_like_one_process(dir, dir.file("r.yaml"), f1b, loss1, norm1, 1e-4);
     CHECK_THAT(r.output, Contains("pipeline: stage 0 of 2 runs blocks [0, 1) and the embeddings, 1f1b schedule"));
     train_like_one_process(dir, dir.file("r.yaml"), gpipe, loss1, norm1, 1e-4);
     // The schedules order the same work differently: the same numbers.
     CHECK(column(dir.file("pp2-1f1b"), "loss") == column(dir.file("pp2-gpipe"), "loss"));
     CHECK(column(dir.file("pp2-1f1b"), "grad_norm") == column(dir.file("pp2-gpipe"), "grad_norm"));
-    const auto s1 = read_json(dir.file("pp2-1f1b") + "/summary.json"), sg = read_json(dir.file("pp2-gpipe") + "/summary.json");
+    const auto s1 = read_json(dir.file("pp2-1f1b") + "/summary.json"),
+               sg = read_json(dir.file("pp2-gpipe") + "/summary.json");
     CHECK(s1["grid"]["pp"] == 2);
     CHECK(s1["pipeline"]["micro_batches"] == 4);
     CHECK(s1["pipeline"]["bubble_fraction"].get<double>() == Approx(0.2));  // (2 - 1) / (4 + 2 - 1)
@@ -599,18 +612,20 @@ TEST_CASE("parallel: pipeline parallelism (pp 2 under 1f1b and gpipe, dp 2 x tp 
   }
   SECTION("micro-batches re-cut, recomputation, ZeRO-1 and evaluation") {
     // One 4-sequence batch cut into 4 micro-batches; the eval loss, from the last stage, too.
-    const std::vector<std::string> eval = {"data.eval={format: text, path: " + shared_data("tinyshakespeare.txt") +
-                                               ", span: [0.5, 0.51]}",
-                                           "train.eval_every=10", "train.eval_steps=2"};
+    const std::vector<std::string> eval = {
+        "data.eval={format: text, path: " + shared_data("tinyshakespeare.txt") + ", span: [0.5, 0.51]}",
+        "train.eval_every=10", "train.eval_steps=2"};
     REQUIRE(train(dir.file("r.yaml"), dir.file("one-eval"), 0, eval).exit_code == 0);
     const Variant v{"pp2-recut",
-                    with(eval, {"parallel.pp=2", "parallel.pp_microbatches=4", "train.gradient_checkpointing=full"}), 2};
+                    with(eval, {"parallel.pp=2", "parallel.pp_microbatches=4", "train.gradient_checkpointing=full"}),
+                    2};
     train_like_one_process(dir, dir.file("r.yaml"), v, loss1, norm1, 1e-4);
     CHECK(read_json(dir.file("pp2-recut") + "/summary.json")["pipeline"]["micro_batches"] == 4);
     const auto e1 = read_json(dir.file("one-eval") + "/summary.json")["eval_loss"].get<double>();
     CHECK(read_json(dir.file("pp2-recut") + "/summary.json")["eval_loss"].get<double>() == Approx(e1).margin(1e-4));
     const Variant z{"dp2-pp2-zero1",
-                    {"parallel.pp=2", "train.per_device_batch_size=1", "train.grad_accum_steps=2", "parallel.zero=1"}, 4};
+                    {"parallel.pp=2", "train.per_device_batch_size=1", "train.grad_accum_steps=2", "parallel.zero=1"},
+                    4};
     train_like_one_process(dir, dir.file("r.yaml"), z, loss1, norm1, 1e-4);
   }
   SECTION("fp16 with loss scaling, bf16, and ZeRO-2 with untied embeddings") {
@@ -626,8 +641,11 @@ TEST_CASE("parallel: pipeline parallelism (pp 2 under 1f1b and gpipe, dp 2 x tp 
     const std::vector<Case> cases = {
         {"fp16", {"precision.mode=fp16"}, {}, 2, 1e-4},
         {"bf16", {"precision.mode=bf16"}, {}, 2, 2e-3},  // bf16 rounding flips amplify the last bits' differences
-        {"untied-zero2", {"model.tie_embeddings=false"},
-         {"parallel.zero=2", "parallel.bucket_mb=0.01", "train.grad_accum_steps=2"}, 4, 1e-4},  // dp 2 x pp 2
+        {"untied-zero2",
+         {"model.tie_embeddings=false"},
+         {"parallel.zero=2", "parallel.bucket_mb=0.01", "train.grad_accum_steps=2"},
+         4,
+         1e-4},  // dp 2 x pp 2
     };
     for (const auto& c : cases) {
       INFO(c.name);
@@ -643,7 +661,8 @@ TEST_CASE("parallel: pipeline parallelism (pp 2 under 1f1b and gpipe, dp 2 x tp 
   }
   SECTION("dp 2 x tp 2 x pp 2: 8 processes") {
     const Variant v{"dp2-tp2-pp2",
-                    {"parallel.tp=2", "parallel.pp=2", "train.per_device_batch_size=1", "train.grad_accum_steps=2"}, 8};
+                    {"parallel.tp=2", "parallel.pp=2", "train.per_device_batch_size=1", "train.grad_accum_steps=2"},
+                    8};
     const auto r = train_like_one_process(dir, dir.file("r.yaml"), v, loss1, norm1, 1e-4);
     const auto s = read_json(dir.file(v.name) + "/summary.json");
     CHECK(s["grid"]["dp"] == 2);
@@ -691,9 +710,9 @@ TEST_CASE("parallel: a pipeline-parallel checkpoint holds the whole model, expor
   check_continues(straight, column(dir.file("single"), "loss"), 10, 1e-4);
 
   // With batch size auto, validate cannot check parallel.pp_microbatches; the run does, before training.
-  auto recut = train(dir.file("r.yaml"), dir.file("recut"), 2,
-                     {"parallel.pp=2", "train.per_device_batch_size=auto", "train.global_batch_size=8",
-                      "parallel.pp_microbatches=3"});
+  auto recut = train(
+      dir.file("r.yaml"), dir.file("recut"), 2,
+      {"parallel.pp=2", "train.per_device_batch_size=auto", "train.global_batch_size=8", "parallel.pp_microbatches=3"});
   CHECK(recut.exit_code == 2);
   CHECK_THAT(recut.output, Contains("parallel.pp_microbatches (3) must divide the 8 sequences of a step"));
   CHECK_FALSE(fs::exists(dir.file("recut") + "/metrics.jsonl"));
@@ -704,9 +723,10 @@ TEST_CASE("parallel: a pipeline-parallel checkpoint holds the whole model, expor
   CHECK_THAT(z2.output, Contains("parallel.zero: 2 cannot be combined with pipeline parallelism"));
 }
 
-TEST_CASE("parallel: a Llama model (grouped-query attention, SwiGLU) under tp 2 and pp 2 matches 1 process, and its "
-          "tp checkpoint joins",
-          "[parallel][cli][slow][llama]") {
+TEST_CASE(
+    "parallel: a Llama model (grouped-query attention, SwiGLU) under tp 2 and pp 2 matches 1 process, and its "
+    "tp checkpoint joins",
+    "[parallel][cli][slow][llama]") {
   TempDir dir;
   write_file(dir.file("r.yaml"), dp_recipe());
   // 4 query heads sharing 2 key/value heads: each tp rank computes 2 and 1.
@@ -719,12 +739,14 @@ TEST_CASE("parallel: a Llama model (grouped-query attention, SwiGLU) under tp 2 
     extra.insert(extra.begin(), llama.begin(), llama.end());
     return extra;
   };
-  const auto tp = train_like_one_process(dir, dir.file("r.yaml"), {"tp2", with({"parallel.tp=2"}), 2}, loss1, norm1, 1e-4);
+  const auto tp =
+      train_like_one_process(dir, dir.file("r.yaml"), {"tp2", with({"parallel.tp=2"}), 2}, loss1, norm1, 1e-4);
   // Per block c_attn and c_fc (q/k/v, gate/up) and both projections; no biases under llama.
   CHECK_THAT(tp.output, Contains("tensor parallel: 8 of 15 parameter tensors split over 2 ranks"));
-  train_like_one_process(dir, dir.file("r.yaml"), {"pp2", with({"parallel.pp=2", "train.per_device_batch_size=1",
-                                                                 "train.grad_accum_steps=4"}), 2},
-                         loss1, norm1, 1e-4);
+  train_like_one_process(
+      dir, dir.file("r.yaml"),
+      {"pp2", with({"parallel.pp=2", "train.per_device_batch_size=1", "train.grad_accum_steps=4"}), 2}, loss1, norm1,
+      1e-4);
   // The tp 2 checkpoint's shards join into the 1-process model, also through export.
   auto e = run_gputrain({"export", dir.file("tp2"), "--out", dir.file("hf")});
   INFO(e.output);

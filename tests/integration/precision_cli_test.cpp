@@ -37,7 +37,8 @@ TEST_CASE("cli: bf16, fp16 and bf16-pure losses track fp32 on real text", "[cli]
   write_file(dir.file("r.yaml"), precision_reference_recipe());
   std::map<std::string, std::vector<nlohmann::json>> lines;
   for (std::string mode : {"fp32", "bf16", "fp16", "bf16-pure"}) {
-    auto r = run_gputrain({"run", dir.file("r.yaml"), "--output-dir", dir.file(mode), "--set", "precision.mode=" + mode});
+    auto r =
+        run_gputrain({"run", dir.file("r.yaml"), "--output-dir", dir.file(mode), "--set", "precision.mode=" + mode});
     INFO(r.output);
     REQUIRE(r.exit_code == 0);
     lines[mode] = read_jsonl(dir.file(mode) + "/metrics.jsonl");
@@ -84,8 +85,9 @@ TEST_CASE("cli: the memory plan is within its stated margin of the measured CPU 
 TEST_CASE("cli: batch size auto keeps the global batch and reports its choice", "[cli][batch]") {
   TempDir dir;
   write_file(dir.file("m.yaml"), kMem);
-  auto r = run_gputrain({"run", dir.file("m.yaml"), "--output-dir", dir.file("a"), "--set", "train.per_device_batch_size=auto",
-                         "--set", "train.global_batch_size=32", "--set", "run.memory_budget_mb=700"});
+  auto r = run_gputrain({"run", dir.file("m.yaml"), "--output-dir", dir.file("a"), "--set",
+                         "train.per_device_batch_size=auto", "--set", "train.global_batch_size=32", "--set",
+                         "run.memory_budget_mb=700"});
   INFO(r.output);
   REQUIRE(r.exit_code == 0);
   CHECK_THAT(r.output, Contains("per_device_batch_size: auto -> 8 (grad_accum_steps 4)"));

@@ -125,7 +125,7 @@ TEST_CASE("checkpoint: pruning keeps the newest complete checkpoints", "[checkpo
   CHECK(l.complete[0].filename() == "step_00000030");
   CHECK(l.complete[1].filename() == "step_00000040");
   CHECK(std::distance(fs::directory_iterator(root), fs::directory_iterator()) == 2);  // nothing left behind
-  prune_checkpoints(root, 0);  // 0 keeps all
+  prune_checkpoints(root, 0);                                                         // 0 keeps all
   CHECK(list_checkpoints(root).complete.size() == 2);
 }
 
@@ -141,16 +141,16 @@ TEST_CASE("checkpoint: only temporary directories whose writer is gone are clear
   REQUIRE_FALSE(process_running(dead));
   const std::string live = std::to_string(::getppid());
   const std::map<std::string, bool> cleared_when_local = {
-      {".tmp-step_00000005-" + here + "-" + std::to_string(dead), true},           // killed writer of this host
+      {".tmp-step_00000005-" + here + "-" + std::to_string(dead), true},  // killed writer of this host
       {".tmp-step_00000005-" + here + "-" + std::to_string(dead) + "-replaced", true},
       {".tmp-step_00000004-" + here + "-" + std::to_string(dead) + "-pruned", true},
-      {".tmp-step_00000006-" + here + "-" + std::to_string(::getpid()), true},      // this process's own leftover
-      {".tmp-step_00000007-" + std::to_string(dead), true},                         // an earlier version's name
-      {".tmp-step_00000003-pruned", true},                                          // an earlier version's prune
-      {".tmp-step_00000008-" + here + "-" + live, false},                           // a live writer here
+      {".tmp-step_00000006-" + here + "-" + std::to_string(::getpid()), true},  // this process's own leftover
+      {".tmp-step_00000007-" + std::to_string(dead), true},                     // an earlier version's name
+      {".tmp-step_00000003-pruned", true},                                      // an earlier version's prune
+      {".tmp-step_00000008-" + here + "-" + live, false},                       // a live writer here
       {".tmp-step_00000008-" + here + "-" + live + "-replaced", false},
-      {".tmp-step_00000009-node-a-12-" + std::to_string(dead), false},             // another host's (a '-' in its name)
-      {"step_00000002", false},                                                     // not temporary at all
+      {".tmp-step_00000009-node-a-12-" + std::to_string(dead), false},  // another host's (a '-' in its name)
+      {"step_00000002", false},                                         // not temporary at all
   };
   for (const auto& [name, _] : cleared_when_local) fs::create_directories(root / name / "x");
   auto present = [&] {

@@ -227,8 +227,8 @@ TEST_CASE("A GPT-2 saved by transformers' save_pretrained loads through model.in
     m.seq_len = 16;  // GPT-2 has 32 positions here: a shorter context keeps the first 16
     const auto tokens = at::randint(0, m.vocab_size, {2, m.seq_len}, at::kLong);
     write_safetensors(dir.file("tokens.safetensors"), {{"tokens", tokens}});
-    hf_interop({"save-gpt2", dir.file("saved"), dir.file("tokens.safetensors"), dir.file("logits.safetensors"), "64", "2",
-                "4", "100", "32", tied ? "1" : "0"});
+    hf_interop({"save-gpt2", dir.file("saved"), dir.file("tokens.safetensors"), dir.file("logits.safetensors"), "64",
+                "2", "4", "100", "32", tied ? "1" : "0"});
     Gpt model = random_model(m, 5);
     load_initial_weights(*model, m, dir.file("saved"));
     const torch::Tensor theirs = *read_safetensors(dir.file("logits.safetensors")).find("logits");
@@ -240,7 +240,8 @@ TEST_CASE("A GPT-2 saved by transformers' save_pretrained loads through model.in
   }
 }
 
-TEST_CASE("Llama exports under LlamaForCausalLM's names, q/k/v and gate/up split, and a Llama config", "[checkpoint][hf][llama]") {
+TEST_CASE("Llama exports under LlamaForCausalLM's names, q/k/v and gate/up split, and a Llama config",
+          "[checkpoint][hf][llama]") {
   const ModelSettings m = small_llama(/*tied=*/false, /*bias=*/false);
   std::vector<NamedTensor> ours;
   for (const auto& p : gpt_parameter_shapes(m)) ours.push_back({p.name, at::randn(p.sizes)});
@@ -248,9 +249,8 @@ TEST_CASE("Llama exports under LlamaForCausalLM's names, q/k/v and gate/up split
   std::map<std::string, torch::Tensor> hf;
   for (const auto& t : to_hf_llama(ours, m)) got[t.name] = sizes_of(t.tensor), hf[t.name] = t.tensor;
   // LlamaForCausalLM(config).state_dict() for this shape: 2 layers x 9 tensors + embeddings, norm, head.
-  std::map<std::string, std::vector<int64_t>> llama = {{"model.embed_tokens.weight", {100, 64}},
-                                                       {"model.norm.weight", {64}},
-                                                       {"lm_head.weight", {100, 64}}};
+  std::map<std::string, std::vector<int64_t>> llama = {
+      {"model.embed_tokens.weight", {100, 64}}, {"model.norm.weight", {64}}, {"lm_head.weight", {100, 64}}};
   for (int i = 0; i < 2; ++i) {
     const std::string l = "model.layers." + std::to_string(i) + ".";
     llama[l + "input_layernorm.weight"] = {64};
@@ -346,8 +346,8 @@ TEST_CASE("A Llama saved by transformers' save_pretrained loads through model.in
     const ModelSettings m = small_llama(tied, /*bias=*/tied);
     const auto tokens = at::randint(0, m.vocab_size, {2, m.seq_len}, at::kLong);
     write_safetensors(dir.file("tokens.safetensors"), {{"tokens", tokens}});
-    hf_interop({"save-llama", dir.file("saved"), dir.file("tokens.safetensors"), dir.file("logits.safetensors"), "64", "2",
-                "4", "2", "96", "100", tied ? "1" : "0", tied ? "1" : "0", "5000", "1e-6"});
+    hf_interop({"save-llama", dir.file("saved"), dir.file("tokens.safetensors"), dir.file("logits.safetensors"), "64",
+                "2", "4", "2", "96", "100", tied ? "1" : "0", tied ? "1" : "0", "5000", "1e-6"});
     Gpt model = random_model(m, 5);
     load_initial_weights(*model, m, dir.file("saved"));
     const torch::Tensor theirs = *read_safetensors(dir.file("logits.safetensors")).find("logits");

@@ -112,11 +112,13 @@ TEST_CASE("safetensors: truncated and corrupt files are refused, naming the file
   expect_error(dir.file("json.safetensors"), "not JSON");
   write_raw(dir.file("dtype.safetensors"), R"({"t":{"dtype":"F8_E4M3","shape":[2],"data_offsets":[0,2]}})", "ab");
   expect_error(dir.file("dtype.safetensors"), "dtype F8_E4M3");
-  write_raw(dir.file("shape.safetensors"), R"({"t":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", std::string(8, '\0'));
+  write_raw(dir.file("shape.safetensors"), R"({"t":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})",
+            std::string(8, '\0'));
   expect_error(dir.file("shape.safetensors"), "has 8 bytes but its shape needs 12");
-  write_raw(dir.file("hole.safetensors"),
-            R"({"a":{"dtype":"U8","shape":[2],"data_offsets":[0,2]},"b":{"dtype":"U8","shape":[2],"data_offsets":[3,5]}})",
-            "abcde");
+  write_raw(
+      dir.file("hole.safetensors"),
+      R"({"a":{"dtype":"U8","shape":[2],"data_offsets":[0,2]},"b":{"dtype":"U8","shape":[2],"data_offsets":[3,5]}})",
+      "abcde");
   expect_error(dir.file("hole.safetensors"), "'b' starts at byte 3, not 2");
   write_raw(dir.file("tail.safetensors"), R"({"a":{"dtype":"U8","shape":[2],"data_offsets":[0,2]}})", "abcd");
   expect_error(dir.file("tail.safetensors"), "2 bytes after the last tensor");

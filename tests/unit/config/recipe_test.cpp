@@ -11,9 +11,9 @@
 #include "util/error.h"
 
 using namespace gputrain;
+using Catch::Matchers::Contains;
 using gputrain::test::TempDir;
 using gputrain::test::write_file;
-using Catch::Matchers::Contains;
 
 namespace {
 
@@ -75,7 +75,8 @@ TEST_CASE("a recipe that is a list or a scalar says what a recipe is and how to 
 }
 
 TEST_CASE("unknown keys are errors with a suggestion", "[config]") {
-  std::string e = load_error(kMinimal + "optim: {learning_rate: 0.1, betas: [0.9, 0.99], lr: 1e-3}\ntrain: {max_step: 10}\n");
+  std::string e =
+      load_error(kMinimal + "optim: {learning_rate: 0.1, betas: [0.9, 0.99], lr: 1e-3}\ntrain: {max_step: 10}\n");
   CHECK_THAT(e, Contains("recipe.yaml:5:9: optim.learning_rate: unknown key"));
   CHECK_THAT(e, Contains("recipe.yaml:6:9: train.max_step: unknown key"));
   CHECK_THAT(e, Contains("did you mean 'train.max_steps'?"));
@@ -138,9 +139,10 @@ TEST_CASE("cross-field: n_head must divide d_model, at n_head's position", "[con
   std::string e = load_error(minimal() + "parallel: {dp: 1}\n", {});
   CHECK(e.empty());
   TempDir dir;
-  write_file(dir.file("recipe.yaml"), "run: {name: t}\ndata: {train: {format: synthetic, synthetic: {vocab: 16}}}\n"
-                                      "model: {vocab_size: 64, seq_len: 16, n_layer: 1, d_model: 16,\n"
-                                      "        n_head: 3}\n");
+  write_file(dir.file("recipe.yaml"),
+             "run: {name: t}\ndata: {train: {format: synthetic, synthetic: {vocab: 16}}}\n"
+             "model: {vocab_size: 64, seq_len: 16, n_layer: 1, d_model: 16,\n"
+             "        n_head: 3}\n");
   e = gputrain::test::recipe_error(dir.file("recipe.yaml"));
   CHECK_THAT(e, Contains("recipe.yaml:4:17: model.n_head: (3) must divide model.d_model (16)"));
   CHECK_THAT(e, Contains("fix: pick n_head among 1, 2, 4, 8, 16"));
@@ -169,11 +171,13 @@ TEST_CASE("cross-field: tensor and pipeline degrees must fit the model", "[confi
   CHECK_THAT(load_error(kMinimal + "parallel: {pp_schedule: interleaved}\n"), Contains("parallel.pp_schedule"));
   CHECK(load_error(kMinimal + "parallel: {pp: 1, tp: 1, pp_schedule: gpipe}\n").empty());
   // Expert parallelism needs experts and a degree that divides them and the dp degree; ZeRO combines with it.
-  CHECK_THAT(load_error(kMinimal + "parallel: {ep: 2}\n"), Contains("parallel.ep: (2) splits mixture-of-experts layers, and this model has none"));
+  CHECK_THAT(load_error(kMinimal + "parallel: {ep: 2}\n"),
+             Contains("parallel.ep: (2) splits mixture-of-experts layers, and this model has none"));
   const std::vector<std::string> experts = {"model.moe.experts=4", "model.moe.top_k=1"};
   CHECK(load_error(kMinimal + "parallel: {ep: 2}\n", experts).empty());
   CHECK_THAT(load_error(kMinimal + "parallel: {ep: 3}\n", experts), Contains("fix: use one of 1, 2, 4"));
-  CHECK_THAT(load_error(kMinimal + "parallel: {ep: 2, dp: 3}\n", experts), Contains("parallel.ep: (2) must divide parallel.dp (3)"));
+  CHECK_THAT(load_error(kMinimal + "parallel: {ep: 2, dp: 3}\n", experts),
+             Contains("parallel.ep: (2) must divide parallel.dp (3)"));
   CHECK(load_error(kMinimal + "parallel: {ep: 2, zero: 2}\n", experts).empty());
 }
 
@@ -191,7 +195,8 @@ TEST_CASE("kernels.cuda_graphs refuses what a captured step cannot replay, and w
   CHECK(load_error(on, {"model.dropout=0.1"}).empty());
   for (const char* split : {"parallel.dp=2", "parallel.tp=2", "parallel.pp=2"}) {
     INFO(split);
-    CHECK_THAT(load_error(on, {split, "model.n_layer=2"}), Contains("kernels.cuda_graphs: captures the step of a single process"));
+    CHECK_THAT(load_error(on, {split, "model.n_layer=2"}),
+               Contains("kernels.cuda_graphs: captures the step of a single process"));
   }
   CHECK(load_error(on, {"parallel.dp=1", "parallel.tp=1"}).empty());
   CHECK_THAT(load_error(kMinimal + "kernels: {cuda_graph: true}\n"), Contains("did you mean 'kernels.cuda_graphs'?"));
@@ -202,7 +207,8 @@ TEST_CASE("kernels.cuda_graphs refuses what a captured step cannot replay, and w
   CHECK_FALSE(load_text(kMinimal).settings.kernels.cuda_graphs);
 }
 
-TEST_CASE("model.arch llama: bias and tie_embeddings default to false unless set, its keys are checked", "[config][llama]") {
+TEST_CASE("model.arch llama: bias and tie_embeddings default to false unless set, its keys are checked",
+          "[config][llama]") {
   const Settings llama = load_text(minimal("arch: llama")).settings;
   CHECK(llama.model.arch == ModelArch::kLlama);
   CHECK_FALSE(llama.model.bias);
@@ -215,10 +221,13 @@ TEST_CASE("model.arch llama: bias and tie_embeddings default to false unless set
   CHECK(recipe_to_json(load_text(recipe_to_yaml(llama)).settings) == recipe_to_json(llama));
   CHECK(load_text(minimal("arch: llama"), {"model.bias=true"}).settings.model.bias);
 
-  CHECK_THAT(load_error(minimal("n_kv_head: 1")), Contains("model.n_kv_head: grouped-query attention is part of arch llama"));
-  CHECK_THAT(load_error(minimal("arch: llama"), {"model.n_head=4", "model.n_kv_head=3"}), Contains("model.n_kv_head: (3) must divide model.n_head (4)"));
+  CHECK_THAT(load_error(minimal("n_kv_head: 1")),
+             Contains("model.n_kv_head: grouped-query attention is part of arch llama"));
+  CHECK_THAT(load_error(minimal("arch: llama"), {"model.n_head=4", "model.n_kv_head=3"}),
+             Contains("model.n_kv_head: (3) must divide model.n_head (4)"));
   CHECK(load_error(minimal("arch: llama"), {"model.n_head=4", "model.n_kv_head=2"}).empty());
-  CHECK_THAT(load_error(minimal("arch: llama"), {"model.n_head=16"}), Contains("rotary position embeddings") && Contains("even"));
+  CHECK_THAT(load_error(minimal("arch: llama"), {"model.n_head=16"}),
+             Contains("rotary position embeddings") && Contains("even"));
   CHECK_THAT(load_error(minimal("arch: llama") + "parallel: {tp: 2}\n", {"model.n_head=4", "model.n_kv_head=1"}),
              Contains("parallel.tp: (2) must divide model.n_kv_head (1)"));
   CHECK(load_error(minimal("arch: llama") + "parallel: {tp: 2}\n", {"model.n_head=4", "model.n_kv_head=2"}).empty());
@@ -251,8 +260,9 @@ TEST_CASE("data paths are checked where the recipe names them", "[config]") {
 TEST_CASE("data.path takes a list of files and globs, each relative to its recipe", "[config]") {
   TempDir dir;
   write_file(dir.file("a.bin"), "xx");
-  write_file(dir.file("r.yaml"), "model: {vocab_size: 300, seq_len: 16, n_layer: 1, n_head: 1, d_model: 8}\n"
-                                 "data: {train: {format: tokens, path: [a.bin, 'shards/train_*.bin'], eot_token: 7}}\n");
+  write_file(dir.file("r.yaml"),
+             "model: {vocab_size: 300, seq_len: 16, n_layer: 1, n_head: 1, d_model: 8}\n"
+             "data: {train: {format: tokens, path: [a.bin, 'shards/train_*.bin'], eot_token: 7}}\n");
   Recipe r = load_recipe(dir.file("r.yaml"), {});
   CHECK(r.settings.data.train.paths == std::vector<std::string>{dir.file("a.bin"), dir.file("shards/train_*.bin")});
   CHECK(r.settings.data.train.eot_token == 7);
@@ -363,8 +373,7 @@ TEST_CASE("the built-in quickstart is configs/quickstart.yaml", "[config]") {
 }
 
 TEST_CASE("docs/recipe-reference.md is what print-config --reference prints", "[config]") {
-  const std::string page =
-      gputrain::test::read_file(std::string(GPUTRAIN_SOURCE_DIR) + "/docs/recipe-reference.md");
+  const std::string page = gputrain::test::read_file(std::string(GPUTRAIN_SOURCE_DIR) + "/docs/recipe-reference.md");
   INFO("regenerate with: build/gputrain print-config --reference > docs/recipe-reference.md");
   CHECK(page == schema_reference_markdown());
   CHECK(page.find("| `optim.lr` |") != std::string::npos);  // every section's keys, not only a title
@@ -386,17 +395,20 @@ TEST_CASE("precision, checkpointing and batch keys are typed and cross-checked",
   CHECK_THAT(gputrain::test::recipe_error(dir.file("r.yaml"), {"precision.mode=fp8"}), Contains("'fp8' is not one of"));
   CHECK_THAT(gputrain::test::recipe_error(dir.file("r.yaml"), {"train.global_batch_size=0"}),
              Contains("set train.global_batch_size"));
-  CHECK_THAT(gputrain::test::recipe_error(dir.file("r.yaml"), {"train.per_device_batch_size=8", "train.grad_accum_steps=2",
-                                                              "parallel.dp=1"}),
+  CHECK_THAT(gputrain::test::recipe_error(
+                 dir.file("r.yaml"), {"train.per_device_batch_size=8", "train.grad_accum_steps=2", "parallel.dp=1"}),
              Contains("train.global_batch_size: (64) is not per_device_batch_size x grad_accum_steps (16)"));
-  CHECK_THAT(gputrain::test::recipe_error(dir.file("r.yaml"), {"train.per_device_batch_size=8", "train.grad_accum_steps=2",
-                                                              "parallel.dp=2"}),
-             Contains("train.global_batch_size: (64) is not per_device_batch_size x grad_accum_steps x parallel.dp (32)"));
+  CHECK_THAT(
+      gputrain::test::recipe_error(dir.file("r.yaml"),
+                                   {"train.per_device_batch_size=8", "train.grad_accum_steps=2", "parallel.dp=2"}),
+      Contains("train.global_batch_size: (64) is not per_device_batch_size x grad_accum_steps x parallel.dp (32)"));
   // dp auto: 64 = 16 x 4 processes could be right; 60 cannot be.
-  CHECK(gputrain::test::recipe_error(dir.file("r.yaml"), {"train.per_device_batch_size=8", "train.grad_accum_steps=2"}) == "");
-  CHECK_THAT(gputrain::test::recipe_error(dir.file("r.yaml"), {"train.per_device_batch_size=8", "train.grad_accum_steps=2",
-                                                              "train.global_batch_size=60"}),
-             Contains("(60) is not per_device_batch_size x grad_accum_steps (16) x a number of processes"));
+  CHECK(gputrain::test::recipe_error(dir.file("r.yaml"),
+                                     {"train.per_device_batch_size=8", "train.grad_accum_steps=2"}) == "");
+  CHECK_THAT(
+      gputrain::test::recipe_error(dir.file("r.yaml"), {"train.per_device_batch_size=8", "train.grad_accum_steps=2",
+                                                        "train.global_batch_size=60"}),
+      Contains("(60) is not per_device_batch_size x grad_accum_steps (16) x a number of processes"));
   // Shapes that miss tensor cores are warnings with the fix.
   Recipe odd = load_recipe(dir.file("r.yaml"), {"model.vocab_size=50257", "model.d_model=100", "model.n_head=4"});
   std::string all;

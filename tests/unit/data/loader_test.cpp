@@ -85,7 +85,7 @@ TEST_CASE("sharded loaders split each global batch between ranks and keep a glob
   std::vector<std::unique_ptr<BatchLoader>> ranks;
   for (int64_t r = 0; r < 3; ++r) {
     o.shard = r;
-    o.num_workers = r;  // workers or not: the same batches
+    o.num_workers = r;                                                     // workers or not: the same batches
     ranks.push_back(std::make_unique<BatchLoader>(*src, sampler, o, 12));  // started at a saved global sample
   }
   for (int i = 0; i < 2; ++i) whole.next();  // samples 0..11
@@ -170,9 +170,9 @@ TEST_CASE("packing by document: windows start at a document and hold whole docum
     auto x = b.input[r], y = b.target[r];
     if (x[0].item<int64_t>() == kEot && x[5].item<int64_t>() == kEot && x[1].item<int64_t>() == 1 &&
         x[4].item<int64_t>() == 4) {
-      saw_window0 = true;  // [E 1 2 3 4 E 1 2 3 | E]: position 5 predicts doc 2's "1" from its EOT
-      CHECK(y[0].item<int64_t>() == 1);             // the first document's start is learned
-      CHECK(y[4].item<int64_t>() == kEot);          // predicting the end of a document is learned
+      saw_window0 = true;                   // [E 1 2 3 4 E 1 2 3 | E]: position 5 predicts doc 2's "1" from its EOT
+      CHECK(y[0].item<int64_t>() == 1);     // the first document's start is learned
+      CHECK(y[4].item<int64_t>() == kEot);  // predicting the end of a document is learned
       CHECK(y[5].item<int64_t>() == kIgnoreIndex);  // across the boundary: masked
       CHECK(y[8].item<int64_t>() == kEot);          // the next document's EOT is the last target
     }
@@ -190,8 +190,8 @@ TEST_CASE("packing by document: windows start at a document and hold whole docum
 TEST_CASE("stream packing with boundary masking masks only mid-window EOT inputs", "[data]") {
   TempDir dir;
   const std::string path = write_documents(dir, {3, 3, 3, 3, 3, 3});  // E12E12E12...
-  auto src = make_window_source(documents_source(path, Packing::kStream, true), model_settings(100, 6, 1, 1, 8),
-                                "data.train");
+  auto src =
+      make_window_source(documents_source(path, Packing::kStream, true), model_settings(100, 6, 1, 1, 8), "data.train");
   WindowSampler sampler(src->window_count(), SamplerOptions{});
   LoaderOptions o;
   o.batch_size = 1;

@@ -111,7 +111,10 @@ TEST_CASE("shards written by ShardWriter read back with their sidecar", "[data]"
   for (int k = 0; k < 100; ++k) CHECK(out[static_cast<size_t>(k)] == ids[static_cast<size_t>(5 * 99 + k)]);
 
   // A writer destroyed before finish() leaves nothing behind.
-  { ShardWriter w(dir.file("val_000000.bin"), info); w.append(ids); }
+  {
+    ShardWriter w(dir.file("val_000000.bin"), info);
+    w.append(ids);
+  }
   CHECK_FALSE(std::filesystem::exists(dir.file("val_000000.bin")));
   CHECK_FALSE(std::filesystem::exists(dir.file("val_000000.bin.partial")));
 }
@@ -162,18 +165,22 @@ TEST_CASE("bad token files are data errors before training", "[data]") {
   write_file(dir.file("raw.bin"), raw_tokens(iota_ids(50, 50), 2));
   write_file(dir.file("tiny.bin"), llmc_shard(iota_ids(5, 5)));
 
-  CHECK_THAT(open_error(tokens_at({dir.file("missing.bin")}), m), Contains("cannot open data file '" + dir.file("missing.bin")));
+  CHECK_THAT(open_error(tokens_at({dir.file("missing.bin")}), m),
+             Contains("cannot open data file '" + dir.file("missing.bin")));
   CHECK_THAT(open_error(tokens_at({dir.file("adir")}), m), Contains("is a directory"));
   CHECK_THAT(open_error(tokens_at({dir.file("nothing_*.bin")}), m), Contains("matches no files"));
   CHECK_THAT(open_error(tokens_at({dir.file("nothing_*.bin")}), m), Contains("fix: check the directory and pattern"));
   // Shards not prepared yet: the directory itself is missing, and the fix says how to make it.
   CHECK_THAT(open_error(tokens_at({dir.file("unprepared/train_*.bin")}), m),
-             Contains("matches no files: the directory '" + dir.file("unprepared") + "' does not exist\n    fix: make "
-                      "the shards first with `gputrain data prepare <text files> -o " + dir.file("unprepared") + "`"));
+             Contains("matches no files: the directory '" + dir.file("unprepared") +
+                      "' does not exist\n    fix: make "
+                      "the shards first with `gputrain data prepare <text files> -o " +
+                      dir.file("unprepared") + "`"));
   CHECK_THAT(open_error(tokens_at({dir.file("empty.bin")}), m), Contains("empty.bin' is empty"));
   CHECK_THAT(open_error(tokens_at({dir.file("trunc.bin")}), m),
              Contains("trunc.bin' is truncated: its header declares 80 tokens"));
-  CHECK_THAT(open_error(tokens_at({dir.file("long.bin")}), m), Contains("bytes after the 40 tokens its header declares"));
+  CHECK_THAT(open_error(tokens_at({dir.file("long.bin")}), m),
+             Contains("bytes after the 40 tokens its header declares"));
   CHECK_THAT(open_error(tokens_at({dir.file("version.bin")}), m), Contains("but version 3 (expected 1)"));
   CHECK_THAT(open_error(tokens_at({dir.file("header_only.bin")}), m), Contains("less than its 1024-byte llm.c header"));
   CHECK_THAT(open_error(tokens_at({dir.file("zero.bin")}), m), Contains("holds no tokens"));
@@ -186,14 +193,18 @@ TEST_CASE("bad token files are data errors before training", "[data]") {
   wrong.dtype = TokenDtype::kUint32;
   CHECK_THAT(open_error(wrong, m), Contains("data.train.dtype is uint32 but"));
   // Raw files with a sidecar take its dtype; a sidecar that disagrees is caught.
-  write_file(dir.file("raw.json"), R"({"format": "gputrain-token-shard", "dtype": "uint16", "tokens": 49, "vocab_size": 300})");
+  write_file(dir.file("raw.json"),
+             R"({"format": "gputrain-token-shard", "dtype": "uint16", "tokens": 49, "vocab_size": 300})");
   CHECK_THAT(open_error(tokens_at({dir.file("raw.bin")}), m), Contains("holds 50 tokens but its sidecar"));
-  write_file(dir.file("raw.json"), R"({"format": "gputrain-token-shard", "dtype": "uint16", "tokens": 50, "vocab_size": 50257, "tokenizer": "gpt2"})");
+  write_file(
+      dir.file("raw.json"),
+      R"({"format": "gputrain-token-shard", "dtype": "uint16", "tokens": 50, "vocab_size": 50257, "tokenizer": "gpt2"})");
   CHECK_THAT(open_error(tokens_at({dir.file("raw.bin")}), m),
              Contains("whose 50257 ids do not fit model.vocab_size (300)"));
   write_file(dir.file("raw.json"), "{not json");
   CHECK_THAT(open_error(tokens_at({dir.file("raw.bin")}), m), Contains("raw.json' is not valid JSON"));
-  write_file(dir.file("raw.json"), R"({"format": "gputrain-token-shard", "dtype": "uint16", "tokens": 50, "vocab_size": 300})");
+  write_file(dir.file("raw.json"),
+             R"({"format": "gputrain-token-shard", "dtype": "uint16", "tokens": 50, "vocab_size": 300})");
   CHECK(open_error(tokens_at({dir.file("raw.bin")}), m).empty());
   // Packing by document needs the end-of-document id.
   DataSourceSettings packed = tokens_at({dir.file("raw.bin")});

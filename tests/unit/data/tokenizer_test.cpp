@@ -34,9 +34,9 @@ std::vector<std::vector<uint32_t>> reference_ids(const std::vector<std::string>&
     input = dir.file("in.json");
     write_file(input, nlohmann::json(texts).dump());
   }
-  CommandResult r = run_python({std::string(GPUTRAIN_SOURCE_DIR) + "/tests/reference/gpt2_tokenize.py",
-                                shared_data("gpt2/encoder.json"), shared_data("gpt2/vocab.bpe"), input,
-                                dir.file("out.json")});
+  CommandResult r =
+      run_python({std::string(GPUTRAIN_SOURCE_DIR) + "/tests/reference/gpt2_tokenize.py",
+                  shared_data("gpt2/encoder.json"), shared_data("gpt2/vocab.bpe"), input, dir.file("out.json")});
   INFO(r.output);
   REQUIRE(r.exit_code == 0);
   return read_json(dir.file("out.json")).get<std::vector<std::vector<uint32_t>>>();
@@ -50,23 +50,32 @@ std::vector<std::string> varied_text() {
       "   leading spaces\n\n\n  multiple\t\ttabs \r\n windows\r\nline   \n",
       "trailing spaces   ",
       "na\u00efve caf\u00e9 r\u00e9sum\u00e9 \u2014 \u201cquotes\u201d \u2018single\u2019 \u2026 \u00a9\u00ae\u2122",
-      "\u4e2d\u6587\u5b57\u7b26\u6d4b\u8bd5\uff0c\u65e5\u672c\u8a9e\u306e\u30c6\u30ad\u30b9\u30c8\u3001\ud55c\uad6d\uc5b4!",
+      "\u4e2d\u6587\u5b57\u7b26\u6d4b\u8bd5\uff0c\u65e5\u672c\u8a9e\u306e\u30c6\u30ad\u30b9\u30c8\u3001\ud55c\uad6d"
+      "\uc5b4!",
       "Emoji \U0001F600\U0001F44D\U0001F3FD \U0001F468\u200D\U0001F469\u200D\U0001F467 flags \U0001F1E9\U0001F1EA",
-      "Greek \u03b1\u03b2\u03b3 \u0394, Cyrillic \u041f\u0440\u0438\u0432\u0435\u0442, Arabic \u0645\u0631\u062d\u0628\u0627, Hindi \u0928\u092e\u0938\u094d\u0924\u0947",
+      "Greek \u03b1\u03b2\u03b3 \u0394, Cyrillic \u041f\u0440\u0438\u0432\u0435\u0442, Arabic "
+      "\u0645\u0631\u062d\u0628\u0627, Hindi \u0928\u092e\u0938\u094d\u0924\u0947",
       "mixed123abc abc123 12abc 3.14e-10 0x1F",
       "\u00a0nbsp\u2009thin\u3000ideo\u2028line\u2029para\u0085nel",
       "control \x1c\x1d\x1e\x1f chars \x0b\x0c end",
       "zero width \u200b\u200c\u200d joiners \ufeff bom, combining e\u0301 a\u0308",
       "<|endoftext|> is plain text here",
-      "  \n  \n", " ", "\n", "a", "'", "'s", " 's",
+      "  \n  \n",
+      " ",
+      "\n",
+      "a",
+      "'",
+      "'s",
+      " 's",
       "$$$ %%% ^^^ &&& *** ((( ))) --- +++ === ||| \\\\ /// ??? !!!",
       "https://example.com/path?query=1&b=2#frag user@mail.org",
       "def f(x):\n    return x ** 2  # comment\n\n\tif x:\n\t\tpass\n",
       "\U0001D518\U0001D52B\U0001D526 math \U0001D7D9\U0001D7DA \u2115\u2124",
   };
   // Random strings over an alphabet of the awkward cases.
-  const std::vector<std::string> alphabet = {"a", "b", " ", "'", "s", "d", "\n", "\t", "1", ".", ",", "\u00e9",
-                                             "\u4e2d", "\U0001F600", "\u00a0", "\u3000", "-", "_", "ll", "re"};
+  const std::vector<std::string> alphabet = {"a",      "b",      " ", "'", "s",      "d",      "\n",
+                                             "\t",     "1",      ".", ",", "\u00e9", "\u4e2d", "\U0001F600",
+                                             "\u00a0", "\u3000", "-", "_", "ll",     "re"};
   std::mt19937 rng(7);
   for (int i = 0; i < 300; ++i) {
     std::string t;

@@ -33,11 +33,11 @@ TEST_CASE("GPT parameters carry GPT-2's names and count", "[model]") {
   Gpt model(m);
   std::set<std::string> names;
   for (const auto& p : model->named_parameters()) names.insert(p.key());
-  for (const char* n : {"transformer.wte.weight", "transformer.wpe.weight", "transformer.h.0.ln_1.weight",
-                        "transformer.h.0.ln_1.bias", "transformer.h.0.attn.c_attn.weight",
-                        "transformer.h.0.attn.c_attn.bias", "transformer.h.0.attn.c_proj.weight",
-                        "transformer.h.1.mlp.c_fc.weight", "transformer.h.1.mlp.c_proj.bias",
-                        "transformer.ln_f.weight", "transformer.ln_f.bias"})
+  for (const char* n :
+       {"transformer.wte.weight", "transformer.wpe.weight", "transformer.h.0.ln_1.weight", "transformer.h.0.ln_1.bias",
+        "transformer.h.0.attn.c_attn.weight", "transformer.h.0.attn.c_attn.bias", "transformer.h.0.attn.c_proj.weight",
+        "transformer.h.1.mlp.c_fc.weight", "transformer.h.1.mlp.c_proj.bias", "transformer.ln_f.weight",
+        "transformer.ln_f.bias"})
     CHECK(names.count(n) == 1);
   CHECK(names.count("lm_head.weight") == 0);  // tied to wte
 

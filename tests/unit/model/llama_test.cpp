@@ -53,7 +53,8 @@ torch::Tensor rotate_reference(const torch::Tensor& t, double theta) {  // [B, T
   torch::Tensor out = t.clone();
   for (int64_t pos = 0; pos < T; ++pos)
     for (int64_t i = 0; i < D / 2; ++i) {
-      const double angle = static_cast<double>(pos) * std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(D));
+      const double angle =
+          static_cast<double>(pos) * std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(D));
       auto a = t.select(1, pos).select(-1, i), b = t.select(1, pos).select(-1, i + D / 2);
       out.select(1, pos).select(-1, i).copy_(a * std::cos(angle) - b * std::sin(angle));
       out.select(1, pos).select(-1, i + D / 2).copy_(b * std::cos(angle) + a * std::sin(angle));
@@ -169,7 +170,8 @@ TEST_CASE("llama: SDPA and math attention agree with grouped key/value heads, fo
     a.backward();
     b.backward();
     const auto ga = test::gradients_of(*fused), gb = test::gradients_of(*math);
-    for (size_t i = 0; i < ga.size(); ++i) CHECK((ga[i] - gb[i]).norm().item<double>() <= 1e-4 * gb[i].norm().item<double>());
+    for (size_t i = 0; i < ga.size(); ++i)
+      CHECK((ga[i] - gb[i]).norm().item<double>() <= 1e-4 * gb[i].norm().item<double>());
   }
 }
 
@@ -178,10 +180,12 @@ TEST_CASE("llama: rotary scores depend only on the distance between positions", 
   torch::manual_seed(6);
   const auto q = torch::randn({8}, torch::kDouble), k = torch::randn({8}, torch::kDouble);
   // The same q at every position and the same k: q_i . k_j after rotation is a function of i - j.
-  const auto rq = rope.apply(q.expand({1, 1, 12, 8}).contiguous()).squeeze(), rk = rope.apply(k.expand({1, 1, 12, 8}).contiguous()).squeeze();
+  const auto rq = rope.apply(q.expand({1, 1, 12, 8}).contiguous()).squeeze(),
+             rk = rope.apply(k.expand({1, 1, 12, 8}).contiguous()).squeeze();
   const auto scores = at::matmul(rq, rk.t());
   for (int64_t delta : {0, 1, 5})
-    for (int64_t i = delta; i < 12; ++i) CHECK(scores[i][i - delta].item<double>() == Approx(scores[delta][0].item<double>()).epsilon(1e-12));
+    for (int64_t i = delta; i < 12; ++i)
+      CHECK(scores[i][i - delta].item<double>() == Approx(scores[delta][0].item<double>()).epsilon(1e-12));
   CHECK(at::allclose(rq.norm(2, -1), q.norm().expand({12})));  // a rotation keeps lengths
   CHECK(at::allclose(rq[0], q));                               // position 0 is not turned
   CHECK_FALSE(at::allclose(rq[1], q));

@@ -45,7 +45,8 @@ TEST_CASE("moe: one expert with top_k 1 equals the dense MLP, forward and backwa
       if (const auto at = n.find(".mlp."); at != std::string::npos) n.replace(at, 5, ".mlp.experts.0.");
       weights.push_back({n, t});
     }
-    load_module_weights(*moe, weights, "dense", "", [](const std::string& n) { return n.find("router") == std::string::npos; });
+    load_module_weights(*moe, weights, "dense", "",
+                        [](const std::string& n) { return n.find("router") == std::string::npos; });
     const auto tokens = torch::randint(0, 40, {3, 8}, torch::kLong);
     auto a = dense->loss_sum(tokens, tokens), b = moe->loss_sum(tokens, tokens);
     CHECK(a.item<double>() == Approx(b.item<double>()).epsilon(1e-6));
@@ -53,7 +54,8 @@ TEST_CASE("moe: one expert with top_k 1 equals the dense MLP, forward and backwa
     a.backward();
     b.backward();
     const auto d = dense->named_parameters(), e = moe->named_parameters();
-    const auto dense_fc = d["transformer.h.1.mlp.c_fc.weight"].grad(), moe_fc = e["transformer.h.1.mlp.experts.0.c_fc.weight"].grad();
+    const auto dense_fc = d["transformer.h.1.mlp.c_fc.weight"].grad(),
+               moe_fc = e["transformer.h.1.mlp.experts.0.c_fc.weight"].grad();
     CHECK((dense_fc - moe_fc).abs().max().item<double>() <= 1e-6 * dense_fc.abs().max().item<double>());
     CHECK(moe->moe->assigned == 3 * 8 * 2);  // 24 tokens through 2 mixture layers
     CHECK(moe->moe->dropped == 0);
@@ -61,13 +63,15 @@ TEST_CASE("moe: one expert with top_k 1 equals the dense MLP, forward and backwa
   }
 }
 
-TEST_CASE("moe: tokens go to their top-k experts, first choices fill capacity first, the rest are dropped", "[model][moe]") {
+TEST_CASE("moe: tokens go to their top-k experts, first choices fill capacity first, the rest are dropped",
+          "[model][moe]") {
   // 4 tokens, 3 experts. Every token's first choice is expert 0; second choices 1, 1, 2, 2.
   const auto probs = torch::tensor({0.6, 0.3, 0.1, 0.7, 0.2, 0.1, 0.5, 0.1, 0.4, 0.8, 0.05, 0.15}).view({4, 3});
   const Routing unlimited = route_tokens(probs, 2, 0);
   CHECK(unlimited.dropped == 0);
   CHECK(unlimited.token.numel() == 8);
-  // capacity ceil(1.0 x 4 x 2 / 3) = 3: expert 0 takes tokens 0, 1, 2 (first choices, token order); token 3's first choice is dropped.
+  // capacity ceil(1.0 x 4 x 2 / 3) = 3: expert 0 takes tokens 0, 1, 2 (first choices, token order); token 3's first
+  // choice is dropped.
   CHECK(expert_capacity(1.0, 4, 2, 3) == 3);
   const Routing r = route_tokens(probs, 2, 3);
   CHECK(r.dropped == 1);
@@ -89,7 +93,8 @@ TEST_CASE("moe: the balancing loss is 1 when balanced, experts when collapsed, a
           "[model][moe]") {
   // Balanced: 4 experts, uniform probabilities, each expert chosen by one of 4 tokens.
   const auto uniform = torch::full({4, 4}, 0.25);
-  CHECK(load_balancing_loss(uniform, torch::tensor({0, 1, 2, 3}, torch::kLong).view({4, 1})).item<double>() == Approx(1.0));
+  CHECK(load_balancing_loss(uniform, torch::tensor({0, 1, 2, 3}, torch::kLong).view({4, 1})).item<double>() ==
+        Approx(1.0));
   // Collapsed: every token on expert 0 with probability 1.
   auto collapsed = torch::zeros({4, 4});
   collapsed.select(1, 0).fill_(1.0);
@@ -100,8 +105,9 @@ TEST_CASE("moe: the balancing loss is 1 when balanced, experts when collapsed, a
   CHECK(load_balancing_loss(probs, torch::zeros({2, 1}, torch::kLong)).item<double>() == Approx(1.4));
 }
 
-TEST_CASE("moe: the balancing loss reaches the router through aux_grad_scale, the reported loss stays the cross-entropy",
-          "[model][moe]") {
+TEST_CASE(
+    "moe: the balancing loss reaches the router through aux_grad_scale, the reported loss stays the cross-entropy",
+    "[model][moe]") {
   ModelSettings m = tiny(ModelArch::kGpt, 4, 2);
   m.moe.capacity_factor = 0;
   m.moe.every = 2;  // block 1 alone: its balancing loss depends on its own router only

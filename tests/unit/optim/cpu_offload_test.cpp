@@ -19,8 +19,7 @@ TEST_CASE("cpu offload: steps through the host copies equal steps in place", "[o
   torch::manual_seed(3);
   Gpt direct(m), offloaded(m);
   torch::NoGradGuard no_grad;
-  for (size_t i = 0; i < direct->parameters().size(); ++i)
-    offloaded->parameters()[i].copy_(direct->parameters()[i]);
+  for (size_t i = 0; i < direct->parameters().size(); ++i) offloaded->parameters()[i].copy_(direct->parameters()[i]);
 
   auto plain = make_optimizer(make_param_groups(*direct, o), o);
   CpuOffload offload(make_param_groups(*offloaded, o));

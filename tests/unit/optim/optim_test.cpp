@@ -29,15 +29,17 @@ TEST_CASE("AdamW matches torch::optim::AdamW over several steps", "[optim]") {
   AdamW fused({decay, no_decay}, AdamWOptions{0.9, 0.95, 1e-8}, UpdateKernel::kFused);
   std::vector<torch::Tensor> foreach_params;
   for (const auto& t : ours) foreach_params.push_back(t.detach().clone());
-  AdamW foreach({ParamGroup{"decay", {"a", "c"}, {foreach_params[0], foreach_params[2]}, wd, 1.0},
-                 ParamGroup{"no_decay", {"b"}, {foreach_params[1]}, 0.0, 1.0}},
-                AdamWOptions{0.9, 0.95, 1e-8}, UpdateKernel::kForeach);
+  AdamW foreach ({ParamGroup{"decay", {"a", "c"}, {foreach_params[0], foreach_params[2]}, wd, 1.0},
+                  ParamGroup{"no_decay", {"b"}, {foreach_params[1]}, 0.0, 1.0}},
+                 AdamWOptions{0.9, 0.95, 1e-8}, UpdateKernel::kForeach);
 
   std::vector<torch::optim::OptimizerParamGroup> groups;
   groups.emplace_back(std::vector<torch::Tensor>{theirs[0], theirs[2]},
-                      std::make_unique<torch::optim::AdamWOptions>(torch::optim::AdamWOptions(lr).betas({0.9, 0.95}).eps(1e-8).weight_decay(wd)));
+                      std::make_unique<torch::optim::AdamWOptions>(
+                          torch::optim::AdamWOptions(lr).betas({0.9, 0.95}).eps(1e-8).weight_decay(wd)));
   groups.emplace_back(std::vector<torch::Tensor>{theirs[1]},
-                      std::make_unique<torch::optim::AdamWOptions>(torch::optim::AdamWOptions(lr).betas({0.9, 0.95}).eps(1e-8).weight_decay(0.0)));
+                      std::make_unique<torch::optim::AdamWOptions>(
+                          torch::optim::AdamWOptions(lr).betas({0.9, 0.95}).eps(1e-8).weight_decay(0.0)));
   torch::optim::AdamW ref(groups, torch::optim::AdamWOptions(lr));
 
   for (int step = 0; step < 6; ++step) {
@@ -48,7 +50,8 @@ TEST_CASE("AdamW matches torch::optim::AdamW over several steps", "[optim]") {
       foreach_params[i].mutable_grad() = g.clone();
     }
     fused.step(lr);
-    foreach.step(lr);
+    foreach
+      .step(lr);
     ref.step();
   }
   for (size_t i = 0; i < ours.size(); ++i) {
@@ -101,9 +104,9 @@ TEST_CASE("LR schedule: warmup, cosine, linear, constant", "[optim]") {
   o.schedule.min_lr_ratio = 0.1;
   o.schedule.name = ScheduleName::kCosine;
   LrSchedule cosine(o, 110);
-  CHECK(cosine.at(0) == Approx(0.1));   // (0 + 1) / 10
+  CHECK(cosine.at(0) == Approx(0.1));  // (0 + 1) / 10
   CHECK(cosine.at(9) == Approx(1.0));
-  CHECK(cosine.at(10) == Approx(1.0));  // decay starts
+  CHECK(cosine.at(10) == Approx(1.0));   // decay starts
   CHECK(cosine.at(60) == Approx(0.55));  // halfway: 0.1 + 0.9 * 0.5
   CHECK(cosine.at(35) == Approx(0.1 + 0.9 * 0.5 * (1 + std::cos(std::numbers::pi * 0.25))));
   CHECK(cosine.at(110) == Approx(0.1));
@@ -139,7 +142,7 @@ TEST_CASE("global-norm clipping scales all gradients together", "[optim]") {
   a.mutable_grad() = torch::tensor({0.3f, 0.0f});
   b.mutable_grad() = torch::tensor({0.4f});
   CHECK(clip_grad_norm({a, b}, 1.0).item<double>() == Approx(0.5));
-  CHECK(a.grad()[0].item<double>() == Approx(0.3).epsilon(1e-5));  // under the limit: unchanged
+  CHECK(a.grad()[0].item<double>() == Approx(0.3).epsilon(1e-5));    // under the limit: unchanged
   CHECK(clip_grad_norm({a, b}, 0.0).item<double>() == Approx(0.5));  // 0 = measure only
 }
 

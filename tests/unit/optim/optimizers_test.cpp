@@ -94,8 +94,8 @@ double max_difference(const OptimSettings& o, const Reference& reference, int st
 
 // As max_difference, against an optimizer of PyTorch or transformers (tests/reference/optim_reference.py,
 // float64): `options` names it and gives its arguments; the per-parameter lr and weight decay are added here.
-double external_difference(const OptimSettings& o, nlohmann::json options, const Problem& pr = Problem{},
-                           int steps = 6, double lr = 1e-2) {
+double external_difference(const OptimSettings& o, nlohmann::json options, const Problem& pr = Problem{}, int steps = 6,
+                           double lr = 1e-2) {
   test::TempDir dir;
   std::vector<NamedTensor> problem;
   std::vector<at::Tensor> ours;
@@ -208,7 +208,9 @@ TEST_CASE("sgd with momentum, dampening and nesterov equals float64 torch.optim.
       INFO("momentum " << momentum << " nesterov " << nesterov);
       CHECK(max_difference(o, ref) < 1e-6);
       // And torch.optim.SGD itself.
-      CHECK(external_difference(o, {{"optimizer", "sgd"}, {"momentum", momentum}, {"dampening", o.sgd.dampening},
+      CHECK(external_difference(o, {{"optimizer", "sgd"},
+                                    {"momentum", momentum},
+                                    {"dampening", o.sgd.dampening},
                                     {"nesterov", nesterov}}) < 1e-6);
     }
   }
@@ -255,16 +257,21 @@ TEST_CASE("adafactor equals float64 Adafactor (transformers' algorithm), every o
     INFO("beta1 " << c.beta1 << " scale_parameter " << c.scale_parameter << " relative_step " << c.relative_step);
     CHECK(max_difference(o, ref) < 2e-6);
     // And transformers' Adafactor itself, its arguments set to ours (its defaults differ: docs/training.md, adafactor).
-    CHECK(external_difference(o, {{"optimizer", "adafactor"}, {"eps", a.eps}, {"clip_threshold", a.clip_threshold},
-                                  {"decay_rate", a.decay_rate}, {"beta1", a.beta1},
-                                  {"scale_parameter", a.scale_parameter}, {"relative_step", a.relative_step}}) < 2e-6);
+    CHECK(external_difference(o, {{"optimizer", "adafactor"},
+                                  {"eps", a.eps},
+                                  {"clip_threshold", a.clip_threshold},
+                                  {"decay_rate", a.decay_rate},
+                                  {"beta1", a.beta1},
+                                  {"scale_parameter", a.scale_parameter},
+                                  {"relative_step", a.relative_step}}) < 2e-6);
     // Matrices of one shape are updated as a stack (optim/adafactor.cpp): three
     // of 2^19 elements (a batch holds at most 2^20 here, so two and one),
     // three small ones, two 3-d tensors, and vectors; one matrix and one vector
     // miss a gradient on some steps, so their step counts (and beta2t) lag.
     Problem batched;
     batched.names = {"a0", "m0", "a1", "m1", "t0", "v0", "a2", "m2", "t1", "v1", "s"};
-    batched.shapes = {{512, 1024}, {6, 5}, {512, 1024}, {6, 5}, {3, 2, 4}, {7}, {512, 1024}, {6, 5}, {3, 2, 4}, {7}, {}};
+    batched.shapes = {{512, 1024}, {6, 5}, {512, 1024}, {6, 5}, {3, 2, 4}, {7},
+                      {512, 1024}, {6, 5}, {3, 2, 4},   {7},    {}};
     batched.decayed = {true, true, true, true, true, false, true, true, true, false, false};
     batched.no_grad = {{2, 3}, {3, 3}, {3, 5}};
     row.clear(), col.clear(), vsq.clear(), m.clear();
@@ -279,8 +286,8 @@ namespace {
 thread_local int64_t top_level_ops = 0, op_depth = 0;
 
 std::unique_ptr<at::ObserverContext> on_op_start(const at::RecordFunction& op) {
-  static const std::set<std::string> views = {"aten::unsqueeze", "aten::unbind", "aten::view", "aten::narrow",
-                                              "aten::select", "aten::slice", "aten::squeeze", "aten::as_strided"};
+  static const std::set<std::string> views = {"aten::unsqueeze", "aten::unbind", "aten::view",    "aten::narrow",
+                                              "aten::select",    "aten::slice",  "aten::squeeze", "aten::as_strided"};
   if (op_depth++ == 0 && !views.count(op.name())) ++top_level_ops;
   return nullptr;
 }
@@ -351,7 +358,8 @@ TEST_CASE("dynamic quantization maps: 256 sorted codes with exact 0 and 1", "[op
     CHECK(map[zero_code(map)].item<float>() == 0.0f);
     CHECK((map.slice(0, 1) > map.slice(0, 0, 255)).all().item<bool>());  // strictly increasing
     // The smallest non-zero magnitude is 10^-6 x the first decade's midpoint.
-    CHECK(map.abs().masked_fill(map == 0, 1).min().item<double>() == Approx(is_signed ? 0.55e-6 : 0.325e-6).epsilon(1e-3));
+    CHECK(map.abs().masked_fill(map == 0, 1).min().item<double>() ==
+          Approx(is_signed ? 0.55e-6 : 0.325e-6).epsilon(1e-3));
     if (is_signed) CHECK(map[0].item<double>() == Approx(-(0.1 + 0.9 * 63 / 64.0 + 1.0) / 2).epsilon(1e-6));
     else CHECK(map[0].item<float>() == 0.0f);
   }
@@ -388,7 +396,8 @@ TEST_CASE("8-bit block quantization: nearest code, exact absmax, error within ha
       const at::Tensor dist = (normalized.unsqueeze(1) - md.unsqueeze(0)).abs();
       const at::Tensor best = std::get<0>(dist.min(1));
       const at::Tensor chosen =
-          dist.gather(1, q.codes.view({-1}).slice(0, b * 256, b * 256 + blk.numel()).to(at::kLong).unsqueeze(1)).squeeze(1);
+          dist.gather(1, q.codes.view({-1}).slice(0, b * 256, b * 256 + blk.numel()).to(at::kLong).unsqueeze(1))
+              .squeeze(1);
       CHECK((chosen - best).max().item<double>() < 1e-7);
       CHECK(back[b * 256 + blk.abs().argmax().item<int64_t>()].abs().item<double>() ==
             Approx(absmax * (is_signed && blk[blk.abs().argmax()].item<double>() < 0 ? -md[0].item<double>() : 1.0)));
@@ -451,7 +460,8 @@ TEST_CASE("adamw8bit equals a float64 block-quantized AdamW, and stays near 32-b
 
 // --- bf16 parameters (precision.mode: bf16-pure) ---------------------------------
 
-TEST_CASE("bf16 parameters: updates below bf16's resolution survive on average (every optimizer and kernel)", "[optim]") {
+TEST_CASE("bf16 parameters: updates below bf16's resolution survive on average (every optimizer and kernel)",
+          "[optim]") {
   struct Case {
     OptimName name;
     OptimImpl impl;
@@ -480,16 +490,15 @@ TEST_CASE("bf16 parameters: updates below bf16's resolution survive on average (
 // The foreach optimizers update bf16 parameters in fp32 working sets of
 // several tensors (optim/optimizer.h): each stored value must be the same
 // optimizer's fp32 update of the same values, stochastically rounded.
-TEST_CASE("bf16 parameters in foreach working sets: each value is its fp32 update, stochastically rounded",
-          "[optim]") {
+TEST_CASE("bf16 parameters in foreach working sets: each value is its fp32 update, stochastically rounded", "[optim]") {
   CHECK(test::bf16_working_set_mismatch(torch::kCPU) == "");
 }
 
 // --- state hooks -------------------------------------------------------------------
 
 TEST_CASE("optimizer state saves and restores: a restored optimizer continues bit for bit", "[optim][state]") {
-  for (OptimName name : {OptimName::kAdamW, OptimName::kAdamW8bit, OptimName::kAdafactor, OptimName::kLion,
-                         OptimName::kSgd}) {
+  for (OptimName name :
+       {OptimName::kAdamW, OptimName::kAdamW8bit, OptimName::kAdafactor, OptimName::kLion, OptimName::kSgd}) {
     Problem pr;
     OptimSettings o = settings_for(name);
     o.adafactor.beta1 = 0.9;
@@ -530,7 +539,8 @@ TEST_CASE("optimizer state from another optimizer or model is refused, naming th
 
   auto other = saved;
   other["big.exp_avg"] = at::zeros({80, 64});
-  CHECK_THROWS_WITH(adamw->load_state(other), Contains("'big.exp_avg' is [80, 64] Float in the saved state but [64, 80]"));
+  CHECK_THROWS_WITH(adamw->load_state(other),
+                    Contains("'big.exp_avg' is [80, 64] Float in the saved state but [64, 80]"));
   other = saved;
   other.erase("t3.step");
   CHECK_THROWS_WITH(adamw->load_state(other), Contains("has no 't3.step'"));
@@ -563,8 +573,8 @@ TEST_CASE("the state-size estimate equals the real optimizer's state, and GPT sh
   Gpt model(m);
   const auto shapes = gpt_parameter_shapes(m);
   CHECK(test::shape_list_mismatch(m, *model).empty());
-  for (OptimName name : {OptimName::kAdamW, OptimName::kAdamW8bit, OptimName::kAdafactor, OptimName::kLion,
-                         OptimName::kSgd}) {
+  for (OptimName name :
+       {OptimName::kAdamW, OptimName::kAdamW8bit, OptimName::kAdafactor, OptimName::kLion, OptimName::kSgd}) {
     for (bool variant : {false, true}) {
       OptimSettings o = settings_for(name);
       o.adamw8bit.embeddings_32bit = variant;

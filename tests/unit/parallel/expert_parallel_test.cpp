@@ -28,8 +28,9 @@ torch::Tensor tagged_rows(int rank, int64_t n) {
 
 }  // namespace
 
-TEST_CASE("expert parallel: the all-to-all of rows delivers each share in rank order, and backward sends gradients home",
-          "[parallel][moe]") {
+TEST_CASE(
+    "expert parallel: the all-to-all of rows delivers each share in rank order, and backward sends gradients home",
+    "[parallel][moe]") {
   at::set_num_threads(1);
   // send[r][d]: rows rank r sends rank d. The second case leaves rank 1 nothing to receive.
   using Plan = std::array<std::array<int64_t, 2>, 2>;
@@ -52,7 +53,8 @@ TEST_CASE("expert parallel: the all-to-all of rows delivers each share in rank o
     std::vector<torch::Tensor> expected;
     for (int r = 0; r < 2; ++r) {
       const int64_t before = d == 0 ? 0 : plan[static_cast<size_t>(r)][0];
-      expected.push_back(tagged_rows(r, before + plan[static_cast<size_t>(r)][static_cast<size_t>(d)]).narrow(0, before, plan[static_cast<size_t>(r)][static_cast<size_t>(d)]));
+      expected.push_back(tagged_rows(r, before + plan[static_cast<size_t>(r)][static_cast<size_t>(d)])
+                             .narrow(0, before, plan[static_cast<size_t>(r)][static_cast<size_t>(d)]));
     }
     CHECK(torch::equal(got[static_cast<size_t>(d)], torch::cat(expected, 0)));
     CHECK(grads[static_cast<size_t>(d)].abs().max().item<double>() == 0.0);
@@ -125,14 +127,16 @@ TEST_CASE("expert parallel: experts split over 2 ranks give the replicated model
       CHECK(split[r].grads.count(name) == 0);
     }
     size_t per_expert = 0;  // tensors of one expert
-    for (const auto& item : replicated[0].grads) per_expert += item.first.rfind("transformer.h.0.mlp.experts.0.", 0) == 0;
+    for (const auto& item : replicated[0].grads)
+      per_expert += item.first.rfind("transformer.h.0.mlp.experts.0.", 0) == 0;
     CHECK(per_expert >= 2);
     CHECK(split[r].emptied.size() == 2 * 2 * per_expert);  // layers x other rank's experts x tensors
     for (const auto& [name, g] : split[r].grads) {
       INFO(name);
       // An expert's gradient covers both ranks' tokens; everything else is the rank's own.
-      const torch::Tensor expected =
-          is_expert_parameter(name) ? replicated[0].grads.at(name) + replicated[1].grads.at(name) : replicated[r].grads.at(name);
+      const torch::Tensor expected = is_expert_parameter(name)
+                                         ? replicated[0].grads.at(name) + replicated[1].grads.at(name)
+                                         : replicated[r].grads.at(name);
       CHECK(test::relative_error(g, expected) < 1e-5);
     }
   }

@@ -57,8 +57,10 @@ TEST_CASE("grid: the degrees must multiply to the world, with dp auto filling it
   p.pp = 2;
   CHECK(Grid(p, 8).dp() == 2);
   CHECK(Grid(p, 4).dp() == 1);
-  CHECK_THAT(grid_error(0, 4, 1, 6), Contains("parallel.tp (4) x pp (1) = 4 does not divide the number of processes (6)"));
-  CHECK_THAT(grid_error(3, 2, 1, 8), Contains("parallel.dp (3) x tp (2) x pp (1) = 6 must equal the number of processes (8)"));
+  CHECK_THAT(grid_error(0, 4, 1, 6),
+             Contains("parallel.tp (4) x pp (1) = 4 does not divide the number of processes (6)"));
+  CHECK_THAT(grid_error(3, 2, 1, 8),
+             Contains("parallel.dp (3) x tp (2) x pp (1) = 6 must equal the number of processes (8)"));
   CHECK(grid_error(2, 2, 2, 8).empty());
 }
 

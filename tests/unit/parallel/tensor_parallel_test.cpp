@@ -56,7 +56,8 @@ Result run_rank(Communicator& world, ModelArch arch, const torch::Tensor& tokens
 TEST_CASE("tensor parallel: two ranks give one process's loss and gradients", "[parallel]") {
   at::set_num_threads(1);
   torch::manual_seed(1);
-  const auto tokens = torch::randint(0, 64, {3, 16}, torch::kLong), targets = torch::randint(0, 64, {3, 16}, torch::kLong);
+  const auto tokens = torch::randint(0, 64, {3, 16}, torch::kLong),
+             targets = torch::randint(0, 64, {3, 16}, torch::kLong);
   const ModelArch arch = GENERATE(ModelArch::kGpt, ModelArch::kLlama);
   CAPTURE(static_cast<int>(arch));
   Gpt whole = make_model(arch);
@@ -64,9 +65,8 @@ TEST_CASE("tensor parallel: two ranks give one process's loss and gradients", "[
   ref_loss.backward();
 
   Result r0, r1;
-  test::run_thread_ranks(2, [&](int rank, Communicator& world) {
-    (rank == 0 ? r0 : r1) = run_rank(world, arch, tokens, targets);
-  });
+  test::run_thread_ranks(
+      2, [&](int rank, Communicator& world) { (rank == 0 ? r0 : r1) = run_rank(world, arch, tokens, targets); });
 
   CHECK(r0.loss == Approx(ref_loss.item<double>()).epsilon(1e-5));
   CHECK(r1.loss == Approx(r0.loss).epsilon(1e-6));

@@ -38,8 +38,12 @@ TEST_CASE("world: no launcher variables is a single process", "[parallel]") {
 }
 
 TEST_CASE("world: torchrun variables give rank, size, local rank and master", "[parallel]") {
-  const World w = detect_world(env_of({{"RANK", "5"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "1"},
-                                       {"LOCAL_WORLD_SIZE", "4"}, {"MASTER_ADDR", "10.1.2.3"}, {"MASTER_PORT", "1234"}}));
+  const World w = detect_world(env_of({{"RANK", "5"},
+                                       {"WORLD_SIZE", "8"},
+                                       {"LOCAL_RANK", "1"},
+                                       {"LOCAL_WORLD_SIZE", "4"},
+                                       {"MASTER_ADDR", "10.1.2.3"},
+                                       {"MASTER_PORT", "1234"}}));
   CHECK(w.rank == 5);
   CHECK(w.size == 8);
   CHECK(w.local_rank == 1);
@@ -50,8 +54,11 @@ TEST_CASE("world: torchrun variables give rank, size, local rank and master", "[
 }
 
 TEST_CASE("world: SLURM srun variables, master from the first host of the node list", "[parallel]") {
-  const World w = detect_world(env_of({{"SLURM_PROCID", "3"}, {"SLURM_NTASKS", "4"}, {"SLURM_LOCALID", "1"},
-                                       {"SLURM_TASKS_PER_NODE", "2(x2)"}, {"SLURM_NODELIST", "gpu[07-08]"}}));
+  const World w = detect_world(env_of({{"SLURM_PROCID", "3"},
+                                       {"SLURM_NTASKS", "4"},
+                                       {"SLURM_LOCALID", "1"},
+                                       {"SLURM_TASKS_PER_NODE", "2(x2)"},
+                                       {"SLURM_NODELIST", "gpu[07-08]"}}));
   CHECK(w.rank == 3);
   CHECK(w.size == 4);
   CHECK(w.local_rank == 1);
@@ -59,18 +66,22 @@ TEST_CASE("world: SLURM srun variables, master from the first host of the node l
   CHECK(w.master_addr == "gpu07");
   CHECK(w.master_port == 29500);
   // torchrun's variables win where both are set (torchrun inside an allocation).
-  CHECK(detect_world(env_of({{"SLURM_PROCID", "3"}, {"SLURM_NTASKS", "4"}, {"RANK", "0"}, {"WORLD_SIZE", "1"}})).size == 1);
+  CHECK(detect_world(env_of({{"SLURM_PROCID", "3"}, {"SLURM_NTASKS", "4"}, {"RANK", "0"}, {"WORLD_SIZE", "1"}})).size ==
+        1);
 }
 
 TEST_CASE("world: Open MPI variables", "[parallel]") {
-  const World w = detect_world(env_of({{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "2"},
-                                       {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
+  const World w = detect_world(env_of({{"OMPI_COMM_WORLD_RANK", "1"},
+                                       {"OMPI_COMM_WORLD_SIZE", "2"},
+                                       {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
+                                       {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
                                        {"MASTER_ADDR", "node1"}}));
   CHECK(w.rank == 1);
   CHECK(w.size == 2);
   CHECK(w.local_rank == 1);
   CHECK(w.master_addr == "node1");
-  CHECK_THAT(world_error({{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "2"}}), Catch::Contains("MASTER_ADDR"));
+  CHECK_THAT(world_error({{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "2"}}),
+             Catch::Contains("MASTER_ADDR"));
 }
 
 TEST_CASE("world: inconsistent or malformed variables are usage errors naming them", "[parallel]") {
@@ -81,9 +92,10 @@ TEST_CASE("world: inconsistent or malformed variables are usage errors naming th
   CHECK_THAT(world_error({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "70000"}}),
              Catch::Contains("MASTER_PORT='70000'"));
   CHECK_THAT(world_error({{"RANK", "0"}, {"WORLD_SIZE", "2"}}), Catch::Contains("MASTER_ADDR is not set"));
-  CHECK_THAT(world_error({{"RANK", "1"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "2"}, {"LOCAL_WORLD_SIZE", "2"},
-                          {"MASTER_ADDR", "h"}}),
-             Catch::Contains("local rank 2 is outside"));
+  CHECK_THAT(
+      world_error(
+          {{"RANK", "1"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "2"}, {"LOCAL_WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}}),
+      Catch::Contains("local rank 2 is outside"));
 }
 
 TEST_CASE("world: the first host of a SLURM host list", "[parallel]") {

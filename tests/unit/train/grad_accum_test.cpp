@@ -35,7 +35,8 @@ TEST_CASE("4 micro-batches of 2 give the gradients of one batch of 8", "[train]"
 
   model->zero_grad();
   std::vector<Batch> micro;
-  for (int i = 0; i < 4; ++i) micro.push_back(make_batch(inputs.slice(0, 2 * i, 2 * i + 2), targets.slice(0, 2 * i, 2 * i + 2)));
+  for (int i = 0; i < 4; ++i)
+    micro.push_back(make_batch(inputs.slice(0, 2 * i, 2 * i + 2), targets.slice(0, 2 * i, 2 * i + 2)));
   auto accum_loss = accumulate_gradients(model, micro).item<double>();
   auto accum = gputrain::test::gradients_of(*model);
 
@@ -87,5 +88,6 @@ TEST_CASE("the normalizer as a tensor gives the host normalizer's gradients and 
   // A different value in the tensor scales everything by it.
   model->zero_grad();
   o.inv_total.fill_(2.0 / 41.0);
-  CHECK(accumulate_gradients(model, micro, nullptr, o).item<float>() == Approx(2 * host_loss.item<float>()).epsilon(1e-6));
+  CHECK(accumulate_gradients(model, micro, nullptr, o).item<float>() ==
+        Approx(2 * host_loss.item<float>()).epsilon(1e-6));
 }

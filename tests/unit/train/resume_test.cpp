@@ -81,10 +81,10 @@ TEST_CASE("resume: a new model, checkpoint, metrics, kernels or data.eval key ca
   // groups are refused or reported, with these exceptions.
   for (const FieldSpec& f : schema()) {
     INFO(f.path);
-    const bool shape = (f.path.rfind("model.", 0) == 0 && f.path != "model.dropout" && f.path != "model.attention" &&
-                        f.path != "model.init_from" && f.path.rfind("model.lora.dropout", 0) != 0 &&
-                        f.path != "model.lora.save" && f.path.rfind("model.moe.capacity", 0) != 0 &&
-                        f.path != "model.moe.aux_loss_coef");
+    const bool shape =
+        (f.path.rfind("model.", 0) == 0 && f.path != "model.dropout" && f.path != "model.attention" &&
+         f.path != "model.init_from" && f.path.rfind("model.lora.dropout", 0) != 0 && f.path != "model.lora.save" &&
+         f.path.rfind("model.moe.capacity", 0) != 0 && f.path != "model.moe.aux_loss_coef");
     if (shape) CHECK(f.on_resume == ResumePolicy::kRefused);
     for (const char* reported : {"checkpoint.", "metrics.", "kernels.", "data.eval."})
       if (f.path.rfind(reported, 0) == 0) CHECK(f.on_resume == ResumePolicy::kReported);

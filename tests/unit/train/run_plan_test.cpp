@@ -33,7 +33,7 @@ std::string config_error_of(const std::function<void()>& f) {
 TEST_CASE("run plan: derived values stay out of the recipe, resolved_settings carries them", "[train][plan]") {
   Settings s;
   s.run.device = "cpu";
-  s.parallel.dp = 0;  // auto
+  s.parallel.dp = 0;                  // auto
   s.train.per_device_batch_size = 0;  // auto
   s.train.global_batch_size = 12;
   RunPlan p = plan_run(s, world_of(3, 2), /*overwrite=*/true);
@@ -60,7 +60,8 @@ TEST_CASE("run plan: the world's checks name the keys and the fix", "[train][pla
   s.train.per_device_batch_size = 2, s.train.grad_accum_steps = 1, s.train.global_batch_size = 2;
   CHECK_THAT(config_error_of([&] { plan_run(s, world_of(2), false); }),
              Contains("train.global_batch_size (2) is not per_device_batch_size x grad_accum_steps x the 2 processes "
-                      "(4)") && Contains("fix:"));
+                      "(4)") &&
+                 Contains("fix:"));
   CHECK_NOTHROW(plan_run(s, world_of(1), false));
 
   s.train.per_device_batch_size = 0, s.train.global_batch_size = 5;
@@ -76,7 +77,9 @@ TEST_CASE("run plan: the world's checks name the keys and the fix", "[train][pla
 
   Settings g;
   g.kernels.cuda_graphs = true;
-  CHECK_THAT(config_error_of([&] { validate_for_world(g, RunWorld{2, 2, "rank 0 of 2", true, true}); }),
+  CHECK_THAT(config_error_of([&] {
+               validate_for_world(g, RunWorld{2, 2, "rank 0 of 2", true, true});
+             }),
              Contains("kernels.cuda_graphs captures the step of a single process") && Contains("world of 2"));
   CHECK_NOTHROW(validate_for_world(g, RunWorld{1, 1, "single process", true, false}));
 }

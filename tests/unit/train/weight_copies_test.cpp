@@ -57,7 +57,8 @@ std::vector<LinearImpl*> linears(Gpt& model) {
 
 }  // namespace
 
-TEST_CASE("bf16 weight copies: autocast's numbers bit for bit, kept equal to the rounded weights", "[train][precision]") {
+TEST_CASE("bf16 weight copies: autocast's numbers bit for bit, kept equal to the rounded weights",
+          "[train][precision]") {
   const ModelSettings m = gputrain::test::model_settings(64, 16, 2, 2, 32);
   OptimSettings o;  // adamw; impl auto = the fused update (a C++ loop on the CPU)
   const Trained plain = train(m, o, PrecisionMode::kBf16, false);
@@ -94,7 +95,8 @@ TEST_CASE("bf16 weight copies: autocast's numbers bit for bit, kept equal to the
   CHECK(loss(false) == fp32);
 }
 
-TEST_CASE("bf16 weight copies are made only for bf16 autocast and an optimizer that writes them", "[train][precision]") {
+TEST_CASE("bf16 weight copies are made only for bf16 autocast and an optimizer that writes them",
+          "[train][precision]") {
   const ModelSettings m = gputrain::test::model_settings(64, 16, 1, 2, 32);
   auto made = [&](const OptimSettings& o, PrecisionMode mode, bool runs_head = true) {
     PrecisionSettings ps;
@@ -110,7 +112,8 @@ TEST_CASE("bf16 weight copies are made only for bf16 autocast and an optimizer t
   };
   OptimSettings fused;
   OptimSettings foreach = fused;
-  foreach.impl = OptimImpl::kForeach;
+  foreach
+    .impl = OptimImpl::kForeach;
   OptimSettings lion = fused;
   lion.name = OptimName::kLion;
   CHECK(made(fused, PrecisionMode::kBf16) == 5);
@@ -118,6 +121,7 @@ TEST_CASE("bf16 weight copies are made only for bf16 autocast and an optimizer t
   CHECK(made(fused, PrecisionMode::kBf16, /*runs_head=*/false) == 4);
   CHECK(made(foreach, PrecisionMode::kBf16) == 0);
   CHECK(made(lion, PrecisionMode::kBf16) == 0);
-  for (PrecisionMode mode : {PrecisionMode::kFp32, PrecisionMode::kTf32, PrecisionMode::kFp16, PrecisionMode::kBf16Pure})
+  for (PrecisionMode mode :
+       {PrecisionMode::kFp32, PrecisionMode::kTf32, PrecisionMode::kFp16, PrecisionMode::kBf16Pure})
     CHECK(made(fused, mode) == 0);
 }

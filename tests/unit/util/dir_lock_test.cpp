@@ -59,8 +59,7 @@ pid_t spawn_holder(const fs::path& dir) {
 
 }  // namespace
 
-TEST_CASE("dir lock: a held directory is refused with its holder named, and free again once released",
-          "[util]") {
+TEST_CASE("dir lock: a held directory is refused with its holder named, and free again once released", "[util]") {
   TempDir tmp;
   const fs::path dir = tmp.path() / "runs" / "x";
   {
@@ -86,8 +85,7 @@ TEST_CASE("dir lock: a held directory is refused with its holder named, and free
   CHECK(lock_error(dir).empty());
 }
 
-TEST_CASE("dir lock: a holder killed with SIGKILL leaves the directory free at once, its file only text",
-          "[util]") {
+TEST_CASE("dir lock: a holder killed with SIGKILL leaves the directory free at once, its file only text", "[util]") {
   TempDir tmp;
   const fs::path dir = tmp.path() / "out";
   const pid_t holder = spawn_holder(dir);
@@ -115,14 +113,16 @@ TEST_CASE("dir lock: a lock file that is not a complete record names no holder",
     INFO(f);
     CHECK_FALSE(read_lock_holder(tmp.file(f)));
   }
-  write_file(tmp.file("good"), "# comment\npid: 12\nhost: node-7\nsince: 1764072000 (2025-11-25 12:00 UTC)\ncommand: gputrain run r.yaml\n");
+  write_file(
+      tmp.file("good"),
+      "# comment\npid: 12\nhost: node-7\nsince: 1764072000 (2025-11-25 12:00 UTC)\ncommand: gputrain run r.yaml\n");
   const auto h = read_lock_holder(tmp.file("good"));
   REQUIRE(h);
   CHECK(h->pid == 12);
   CHECK(h->host == "node-7");
   CHECK(h->since == 1764072000);  // noon UTC: the same date in every time zone from -11 to +11
-  CHECK_THAT(h->describe(), Contains("gputrain pid 12 on host node-7 since 2025-11-25 ") &&
-                                Contains("(gputrain run r.yaml)"));
+  CHECK_THAT(h->describe(),
+             Contains("gputrain pid 12 on host node-7 since 2025-11-25 ") && Contains("(gputrain run r.yaml)"));
 }
 
 TEST_CASE("dir lock: a directory that cannot be made is a clear error", "[util]") {
@@ -133,6 +133,7 @@ TEST_CASE("dir lock: a directory that cannot be made is a clear error", "[util]"
     FAIL("locked a directory under a regular file");
   } catch (const Error& e) {
     CHECK(e.kind() == ErrorKind::kRuntime);
-    CHECK_THAT(std::string(e.what()), Contains("cannot create directory '" + (tmp.path() / "file" / "out").string() + "'"));
+    CHECK_THAT(std::string(e.what()),
+               Contains("cannot create directory '" + (tmp.path() / "file" / "out").string() + "'"));
   }
 }
