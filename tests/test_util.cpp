@@ -159,6 +159,16 @@ std::vector<torch::Tensor> gradients_of(const torch::nn::Module& model) {
   return g;
 }
 
+std::string error_message(ErrorKind kind, const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    CHECK(e.kind() == kind);
+    return e.what();
+  }
+  return "";
+}
+
 std::string recipe_error(const std::string& path, const std::vector<std::string>& overrides) {
   try {
     load_recipe(path, overrides);

@@ -2,6 +2,7 @@
 #pragma once
 #include <chrono>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <torch/nn/module.h>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "config/settings.h"
+#include "util/error.h"
 
 namespace gputrain::test {
 
@@ -75,6 +77,9 @@ std::string shape_list_mismatch(const ModelSettings& m, const torch::nn::Module&
 
 // Copies of every parameter's .grad, in parameter order.
 std::vector<torch::Tensor> gradients_of(const torch::nn::Module& model);
+
+// The message of the gputrain::Error `f` throws, checked to be of `kind`; "" when it throws none.
+std::string error_message(gputrain::ErrorKind kind, const std::function<void()>& f);
 
 // The message of the Error that loading recipe `path` throws, or "" when it loads.
 std::string recipe_error(const std::string& path, const std::vector<std::string>& overrides = {});

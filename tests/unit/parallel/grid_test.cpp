@@ -18,13 +18,7 @@ std::string grid_error(int64_t dp, int64_t tp, int64_t pp, int world) {
   p.dp = dp;
   p.tp = tp;
   p.pp = pp;
-  try {
-    Grid g(p, world);
-  } catch (const Error& e) {
-    CHECK(e.kind() == ErrorKind::kConfig);
-    return e.what();
-  }
-  return "";
+  return test::error_message(ErrorKind::kConfig, [&] { Grid g(p, world); });
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 
 #include "parallel/data_parallel.h"
 #include "parallel/world.h"
+#include "test_util.h"
 #include "util/error.h"
 
 using namespace gputrain;
@@ -19,13 +20,7 @@ EnvLookup env_of(std::map<std::string, std::string> vars) {
 }
 
 std::string world_error(std::map<std::string, std::string> vars) {
-  try {
-    detect_world(env_of(std::move(vars)));
-  } catch (const Error& e) {
-    CHECK(e.kind() == ErrorKind::kUsage);
-    return e.what();
-  }
-  return "";
+  return test::error_message(ErrorKind::kUsage, [&] { detect_world(env_of(std::move(vars))); });
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include "config/validate.h"
+#include "test_util.h"
 #include "train/run_plan.h"
 #include "util/error.h"
 
@@ -18,15 +19,7 @@ World world_of(int size, int rank = 0) {
   return w;
 }
 
-std::string config_error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    CHECK(e.kind() == ErrorKind::kConfig);
-    return e.what();
-  }
-  return "";
-}
+std::string config_error_of(const std::function<void()>& f) { return test::error_message(ErrorKind::kConfig, f); }
 
 }  // namespace
 
