@@ -3,8 +3,8 @@
 #include <set>
 #include <string>
 
-#include "parallel/expert_parallel.h"
 #include "optim/optimizer.h"
+#include "parallel/expert_parallel.h"
 #include "parallel/tensor_transfer.h"
 
 namespace gputrain {

@@ -11,10 +11,10 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
-#include "util/mapped_file.h"
 #include "util/crc32c.h"
 #include "util/error.h"
 #include "util/fsync.h"
+#include "util/mapped_file.h"
 
 namespace gputrain {
 namespace {

@@ -16,13 +16,13 @@
 #include <optional>
 #include <thread>
 
-#include "util/mapped_file.h"
 #include "data/pretokenize.h"
 #include "data/token_shard.h"
 #include "metrics/progress.h"
 #include "util/device.h"
 #include "util/dir_lock.h"
 #include "util/error.h"
+#include "util/mapped_file.h"
 #include "util/signals.h"
 
 namespace gputrain {

@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "util/named_tensor.h"
 #include "config/settings.h"
+#include "util/named_tensor.h"
 
 namespace gputrain {
 

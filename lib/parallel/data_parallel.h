@@ -22,8 +22,8 @@
 #include <mutex>
 #include <vector>
 
-#include "util/named_tensor.h"
 #include "parallel/communicator.h"
+#include "util/named_tensor.h"
 
 namespace gputrain {
 

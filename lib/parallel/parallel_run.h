@@ -18,7 +18,6 @@
 #include <set>
 #include <vector>
 
-#include "util/named_tensor.h"
 #include "config/settings.h"
 #include "metrics/parallel_reports.h"
 #include "optim/param_groups.h"
@@ -27,6 +26,7 @@
 #include "parallel/grid.h"
 #include "parallel/pipeline.h"
 #include "parallel/tensor_shard.h"
+#include "util/named_tensor.h"
 
 namespace gputrain {
 

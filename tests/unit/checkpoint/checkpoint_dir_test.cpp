@@ -14,9 +14,9 @@
 #include <set>
 
 #include "checkpoint/checkpoint_dir.h"
+#include "test_util.h"
 #include "util/crc32c.h"
 #include "util/process_info.h"
-#include "test_util.h"
 
 using namespace gputrain;
 using namespace gputrain::test;

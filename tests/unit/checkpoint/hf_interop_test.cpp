@@ -15,10 +15,10 @@
 #include "checkpoint/training_checkpoint.h"
 #include "config/recipe.h"
 #include "config/schema.h"
-#include "util/atomic_file.h"
 #include "model/gpt.h"
 #include "model/gpt_shapes.h"
 #include "test_util.h"
+#include "util/atomic_file.h"
 #include "util/error.h"
 
 using namespace gputrain;

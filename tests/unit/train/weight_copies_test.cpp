@@ -10,8 +10,8 @@
 #include "optim/make_optimizer.h"
 #include "optim/param_groups.h"
 #include "test_util.h"
-#include "train/weight_copies.h"
 #include "train/train_step.h"
+#include "train/weight_copies.h"
 
 using namespace gputrain;
 
