@@ -132,6 +132,7 @@ class Trainer {
   void log_step(const StepResult& r, int64_t step, bool eval_now);
   double evaluate();
   void save();
+  void add_mfu(json& j) const;
   json summary(const std::string& status) const;
   RunOutcome finish();
   // The plan changed: the recipe as resolved follows it.
@@ -176,6 +177,8 @@ class Trainer {
   std::optional<StepProfiler> profiler_;
   MoeMetrics moe_metrics_;
   double flops_per_token_ = 0;
+  std::string device_label_;  // device_name(), asked once
+  double checkpoint_mb_ = 0;  // the model's fp32 weights and the optimizer state
 
   RunTotals t_;
   LogInterval interval_;
@@ -404,6 +407,17 @@ void Trainer::open_outputs() {
     resumed_.reset();  // the saved tensors are copied in; free them
   }
   flops_per_token_ = training_flops_per_token(s_.model);
+  device_label_ = device_name(plan_.device);
+  // The first checkpoint's save time is guessed from its size (stop_for_wall_time).
+  checkpoint_mb_ = static_cast<double>(optimizer_->state_bytes()) / 1e6 + n_params_ * 4 / 1e6;
+}
+
+// "mfu" in a metrics line or the summary: needs a GPU whose peak is known (metrics/flops.h); elsewhere
+// the key is left out.
+void Trainer::add_mfu(json& j) const {
+  if (auto mfu =
+          model_flops_utilization(j["tokens_per_s"].get<double>(), flops_per_token_, plan_.world.size, device_label_))
+    j["mfu"] = round_to(*mfu, 4);
 }
 
 void Trainer::train() {
@@ -449,8 +463,7 @@ bool Trainer::stop_for_wall_time() {
   if (limit <= 0) return false;
   bool near = false;
   if (plan_.lead && slowest_step_s_ > 0) {
-    const double state_mb = static_cast<double>(optimizer_->state_bytes()) / 1e6 + n_params_ * 4 / 1e6;
-    const double save_s = last_save_s_ > 0 ? last_save_s_ : 1.0 + state_mb / 200.0;
+    const double save_s = last_save_s_ > 0 ? last_save_s_ : 1.0 + checkpoint_mb_ / 200.0;
     near = seconds_since(t_start_) + 1.2 * (slowest_step_s_ + save_s) > limit;
   }
   if (!par_->any_rank(near, "agreement on max_wall_time")) return false;
@@ -567,10 +580,7 @@ void Trainer::log_step(const StepResult& r, int64_t step, bool eval_now) {
   rec["tokens"] = t_.tokens;
   rec["tokens_per_s"] = round_to(static_cast<double>(interval_.tokens) / elapsed, 1);
   rec["step_ms"] = round_to(1000.0 * elapsed / static_cast<double>(interval_.steps), 3);
-  // MFU needs a GPU whose peak is known (metrics/flops.h); elsewhere the key is left out.
-  if (auto mfu = model_flops_utilization(rec["tokens_per_s"].get<double>(), flops_per_token_, plan_.world.size,
-                                         device_name(plan_.device)))
-    rec["mfu"] = round_to(*mfu, 4);
+  add_mfu(rec);
   rec["mem_peak_mb"] = round_to(peak_memory_mb(plan_.device), 1);
   if (precision_->has_scaler()) {
     rec["loss_scale"] = precision_->loss_scale();
@@ -643,9 +653,7 @@ json Trainer::summary(const std::string& status) const {
                     SummaryFacts{plan_.device, plan_.threads, n_params_,
                                  precision_->skipped_steps() + t_.nan_skipped_steps, floor_, seconds_since(t_start_)});
   j["world_size"] = plan_.world.size;
-  if (auto mfu = model_flops_utilization(j["tokens_per_s"].get<double>(), flops_per_token_, plan_.world.size,
-                                         device_name(plan_.device)))
-    j["mfu"] = round_to(*mfu, 4);
+  add_mfu(j);
   if (s_.model.lora.rank > 0) j["lora"] = lora_report(s_, optimizer_->state_bytes());
   if (s_.model.moe.enabled()) j["moe"] = moe_metrics_.summary(s_.model);
   if (step_graph_) j["cuda_graphs"] = step_graph_->report();
