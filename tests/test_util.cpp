@@ -92,16 +92,16 @@ CommandResult run_python(const std::vector<std::string>& args) { return run_prog
 
 std::string shared_data(const std::string& name) { return std::string(GPUTRAIN_SHARED_DATA_DIR) + "/" + name; }
 
-std::string precision_reference_recipe() {
-  return "run: {name: prec, threads: 2}\n"
-         "model: {vocab_size: 256, seq_len: 64, n_layer: 2, n_head: 4, d_model: 64}\n"
+std::string tiny_shakespeare_model_and_data() {
+  const std::string text = shared_data("tinyshakespeare.txt");
+  return "model: {vocab_size: 256, seq_len: 64, n_layer: 2, n_head: 4, d_model: 64}\n"
          "data:\n"
          "  train: {format: text, path: " +
-         shared_data("tinyshakespeare.txt") +
-         ", span: [0.0, 0.9]}\n"
-         "  eval: {format: text, path: " +
-         shared_data("tinyshakespeare.txt") +
-         ", span: [0.9, 1.0]}\n"
+         text + ", span: [0.0, 0.9]}\n  eval: {format: text, path: " + text + ", span: [0.9, 1.0]}\n";
+}
+
+std::string precision_reference_recipe() {
+  return "run: {name: prec, threads: 2}\n" + tiny_shakespeare_model_and_data() +
          "train: {per_device_batch_size: 8, max_steps: 80, log_every: 20, eval_steps: 8}\n"
          // A stable setting: at lr 3e-3 this model has loss spikes (to ~10 nats, in fp32 too) whose step and
          // size depend on rounding, which turns a per-step comparison of precisions into a coin toss.

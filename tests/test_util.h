@@ -59,6 +59,10 @@ bool wait_until(F ready) {
   return false;
 }
 
+// The byte-level model (vocab 256, 2 layers, d_model 64) and data (tinyshakespeare.txt: the first
+// 90% to train on, the rest to evaluate) that the real-text tests share, as recipe lines.
+std::string tiny_shakespeare_model_and_data();
+
 // Real text on which each precision mode is held to fp32 (docs/training.md "Precision"), on the CPU and on a GPU.
 std::string precision_reference_recipe();
 

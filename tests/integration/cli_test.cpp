@@ -237,15 +237,7 @@ TEST_CASE("cli: a GPT learns real text well below the unigram baseline", "[cli][
 
   TempDir dir;
   write_file(dir.file("r.yaml"),
-             "run: {name: shakespeare, threads: 2}\n"
-             "model: {vocab_size: 256, seq_len: 64, n_layer: 2, n_head: 4, d_model: 64}\n"
-             "data:\n"
-             "  train: {format: text, path: " +
-                 text +
-                 ", span: [0.0, 0.9]}\n"
-                 "  eval: {format: text, path: " +
-                 text +
-                 ", span: [0.9, 1.0]}\n"
+             "run: {name: shakespeare, threads: 2}\n" + tiny_shakespeare_model_and_data() +
                  "train: {per_device_batch_size: 16, max_steps: 250, log_every: 50, eval_steps: 8}\n"
                  "optim: {lr: 3e-3, schedule: {warmup_steps: 20}}\n");
   auto r = run_gputrain({"run", dir.file("r.yaml"), "--output-dir", dir.file("out")});

@@ -10,19 +10,10 @@ using Catch::Matchers::Contains;
 
 namespace {
 
-const std::string kText =
-    "run: {name: optim, threads: 2}\n"
-    "model: {vocab_size: 256, seq_len: 64, n_layer: 2, n_head: 4, d_model: 64}\n"
-    "data:\n"
-    "  train: {format: text, path: " +
-    shared_data("tinyshakespeare.txt") +
-    ", span: [0.0, 0.9]}\n"
-    "  eval: {format: text, path: " +
-    shared_data("tinyshakespeare.txt") +
-    ", span: [0.9, 1.0]}\n"
-    "train: {per_device_batch_size: 8, max_steps: 60, log_every: 20, eval_steps: 8}\n"
-    "optim: {lr: 3e-3, schedule: {warmup_steps: 10}}\n"
-    "metrics: {progress: off}\n";
+const std::string kText = "run: {name: optim, threads: 2}\n" + tiny_shakespeare_model_and_data() +
+                          "train: {per_device_batch_size: 8, max_steps: 60, log_every: 20, eval_steps: 8}\n"
+                          "optim: {lr: 3e-3, schedule: {warmup_steps: 10}}\n"
+                          "metrics: {progress: off}\n";
 
 }  // namespace
 
