@@ -13,6 +13,7 @@
 #include <stdexcept>
 
 #include "config/recipe.h"
+#include "model/architecture.h"
 #include "model/gpt_shapes.h"
 #include "optim/make_optimizer.h"
 #include "util/error.h"
@@ -171,7 +172,7 @@ std::string error_message(ErrorKind kind, const std::function<void()>& f) {
 
 std::string recipe_error(const std::string& path, const std::vector<std::string>& overrides) {
   try {
-    load_recipe(path, overrides);
+    load_recipe(path, overrides, architecture_rules());
   } catch (const Error& e) {
     return e.what();
   }

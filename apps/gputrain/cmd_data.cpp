@@ -6,6 +6,7 @@
 #include "config/recipe.h"
 #include "data/loader_bench.h"
 #include "data/prepare.h"
+#include "model/architecture.h"
 
 namespace gputrain::app {
 
@@ -30,7 +31,7 @@ int cmd_data_prepare(const PrepareOptions& o) {
 }
 
 int cmd_data_bench(const CommonArgs& a, const std::vector<int64_t>& workers, int64_t batches) {
-  Recipe recipe = load_recipe(a.recipe, a.overrides);
+  Recipe recipe = load_recipe(a.recipe, a.overrides, architecture_rules());
   const Settings& s = recipe.settings;
   std::printf("loader of %s: batch %lld x seq_len %lld\n", recipe.source.c_str(),
               static_cast<long long>(s.train.per_device_batch_size), static_cast<long long>(s.model.seq_len));

@@ -2,12 +2,13 @@
 
 #include "commands.h"
 #include "config/recipe.h"
+#include "model/architecture.h"
 #include "optim/optim_bench.h"
 
 namespace gputrain::app {
 
 int cmd_optim_bench(const CommonArgs& a, int64_t steps) {
-  Recipe recipe = load_recipe(a.recipe, a.overrides);
+  Recipe recipe = load_recipe(a.recipe, a.overrides, architecture_rules());
   const Settings& s = recipe.settings;
   OptimBenchResult r = bench_optimizers(s, steps);
   std::printf("optimizer step of %s: %.1fM parameters (%s weights) on %s, %lld threads, mean of %lld steps\n\n",

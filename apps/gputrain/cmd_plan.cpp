@@ -4,6 +4,7 @@
 
 #include "commands.h"
 #include "config/recipe.h"
+#include "model/architecture.h"
 #include "parallel/grid.h"
 #include "train/batch_finder.h"
 #include "train/memory_plan.h"
@@ -42,7 +43,7 @@ void print_pipeline(const Settings& s, const Grid& g, const MemoryPlan& whole_mo
 }  // namespace
 
 int cmd_plan(const CommonArgs& a, int world_size) {
-  Recipe recipe = load_recipe(a.recipe, a.overrides);
+  Recipe recipe = load_recipe(a.recipe, a.overrides, architecture_rules());
   Settings s = recipe.settings;
   std::string batch_note;
   if (s.train.per_device_batch_size == 0) {

@@ -7,6 +7,7 @@
 
 #include "commands.h"
 #include "config/recipe.h"
+#include "model/architecture.h"
 #include "parallel/launcher.h"
 #include "train/trainer.h"
 #include "util/error.h"
@@ -22,7 +23,7 @@ int launch(const CommonArgs& a, const std::string& output_dir, bool overwrite, c
     throw usage_error(
         "--nproc-per-node inside a process that a launcher started already (RANK or "
         "OMPI_COMM_WORLD_RANK is set)\n    fix: drop --nproc-per-node, or unset those variables");
-  load_recipe(a.recipe, a.overrides);  // a bad recipe fails once, here, not in every worker
+  load_recipe(a.recipe, a.overrides, architecture_rules());  // a bad recipe fails once, here, not in every worker
   LaunchOptions o;
   o.nproc_per_node = std::max(1, l.nproc_per_node);
   o.nnodes = std::max(1, l.nnodes);
@@ -56,7 +57,7 @@ int cmd_run(const CommonArgs& a, const std::string& output_dir, bool overwrite, 
     for (char c : output_dir) quoted += c == '\'' ? std::string("''") : std::string(1, c);
     overrides.push_back("run.output_dir=" + quoted + "'");
   }
-  Recipe recipe = load_recipe(a.recipe, overrides);
+  Recipe recipe = load_recipe(a.recipe, overrides, architecture_rules());
   RunOutcome out = run_training(recipe, RunOptions{.overwrite = overwrite});
   if (out.status == "ok") return 0;
   // 143 (128 + SIGTERM) means "preempted, resume me", whichever signal (or

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "commands.h"
+#include "model/architecture.h"
 #include "util/error.h"
 #include "util/version.h"
 
@@ -176,8 +177,10 @@ int main(int argc, char** argv) {
                   "complete checkpoint)")
       ->required()
       ->check(CLI::ExistingDirectory);
-  exp->add_option("--format", export_format,
-                  "hf = GPT2LMHeadModel (model.arch gpt) or LlamaForCausalLM (llama): model.safetensors + config.json")
+  std::string hf_classes;
+  for (const gputrain::Architecture* a : gputrain::architectures())
+    hf_classes += (hf_classes.empty() ? "" : ", ") + std::string(a->hf.class_name) + " (model.arch " + a->name + ")";
+  exp->add_option("--format", export_format, "hf = " + hf_classes + ": model.safetensors + config.json")
       ->check(CLI::IsMember({"hf"}))
       ->capture_default_str();
   exp->add_option("--out", export_out, "directory to write")->required();

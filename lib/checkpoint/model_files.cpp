@@ -5,11 +5,10 @@
 #include <set>
 
 #include "checkpoint/checkpoint_dir.h"
-#include "checkpoint/hf_gpt2.h"
-#include "checkpoint/hf_llama.h"
 #include "checkpoint/module_weights.h"
 #include "checkpoint/training_checkpoint.h"
 #include "config/recipe.h"
+#include "model/architecture.h"
 #include "model/gpt.h"
 #include "model/lora.h"
 #include "util/atomic_file.h"
@@ -68,7 +67,8 @@ std::string load_initial_weights(torch::nn::Module& model, const ModelSettings& 
       throw data_error("model.init_from: checkpoint '" + path + "' is not usable: " + *problem +
                        "\n    fix: name a complete checkpoint");
     // A tensor-parallel checkpoint's shards are joined: the weights start a run at any parallel.tp.
-    const Settings saved = settings_from_saved_recipe(read_text_file(p / "recipe.yaml"), (p / "recipe.yaml").string());
+    const Settings saved = settings_from_saved_recipe(read_text_file(p / "recipe.yaml"), (p / "recipe.yaml").string(),
+                                                      architecture_rules());
     load_module_weights(model, checkpoint_plain_weights(p, saved), "model.init_from checkpoint '" + path + "'", fix,
                         base);
     return "weights of gputrain checkpoint " + path;
@@ -88,14 +88,12 @@ std::string load_initial_weights(torch::nn::Module& model, const ModelSettings& 
     if (fs::exists(p.parent_path() / "config.json")) config = read_json(p.parent_path() / "config.json");
   }
   const std::string source = "model.init_from '" + path + "'";
-  const bool llama = m.arch == ModelArch::kLlama;
+  const HfMapping& mapping = architecture(m).hf;
   std::vector<NamedTensor> current;
   for (auto& w : module_weights(model))
     if (base(w.name)) current.push_back(std::move(w));
-  const std::vector<NamedTensor> ours =
-      llama ? from_hf_llama(hf, config, current, m, source) : from_hf_gpt2(hf, config, current, m, source);
-  load_module_weights(model, ours, source, fix, base);
-  return std::string(llama ? "Hugging Face Llama" : "Hugging Face GPT-2") + " weights from " + path;
+  load_module_weights(model, mapping.from_hf(hf, config, current, m, source), source, fix, base);
+  return std::string("Hugging Face ") + mapping.family + " weights from " + path;
 }
 
 Gpt build_initial_model(const Settings& s, torch::Device device, torch::ScalarType dtype, bool skip_init_from,
@@ -162,13 +160,13 @@ ExportSource read_export_source(const fs::path& checkpoint, bool merge_lora_adap
                      "\n    fix: export another checkpoint");
   ExportSource src;
   const fs::path recipe = checkpoint / "recipe.yaml";
-  src.settings = settings_from_saved_recipe(read_text_file(recipe), recipe.string());
+  src.settings = settings_from_saved_recipe(read_text_file(recipe), recipe.string(), architecture_rules());
   const Settings& s = src.settings;
   if (s.model.moe.enabled())
-    throw data_error(
-        "checkpoint '" + checkpoint.string() + "' is a mixture-of-experts model (model.moe), which " +
-        "GPT2LMHeadModel and LlamaForCausalLM cannot hold (and Mixtral routes differently: it renormalizes "
-        "the top-k probabilities)\n    fix: keep it as a gputrain checkpoint (model.init_from reads it)");
+    throw data_error("checkpoint '" + checkpoint.string() + "' is a mixture-of-experts model (model.moe), which " +
+                     architecture(s.model).hf.class_name +
+                     " cannot hold (and Mixtral routes differently: it renormalizes the top-k probabilities)" +
+                     "\n    fix: keep it as a gputrain checkpoint (model.init_from reads it)");
   const bool lora = s.model.lora.rank > 0;
   if (lora && !merge_lora_adapters)
     throw usage_error("checkpoint '" + checkpoint.string() + "' holds LoRA adapters (model.lora.rank " +
@@ -201,15 +199,13 @@ ExportResult export_hf_locked(const fs::path& where, const fs::path& out, bool o
       throw;
     }
   }
-  const bool llama = src.settings.model.arch == ModelArch::kLlama;
-  const std::vector<NamedTensor> hf =
-      llama ? to_hf_llama(src.weights, src.settings.model) : to_hf_gpt2(src.weights, src.settings.model);
+  const HfMapping& mapping = architecture(src.settings.model).hf;
+  const std::vector<NamedTensor> hf = mapping.to_hf(src.weights, src.settings.model);
   write_safetensors((out / "model.safetensors").string(), hf, {{"format", "pt"}});
-  const auto config = llama ? hf_llama_config(src.settings.model) : hf_gpt2_config(src.settings.model);
-  write_file_atomic((out / "config.json").string(), config.dump(2) + "\n");
+  write_file_atomic((out / "config.json").string(), mapping.config(src.settings.model).dump(2) + "\n");
   r.step = src.step;
   r.tensors = static_cast<int64_t>(hf.size());
-  r.architecture = llama ? "LlamaForCausalLM" : "GPT2LMHeadModel";
+  r.architecture = mapping.class_name;
   return r;
 }
 

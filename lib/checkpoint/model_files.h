@@ -1,8 +1,7 @@
 // Model weights in and out of gputrain: model.init_from (start a run from
-// Hugging Face GPT-2 / Llama weights or another run's checkpoint) and
-// `gputrain export --format hf` (a checkpoint as a directory that
-// transformers' GPT2LMHeadModel or LlamaForCausalLM.from_pretrained loads,
-// as model.arch says).
+// Hugging Face weights or another run's checkpoint) and `gputrain export
+// --format hf` (a checkpoint as a directory that transformers' from_pretrained
+// loads). The Hugging Face side is model.arch's mapping (model/architecture.h).
 #pragma once
 #include <filesystem>
 #include <string>
@@ -18,8 +17,8 @@ namespace gputrain {
 // Replaces `model`'s weights with those at `path`: a gputrain checkpoint
 // directory (weights only; the optimizer starts fresh), a directory with
 // model.safetensors (or a sharded model.safetensors.index.json) and
-// config.json in GPT-2's layout (model.arch gpt) or Llama's (model.arch
-// llama), or a single .safetensors file in either layout. A LoRA model takes
+// config.json in the layout of model.arch's Hugging Face model, or a single
+// .safetensors file in that layout. A LoRA model takes
 // its base weights from there (its adapters keep their initialization).
 // Returns a one-line description for the log. DataError on mismatch.
 std::string load_initial_weights(torch::nn::Module& model, const ModelSettings& m, const std::string& path);
@@ -39,10 +38,10 @@ struct ExportResult {
   std::filesystem::path checkpoint;
   int64_t step = 0;
   int64_t tensors = 0;
-  std::string architecture;  // GPT2LMHeadModel or LlamaForCausalLM
+  std::string architecture;  // the Hugging Face class: GPT2LMHeadModel, LlamaForCausalLM
 };
-// Writes <out>/model.safetensors and <out>/config.json for GPT2LMHeadModel
-// or LlamaForCausalLM (the checkpoint's model.arch). Refuses an `out` that
+// Writes <out>/model.safetensors and <out>/config.json for the Hugging Face
+// model of the checkpoint's model.arch. Refuses an `out` that
 // already holds model files unless `overwrite`. A LoRA checkpoint exports
 // only with `merge_lora_adapters` (the adapters merged into the weights);
 // a mixture-of-experts one not at all. `out` is locked while it is written

@@ -116,7 +116,18 @@ void emit_yaml(YAML::Emitter& out, const nlohmann::ordered_json& j, bool flow) {
 
 const char* const kBuiltinQuickstartName = "<built-in quickstart>";
 
-Recipe load_recipe(const std::string& path, const std::vector<std::string>& overrides) {
+namespace {
+
+// The typed settings of `tree`: the schema's keys, then the defaults model.arch gives the keys the tree leaves out.
+void bind_recipe(const ConfigNode& tree, const ModelRules& rules, Settings& settings,
+                 std::map<std::string, Origin>& origins, Diagnostics& diag) {
+  bind_settings(tree, settings, origins, diag);
+  rules.apply_defaults(settings.model, [&](const std::string& key) { return !origins.at(key).is_default(); });
+}
+
+}  // namespace
+
+Recipe load_recipe(const std::string& path, const std::vector<std::string>& overrides, const ModelRules& rules) {
   Recipe r;
   ConfigNode tree;
   if (path.empty()) {
@@ -133,19 +144,19 @@ Recipe load_recipe(const std::string& path, const std::vector<std::string>& over
   for (const auto& o : overrides) apply_override(tree, o);
 
   Diagnostics diag;
-  bind_settings(tree, r.settings, r.origins, diag);
+  bind_recipe(tree, rules, r.settings, r.origins, diag);
   diag.throw_if_errors();  // cross-field rules only make sense on well-typed values
-  validate_settings(r.settings, r.origins, diag);
+  validate_settings(r.settings, r.origins, rules, diag);
   diag.throw_if_errors();
   r.warnings = diag.warnings();
   return r;
 }
 
-Settings settings_from_saved_recipe(const std::string& yaml, const std::string& source) {
+Settings settings_from_saved_recipe(const std::string& yaml, const std::string& source, const ModelRules& rules) {
   Settings s;
   std::map<std::string, Origin> origins;
   Diagnostics diag;
-  bind_settings(parse_yaml(yaml, source), s, origins, diag);
+  bind_recipe(parse_yaml(yaml, source), rules, s, origins, diag);
   diag.throw_if_errors();
   return s;
 }

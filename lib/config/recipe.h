@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "config/diagnostics.h"
+#include "config/model_rules.h"
 #include "config/settings.h"
 
 namespace gputrain {
@@ -19,14 +20,14 @@ struct Recipe {
   std::string source;              // what the user named ("<built-in quickstart>" for none)
 };
 
-// `path` empty = the built-in quickstart recipe. Throws a config Error that
-// lists every problem found.
-Recipe load_recipe(const std::string& path, const std::vector<std::string>& overrides);
+// `path` empty = the built-in quickstart recipe. `rules`: what model.arch's architecture adds
+// (model/architecture.h architecture_rules()). Throws a config Error that lists every problem found.
+Recipe load_recipe(const std::string& path, const std::vector<std::string>& overrides, const ModelRules& rules);
 
 // The settings of a resolved recipe saved earlier (a checkpoint's
 // recipe.yaml): typed, without the cross-field checks (its data files need
 // not exist here). Throws a config Error naming `source` when it does not bind.
-Settings settings_from_saved_recipe(const std::string& yaml, const std::string& source);
+Settings settings_from_saved_recipe(const std::string& yaml, const std::string& source, const ModelRules& rules);
 
 // The YAML of the built-in quickstart recipe (configs/quickstart.yaml, embedded at build time).
 const std::string& builtin_quickstart_yaml();

@@ -878,15 +878,6 @@ void bind_map(const ConfigNode& node, const std::string& prefix, Settings& s, st
   }
 }
 
-// Keys whose default follows model.arch (Llama has no Linear biases and an
-// untied head), where the recipe does not set them.
-void apply_arch_defaults(Settings& s, const std::map<std::string, Origin>& origins) {
-  if (s.model.arch != ModelArch::kLlama) return;
-  auto unset = [&](const char* key) { return origins.at(key).file == "default"; };
-  if (unset("model.bias")) s.model.bias = false;
-  if (unset("model.tie_embeddings")) s.model.tie_embeddings = false;
-}
-
 void insert_at(json& root, const std::string& path, json value) {
   json* node = &root;
   size_t start = 0;
@@ -912,7 +903,6 @@ void bind_settings(const ConfigNode& root, Settings& settings, std::map<std::str
                    Diagnostics& diag) {
   for (const auto& f : schema()) origins.emplace(f.path, Origin{"default"});
   bind_map(root, "", settings, origins, diag);
-  apply_arch_defaults(settings, origins);
 }
 
 json settings_to_json(const Settings& settings) {

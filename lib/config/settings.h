@@ -20,8 +20,8 @@ struct RunSettings {
   bool cpu_malloc_cache = true;  // CPU device: reuse freed large buffers (util/cpu_memory.h)
 };
 
-// gpt: GPT-2 (LayerNorm, learned positions, GELU MLP). llama: RMSNorm, rotary
-// positions, SwiGLU MLP; by default no Linear biases and an untied output head.
+// model.arch. Each architecture (its norm, MLP, positions, defaults and Hugging Face
+// mapping) lives in one file of model/ (model/architecture.h); config/ only names it.
 enum class ModelArch { kGpt, kLlama };
 enum class AttentionImpl { kSdpa, kMath };
 
@@ -61,33 +61,21 @@ struct ModelSettings {
   int64_t d_model = 768;
   int64_t n_kv_head = 0;  // key/value heads (grouped-query attention); 0 = n_head
   double mlp_ratio = 4.0;
-  int64_t mlp_width = 0;        // MLP hidden size; 0 = auto from mlp_ratio (see mlp_hidden())
+  int64_t mlp_width = 0;        // MLP hidden size; 0 = auto from mlp_ratio (model/architecture.h mlp_hidden)
   double norm_eps = 1e-5;       // LayerNorm / RMSNorm epsilon
-  double rope_theta = 10000.0;  // llama: base of the rotary position frequencies
+  double rope_theta = 10000.0;  // rotary positions: base of their frequencies
   double dropout = 0.0;
   bool bias = true;
   bool tie_embeddings = true;
   AttentionImpl attention = AttentionImpl::kSdpa;
   int64_t pad_vocab_to_multiple_of = 0;  // 0 = no padding
-  // Weights to start from (checkpoint/hf_gpt2.h): a safetensors file, a
-  // directory holding model.safetensors (Hugging Face GPT-2 layout), or a
-  // gputrain checkpoint directory. Empty = random initialization.
+  // Weights to start from (checkpoint/model_files.h): a safetensors file, a
+  // directory holding model.safetensors (the Hugging Face layout of model.arch),
+  // or a gputrain checkpoint directory. Empty = random initialization.
   std::string init_from;
   LoraSettings lora;
   MoeSettings moe;
 
-  // The MLP's hidden size. auto: mlp_ratio x d_model for GELU; for SwiGLU
-  // (three matrices instead of two) 2/3 of that rounded up to a multiple of 64,
-  // as Llama does, so that the same ratio gives about the same parameters.
-  int64_t mlp_hidden() const {
-    if (mlp_width > 0) return mlp_width;
-    if (arch == ModelArch::kLlama) {
-      const auto two_thirds =
-          static_cast<int64_t>(std::ceil(2.0 * mlp_ratio * static_cast<double>(d_model) / 3.0 - 1e-9));
-      return (two_thirds + 63) / 64 * 64;
-    }
-    return static_cast<int64_t>(mlp_ratio * d_model + 0.5);
-  }
   int64_t kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
   int64_t kv_width() const { return kv_heads() * head_dim(); }  // k (and v) columns of attn.c_attn
   // Embedding rows: vocab_size rounded up for tensor-core-friendly shapes.

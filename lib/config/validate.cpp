@@ -16,6 +16,7 @@ namespace fs = std::filesystem;
 struct Checker {
   const Settings& s;
   const std::map<std::string, Origin>& origins;
+  const ModelRules& rules;
   Diagnostics& diag;
 
   Origin at(const std::string& key) const {
@@ -51,14 +52,13 @@ void check_model(Checker& c) {
     c.error("model.n_head", "(" + str(m.n_head) + ") must divide model.d_model (" + str(m.d_model) + ")",
             "pick n_head among " + divisors + ", or change d_model");
   }
-  double hidden = m.mlp_ratio * m.d_model;
-  if (m.mlp_width == 0 && m.arch == ModelArch::kGpt && (std::fabs(hidden - std::round(hidden)) > 1e-6 || hidden < 1))
-    c.error("model.mlp_ratio", "mlp_ratio * d_model = " + std::to_string(hidden) + " is not a whole number",
-            "choose mlp_ratio so that mlp_ratio * d_model is an integer, or set model.mlp_width");
-  if (m.n_kv_head > 0 && m.arch != ModelArch::kLlama)
-    c.error("model.n_kv_head", "grouped-query attention is part of arch llama; GPT-2 has one key/value head per head",
-            "remove model.n_kv_head, or set model.arch: llama");
-  else if (m.n_kv_head > 0 && m.n_head % m.n_kv_head != 0)
+  const std::vector<KeyProblem> architecture_problems = c.rules.check(m);
+  for (const KeyProblem& p : architecture_problems) c.error(p.key, p.problem, p.fix);
+  const auto reported = [&](const std::string& key) {
+    return std::any_of(architecture_problems.begin(), architecture_problems.end(),
+                       [&](const KeyProblem& p) { return p.key == key; });
+  };
+  if (m.n_kv_head > 0 && m.n_head % m.n_kv_head != 0 && !reported("model.n_kv_head"))
     c.error("model.n_kv_head",
             "(" + str(m.n_kv_head) + ") must divide model.n_head (" + str(m.n_head) +
                 "): each key/value head serves the same number of query heads",
@@ -86,11 +86,6 @@ void check_model(Checker& c) {
         c.error("model.lora.targets",
                 "mlp_up and mlp_down cannot adapt mixture-of-experts layers (model.moe.experts > 0)",
                 "adapt qkv and proj only");
-  if (m.arch == ModelArch::kLlama && m.d_model % m.n_head == 0 && m.head_dim() % 2 != 0)
-    c.error("model.n_head",
-            "gives a head dimension of " + str(m.head_dim()) +
-                ", but rotary position embeddings rotate pairs of dimensions and need an even one",
-            "choose n_head so that d_model / n_head is even");
 }
 
 void check_source(Checker& c, const DataSourceSettings& d, const std::string& which) {
@@ -293,7 +288,7 @@ void check_checkpoint(Checker& c) {
   }
   if (!c.s.model.init_from.empty() && !fs::exists(c.s.model.init_from))
     c.error("model.init_from", "'" + c.s.model.init_from + "' does not exist",
-            "name a Hugging Face GPT-2 or Llama directory, a .safetensors file or a gputrain checkpoint directory "
+            "name a Hugging Face model directory, a .safetensors file or a gputrain checkpoint directory "
             "(relative paths are relative to the recipe file)");
   if (k.every > c.s.train.max_steps)
     c.warning("checkpoint.every",
@@ -321,11 +316,11 @@ void check_parallel(Checker& c) {
             "(" + str(p.tp) + ") must divide model.n_kv_head (" + str(m.kv_heads()) +
                 "): each rank computes whole key/value heads",
             "use one of " + divisors(m.kv_heads()));
-  else if (m.mlp_hidden() % p.tp != 0)
-    c.error("parallel.tp",
-            "(" + str(p.tp) + ") must divide the MLP width (" + str(m.mlp_hidden()) +
-                ", from model.mlp_ratio or model.mlp_width)",
-            "use one of " + divisors(m.mlp_hidden()) + ", or change model.mlp_ratio / model.mlp_width");
+  else if (const int64_t width = c.rules.mlp_hidden(m); width % p.tp != 0)
+    c.error(
+        "parallel.tp",
+        "(" + str(p.tp) + ") must divide the MLP width (" + str(width) + ", from model.mlp_ratio or model.mlp_width)",
+        "use one of " + divisors(width) + ", or change model.mlp_ratio / model.mlp_width");
   if (p.tp > 1 && m.lora.rank > 0)
     c.error("parallel.tp", "LoRA (model.lora.rank > 0) is not split by tensor parallelism in this version",
             "use parallel.tp: 1 (data and pipeline parallelism work with LoRA)");
@@ -400,8 +395,9 @@ void check_kernels(Checker& c) {
             "set kernels.cuda_graphs: false for multi-process runs");
 }
 
-void validate_settings(const Settings& s, const std::map<std::string, Origin>& origins, Diagnostics& diag) {
-  Checker c{s, origins, diag};
+void validate_settings(const Settings& s, const std::map<std::string, Origin>& origins, const ModelRules& rules,
+                       Diagnostics& diag) {
+  Checker c{s, origins, rules, diag};
   check_run(c);
   check_model(c);
   check_data(c);

@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "model/activation_checkpointing.h"
+#include "model/architecture.h"
 #include "model/cross_entropy.h"
 #include "model/fused_bias_gelu.h"
 #include "model/lora.h"
@@ -68,9 +69,9 @@ torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
   return apply_dropout(resid_dropout, y);
 }
 
-MlpImpl::MlpImpl(const ModelSettings& cfg) : swiglu(cfg.arch == ModelArch::kLlama) {
-  const int64_t h = cfg.mlp_hidden();
-  c_fc = register_module("c_fc", Linear(cfg.d_model, swiglu ? 2 * h : h, cfg.bias));
+MlpImpl::MlpImpl(const ModelSettings& cfg) : swiglu(architecture(cfg).mlp == MlpKind::kSwiGlu) {
+  const int64_t h = mlp_hidden(cfg);
+  c_fc = register_module("c_fc", Linear(cfg.d_model, architecture(cfg).mlp_fc_rows(h), cfg.bias));
   c_proj = register_module("c_proj", Linear(h, cfg.d_model, cfg.bias));
   dropout = register_module("dropout", nn::Dropout(cfg.dropout));
 }
@@ -93,9 +94,7 @@ torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
   return apply_dropout(dropout, c_proj(a));
 }
 
-static Norm make_norm(const ModelSettings& cfg) {
-  return Norm(cfg.arch == ModelArch::kLlama ? NormKind::kRmsNorm : NormKind::kLayerNorm, cfg.d_model, cfg.norm_eps);
-}
+static Norm make_norm(const ModelSettings& cfg) { return Norm(architecture(cfg).norm, cfg.d_model, cfg.norm_eps); }
 
 BlockImpl::BlockImpl(const ModelSettings& cfg, std::shared_ptr<RotaryEmbedding> rotary,
                      std::shared_ptr<MoeContext> moe_context) {
@@ -120,12 +119,12 @@ torch::Tensor BlockImpl::forward(const torch::Tensor& x) {
 
 GptBodyImpl::GptBodyImpl(const ModelSettings& cfg, const std::shared_ptr<MoeContext>& moe) {
   wte = register_module("wte", nn::Embedding(cfg.padded_vocab(), cfg.d_model));
-  const bool llama = cfg.arch == ModelArch::kLlama;
-  if (!llama) wpe = register_module("wpe", nn::Embedding(cfg.seq_len, cfg.d_model));
+  const bool rotary = architecture(cfg).positions == PositionKind::kRotary;
+  if (!rotary) wpe = register_module("wpe", nn::Embedding(cfg.seq_len, cfg.d_model));
   drop = register_module("drop", nn::Dropout(cfg.dropout));
   h = register_module("h", nn::ModuleList());
-  auto rotary = llama ? std::make_shared<RotaryEmbedding>(cfg.head_dim(), cfg.rope_theta) : nullptr;
-  for (int64_t i = 0; i < cfg.n_layer; ++i) h->push_back(Block(cfg, rotary, cfg.moe.is_moe_block(i) ? moe : nullptr));
+  auto rotation = rotary ? std::make_shared<RotaryEmbedding>(cfg.head_dim(), cfg.rope_theta) : nullptr;
+  for (int64_t i = 0; i < cfg.n_layer; ++i) h->push_back(Block(cfg, rotation, cfg.moe.is_moe_block(i) ? moe : nullptr));
   ln_f = register_module("ln_f", make_norm(cfg));
 }
 

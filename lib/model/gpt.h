@@ -1,11 +1,11 @@
-// The decoder: GPT-2 style (learned positions, pre-LayerNorm blocks, GELU(tanh)
-// MLP, tied embeddings) or, with model.arch: llama, Llama style (rotary
-// positions, RMSNorm, SwiGLU MLP, grouped-query attention, untied head).
-// Attention is causal, through scaled_dot_product_attention. Submodules carry
-// GPT-2's checkpoint names (transformer.h.0.attn.c_attn, ...) for both: the
-// GPT-2 export is a renaming-free mapping, the Llama one a renaming and a
-// split of the fused projections (checkpoint/hf_llama.h). The model knows
-// nothing of ranks or devices (DESIGN rule 1).
+// The decoder every architecture builds: pre-norm blocks of causal attention
+// (scaled_dot_product_attention, grouped-query when model.n_kv_head is set) and
+// an MLP, with the norm, MLP and positions model.arch's architecture names
+// (model/architecture.h: GPT-2's LayerNorm, GELU and learned positions; Llama's
+// RMSNorm, SwiGLU and rotary positions). Submodules carry GPT-2's checkpoint
+// names (transformer.h.0.attn.c_attn, ...) for all: each architecture's file
+// maps them to its Hugging Face names. The model knows nothing of ranks or
+// devices (DESIGN rule 1).
 #pragma once
 #include <torch/nn/module.h>
 #include <torch/nn/modules/container/modulelist.h>
@@ -24,7 +24,7 @@
 namespace gputrain {
 
 struct CausalSelfAttentionImpl : torch::nn::Module {
-  // `rotary` (llama) is shared by all blocks; null for learned positions.
+  // `rotary` (rotary positions) is shared by all blocks; null for learned positions.
   CausalSelfAttentionImpl(const ModelSettings& cfg, std::shared_ptr<RotaryEmbedding> rotary);
   torch::Tensor forward(const torch::Tensor& x);
 
@@ -77,7 +77,7 @@ struct GptBodyImpl : torch::nn::Module {
   GptBodyImpl(const ModelSettings& cfg, const std::shared_ptr<MoeContext>& moe);
 
   torch::nn::Embedding wte{nullptr};
-  torch::nn::Embedding wpe{nullptr};  // learned positions: gpt only
+  torch::nn::Embedding wpe{nullptr};  // learned positions only
   torch::nn::Dropout drop{nullptr};
   torch::nn::ModuleList h{nullptr};
   Norm ln_f{nullptr};

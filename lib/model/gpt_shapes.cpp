@@ -2,15 +2,16 @@
 
 #include <algorithm>
 
+#include "model/architecture.h"
 #include "model/lora.h"
 
 namespace gputrain {
 
 std::vector<ParamShape> gpt_parameter_shapes(const ModelSettings& m) {
-  const int64_t d = m.d_model, h = m.mlp_hidden(), V = m.padded_vocab();
-  const bool llama = m.arch == ModelArch::kLlama;
+  const Architecture& arch = architecture(m);
+  const int64_t d = m.d_model, h = mlp_hidden(m), V = m.padded_vocab();
   std::vector<ParamShape> out = {{"transformer.wte.weight", {V, d}}};
-  if (!llama) out.push_back({"transformer.wpe.weight", {m.seq_len, d}});
+  if (arch.positions == PositionKind::kLearned) out.push_back({"transformer.wpe.weight", {m.seq_len, d}});
   auto targeted = [&](LoraTarget t) {
     return m.lora.rank > 0 && std::find(m.lora.targets.begin(), m.lora.targets.end(), t) != m.lora.targets.end();
   };
@@ -25,11 +26,10 @@ std::vector<ParamShape> gpt_parameter_shapes(const ModelSettings& m) {
   };
   auto norm = [&](const std::string& name) {
     out.push_back({name + ".weight", {d}});
-    if (!llama) out.push_back({name + ".bias", {d}});  // RMSNorm has a scale only
+    if (arch.norm_has_bias()) out.push_back({name + ".bias", {d}});  // RMSNorm has a scale only
   };
   auto mlp = [&](const std::string& name, bool adaptable) {
-    linear(name + ".c_fc", d, llama ? 2 * h : h, m.bias,
-           adaptable && targeted(LoraTarget::kMlpUp));  // SwiGLU: gate and up
+    linear(name + ".c_fc", d, arch.mlp_fc_rows(h), m.bias, adaptable && targeted(LoraTarget::kMlpUp));
     linear(name + ".c_proj", h, d, m.bias, adaptable && targeted(LoraTarget::kMlpDown));
   };
   for (int64_t l = 0; l < m.n_layer; ++l) {

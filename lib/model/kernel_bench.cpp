@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <vector>
 
+#include "model/architecture.h"
 #include "model/cross_entropy.h"
 #include "model/fused_bias_gelu.h"
 #include "model/fused_norm.h"
@@ -48,7 +49,7 @@ void clear_grads(std::initializer_list<at::Tensor*> leaves) {
 KernelBenchRow bench_add_norm(const Settings& s, const Precision& precision, const torch::Device& device,
                               int64_t repeats) {
   const int64_t rows = token_rows(s), d = s.model.d_model;
-  const bool rms = s.model.arch == ModelArch::kLlama;
+  const bool rms = architecture(s.model).norm == NormKind::kRmsNorm;
   const at::ScalarType stream = precision.weight_dtype();
   // Under autocast the branch (a linear layer's output) and the norm's consumer are in autocast's dtype.
   const at::ScalarType low = activation_dtype(precision);
@@ -116,7 +117,7 @@ KernelBenchRow bench_cross_entropy(const Settings& s, const Precision& precision
 
 KernelBenchRow bench_bias_gelu(const Settings& s, const Precision& precision, const torch::Device& device,
                                int64_t repeats) {
-  const int64_t rows = token_rows(s), width = s.model.mlp_hidden();
+  const int64_t rows = token_rows(s), width = mlp_hidden(s.model);
   const at::ScalarType dtype = activation_dtype(precision);
   const auto opts = at::TensorOptions().device(device);
   at::Tensor y = at::randn({rows, width}, opts.dtype(dtype)).requires_grad_(true);
@@ -163,12 +164,12 @@ KernelBenchRow bench_bias_gradient(const Settings& s, const Precision& precision
 }
 
 // The output widths of the model's linear layers whose bias gradient the kernels reduce:
-// q/k/v and the two projections back to d_model, and llama's SwiGLU input (GPT's c_fc bias
-// is reduced by the bias + GELU kernel instead). None without model.bias.
+// q/k/v and the two projections back to d_model, and a SwiGLU MLP's input (a GELU MLP's c_fc
+// bias is reduced by the bias + GELU kernel instead). None without model.bias.
 std::vector<int64_t> biased_linear_widths(const ModelSettings& m) {
   if (!m.bias) return {};
   std::vector<int64_t> widths = {m.d_model + 2 * m.kv_width(), m.d_model};
-  if (m.arch == ModelArch::kLlama) widths.push_back(2 * m.mlp_hidden());
+  if (architecture(m).mlp == MlpKind::kSwiGlu) widths.push_back(architecture(m).mlp_fc_rows(mlp_hidden(m)));
   std::sort(widths.begin(), widths.end());
   widths.erase(std::unique(widths.begin(), widths.end()), widths.end());
   return widths;
@@ -187,7 +188,7 @@ KernelBenchResult bench_kernels(const Settings& s, int64_t repeats) {
   KernelBenchResult r;
   r.device = device_name(device);
   r.rows.push_back(bench_add_norm(s, precision, device, repeats));
-  if (s.model.arch == ModelArch::kGpt) r.rows.push_back(bench_bias_gelu(s, precision, device, repeats));
+  if (architecture(s.model).mlp == MlpKind::kGelu) r.rows.push_back(bench_bias_gelu(s, precision, device, repeats));
   for (int64_t width : biased_linear_widths(s.model))
     r.rows.push_back(bench_bias_gradient(s, precision, device, repeats, width));
   r.rows.push_back(bench_cross_entropy(s, precision, device, repeats));

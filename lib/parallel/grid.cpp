@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <limits>
 
+#include "model/architecture.h"
 #include "util/error.h"
 
 namespace gputrain {
@@ -90,8 +91,8 @@ std::vector<StageLayers> split_stages(const ModelSettings& m, int64_t pp) {
   const double d = static_cast<double>(m.d_model), T = static_cast<double>(m.seq_len);
   // A block's multiply-adds per token: q k v and the output projection, the MLP (three matrices for
   // SwiGLU), attention's 2 T d. GPT-2 with 4 d MLP: 12 d^2 + 2 T d.
-  const double h = static_cast<double>(m.mlp_hidden()), kv = static_cast<double>(m.kv_width());
-  const double mlp_matrices = m.arch == ModelArch::kLlama ? 3 : 2;
+  const double h = static_cast<double>(mlp_hidden(m)), kv = static_cast<double>(m.kv_width());
+  const double mlp_matrices = static_cast<double>(architecture(m).mlp_matrices());
   const double block = d * (2 * d + 2 * kv) + mlp_matrices * d * h + 2 * T * d;
   const double head = static_cast<double>(m.padded_vocab()) * d;
   // best[k][i]: the smallest largest-stage cost splitting the first i blocks into k stages.
@@ -134,7 +135,7 @@ int64_t peak_micro_batches_held(PipelineSchedule schedule, int64_t pp, int64_t s
 
 std::string grid_table(const Settings& s, const Grid& g) {
   const auto stages = split_stages(s.model, g.pp());
-  const int64_t H = s.model.n_head, F = s.model.mlp_hidden();
+  const int64_t H = s.model.n_head, F = mlp_hidden(s.model);
   std::string out = fmt::format(
       "parallel grid: dp {} x pp {} x tp {} = {} processes (rank = (pp x {} + dp) x {} + tp: tensor-parallel peers "
       "are adjacent ranks, keep them on one node)\n\n",

@@ -2,6 +2,7 @@
 
 #include <torch/autograd.h>
 
+#include "model/architecture.h"
 #include "parallel/group_handle.h"
 #include "util/error.h"
 
@@ -57,10 +58,10 @@ torch::Tensor reduce_from_group(const torch::Tensor& x, Communicator& group) {
 std::vector<TensorShard> parallelize_tensor(Gpt& model, Communicator& tp) {
   const int rank = tp.rank(), size = tp.size();
   const ModelSettings& cfg = model->cfg;
-  if (cfg.n_head % size != 0 || cfg.kv_heads() % size != 0 || cfg.mlp_hidden() % size != 0)
+  if (cfg.n_head % size != 0 || cfg.kv_heads() % size != 0 || mlp_hidden(cfg) % size != 0)
     throw config_error("parallel.tp (" + std::to_string(size) + ") must divide model.n_head (" +
                        std::to_string(cfg.n_head) + "), model.n_kv_head (" + std::to_string(cfg.kv_heads()) +
-                       ") and the MLP width (" + std::to_string(cfg.mlp_hidden()) + ")");
+                       ") and the MLP width (" + std::to_string(mlp_hidden(cfg)) + ")");
   if (cfg.moe.enabled() || cfg.lora.rank > 0)  // validate refuses these first; this guards other callers
     throw config_error("parallel.tp > 1 does not split mixture-of-experts layers or LoRA adapters in this version");
   std::vector<TensorShard> shards;

@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "metrics/flops.h"
+#include "model/architecture.h"
 #include "model/gpt_shapes.h"
 #include "optim/make_optimizer.h"
 
@@ -27,7 +28,7 @@ MemoryPlan plan_memory(const Settings& s, int64_t batch) {
   p.parameters = count_parameters(shapes);
   const double N = static_cast<double>(p.parameters), L = static_cast<double>(m.n_layer);
   const double T = static_cast<double>(m.seq_len), d = static_cast<double>(m.d_model);
-  const double h = static_cast<double>(m.mlp_hidden()), V = static_cast<double>(m.padded_vocab());
+  const double h = static_cast<double>(mlp_hidden(m)), V = static_cast<double>(m.padded_vocab());
   const double H = static_cast<double>(m.n_head);
   p.flops_per_token = training_flops_per_token(m);
 
@@ -42,18 +43,19 @@ MemoryPlan plan_memory(const Settings& s, int64_t batch) {
   // Per token and block, backward keeps: ln_1 in/out, q k v, attention out,
   // c_proj in, ln_2 in/out, c_fc out, gelu out (9 d + 2 h values), plus the
   // attention probabilities with math attention and dropout masks with dropout.
-  // Under autocast the residual stream (the norms' inputs) stays fp32. Llama:
-  // k and v are kv wide, the rotated q and k are kept too, and SwiGLU keeps
-  // gate/up (2 h), silu(gate) and the product (4 h in all).
-  const bool llama = m.arch == ModelArch::kLlama;
+  // Under autocast the residual stream (the norms' inputs) stays fp32. k and
+  // v are kv wide; rotary positions keep the rotated q and k too, and SwiGLU
+  // keeps gate/up (2 h), silu(gate) and the product (4 h in all).
+  const Architecture& arch = architecture(m);
+  const bool rotary = arch.positions == PositionKind::kRotary;
   const double kv = static_cast<double>(m.kv_width());
   // A mixture layer keeps its routed copies of the input and the experts' values
   // for top_k assignments per token, and fp32 router probabilities (approximated
   // for every block when model.moe is on).
-  const double mlp_values = (llama ? 4 : 2) * h + d;
+  const double mlp_values = (arch.mlp == MlpKind::kSwiGlu ? 4 : 2) * h + d;
   const double moe_factor = m.moe.enabled() ? static_cast<double>(m.moe.top_k) : 1.0;
   const double inner =
-      4 * d + 2 * kv + (llama ? d + kv : 0) + moe_factor * mlp_values +
+      4 * d + 2 * kv + (rotary ? d + kv : 0) + moe_factor * mlp_values +
       (m.moe.enabled() ? 2.0 * static_cast<double>(m.moe.experts) : 0.0);  // besides the norms' 2 d inputs
   const double e = (mixed || pure) ? 2 : 4;
   double per_block = mixed ? 2 * d * 4 + inner * e : (2 * d + inner) * e;

@@ -22,6 +22,7 @@
 #include "metrics/parallel_reports.h"
 #include "metrics/progress.h"
 #include "metrics/step_profiler.h"
+#include "model/architecture.h"
 #include "model/gpt.h"
 #include "model/gpt_shapes.h"
 #include "model/lora.h"
@@ -349,7 +350,7 @@ void Trainer::log_start() const {
   spdlog::info("gputrain: {} on {} ({} threads), recipe {}", s_.run.name, device_name(plan_.device), plan_.threads,
                recipe_.source);
   spdlog::info("model: {} {} layers, d_model {}, {} heads{}, seq_len {}, vocab {}: {:.2f}M parameters",
-               m.arch == ModelArch::kLlama ? "Llama" : "GPT", m.n_layer, m.d_model, m.n_head,
+               architecture(m).display_name, m.n_layer, m.d_model, m.n_head,
                m.kv_heads() != m.n_head ? fmt::format(" ({} key/value)", m.kv_heads()) : "", m.seq_len, m.vocab_size,
                n_params_ / 1e6);
   if (m.lora.rank > 0) spdlog::info("model: {}", lora_log_line(s_));

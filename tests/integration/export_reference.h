@@ -13,6 +13,7 @@
 #include "checkpoint/module_weights.h"
 #include "checkpoint/safetensors.h"
 #include "config/recipe.h"
+#include "model/architecture.h"
 #include "model/gpt.h"
 #include "test_util.h"
 #include "util/text_file.h"
@@ -22,8 +23,8 @@ namespace gputrain::test {
 // `checkpoint` is the step_<N> directory that `hf_dir` was exported from (LoRA adapters merged).
 inline void check_export_logits(const std::filesystem::path& checkpoint, const std::string& hf_dir,
                                 const std::string& architecture) {
-  const Settings s =
-      settings_from_saved_recipe(read_text_file(checkpoint / "recipe.yaml"), (checkpoint / "recipe.yaml").string());
+  const Settings s = settings_from_saved_recipe(read_text_file(checkpoint / "recipe.yaml"),
+                                                (checkpoint / "recipe.yaml").string(), architecture_rules());
   ModelSettings plain = s.model;
   plain.lora.rank = 0;  // the export holds the merged weights
   Gpt model(plain);

@@ -8,13 +8,12 @@
 #include <filesystem>
 #include <map>
 
-#include "checkpoint/hf_gpt2.h"
-#include "checkpoint/hf_llama.h"
 #include "checkpoint/model_files.h"
 #include "checkpoint/module_weights.h"
 #include "checkpoint/training_checkpoint.h"
 #include "config/recipe.h"
 #include "config/schema.h"
+#include "model/architecture.h"
 #include "model/gpt.h"
 #include "model/gpt_shapes.h"
 #include "test_util.h"
@@ -114,7 +113,7 @@ TEST_CASE("GPT-2 124M exports under GPT-2's own names and Conv1D shapes", "[chec
   std::vector<NamedTensor> ours;
   for (const auto& p : gpt_parameter_shapes(m)) ours.push_back({p.name, at::zeros(p.sizes)});
   std::map<std::string, std::vector<int64_t>> got;
-  for (const auto& t : to_hf_gpt2(ours, m)) got[t.name] = sizes_of(t.tensor);
+  for (const auto& t : architecture(ModelArch::kGpt).hf.to_hf(ours, m)) got[t.name] = sizes_of(t.tensor);
 
   // GPT2LMHeadModel.from_pretrained("gpt2").state_dict(), less the tied lm_head.weight.
   std::map<std::string, std::vector<int64_t>> gpt2 = {{"transformer.wte.weight", {50257, 768}},
@@ -136,7 +135,7 @@ TEST_CASE("GPT-2 124M exports under GPT-2's own names and Conv1D shapes", "[chec
   CHECK(got.size() == 148);
   CHECK(got == gpt2);
 
-  const auto config = hf_gpt2_config(m);
+  const auto config = architecture(ModelArch::kGpt).hf.config(m);
   CHECK(config["n_embd"] == 768);
   CHECK(config["n_layer"] == 12);
   CHECK(config["n_positions"] == 1024);
@@ -247,7 +246,8 @@ TEST_CASE("Llama exports under LlamaForCausalLM's names, q/k/v and gate/up split
   for (const auto& p : gpt_parameter_shapes(m)) ours.push_back({p.name, at::randn(p.sizes)});
   std::map<std::string, std::vector<int64_t>> got;
   std::map<std::string, torch::Tensor> hf;
-  for (const auto& t : to_hf_llama(ours, m)) got[t.name] = sizes_of(t.tensor), hf[t.name] = t.tensor;
+  for (const auto& t : architecture(ModelArch::kLlama).hf.to_hf(ours, m))
+    got[t.name] = sizes_of(t.tensor), hf[t.name] = t.tensor;
   // LlamaForCausalLM(config).state_dict() for this shape: 2 layers x 9 tensors + embeddings, norm, head.
   std::map<std::string, std::vector<int64_t>> llama = {
       {"model.embed_tokens.weight", {100, 64}}, {"model.norm.weight", {64}}, {"lm_head.weight", {100, 64}}};
@@ -270,7 +270,7 @@ TEST_CASE("Llama exports under LlamaForCausalLM's names, q/k/v and gate/up split
   CHECK(at::equal(hf["model.layers.0.self_attn.k_proj.weight"], c_attn.narrow(0, 64, 32)));
   CHECK(at::equal(hf["model.layers.0.self_attn.v_proj.weight"], c_attn.narrow(0, 96, 32)));
 
-  const auto config = hf_llama_config(m);
+  const auto config = architecture(ModelArch::kLlama).hf.config(m);
   CHECK(config["architectures"][0] == "LlamaForCausalLM");
   CHECK(config["num_key_value_heads"] == 2);
   CHECK(config["intermediate_size"] == 96);

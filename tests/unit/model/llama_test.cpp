@@ -9,6 +9,7 @@
 #include <cmath>
 #include <set>
 
+#include "model/architecture.h"
 #include "model/gpt.h"
 #include "test_util.h"
 
@@ -73,7 +74,7 @@ torch::Tensor reference_logits(Gpt& model, const torch::Tensor& tokens) {
     return m.bias ? y + w(n + ".bias") : y;
   };
   const int64_t B = tokens.size(0), T = tokens.size(1), d = m.d_model, H = m.n_head, KV = m.kv_heads();
-  const int64_t D = d / H, hidden = m.mlp_hidden();
+  const int64_t D = d / H, hidden = mlp_hidden(m);
   torch::Tensor x = w("transformer.wte.weight").index_select(0, tokens.reshape(-1)).view({B, T, d});
   const auto future = at::ones({T, T}, at::kBool).triu(1);
   for (int64_t l = 0; l < m.n_layer; ++l) {
@@ -125,14 +126,14 @@ TEST_CASE("llama: RMSNorm, no position table, fused q/k/v and gate/up rows, the 
 TEST_CASE("llama: SwiGLU width auto is 2/3 of mlp_ratio x d_model, rounded up to 64", "[model][llama]") {
   ModelSettings m;
   m.arch = ModelArch::kLlama;
-  CHECK(m.mlp_hidden() == 2048);  // d 768, ratio 4: 2048 exactly, GPT-2 124M's MLP parameters
+  CHECK(mlp_hidden(m) == 2048);  // d 768, ratio 4: 2048 exactly, GPT-2 124M's MLP parameters
   m.d_model = 4096;
-  CHECK(m.mlp_hidden() == 10944);  // 10922.7 rounded up to 64
-  m.mlp_width = 11008;             // Llama-7B's, set explicitly
-  CHECK(m.mlp_hidden() == 11008);
+  CHECK(mlp_hidden(m) == 10944);  // 10922.7 rounded up to 64
+  m.mlp_width = 11008;            // Llama-7B's, set explicitly
+  CHECK(mlp_hidden(m) == 11008);
   m.mlp_width = 0;
   m.arch = ModelArch::kGpt;
-  CHECK(m.mlp_hidden() == 4 * 4096);
+  CHECK(mlp_hidden(m) == 4 * 4096);
 }
 
 TEST_CASE("llama: the model equals a float64 reference written out step by step", "[model][llama]") {

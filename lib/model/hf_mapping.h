@@ -1,7 +1,7 @@
-// What the Hugging Face GPT-2 and Llama mappings (hf_gpt2.h, hf_llama.h)
-// share: fitting weights that carry our names to a model (padded vocabulary
-// rows, a shorter position table, shape and leftover checks with errors that
-// name the recipe key to change), the vocabulary rows cut on export, and the
+// What the architectures' Hugging Face mappings (model/arch_*.cpp) share:
+// fitting weights that carry our names to a model (padded vocabulary rows, a
+// shorter position table, shape and leftover checks with errors that name the
+// recipe key to change), the vocabulary rows cut on export, and the
 // config.json checks.
 #pragma once
 #include <nlohmann/json.hpp>
@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "checkpoint/safetensors.h"
 #include "config/settings.h"
+#include "util/named_tensor.h"
 
 namespace gputrain {
 

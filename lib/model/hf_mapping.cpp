@@ -1,9 +1,10 @@
-#include "checkpoint/hf_weights.h"
+#include "model/hf_mapping.h"
 
 #include <ATen/ATen.h>
 
 #include <cmath>
 
+#include "model/architecture.h"
 #include "util/error.h"
 #include "util/tensor_text.h"
 
@@ -63,13 +64,16 @@ std::vector<NamedTensor> fit_to_model(std::map<std::string, torch::Tensor> given
 void check_config_model_type(const nlohmann::json& config, const ModelSettings& m, const std::string& source) {
   if (!config.contains("model_type") || !config["model_type"].is_string()) return;
   const std::string type = config["model_type"];
-  const std::string ours = m.arch == ModelArch::kLlama ? "llama" : "gpt2";
-  if (type == ours) return;
-  const char* arch = type == "llama" ? "llama" : type == "gpt2" ? "gpt" : nullptr;
-  throw data_error(source + ": config.json is a " + type + " model, but model.arch " +
-                   (m.arch == ModelArch::kLlama ? "llama" : "gpt") + " reads " + ours + " checkpoints" +
-                   (arch ? "\n    fix: set model.arch: " + std::string(arch)
-                         : "\n    fix: init from a GPT-2 (model.arch: gpt) or Llama (model.arch: llama) checkpoint"));
+  const Architecture& ours = architecture(m);
+  if (type == ours.hf.model_type) return;
+  std::string readable;
+  for (const Architecture* a : architectures())
+    readable += std::string(readable.empty() ? "" : " or ") + a->hf.family + " (model.arch: " + a->name + ")";
+  const Architecture* theirs = architecture_of_hf_model_type(type);
+  throw data_error(source + ": config.json is a " + type + " model, but model.arch " + ours.name + " reads " +
+                   ours.hf.model_type + " checkpoints" +
+                   (theirs ? "\n    fix: set model.arch: " + std::string(theirs->name)
+                           : "\n    fix: init from a " + readable + " checkpoint"));
 }
 
 void check_config_int(const nlohmann::json& config, const char* key, const char* recipe_key, int64_t ours,

@@ -1,10 +1,24 @@
-#include "checkpoint/hf_gpt2.h"
-
+// GPT-2 (model.arch: gpt): pre-LayerNorm blocks, learned positions, a GELU (tanh) MLP of
+// mlp_ratio x d_model, Linear biases and tied embeddings.
+//
+// Hugging Face GPT2LMHeadModel: our parameter names are GPT-2's already (model/gpt.h); what differs:
+//  - attn.c_attn, attn.c_proj, mlp.c_fc and mlp.c_proj are Conv1D in GPT-2, whose weight is
+//    [in, out]; ours are Linear, [out, in]: transposed.
+//  - GPT-2 has vocab_size embedding rows; ours may be padded (model.pad_vocab_to_multiple_of):
+//    the padding rows are cut on export and keep their own initialization on import.
+//  - GPT-2 always has Linear biases: model.bias: false exports zeros, and imports only biases
+//    that are all zero.
+//  - lm_head.weight is left out when embeddings are tied (save_pretrained does the same) and
+//    written when they are not.
+//  - A GPT2Model checkpoint (no "transformer." prefix) and the attention-mask buffers of older
+//    files (attn.bias, attn.masked_bias) are accepted.
 #include <ATen/ATen.h>
 
+#include <cmath>
 #include <map>
 
-#include "checkpoint/hf_weights.h"
+#include "model/architecture.h"
+#include "model/hf_mapping.h"
 #include "util/error.h"
 
 namespace gputrain {
@@ -25,13 +39,11 @@ std::vector<std::pair<std::string, int64_t>> linear_biases(const ModelSettings& 
     const std::string b = "transformer.h." + std::to_string(i) + ".";
     out.push_back({b + "attn.c_attn.bias", 3 * m.d_model});
     out.push_back({b + "attn.c_proj.bias", m.d_model});
-    out.push_back({b + "mlp.c_fc.bias", m.mlp_hidden()});
+    out.push_back({b + "mlp.c_fc.bias", mlp_hidden(m)});
     out.push_back({b + "mlp.c_proj.bias", m.d_model});
   }
   return out;
 }
-
-}  // namespace
 
 std::vector<NamedTensor> to_hf_gpt2(const std::vector<NamedTensor>& ours, const ModelSettings& m) {
   std::vector<NamedTensor> out;
@@ -54,7 +66,7 @@ json hf_gpt2_config(const ModelSettings& m) {
   c["n_embd"] = m.d_model;
   c["n_layer"] = m.n_layer;
   c["n_head"] = m.n_head;
-  c["n_inner"] = m.mlp_hidden() == 4 * m.d_model ? json(nullptr) : json(m.mlp_hidden());
+  c["n_inner"] = mlp_hidden(m) == 4 * m.d_model ? json(nullptr) : json(mlp_hidden(m));
   c["activation_function"] = "gelu_new";  // GELU with the tanh approximation, as ours
   c["resid_pdrop"] = m.dropout;
   c["embd_pdrop"] = m.dropout;
@@ -119,5 +131,41 @@ std::vector<NamedTensor> from_hf_gpt2(const std::vector<NamedTensor>& hf, const 
       "n_layer, n_head, n_inner -> mlp_width, n_positions >= seq_len, vocab_size)";
   return fit_to_model(std::move(given), current, m, source, "GPT-2", fix_shapes);
 }
+
+int64_t mlp_width(const ModelSettings& m) {
+  return static_cast<int64_t>(m.mlp_ratio * static_cast<double>(m.d_model) + 0.5);
+}
+
+void check(const ModelSettings& m, std::vector<KeyProblem>& problems) {
+  const double hidden = m.mlp_ratio * static_cast<double>(m.d_model);
+  if (m.mlp_width == 0 && (std::fabs(hidden - std::round(hidden)) > 1e-6 || hidden < 1))
+    problems.push_back({"model.mlp_ratio", "mlp_ratio * d_model = " + std::to_string(hidden) + " is not a whole number",
+                        "choose mlp_ratio so that mlp_ratio * d_model is an integer, or set model.mlp_width"});
+  if (m.n_kv_head > 0)
+    problems.push_back({"model.n_kv_head",
+                        "grouped-query attention is part of arch llama; GPT-2 has one key/value head per head",
+                        "remove model.n_kv_head, or set model.arch: llama"});
+}
+
+}  // namespace
+
+extern const Architecture kGpt2Architecture = {
+    .id = ModelArch::kGpt,
+    .name = "gpt",
+    .display_name = "GPT",
+    .norm = NormKind::kLayerNorm,
+    .mlp = MlpKind::kGelu,
+    .positions = PositionKind::kLearned,
+    .default_bias = true,
+    .default_tie_embeddings = true,
+    .mlp_width_from_ratio = mlp_width,
+    .check = check,
+    .hf = {.model_type = "gpt2",
+           .class_name = "GPT2LMHeadModel",
+           .family = "GPT-2",
+           .to_hf = to_hf_gpt2,
+           .config = hf_gpt2_config,
+           .from_hf = from_hf_gpt2},
+};
 
 }  // namespace gputrain

@@ -1,10 +1,23 @@
-#include "checkpoint/hf_llama.h"
-
+// Llama (model.arch: llama): pre-RMSNorm blocks, rotary positions (Hugging Face's "rotate half"
+// layout), a SwiGLU MLP, grouped-query attention (model.n_kv_head), and by default no Linear
+// biases and an untied output head.
+//
+// Hugging Face LlamaForCausalLM: our names are GPT-2's (model/gpt.h), so the mapping renames and
+// splits:
+//  - transformer.wte -> model.embed_tokens, transformer.ln_f -> model.norm,
+//    ln_1 / ln_2 -> input_layernorm / post_attention_layernorm;
+//  - attn.c_attn's rows [q; k; v] -> self_attn.q_proj, k_proj, v_proj; attn.c_proj -> self_attn.o_proj;
+//  - mlp.c_fc's rows [gate; up] -> mlp.gate_proj, up_proj; mlp.c_proj -> mlp.down_proj.
+// Weights are Linear [out, in] on both sides, and our rotary embedding uses the same layout, so q
+// and k need no permutation. Padded vocabulary rows are cut on export and keep their values on
+// import, as for GPT-2. lm_head.weight is left out when embeddings are tied.
 #include <ATen/ATen.h>
 
+#include <cmath>
 #include <map>
 
-#include "checkpoint/hf_weights.h"
+#include "model/architecture.h"
+#include "model/hf_mapping.h"
 #include "util/error.h"
 #include "util/tensor_text.h"
 
@@ -22,7 +35,7 @@ struct Mapping {
 
 std::vector<Mapping> mappings(const ModelSettings& m) {
   std::vector<Mapping> out = {{"transformer.wte.weight", {"model.embed_tokens.weight"}, {}}};
-  const int64_t d = m.d_model, kv = m.kv_width(), h = m.mlp_hidden();
+  const int64_t d = m.d_model, kv = m.kv_width(), h = mlp_hidden(m);
   for (int64_t i = 0; i < m.n_layer; ++i) {
     const std::string b = "transformer.h." + std::to_string(i) + ".", l = "model.layers." + std::to_string(i) + ".";
     out.push_back({b + "ln_1.weight", {l + "input_layernorm.weight"}, {}});
@@ -60,8 +73,6 @@ void check_rope(const nlohmann::json& config, const ModelSettings& m, const std:
   check_config_float(config, "rope_theta", "model.rope_theta", m.rope_theta, source);
 }
 
-}  // namespace
-
 std::vector<NamedTensor> to_hf_llama(const std::vector<NamedTensor>& ours, const ModelSettings& m) {
   std::map<std::string, torch::Tensor> by_name;
   for (const auto& [name, t] : ours) by_name[name] = exported_tensor(name, t, m);
@@ -84,7 +95,7 @@ json hf_llama_config(const ModelSettings& m) {
   c["model_type"] = "llama";
   c["vocab_size"] = m.vocab_size;
   c["hidden_size"] = m.d_model;
-  c["intermediate_size"] = m.mlp_hidden();
+  c["intermediate_size"] = mlp_hidden(m);
   c["num_hidden_layers"] = m.n_layer;
   c["num_attention_heads"] = m.n_head;
   c["num_key_value_heads"] = m.kv_heads();
@@ -115,7 +126,7 @@ std::vector<NamedTensor> from_hf_llama(const std::vector<NamedTensor>& hf, const
   check_config_int(config, "num_hidden_layers", "model.n_layer", m.n_layer, source);
   check_config_int(config, "num_attention_heads", "model.n_head", m.n_head, source);
   check_config_int(config, "num_key_value_heads", "model.n_kv_head", m.kv_heads(), source);
-  check_config_int(config, "intermediate_size", "model.mlp_width", m.mlp_hidden(), source);
+  check_config_int(config, "intermediate_size", "model.mlp_width", mlp_hidden(m), source);
   check_config_int(config, "head_dim", "model.n_head (d_model / n_head)", m.head_dim(), source);
   check_config_float(config, "rms_norm_eps", "model.norm_eps", m.norm_eps, source);
   check_config_bool(config, "attention_bias", "model.bias", m.bias, source);
@@ -160,5 +171,42 @@ std::vector<NamedTensor> from_hf_llama(const std::vector<NamedTensor>& hf, const
   for (const auto& [name, t] : theirs) given[name] = t;  // leftovers: fit_to_model names them
   return fit_to_model(std::move(given), current, m, source, "Llama", fix_shapes);
 }
+
+// 2/3 of mlp_ratio x d_model (SwiGLU's three matrices then hold about the parameters of GELU's two),
+// rounded up to a multiple of 64, as Llama does.
+int64_t mlp_width(const ModelSettings& m) {
+  const auto two_thirds =
+      static_cast<int64_t>(std::ceil(2.0 * m.mlp_ratio * static_cast<double>(m.d_model) / 3.0 - 1e-9));
+  return (two_thirds + 63) / 64 * 64;
+}
+
+void check(const ModelSettings& m, std::vector<KeyProblem>& problems) {
+  if (m.d_model % m.n_head == 0 && m.head_dim() % 2 != 0)
+    problems.push_back({"model.n_head",
+                        "gives a head dimension of " + std::to_string(m.head_dim()) +
+                            ", but rotary position embeddings rotate pairs of dimensions and need an even one",
+                        "choose n_head so that d_model / n_head is even"});
+}
+
+}  // namespace
+
+extern const Architecture kLlamaArchitecture = {
+    .id = ModelArch::kLlama,
+    .name = "llama",
+    .display_name = "Llama",
+    .norm = NormKind::kRmsNorm,
+    .mlp = MlpKind::kSwiGlu,
+    .positions = PositionKind::kRotary,
+    .default_bias = false,
+    .default_tie_embeddings = false,
+    .mlp_width_from_ratio = mlp_width,
+    .check = check,
+    .hf = {.model_type = "llama",
+           .class_name = "LlamaForCausalLM",
+           .family = "Llama",
+           .to_hf = to_hf_llama,
+           .config = hf_llama_config,
+           .from_hf = from_hf_llama},
+};
 
 }  // namespace gputrain
