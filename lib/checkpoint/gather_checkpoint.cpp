@@ -10,8 +10,8 @@
 namespace gputrain {
 
 CheckpointShards gather_checkpoint(ParallelRun& par, const Optimizer& optimizer) {
-  const World& world = par.world();
-  const Grid& grid = par.grid();
+  const World& world = par.groups().world();
+  const Grid& grid = par.groups().grid();
   const bool zero = par.shards_optimizer_state();
   std::vector<NamedTensor> state;
   for (const auto& e : optimizer.state()) state.push_back({e.name, e.tensor});
@@ -27,15 +27,15 @@ CheckpointShards gather_checkpoint(ParallelRun& par, const Optimizer& optimizer)
   if (world.rank != 0) {
     // Past dp rank 0 (which sends the rest), a rank of the first ep run sends its experts' part.
     auto only_experts = [&](std::vector<NamedTensor> v, bool all_owned) {
-      if (par.coord().dp > 0 && !all_owned)
+      if (par.groups().coord().dp > 0 && !all_owned)
         std::erase_if(v, [](const NamedTensor& e) { return !is_expert_parameter(e.name); });
       return v;
     };
     if (sends_model(world.rank))
-      send_tensors(*par.world_comm(), only_experts(par.weights(), false), 0, 1,
+      send_tensors(*par.groups().world_comm(), only_experts(par.weights(), false), 0, 1,
                    "sending model shards to rank 0 for a checkpoint");
     if (sends_state(world.rank))  // under ZeRO, the state of whatever this rank owns
-      send_tensors(*par.world_comm(), only_experts(std::move(state), zero), 0, 4,
+      send_tensors(*par.groups().world_comm(), only_experts(std::move(state), zero), 0, 4,
                    "sending optimizer state to rank 0 for a checkpoint");
     return out;
   }
@@ -52,11 +52,11 @@ CheckpointShards gather_checkpoint(ParallelRun& par, const Optimizer& optimizer)
     const auto tp = static_cast<size_t>(grid.coord(r).tp);
     if (sends_model(r))
       add(out.model[tp], seen_model[tp],
-          receive_tensors(*par.world_comm(), r, 1,
+          receive_tensors(*par.groups().world_comm(), r, 1,
                           "receiving rank " + std::to_string(r) + "'s model shards for a checkpoint"));
     if (sends_state(r))
       add(out.optimizer[tp], seen_state[tp],
-          receive_tensors(*par.world_comm(), r, 4,
+          receive_tensors(*par.groups().world_comm(), r, 4,
                           "receiving rank " + std::to_string(r) + "'s optimizer state for a checkpoint"));
   }
   return out;

@@ -12,39 +12,11 @@
 namespace gputrain {
 
 ParallelRun::ParallelRun(const World& world, const ParallelSettings& p, torch::Device device)
-    : world_(world),
-      grid_(p, world.size),  // a config error unless dp x tp x pp is the world
-      coord_(grid_.coord(world.rank)),
+    : groups_(world, p, device),
       zero_(p.zero),
       bucket_mb_(p.bucket_mb),
       schedule_(p.pp_schedule),
-      pp_microbatches_(p.pp_microbatches) {
-  if (!world.distributed() && !world.launched()) return;
-  comm_ = std::make_unique<Communicator>(world, p.backend, device, p.timeout_s);
-  // Every rank makes its groups in the same order: tp, pp, the pipeline's ends, dp, ep, expert replicas.
-  if (grid_.tp() > 1)
-    tp_comm_ = comm_->subgroup(grid_.tp_group(world.rank), fmt::format("tp(dp{},pp{})", coord_.dp, coord_.pp));
-  if (grid_.pp() > 1) {
-    const std::vector<int> stages = grid_.pp_group(world.rank);
-    pp_comm_ = comm_->subgroup(stages, fmt::format("pp(dp{},tp{})", coord_.dp, coord_.tp));
-    if (coord_.pp == 0 || coord_.pp == grid_.pp() - 1)
-      ends_ = comm_->subgroup({stages.front(), stages.back()}, fmt::format("ends(dp{},tp{})", coord_.dp, coord_.tp));
-  }
-  if (grid_.dp() == world.size) {
-    dp_ = comm_.get();
-  } else if (grid_.dp() > 1) {
-    dp_own_ = comm_->subgroup(grid_.dp_group(world.rank), fmt::format("dp(tp{},pp{})", coord_.tp, coord_.pp));
-    dp_ = dp_own_.get();
-  }
-  if (grid_.ep() > 1) {
-    const int run = coord_.dp / grid_.ep(), place = coord_.dp % grid_.ep();
-    ep_comm_ =
-        comm_->subgroup(grid_.ep_group(world.rank), fmt::format("ep(tp{},pp{},run{})", coord_.tp, coord_.pp, run));
-    if (grid_.dp() > grid_.ep())
-      expert_dp_ = comm_->subgroup(grid_.expert_replica_group(world.rank),
-                                   fmt::format("experts(tp{},pp{},place{})", coord_.tp, coord_.pp, place));
-  }
-}
+      pp_microbatches_(p.pp_microbatches) {}
 
 ParallelRun::~ParallelRun() = default;
 
@@ -59,28 +31,29 @@ std::string ParallelRun::describe() const {
     }
   }
   std::string s = fmt::format("{} process(es) ({}), {}; grid dp {} x pp {} x tp {}, this rank dp {} pp {} tp {}",
-                              world_.size, comm_->backend_name(), world_.describe(), grid_.dp(), grid_.pp(), grid_.tp(),
-                              coord_.dp, coord_.pp, coord_.tp);
-  if (tp_comm_) {
+                              groups_.world().size, groups_.world_comm()->backend_name(), groups_.world().describe(),
+                              groups_.grid().dp(), groups_.grid().pp(), groups_.grid().tp(), groups_.coord().dp,
+                              groups_.coord().pp, groups_.coord().tp);
+  if (groups_.tp()) {
     int64_t split = 0;
     for (const auto& t : split_) split += t.dim >= 0 ? 1 : 0;
     s += fmt::format("; tensor parallel: {} of {} parameter tensors split over {} ranks", split, split_.size(),
-                     grid_.tp());
+                     groups_.grid().tp());
   }
-  if (pp_comm_)
-    s += fmt::format("; pipeline: stage {} of {} runs blocks [{}, {}){}{}, {} schedule", coord_.pp, grid_.pp(),
-                     stage_.first, stage_.last, stage_.embeds ? " and the embeddings" : "",
+  if (groups_.pp())
+    s += fmt::format("; pipeline: stage {} of {} runs blocks [{}, {}){}{}, {} schedule", groups_.coord().pp,
+                     groups_.grid().pp(), stage_.first, stage_.last, stage_.embeds ? " and the embeddings" : "",
                      stage_.has_head ? " and the head" : "", schedule_ == PipelineSchedule::kGpipe ? "gpipe" : "1f1b");
   if (dense_.sync)
     s += fmt::format(
         "; data parallel: {} gradient bucket(s) of up to {:g} MiB, reduced over {} replica(s) during backward",
-        dense_.sync->bucket_count(), bucket_mb_, grid_.dp());
-  if (ep_comm_)
+        dense_.sync->bucket_count(), bucket_mb_, groups_.grid().dp());
+  if (groups_.ep())
     s += fmt::format(
         "; expert parallel: this rank holds experts {}-{} of each mixture layer's {} (ep {}), their "
         "gradients reduced over {} replica(s)",
-        first_expert_, first_expert_ + local_experts_ - 1, local_experts_ * grid_.ep(), grid_.ep(),
-        grid_.dp() / grid_.ep());
+        first_expert_, first_expert_ + local_experts_ - 1, local_experts_ * groups_.grid().ep(), groups_.grid().ep(),
+        groups_.grid().dp() / groups_.grid().ep());
   if (zero_active())
     s += fmt::format("; ZeRO-{}: this rank updates {} of {} parameter tensors ({:.1f}% of the values){}", zero_,
                      mine_tensors, params_.size(), 100.0 * static_cast<double>(mine) / std::max<int64_t>(1, total),
@@ -89,24 +62,24 @@ std::string ParallelRun::describe() const {
 }
 
 void ParallelRun::split_tensors(Gpt& model) {
-  if (tp_comm_) split_ = parallelize_tensor(model, *tp_comm_);
+  if (groups_.tp()) split_ = parallelize_tensor(model, *groups_.tp());
 }
 
 void ParallelRun::keep_pipeline_stage(Gpt& model) {
-  stages_ = split_stages(model->cfg, grid_.pp());
-  stage_ = stages_[static_cast<size_t>(coord_.pp)];
-  if (!pp_comm_) return;
+  stages_ = split_stages(model->cfg, groups_.grid().pp());
+  stage_ = stages_[static_cast<size_t>(groups_.coord().pp)];
+  if (!groups_.pp()) return;
   for (auto& name : keep_stage(model, stage_)) held_.insert(std::move(name));
   if (model->cfg.tie_embeddings && (stage_.embeds || stage_.has_head)) tied_weight_ = model->transformer->wte->weight;
 }
 
 void ParallelRun::keep_experts(Gpt& model) {
-  if (!ep_comm_) return;
-  local_experts_ = model->cfg.moe.experts / ep_comm_->size();
-  first_expert_ = ep_comm_->rank() * local_experts_;
-  if (!pp_comm_)
+  if (!groups_.ep()) return;
+  local_experts_ = model->cfg.moe.experts / groups_.ep()->size();
+  first_expert_ = groups_.ep()->rank() * local_experts_;
+  if (!groups_.pp())
     for (const auto& item : model->named_parameters()) held_.insert(item.key());
-  for (const auto& name : parallelize_experts(model, *ep_comm_)) held_.erase(name);
+  for (const auto& name : parallelize_experts(model, *groups_.ep())) held_.erase(name);
 }
 
 std::vector<NamedTensor> ParallelRun::held(std::vector<NamedTensor> named) const {
@@ -133,15 +106,15 @@ void ParallelRun::attach(const std::vector<NamedTensor>& named_params) {
   for (size_t i = 0; i < params_.size(); ++i) {
     for (const auto& t : split_)
       if (t.name == params_[i].name) sharded_[i] = t.dim >= 0;
-    expert_[i] = ep_comm_ && is_expert_parameter(params_[i].name);
+    expert_[i] = groups_.ep() && is_expert_parameter(params_[i].name);
   }
-  if (!dp_) return;
+  if (!groups_.dp()) return;
   std::vector<NamedTensor> dense_named, expert_named;
   for (const auto& p : named_params)
-    (ep_comm_ && is_expert_parameter(p.name) ? expert_named : dense_named).push_back(p);
+    (groups_.ep() && is_expert_parameter(p.name) ? expert_named : dense_named).push_back(p);
   for (size_t i = 0; i < params_.size(); ++i) (expert_[i] ? experts_ : dense_).params.push_back(params_[i]);
-  dense_.group = dp_;
-  experts_.group = expert_dp_.get();
+  dense_.group = groups_.dp();
+  experts_.group = groups_.expert_replicas();
   replicate(dense_, dense_named);
   replicate(experts_, expert_named);
 }
@@ -196,21 +169,13 @@ std::map<std::string, torch::Tensor> ParallelRun::owned_state(std::map<std::stri
   return out;
 }
 
-std::vector<double> ParallelRun::sum_over_world(std::vector<double> values, const std::string& what) {
-  if (!distributed()) return values;
-  torch::Tensor t = torch::tensor(values, torch::TensorOptions().dtype(torch::kDouble)).to(comm_->tensor_device());
-  comm_->all_reduce_sum_now(t, what);
-  t = t.cpu();
-  return std::vector<double>(t.data_ptr<double>(), t.data_ptr<double>() + t.numel());
-}
-
 int64_t ParallelRun::global_targets(int64_t local_targets) {
   if (!distributed()) return local_targets;
   // The tp ranks and pipeline stages of a replica read the same batch: its first one counts it.
-  auto t =
-      torch::tensor({coord_.tp == 0 && coord_.pp == 0 ? local_targets : 0}, torch::TensorOptions().dtype(torch::kLong))
-          .to(comm_->tensor_device());
-  comm_->all_reduce_sum_now(t, "sum of the step's target tokens");
+  auto t = torch::tensor({groups_.coord().tp == 0 && groups_.coord().pp == 0 ? local_targets : 0},
+                         torch::TensorOptions().dtype(torch::kLong))
+               .to(groups_.world_comm()->tensor_device());
+  groups_.world_comm()->all_reduce_sum_now(t, "sum of the step's target tokens");
   return t.item<int64_t>();
 }
 
@@ -239,7 +204,7 @@ torch::Tensor ParallelRun::pipeline_step(Gpt& model, const std::vector<Batch>& m
   const bool recut = pp_microbatches_ > 0 && pp_microbatches_ != static_cast<int64_t>(micro.size());
   const std::vector<Batch> parts = recut ? split_micro_batches(micro, pp_microbatches_) : micro;
   micro_batches_ = static_cast<int64_t>(parts.size());
-  torch::Tensor loss = pipeline_train_step(model, *pp_comm_, parts, o, &pipeline_stats_);
+  torch::Tensor loss = pipeline_train_step(model, *groups_.pp(), parts, o, &pipeline_stats_);
   // Only the last stage has a loss; the others' zero is summed with it.
   return loss.to(torch::kFloat);
 }
@@ -249,7 +214,8 @@ void ParallelRun::finish_backward() {
     if (r->sync) r->sync->finish();
   // After the dp reduction: both copies of the tied embedding then hold the
   // whole gradient (embedding + head, every replica's) and take the same update.
-  if (ends_ && tied_weight_.defined()) sum_tied_embedding_grads(tied_weight_, *ends_);
+  if (groups_.pipeline_ends() && tied_weight_.defined())
+    sum_tied_embedding_grads(tied_weight_, *groups_.pipeline_ends());
   grad_bytes_ = 0;
   for (const auto& p : params_)
     if (p.tensor.grad().defined()) grad_bytes_ += static_cast<int64_t>(p.tensor.grad().nbytes());
@@ -258,33 +224,26 @@ void ParallelRun::finish_backward() {
 std::pair<torch::Tensor, bool> ParallelRun::sum_loss_and_any(const torch::Tensor& loss, bool flag) {
   if (!distributed()) return {loss, flag};
   // Every tp rank of a replica computed the same loss: its first one counts it.
-  const torch::Tensor mine = coord_.tp == 0 ? loss.detach().reshape({}) : torch::zeros({}, loss.options());
+  const torch::Tensor mine = groups_.coord().tp == 0 ? loss.detach().reshape({}) : torch::zeros({}, loss.options());
   torch::Tensor both = torch::stack({mine, torch::full({}, flag ? 1.0 : 0.0, loss.options())});
-  comm_->all_reduce_sum_now(both, "sum of the step's loss and stop flags");
+  groups_.world_comm()->all_reduce_sum_now(both, "sum of the step's loss and stop flags");
   return {both[0].clone(), both[1].item<double>() > 0};
 }
 
 double ParallelRun::pipeline_evaluate(Gpt& model, const std::vector<Batch>& batches, const Precision& precision) {
-  const double sum = pipeline_eval_loss_sum(model, *pp_comm_, batches, stage_, &precision);
+  const double sum = pipeline_eval_loss_sum(model, *groups_.pp(), batches, stage_, &precision);
   int64_t count = 0;
   for (const auto& b : batches) count += b.target_count;
   // The last stage has the sum; one of its ranks (dp 0, tp 0) tells the world (rank 0 writes the metrics).
-  const bool speaks = stage_.has_head && coord_.dp == 0 && coord_.tp == 0;
-  auto t = torch::tensor({speaks ? sum : 0.0}, torch::kDouble).to(comm_->tensor_device());
-  comm_->all_reduce_sum_now(t, "sum of the pipeline's evaluation loss");
+  const bool speaks = stage_.has_head && groups_.coord().dp == 0 && groups_.coord().tp == 0;
+  auto t = torch::tensor({speaks ? sum : 0.0}, torch::kDouble).to(groups_.world_comm()->tensor_device());
+  groups_.world_comm()->all_reduce_sum_now(t, "sum of the pipeline's evaluation loss");
   return t.item<double>() / static_cast<double>(std::max<int64_t>(count, 1));
-}
-
-bool ParallelRun::any_rank(bool flag, const std::string& what) {
-  if (!distributed()) return flag;
-  auto t = torch::tensor({flag ? 1 : 0}, torch::TensorOptions().dtype(torch::kInt)).to(comm_->tensor_device());
-  comm_->all_reduce_sum_now(t, what);
-  return t.item<int>() > 0;
 }
 
 bool ParallelRun::overflow_on_any_rank(bool local_overflow) {
   if (!distributed() || !ranks_differ()) return local_overflow;
-  return any_rank(local_overflow, "agreement on an fp16 overflow");
+  return groups_.any_rank(local_overflow, "agreement on an fp16 overflow");
 }
 
 torch::Tensor ParallelRun::clip_grad_norm(double max_norm, torch::Tensor* fold) {
@@ -299,12 +258,13 @@ torch::Tensor ParallelRun::clip_grad_norm(double max_norm, torch::Tensor* fold) 
   // for the replicas, and for experts each rank of the first ep run for its own.
   std::vector<torch::Tensor> counted;
   for (size_t i = 0; i < params_.size(); ++i) {
-    const bool replica_speaks = zero_ == 2 || (expert_[i] ? coord_.dp < grid_.ep() : coord_.dp == 0);
-    if (replica_speaks && (sharded_[i] || coord_.tp == 0) && stage_counts(params_[i].name))
+    const bool replica_speaks =
+        zero_ == 2 || (expert_[i] ? groups_.coord().dp < groups_.grid().ep() : groups_.coord().dp == 0);
+    if (replica_speaks && (sharded_[i] || groups_.coord().tp == 0) && stage_counts(params_[i].name))
       counted.push_back(params_[i].tensor);
   }
   torch::Tensor squared = squared_grad_norm(counted, params_.front().tensor.options());
-  comm_->all_reduce_sum_now(squared, "sum of the gradient norm's shards");
+  groups_.world_comm()->all_reduce_sum_now(squared, "sum of the gradient norm's shards");
   const torch::Tensor norm = squared.sqrt().reshape({});
   scale_grads_to_norm(all, norm, max_norm, fold);
   return norm;
@@ -326,11 +286,11 @@ std::optional<GradSyncTimes> ParallelRun::grad_sync_times() const {
 }
 
 std::optional<PipelineLayout> ParallelRun::pipeline_layout() const {
-  if (!pp_comm_) return std::nullopt;
+  if (!groups_.pp()) return std::nullopt;
   PipelineLayout p;
   p.schedule = schedule_ == PipelineSchedule::kGpipe ? "gpipe" : "1f1b";
   p.micro_batches = micro_batches_;
-  p.bubble_fraction = bubble_fraction(grid_.pp(), micro_batches_);
+  p.bubble_fraction = bubble_fraction(groups_.grid().pp(), micro_batches_);
   for (const auto& st : stages_) p.stage_blocks.emplace_back(st.first, st.last);
   return p;
 }
@@ -339,23 +299,24 @@ std::vector<RankMemory> ParallelRun::memory_per_rank(const Optimizer& optimizer)
   int64_t weights = 0;
   for (const auto& p : params_) weights += static_cast<int64_t>(p.tensor.nbytes());
   const double mib = 1024.0 * 1024.0;
-  const torch::Device dev = distributed() ? comm_->tensor_device() : torch::Device(torch::kCPU);
-  torch::Tensor table = torch::zeros({world_.size, 5}, torch::TensorOptions().dtype(torch::kDouble).device(dev));
-  table[world_.rank][0] = static_cast<double>(weights) / mib;
-  table[world_.rank][1] = static_cast<double>(grad_bytes_) / mib;
-  table[world_.rank][2] = static_cast<double>(optimizer.state_bytes()) / mib;
-  table[world_.rank][3] = static_cast<double>(pipeline_stats_.peak_micro_batches_held);
-  table[world_.rank][4] = static_cast<double>(pipeline_stats_.peak_memory_bytes) / mib;
-  if (distributed()) comm_->all_reduce_sum_now(table, "gathering per-rank memory for the summary");
+  const torch::Device dev = distributed() ? groups_.world_comm()->tensor_device() : torch::Device(torch::kCPU);
+  torch::Tensor table =
+      torch::zeros({groups_.world().size, 5}, torch::TensorOptions().dtype(torch::kDouble).device(dev));
+  table[groups_.world().rank][0] = static_cast<double>(weights) / mib;
+  table[groups_.world().rank][1] = static_cast<double>(grad_bytes_) / mib;
+  table[groups_.world().rank][2] = static_cast<double>(optimizer.state_bytes()) / mib;
+  table[groups_.world().rank][3] = static_cast<double>(pipeline_stats_.peak_micro_batches_held);
+  table[groups_.world().rank][4] = static_cast<double>(pipeline_stats_.peak_memory_bytes) / mib;
+  if (distributed()) groups_.world_comm()->all_reduce_sum_now(table, "gathering per-rank memory for the summary");
   table = table.cpu();
   std::vector<RankMemory> out;
-  for (int r = 0; r < world_.size; ++r) {
+  for (int r = 0; r < groups_.world().size; ++r) {
     RankMemory m;
     m.weights_mb = table[r][0].item<double>();
     m.grads_mb = table[r][1].item<double>();
     m.optimizer_state_mb = table[r][2].item<double>();
-    if (pp_comm_) {
-      m.stage = grid_.coord(r).pp;
+    if (groups_.pp()) {
+      m.stage = groups_.grid().coord(r).pp;
       m.micro_batches_held = static_cast<int64_t>(table[r][3].item<double>());
       m.activations_mb = table[r][4].item<double>();
     }

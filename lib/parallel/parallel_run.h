@@ -1,6 +1,7 @@
-// What the training loop asks of parallelism, in one place: the world and its dp x pp x tp grid
-// (parallel/grid.h), tensor, pipeline and expert parallelism applied to the model from outside (in
-// order by parallel/parallelize.h), data parallelism (GradientSync) and ZeRO over the dp group. What
+// What the training loop asks of parallelism, in one place: over the run's process groups
+// (parallel/process_groups.h: the world, its grid and this rank's groups), tensor, pipeline and
+// expert parallelism applied to the model from outside (in order by parallel/parallelize.h), data
+// parallelism (GradientSync) and ZeRO over the dp group. What
 // it measures is written to summary.json by metrics/parallel_reports.h; checkpoint/gather_checkpoint.h
 // gathers every rank's shards for a checkpoint. A single-process run has a ParallelRun too; every
 // call is then a no-op, so the loop has one shape.
@@ -25,6 +26,7 @@
 #include "parallel/data_parallel.h"
 #include "parallel/grid.h"
 #include "parallel/pipeline.h"
+#include "parallel/process_groups.h"
 #include "parallel/tensor_shard.h"
 #include "util/named_tensor.h"
 
@@ -38,17 +40,14 @@ class ParallelRun {
   ParallelRun(const World& world, const ParallelSettings& p, torch::Device device);
   ~ParallelRun();
 
-  const World& world() const { return world_; }
-  const Grid& grid() const { return grid_; }
-  int dp_rank() const { return coord_.dp; }  // which share of each global batch this rank reads
-  int tp_rank() const { return coord_.tp; }
-  bool pipelined() const { return pp_comm_ != nullptr; }
+  // The world, its grid, this rank's place and groups, and collectives over the world.
+  const ProcessGroups& groups() const { return groups_; }
+  int dp_rank() const { return groups_.coord().dp; }  // which share of each global batch this rank reads
+  int tp_rank() const { return groups_.coord().tp; }
+  bool pipelined() const { return groups_.pp() != nullptr; }
   bool runs_head() const { return stage_.has_head; }  // after keep_pipeline_stage: the last (or only) stage
-  bool distributed() const { return comm_ != nullptr; }
+  bool distributed() const { return groups_.distributed(); }
   int64_t zero() const { return zero_; }
-  const GridCoord& coord() const { return coord_; }
-  // The world's communicator (null in a single process that no launcher started).
-  Communicator* world_comm() { return comm_.get(); }
   // Whether ZeRO splits the optimizer state over the dp group (each rank holds its owned share).
   bool shards_optimizer_state() const { return zero_active(); }
   // After attach: the parameters this rank holds, frozen ones included, in registration order.
@@ -78,13 +77,11 @@ class ParallelRun {
 
   // The step's target-token count over every rank, for normalizing the loss.
   int64_t global_targets(int64_t local_targets);
-  // `values` summed over every rank (`what` names the all-reduce in errors); as given in one process.
-  std::vector<double> sum_over_world(std::vector<double> values, const std::string& what);
   // Called before each micro-batch's backward with whether it is the last (the gradient buckets
   // start their reductions during the last one); empty when no gradients are reduced.
   std::function<void(bool last)> backward_hook();
   // Data-parallel replicas of the model (the dp degree).
-  int64_t replicas() const { return dp_ ? dp_->size() : 1; }
+  int64_t replicas() const { return groups_.dp() ? groups_.dp()->size() : 1; }
   // pp > 1: how many micro-batches a step of `micro_batches` runs through the stages (parallel.pp_microbatches).
   int64_t pipeline_micro_batches(int64_t micro_batches) const;
   // pp > 1: forward and backward of the step's micro-batches through the stages (re-cut to
@@ -99,8 +96,6 @@ class ParallelRun {
   // The loss summed over ranks (each rank's is already divided by the global count, so this is the
   // global mean), and whether any rank raised `flag` (a stop signal): one all-reduce for both.
   std::pair<torch::Tensor, bool> sum_loss_and_any(const torch::Tensor& loss, bool flag);
-  // Whether `flag` is set on any rank (`what` names the all-reduce in errors).
-  bool any_rank(bool flag, const std::string& what);
   // An fp16 overflow anywhere skips the step everywhere. Ranks disagree only when they hold
   // different gradients (ZeRO-2's shards, tensor-parallel shards), so only then does this all-reduce.
   bool overflow_on_any_rank(bool local_overflow);
@@ -121,7 +116,7 @@ class ParallelRun {
   std::optional<PipelineLayout> pipeline_layout() const;
 
  private:
-  bool zero_active() const { return zero_ > 0 && dp_ != nullptr; }
+  bool zero_active() const { return zero_ > 0 && groups_.dp() != nullptr; }
   // Parameters kept equal over a group of ranks: their gradients are summed
   // there and ZeRO splits their ownership there. The dense parameters' group
   // is the dp group; under expert parallelism each expert's is its holders.
@@ -139,26 +134,16 @@ class ParallelRun {
     return zero_active() ? &owned_ : holds_part() ? &held_ : nullptr;
   }
   // Whether this rank holds only some of the model's parameters (held_ names them).
-  bool holds_part() const { return pp_comm_ || ep_comm_; }
+  bool holds_part() const { return groups_.pp() || groups_.ep(); }
   // Whether ranks of one dp group hold different gradients (so norms and overflow need the world).
-  bool ranks_differ() const { return zero_ == 2 || tp_comm_ || pp_comm_ || ep_comm_; }
+  bool ranks_differ() const { return zero_ == 2 || groups_.tp() || groups_.pp() || groups_.ep(); }
   // Whether parameter `name`'s gradient is counted in the global norm by this
   // rank's stage: the tied embedding's copy on the last stage is not (the first stage's is).
   bool stage_counts(const std::string& name) const;
 
-  World world_;
-  Grid grid_;
-  GridCoord coord_;
+  ProcessGroups groups_;
   int64_t zero_;
   double bucket_mb_;
-  std::unique_ptr<Communicator> comm_;       // the world
-  std::unique_ptr<Communicator> tp_comm_;    // this rank's tp group (tp > 1)
-  std::unique_ptr<Communicator> pp_comm_;    // its pp group (pp > 1)
-  std::unique_ptr<Communicator> ends_;       // the pp group's first and last stage (pp > 1, on those two)
-  std::unique_ptr<Communicator> dp_own_;     // its dp group, when smaller than the world
-  Communicator* dp_ = nullptr;               // the dp group (the world, dp_own_ or none when dp = 1)
-  std::unique_ptr<Communicator> ep_comm_;    // its run of ep dp ranks that split the experts (ep > 1)
-  std::unique_ptr<Communicator> expert_dp_;  // the ranks holding its experts (ep > 1 and dp > ep)
   std::vector<TensorShard> split_;
   PipelineSchedule schedule_;
   int64_t pp_microbatches_;
@@ -175,7 +160,7 @@ class ParallelRun {
   std::vector<char> expert_;                      // ep > 1: params_[i] is one of this rank's experts
   std::set<std::string> owned_;                   // ZeRO: names of the parameters this rank updates
   Replicas dense_;                                // over the dp group (all parameters but ep > 1's experts)
-  Replicas experts_;                              // ep > 1: this rank's experts, over expert_dp_
+  Replicas experts_;                              // ep > 1: this rank's experts, over the expert replicas
   int64_t grad_bytes_ = 0;                        // gradients this rank held after the last reduction
 };
 

@@ -63,7 +63,7 @@ std::string lora_log_line(const Settings& s) {
 void MoeMetrics::add_to(nlohmann::ordered_json& rec, Gpt& model, ParallelRun& par) {
   if (!model->moe) return;
   MoeContext& c = *model->moe;
-  const std::vector<double> sums = par.sum_over_world(
+  const std::vector<double> sums = par.groups().sum_over_world(
       {c.aux_sum, static_cast<double>(c.aux_terms), static_cast<double>(c.assigned), static_cast<double>(c.dropped)},
       "mixture-of-experts statistics");
   c.reset_stats();

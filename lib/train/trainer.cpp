@@ -467,7 +467,7 @@ bool Trainer::stop_for_wall_time() {
     const double save_s = last_save_s_ > 0 ? last_save_s_ : 1.0 + checkpoint_mb_ / 200.0;
     near = seconds_since(t_start_) + 1.2 * (slowest_step_s_ + save_s) > limit;
   }
-  if (!par_->any_rank(near, "agreement on max_wall_time")) return false;
+  if (!par_->groups().any_rank(near, "agreement on max_wall_time")) return false;
   t_.stop_reason = "max_wall_time";
   status_ = "preempted";
   progress_->finish();
@@ -663,7 +663,8 @@ json Trainer::summary(const std::string& status) const {
                                {"mb", round_to(mib(static_cast<double>(copies_.bytes)), 3)}};
   if (par_->distributed()) {
     j["zero"] = s_.parallel.zero;
-    j["grid"] = {{"dp", par_->grid().dp()}, {"pp", par_->grid().pp()}, {"tp", par_->grid().tp()}};
+    const Grid& grid = par_->groups().grid();
+    j["grid"] = {{"dp", grid.dp()}, {"pp", grid.pp()}, {"tp", grid.tp()}};
     if (par_->pipelined()) j["pipeline"] = pipeline_report(par_->pipeline_layout());
   }
   return j;
