@@ -14,7 +14,7 @@ namespace gputrain {
 ParallelRun::ParallelRun(const World& world, const ParallelSettings& p, torch::Device device)
     : groups_(world, p, device),
       zero_(p.zero),
-      replicas_(p.zero, p.bucket_mb),
+      bucket_mb_(p.bucket_mb),
       schedule_(p.pp_schedule),
       pp_microbatches_(p.pp_microbatches) {}
 
@@ -25,7 +25,7 @@ std::string ParallelRun::describe() const {
   int64_t mine = 0, total = 0, mine_tensors = 0;
   for (size_t i = 0; i < params_.size(); ++i) {
     total += params_[i].tensor.numel();
-    if (!zero_active() || replicas_.owned().count(params_[i].name)) {
+    if (!zero_active() || owned_.count(params_[i].name)) {
       mine += params_[i].tensor.numel();
       ++mine_tensors;
     }
@@ -44,8 +44,10 @@ std::string ParallelRun::describe() const {
     s += fmt::format("; pipeline: stage {} of {} runs blocks [{}, {}){}{}, {} schedule", groups_.coord().pp,
                      groups_.grid().pp(), stage_.first, stage_.last, stage_.embeds ? " and the embeddings" : "",
                      stage_.has_head ? " and the head" : "", schedule_ == PipelineSchedule::kGpipe ? "gpipe" : "1f1b");
-  if (const std::string buckets = replicas_.describe_buckets(); !buckets.empty())
-    s += fmt::format("; data parallel: {}, reduced over {} replica(s) during backward", buckets, groups_.grid().dp());
+  if (dense_.sync)
+    s += fmt::format(
+        "; data parallel: {} gradient bucket(s) of up to {:g} MiB, reduced over {} replica(s) during backward",
+        dense_.sync->bucket_count(), bucket_mb_, groups_.grid().dp());
   if (groups_.ep())
     s += fmt::format(
         "; expert parallel: this rank holds experts {}-{} of each mixture layer's {} (ep {}), their "
@@ -107,12 +109,34 @@ void ParallelRun::attach(const std::vector<NamedTensor>& named_params) {
     expert_[i] = groups_.ep() && is_expert_parameter(params_[i].name);
   }
   if (!groups_.dp()) return;
-  std::vector<NamedTensor> dense_named, expert_named, dense_params, expert_params;
+  std::vector<NamedTensor> dense_named, expert_named;
   for (const auto& p : named_params)
     (groups_.ep() && is_expert_parameter(p.name) ? expert_named : dense_named).push_back(p);
-  for (size_t i = 0; i < params_.size(); ++i) (expert_[i] ? expert_params : dense_params).push_back(params_[i]);
-  replicas_.add(groups_.dp(), dense_named, dense_params);
-  replicas_.add(groups_.expert_replicas(), expert_named, expert_params);
+  for (size_t i = 0; i < params_.size(); ++i) (expert_[i] ? experts_ : dense_).params.push_back(params_[i]);
+  dense_.group = groups_.dp();
+  experts_.group = groups_.expert_replicas();
+  replicate(dense_, dense_named);
+  replicate(experts_, expert_named);
+}
+
+void ParallelRun::replicate(Replicas& r, const std::vector<NamedTensor>& named) {
+  if (!r.group) {  // the only holder: nothing to reduce or share, and under ZeRO it updates them all
+    if (zero_ > 0)
+      for (const auto& p : r.params) owned_.insert(p.name);
+    return;
+  }
+  // Every rank built the same weights from the seed (and init_from), but a
+  // replica that differs would silently train another model: the group's rank 0 decides.
+  broadcast_parameters(*r.group, named);
+  if (r.params.empty()) return;  // all frozen (LoRA's base)
+  if (zero_ > 0) {
+    std::vector<int64_t> sizes;
+    for (const auto& p : r.params) sizes.push_back(p.tensor.numel());
+    r.owners = partition_contiguous(sizes, r.group->size());
+    for (size_t i = 0; i < r.params.size(); ++i)
+      if (r.owners[i] == r.group->rank()) owned_.insert(r.params[i].name);
+  }
+  r.sync = std::make_unique<GradientSync>(*r.group, r.params, bucket_mb_, zero_ == 2 ? r.owners : std::vector<int>{});
 }
 
 std::vector<ParamGroup> ParallelRun::owned_groups(std::vector<ParamGroup> groups) const {
@@ -155,7 +179,13 @@ int64_t ParallelRun::global_targets(int64_t local_targets) {
   return t.item<int64_t>();
 }
 
-std::function<void(bool)> ParallelRun::backward_hook() { return replicas_.backward_hook(); }
+std::function<void(bool)> ParallelRun::backward_hook() {
+  if (!dense_.sync && !experts_.sync) return {};
+  return [this](bool last) {
+    for (Replicas* r : {&dense_, &experts_})
+      if (r->sync) r->sync->prepare_backward(last);
+  };
+}
 
 int64_t ParallelRun::pipeline_micro_batches(int64_t micro_batches) const {
   return pp_microbatches_ > 0 ? pp_microbatches_ : micro_batches;
@@ -180,7 +210,8 @@ torch::Tensor ParallelRun::pipeline_step(Gpt& model, const std::vector<Batch>& m
 }
 
 void ParallelRun::finish_backward() {
-  replicas_.finish_backward();
+  for (Replicas* r : {&dense_, &experts_})
+    if (r->sync) r->sync->finish();
   // After the dp reduction: both copies of the tied embedding then hold the
   // whole gradient (embedding + head, every replica's) and take the same update.
   if (groups_.pipeline_ends() && tied_weight_.defined())
@@ -240,10 +271,19 @@ torch::Tensor ParallelRun::clip_grad_norm(double max_norm, torch::Tensor* fold) 
 }
 
 void ParallelRun::after_optimizer_step() {
-  if (zero_active()) replicas_.after_optimizer_step();
+  if (!zero_active()) return;
+  for (Replicas* r : {&dense_, &experts_})
+    if (r->sync) broadcast_from_owners(*r->group, r->params, r->owners);
 }
 
-std::optional<GradSyncTimes> ParallelRun::grad_sync_times() const { return replicas_.grad_sync_times(); }
+std::optional<GradSyncTimes> ParallelRun::grad_sync_times() const {
+  if (!dense_.sync) return std::nullopt;
+  GradSyncTimes t;
+  t.buckets = dense_.sync->bucket_count();
+  t.backward_end_s = dense_.sync->last_backward_end_s();
+  for (const auto& e : dense_.sync->last_step_events()) t.bucket_start_s.push_back(e.launched_s);
+  return t;
+}
 
 std::optional<PipelineLayout> ParallelRun::pipeline_layout() const {
   if (!groups_.pp()) return std::nullopt;

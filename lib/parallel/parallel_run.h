@@ -1,7 +1,7 @@
 // What the training loop asks of parallelism, in one place: over the run's process groups
 // (parallel/process_groups.h: the world, its grid and this rank's groups), tensor, pipeline and
 // expert parallelism applied to the model from outside (in order by parallel/parallelize.h), data
-// parallelism and ZeRO (parallel/replica_sync.h). What
+// parallelism (GradientSync) and ZeRO over the dp group. What
 // it measures is written to summary.json by metrics/parallel_reports.h; checkpoint/gather_checkpoint.h
 // gathers every rank's shards for a checkpoint. A single-process run has a ParallelRun too; every
 // call is then a no-op, so the loop has one shape.
@@ -23,7 +23,7 @@
 #include "metrics/parallel_reports.h"
 #include "optim/param_groups.h"
 #include "parallel/communicator.h"
-#include "parallel/replica_sync.h"
+#include "parallel/data_parallel.h"
 #include "parallel/grid.h"
 #include "parallel/pipeline.h"
 #include "parallel/process_groups.h"
@@ -117,10 +117,21 @@ class ParallelRun {
 
  private:
   bool zero_active() const { return zero_ > 0 && groups_.dp() != nullptr; }
+  // Parameters kept equal over a group of ranks: their gradients are summed
+  // there and ZeRO splits their ownership there. The dense parameters' group
+  // is the dp group; under expert parallelism each expert's is its holders.
+  struct Replicas {
+    Communicator* group = nullptr;    // null: this rank is their only holder
+    std::vector<NamedTensor> params;  // trainable, in gradient order
+    std::vector<int> owners;          // ZeRO: the group rank that updates params[i]
+    std::unique_ptr<GradientSync> sync;
+  };
+  // Rank 0 of r.group's weights (`named`, frozen ones included) to the group, ZeRO ownership, gradient hooks.
+  void replicate(Replicas& r, const std::vector<NamedTensor>& named);
   // The parameters this rank updates: ZeRO's owned share (of its stage's), or
   // its stage's under a pipeline; null when it updates the whole model it has.
   const std::set<std::string>* updated_names() const {
-    return zero_active() ? &replicas_.owned() : holds_part() ? &held_ : nullptr;
+    return zero_active() ? &owned_ : holds_part() ? &held_ : nullptr;
   }
   // Whether this rank holds only some of the model's parameters (held_ names them).
   bool holds_part() const { return groups_.pp() || groups_.ep(); }
@@ -132,7 +143,7 @@ class ParallelRun {
 
   ProcessGroups groups_;
   int64_t zero_;
-  ReplicaSync replicas_;  // data parallelism and ZeRO over the dp group and the expert replicas
+  double bucket_mb_;
   std::vector<TensorShard> split_;
   PipelineSchedule schedule_;
   int64_t pp_microbatches_;
@@ -147,6 +158,9 @@ class ParallelRun {
   std::vector<NamedTensor> params_;               // gradient order
   std::vector<char> sharded_;                     // params_[i] is split over the tp group
   std::vector<char> expert_;                      // ep > 1: params_[i] is one of this rank's experts
+  std::set<std::string> owned_;                   // ZeRO: names of the parameters this rank updates
+  Replicas dense_;                                // over the dp group (all parameters but ep > 1's experts)
+  Replicas experts_;                              // ep > 1: this rank's experts, over the expert replicas
   int64_t grad_bytes_ = 0;                        // gradients this rank held after the last reduction
 };
 
