@@ -54,6 +54,7 @@ void check_model(Checker& c) {
   }
   const std::vector<KeyProblem> architecture_problems = c.rules.check(m);
   for (const KeyProblem& p : architecture_problems) c.error(p.key, p.problem, p.fix);
+  // A key the architecture refuses outright (GPT-2's n_kv_head) gets no further check here.
   const auto reported = [&](const std::string& key) {
     return std::any_of(architecture_problems.begin(), architecture_problems.end(),
                        [&](const KeyProblem& p) { return p.key == key; });
