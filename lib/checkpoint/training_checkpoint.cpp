@@ -2,6 +2,7 @@
 
 #include <torch/version.h>
 
+#include <cmath>
 #include <map>
 #include <tuple>
 

@@ -3,7 +3,6 @@
 // default, allowed range and documentation live in config/schema.cpp.
 #pragma once
 #include <array>
-#include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>

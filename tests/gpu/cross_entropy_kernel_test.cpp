@@ -7,6 +7,8 @@
 #include <ATen/ATen.h>
 #include <torch/autograd.h>
 
+#include <cmath>
+
 #include "model/cross_entropy.h"
 
 using namespace gputrain;
