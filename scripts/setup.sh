@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what gputrain needs on Debian 12 and is quick when all is there:
 #  - Debian packages: compiler, CMake, yaml-cpp, CLI11, spdlog, nlohmann-json, Catch2, ccache,
-#    clang-format (the formatting test)
+#    clang-format (the formatting test), PCRE2, utf8proc and SentencePiece (tokenizer files)
 #  - a Python virtual environment with the pip torch package (LibTorch with
 #    CUDA, pinned), HF tokenizers (the tests' reference GPT-2 encoder),
 #    HF safetensors (the reference for our checkpoint files), and HF transformers
@@ -20,7 +20,7 @@ TRANSFORMERS_VERSION="5.23.0"
 source "$(dirname "$0")/env.sh"
 APT_PACKAGES=(build-essential cmake git pkg-config python3 python3-venv python3-pip
               libyaml-cpp-dev libcli11-dev libspdlog-dev libfmt-dev nlohmann-json3-dev catch2 ccache
-              clang-format)
+              clang-format libpcre2-dev libutf8proc-dev libsentencepiece-dev)
 
 # LibTorch's CUDA CMake package needs the CUDA 13 toolkit at build time (README "Set up").
 if ! command -v nvcc >/dev/null 2>&1; then

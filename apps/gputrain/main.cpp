@@ -110,9 +110,15 @@ int main(int argc, char** argv) {
       ->required()
       ->check(CLI::ExistingPath);
   prepare->add_option("-o,--output", prep.output_dir, "directory for train_*.bin and val_*.bin")->required();
-  prepare->add_option("--tokenizer", tokenizer, "bytes (ids 0..255, end-of-document 256) or gpt2 (byte-level BPE)")
-      ->check(CLI::IsMember({"bytes", "gpt2"}))
+  prepare
+      ->add_option("--tokenizer", tokenizer,
+                   "bytes (ids 0..255, end-of-document 256), gpt2 (byte-level BPE from --vocab/--merges), or the "
+                   "path of a Hugging Face tokenizer.json, a SentencePiece .model, or a model folder holding either")
       ->capture_default_str();
+  prepare->add_option("--bos-token", prep.tokenizer.bos_token,
+                      "the text of the token put before each document, or none (default: the tokenizer's)");
+  prepare->add_option("--eos-token", prep.tokenizer.eos_token,
+                      "the text of the end-of-text token (default: from tokenizer_config.json or the tokenizer)");
   prepare->add_option("--vocab", prep.tokenizer.vocab_path, "gpt2: GPT-2's encoder.json")->check(CLI::ExistingFile);
   prepare->add_option("--merges", prep.tokenizer.merges_path, "gpt2: GPT-2's vocab.bpe (merges)")
       ->check(CLI::ExistingFile);

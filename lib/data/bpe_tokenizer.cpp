@@ -4,6 +4,7 @@
 #include <queue>
 #include <sstream>
 
+#include "data/byte_level_alphabet.h"
 #include "data/pretokenize.h"
 #include "data/unicode_classes.h"
 #include "util/error.h"
@@ -12,26 +13,14 @@
 namespace gputrain {
 namespace {
 
-// GPT-2 writes every byte as a printable code point in its vocabulary files:
-// printable Latin-1 bytes stand for themselves, the other 68 bytes are
-// shifted to U+0100 and up, in byte order.
-std::vector<int> codepoint_to_byte_table() {
-  std::vector<int> table(0x200, -1);
-  int shifted = 0;
-  for (int b = 0; b < 256; ++b) {
-    const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
-    table[printable ? b : 0x100 + shifted++] = b;
-  }
-  return table;
-}
-
-// "Ġthe" -> " the".
-bool vocab_string_to_bytes(std::string_view s, const std::vector<int>& table, std::string& out) {
+// "Ġthe" -> " the" (byte_level_alphabet.h).
+bool vocab_string_to_bytes(std::string_view s, std::string& out) {
   out.clear();
   for (size_t i = 0, len = 0; i < s.size(); i += len) {
     const char32_t cp = decode_utf8(s, i, len);
-    if (cp >= table.size() || table[cp] < 0 || (len == 1 && cp >= 0x80)) return false;
-    out.push_back(static_cast<char>(table[cp]));
+    const int b = byte_of_byte_level_char(cp);
+    if (b < 0 || (len == 1 && cp >= 0x80)) return false;
+    out.push_back(static_cast<char>(b));
   }
   return !out.empty();
 }
@@ -68,7 +57,6 @@ class BpeEncoder : public TokenEncoder {
 }  // namespace
 
 BpeTokenizer::BpeTokenizer(const std::string& vocab_path, const std::string& merges_path) {
-  const std::vector<int> table = codepoint_to_byte_table();
   nlohmann::json vocab;
   try {
     vocab = nlohmann::json::parse(read_text_file(vocab_path, "GPT-2 vocabulary (encoder.json)"));
@@ -82,7 +70,7 @@ BpeTokenizer::BpeTokenizer(const std::string& vocab_path, const std::string& mer
   std::unordered_map<std::string, uint32_t> bytes_to_id;
   id_to_bytes_.resize(vocab.size());
   std::vector<bool> seen(vocab.size(), false);
-  bool have_eot = false;
+  int64_t eot = -1;
   std::string bytes;
   for (const auto& [key, value] : vocab.items()) {
     if (!value.is_number_unsigned() || value.get<uint64_t>() >= vocab.size() || seen[value.get<uint64_t>()])
@@ -91,19 +79,20 @@ BpeTokenizer::BpeTokenizer(const std::string& vocab_path, const std::string& mer
     const auto id = value.get<uint32_t>();
     seen[id] = true;
     if (key == "<|endoftext|>") {
-      eot_ = id, have_eot = true;
+      eot = id;
       id_to_bytes_[id] = key;
       continue;
     }
-    if (!vocab_string_to_bytes(key, table, bytes))
+    if (!vocab_string_to_bytes(key, bytes))
       throw data_error("GPT-2 vocabulary '" + vocab_path + "': token '" + key +
                        "' is not in GPT-2's byte-to-character alphabet\n    fix: pass a byte-level BPE encoder.json");
     id_to_bytes_[id] = bytes;
     bytes_to_id.emplace(bytes, id);
   }
-  if (!have_eot)
+  if (eot < 0)
     throw data_error("GPT-2 vocabulary '" + vocab_path + "' has no \"<|endoftext|>\" token" +
                      "\n    fix: pass GPT-2's encoder.json, which defines it");
+  framing_ = frame_documents(false, -1, eot, -1, "GPT-2 vocabulary '" + vocab_path + "'");
   for (int b = 0; b < 256; ++b) {
     auto it = bytes_to_id.find(std::string(1, static_cast<char>(b)));
     if (it == bytes_to_id.end())
@@ -125,8 +114,8 @@ BpeTokenizer::BpeTokenizer(const std::string& vocab_path, const std::string& mer
     };
     if (space == std::string::npos || line.find(' ', space + 1) != std::string::npos)
       throw fail("expected two tokens separated by one space, got '" + line + "'");
-    if (!vocab_string_to_bytes(std::string_view(line).substr(0, space), table, a) ||
-        !vocab_string_to_bytes(std::string_view(line).substr(space + 1), table, b))
+    if (!vocab_string_to_bytes(std::string_view(line).substr(0, space), a) ||
+        !vocab_string_to_bytes(std::string_view(line).substr(space + 1), b))
       throw fail("'" + line + "' is not in GPT-2's byte-to-character alphabet");
     ab = a + b;
     auto ia = bytes_to_id.find(a), ib = bytes_to_id.find(b), iab = bytes_to_id.find(ab);
@@ -177,6 +166,10 @@ void BpeTokenizer::merge_word(std::string_view word, std::vector<uint32_t>& out)
     push(c.pos);
   }
   for (int32_t i = 0; i >= 0; i = next[i]) out.push_back(id[i]);
+}
+
+size_t BpeTokenizer::safe_split_point(std::string_view text, size_t target, size_t window) const {
+  return gputrain::safe_split_point(text, target, window);
 }
 
 std::unique_ptr<TokenEncoder> BpeTokenizer::make_encoder() const { return std::make_unique<BpeEncoder>(*this); }

@@ -11,11 +11,13 @@ namespace gputrain {
 class BpeTokenizer : public Tokenizer {
  public:
   BpeTokenizer(const std::string& vocab_json_path, const std::string& merges_path);
+  std::string kind() const override { return "gpt2"; }
   std::string name() const override { return "gpt2"; }
   int64_t vocab_size() const override { return static_cast<int64_t>(id_to_bytes_.size()); }
-  uint32_t eot_id() const override { return eot_; }
+  const DocumentFraming& framing() const override { return framing_; }
   std::unique_ptr<TokenEncoder> make_encoder() const override;
   std::string decode(std::span<const uint32_t> ids) const override;
+  size_t safe_split_point(std::string_view text, size_t target, size_t window) const override;
 
   // Merges the bytes of one pre-token into ids, lowest merge rank first.
   void merge_word(std::string_view word, std::vector<uint32_t>& out) const;
@@ -30,7 +32,7 @@ class BpeTokenizer : public Tokenizer {
   std::vector<std::string> id_to_bytes_;
   uint32_t byte_id_[256] = {};
   std::unordered_map<uint64_t, Merge> merges_;
-  uint32_t eot_ = 0;
+  DocumentFraming framing_;
 };
 
 }  // namespace gputrain

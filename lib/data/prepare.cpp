@@ -44,6 +44,7 @@ struct Chunk {
   size_t begin, end;
   bool val;
   bool starts_document;  // false only for the continuation of a whole-file document
+  bool ends_document;    // false only for a whole-file document's part that another part continues
 };
 
 struct Encoded {
@@ -55,8 +56,9 @@ bool is_blank(std::string_view line) { return line.find_first_not_of(" \t\r\f\v"
 
 // The first document boundary at or after `target` in `text`: the offset just
 // after a line break (lines, JSONL), after an empty line (paragraphs), or a
-// safe pre-tokenizer cut (whole-file documents). text.size() if none.
-size_t boundary_at_or_after(std::string_view text, size_t target, DocumentUnit unit, InputFormat format) {
+// cut the tokenizer allows (whole-file documents). text.size() if none.
+size_t boundary_at_or_after(std::string_view text, size_t target, DocumentUnit unit, InputFormat format,
+                            const Tokenizer& tokenizer) {
   if (target >= text.size()) return text.size();
   if (target == 0) return 0;
   if (format == InputFormat::kJsonl || unit == DocumentUnit::kLine) {
@@ -67,7 +69,7 @@ size_t boundary_at_or_after(std::string_view text, size_t target, DocumentUnit u
     const size_t gap = text.find("\n\n", target >= 2 ? target - 2 : 0);
     return gap == std::string_view::npos ? text.size() : gap + 2;
   }
-  const size_t safe = safe_split_point(text, target, text.size());
+  const size_t safe = tokenizer.safe_split_point(text, target, text.size());
   return safe == std::string_view::npos ? text.size() : safe;
 }
 
@@ -88,7 +90,7 @@ int64_t line_number(std::string_view text, size_t offset) {
 
 class ChunkEncoder {
  public:
-  ChunkEncoder(const Tokenizer& t, const PrepareOptions& o) : enc_(t.make_encoder()), eot_(t.eot_id()), o_(o) {}
+  ChunkEncoder(const Tokenizer& t, const PrepareOptions& o) : enc_(t.make_encoder()), framing_(t.framing()), o_(o) {}
 
   Encoded encode(const Input& in, const Chunk& c) {
     Encoded out;
@@ -97,8 +99,9 @@ class ChunkEncoder {
     auto document = [&](std::string_view doc) {
       if (doc.empty()) return;
       out.document_starts.push_back(out.tokens.size());
-      out.tokens.push_back(eot_);
+      out.tokens.insert(out.tokens.end(), framing_.before.begin(), framing_.before.end());
       enc_->encode(doc, out.tokens);
+      out.tokens.insert(out.tokens.end(), framing_.after.begin(), framing_.after.end());
     };
     if (in.format == InputFormat::kJsonl) {
       for (size_t pos = 0; pos < text.size();) {
@@ -110,10 +113,11 @@ class ChunkEncoder {
       }
     } else if (o_.documents == DocumentUnit::kFile) {
       if (c.starts_document) {
-        document(text);
-      } else {
-        enc_->encode(text, out.tokens);
+        out.document_starts.push_back(out.tokens.size());
+        out.tokens.insert(out.tokens.end(), framing_.before.begin(), framing_.before.end());
       }
+      enc_->encode(text, out.tokens);
+      if (c.ends_document) out.tokens.insert(out.tokens.end(), framing_.after.begin(), framing_.after.end());
     } else if (o_.documents == DocumentUnit::kLine) {
       for (size_t pos = 0; pos < text.size();) {
         size_t nl = text.find('\n', pos);
@@ -166,7 +170,7 @@ class ChunkEncoder {
   }
 
   std::unique_ptr<TokenEncoder> enc_;
-  uint32_t eot_;
+  const DocumentFraming& framing_;
   const PrepareOptions& o_;
 };
 
@@ -259,7 +263,8 @@ InputFormat format_of(const std::string& path, InputFormat requested) {
 }
 
 // Splits every input into chunks and marks those after the validation cut.
-std::vector<Chunk> plan_chunks(const std::vector<Input>& inputs, const PrepareOptions& o, int64_t total) {
+std::vector<Chunk> plan_chunks(const std::vector<Input>& inputs, const PrepareOptions& o, int64_t total,
+                               const Tokenizer& tokenizer) {
   // Where validation starts: (input index, byte offset), the first document
   // boundary at or after the cut; else the last one before it.
   size_t val_input = inputs.size(), val_offset = 0;
@@ -268,7 +273,8 @@ std::vector<Chunk> plan_chunks(const std::vector<Input>& inputs, const PrepareOp
     size_t k = 0;
     while (k + 1 < inputs.size() && inputs[k + 1].base <= cut) ++k;
     const std::string_view text = inputs[k].text();
-    size_t b = boundary_at_or_after(text, static_cast<size_t>(cut - inputs[k].base), o.documents, inputs[k].format);
+    size_t b =
+        boundary_at_or_after(text, static_cast<size_t>(cut - inputs[k].base), o.documents, inputs[k].format, tokenizer);
     if (b < text.size()) {
       val_input = k, val_offset = b;
     } else if (k + 1 < inputs.size()) {
@@ -287,13 +293,14 @@ std::vector<Chunk> plan_chunks(const std::vector<Input>& inputs, const PrepareOp
   for (size_t k = 0; k < inputs.size(); ++k) {
     const std::string_view text = inputs[k].text();
     for (size_t pos = 0; pos < text.size();) {
-      size_t end =
-          boundary_at_or_after(text, std::min(text.size(), pos + o.chunk_bytes), o.documents, inputs[k].format);
+      size_t end = boundary_at_or_after(text, std::min(text.size(), pos + o.chunk_bytes), o.documents, inputs[k].format,
+                                        tokenizer);
       if (k == val_input && pos < val_offset && val_offset < end) end = val_offset;
       const bool val = k > val_input || (k == val_input && pos >= val_offset);
-      const bool starts = inputs[k].format == InputFormat::kJsonl || o.documents != DocumentUnit::kFile || pos == 0 ||
-                          (k == val_input && pos == val_offset);
-      chunks.push_back(Chunk{k, pos, end, val, starts});
+      const bool whole_file = inputs[k].format != InputFormat::kJsonl && o.documents == DocumentUnit::kFile;
+      const bool starts = !whole_file || pos == 0 || (k == val_input && pos == val_offset);
+      const bool ends = !whole_file || end == text.size() || (k == val_input && end == val_offset);
+      chunks.push_back(Chunk{k, pos, end, val, starts, ends});
       pos = end;
     }
   }
@@ -322,13 +329,18 @@ PrepareResult prepare_dataset(const PrepareOptions& o) {
 
   ShardInfo info;
   info.tokenizer = tokenizer->name();
+  info.tokenizer_kind = tokenizer->kind();
+  info.tokenizer_crc32c = tokenizer->file_crc32c();
   info.vocab_size = tokenizer->vocab_size();
-  info.eot_token = tokenizer->eot_id();
+  const DocumentFraming& framing = tokenizer->framing();
+  info.eot_token = tokenizer->document_start_id();
+  info.bos_token = framing.bos, info.eos_token = framing.eos, info.pad_token = framing.pad;
+  info.document_before = framing.before, info.document_after = framing.after;
   info.dtype = tokenizer->vocab_size() <= 65536 ? TokenDtype::kUint16 : TokenDtype::kUint32;
   SplitWriter train(o.output_dir, "train", info, o.shard_tokens);
   SplitWriter val(o.output_dir, "val", info, o.shard_tokens);
 
-  const std::vector<Chunk> chunks = plan_chunks(inputs, o, total);
+  const std::vector<Chunk> chunks = plan_chunks(inputs, o, total, *tokenizer);
   const int64_t threads = std::max<int64_t>(1, o.threads > 0 ? o.threads : resolve_threads(0));
   const size_t max_ahead = static_cast<size_t>(4 * threads);
 

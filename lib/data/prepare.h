@@ -2,14 +2,15 @@
 // JSON sidecar each, ready for data.*.format: tokens.
 //  - Documents: a whole text file, each line, or each blank-line-separated
 //    paragraph; in JSONL, the string under --text-key on each line.
-//  - Every document is preceded by the end-of-document token (llm.c's
-//    convention), so the token before a document's first token is always EOT.
+//  - Every document is framed by the tokenizer's special ids (tokenizer.h
+//    DocumentFraming): EOT before it (GPT-2, llm.c's convention) or BOS before
+//    and EOS after (Llama-style); the sidecars record the framing.
 //  - Validation split: the last val_fraction of the input bytes (in input
 //    order), cut at a document boundary (at a line break inside a whole-file
 //    document), goes to val_*.bin; the rest to train_*.bin.
 //  - Encoding runs on `threads` threads over ~4 MB chunks; output is
 //    byte-identical whatever the thread count (big documents are cut only
-//    where GPT-2's pre-tokenizer would cut anyway).
+//    where the tokenizer says the cut changes no id; most tokenizer files never allow it).
 #pragma once
 #include <cstdint>
 #include <string>

@@ -81,8 +81,15 @@ std::optional<ShardInfo> read_sidecar(const std::string& shard_path) {
   ShardInfo s;
   try {
     s.tokenizer = j.value("tokenizer", "");
+    s.tokenizer_kind = j.value("tokenizer_kind", "");
+    s.tokenizer_crc32c = j.value("tokenizer_crc32c", "");
     s.vocab_size = j.value("vocab_size", int64_t{0});
     s.eot_token = j.value("eot_token", int64_t{-1});
+    s.bos_token = j.value("bos_token", int64_t{-1});
+    s.eos_token = j.value("eos_token", int64_t{-1});
+    s.pad_token = j.value("pad_token", int64_t{-1});
+    s.document_before = j.value("document_before", std::vector<uint32_t>{});
+    s.document_after = j.value("document_after", std::vector<uint32_t>{});
     const std::string dtype = j.value("dtype", "uint16");
     if (dtype != "uint16" && dtype != "uint32") throw bad("has dtype '" + dtype + "' (expected uint16 or uint32)");
     s.dtype = dtype == "uint16" ? TokenDtype::kUint16 : TokenDtype::kUint32;
@@ -152,8 +159,15 @@ void ShardWriter::finish() {
   j["format"] = "gputrain-token-shard";
   j["header"] = "llm.c";
   j["tokenizer"] = info_.tokenizer;
+  j["tokenizer_kind"] = info_.tokenizer_kind;
+  if (!info_.tokenizer_crc32c.empty()) j["tokenizer_crc32c"] = info_.tokenizer_crc32c;
   j["vocab_size"] = info_.vocab_size;
   j["eot_token"] = info_.eot_token;
+  j["bos_token"] = info_.bos_token;
+  j["eos_token"] = info_.eos_token;
+  j["pad_token"] = info_.pad_token;
+  j["document_before"] = info_.document_before;
+  j["document_after"] = info_.document_after;
   j["dtype"] = dtype_name(info_.dtype);
   j["tokens"] = info_.tokens;
   j["documents"] = info_.documents;

@@ -9,6 +9,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "config/settings.h"
 
@@ -36,9 +37,13 @@ std::optional<LlmcHeader> parse_llmc_header(const uint8_t* data, size_t size, co
 
 // The sidecar: what `data prepare` knows about a shard.
 struct ShardInfo {
-  std::string tokenizer;   // bytes | gpt2 | "" (unknown)
-  int64_t vocab_size = 0;  // 0 = unknown
-  int64_t eot_token = -1;  // end-of-document id, -1 = none
+  std::string tokenizer;         // bytes | gpt2 | the tokenizer file's path | "" (unknown)
+  std::string tokenizer_kind;    // bytes | gpt2 | tokenizer.json | sentencepiece | "" (unknown)
+  std::string tokenizer_crc32c;  // of the tokenizer file, "" for bytes and gpt2
+  int64_t vocab_size = 0;        // 0 = unknown
+  int64_t eot_token = -1;        // the id that starts each document (end-of-text or BOS), -1 = none
+  int64_t bos_token = -1, eos_token = -1, pad_token = -1;  // the tokenizer's, -1 = none
+  std::vector<uint32_t> document_before, document_after;   // the framing of every document (tokenizer.h)
   TokenDtype dtype = TokenDtype::kUint16;
   int64_t tokens = 0;
   int64_t documents = 0;  // documents that start in this shard

@@ -72,8 +72,8 @@ TEST_CASE("prepare: a whole-file document, split for val at a line break, any th
 
   const auto train = read_tokens(dir.file("one/train_*.bin"));
   const auto val = read_tokens(dir.file("one/val_*.bin"));
-  REQUIRE(train.front() == tok->eot_id());
-  REQUIRE(val.front() == tok->eot_id());
+  REQUIRE(train.front() == tok->document_start_id());
+  REQUIRE(val.front() == tok->document_start_id());
   // The val part is the last ~10% of the text, cut where tokenization is unaffected.
   const std::string train_text = tok->decode(std::span<const uint32_t>(train).subspan(1));
   const std::string val_text = tok->decode(std::span<const uint32_t>(val).subspan(1));
@@ -95,7 +95,7 @@ TEST_CASE("prepare: paragraphs and lines are documents, each after an EOT", "[da
   TempDir dir;
   write_file(dir.file("in.txt"), "First para\nline two\n\n\n  \nSecond para\r\n\nThird\n");
   auto tok = make_tokenizer(gpt2_spec());
-  const uint32_t E = tok->eot_id();
+  const uint32_t E = tok->document_start_id();
   PrepareOptions o = options({dir.file("in.txt")}, dir.file("p"));
   o.documents = DocumentUnit::kParagraph;
   o.val_fraction = 0;
@@ -150,7 +150,7 @@ TEST_CASE("prepare: JSONL documents by --text-key, split by document, shards rot
   CHECK(sidecar_docs == 200);
   std::vector<uint32_t> want;
   for (const auto& d : docs) {
-    want.push_back(tok->eot_id());
+    want.push_back(tok->document_start_id());
     for (uint32_t id : encode(*tok, d)) want.push_back(id);
   }
   auto got = read_tokens(dir.file("out/train_*.bin"));

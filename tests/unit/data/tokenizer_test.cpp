@@ -8,6 +8,7 @@
 #include "data/pretokenize.h"
 #include "data/tokenizer.h"
 #include "test_util.h"
+#include "unit/data/tokenizer_texts.h"
 #include "util/error.h"
 
 using namespace gputrain;
@@ -42,56 +43,12 @@ std::vector<std::vector<uint32_t>> reference_ids(const std::vector<std::string>&
   return read_json(dir.file("out.json")).get<std::vector<std::vector<uint32_t>>>();
 }
 
-std::vector<std::string> varied_text() {
-  std::vector<std::string> s = {
-      "Hello world! It's a test: don't, won't, they're, we've, I'm, you'll, he'd.",
-      "DON'T SHOUT'S 'quoted' ''s '' 's 'S x'll've'd",
-      "Numbers 123 4567.89 1,000,000 \u00bc \u00bd \u0663\u0664\u0665 \u3007 \u216b \u2460\u2461",
-      "   leading spaces\n\n\n  multiple\t\ttabs \r\n windows\r\nline   \n",
-      "trailing spaces   ",
-      "na\u00efve caf\u00e9 r\u00e9sum\u00e9 \u2014 \u201cquotes\u201d \u2018single\u2019 \u2026 \u00a9\u00ae\u2122",
-      "\u4e2d\u6587\u5b57\u7b26\u6d4b\u8bd5\uff0c\u65e5\u672c\u8a9e\u306e\u30c6\u30ad\u30b9\u30c8\u3001\ud55c\uad6d"
-      "\uc5b4!",
-      "Emoji \U0001F600\U0001F44D\U0001F3FD \U0001F468\u200D\U0001F469\u200D\U0001F467 flags \U0001F1E9\U0001F1EA",
-      "Greek \u03b1\u03b2\u03b3 \u0394, Cyrillic \u041f\u0440\u0438\u0432\u0435\u0442, Arabic "
-      "\u0645\u0631\u062d\u0628\u0627, Hindi \u0928\u092e\u0938\u094d\u0924\u0947",
-      "mixed123abc abc123 12abc 3.14e-10 0x1F",
-      "\u00a0nbsp\u2009thin\u3000ideo\u2028line\u2029para\u0085nel",
-      "control \x1c\x1d\x1e\x1f chars \x0b\x0c end",
-      "zero width \u200b\u200c\u200d joiners \ufeff bom, combining e\u0301 a\u0308",
-      "<|endoftext|> is plain text here",
-      "  \n  \n",
-      " ",
-      "\n",
-      "a",
-      "'",
-      "'s",
-      " 's",
-      "$$$ %%% ^^^ &&& *** ((( ))) --- +++ === ||| \\\\ /// ??? !!!",
-      "https://example.com/path?query=1&b=2#frag user@mail.org",
-      "def f(x):\n    return x ** 2  # comment\n\n\tif x:\n\t\tpass\n",
-      "\U0001D518\U0001D52B\U0001D526 math \U0001D7D9\U0001D7DA \u2115\u2124",
-  };
-  // Random strings over an alphabet of the awkward cases.
-  const std::vector<std::string> alphabet = {"a",      "b",      " ", "'", "s",      "d",      "\n",
-                                             "\t",     "1",      ".", ",", "\u00e9", "\u4e2d", "\U0001F600",
-                                             "\u00a0", "\u3000", "-", "_", "ll",     "re"};
-  std::mt19937 rng(7);
-  for (int i = 0; i < 300; ++i) {
-    std::string t;
-    const int n = 1 + static_cast<int>(rng() % 40);
-    for (int k = 0; k < n; ++k) t += alphabet[rng() % alphabet.size()];
-    s.push_back(t);
-  }
-  return s;
-}
-
 }  // namespace
 
 TEST_CASE("GPT-2 BPE ids equal HF tokenizers' on varied text", "[data][tokenizer]") {
   auto t = gpt2();
   CHECK(t->vocab_size() == 50257);
-  CHECK(t->eot_id() == 50256);
+  CHECK(t->document_start_id() == 50256);
   const auto texts = varied_text();
   const auto want = reference_ids(texts);
   REQUIRE(want.size() == texts.size());
@@ -154,7 +111,7 @@ TEST_CASE("bytes that are not UTF-8 round-trip through GPT-2 BPE", "[data][token
 TEST_CASE("the bytes tokenizer: ids are bytes, end-of-document is 256", "[data][tokenizer]") {
   auto t = make_tokenizer({"bytes", "", ""});
   CHECK(t->vocab_size() == 257);
-  CHECK(t->eot_id() == 256);
+  CHECK(t->document_start_id() == 256);
   CHECK(encode(*t, "A\xff") == std::vector<uint32_t>{65, 255});
   CHECK(t->decode(std::vector<uint32_t>{104, 105, 256}) == "hi");
 }
@@ -184,5 +141,5 @@ TEST_CASE("bad tokenizer files are data errors naming the file", "[data][tokeniz
   CHECK_THAT(err({"gpt2", shared_data("gpt2/encoder.json"), dir.file("m.bpe")}),
              Contains("m.bpe' line 3: merge 'zz qq' uses or makes a token that is not in the vocabulary"));
   CHECK_THAT(err({"gpt2", "", ""}), Contains("--vocab"));
-  CHECK_THAT(err({"sentencepiece", "", ""}), Contains("unknown tokenizer 'sentencepiece'"));
+  CHECK_THAT(err({"sentencepiece", "", ""}), Contains("unknown tokenizer 'sentencepiece': not bytes, not gpt2"));
 }

@@ -1,0 +1,257 @@
+// Tokenizer files: our reading of Hugging Face tokenizer.json files (the
+// Llama 3, Qwen2, Mistral Nemo, Mistral/Llama 2, Gemma, GPT-2 layouts and a
+// BPE trained with other components) and of SentencePiece models gives the
+// reference libraries' ids (tokenizers, sentencepiece: run through Python)
+// on varied text; framing, overrides and bad files.
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "data/tokenizer.h"
+#include "test_util.h"
+#include "unit/data/tokenizer_texts.h"
+#include "util/error.h"
+
+using namespace gputrain;
+using namespace gputrain::test;
+using Catch::Contains;
+
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string base64(const std::string& in) {
+  static const char* k = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  size_t i = 0;
+  for (; i + 2 < in.size(); i += 3) {
+    const uint32_t v = (uint8_t(in[i]) << 16) | (uint8_t(in[i + 1]) << 8) | uint8_t(in[i + 2]);
+    for (int s : {18, 12, 6, 0}) out += k[(v >> s) & 63];
+  }
+  if (i + 1 == in.size()) {
+    const uint32_t v = uint8_t(in[i]) << 16;
+    out += k[(v >> 18) & 63], out += k[(v >> 12) & 63], out += "==";
+  } else if (i + 2 == in.size()) {
+    const uint32_t v = (uint8_t(in[i]) << 16) | (uint8_t(in[i + 1]) << 8);
+    out += k[(v >> 18) & 63], out += k[(v >> 12) & 63], out += k[(v >> 6) & 63], out += '=';
+  }
+  return out;
+}
+
+// The tokenizer files of tests/reference/make_tokenizers.py, made once per build tree.
+std::string reference_tokenizers() {
+  static const std::string dir = [] {
+    const std::string final_dir = std::string(GPUTRAIN_TEST_CACHE_DIR) + "/reference_tokenizers";
+    if (fs::exists(final_dir + "/done")) return final_dir;
+    const std::string tmp = final_dir + ".tmp" + std::to_string(::getpid());
+    CommandResult r = run_python({std::string(GPUTRAIN_SOURCE_DIR) + "/tests/reference/make_tokenizers.py",
+                                  std::string(GPUTRAIN_SHARED_DATA_DIR), tmp});
+    INFO(r.output);
+    REQUIRE(r.exit_code == 0);
+    write_file(tmp + "/done", "");
+    std::error_code ec;
+    fs::rename(tmp, final_dir, ec);  // another test process may have won the race: use its copy
+    if (ec) fs::remove_all(tmp);
+    return final_dir;
+  }();
+  return dir;
+}
+
+std::string ref(const std::string& name) { return reference_tokenizers() + "/" + name; }
+
+std::vector<std::vector<uint32_t>> reference_ids(const std::string& tokenizer_file,
+                                                 const std::vector<std::string>& texts) {
+  TempDir dir;
+  nlohmann::json encoded = nlohmann::json::array();
+  for (const auto& t : texts) encoded.push_back(base64(t));
+  write_file(dir.file("in.json"), encoded.dump());
+  CommandResult r = run_python({std::string(GPUTRAIN_SOURCE_DIR) + "/tests/reference/tokenize_reference.py",
+                                tokenizer_file, dir.file("in.json"), dir.file("out.json")});
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  return read_json(dir.file("out.json")).get<std::vector<std::vector<uint32_t>>>();
+}
+
+std::vector<uint32_t> encode(const Tokenizer& t, std::string_view text) {
+  std::vector<uint32_t> ids;
+  t.make_encoder()->encode(text, ids);
+  return ids;
+}
+
+void check_equal_ids(const std::string& tokenizer_path, const std::string& reference_file) {
+  auto t = make_tokenizer({tokenizer_path});
+  const auto texts = tokenizer_file_text();
+  const auto want = reference_ids(reference_file, texts);
+  REQUIRE(want.size() == texts.size());
+  auto enc = t->make_encoder();  // one encoder for all: its caches must not change results
+  size_t mismatches = 0;
+  for (size_t i = 0; i < texts.size(); ++i) {
+    std::vector<uint32_t> got;
+    enc->encode(texts[i], got);
+    INFO(tokenizer_path << " text #" << i << ": "
+                        << nlohmann::json(texts[i]).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+    CHECK(got == want[i]);
+    mismatches += got != want[i];
+    for (uint32_t id : got) REQUIRE(id < t->vocab_size());
+  }
+  CHECK(mismatches == 0);
+}
+
+}  // namespace
+
+TEST_CASE("tokenizer.json ids equal HF tokenizers' for each family's layout", "[data][tokenizer]") {
+  for (const char* name : {"gpt2", "llama3", "qwen2", "tekken", "mistral", "llama2_legacy", "gemma", "wordy"}) {
+    SECTION(name) { check_equal_ids(ref(name), ref(name) + "/tokenizer.json"); }
+  }
+}
+
+TEST_CASE("SentencePiece model ids equal the sentencepiece library's", "[data][tokenizer]") {
+  for (const char* name : {"tokenizer.model.v1.model", "mistral_instruct_tokenizer_240323.model.v3.model",
+                           "mistral_instruct_tokenizer_241114.model.v7.model"}) {
+    SECTION(name) {
+      const std::string path = ref("sentencepiece/") + name;
+      check_equal_ids(path, path);
+    }
+  }
+}
+
+TEST_CASE("tokenizer files give the reference ids on all of tinyshakespeare", "[data][tokenizer]") {
+  const std::string text = read_file(shared_data("tinyshakespeare.txt"));
+  for (const char* name : {"llama3", "mistral"}) {
+    SECTION(name) {
+      auto t = make_tokenizer({ref(name)});
+      CommandResult r =
+          run_python({std::string(GPUTRAIN_SOURCE_DIR) + "/tests/reference/tokenize_reference.py",
+                      ref(name) + "/tokenizer.json", shared_data("tinyshakespeare.txt"), ref(name) + "/ts.json"});
+      INFO(r.output);
+      REQUIRE(r.exit_code == 0);
+      const auto want = read_json(ref(name) + "/ts.json")[0].get<std::vector<uint32_t>>();
+      const auto got = encode(*t, text);
+      CHECK(got.size() == want.size());
+      CHECK(got == want);
+    }
+  }
+}
+
+TEST_CASE("GPT-2's tokenizer.json is the gpt2 tokenizer: same ids, same framing", "[data][tokenizer]") {
+  auto file = make_tokenizer({ref("gpt2")});
+  auto gpt2 = make_tokenizer({"gpt2", shared_data("gpt2/encoder.json"), shared_data("gpt2/vocab.bpe")});
+  CHECK(file->kind() == "tokenizer.json");
+  CHECK(file->vocab_size() == 50257);
+  CHECK(file->framing().before == std::vector<uint32_t>{50256});
+  CHECK(file->framing().after.empty());
+  const std::string text = read_file(shared_data("tinyshakespeare.txt")).substr(0, 300000);
+  CHECK(encode(*file, text) == encode(*gpt2, text));
+  CHECK(file->decode(encode(*file, text)) == text);
+  // Byte-level files cut documents where GPT-2 does; Metaspace ones never.
+  CHECK(file->safe_split_point("ab\ncd", 0, 100) == 3);
+  CHECK(make_tokenizer({ref("mistral")})->safe_split_point("ab\ncd", 0, 100) == std::string_view::npos);
+}
+
+TEST_CASE("decoding tokenizer-file ids gives the text back", "[data][tokenizer]") {
+  for (const char* name : {"llama3", "tekken", "mistral", "sentencepiece/tokenizer.model.v1.model"}) {
+    SECTION(name) {
+      auto t = make_tokenizer({ref(name)});
+      // tokenizers' Metaspace decoding strips one leading space (the one encoding
+      // prepends), so a text that starts with its own comes back without it (SentencePiece keeps it).
+      const bool strips = std::string(name) == "mistral";
+      for (const auto& text : varied_text()) {
+        INFO(nlohmann::json(text).dump());
+        CHECK(t->decode(encode(*t, text)) == (strips && text.starts_with(' ') ? text.substr(1) : text));
+      }
+    }
+  }
+}
+
+TEST_CASE("documents are framed with the tokenizer's BOS/EOS, from the file, its config or the flags",
+          "[data][tokenizer]") {
+  auto framing = [](const TokenizerSpec& s) { return make_tokenizer(s)->framing(); };
+  auto llama3 = make_tokenizer({ref("llama3")});
+  const auto begin = static_cast<uint32_t>(llama3->framing().bos), end = static_cast<uint32_t>(llama3->framing().eos);
+  CHECK(llama3->decode(std::vector<uint32_t>{begin}) == "<|begin_of_text|>");  // the template's BOS
+  CHECK(llama3->decode(std::vector<uint32_t>{end}) == "<|end_of_text|>");      // the family's end-of-text
+  CHECK(llama3->framing().before == std::vector<uint32_t>{begin});
+  CHECK(llama3->framing().after == std::vector<uint32_t>{end});
+  // Qwen2: no BOS; its tokenizer_config.json names the end-of-text token, written before each document.
+  auto qwen = make_tokenizer({ref("qwen2")});
+  CHECK(qwen->framing().bos == -1);
+  CHECK(qwen->decode(std::vector<uint32_t>{qwen->document_start_id()}) == "<|endoftext|>");
+  CHECK(qwen->framing().after.empty());
+  CHECK(qwen->framing().pad == qwen->framing().eos);
+  CHECK(framing({ref("mistral")}).before == std::vector<uint32_t>{1});
+  CHECK(framing({ref("mistral")}).after == std::vector<uint32_t>{2});
+  CHECK(framing({ref("sentencepiece/tokenizer.model.v1.model")}).before == std::vector<uint32_t>{1});
+  CHECK(framing({ref("sentencepiece/tokenizer.model.v1.model")}).after == std::vector<uint32_t>{2});
+  // Overrides.
+  CHECK(framing({ref("mistral"), "", "", "none"}).before == std::vector<uint32_t>{2});
+  CHECK(framing({ref("mistral"), "", "", "none"}).after.empty());
+  CHECK(framing({ref("mistral"), "", "", "", "<unk>"}).after == std::vector<uint32_t>{0});
+  CHECK(framing({ref("sentencepiece/tokenizer.model.v1.model"), "", "", "none"}).before == std::vector<uint32_t>{2});
+}
+
+TEST_CASE("special-token text inside a document is ordinary text; non-special added tokens match",
+          "[data][tokenizer]") {
+  auto llama3 = make_tokenizer({ref("llama3")});
+  const auto ids = encode(*llama3, "<|begin_of_text|>hello<|end_of_text|>");
+  CHECK(ids.size() > 4);
+  for (uint32_t id : ids) CHECK(id < 130000);  // none of the special ids (added after the 130k base vocabulary)
+  auto qwen = make_tokenizer({ref("qwen2")});
+  const auto q = encode(*qwen, "a<tool_call>b");
+  CHECK(std::count(q.begin(), q.end(), static_cast<uint32_t>(qwen->vocab_size() - 3)) == 1);
+}
+
+TEST_CASE("bad tokenizer files are data errors naming the file and the component", "[data][tokenizer]") {
+  TempDir dir;
+  auto err = [](const TokenizerSpec& s) {
+    try {
+      make_tokenizer(s);
+    } catch (const Error& e) {
+      CHECK(exit_code_for(e.kind()) == 2);
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const nlohmann::json wordy = read_json(ref("wordy") + "/tokenizer.json");
+  auto with = [&](const std::string& name, auto&& edit) {
+    nlohmann::json j = wordy;
+    edit(j);
+    write_file(dir.file(name), j.dump());
+    return dir.file(name);
+  };
+  const std::string scripts = with("scripts.json", [](auto& j) {
+    j["pre_tokenizer"]["pretokenizers"][1] = {{"type", "UnicodeScripts"}};
+  });
+  CHECK_THAT(err({scripts}), Contains("tokenizer.json '" + scripts +
+                                      "' pre_tokenizer.pretokenizers[1] (UnicodeScripts) is not a pre-tokenizer "
+                                      "gputrain implements (it implements ByteLevel, Split"));
+  const std::string precompiled = with("precompiled.json", [](auto& j) {
+    j["normalizer"] = {{"type", "Precompiled"}, {"precompiled_charsmap", ""}};
+  });
+  CHECK_THAT(err({precompiled}), Contains("normalizer (Precompiled) is not a normalizer gputrain implements"));
+  const std::string wordpiece = with("wordpiece.json", [](auto& j) { j["model"]["type"] = "WordPiece"; });
+  CHECK_THAT(err({wordpiece}), Contains("model (WordPiece) is not a model gputrain implements (it implements BPE"));
+  const std::string regex = with("regex.json", [](auto& j) {
+    j["pre_tokenizer"]["pretokenizers"][3] = {
+        {"type", "Split"}, {"pattern", {{"Regex", "(unclosed"}}}, {"behavior", "Isolated"}, {"invert", false}};
+  });
+  CHECK_THAT(err({regex}), Contains("the regular expression (unclosed does not compile"));
+  const std::string merge = with("merge.json", [](auto& j) { j["model"]["merges"][5] = "zz qq"; });
+  CHECK_THAT(err({merge}),
+             Contains("model (BPE).merges[5] (\"zz qq\") uses or makes a token that is not in the vocabulary"));
+  write_file(dir.file("broken.json"), "{\"model\": ");
+  CHECK_THAT(err({dir.file("broken.json")}),
+             Contains("tokenizer.json '" + dir.file("broken.json") + "' is not valid JSON"));
+  write_file(dir.file("corrupt.model"), std::string(1000, '\x07'));
+  CHECK_THAT(err({dir.file("corrupt.model")}),
+             Contains("'" + dir.file("corrupt.model") + "' is not a SentencePiece model"));
+  fs::create_directories(dir.file("empty_model"));
+  CHECK_THAT(err({dir.file("empty_model")}), Contains("holds neither tokenizer.json nor tokenizer.model"));
+  CHECK_THAT(
+      err({ref("mistral"), "", "", "", "<|nope|>"}),
+      Contains("the eos token \"<|nope|>\" (from tokenizer_config.json or --eos-token) is not in its vocabulary"));
+  const std::string no_eos = with("no_eos.json", [](auto& j) { j["post_processor"] = nullptr; });
+  CHECK_THAT(err({no_eos}),
+             Contains("names no end-of-text token, so documents cannot be separated\n    fix: pass --eos-token"));
+  CHECK_THAT(err({dir.file("missing.json")}), Contains("unknown tokenizer"));
+}
