@@ -17,6 +17,13 @@ TOKENIZERS_VERSION="0.23.3"
 SAFETENSORS_VERSION="0.8.0"
 # HF transformers: GPT2LMHeadModel, the reference the checkpoint export/import tests compare logits with.
 TRANSFORMERS_VERSION="5.23.0"
+# The tokenizer-file tests: sentencepiece (the reference for .model files; with protobuf, what
+# transformers' SentencePiece converter reads), tiktoken (transformers' tiktoken converter) and
+# mistral-common, installed without its dependencies: only the tokenizer files it ships are used.
+SENTENCEPIECE_VERSION="0.2.3"
+PROTOBUF_VERSION="7.36.2"
+TIKTOKEN_VERSION="0.14.0"
+MISTRAL_COMMON_VERSION="1.13.1"
 source "$(dirname "$0")/env.sh"
 APT_PACKAGES=(build-essential cmake git pkg-config python3 python3-venv python3-pip
               libyaml-cpp-dev libcli11-dev libspdlog-dev libfmt-dev nlohmann-json3-dev catch2 ccache
@@ -59,5 +66,11 @@ if ! "$VENV/bin/python" -c "import importlib.metadata as m, sys; sys.exit(0 if m
   echo "setup: installing transformers $TRANSFORMERS_VERSION (reference GPT-2 for the export tests) into $VENV"
   "$VENV/bin/python" -m pip install -q "transformers==$TRANSFORMERS_VERSION" "tokenizers==$TOKENIZERS_VERSION" \
     "safetensors==$SAFETENSORS_VERSION"
+fi
+if ! "$VENV/bin/python" -c "import importlib.metadata as m, sys; sys.exit(0 if [m.version(p) for p in ('sentencepiece', 'protobuf', 'tiktoken', 'mistral_common')] == ['$SENTENCEPIECE_VERSION', '$PROTOBUF_VERSION', '$TIKTOKEN_VERSION', '$MISTRAL_COMMON_VERSION'] else 1)" 2>/dev/null; then
+  echo "setup: installing sentencepiece, protobuf, tiktoken, mistral-common (tokenizer-file tests) into $VENV"
+  "$VENV/bin/python" -m pip install -q "sentencepiece==$SENTENCEPIECE_VERSION" "protobuf==$PROTOBUF_VERSION" \
+    "tiktoken==$TIKTOKEN_VERSION"
+  "$VENV/bin/python" -m pip install -q --no-deps "mistral-common==$MISTRAL_COMMON_VERSION"
 fi
 echo "setup: ok (torch $("$VENV/bin/python" -c 'import torch;print(torch.__version__)' 2>/dev/null) in $VENV)"

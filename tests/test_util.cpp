@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
@@ -252,6 +253,59 @@ std::string bf16_working_set_mismatch(const torch::Device& device) {
     if (!mismatch.empty()) return mismatch;
   }
   return "";
+}
+
+namespace {
+
+std::string base64(const std::string& in) {
+  static const char* k = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  size_t i = 0;
+  for (; i + 2 < in.size(); i += 3) {
+    const uint32_t v = (uint8_t(in[i]) << 16) | (uint8_t(in[i + 1]) << 8) | uint8_t(in[i + 2]);
+    for (int s : {18, 12, 6, 0}) out += k[(v >> s) & 63];
+  }
+  if (i + 1 == in.size()) {
+    const uint32_t v = uint8_t(in[i]) << 16;
+    out += k[(v >> 18) & 63], out += k[(v >> 12) & 63], out += "==";
+  } else if (i + 2 == in.size()) {
+    const uint32_t v = (uint8_t(in[i]) << 16) | (uint8_t(in[i + 1]) << 8);
+    out += k[(v >> 18) & 63], out += k[(v >> 12) & 63], out += k[(v >> 6) & 63], out += '=';
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string reference_tokenizer(const std::string& name) {
+  static const std::string dir = [] {
+    const std::string final_dir = std::string(GPUTRAIN_TEST_CACHE_DIR) + "/reference_tokenizers";
+    if (std::filesystem::exists(final_dir + "/done")) return final_dir;
+    const std::string tmp = final_dir + ".tmp" + std::to_string(::getpid());
+    CommandResult r = run_python({std::string(GPUTRAIN_SOURCE_DIR) + "/tests/reference/make_tokenizers.py",
+                                  std::string(GPUTRAIN_SHARED_DATA_DIR), tmp});
+    INFO(r.output);
+    REQUIRE(r.exit_code == 0);
+    write_file(tmp + "/done", "");
+    std::error_code ec;
+    std::filesystem::rename(tmp, final_dir, ec);  // another test process may have won the race: use its copy
+    if (ec) std::filesystem::remove_all(tmp);
+    return final_dir;
+  }();
+  return dir + "/" + name;
+}
+
+std::vector<std::vector<uint32_t>> reference_token_ids(const std::string& tokenizer_file,
+                                                       const std::vector<std::string>& texts) {
+  TempDir dir;
+  nlohmann::json encoded = nlohmann::json::array();
+  for (const auto& t : texts) encoded.push_back(base64(t));
+  write_file(dir.file("in.json"), encoded.dump());
+  CommandResult r = run_python({std::string(GPUTRAIN_SOURCE_DIR) + "/tests/reference/tokenize_reference.py",
+                                tokenizer_file, dir.file("in.json"), dir.file("out.json")});
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  return read_json(dir.file("out.json")).get<std::vector<std::vector<uint32_t>>>();
 }
 
 }  // namespace gputrain::test

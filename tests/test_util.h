@@ -41,6 +41,14 @@ CommandResult run_gputrain(const std::vector<std::string>& args);
 CommandResult run_python(const std::vector<std::string>& args);
 // A file in ../shared/data (tinyshakespeare.txt, gpt2/encoder.json, ...).
 std::string shared_data(const std::string& name);
+
+// The tokenizer files tests/reference/make_tokenizers.py builds from real vocabularies (made once per
+// build tree): reference_tokenizer("llama3") is that folder, "sentencepiece/..." a .model file.
+std::string reference_tokenizer(const std::string& name);
+// The reference library's ids (HF tokenizers for a tokenizer.json, sentencepiece for a .model) of each
+// text, given as bytes (tests/reference/tokenize_reference.py).
+std::vector<std::vector<uint32_t>> reference_token_ids(const std::string& tokenizer_file,
+                                                       const std::vector<std::string>& texts);
 // Starts the gputrain binary with its stdout and stderr on `out_fd`; returns its pid.
 int spawn_gputrain(const std::vector<std::string>& args, int out_fd);
 // Waits for a spawned process; its exit code, or 128 + signal when killed.

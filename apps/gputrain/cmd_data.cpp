@@ -25,6 +25,9 @@ int cmd_data_prepare(const PrepareOptions& o) {
       static_cast<long long>(r.val_tokens), static_cast<long long>(r.val_documents), r.shards.size(), r.seconds,
       r.input_bytes / 1e6 / r.seconds);
   for (const auto& s : r.shards) std::printf("  %s\n", s.c_str());
+  std::printf("tokenizer %s: %lld ids; set model.vocab_size to at least %lld (a multiple of 64 runs faster: %lld)\n",
+              r.tokenizer.c_str(), static_cast<long long>(r.vocab_size), static_cast<long long>(r.vocab_size),
+              static_cast<long long>((r.vocab_size + 63) / 64 * 64));
   std::printf("\nuse it in a recipe:\n  data:\n    train: {format: tokens, path: %s/train_*.bin}\n", dir.c_str());
   if (r.val_tokens > 0) std::printf("    eval: {format: tokens, path: %s/val_*.bin}\n", dir.c_str());
   return 0;

@@ -376,6 +376,8 @@ PrepareResult prepare_dataset(const PrepareOptions& o) {
 
   PrepareResult r;
   r.input_bytes = total;
+  r.tokenizer = tokenizer->name();
+  r.vocab_size = tokenizer->vocab_size();
   StopSignals signals;
   Progress progress(o.progress, 0);
   std::vector<std::thread> pool;

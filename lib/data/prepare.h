@@ -45,6 +45,8 @@ struct PrepareResult {
   int64_t input_bytes = 0;
   int64_t train_tokens = 0, val_tokens = 0;
   int64_t train_documents = 0, val_documents = 0;
+  std::string tokenizer;   // Tokenizer::name()
+  int64_t vocab_size = 0;  // the tokenizer's: model.vocab_size must be at least this
   std::vector<std::string> shards;
   double seconds = 0;
 };

@@ -210,3 +210,31 @@ TEST_CASE("prepare: refuses to mix with earlier shards, and --overwrite replaces
   o.val_fraction = 1.5;
   CHECK_THROWS_WITH(prepare_dataset(o), Contains("--val-fraction"));
 }
+
+TEST_CASE("prepare: BOS..EOS framing around whole-file documents, never cut inside by a Metaspace tokenizer",
+          "[data][prepare][tokenizer]") {
+  TempDir dir;
+  const std::string text = read_file(shared_data("tinyshakespeare.txt")).substr(0, 60000);
+  write_file(dir.file("a.txt"), text);
+  write_file(dir.file("b.txt"), "Second file.\nIts last line.");
+  const TokenizerSpec mistral{reference_tokenizer("mistral")};
+  auto tok = make_tokenizer(mistral);
+  std::vector<std::vector<uint32_t>> runs;
+  for (int64_t threads : {1, 3}) {
+    PrepareOptions o = options({dir.file("a.txt"), dir.file("b.txt")}, dir.file("t" + std::to_string(threads)));
+    o.tokenizer = mistral;
+    o.threads = threads;
+    o.chunk_bytes = 2000;  // many chunks: a whole-file document must still be encoded in one piece
+    o.val_fraction = 0;
+    prepare_dataset(o);
+    runs.push_back(read_tokens(dir.file("t" + std::to_string(threads) + "/train_*.bin")));
+  }
+  CHECK(runs[0] == runs[1]);
+  std::vector<uint32_t> want{1};
+  for (uint32_t id : encode(*tok, text)) want.push_back(id);
+  want.push_back(2);
+  want.push_back(1);
+  for (uint32_t id : encode(*tok, "Second file.\nIts last line.")) want.push_back(id);
+  want.push_back(2);
+  CHECK(runs[0] == want);
+}

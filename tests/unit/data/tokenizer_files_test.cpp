@@ -21,58 +21,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string base64(const std::string& in) {
-  static const char* k = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  std::string out;
-  size_t i = 0;
-  for (; i + 2 < in.size(); i += 3) {
-    const uint32_t v = (uint8_t(in[i]) << 16) | (uint8_t(in[i + 1]) << 8) | uint8_t(in[i + 2]);
-    for (int s : {18, 12, 6, 0}) out += k[(v >> s) & 63];
-  }
-  if (i + 1 == in.size()) {
-    const uint32_t v = uint8_t(in[i]) << 16;
-    out += k[(v >> 18) & 63], out += k[(v >> 12) & 63], out += "==";
-  } else if (i + 2 == in.size()) {
-    const uint32_t v = (uint8_t(in[i]) << 16) | (uint8_t(in[i + 1]) << 8);
-    out += k[(v >> 18) & 63], out += k[(v >> 12) & 63], out += k[(v >> 6) & 63], out += '=';
-  }
-  return out;
-}
-
-// The tokenizer files of tests/reference/make_tokenizers.py, made once per build tree.
-std::string reference_tokenizers() {
-  static const std::string dir = [] {
-    const std::string final_dir = std::string(GPUTRAIN_TEST_CACHE_DIR) + "/reference_tokenizers";
-    if (fs::exists(final_dir + "/done")) return final_dir;
-    const std::string tmp = final_dir + ".tmp" + std::to_string(::getpid());
-    CommandResult r = run_python({std::string(GPUTRAIN_SOURCE_DIR) + "/tests/reference/make_tokenizers.py",
-                                  std::string(GPUTRAIN_SHARED_DATA_DIR), tmp});
-    INFO(r.output);
-    REQUIRE(r.exit_code == 0);
-    write_file(tmp + "/done", "");
-    std::error_code ec;
-    fs::rename(tmp, final_dir, ec);  // another test process may have won the race: use its copy
-    if (ec) fs::remove_all(tmp);
-    return final_dir;
-  }();
-  return dir;
-}
-
-std::string ref(const std::string& name) { return reference_tokenizers() + "/" + name; }
-
-std::vector<std::vector<uint32_t>> reference_ids(const std::string& tokenizer_file,
-                                                 const std::vector<std::string>& texts) {
-  TempDir dir;
-  nlohmann::json encoded = nlohmann::json::array();
-  for (const auto& t : texts) encoded.push_back(base64(t));
-  write_file(dir.file("in.json"), encoded.dump());
-  CommandResult r = run_python({std::string(GPUTRAIN_SOURCE_DIR) + "/tests/reference/tokenize_reference.py",
-                                tokenizer_file, dir.file("in.json"), dir.file("out.json")});
-  INFO(r.output);
-  REQUIRE(r.exit_code == 0);
-  return read_json(dir.file("out.json")).get<std::vector<std::vector<uint32_t>>>();
-}
-
 std::vector<uint32_t> encode(const Tokenizer& t, std::string_view text) {
   std::vector<uint32_t> ids;
   t.make_encoder()->encode(text, ids);
@@ -82,7 +30,7 @@ std::vector<uint32_t> encode(const Tokenizer& t, std::string_view text) {
 void check_equal_ids(const std::string& tokenizer_path, const std::string& reference_file) {
   auto t = make_tokenizer({tokenizer_path});
   const auto texts = tokenizer_file_text();
-  const auto want = reference_ids(reference_file, texts);
+  const auto want = reference_token_ids(reference_file, texts);
   REQUIRE(want.size() == texts.size());
   auto enc = t->make_encoder();  // one encoder for all: its caches must not change results
   size_t mismatches = 0;
@@ -102,7 +50,7 @@ void check_equal_ids(const std::string& tokenizer_path, const std::string& refer
 
 TEST_CASE("tokenizer.json ids equal HF tokenizers' for each family's layout", "[data][tokenizer]") {
   for (const char* name : {"gpt2", "llama3", "qwen2", "tekken", "mistral", "llama2_legacy", "gemma", "wordy"}) {
-    SECTION(name) { check_equal_ids(ref(name), ref(name) + "/tokenizer.json"); }
+    SECTION(name) { check_equal_ids(reference_tokenizer(name), reference_tokenizer(name) + "/tokenizer.json"); }
   }
 }
 
@@ -110,7 +58,7 @@ TEST_CASE("SentencePiece model ids equal the sentencepiece library's", "[data][t
   for (const char* name : {"tokenizer.model.v1.model", "mistral_instruct_tokenizer_240323.model.v3.model",
                            "mistral_instruct_tokenizer_241114.model.v7.model"}) {
     SECTION(name) {
-      const std::string path = ref("sentencepiece/") + name;
+      const std::string path = reference_tokenizer("sentencepiece/") + name;
       check_equal_ids(path, path);
     }
   }
@@ -120,13 +68,13 @@ TEST_CASE("tokenizer files give the reference ids on all of tinyshakespeare", "[
   const std::string text = read_file(shared_data("tinyshakespeare.txt"));
   for (const char* name : {"llama3", "mistral"}) {
     SECTION(name) {
-      auto t = make_tokenizer({ref(name)});
-      CommandResult r =
-          run_python({std::string(GPUTRAIN_SOURCE_DIR) + "/tests/reference/tokenize_reference.py",
-                      ref(name) + "/tokenizer.json", shared_data("tinyshakespeare.txt"), ref(name) + "/ts.json"});
+      auto t = make_tokenizer({reference_tokenizer(name)});
+      CommandResult r = run_python({std::string(GPUTRAIN_SOURCE_DIR) + "/tests/reference/tokenize_reference.py",
+                                    reference_tokenizer(name) + "/tokenizer.json", shared_data("tinyshakespeare.txt"),
+                                    reference_tokenizer(name) + "/ts.json"});
       INFO(r.output);
       REQUIRE(r.exit_code == 0);
-      const auto want = read_json(ref(name) + "/ts.json")[0].get<std::vector<uint32_t>>();
+      const auto want = read_json(reference_tokenizer(name) + "/ts.json")[0].get<std::vector<uint32_t>>();
       const auto got = encode(*t, text);
       CHECK(got.size() == want.size());
       CHECK(got == want);
@@ -135,7 +83,7 @@ TEST_CASE("tokenizer files give the reference ids on all of tinyshakespeare", "[
 }
 
 TEST_CASE("GPT-2's tokenizer.json is the gpt2 tokenizer: same ids, same framing", "[data][tokenizer]") {
-  auto file = make_tokenizer({ref("gpt2")});
+  auto file = make_tokenizer({reference_tokenizer("gpt2")});
   auto gpt2 = make_tokenizer({"gpt2", shared_data("gpt2/encoder.json"), shared_data("gpt2/vocab.bpe")});
   CHECK(file->kind() == "tokenizer.json");
   CHECK(file->vocab_size() == 50257);
@@ -146,13 +94,13 @@ TEST_CASE("GPT-2's tokenizer.json is the gpt2 tokenizer: same ids, same framing"
   CHECK(file->decode(encode(*file, text)) == text);
   // Byte-level files cut documents where GPT-2 does; Metaspace ones never.
   CHECK(file->safe_split_point("ab\ncd", 0, 100) == 3);
-  CHECK(make_tokenizer({ref("mistral")})->safe_split_point("ab\ncd", 0, 100) == std::string_view::npos);
+  CHECK(make_tokenizer({reference_tokenizer("mistral")})->safe_split_point("ab\ncd", 0, 100) == std::string_view::npos);
 }
 
 TEST_CASE("decoding tokenizer-file ids gives the text back", "[data][tokenizer]") {
   for (const char* name : {"llama3", "tekken", "mistral", "sentencepiece/tokenizer.model.v1.model"}) {
     SECTION(name) {
-      auto t = make_tokenizer({ref(name)});
+      auto t = make_tokenizer({reference_tokenizer(name)});
       // tokenizers' Metaspace decoding strips one leading space (the one encoding
       // prepends), so a text that starts with its own comes back without it (SentencePiece keeps it).
       const bool strips = std::string(name) == "mistral";
@@ -167,36 +115,37 @@ TEST_CASE("decoding tokenizer-file ids gives the text back", "[data][tokenizer]"
 TEST_CASE("documents are framed with the tokenizer's BOS/EOS, from the file, its config or the flags",
           "[data][tokenizer]") {
   auto framing = [](const TokenizerSpec& s) { return make_tokenizer(s)->framing(); };
-  auto llama3 = make_tokenizer({ref("llama3")});
+  auto llama3 = make_tokenizer({reference_tokenizer("llama3")});
   const auto begin = static_cast<uint32_t>(llama3->framing().bos), end = static_cast<uint32_t>(llama3->framing().eos);
   CHECK(llama3->decode(std::vector<uint32_t>{begin}) == "<|begin_of_text|>");  // the template's BOS
   CHECK(llama3->decode(std::vector<uint32_t>{end}) == "<|end_of_text|>");      // the family's end-of-text
   CHECK(llama3->framing().before == std::vector<uint32_t>{begin});
   CHECK(llama3->framing().after == std::vector<uint32_t>{end});
   // Qwen2: no BOS; its tokenizer_config.json names the end-of-text token, written before each document.
-  auto qwen = make_tokenizer({ref("qwen2")});
+  auto qwen = make_tokenizer({reference_tokenizer("qwen2")});
   CHECK(qwen->framing().bos == -1);
   CHECK(qwen->decode(std::vector<uint32_t>{qwen->document_start_id()}) == "<|endoftext|>");
   CHECK(qwen->framing().after.empty());
   CHECK(qwen->framing().pad == qwen->framing().eos);
-  CHECK(framing({ref("mistral")}).before == std::vector<uint32_t>{1});
-  CHECK(framing({ref("mistral")}).after == std::vector<uint32_t>{2});
-  CHECK(framing({ref("sentencepiece/tokenizer.model.v1.model")}).before == std::vector<uint32_t>{1});
-  CHECK(framing({ref("sentencepiece/tokenizer.model.v1.model")}).after == std::vector<uint32_t>{2});
+  CHECK(framing({reference_tokenizer("mistral")}).before == std::vector<uint32_t>{1});
+  CHECK(framing({reference_tokenizer("mistral")}).after == std::vector<uint32_t>{2});
+  CHECK(framing({reference_tokenizer("sentencepiece/tokenizer.model.v1.model")}).before == std::vector<uint32_t>{1});
+  CHECK(framing({reference_tokenizer("sentencepiece/tokenizer.model.v1.model")}).after == std::vector<uint32_t>{2});
   // Overrides.
-  CHECK(framing({ref("mistral"), "", "", "none"}).before == std::vector<uint32_t>{2});
-  CHECK(framing({ref("mistral"), "", "", "none"}).after.empty());
-  CHECK(framing({ref("mistral"), "", "", "", "<unk>"}).after == std::vector<uint32_t>{0});
-  CHECK(framing({ref("sentencepiece/tokenizer.model.v1.model"), "", "", "none"}).before == std::vector<uint32_t>{2});
+  CHECK(framing({reference_tokenizer("mistral"), "", "", "none"}).before == std::vector<uint32_t>{2});
+  CHECK(framing({reference_tokenizer("mistral"), "", "", "none"}).after.empty());
+  CHECK(framing({reference_tokenizer("mistral"), "", "", "", "<unk>"}).after == std::vector<uint32_t>{0});
+  CHECK(framing({reference_tokenizer("sentencepiece/tokenizer.model.v1.model"), "", "", "none"}).before ==
+        std::vector<uint32_t>{2});
 }
 
 TEST_CASE("special-token text inside a document is ordinary text; non-special added tokens match",
           "[data][tokenizer]") {
-  auto llama3 = make_tokenizer({ref("llama3")});
+  auto llama3 = make_tokenizer({reference_tokenizer("llama3")});
   const auto ids = encode(*llama3, "<|begin_of_text|>hello<|end_of_text|>");
   CHECK(ids.size() > 4);
   for (uint32_t id : ids) CHECK(id < 130000);  // none of the special ids (added after the 130k base vocabulary)
-  auto qwen = make_tokenizer({ref("qwen2")});
+  auto qwen = make_tokenizer({reference_tokenizer("qwen2")});
   const auto q = encode(*qwen, "a<tool_call>b");
   CHECK(std::count(q.begin(), q.end(), static_cast<uint32_t>(qwen->vocab_size() - 3)) == 1);
 }
@@ -212,7 +161,7 @@ TEST_CASE("bad tokenizer files are data errors naming the file and the component
     }
     return std::string("no error");
   };
-  const nlohmann::json wordy = read_json(ref("wordy") + "/tokenizer.json");
+  const nlohmann::json wordy = read_json(reference_tokenizer("wordy") + "/tokenizer.json");
   auto with = [&](const std::string& name, auto&& edit) {
     nlohmann::json j = wordy;
     edit(j);
@@ -248,7 +197,7 @@ TEST_CASE("bad tokenizer files are data errors naming the file and the component
   fs::create_directories(dir.file("empty_model"));
   CHECK_THAT(err({dir.file("empty_model")}), Contains("holds neither tokenizer.json nor tokenizer.model"));
   CHECK_THAT(
-      err({ref("mistral"), "", "", "", "<|nope|>"}),
+      err({reference_tokenizer("mistral"), "", "", "", "<|nope|>"}),
       Contains("the eos token \"<|nope|>\" (from tokenizer_config.json or --eos-token) is not in its vocabulary"));
   const std::string no_eos = with("no_eos.json", [](auto& j) { j["post_processor"] = nullptr; });
   CHECK_THAT(err({no_eos}),
