@@ -409,10 +409,12 @@ void add_data_source(std::vector<FieldSpec>& f, const std::string& which) {
                   "tokens: no loss where the input is an end-of-document token with an earlier document before it in "
                   "the window")
                   .resume(on_resume));
-  f.push_back(auto_id_field(
-                  p + "eot_token", [=](auto& s) -> auto& { return src(s).eot_token; }, (1 << 24) - 1,
-                  "tokens: end-of-document id (packing, masking); auto = from the shards' .json sidecar")
-                  .resume(on_resume));
+  f.push_back(
+      auto_id_field(
+          p + "eot_token", [=](auto& s) -> auto& { return src(s).eot_token; }, (1 << 24) - 1,
+          "tokens: the id that starts each document (GPT-2's end-of-text, or a BOS) for packing and masking; auto = "
+          "from the shards' .json sidecar")
+          .resume(on_resume));
   std::string q = p + "synthetic.";
   f.push_back(enum_field(
                   q + "kind", [=](auto& s) -> auto& { return src(s).synthetic.kind; },
