@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Installs what gputrain needs on Debian 12 and is quick when all is there:
 #  - Debian packages: compiler, CMake, yaml-cpp, CLI11, spdlog, nlohmann-json, Catch2, ccache,
-#    clang-format (the formatting test), PCRE2, utf8proc and SentencePiece (tokenizer files)
+#    clang-format (the formatting test), PCRE2, utf8proc and SentencePiece (tokenizer files), zlib and
+#    zstd (compressed JSONL)
 #  - a Python virtual environment with the pip torch package (LibTorch with
-#    CUDA, pinned), HF tokenizers (the tests' reference GPT-2 encoder),
+#    CUDA, pinned), pyarrow (Arrow/Parquet C++ for data prepare), HF tokenizers (the tests' reference GPT-2 encoder),
 #    HF safetensors (the reference for our checkpoint files), and HF transformers
 #    (GPT2LMHeadModel, the reference for exported and imported weights),
 #    outside the checkout, so fresh clones and CI reuse it.
@@ -11,6 +12,9 @@
 set -euo pipefail
 
 TORCH_VERSION="${GPUTRAIN_TORCH_VERSION:-2.11.0}"
+# pyarrow: its wheel ships Apache Arrow's and Parquet's C++ libraries and headers, which data prepare
+# links to read Parquet and Arrow inputs (as the torch wheel ships LibTorch).
+PYARROW_VERSION="26.0.1"
 # HF tokenizers: the reference GPT-2 encoder the tests compare our BPE with.
 TOKENIZERS_VERSION="0.23.3"
 # HF safetensors: the reference reader/writer the checkpoint tests check our files against.
@@ -24,10 +28,12 @@ SENTENCEPIECE_VERSION="0.2.3"
 PROTOBUF_VERSION="7.36.2"
 TIKTOKEN_VERSION="0.14.0"
 MISTRAL_COMMON_VERSION="1.13.1"
+# HF datasets: writes the save_to_disk folders (and Parquet files) the streamed-input tests read.
+DATASETS_VERSION="5.2.0"
 source "$(dirname "$0")/env.sh"
 APT_PACKAGES=(build-essential cmake git pkg-config python3 python3-venv python3-pip
               libyaml-cpp-dev libcli11-dev libspdlog-dev libfmt-dev nlohmann-json3-dev catch2 ccache
-              clang-format libpcre2-dev libutf8proc-dev libsentencepiece-dev)
+              clang-format libpcre2-dev libutf8proc-dev libsentencepiece-dev libzstd-dev zlib1g-dev)
 
 # LibTorch's CUDA CMake package needs the CUDA 13 toolkit at build time (README "Set up").
 if ! command -v nvcc >/dev/null 2>&1; then
@@ -54,6 +60,10 @@ if ! "$VENV/bin/python" -c "import torch, numpy, sys; sys.exit(0 if torch.__vers
   "$VENV/bin/python" -m pip install -q --upgrade pip
   "$VENV/bin/python" -m pip install -q "torch==$TORCH_VERSION" numpy
 fi
+if ! "$VENV/bin/python" -c "import pyarrow, sys; sys.exit(0 if pyarrow.__version__ == '$PYARROW_VERSION' else 1)" 2>/dev/null; then
+  echo "setup: installing pyarrow $PYARROW_VERSION (Arrow/Parquet C++ libraries) into $VENV"
+  "$VENV/bin/python" -m pip install -q "pyarrow==$PYARROW_VERSION"
+fi
 if ! "$VENV/bin/python" -c "import tokenizers, sys; sys.exit(0 if tokenizers.__version__ == '$TOKENIZERS_VERSION' else 1)" 2>/dev/null; then
   echo "setup: installing tokenizers $TOKENIZERS_VERSION (reference tokenizer for tests) into $VENV"
   "$VENV/bin/python" -m pip install -q "tokenizers==$TOKENIZERS_VERSION"
@@ -72,5 +82,9 @@ if ! "$VENV/bin/python" -c "import importlib.metadata as m, sys; sys.exit(0 if [
   "$VENV/bin/python" -m pip install -q "sentencepiece==$SENTENCEPIECE_VERSION" "protobuf==$PROTOBUF_VERSION" \
     "tiktoken==$TIKTOKEN_VERSION"
   "$VENV/bin/python" -m pip install -q --no-deps "mistral-common==$MISTRAL_COMMON_VERSION"
+fi
+if ! "$VENV/bin/python" -c "import datasets, sys; sys.exit(0 if datasets.__version__ == '$DATASETS_VERSION' else 1)" 2>/dev/null; then
+  echo "setup: installing datasets $DATASETS_VERSION (streamed-input tests) into $VENV"
+  "$VENV/bin/python" -m pip install -q "datasets==$DATASETS_VERSION" "pyarrow==$PYARROW_VERSION"
 fi
 echo "setup: ok (torch $("$VENV/bin/python" -c 'import torch;print(torch.__version__)' 2>/dev/null) in $VENV)"

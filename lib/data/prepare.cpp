@@ -16,7 +16,8 @@
 #include <optional>
 #include <thread>
 
-#include "data/pretokenize.h"
+#include "data/document_stream.h"
+#include "data/jsonl_text.h"
 #include "data/token_shard.h"
 #include "metrics/progress.h"
 #include "util/device.h"
@@ -32,9 +33,10 @@ namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
 struct Input {
-  std::unique_ptr<MappedFile> file;
+  std::unique_ptr<MappedFile> file;  // memory-mapped inputs
   InputFormat format;
-  int64_t base = 0;  // offset of its first byte in the concatenated input
+  int64_t base = 0;                      // offset of its first byte in the concatenated input
+  std::unique_ptr<DocumentStream> rows;  // streamed inputs (document_stream.h) instead
   std::string_view text() const { return {reinterpret_cast<const char*>(file->data()), file->size()}; }
 };
 
@@ -45,12 +47,17 @@ struct Chunk {
   bool val;
   bool starts_document;  // false only for the continuation of a whole-file document
   bool ends_document;    // false only for a whole-file document's part that another part continues
+  int64_t rows = 0;      // streamed inputs: the next `rows` rows of the stream (begin/end unused)
 };
 
 struct Encoded {
   std::vector<uint32_t> tokens;
-  std::vector<size_t> document_starts;  // offsets into tokens of each document's EOT
+  std::vector<size_t> document_starts;  // offsets into tokens of each document's first (framing) id
+  int64_t text_bytes = 0;
 };
+
+// Streamed chunks hold this many rows (documents): ~1-4 MB of typical web text.
+constexpr int64_t kRowsPerChunk = 512;
 
 bool is_blank(std::string_view line) { return line.find_first_not_of(" \t\r\f\v") == std::string_view::npos; }
 
@@ -92,8 +99,23 @@ class ChunkEncoder {
  public:
   ChunkEncoder(const Tokenizer& t, const PrepareOptions& o) : enc_(t.make_encoder()), framing_(t.framing()), o_(o) {}
 
+  // The documents of a streamed chunk.
+  Encoded encode(const std::vector<std::string>& docs) {
+    Encoded out;
+    for (const auto& d : docs) {
+      out.text_bytes += static_cast<int64_t>(d.size());
+      if (d.empty()) continue;
+      out.document_starts.push_back(out.tokens.size());
+      out.tokens.insert(out.tokens.end(), framing_.before.begin(), framing_.before.end());
+      enc_->encode(d, out.tokens);
+      out.tokens.insert(out.tokens.end(), framing_.after.begin(), framing_.after.end());
+    }
+    return out;
+  }
+
   Encoded encode(const Input& in, const Chunk& c) {
     Encoded out;
+    out.text_bytes = static_cast<int64_t>(c.end - c.begin);
     const std::string_view all = in.text();
     const std::string_view text = all.substr(c.begin, c.end - c.begin);
     auto document = [&](std::string_view doc) {
@@ -151,22 +173,9 @@ class ChunkEncoder {
 
  private:
   std::string json_text(const Input& in, std::string_view line, size_t offset) {
-    auto fail = [&](const std::string& why) {
-      return data_error(in.file->path() + ":" + std::to_string(line_number(in.text(), offset)) + ": " + why +
-                        "\n    fix: each line must be a JSON object with a string under \"" + o_.text_key +
-                        "\" (choose the key with --text-key)");
-    };
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(line);
-    } catch (const nlohmann::json::exception& e) {
-      throw fail(std::string("not valid JSON (") + e.what() + ")");
-    }
-    if (!j.is_object()) throw fail("expected a JSON object, got " + std::string(j.type_name()));
-    auto it = j.find(o_.text_key);
-    if (it == j.end()) throw fail("no \"" + o_.text_key + "\" key");
-    if (!it->is_string()) throw fail("\"" + o_.text_key + "\" is " + std::string(it->type_name()) + ", not a string");
-    return it->get<std::string>();
+    return jsonl_text(line, o_.text_key, [&] {  // the line number is counted only for an error
+      return in.file->path() + ":" + std::to_string(line_number(in.text(), offset));
+    });
   }
 
   std::unique_ptr<TokenEncoder> enc_;
@@ -307,6 +316,40 @@ std::vector<Chunk> plan_chunks(const std::vector<Input>& inputs, const PrepareOp
   return chunks;
 }
 
+// Streamed inputs: chunks of kRowsPerChunk rows, in order; the last
+// val_fraction of all the rows (counted first) is the validation split.
+std::vector<Chunk> plan_stream_chunks(const std::vector<Input>& inputs, const PrepareOptions& o, int64_t& total_rows) {
+  std::vector<int64_t> rows;
+  total_rows = 0;
+  for (const auto& in : inputs) total_rows += rows.emplace_back(in.rows->rows());
+  int64_t val_rows = 0;
+  if (o.val_fraction > 0 && total_rows < 2) {
+    spdlog::warn("data prepare: the input has fewer than 2 rows, so the validation split is empty");
+  } else if (o.val_fraction > 0) {
+    val_rows = std::clamp<int64_t>(std::llround(static_cast<double>(total_rows) * o.val_fraction), 1, total_rows - 1);
+  }
+  const int64_t first_val = total_rows - val_rows;
+  std::vector<Chunk> chunks;
+  int64_t row = 0;
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    for (int64_t r = 0; r < rows[k];) {
+      int64_t n = std::min(kRowsPerChunk, rows[k] - r);
+      if (row < first_val && row + n > first_val) n = first_val - row;
+      chunks.push_back(Chunk{k, 0, 0, row >= first_val, true, true, n});
+      r += n, row += n;
+    }
+  }
+  return chunks;
+}
+
+// Reads exactly `n` rows (a chunk's) from a stream.
+void read_rows(DocumentStream& stream, int64_t n, std::vector<std::string>& out) {
+  out.clear();
+  while (static_cast<int64_t>(out.size()) < n)
+    if (stream.read(out, static_cast<size_t>(n) - out.size()) == 0)
+      throw data_error("'" + stream.path() + "' ended before the rows it declared\n    fix: check the file is complete");
+}
+
 }  // namespace
 
 PrepareResult prepare_dataset(const PrepareOptions& o) {
@@ -314,7 +357,20 @@ PrepareResult prepare_dataset(const PrepareOptions& o) {
   check_options(o);
   std::vector<Input> inputs;
   int64_t total = 0;
+  // Parquet, Arrow and compressed inputs are read front to back (document_stream.h); then all are.
+  const bool streaming = std::any_of(o.inputs.begin(), o.inputs.end(), is_streamed_input);
   for (const auto& path : o.inputs) {
+    if (streaming) {
+      if (!is_streamed_input(path) && format_of(path, o.input_format) != InputFormat::kJsonl)
+        throw usage_error("input '" + path +
+                          "' is plain text, which cannot be mixed with Parquet, Arrow or compressed inputs"
+                          "\n    fix: prepare it in a run of its own, or convert it to JSONL");
+      Input in{nullptr, InputFormat::kJsonl, 0, open_document_stream(path, o.text_key)};
+      if (in.rows->rows() == 0)
+        throw data_error("input '" + path + "' has no rows\n    fix: remove it from the inputs");
+      inputs.push_back(std::move(in));
+      continue;
+    }
     std::error_code ec;
     if (fs::is_directory(path, ec))
       throw data_error("input '" + path + "' is a directory\n    fix: pass the files, e.g. --input " +
@@ -340,7 +396,9 @@ PrepareResult prepare_dataset(const PrepareOptions& o) {
   SplitWriter train(o.output_dir, "train", info, o.shard_tokens);
   SplitWriter val(o.output_dir, "val", info, o.shard_tokens);
 
-  const std::vector<Chunk> chunks = plan_chunks(inputs, o, total, *tokenizer);
+  int64_t total_rows = 0;
+  const std::vector<Chunk> chunks =
+      streaming ? plan_stream_chunks(inputs, o, total_rows) : plan_chunks(inputs, o, total, *tokenizer);
   const int64_t threads = std::max<int64_t>(1, o.threads > 0 ? o.threads : resolve_threads(0));
   const size_t max_ahead = static_cast<size_t>(4 * threads);
 
@@ -353,16 +411,25 @@ PrepareResult prepare_dataset(const PrepareOptions& o) {
   std::exception_ptr error;
   auto worker = [&] {
     ChunkEncoder enc(*tokenizer, o);
+    std::vector<std::string> docs;
     while (true) {
       size_t i;
-      {
+      try {
         std::unique_lock<std::mutex> lock(mu);
         cv.wait(lock, [&] { return stop || next_claim >= chunks.size() || next_claim < next_write + max_ahead; });
         if (stop || next_claim >= chunks.size()) return;
         i = next_claim++;
+        // Streams are read in claim order, under the lock; encoding runs in parallel.
+        if (chunks[i].rows > 0) read_rows(*inputs[chunks[i].input].rows, chunks[i].rows, docs);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(mu);
+        if (!error) error = std::current_exception();
+        stop = true;
+        cv.notify_all();
+        return;
       }
       try {
-        Encoded e = enc.encode(inputs[chunks[i].input], chunks[i]);
+        Encoded e = chunks[i].rows > 0 ? enc.encode(docs) : enc.encode(inputs[chunks[i].input], chunks[i]);
         std::lock_guard<std::mutex> lock(mu);
         done.emplace(i, std::move(e));
       } catch (...) {
@@ -375,7 +442,6 @@ PrepareResult prepare_dataset(const PrepareOptions& o) {
   };
 
   PrepareResult r;
-  r.input_bytes = total;
   r.tokenizer = tokenizer->name();
   r.vocab_size = tokenizer->vocab_size();
   StopSignals signals;
@@ -392,7 +458,9 @@ PrepareResult prepare_dataset(const PrepareOptions& o) {
     pool.clear();
   };
 
-  int64_t bytes_done = 0;
+  // Progress in bytes for mapped inputs, in rows for streamed ones (whose text size is not known ahead).
+  int64_t bytes_done = 0, rows_done = 0;
+  const double work_total = static_cast<double>(streaming ? total_rows : total);
   auto last_shown = Clock::now() - std::chrono::hours(1);
   try {
     while (next_write < chunks.size()) {
@@ -409,7 +477,8 @@ PrepareResult prepare_dataset(const PrepareOptions& o) {
       }
       const Chunk& c = chunks[next_write];
       (c.val ? val : train).write(e, r);
-      bytes_done += static_cast<int64_t>(c.end - c.begin);
+      bytes_done += e.text_bytes;
+      rows_done += c.rows;
       {
         std::lock_guard<std::mutex> lock(mu);
         ++next_write;
@@ -418,13 +487,12 @@ PrepareResult prepare_dataset(const PrepareOptions& o) {
       const double elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
       if (Clock::now() - last_shown > std::chrono::milliseconds(250) || next_write == chunks.size()) {
         last_shown = Clock::now();
+        const double fraction = static_cast<double>(streaming ? rows_done : bytes_done) / work_total;
         char line[256];
-        std::snprintf(
-            line, sizeof line, "prepare: %5.1f%% | %.1f/%.1f MB | %lld tokens | %.1f MB/s | ETA %s",
-            100.0 * static_cast<double>(bytes_done) / static_cast<double>(total), bytes_done / 1e6, total / 1e6,
-            static_cast<long long>(train.tokens() + val.tokens()), bytes_done / 1e6 / elapsed,
-            format_duration(elapsed * static_cast<double>(total - bytes_done) / std::max<double>(1.0, bytes_done))
-                .c_str());
+        std::snprintf(line, sizeof line, "prepare: %5.1f%% | %.1f MB | %lld tokens | %.1f MB/s | ETA %s",
+                      100.0 * fraction, bytes_done / 1e6, static_cast<long long>(train.tokens() + val.tokens()),
+                      bytes_done / 1e6 / elapsed,
+                      format_duration(elapsed * (1.0 - fraction) / std::max(1e-9, fraction)).c_str());
         progress.show(line);
       }
     }
@@ -444,6 +512,7 @@ PrepareResult prepare_dataset(const PrepareOptions& o) {
   }
   r.train_tokens = train.tokens(), r.val_tokens = val.tokens();
   r.train_documents = train.documents(), r.val_documents = val.documents();
+  r.input_bytes = bytes_done;  // the text encoded (the file sizes, for mapped inputs)
   r.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   return r;
 }
