@@ -116,10 +116,13 @@ TokenDataset::TokenDataset(const DataSourceSettings& d, int64_t model_vocab_size
         throw data_error("token shard '" + path + "' holds " + std::to_string(s.count) + " tokens but its sidecar '" +
                          sidecar_path(path) + "' says " + std::to_string(info->tokens) + fix("re-create the shard"));
       if (info->vocab_size > sidecar_vocab) sidecar_vocab = info->vocab_size, vocab_from = path;
-      if (!tokenizer_.empty() && !info->tokenizer.empty() && info->tokenizer != tokenizer_)
+      // The same tokenizer file is the same tokenizer wherever it was read from: compare contents.
+      const std::string identity =
+          info->tokenizer_crc32c.empty() ? info->tokenizer : "crc32c:" + info->tokenizer_crc32c;
+      if (!tokenizer_identity_.empty() && !identity.empty() && identity != tokenizer_identity_)
         throw data_error(key + ": '" + path + "' was made with tokenizer " + info->tokenizer + " but '" +
                          shards_.front().path() + "' with " + tokenizer_ + fix("use shards from one tokenizer"));
-      if (tokenizer_.empty()) tokenizer_ = info->tokenizer;
+      if (tokenizer_.empty()) tokenizer_ = info->tokenizer, tokenizer_identity_ = identity;
       if (d.eot_token < 0 && info->eot_token >= 0) {
         if (eot_ && *eot_ != info->eot_token)
           throw data_error(key + ": the sidecars disagree on the end-of-document id (" + std::to_string(*eot_) +

@@ -49,7 +49,7 @@ class TokenDataset {
   int64_t total_ = 0;
   int64_t vocab_size_;
   std::optional<int64_t> eot_;
-  std::string tokenizer_;
+  std::string tokenizer_, tokenizer_identity_;
   std::string key_;
 };
 

@@ -110,3 +110,33 @@ TEST_CASE("cli: data prepare names an unusable tokenizer and writes nothing", "[
   CHECK(u.exit_code == 2);
   CHECK_THAT(u.output, Contains("unknown tokenizer 'llama'"));
 }
+
+TEST_CASE("cli: shards from one tokenizer file read from two places mix; from two tokenizers they do not",
+          "[cli][data][tokenizer]") {
+  TempDir dir;
+  documents(dir.file("docs.jsonl"));
+  fs::copy(reference_tokenizer("mistral"), dir.file("copy"), fs::copy_options::recursive);
+  for (const std::string& t : {reference_tokenizer("mistral"), dir.file("copy"), reference_tokenizer("gemma")}) {
+    const std::string out = dir.file("out" + std::to_string(t.size()) + t.substr(t.size() - 3));
+    auto r =
+        run_gputrain({"data", "prepare", dir.file("docs.jsonl"), "-o", out, "--tokenizer", t, "--progress", "off"});
+    INFO(r.output);
+    REQUIRE(r.exit_code == 0);
+  }
+  auto recipe = [&](const std::string& a, const std::string& b) {
+    write_file(dir.file("r.yaml"),
+               "model: {vocab_size: 32768, seq_len: 32, n_layer: 1, n_head: 1, d_model: 8}\n"
+               "data: {train: {format: tokens, path: [" +
+                   a + ", " + b + "]}}\n");
+    return run_gputrain({"validate", dir.file("r.yaml")});
+  };
+  const std::string shipped = "out" + std::to_string(reference_tokenizer("mistral").size()) + "ral/train_*.bin";
+  const std::string copied = "out" + std::to_string(dir.file("copy").size()) + "opy/train_*.bin";
+  const std::string gemma = "out" + std::to_string(reference_tokenizer("gemma").size()) + "mma/train_*.bin";
+  auto same = recipe(shipped, copied);
+  INFO(same.output);
+  CHECK(same.exit_code == 0);
+  auto other = recipe(shipped, gemma);
+  CHECK(other.exit_code == 2);
+  CHECK_THAT(other.output, Contains("was made with tokenizer"));
+}
