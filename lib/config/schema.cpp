@@ -321,6 +321,54 @@ FieldSpec path_list_field(std::string path, Acc acc, std::string doc) {
           }};
 }
 
+// data.*.mixture: a list of {path: path | [path, ...], weight: number > 0}.
+template <class Acc>
+FieldSpec mixture_field(std::string path, Acc acc, std::string doc) {
+  return {
+      path, "[{path: path | [path, ...], weight: number > 0}, ...]", doc,
+      [=](Settings& s, const ConfigNode& n) {
+        std::vector<MixtureSourceSettings> out;
+        if (n.kind == ConfigNode::Kind::kNull) return void(acc(s) = out);
+        if (n.kind != ConfigNode::Kind::kSequence)
+          throw FieldProblem{"expected a list of sources, got " + n.kind_name(),
+                             "write - {path: data/a/train_*.bin, weight: 0.7} for each source"};
+        for (size_t i = 0; i < n.items.size(); ++i) {
+          const ConfigNode& item = n.items[i];
+          const std::string at = "source " + std::to_string(i + 1);
+          if (item.kind != ConfigNode::Kind::kMap)
+            throw FieldProblem{at + " is " + item.kind_name() + ", not {path: ..., weight: ...}",
+                               "write each source as {path: FILES, weight: W}"};
+          MixtureSourceSettings m;
+          for (const auto& e : item.entries) {
+            if (e.key == "path") {
+              if (e.value.kind == ConfigNode::Kind::kSequence) {
+                for (const auto& p : e.value.items) m.paths.push_back(resolve_path(p));
+              } else {
+                m.paths.push_back(resolve_path(e.value));
+              }
+            } else if (e.key == "weight") {
+              m.weight = read_float(e.value, FloatRange{0.0, INFINITY, true, false});
+            } else {
+              throw FieldProblem{at + " has the unknown key '" + e.key + "'",
+                                 "a source has path and weight; the other data keys apply to all sources"};
+            }
+          }
+          if (m.paths.empty() || m.paths.front().empty())
+            throw FieldProblem{at + " has no path", "give each source its files: {path: FILES, weight: W}"};
+          if (!item.find("weight"))
+            throw FieldProblem{at + " has no weight", "give each source its share: {path: FILES, weight: W}"};
+          out.push_back(std::move(m));
+        }
+        acc(s) = std::move(out);
+      },
+      [=](const Settings& s) {
+        json out = json::array();
+        for (const auto& m : acc(s))
+          out.push_back({{"path", m.paths.size() == 1 ? json(m.paths.front()) : json(m.paths)}, {"weight", m.weight}});
+        return out;
+      }};
+}
+
 // An integer id where "auto" (stored as -1) means "find it elsewhere".
 template <class Acc>
 FieldSpec auto_id_field(std::string path, Acc acc, int64_t hi, std::string doc) {
@@ -387,6 +435,11 @@ void add_data_source(std::vector<FieldSpec>& f, const std::string& which) {
           p + "path", [=](auto& s) -> auto& { return src(s).paths; },
           "tokens/text: a file, a glob such as data/train_*.bin, or a list of them (relative to the recipe file)")
           .resume(path_on_resume));
+  f.push_back(mixture_field(
+                  p + "mixture", [=](auto& s) -> auto& { return src(s).mixture; },
+                  "tokens: instead of path, sources sampled in proportion to their weights (docs/data.md "
+                  "\"Mixtures\"); the other keys here apply to every source")
+                  .resume(on_resume));
   f.push_back(enum_field(
                   p + "dtype", [=](auto& s) -> auto& { return src(s).dtype; },
                   EnumTable<TokenDtype>{

@@ -102,6 +102,12 @@ struct SyntheticSettings {
   int64_t seed = 0;       // the language itself (which successors, which probabilities)
 };
 
+// One source of a mixture (data.*.mixture): its files and its share of the samples.
+struct MixtureSourceSettings {
+  std::vector<std::string> paths;  // absolute after loading, like DataSourceSettings::paths
+  double weight = 1.0;
+};
+
 struct DataSourceSettings {
   DataFormat format = DataFormat::kNone;
   // tokens / text: files or glob patterns, absolute after loading (YAML key
@@ -113,6 +119,9 @@ struct DataSourceSettings {
   bool mask_document_boundaries = false;  // no loss on a prediction made from an end-of-document input
   int64_t eot_token = -1;                 // end-of-document id; -1 = auto (from the shards' sidecar)
   SyntheticSettings synthetic;
+  // tokens: several sources sampled in proportion to their weights (instead of `paths`); the other
+  // keys apply to every source (data/mixture.h).
+  std::vector<MixtureSourceSettings> mixture;
 };
 
 struct DataSettings {

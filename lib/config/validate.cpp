@@ -89,6 +89,21 @@ void check_model(Checker& c) {
                 "adapt qkv and proj only");
 }
 
+// Plain paths are checked here, where the message can point at the recipe
+// line; glob patterns, headers and sizes when the data is opened (data/token_dataset.h).
+void check_paths(Checker& c, const std::vector<std::string>& paths, const std::string& key) {
+  for (const auto& path : paths) {
+    if (is_glob_pattern(path)) continue;
+    std::error_code ec;
+    if (fs::is_directory(path, ec))
+      c.error(key, "'" + path + "' is a directory, not a data file",
+              "name the files, e.g. " + (fs::path(path) / "train_*.bin").string());
+    else if (!fs::is_regular_file(path, ec))
+      c.error(key, "file '" + path + "' does not exist or is not a regular file",
+              "check the path (relative paths are relative to the recipe file)");
+  }
+}
+
 void check_source(Checker& c, const DataSourceSettings& d, const std::string& which) {
   const std::string p = "data." + which + ".";
   const ModelSettings& m = c.s.model;
@@ -135,23 +150,20 @@ void check_source(Checker& c, const DataSourceSettings& d, const std::string& wh
   if (d.eot_token >= m.vocab_size)
     c.error(p + "eot_token", "(" + str(d.eot_token) + ") is not below model.vocab_size (" + str(m.vocab_size) + ")",
             "use the tokenizer's end-of-document id (GPT-2: 50256), or auto");
+  if (!d.mixture.empty()) {
+    if (d.format != DataFormat::kTokens)
+      c.error(p + "mixture", "needs format: tokens", "prepare each source with `gputrain data prepare`");
+    if (!d.paths.empty())
+      c.error(p + "path", "is set beside " + p + "mixture", "list every file under mixture, and remove path");
+    for (size_t k = 0; k < d.mixture.size(); ++k) check_paths(c, d.mixture[k].paths, p + "mixture");
+    return;
+  }
   if (d.paths.empty()) {
     c.error(p + "path", "is required for format " + std::string(d.format == DataFormat::kText ? "text" : "tokens"),
             "set " + p + "path to the file (or a glob such as data/train_*.bin)");
     return;
   }
-  // Plain paths are checked here, where the message can point at the recipe
-  // line; glob patterns, headers and sizes when the data is opened (data/token_dataset.h).
-  for (const auto& path : d.paths) {
-    if (is_glob_pattern(path)) continue;
-    std::error_code ec;
-    if (fs::is_directory(path, ec))
-      c.error(p + "path", "'" + path + "' is a directory, not a data file",
-              "name the files, e.g. " + (fs::path(path) / "train_*.bin").string());
-    else if (!fs::is_regular_file(path, ec))
-      c.error(p + "path", "file '" + path + "' does not exist or is not a regular file",
-              "check the path (relative paths are relative to the recipe file)");
-  }
+  check_paths(c, d.paths, p + "path");
 }
 
 void check_data(Checker& c) {

@@ -187,9 +187,10 @@ std::vector<std::string> arrow_files(const std::string& path) {
     std::sort(files.begin(), files.end());
   }
   if (files.empty())
-    throw data_error("folder '" + path +
-                     "' holds no .arrow files\n    fix: pass a folder `datasets` save_to_disk wrote, "
-                     "or the data files themselves");
+    throw data_error("input folder '" + path +
+                     "' holds no .arrow files, so it is not a datasets folder\n    fix: pass " +
+                     "the files themselves, e.g. " + (fs::path(path) / "*.jsonl").string() +
+                     ", or a folder `datasets` save_to_disk wrote");
   return files;
 }
 

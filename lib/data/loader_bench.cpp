@@ -11,7 +11,7 @@ namespace gputrain {
 std::vector<LoaderBenchRow> bench_loader(const Settings& s, const std::vector<int64_t>& workers, int64_t batches) {
   const torch::Device device = resolve_device(s.run.device);
   auto source = make_window_source(s.data.train, s.model, "data.train");
-  WindowSampler sampler(source->window_count(), SamplerOptions{static_cast<uint64_t>(s.run.seed), kTrainStream});
+  WindowSampler sampler(*source, SamplerOptions{static_cast<uint64_t>(s.run.seed), kTrainStream});
   std::vector<LoaderBenchRow> rows;
   for (int64_t w : workers) {
     BatchLoader loader(*source, sampler, loader_options(s, s.data.train, device, w));

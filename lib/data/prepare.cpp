@@ -347,7 +347,8 @@ void read_rows(DocumentStream& stream, int64_t n, std::vector<std::string>& out)
   out.clear();
   while (static_cast<int64_t>(out.size()) < n)
     if (stream.read(out, static_cast<size_t>(n) - out.size()) == 0)
-      throw data_error("'" + stream.path() + "' ended before the rows it declared\n    fix: check the file is complete");
+      throw data_error("'" + stream.path() +
+                       "' ended before the rows it declared\n    fix: check the file is complete");
 }
 
 }  // namespace

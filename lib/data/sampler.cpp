@@ -1,5 +1,6 @@
 #include "data/sampler.h"
 
+#include "data/mixture.h"
 #include "data/rng.h"
 #include "util/error.h"
 
@@ -36,9 +37,23 @@ WindowSampler::WindowSampler(int64_t window_count, SamplerOptions o) : window_co
   }
 }
 
+WindowSampler::WindowSampler(const WindowSource& source, SamplerOptions o)
+    : WindowSampler(source.mixture() ? 0 : source.window_count(), o) {
+  mixture_ = source.mixture();
+  if (mixture_) window_count_ = mixture_->window_count();  // for the resume check; epochs are per source
+}
+
 int64_t WindowSampler::epoch(int64_t sample) const { return per_rank_ == 0 ? 0 : sample / per_rank_; }
 
 uint64_t WindowSampler::window(int64_t sample) const {
+  if (mixture_) {
+    const auto [k, j] = mixture_->schedule().at(sample * o_.world + o_.rank);
+    const int64_t n = mixture_->part_window_count(k);
+    const RandomPermutation order(
+        static_cast<uint64_t>(n),
+        mix_seed(o_.seed, o_.stream, mix_seed(static_cast<uint64_t>(k), static_cast<uint64_t>(j / n))));
+    return MixtureWindows::window_key(k, order(static_cast<uint64_t>(j % n)));
+  }
   if (window_count_ == 0) return mix_seed(o_.seed, o_.stream, static_cast<uint64_t>(sample * o_.world + o_.rank));
   const int64_t e = sample / per_rank_;
   const int64_t position = (sample % per_rank_) * o_.world + o_.rank;

@@ -50,15 +50,21 @@ struct SamplerState {
 nlohmann::json sampler_state_to_json(const SamplerState& s);
 SamplerState sampler_state_from_json(const nlohmann::json& j);  // throws a data Error if malformed
 
+class WindowSource;
+class MixtureWindows;
+
 class WindowSampler {
  public:
   // window_count 0 = endless source. Throws a data Error when there are
   // fewer windows than ranks.
   WindowSampler(int64_t window_count, SamplerOptions o);
+  // The sampler for `source`: a mixture's interleaves its sources (data/mixture.h),
+  // each source's windows shuffled per pass over it.
+  WindowSampler(const WindowSource& source, SamplerOptions o);
 
   uint64_t window(int64_t sample) const;  // this rank's sample-th sample, counting across epochs
   int64_t epoch(int64_t sample) const;
-  int64_t samples_per_epoch() const { return per_rank_; }  // per rank; 0 = endless
+  int64_t samples_per_epoch() const { return per_rank_; }  // per rank; 0 = endless or a mixture
   int64_t window_count() const { return window_count_; }
 
   SamplerState state(int64_t next_sample) const;
@@ -70,6 +76,7 @@ class WindowSampler {
   int64_t window_count_;
   SamplerOptions o_;
   int64_t per_rank_ = 0;
+  const MixtureWindows* mixture_ = nullptr;
 };
 
 }  // namespace gputrain

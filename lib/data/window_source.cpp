@@ -4,6 +4,7 @@
 #include <cstring>
 #include <vector>
 
+#include "data/mixture.h"
 #include "data/rng.h"
 #include "data/synthetic_language.h"
 #include "data/token_windows.h"
@@ -67,6 +68,7 @@ std::unique_ptr<WindowSource> make_window_source(const DataSourceSettings& d, co
     }
     case DataFormat::kTokens:
     case DataFormat::kText:
+      if (!d.mixture.empty()) return std::make_unique<MixtureWindows>(d, m, key);
       return std::make_unique<TokenWindows>(d, m, key);
     case DataFormat::kNone:
       break;

@@ -14,6 +14,8 @@
 
 namespace gputrain {
 
+class MixtureWindows;
+
 class WindowSource {
  public:
   virtual ~WindowSource() = default;
@@ -29,6 +31,8 @@ class WindowSource {
   virtual std::string describe() const = 0;
   // The loss no model can beat on this data, in nats/token, where it is known.
   virtual std::optional<double> entropy_floor(int64_t /*seq_len*/) const { return std::nullopt; }
+  // A mixture of sources (data/mixture.h), whose sampler interleaves them.
+  virtual const MixtureWindows* mixture() const { return nullptr; }
 };
 
 // Builds the source of a data.train / data.eval section (`key` names it in

@@ -16,6 +16,7 @@
 #include "config/schema.h"
 #include "config/validate.h"
 #include "data/loader.h"
+#include "data/mixture.h"
 #include "data/rng.h"
 #include "metrics/flops.h"
 #include "metrics/metrics_writer.h"
@@ -319,11 +320,11 @@ void Trainer::choose_batch_split() {
 void Trainer::load_data() {
   const auto seed = static_cast<uint64_t>(s_.run.seed);
   if (eval_source_) {
-    WindowSampler eval_sampler(eval_source_->window_count(), SamplerOptions{seed, kEvalStream});
+    WindowSampler eval_sampler(*eval_source_, SamplerOptions{seed, kEvalStream});
     BatchLoader eval_loader(*eval_source_, eval_sampler, loader_options(s_, s_.data.eval, plan_.device, 0));
     for (int64_t i = 0; i < s_.train.eval_steps; ++i) eval_batches_.push_back(eval_loader.next());
   }
-  train_sampler_.emplace(train_source_->window_count(), SamplerOptions{seed, kTrainStream});
+  train_sampler_.emplace(*train_source_, SamplerOptions{seed, kTrainStream});
   LoaderOptions options = loader_options(s_, s_.data.train, plan_.device, s_.data.num_workers);
   options.shard = par_->dp_rank();
   options.shards = plan_.dp;
@@ -579,6 +580,8 @@ void Trainer::log_step(const StepResult& r, int64_t step, bool eval_now) {
   rec["lr"] = r.lr;
   rec["grad_norm"] = round_to(r.grad_norm.item<double>(), 6);
   rec["tokens"] = t_.tokens;
+  if (const MixtureWindows* mix = train_source_->mixture())  // tokens read from each source (data/mixture.h)
+    rec["tokens_by_source"] = mixture_report(*mix, train_loader_->next_sample(), s_.model.seq_len, false);
   rec["tokens_per_s"] = round_to(static_cast<double>(interval_.tokens) / elapsed, 1);
   rec["step_ms"] = round_to(1000.0 * elapsed / static_cast<double>(interval_.steps), 3);
   add_mfu(rec);
@@ -654,6 +657,8 @@ json Trainer::summary(const std::string& status) const {
                     SummaryFacts{plan_.device, plan_.threads, n_params_,
                                  precision_->skipped_steps() + t_.nan_skipped_steps, floor_, seconds_since(t_start_)});
   j["world_size"] = plan_.world.size;
+  if (const MixtureWindows* mix = train_source_->mixture())
+    j["data_sources"] = mixture_report(*mix, train_loader_->next_sample(), s_.model.seq_len, true);
   add_mfu(j);
   if (s_.model.lora.rank > 0) j["lora"] = lora_report(s_, optimizer_->state_bytes());
   if (s_.model.moe.enabled()) j["moe"] = moe_metrics_.summary(s_.model);

@@ -111,7 +111,7 @@ TEST_CASE("cli: data prepare names an unusable tokenizer and writes nothing", "[
   CHECK_THAT(u.output, Contains("unknown tokenizer 'llama'"));
 }
 
-TEST_CASE("cli: shards from one tokenizer file read from two places mix; from two tokenizers they do not",
+TEST_CASE("cli: shards from one tokenizer file read from two places mix, from two tokenizers they do not",
           "[cli][data][tokenizer]") {
   TempDir dir;
   documents(dir.file("docs.jsonl"));

@@ -202,7 +202,7 @@ TEST_CASE("prepare: refuses to mix with earlier shards, and --overwrite replaces
   o.inputs = {dir.file("missing.txt")};
   CHECK_THROWS_WITH(prepare_dataset(o), Contains("missing.txt"));
   o.inputs = {dir.path().string()};
-  CHECK_THROWS_WITH(prepare_dataset(o), Contains("is a directory"));
+  CHECK_THROWS_WITH(prepare_dataset(o), Contains("holds no .arrow files, so it is not a datasets folder"));
   write_file(dir.file("empty.txt"), "");
   o.inputs = {dir.file("empty.txt")};
   CHECK_THROWS_WITH(prepare_dataset(o), Contains("empty.txt' is empty"));

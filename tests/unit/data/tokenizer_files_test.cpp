@@ -139,7 +139,7 @@ TEST_CASE("documents are framed with the tokenizer's BOS/EOS, from the file, its
         std::vector<uint32_t>{2});
 }
 
-TEST_CASE("special-token text inside a document is ordinary text; non-special added tokens match",
+TEST_CASE("special-token text inside a document is ordinary text, non-special added tokens match",
           "[data][tokenizer]") {
   auto llama3 = make_tokenizer({reference_tokenizer("llama3")});
   const auto ids = encode(*llama3, "<|begin_of_text|>hello<|end_of_text|>");

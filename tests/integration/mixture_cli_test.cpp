@@ -1,0 +1,130 @@
+// data.train.mixture end to end: two prepared datasets sampled 3:1, tokens
+// per source in metrics.jsonl and summary.json, a resumed run equal to an
+// uninterrupted one, and the recipe errors.
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+
+#include "test_util.h"
+
+using namespace gputrain::test;
+using Catch::Matchers::Contains;
+namespace fs = std::filesystem;
+
+namespace {
+
+// Two byte-level datasets from different parts of tinyshakespeare.
+void prepare_sources(const TempDir& dir) {
+  const std::string text = read_file(shared_data("tinyshakespeare.txt"));
+  write_file(dir.file("a.txt"), text.substr(0, 60000));
+  write_file(dir.file("b.txt"), text.substr(500000, 30000));
+  for (const char* name : {"a", "b"}) {
+    auto r = run_gputrain({"data", "prepare", dir.file(std::string(name) + ".txt"), "-o", dir.file(name), "--tokenizer",
+                           "bytes", "--documents", "paragraphs", "--val-fraction", "0", "--progress", "off"});
+    INFO(r.output);
+    REQUIRE(r.exit_code == 0);
+  }
+}
+
+std::string mixture_recipe(const std::string& sources) {
+  return "run: {name: mix, threads: 2}\n"
+         "model: {vocab_size: 320, seq_len: 16, n_layer: 1, n_head: 2, d_model: 16, dropout: 0.1}\n"
+         "data:\n"
+         "  train:\n"
+         "    format: tokens\n"
+         "    mixture: " +
+         sources +
+         "\n"
+         "train: {per_device_batch_size: 4, max_steps: 12, log_every: 1}\n"
+         "optim: {lr: 3e-3, schedule: {warmup_steps: 2, decay_steps: 12}}\n"
+         "metrics: {progress: off}\n";
+}
+
+CommandResult train(const std::string& recipe, const std::string& out, const std::vector<std::string>& sets = {}) {
+  std::vector<std::string> args = {"run", recipe, "--output-dir", out};
+  for (const auto& s : sets) args.insert(args.end(), {"--set", s});
+  return run_gputrain(args);
+}
+
+std::vector<nlohmann::json> step_records(const std::string& out) {
+  std::vector<nlohmann::json> lines = read_jsonl(out + "/metrics.jsonl");
+  for (auto& l : lines)
+    for (const char* k : {"tokens_per_s", "step_ms", "mem_peak_mb"}) l.erase(k);
+  return lines;
+}
+
+}  // namespace
+
+TEST_CASE("cli: a mixture samples its sources by weight, reports tokens per source, and resumes exactly",
+          "[cli][data][mixture]") {
+  TempDir dir;
+  prepare_sources(dir);
+  write_file(dir.file("mix.yaml"),
+             mixture_recipe("[{path: a/train_*.bin, weight: 3}, {path: b/train_*.bin, weight: 1}]"));
+  const std::string straight = dir.file("straight"), resumed = dir.file("resumed");
+  auto a = train(dir.file("mix.yaml"), straight);
+  INFO(a.output);
+  REQUIRE(a.exit_code == 0);
+  CHECK_THAT(a.output, Contains("data: mixture of 2 sources: 75.0%") && Contains("; 25.0%"));
+  const auto lines = step_records(straight);
+  REQUIRE(lines.size() == 12);
+  // 48 samples of 16 tokens: 36 from a, 12 from b (3:1, spread evenly).
+  const auto& by_source = lines.back()["tokens_by_source"];
+  CHECK(by_source[fs::absolute(dir.file("a/train_*.bin")).lexically_normal().string()] == 36 * 16);
+  CHECK(by_source[fs::absolute(dir.file("b/train_*.bin")).lexically_normal().string()] == 12 * 16);
+  CHECK(lines.front()["tokens_by_source"].size() == 2);
+  const auto summary = read_json(straight + "/summary.json");
+  REQUIRE(summary["data_sources"].size() == 2);
+  CHECK(summary["data_sources"][0]["weight"] == 3.0);
+  CHECK(summary["data_sources"][0]["samples"] == 36);
+  CHECK(summary["data_sources"][1]["tokens"] == 12 * 16);
+
+  // Stopped at step 5 and resumed: every step as in the uninterrupted run.
+  auto b1 = train(dir.file("mix.yaml"), resumed, {"train.max_steps=5"});
+  INFO(b1.output);
+  REQUIRE(b1.exit_code == 0);
+  auto b2 = train(dir.file("mix.yaml"), resumed);
+  INFO(b2.output);
+  REQUIRE(b2.exit_code == 0);
+  CHECK_THAT(b2.output, Contains("at step 5"));
+  CHECK(step_records(resumed) == lines);
+
+  // The same data as one source (weight 1) reads only it.
+  write_file(dir.file("one.yaml"), mixture_recipe("[{path: a/train_*.bin, weight: 1}]"));
+  auto one = train(dir.file("one.yaml"), dir.file("one"));
+  INFO(one.output);
+  REQUIRE(one.exit_code == 0);
+  CHECK(read_json(dir.file("one/summary.json"))["data_sources"][0]["samples"] == 48);
+}
+
+TEST_CASE("cli: mixture recipes are validated: weights, files, and path beside mixture", "[cli][data][mixture]") {
+  TempDir dir;
+  prepare_sources(dir);
+  auto validate = [&](const std::string& sources, const std::string& extra = "") {
+    std::string recipe = mixture_recipe(sources);
+    if (!extra.empty()) recipe.replace(recipe.find("    format: tokens\n"), 19, "    format: tokens\n" + extra);
+    write_file(dir.file("v.yaml"), recipe);
+    return run_gputrain({"validate", dir.file("v.yaml")});
+  };
+  auto ok = validate("[{path: a/train_*.bin, weight: 0.5}, {path: b/train_*.bin, weight: 0.5}]");
+  INFO(ok.output);
+  CHECK(ok.exit_code == 0);
+  auto zero = validate("[{path: a/train_*.bin, weight: 0}]");
+  CHECK(zero.exit_code == 2);
+  CHECK_THAT(zero.output, Contains("data.train.mixture") && Contains("must be > 0"));
+  auto no_weight = validate("[{path: a/train_*.bin}]");
+  CHECK(no_weight.exit_code == 2);
+  CHECK_THAT(no_weight.output, Contains("source 1 has no weight"));
+  auto unknown = validate("[{path: a/train_*.bin, weight: 1, packing: documents}]");
+  CHECK(unknown.exit_code == 2);
+  CHECK_THAT(unknown.output, Contains("source 1 has the unknown key 'packing'"));
+  auto missing = validate("[{path: a/train_*.bin, weight: 1}, {path: nowhere.bin, weight: 1}]");
+  CHECK(missing.exit_code == 2);
+  CHECK_THAT(missing.output, Contains("data.train.mixture") && Contains("nowhere.bin' does not exist"));
+  auto empty_glob = validate("[{path: a/train_*.bin, weight: 1}, {path: c/train_*.bin, weight: 1}]");
+  CHECK(empty_glob.exit_code == 2);
+  CHECK_THAT(empty_glob.output, Contains("data.train.mixture[1]"));
+  auto both = validate("[{path: a/train_*.bin, weight: 1}]", "    path: b/train_*.bin\n");
+  CHECK(both.exit_code == 2);
+  CHECK_THAT(both.output, Contains("data.train.path: is set beside data.train.mixture"));
+}
