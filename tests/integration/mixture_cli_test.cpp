@@ -128,3 +128,25 @@ TEST_CASE("cli: mixture recipes are validated: weights, files, and path beside m
   CHECK(both.exit_code == 2);
   CHECK_THAT(both.output, Contains("data.train.path: is set beside data.train.mixture"));
 }
+
+TEST_CASE("cli: a mixture read by 2 processes is the mixture read by 1 with the same global batch",
+          "[cli][data][mixture][slow]") {
+  TempDir dir;
+  prepare_sources(dir);
+  write_file(dir.file("mix.yaml"),
+             mixture_recipe("[{path: a/train_*.bin, weight: 2}, {path: b/train_*.bin, weight: 1}]"));
+  auto one = train(dir.file("mix.yaml"), dir.file("one"), {"run.threads=1", "model.dropout=0"});
+  INFO(one.output);
+  REQUIRE(one.exit_code == 0);
+  auto two =
+      run_gputrain({"run", dir.file("mix.yaml"), "--output-dir", dir.file("two"), "--nproc-per-node", "2", "--set",
+                    "run.threads=1", "--set", "model.dropout=0", "--set", "train.per_device_batch_size=2"});
+  INFO(two.output);
+  REQUIRE(two.exit_code == 0);
+  const auto a = read_jsonl(dir.file("one/metrics.jsonl")), b = read_jsonl(dir.file("two/metrics.jsonl"));
+  REQUIRE(a.size() == b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    CHECK(std::abs(a[i]["loss"].get<double>() - b[i]["loss"].get<double>()) < 1e-5);
+    CHECK(a[i]["tokens_by_source"] == b[i]["tokens_by_source"]);
+  }
+}
