@@ -25,6 +25,11 @@ int cmd_data_prepare(const PrepareOptions& o) {
       static_cast<long long>(r.val_tokens), static_cast<long long>(r.val_documents), r.shards.size(), r.seconds,
       r.input_bytes / 1e6 / r.seconds);
   for (const auto& s : r.shards) std::printf("  %s\n", s.c_str());
+  if (!r.chat_template.empty())
+    std::printf("chat: rendered with the %s template; loss masks beside the shards (.mask)\n", r.chat_template.c_str());
+  if (r.skipped_rows > 0)
+    std::fprintf(stderr, "data prepare: skipped %lld bad row(s) (--skip-bad-rows); the first: %s\n",
+                 static_cast<long long>(r.skipped_rows), r.first_skipped.c_str());
   std::printf("tokenizer %s: %lld ids; set model.vocab_size to at least %lld (a multiple of 64 runs faster: %lld)\n",
               r.tokenizer.c_str(), static_cast<long long>(r.vocab_size), static_cast<long long>(r.vocab_size),
               static_cast<long long>((r.vocab_size + 63) / 64 * 64));

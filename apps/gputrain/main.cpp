@@ -103,7 +103,7 @@ int main(int argc, char** argv) {
   auto* data = cli.add_subcommand("data", "prepare token shards from text; measure the data loader");
   data->require_subcommand(1);
   gputrain::PrepareOptions prep;
-  std::string tokenizer = "gpt2", documents = "file", input_format = "auto", progress = "auto";
+  std::string tokenizer = "gpt2", documents = "file", input_format = "auto", progress = "auto", doc_format = "text";
   auto* prepare =
       data->add_subcommand("prepare", "encode text or JSONL files into llm.c token shards (+ .json sidecars)");
   prepare->add_option("inputs", prep.inputs, "text or JSONL files (documents in this order)")
@@ -122,6 +122,18 @@ int main(int argc, char** argv) {
   prepare->add_option("--vocab", prep.tokenizer.vocab_path, "gpt2: GPT-2's encoder.json")->check(CLI::ExistingFile);
   prepare->add_option("--merges", prep.tokenizer.merges_path, "gpt2: GPT-2's vocab.bpe (merges)")
       ->check(CLI::ExistingFile);
+  prepare
+      ->add_option("--format", doc_format,
+                   "text: documents of text; chat: JSONL rows of messages or prompt/completion, rendered with a "
+                   "chat template, loss on the assistant's tokens only")
+      ->check(CLI::IsMember({"text", "chat"}))
+      ->capture_default_str();
+  prepare
+      ->add_option("--chat-template", prep.chat_template,
+                   "chat: chatml, llama3, mistral or plain (default: the one the tokenizer's special tokens suggest)")
+      ->check(CLI::IsMember({"chatml", "llama3", "mistral", "plain"}));
+  prepare->add_flag("--skip-bad-rows", prep.skip_bad_rows,
+                    "chat: skip rows with an unknown role or no assistant turn (counted) instead of stopping");
   prepare->add_option("--input-format", input_format, "text or jsonl; auto = jsonl for *.jsonl and *.json")
       ->check(CLI::IsMember({"auto", "text", "jsonl"}))
       ->capture_default_str();
@@ -219,6 +231,7 @@ int main(int argc, char** argv) {
     if (*print) return app::cmd_print_config(print_args, format, reference);
     if (*prepare) {
       prep.tokenizer.name = tokenizer;
+      prep.chat = doc_format == "chat";
       prep.documents = documents == "lines"        ? gputrain::DocumentUnit::kLine
                        : documents == "paragraphs" ? gputrain::DocumentUnit::kParagraph
                                                    : gputrain::DocumentUnit::kFile;

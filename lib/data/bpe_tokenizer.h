@@ -15,6 +15,10 @@ class BpeTokenizer : public Tokenizer {
   std::string name() const override { return "gpt2"; }
   int64_t vocab_size() const override { return static_cast<int64_t>(id_to_bytes_.size()); }
   const DocumentFraming& framing() const override { return framing_; }
+  std::optional<uint32_t> special_id(const std::string& text) const override {
+    if (text == "<|endoftext|>") return static_cast<uint32_t>(framing_.eos);
+    return std::nullopt;
+  }
   std::unique_ptr<TokenEncoder> make_encoder() const override;
   std::string decode(std::span<const uint32_t> ids) const override;
   size_t safe_split_point(std::string_view text, size_t target, size_t window) const override;

@@ -84,6 +84,10 @@ class HfTokenizer : public Tokenizer {
   std::string file_crc32c() const override { return crc_; }
   int64_t vocab_size() const override { return vocab_size_; }
   const DocumentFraming& framing() const override { return framing_; }
+  std::optional<uint32_t> special_id(const std::string& text) const override {
+    auto it = added_by_text_.find(text);
+    return it == added_by_text_.end() ? std::nullopt : std::optional<uint32_t>(it->second);
+  }
   std::unique_ptr<TokenEncoder> make_encoder() const override;
   std::string decode(std::span<const uint32_t> ids) const override;
   size_t safe_split_point(std::string_view text, size_t target, size_t window) const override {

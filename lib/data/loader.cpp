@@ -49,13 +49,16 @@ Batch BatchLoader::make_host_batch(int64_t index) const {
   b.input = torch::empty({B, T}, options);
   b.target = torch::empty({B, T}, options);
   std::vector<int64_t> window(T + 1);
+  const bool masked = source_.has_loss_mask();
+  std::vector<uint8_t> mask(masked ? T + 1 : 0);
   int64_t* in = b.input.data_ptr<int64_t>();
   int64_t* tg = b.target.data_ptr<int64_t>();
   const int64_t eot = source_.eot_token().value_or(-1);
   int64_t counted = 0;
   for (int64_t r = 0; r < B; ++r) {
-    const int64_t real = source_.fill_window(
-        sampler_.window(first_sample_ + (index * opts_.shards + opts_.shard) * B + r), T + 1, window.data());
+    const uint64_t key = sampler_.window(first_sample_ + (index * opts_.shards + opts_.shard) * B + r);
+    const int64_t real = source_.fill_window(key, T + 1, window.data());
+    if (masked) source_.fill_mask(key, real, mask.data());
     int64_t* x = in + r * T;
     int64_t* y = tg + r * T;
     for (int64_t t = 0; t < T; ++t) {
@@ -65,6 +68,7 @@ Batch BatchLoader::make_host_batch(int64_t index) const {
       // A prediction made from an end-of-document input with an earlier
       // document in view crosses a boundary (Megatron's eod_mask_loss).
       if (is_real && opts_.mask_document_boundaries && t > 0 && x[t] == eot) y[t] = kIgnoreIndex;
+      if (is_real && masked && mask[t + 1] == 0) y[t] = kIgnoreIndex;  // chat: a prompt token takes no loss
       counted += y[t] != kIgnoreIndex;
     }
   }

@@ -76,7 +76,15 @@ MixtureWindows::MixtureWindows(const DataSourceSettings& d, const ModelSettings&
     if (parts_.back()->eot_token() != parts_.front()->eot_token())
       throw data_error(key + ".mixture[" + std::to_string(k) + "] was prepared with another end-of-document id than " +
                        key + ".mixture[0]\n    fix: prepare every source with the same tokenizer");
+    if (parts_.back()->has_loss_mask() != parts_.front()->has_loss_mask())
+      throw data_error(key +
+                       ".mixture mixes chat sources (with loss masks) and plain ones\n    fix: prepare the plain "
+                       "text as chat too, or train on them in separate runs");
   }
+}
+
+void MixtureWindows::fill_mask(uint64_t key, int64_t len, uint8_t* out) const {
+  parts_[static_cast<size_t>(key >> 48)]->fill_mask(key & ((uint64_t{1} << 48) - 1), len, out);
 }
 
 int64_t MixtureWindows::window_count() const {

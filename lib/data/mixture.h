@@ -48,6 +48,8 @@ class MixtureWindows : public WindowSource {
   int64_t window_count() const override;  // all sources' together (a changed dataset is caught on resume)
   int64_t fill_window(uint64_t key, int64_t len, int64_t* out) const override;
   std::optional<int64_t> eot_token() const override { return parts_.front()->eot_token(); }
+  bool has_loss_mask() const override { return parts_.front()->has_loss_mask(); }
+  void fill_mask(uint64_t key, int64_t len, uint8_t* out) const override;
   std::string describe() const override;
   const MixtureWindows* mixture() const override { return this; }
 

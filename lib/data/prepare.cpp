@@ -16,6 +16,7 @@
 #include <optional>
 #include <thread>
 
+#include "data/chat_format.h"
 #include "data/document_stream.h"
 #include "data/jsonl_text.h"
 #include "data/token_shard.h"
@@ -52,6 +53,9 @@ struct Chunk {
 
 struct Encoded {
   std::vector<uint32_t> tokens;
+  std::vector<uint8_t> mask;  // chat: one byte per token, 1 = takes loss
+  int64_t skipped = 0;        // chat rows skipped (--skip-bad-rows)
+  std::string first_skipped;
   std::vector<size_t> document_starts;  // offsets into tokens of each document's first (framing) id
   int64_t text_bytes = 0;
 };
@@ -97,7 +101,8 @@ int64_t line_number(std::string_view text, size_t offset) {
 
 class ChunkEncoder {
  public:
-  ChunkEncoder(const Tokenizer& t, const PrepareOptions& o) : enc_(t.make_encoder()), framing_(t.framing()), o_(o) {}
+  ChunkEncoder(const Tokenizer& t, const PrepareOptions& o, std::optional<ChatTemplate> chat)
+      : tokenizer_(t), enc_(t.make_encoder()), framing_(t.framing()), o_(o), chat_(chat) {}
 
   // The documents of a streamed chunk.
   Encoded encode(const std::vector<std::string>& docs) {
@@ -130,7 +135,13 @@ class ChunkEncoder {
         size_t nl = text.find('\n', pos);
         if (nl == std::string_view::npos) nl = text.size();
         const std::string_view line = text.substr(pos, nl - pos);
-        if (!is_blank(line)) document(json_text(in, line, c.begin + pos));
+        if (is_blank(line)) {
+        } else if (chat_) {
+          chat_document(out, line,
+                        [&] { return in.file->path() + ":" + std::to_string(line_number(all, c.begin + pos)); });
+        } else {
+          document(json_text(in, line, c.begin + pos));
+        }
         pos = nl + 1;
       }
     } else if (o_.documents == DocumentUnit::kFile) {
@@ -172,15 +183,52 @@ class ChunkEncoder {
   }
 
  private:
+  // One chat row: framing, then the template's pieces, with their loss flags.
+  void chat_document(Encoded& out, std::string_view line, const std::function<std::string()>& place) {
+    std::vector<ChatMessage> messages;
+    try {
+      messages = parse_chat_row(line);
+    } catch (const Error& e) {
+      const std::string why = place() + ": " + e.what();
+      if (!o_.skip_bad_rows)
+        throw data_error(why + "\n    fix: repair the row, or pass --skip-bad-rows to skip such rows (counted)");
+      if (out.skipped++ == 0) out.first_skipped = why;
+      return;
+    }
+    out.document_starts.push_back(out.tokens.size());
+    out.tokens.insert(out.tokens.end(), framing_.before.begin(), framing_.before.end());
+    out.mask.resize(out.tokens.size(), 0);
+    auto is_special = [&](const std::string& s) { return tokenizer_.special_id(s).has_value(); };
+    for (const ChatPiece& p : render_chat(*chat_, messages, is_special)) {
+      if (p.kind == ChatPiece::Kind::kText) {
+        enc_->encode(p.text, out.tokens);
+      } else if (p.kind == ChatPiece::Kind::kEndOfText) {
+        out.tokens.push_back(static_cast<uint32_t>(framing_.eos >= 0 ? framing_.eos : framing_.before.front()));
+      } else if (auto id = tokenizer_.special_id(p.text)) {
+        out.tokens.push_back(*id);
+      } else {
+        throw data_error("the " + std::string(chat_template_name(*chat_)) + " chat template needs the special token " +
+                         p.text + ", which tokenizer " + tokenizer_.name() +
+                         " does not have\n    fix: pass --chat-template plain (or the template this tokenizer was "
+                         "trained with)");
+      }
+      out.mask.resize(out.tokens.size(), p.trained ? 1 : 0);
+    }
+    out.tokens.insert(out.tokens.end(), framing_.after.begin(), framing_.after.end());
+    out.mask.resize(out.tokens.size(), 0);
+  }
+
   std::string json_text(const Input& in, std::string_view line, size_t offset) {
     return jsonl_text(line, o_.text_key, [&] {  // the line number is counted only for an error
       return in.file->path() + ":" + std::to_string(line_number(in.text(), offset));
     });
   }
 
+  const Tokenizer& tokenizer_;
   std::unique_ptr<TokenEncoder> enc_;
   const DocumentFraming& framing_;
   const PrepareOptions& o_;
+  std::optional<ChatTemplate> chat_;
 };
 
 // Writes one split (train or val) as a sequence of shards.
@@ -201,7 +249,12 @@ class SplitWriter {
         ++documents_;
         ++next_doc;
       }
-      shard_->append(std::span<const uint32_t>(e.tokens).subspan(pos, n));
+      if (e.mask.empty()) {
+        shard_->append(std::span<const uint32_t>(e.tokens).subspan(pos, n));
+      } else {
+        shard_->append(std::span<const uint32_t>(e.tokens).subspan(pos, n),
+                       std::span<const uint8_t>(e.mask).subspan(pos, n));
+      }
       tokens_ += static_cast<int64_t>(n);
       pos += n;
     }
@@ -239,6 +292,8 @@ void check_options(const PrepareOptions& o) {
     throw usage_error("--shard-tokens must be in [1, 2^31 - 1], got " + std::to_string(o.shard_tokens));
   if (o.output_dir.empty()) throw usage_error("data prepare needs an output directory\n    fix: pass --output DIR");
   if (o.text_key.empty()) throw usage_error("--text-key must not be empty");
+  if (!o.chat && (!o.chat_template.empty() || o.skip_bad_rows))
+    throw usage_error("--chat-template and --skip-bad-rows apply to chat rows\n    fix: add --format chat");
 }
 
 // Creates and locks the output directory (one writer at a time: util/dir_lock.h);
@@ -394,6 +449,18 @@ PrepareResult prepare_dataset(const PrepareOptions& o) {
   info.bos_token = framing.bos, info.eos_token = framing.eos, info.pad_token = framing.pad;
   info.document_before = framing.before, info.document_after = framing.after;
   info.dtype = tokenizer->vocab_size() <= 65536 ? TokenDtype::kUint16 : TokenDtype::kUint32;
+  info.loss_mask = o.chat;
+  std::optional<ChatTemplate> chat;
+  if (o.chat) {
+    chat = o.chat_template.empty()
+               ? default_chat_template([&](const std::string& s) { return tokenizer->special_id(s).has_value(); })
+               : chat_template_named(o.chat_template);
+    for (const auto& in : inputs)
+      if (in.rows || in.format != InputFormat::kJsonl)
+        throw usage_error("--format chat reads JSONL files (.jsonl), but '" +
+                          (in.rows ? in.rows->path() : in.file->path()) +
+                          "' is not one\n    fix: write the chat rows as JSONL, one {\"messages\": [...]} per line");
+  }
   SplitWriter train(o.output_dir, "train", info, o.shard_tokens);
   SplitWriter val(o.output_dir, "val", info, o.shard_tokens);
 
@@ -411,7 +478,7 @@ PrepareResult prepare_dataset(const PrepareOptions& o) {
   bool stop = false;
   std::exception_ptr error;
   auto worker = [&] {
-    ChunkEncoder enc(*tokenizer, o);
+    ChunkEncoder enc(*tokenizer, o, chat);
     std::vector<std::string> docs;
     while (true) {
       size_t i;
@@ -478,6 +545,8 @@ PrepareResult prepare_dataset(const PrepareOptions& o) {
       }
       const Chunk& c = chunks[next_write];
       (c.val ? val : train).write(e, r);
+      if (e.skipped > 0 && r.skipped_rows == 0) r.first_skipped = e.first_skipped;
+      r.skipped_rows += e.skipped;
       bytes_done += e.text_bytes;
       rows_done += c.rows;
       {
@@ -514,6 +583,7 @@ PrepareResult prepare_dataset(const PrepareOptions& o) {
   r.train_tokens = train.tokens(), r.val_tokens = val.tokens();
   r.train_documents = train.documents(), r.val_documents = val.documents();
   r.input_bytes = bytes_done;  // the text encoded (the file sizes, for mapped inputs)
+  if (chat) r.chat_template = chat_template_name(*chat);
   r.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   return r;
 }

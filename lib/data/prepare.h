@@ -37,6 +37,11 @@ struct PrepareOptions {
   bool overwrite = false;
   ProgressStyle progress = ProgressStyle::kAuto;
   size_t chunk_bytes = 4 << 20;  // tests use small chunks to exercise splitting
+  // --format chat: JSONL rows of messages (or prompt/completion) rendered by a chat template
+  // (data/chat_format.h; "" = the one the tokenizer's special tokens suggest), with a loss mask.
+  bool chat = false;
+  std::string chat_template;
+  bool skip_bad_rows = false;  // chat: skip malformed rows (counted) instead of stopping
 };
 
 struct PrepareResult {
@@ -45,8 +50,11 @@ struct PrepareResult {
   int64_t input_bytes = 0;
   int64_t train_tokens = 0, val_tokens = 0;
   int64_t train_documents = 0, val_documents = 0;
-  std::string tokenizer;   // Tokenizer::name()
-  int64_t vocab_size = 0;  // the tokenizer's: model.vocab_size must be at least this
+  int64_t skipped_rows = 0;   // --skip-bad-rows
+  std::string first_skipped;  // "file:line: why" of the first
+  std::string chat_template;  // the one used, for --format chat
+  std::string tokenizer;      // Tokenizer::name()
+  int64_t vocab_size = 0;     // the tokenizer's: model.vocab_size must be at least this
   std::vector<std::string> shards;
   double seconds = 0;
 };

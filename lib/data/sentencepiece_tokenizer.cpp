@@ -48,6 +48,11 @@ class SentencePieceTokenizer : public Tokenizer {
   std::string file_crc32c() const override { return crc_; }
   int64_t vocab_size() const override { return sp_.GetPieceSize(); }
   const DocumentFraming& framing() const override { return framing_; }
+  std::optional<uint32_t> special_id(const std::string& text) const override {
+    const int id = sp_.PieceToId(text);
+    if (sp_.IdToPiece(id) != text || !sp_.IsControl(id)) return std::nullopt;  // control symbols only
+    return static_cast<uint32_t>(id);
+  }
   std::unique_ptr<TokenEncoder> make_encoder() const override;
   std::string decode(std::span<const uint32_t> ids) const override {
     std::vector<int> v;

@@ -131,6 +131,18 @@ TokenDataset::TokenDataset(const DataSourceSettings& d, int64_t model_vocab_size
         eot_ = info->eot_token;
       }
     }
+    if (info && info->loss_mask) {
+      s.mask = std::make_unique<MappedFile>(mask_path(path));
+      if (static_cast<int64_t>(s.mask->size()) != s.count)
+        throw data_error("loss mask '" + s.mask->path() + "' has " + std::to_string(s.mask->size()) +
+                         " bytes for the " + std::to_string(s.count) + " tokens of '" + path + "'" +
+                         fix("re-create the shards with `gputrain data prepare`"));
+    }
+    if (!shards_.empty() && (s.mask != nullptr) != has_mask_)
+      throw data_error(key + ": '" + path + "' " + (s.mask ? "has" : "has no") + " loss mask but '" +
+                       shards_.front().path() + "' " + (has_mask_ ? "has" : "has no") +
+                       fix("use chat shards (data prepare --format chat) or plain ones, not both"));
+    has_mask_ = s.mask != nullptr;
     total_ += s.count;
     shards_.push_back(std::move(s));
   }
@@ -157,6 +169,12 @@ void TokenDataset::read(int64_t si, int64_t offset, int64_t len, int64_t* out) c
                        fix("raise model.vocab_size, or check " + key_ + ".dtype and that the file is not corrupt"));
     out[i] = v;
   }
+}
+
+void TokenDataset::read_mask(int64_t si, int64_t offset, int64_t len, uint8_t* out) const {
+  const TokenShard& s = shards_[static_cast<size_t>(si)];
+  if (!s.mask) return void(std::memset(out, 1, static_cast<size_t>(len)));
+  std::memcpy(out, s.mask->data() + offset, static_cast<size_t>(len));
 }
 
 std::vector<int64_t> TokenDataset::eot_positions(int64_t si) const {

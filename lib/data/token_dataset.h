@@ -16,10 +16,11 @@ namespace gputrain {
 
 struct TokenShard {
   std::unique_ptr<MappedFile> file;
-  const uint8_t* tokens = nullptr;  // the first token id
-  int64_t count = 0;                // token ids in the shard
-  int64_t width = 2;                // bytes per id: 1 (text), 2 or 4
-  int64_t header_bytes = 0;         // 1024 for llm.c shards, 0 for raw files
+  const uint8_t* tokens = nullptr;   // the first token id
+  int64_t count = 0;                 // token ids in the shard
+  int64_t width = 2;                 // bytes per id: 1 (text), 2 or 4
+  int64_t header_bytes = 0;          // 1024 for llm.c shards, 0 for raw files
+  std::unique_ptr<MappedFile> mask;  // the .mask file (chat data: 1 = the token takes loss), if any
   const std::string& path() const { return file->path(); }
 };
 
@@ -40,6 +41,10 @@ class TokenDataset {
   // Copies ids [offset, offset + len) of shard `s` to `out`, throwing a data
   // Error naming the file and byte offset for an id >= the model's vocabulary.
   void read(int64_t s, int64_t offset, int64_t len, int64_t* out) const;
+  // Whether the shards carry loss masks (all of them, or none).
+  bool has_loss_mask() const { return has_mask_; }
+  // Copies mask bytes [offset, offset + len) of shard `s` to `out` (1 where there is no mask).
+  void read_mask(int64_t s, int64_t offset, int64_t len, uint8_t* out) const;
   // Offsets of the end-of-document tokens in shard `s`, where documents
   // start (a full scan of the shard: used only by packing: documents).
   std::vector<int64_t> eot_positions(int64_t s) const;
@@ -49,6 +54,7 @@ class TokenDataset {
   int64_t total_ = 0;
   int64_t vocab_size_;
   std::optional<int64_t> eot_;
+  bool has_mask_ = false;
   std::string tokenizer_, tokenizer_identity_;
   std::string key_;
 };

@@ -61,6 +61,12 @@ std::string sidecar_path(const std::string& shard_path) {
   return shard_path + ".json";
 }
 
+std::string mask_path(const std::string& shard_path) {
+  fs::path p(shard_path);
+  if (p.extension() == ".bin") return p.replace_extension(".mask").string();
+  return shard_path + ".mask";
+}
+
 std::optional<ShardInfo> read_sidecar(const std::string& shard_path) {
   const std::string path = sidecar_path(shard_path);
   std::ifstream in(path);
@@ -90,6 +96,7 @@ std::optional<ShardInfo> read_sidecar(const std::string& shard_path) {
     s.pad_token = j.value("pad_token", int64_t{-1});
     s.document_before = j.value("document_before", std::vector<uint32_t>{});
     s.document_after = j.value("document_after", std::vector<uint32_t>{});
+    s.loss_mask = j.value("loss_mask", false);
     const std::string dtype = j.value("dtype", "uint16");
     if (dtype != "uint16" && dtype != "uint32") throw bad("has dtype '" + dtype + "' (expected uint16 or uint32)");
     s.dtype = dtype == "uint16" ? TokenDtype::kUint16 : TokenDtype::kUint32;
@@ -110,6 +117,11 @@ ShardWriter::ShardWriter(std::string path, ShardInfo info)
   std::vector<uint8_t> zeros(kLlmcHeaderBytes, 0);  // the header is filled in by finish()
   if (std::fwrite(zeros.data(), 1, zeros.size(), f_) != zeros.size())
     throw data_error("cannot write '" + partial_ + "': " + std::strerror(errno));
+  if (info_.loss_mask) {
+    mask_partial_ = mask_path(path_) + ".partial";
+    mask_ = std::fopen(mask_partial_.c_str(), "wb");
+    if (mask_ == nullptr) throw data_error("cannot create '" + mask_partial_ + "': " + std::strerror(errno));
+  }
 }
 
 ShardWriter::~ShardWriter() {
@@ -117,6 +129,18 @@ ShardWriter::~ShardWriter() {
     std::fclose(f_);
     std::remove(partial_.c_str());
   }
+  if (mask_ != nullptr) {
+    std::fclose(mask_);
+    std::remove(mask_partial_.c_str());
+  }
+}
+
+void ShardWriter::append(std::span<const uint32_t> ids, std::span<const uint8_t> mask) {
+  if (mask.size() != ids.size() || mask_ == nullptr)
+    throw runtime_error("ShardWriter: a loss mask needs ShardInfo::loss_mask and one byte per id");
+  if (std::fwrite(mask.data(), 1, mask.size(), mask_) != mask.size())
+    throw data_error("cannot write '" + mask_partial_ + "': " + std::strerror(errno) + "\n    fix: free disk space");
+  append(ids);
 }
 
 void ShardWriter::append(std::span<const uint32_t> ids) {
@@ -153,6 +177,17 @@ void ShardWriter::finish() {
     throw data_error("cannot write '" + partial_ + "': " + std::strerror(errno) + "\n    fix: free disk space");
   }
   std::error_code ec;
+  if (mask_ != nullptr) {  // the mask first: a shard that looks complete has its mask
+    const bool mask_ok = std::fflush(mask_) == 0;
+    const int mask_closed = std::fclose(mask_);
+    mask_ = nullptr;
+    if (!mask_ok || mask_closed != 0) {
+      std::remove(mask_partial_.c_str());
+      throw data_error("cannot write '" + mask_partial_ + "': " + std::strerror(errno) + "\n    fix: free disk space");
+    }
+    fs::rename(mask_partial_, mask_path(path_), ec);
+    if (ec) throw data_error("cannot rename '" + mask_partial_ + "': " + ec.message());
+  }
   fs::rename(partial_, path_, ec);
   if (ec) throw data_error("cannot rename '" + partial_ + "' to '" + path_ + "': " + ec.message());
   nlohmann::ordered_json j;
@@ -168,6 +203,7 @@ void ShardWriter::finish() {
   j["pad_token"] = info_.pad_token;
   j["document_before"] = info_.document_before;
   j["document_after"] = info_.document_after;
+  if (info_.loss_mask) j["loss_mask"] = true;
   j["dtype"] = dtype_name(info_.dtype);
   j["tokens"] = info_.tokens;
   j["documents"] = info_.documents;

@@ -44,6 +44,7 @@ struct ShardInfo {
   int64_t eot_token = -1;        // the id that starts each document (end-of-text or BOS), -1 = none
   int64_t bos_token = -1, eos_token = -1, pad_token = -1;  // the tokenizer's, -1 = none
   std::vector<uint32_t> document_before, document_after;   // the framing of every document (tokenizer.h)
+  bool loss_mask = false;  // a .mask file beside the shard: one byte per token, 1 = the token takes loss
   TokenDtype dtype = TokenDtype::kUint16;
   int64_t tokens = 0;
   int64_t documents = 0;  // documents that start in this shard
@@ -51,6 +52,7 @@ struct ShardInfo {
 };
 
 std::string sidecar_path(const std::string& shard_path);
+std::string mask_path(const std::string& shard_path);  // "train_000000.bin" -> "train_000000.mask"
 // Reads the sidecar of `shard_path` if there is one; throws a data Error for
 // one that exists but is malformed.
 std::optional<ShardInfo> read_sidecar(const std::string& shard_path);
@@ -66,15 +68,18 @@ class ShardWriter {
   ShardWriter& operator=(const ShardWriter&) = delete;
 
   void append(std::span<const uint32_t> ids);
+  // With ShardInfo::loss_mask: each id's mask byte (1 = takes loss), as many as ids.
+  void append(std::span<const uint32_t> ids, std::span<const uint8_t> mask);
   void add_document() { ++info_.documents; }
   int64_t tokens() const { return info_.tokens; }
   const std::string& path() const { return path_; }
   void finish();
 
  private:
-  std::string path_, partial_;
+  std::string path_, partial_, mask_partial_;
   ShardInfo info_;
   std::FILE* f_ = nullptr;
+  std::FILE* mask_ = nullptr;
   std::vector<uint8_t> buf_;
 };
 

@@ -73,6 +73,11 @@ int64_t TokenWindows::fill_window(uint64_t index, int64_t len, int64_t* out) con
   return real;
 }
 
+void TokenWindows::fill_mask(uint64_t index, int64_t len, uint8_t* out) const {
+  const Window w = window(begin_ + static_cast<int64_t>(index));
+  data_.read_mask(w.shard, w.start, std::min<int64_t>(len, w.length), out);
+}
+
 std::string TokenWindows::describe() const {
   const auto& shards = data_.shards();
   std::string what = format_ == DataFormat::kText ? "byte-level text" : "tokens";
@@ -87,6 +92,7 @@ std::string TokenWindows::describe() const {
     std::snprintf(buf, sizeof(buf), "%.1f%%", 100.0 * fill_);
     s += " packed by document (" + std::string(buf) + " real tokens)";
   }
+  if (data_.has_loss_mask()) s += ", loss on the masked-in (assistant) tokens only";
   return s;
 }
 

@@ -28,6 +28,8 @@ class TokenWindows : public WindowSource {
   int64_t window_count() const override { return end_ - begin_; }
   int64_t fill_window(uint64_t index, int64_t len, int64_t* out) const override;
   std::optional<int64_t> eot_token() const override { return data_.eot_token(); }
+  bool has_loss_mask() const override { return data_.has_loss_mask(); }
+  void fill_mask(uint64_t index, int64_t len, uint8_t* out) const override;
   std::string describe() const override;
   const TokenDataset& dataset() const { return data_; }
 

@@ -12,6 +12,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -46,6 +47,8 @@ class Tokenizer {
   virtual const DocumentFraming& framing() const = 0;
   uint32_t document_start_id() const { return framing().before.front(); }
   virtual std::unique_ptr<TokenEncoder> make_encoder() const = 0;
+  // The id of a special token by its text ("<|im_start|>"), if the tokenizer has it as one.
+  virtual std::optional<uint32_t> special_id(const std::string& /*text*/) const { return std::nullopt; }
   // The bytes of the ids (the inverse of encode for valid UTF-8 text).
   virtual std::string decode(std::span<const uint32_t> ids) const = 0;
   // A byte offset in [target, target + window) where a document's text may

@@ -25,6 +25,10 @@ class WindowSource {
   // endless source) to out[0..len) and returns how many tokens are real;
   // positions past that are padding whose values the caller replaces.
   virtual int64_t fill_window(uint64_t key, int64_t len, int64_t* out) const = 0;
+  // Chat data (data prepare --format chat): whether each token says if it takes loss, and those
+  // flags for window `key` (1 = takes loss), len of them, aligned with fill_window's tokens.
+  virtual bool has_loss_mask() const { return false; }
+  virtual void fill_mask(uint64_t /*key*/, int64_t /*len*/, uint8_t* /*out*/) const {}
   // The end-of-document id, where the data has one.
   virtual std::optional<int64_t> eot_token() const { return std::nullopt; }
   // One line for the log: what the data is.

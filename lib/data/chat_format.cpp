@@ -1,0 +1,140 @@
+#include "data/chat_format.h"
+
+#include <nlohmann/json.hpp>
+
+#include "util/error.h"
+
+namespace gputrain {
+
+ChatTemplate chat_template_named(const std::string& name) {
+  if (name == "chatml") return ChatTemplate::kChatml;
+  if (name == "llama3") return ChatTemplate::kLlama3;
+  if (name == "mistral") return ChatTemplate::kMistral;
+  if (name == "plain") return ChatTemplate::kPlain;
+  throw usage_error("unknown chat template '" + name + "'\n    fix: use chatml, llama3, mistral or plain");
+}
+
+const char* chat_template_name(ChatTemplate t) {
+  switch (t) {
+    case ChatTemplate::kChatml:
+      return "chatml";
+    case ChatTemplate::kLlama3:
+      return "llama3";
+    case ChatTemplate::kMistral:
+      return "mistral";
+    case ChatTemplate::kPlain:
+      break;
+  }
+  return "plain";
+}
+
+std::vector<ChatMessage> parse_chat_row(std::string_view line) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(line);
+  } catch (const nlohmann::json::exception& e) {
+    throw data_error(std::string("not valid JSON (") + e.what() + ")");
+  }
+  if (!j.is_object()) throw data_error("expected a JSON object, got " + std::string(j.type_name()));
+  std::vector<ChatMessage> out;
+  if (j.contains("messages")) {
+    const auto& m = j["messages"];
+    if (!m.is_array() || m.empty()) throw data_error("\"messages\" is not a non-empty list");
+    for (size_t i = 0; i < m.size(); ++i) {
+      const auto& msg = m[i];
+      const std::string at = "messages[" + std::to_string(i) + "]";
+      if (!msg.is_object() || !msg.contains("role") || !msg["role"].is_string() || !msg.contains("content") ||
+          !msg["content"].is_string())
+        throw data_error(at + " is not {\"role\": \"...\", \"content\": \"...\"}");
+      const std::string role = msg["role"].get<std::string>();
+      if (role != "system" && role != "user" && role != "assistant")
+        throw data_error(at + " has the unknown role '" + role + "' (roles: system, user, assistant)");
+      if (role == "system" && i != 0) throw data_error(at + " is a system message after the first message");
+      out.push_back({role, msg["content"].get<std::string>()});
+    }
+  } else if (j.contains("prompt") || j.contains("completion")) {
+    if (!j.value("prompt", nlohmann::json()).is_string() || !j.value("completion", nlohmann::json()).is_string())
+      throw data_error("\"prompt\" and \"completion\" must both be strings");
+    out.push_back({"user", j["prompt"].get<std::string>()});
+    out.push_back({"assistant", j["completion"].get<std::string>()});
+  } else {
+    throw data_error("has neither \"messages\" nor \"prompt\"/\"completion\"");
+  }
+  bool assistant = false;
+  for (const auto& m : out) assistant = assistant || m.role == "assistant";
+  if (!assistant) throw data_error("has no assistant turn, so nothing in it would take loss");
+  return out;
+}
+
+ChatTemplate default_chat_template(const std::function<bool(const std::string&)>& is_special) {
+  if (is_special("<|start_header_id|>")) return ChatTemplate::kLlama3;
+  if (is_special("<|im_start|>")) return ChatTemplate::kChatml;
+  if (is_special("[INST]")) return ChatTemplate::kMistral;
+  return ChatTemplate::kPlain;
+}
+
+std::vector<ChatPiece> render_chat(ChatTemplate t, const std::vector<ChatMessage>& messages,
+                                   const std::function<bool(const std::string&)>& is_special) {
+  using Kind = ChatPiece::Kind;
+  std::vector<ChatPiece> p;
+  auto text = [&](std::string s, bool trained = false) {
+    if (!s.empty()) p.push_back({Kind::kText, std::move(s), trained});
+  };
+  auto special = [&](std::string s, bool trained = false) { p.push_back({Kind::kSpecial, std::move(s), trained}); };
+  auto end_of_text = [&] { p.push_back({Kind::kEndOfText, "", true}); };
+  // A marker that is a special token where the tokenizer has one, else text.
+  auto marker = [&](const std::string& s) { is_special(s) ? special(s) : text(s); };
+  switch (t) {
+    case ChatTemplate::kChatml:  // <|im_start|>role\ncontent<|im_end|>\n
+      for (const auto& m : messages) {
+        const bool a = m.role == "assistant";
+        special("<|im_start|>");
+        text(m.role + "\n");
+        text(m.content, a);
+        special("<|im_end|>", a);
+        text("\n");
+      }
+      break;
+    case ChatTemplate::kLlama3:  // <|start_header_id|>role<|end_header_id|>\n\ncontent<|eot_id|>
+      for (const auto& m : messages) {
+        const bool a = m.role == "assistant";
+        special("<|start_header_id|>");
+        text(m.role);
+        special("<|end_header_id|>");
+        text("\n\n");
+        text(m.content, a);
+        special("<|eot_id|>", a);
+      }
+      break;
+    case ChatTemplate::kMistral: {  // [INST] (system\n\n)user [/INST]assistant</s>
+      std::string system;
+      for (const auto& m : messages) {
+        if (m.role == "system") {
+          system = m.content + "\n\n";
+        } else if (m.role == "user") {
+          marker("[INST]");
+          text(" " + system + m.content + " ");
+          marker("[/INST]");
+          system.clear();
+        } else {
+          text(m.content, true);
+          end_of_text();
+        }
+      }
+      break;
+    }
+    case ChatTemplate::kPlain:  // System: ...\nUser: ...\nAssistant: ...<eos>\n
+      for (const auto& m : messages) {
+        const bool a = m.role == "assistant";
+        const std::string who = m.role == "system" ? "System" : m.role == "user" ? "User" : "Assistant";
+        text(who + ": ");
+        text(m.content, a);
+        if (a) end_of_text();
+        text("\n");
+      }
+      break;
+  }
+  return p;
+}
+
+}  // namespace gputrain

@@ -1,0 +1,47 @@
+// Chat / instruction rows for `data prepare --format chat`: a JSON object
+// with "messages": [{"role": system|user|assistant, "content": "..."}, ...]
+// or with "prompt" and "completion" strings, rendered by a built-in chat
+// template into pieces of text and special tokens, each marked whether it
+// takes loss: the assistant's (completion's) content and the token that
+// ends its turn do; the prompt, roles and headers do not.
+#pragma once
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace gputrain {
+
+enum class ChatTemplate { kChatml, kLlama3, kMistral, kPlain };
+
+// "chatml" | "llama3" | "mistral" | "plain"; throws a usage Error naming them for another.
+ChatTemplate chat_template_named(const std::string& name);
+const char* chat_template_name(ChatTemplate t);
+
+struct ChatMessage {
+  std::string role;  // system | user | assistant
+  std::string content;
+};
+
+// The messages of one row; throws a data Error (the why, without the place)
+// for a row that is not a chat row, has an unknown role or no assistant turn.
+std::vector<ChatMessage> parse_chat_row(std::string_view json_line);
+
+struct ChatPiece {
+  enum class Kind { kText, kSpecial, kEndOfText };
+  Kind kind = Kind::kText;
+  std::string text;      // kText: text to encode; kSpecial: the special token's text ("<|im_start|>")
+  bool trained = false;  // its tokens take loss
+};
+
+// `is_special(text)`: whether the tokenizer has that special token (mistral's [INST] is one
+// in newer vocabularies, text in older ones). kEndOfText is the tokenizer's end-of-text id,
+// which closes the assistant's turn in the mistral and plain templates.
+std::vector<ChatPiece> render_chat(ChatTemplate t, const std::vector<ChatMessage>& messages,
+                                   const std::function<bool(const std::string&)>& is_special);
+
+// The template a tokenizer's own special tokens suggest: llama3, chatml, mistral, else plain.
+ChatTemplate default_chat_template(const std::function<bool(const std::string&)>& is_special);
+
+}  // namespace gputrain

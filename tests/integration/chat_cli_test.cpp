@@ -1,0 +1,72 @@
+// `data prepare --format chat` against transformers' apply_chat_template:
+// the same ids for each conversation (chatml with a Qwen2-style tokenizer,
+// llama3 with a Llama 3-style one), and the loss mask on exactly the
+// assistant's tokens and end-of-turn tokens.
+#include <catch2/catch.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include "test_util.h"
+
+using namespace gputrain::test;
+using Catch::Matchers::Contains;
+
+TEST_CASE("cli: chat rows give apply_chat_template's ids, with the loss on the assistant's tokens",
+          "[cli][data][chat]") {
+  TempDir dir;
+  std::string rows;
+  for (int i = 0; i < 12; ++i) {
+    nlohmann::json r;
+    if (i % 4 == 0) {
+      r = {{"prompt", "Translate 'cat' to French (" + std::to_string(i) + ")."}, {"completion", "chat, le chat."}};
+    } else {
+      r["messages"] = {{{"role", "system"}, {"content", "Réponds en français."}},
+                       {{"role", "user"}, {"content", "Bonjour ! Ça va ? " + std::to_string(i)}},
+                       {{"role", "assistant"}, {"content", "Très bien, merci. 😀 " + std::to_string(i * 7)}},
+                       {{"role", "user"}, {"content", "def f(x):\n    return x * 2"}},
+                       {{"role", "assistant"}, {"content", "It doubles x.\nDone."}}};
+    }
+    rows += r.dump() + "\n";
+  }
+  write_file(dir.file("c.jsonl"), rows);
+  for (const auto& [name, tmpl] :
+       std::vector<std::pair<std::string, std::string>>{{"qwen2", "chatml"}, {"llama3", "llama3"}}) {
+    SECTION(name) {
+      const std::string tok = reference_tokenizer(name);
+      auto r = run_gputrain({"data", "prepare", dir.file("c.jsonl"), "-o", dir.file(name), "--format", "chat",
+                             "--tokenizer", tok, "--val-fraction", "0", "--progress", "off"});
+      INFO(r.output);
+      REQUIRE(r.exit_code == 0);
+      CHECK_THAT(r.output, Contains("rendered with the " + tmpl + " template"));  // chosen from its special tokens
+      CommandResult ref = run_python({std::string(GPUTRAIN_SOURCE_DIR) + "/tests/reference/chat_reference.py",
+                                      tok + "/tokenizer.json", tmpl, dir.file("c.jsonl"), dir.file(name + ".json")});
+      INFO(ref.output);
+      REQUIRE(ref.exit_code == 0);
+      const auto want = read_json(dir.file(name + ".json"));
+      const auto side = read_json(dir.file(name + "/train_000000.json"));
+      CHECK(side["loss_mask"] == true);
+      const std::vector<uint32_t> before = side["document_before"], after = side["document_after"];
+      // The shard: for each row, the framing around the reference ids; the mask: the assistant's tokens.
+      std::vector<uint32_t> ids, trained;
+      for (const auto& w : want) {
+        ids.insert(ids.end(), before.begin(), before.end());
+        for (uint32_t id : w["ids"]) ids.push_back(id);
+        ids.insert(ids.end(), after.begin(), after.end());
+        for (uint32_t id : w["trained"]) trained.push_back(id);
+      }
+      const std::string bin = read_file(dir.file(name + "/train_000000.bin"));
+      const std::string mask = read_file(dir.file(name + "/train_000000.mask"));
+      std::vector<uint32_t> got, got_trained;
+      for (size_t i = 1024; i + 4 <= bin.size(); i += 4) {
+        uint32_t v = 0;
+        for (int k = 3; k >= 0; --k) v = v << 8 | static_cast<uint8_t>(bin[i + k]);
+        got.push_back(v);
+      }
+      REQUIRE(mask.size() == got.size());
+      for (size_t i = 0; i < got.size(); ++i)
+        if (mask[i] == 1) got_trained.push_back(got[i]);
+      CHECK(got == ids);
+      CHECK(got_trained == trained);
+    }
+  }
+}
