@@ -382,3 +382,33 @@ TEST_CASE(
     CHECK(delta.abs().max().item<double>() > 1e-3);  // the adapters did move away from B = 0
   }
 }
+
+TEST_CASE("cli: configs/chat-lora.yaml fine-tunes the exported base on chat rows, loss on the replies only",
+          "[cli][lora][chat]") {
+  TempDir dir;
+  REQUIRE(run_config("llama-shakespeare.yaml", dir.file("base"), with(kTinyLlama, {"train.max_steps=60"})).exit_code ==
+          0);
+  REQUIRE(run_gputrain({"export", dir.file("base"), "--out", dir.file("base_hf")}).exit_code == 0);
+  auto prep = run_gputrain({"data", "prepare", std::string(GPUTRAIN_SOURCE_DIR) + "/configs/data/chat-sample.jsonl",
+                            "-o", dir.file("chat"), "--format", "chat", "--tokenizer", "bytes", "--val-fraction", "0.1",
+                            "--progress", "off"});
+  INFO(prep.output);
+  REQUIRE(prep.exit_code == 0);
+  CHECK_THAT(prep.output, Contains("rendered with the plain template"));
+  auto r = run_config(
+      "chat-lora.yaml", dir.file("lora"),
+      with(kTinyLlama, {"model.init_from=" + dir.file("base_hf"), "data.train.path=" + dir.file("chat/train_*.bin"),
+                        "data.eval.path=" + dir.file("chat/val_*.bin"), "train.max_steps=60", "optim.lr=1e-2",
+                        "train.eval_every=30", "train.eval_steps=4"}));
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.output, Contains("loss on the masked-in (assistant) tokens only"));
+  const auto eval = column(dir.file("lora"), "eval_loss");
+  REQUIRE(eval.size() == 2);
+  const auto loss = losses(dir.file("lora"));
+  CHECK(loss.back() < loss.front() - 0.3);  // the replies (copies of the prompt) are learnable
+  const auto summary = read_json(dir.file("lora") + "/summary.json");
+  CHECK(summary["lora"]["trainable_parameters"].get<int64_t>() > 0);
+  // Only reply tokens count: far fewer than the windows' positions.
+  CHECK(summary["tokens"].get<int64_t>() < 60 * 8 * 64 / 2);
+}
