@@ -32,54 +32,121 @@ std::string field_names(const arrow::Schema& schema) {
   return names;
 }
 
-[[noreturn]] void no_text_column(const std::string& path, const std::string& key, const arrow::Schema& schema) {
-  throw data_error("'" + path + "' has no column \"" + key + "\"; its columns are: " + field_names(schema) +
-                   "\n    fix: name the text column with --text-key");
+bool holds_text(const arrow::DataType& t) {
+  return t.id() == arrow::Type::STRING || t.id() == arrow::Type::LARGE_STRING || t.id() == arrow::Type::STRING_VIEW;
 }
 
-void check_text_type(const std::string& path, const std::string& key, const arrow::DataType& type) {
-  const auto id = type.id();
-  if (id != arrow::Type::STRING && id != arrow::Type::LARGE_STRING && id != arrow::Type::STRING_VIEW)
-    throw data_error("'" + path + "': column \"" + key + "\" holds " + type.ToString() +
-                     ", not text\n    fix: name a string column with --text-key");
+std::string string_at(const arrow::Array& a, int64_t i) {
+  if (a.IsNull(i)) return "";
+  if (a.type_id() == arrow::Type::STRING) return std::string(static_cast<const arrow::StringArray&>(a).GetView(i));
+  if (a.type_id() == arrow::Type::LARGE_STRING)
+    return std::string(static_cast<const arrow::LargeStringArray&>(a).GetView(i));
+  return std::string(static_cast<const arrow::StringViewArray&>(a).GetView(i));
 }
 
-// Rows [from, from + n) of a string column; nulls are empty documents (skipped).
-void append_texts(const arrow::Array& a, int64_t from, int64_t n, std::vector<std::string>& out) {
-  for (int64_t i = from; i < from + n; ++i) {
-    if (a.IsNull(i)) {
-      out.emplace_back();
-    } else if (a.type_id() == arrow::Type::STRING) {
-      out.emplace_back(static_cast<const arrow::StringArray&>(a).GetView(i));
-    } else if (a.type_id() == arrow::Type::LARGE_STRING) {
-      out.emplace_back(static_cast<const arrow::LargeStringArray&>(a).GetView(i));
-    } else {
-      out.emplace_back(static_cast<const arrow::StringViewArray&>(a).GetView(i));
+// What makes a row's document: the text column, or for chat rows (RowKind::kChat) the
+// "messages" column (list<struct<role, content>>) or the "prompt" and "completion" columns,
+// given on as a JSON row (data/chat_format.h parses it).
+class RowReader {
+ public:
+  RowReader(const arrow::Schema& schema, const std::string& path, const std::string& text_key, RowKind kind) {
+    auto type_of = [&](const std::string& name) -> std::shared_ptr<arrow::DataType> {
+      const auto f = schema.GetFieldByName(name);
+      return f ? f->type() : nullptr;
+    };
+    if (kind == RowKind::kText) {
+      const auto t = type_of(text_key);
+      if (!t)
+        throw data_error("'" + path + "' has no column \"" + text_key + "\"; its columns are: " + field_names(schema) +
+                         "\n    fix: name the text column with --text-key");
+      if (!holds_text(*t))
+        throw data_error("'" + path + "': column \"" + text_key + "\" holds " + t->ToString() +
+                         ", not text\n    fix: name a string column with --text-key");
+      fields_ = {text_key};
+      return;
+    }
+    if (const auto m = type_of("messages")) {
+      const bool list = m->id() == arrow::Type::LIST || m->id() == arrow::Type::LARGE_LIST;
+      const auto item = list ? static_cast<const arrow::BaseListType&>(*m).value_type() : nullptr;
+      const auto* st =
+          item && item->id() == arrow::Type::STRUCT ? static_cast<const arrow::StructType*>(item.get()) : nullptr;
+      if (!st || !st->GetFieldByName("role") || !st->GetFieldByName("content") ||
+          !holds_text(*st->GetFieldByName("role")->type()) || !holds_text(*st->GetFieldByName("content")->type()))
+        throw data_error("'" + path + "': column \"messages\" holds " + m->ToString() +
+                         ", not list<struct<role: string, content: string>>\n    fix: store each conversation as a "
+                         "list of {role, content}");
+      fields_ = {"messages"};
+      return;
+    }
+    const auto p = type_of("prompt"), c = type_of("completion");
+    if (!p || !c || !holds_text(*p) || !holds_text(*c))
+      throw data_error("'" + path + "' has neither a \"messages\" column nor string \"prompt\" and \"completion\" " +
+                       "columns; its columns are: " + field_names(schema) +
+                       "\n    fix: chat rows need messages (list of {role, content}) or prompt/completion");
+    fields_ = {"prompt", "completion"};
+  }
+  const std::vector<std::string>& fields() const { return fields_; }
+
+  void append(const arrow::RecordBatch& b, int64_t from, int64_t n, std::vector<std::string>& out) const {
+    if (fields_.size() == 2) {
+      const auto& p = *b.GetColumnByName("prompt");
+      const auto& c = *b.GetColumnByName("completion");
+      for (int64_t i = from; i < from + n; ++i)
+        out.push_back(nlohmann::json{{"prompt", string_at(p, i)}, {"completion", string_at(c, i)}}.dump());
+      return;
+    }
+    const auto column = b.GetColumnByName(fields_[0]);
+    if (fields_[0] != "messages") {
+      for (int64_t i = from; i < from + n; ++i) out.push_back(string_at(*column, i));
+      return;
+    }
+    const auto& list = static_cast<const arrow::BaseListArray<arrow::ListType>&>(*column);
+    const bool large = column->type_id() == arrow::Type::LARGE_LIST;
+    const auto values = std::static_pointer_cast<arrow::StructArray>(
+        large ? static_cast<const arrow::LargeListArray&>(*column).values() : list.values());
+    const auto role = values->GetFieldByName("role"), content = values->GetFieldByName("content");
+    for (int64_t i = from; i < from + n; ++i) {
+      nlohmann::json messages = nlohmann::json::array();
+      int64_t begin = 0, end = 0;
+      if (large) {
+        begin = static_cast<const arrow::LargeListArray&>(*column).value_offset(i);
+        end = static_cast<const arrow::LargeListArray&>(*column).value_offset(i + 1);
+      } else {
+        begin = list.value_offset(i), end = list.value_offset(i + 1);
+      }
+      if (!column->IsNull(i))
+        for (int64_t k = begin; k < end; ++k)
+          messages.push_back({{"role", string_at(*role, k)}, {"content", string_at(*content, k)}});
+      out.push_back(nlohmann::json{{"messages", messages}}.dump());
     }
   }
-}
 
-// Hands out the rows of a sequence of column chunks (a row group's, a record batch's).
-struct ChunkCursor {
-  std::vector<std::shared_ptr<arrow::Array>> chunks;
-  size_t chunk = 0;
-  int64_t row = 0;
-  size_t take(std::vector<std::string>& out, size_t max_rows) {
-    size_t n = 0;
-    while (n < max_rows && chunk < chunks.size()) {
-      const int64_t k = std::min<int64_t>(static_cast<int64_t>(max_rows - n), chunks[chunk]->length() - row);
-      append_texts(*chunks[chunk], row, k, out);
-      n += static_cast<size_t>(k), row += k;
-      if (row == chunks[chunk]->length()) ++chunk, row = 0;
-    }
-    return n;
-  }
-  bool done() const { return chunk >= chunks.size(); }
+ private:
+  std::vector<std::string> fields_;
 };
+
+// Hands out the rows of one record batch.
+struct BatchCursor {
+  std::shared_ptr<arrow::RecordBatch> batch;
+  int64_t row = 0;
+  size_t take(const RowReader& rows, std::vector<std::string>& out, size_t max_rows) {
+    const int64_t k = std::min<int64_t>(static_cast<int64_t>(max_rows), batch->num_rows() - row);
+    rows.append(*batch, row, k, out);
+    row += k;
+    return static_cast<size_t>(k);
+  }
+  bool done() const { return !batch || row >= batch->num_rows(); }
+};
+
+// The Parquet leaf columns under a top-level field (a nested one has several).
+void leaf_columns(const parquet::arrow::SchemaField& f, std::vector<int>& out) {
+  if (f.column_index >= 0) out.push_back(f.column_index);
+  for (const auto& c : f.children) leaf_columns(c, out);
+}
 
 class ParquetStream : public DocumentStream {
  public:
-  ParquetStream(std::string path, const std::string& key) : path_(std::move(path)) {
+  ParquetStream(std::string path, const std::string& key, RowKind kind) : path_(std::move(path)) {
     // Read with pread, not mmap: mapped pages would count in the resident set.
     auto file = value_or_throw(arrow::io::ReadableFile::Open(path_), "cannot open '" + path_ + "'");
     auto opened = parquet::arrow::OpenFile(file, arrow::default_memory_pool());
@@ -90,22 +157,21 @@ class ParquetStream : public DocumentStream {
     std::shared_ptr<arrow::Schema> schema;
     const auto st = reader_->GetSchema(&schema);
     if (!st.ok()) throw data_error("'" + path_ + "': cannot read its schema: " + st.ToString());
-    const int field = schema->GetFieldIndex(key);
-    if (field < 0) no_text_column(path_, key, *schema);
-    check_text_type(path_, key, *schema->field(field)->type());
-    column_ = reader_->manifest().schema_fields[static_cast<size_t>(field)].column_index;
+    rows_ = std::make_unique<RowReader>(*schema, path_, key, kind);
+    for (const auto& name : rows_->fields())
+      leaf_columns(reader_->manifest().schema_fields[static_cast<size_t>(schema->GetFieldIndex(name))], columns_);
   }
   size_t read(std::vector<std::string>& out, size_t max_rows) override {
     size_t n = 0;
     while (n < max_rows) {
       if (cursor_.done()) {
         if (group_ == reader_->num_row_groups()) break;
-        auto table = value_or_throw(reader_->ReadRowGroup(group_, {column_}),
-                                    "'" + path_ + "': cannot read row group " + std::to_string(group_));
-        cursor_ = ChunkCursor{table->column(0)->chunks()};
+        const std::string what = "'" + path_ + "': cannot read row group " + std::to_string(group_);
+        auto table = value_or_throw(reader_->ReadRowGroup(group_, columns_), what);
+        cursor_ = BatchCursor{value_or_throw(table->CombineChunksToBatch(), what)};
         ++group_;
       }
-      n += cursor_.take(out, max_rows - n);
+      n += cursor_.take(*rows_, out, max_rows - n);
     }
     return n;
   }
@@ -115,19 +181,21 @@ class ParquetStream : public DocumentStream {
  private:
   std::string path_;
   std::unique_ptr<parquet::arrow::FileReader> reader_;
-  int column_ = 0, group_ = 0;
-  ChunkCursor cursor_;
+  std::unique_ptr<RowReader> rows_;
+  std::vector<int> columns_;
+  int group_ = 0;
+  BatchCursor cursor_;
 };
 
 // Record batches of one Arrow IPC file, stream format (what `datasets` writes) or file format.
 class BatchReader {
  public:
-  BatchReader(const std::string& path, const std::string& key) : path_(path), key_(key) {
+  BatchReader(const std::string& path, const std::string& key, RowKind kind) : path_(path) {
     auto file = value_or_throw(arrow::io::ReadableFile::Open(path), "cannot open '" + path + "'");
     auto stream = arrow::ipc::RecordBatchStreamReader::Open(file);
     if (stream.ok()) {
       stream_ = std::move(stream).ValueOrDie();
-      check(*stream_->schema());
+      rows_ = std::make_unique<RowReader>(*stream_->schema(), path_, key, kind);
       return;
     }
     auto random = arrow::ipc::RecordBatchFileReader::Open(
@@ -136,29 +204,23 @@ class BatchReader {
       throw data_error("'" + path + "' is not an Arrow IPC file (" + stream.status().ToString() +
                        ")\n    fix: pass the .arrow files `datasets` save_to_disk wrote, or their folder");
     file_ = std::move(random).ValueOrDie();
-    check(*file_->schema());
+    rows_ = std::make_unique<RowReader>(*file_->schema(), path_, key, kind);
   }
-  // The text column of the next batch, nullptr at the end.
-  std::shared_ptr<arrow::Array> next() {
-    std::shared_ptr<arrow::RecordBatch> batch;
-    if (stream_) {
-      batch = value_or_throw(stream_->Next(), "'" + path_ + "': cannot read a record batch");
-    } else if (next_batch_ < file_->num_record_batches()) {
-      batch = value_or_throw(file_->ReadRecordBatch(next_batch_++), "'" + path_ + "': cannot read a record batch");
-    }
-    return batch ? batch->column(field_) : nullptr;
+  // The next record batch, nullptr at the end.
+  std::shared_ptr<arrow::RecordBatch> next() {
+    if (stream_) return value_or_throw(stream_->Next(), "'" + path_ + "': cannot read a record batch");
+    if (next_batch_ < file_->num_record_batches())
+      return value_or_throw(file_->ReadRecordBatch(next_batch_++), "'" + path_ + "': cannot read a record batch");
+    return nullptr;
   }
+  const RowReader& rows() const { return *rows_; }
 
  private:
-  void check(const arrow::Schema& schema) {
-    field_ = schema.GetFieldIndex(key_);
-    if (field_ < 0) no_text_column(path_, key_, schema);
-    check_text_type(path_, key_, *schema.field(field_)->type());
-  }
-  std::string path_, key_;
+  std::string path_;
   std::shared_ptr<arrow::ipc::RecordBatchStreamReader> stream_;
   std::shared_ptr<arrow::ipc::RecordBatchFileReader> file_;
-  int field_ = 0, next_batch_ = 0;
+  std::unique_ptr<RowReader> rows_;
+  int next_batch_ = 0;
 };
 
 // The .arrow files of a datasets folder, in order.
@@ -196,32 +258,32 @@ std::vector<std::string> arrow_files(const std::string& path) {
 
 class ArrowStream : public DocumentStream {
  public:
-  ArrowStream(std::string path, std::string key)
-      : path_(std::move(path)), key_(std::move(key)), files_(arrow_files(path_)) {
-    reader_ = std::make_unique<BatchReader>(files_[0], key_);  // checks the first file's schema now
+  ArrowStream(std::string path, std::string key, RowKind kind)
+      : path_(std::move(path)), key_(std::move(key)), kind_(kind), files_(arrow_files(path_)) {
+    reader_ = std::make_unique<BatchReader>(files_[0], key_, kind_);  // checks the first file's schema now
   }
   size_t read(std::vector<std::string>& out, size_t max_rows) override {
     size_t n = 0;
     while (n < max_rows) {
       if (cursor_.done()) {
-        auto column = reader_ ? reader_->next() : nullptr;
-        if (!column) {
+        auto batch = reader_ ? reader_->next() : nullptr;
+        if (!batch) {
           if (++file_ >= files_.size()) break;
-          reader_ = std::make_unique<BatchReader>(files_[file_], key_);
+          reader_ = std::make_unique<BatchReader>(files_[file_], key_, kind_);
           continue;
         }
-        cursor_ = ChunkCursor{{column}};
+        cursor_ = BatchCursor{batch};
       }
-      n += cursor_.take(out, max_rows - n);
+      n += cursor_.take(reader_->rows(), out, max_rows - n);
     }
     return n;
   }
   int64_t rows() override {
-    if (rows_ < 0) {  // a pass over the batches (their text is read and dropped one batch at a time)
+    if (rows_ < 0) {  // a pass over the batches, one at a time
       rows_ = 0;
       for (const auto& f : files_) {
-        BatchReader r(f, key_);
-        while (auto column = r.next()) rows_ += column->length();
+        BatchReader r(f, key_, kind_);
+        while (auto batch = r.next()) rows_ += batch->num_rows();
       }
     }
     return rows_;
@@ -230,21 +292,22 @@ class ArrowStream : public DocumentStream {
 
  private:
   std::string path_, key_;
+  RowKind kind_;
   std::vector<std::string> files_;
   size_t file_ = 0;
   std::unique_ptr<BatchReader> reader_;
-  ChunkCursor cursor_;
+  BatchCursor cursor_;
   int64_t rows_ = -1;
 };
 
 }  // namespace
 
-std::unique_ptr<DocumentStream> open_parquet(const std::string& path, const std::string& text_key) {
-  return std::make_unique<ParquetStream>(path, text_key);
+std::unique_ptr<DocumentStream> open_parquet(const std::string& path, const std::string& text_key, RowKind kind) {
+  return std::make_unique<ParquetStream>(path, text_key, kind);
 }
 
-std::unique_ptr<DocumentStream> open_arrow(const std::string& path, const std::string& text_key) {
-  return std::make_unique<ArrowStream>(path, text_key);
+std::unique_ptr<DocumentStream> open_arrow(const std::string& path, const std::string& text_key, RowKind kind) {
+  return std::make_unique<ArrowStream>(path, text_key, kind);
 }
 
 }  // namespace gputrain

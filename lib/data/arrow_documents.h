@@ -9,9 +9,9 @@
 namespace gputrain {
 
 // A .parquet file, read one row group at a time (the text column only).
-std::unique_ptr<DocumentStream> open_parquet(const std::string& path, const std::string& text_key);
+std::unique_ptr<DocumentStream> open_parquet(const std::string& path, const std::string& text_key, RowKind kind);
 // A `datasets` save_to_disk folder (state.json's data files, or its *.arrow
 // files in name order) or one .arrow file, in Arrow's IPC stream or file format.
-std::unique_ptr<DocumentStream> open_arrow(const std::string& path, const std::string& text_key);
+std::unique_ptr<DocumentStream> open_arrow(const std::string& path, const std::string& text_key, RowKind kind);
 
 }  // namespace gputrain

@@ -155,14 +155,19 @@ class LineReader {
 // JSONL, line by line; blank lines are not rows.
 class JsonlStream : public DocumentStream {
  public:
-  JsonlStream(std::string path, std::string key) : path_(std::move(path)), key_(std::move(key)), lines_(path_) {}
+  JsonlStream(std::string path, std::string key, RowKind kind)
+      : path_(std::move(path)), key_(std::move(key)), kind_(kind), lines_(path_) {}
   size_t read(std::vector<std::string>& out, size_t max_rows) override {
     size_t n = 0;
     std::string_view line;
     while (n < max_rows && lines_.next(line)) {
       ++line_no_;
       if (is_blank(line)) continue;
-      out.push_back(jsonl_text(line, key_, [&] { return path_ + ":" + std::to_string(line_no_); }));
+      if (kind_ == RowKind::kChat) {
+        out.emplace_back(line);  // parsed, with its row's place, by data prepare
+      } else {
+        out.push_back(jsonl_text(line, key_, [&] { return path_ + ":" + std::to_string(line_no_); }));
+      }
       ++n;
     }
     return n;
@@ -180,6 +185,7 @@ class JsonlStream : public DocumentStream {
 
  private:
   std::string path_, key_;
+  RowKind kind_;
   LineReader lines_;
   int64_t line_no_ = 0, rows_ = -1;
 };
@@ -192,12 +198,13 @@ bool is_streamed_input(const std::string& path) {
   return ends_with(path, ".gz") || ends_with(path, ".zst") || ends_with(path, ".parquet") || ends_with(path, ".arrow");
 }
 
-std::unique_ptr<DocumentStream> open_document_stream(const std::string& path, const std::string& text_key) {
+std::unique_ptr<DocumentStream> open_document_stream(const std::string& path, const std::string& text_key,
+                                                     RowKind kind) {
   std::error_code ec;
-  if (fs::is_directory(path, ec) || ends_with(path, ".arrow")) return open_arrow(path, text_key);
-  if (ends_with(path, ".parquet")) return open_parquet(path, text_key);
+  if (fs::is_directory(path, ec) || ends_with(path, ".arrow")) return open_arrow(path, text_key, kind);
+  if (ends_with(path, ".parquet")) return open_parquet(path, text_key, kind);
   for (const char* ext : {".jsonl", ".json", ".jsonl.gz", ".json.gz", ".jsonl.zst", ".json.zst"})
-    if (ends_with(path, ext)) return std::make_unique<JsonlStream>(path, text_key);
+    if (ends_with(path, ext)) return std::make_unique<JsonlStream>(path, text_key, kind);
   throw data_error("input '" + path +
                    "' is compressed or streamed but not JSONL, Parquet or Arrow\n    fix: compressed inputs must be "
                    "JSONL (.jsonl.gz, .jsonl.zst); decompress other text first");

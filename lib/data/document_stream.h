@@ -12,6 +12,10 @@
 
 namespace gputrain {
 
+// What a row yields: its text (--text-key), or for chat rows the row as JSON (data/chat_format.h):
+// a JSONL line as it is; from Parquet/Arrow, {"messages": [...]} or {"prompt", "completion"}.
+enum class RowKind { kText, kChat };
+
 class DocumentStream {
  public:
   virtual ~DocumentStream() = default;
@@ -27,6 +31,7 @@ class DocumentStream {
 bool is_streamed_input(const std::string& path);
 
 // Plain .jsonl files are streamed too when they are read with streamed ones.
-std::unique_ptr<DocumentStream> open_document_stream(const std::string& path, const std::string& text_key);
+std::unique_ptr<DocumentStream> open_document_stream(const std::string& path, const std::string& text_key,
+                                                     RowKind kind = RowKind::kText);
 
 }  // namespace gputrain

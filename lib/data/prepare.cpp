@@ -48,7 +48,7 @@ struct Chunk {
   bool val;
   bool starts_document;  // false only for the continuation of a whole-file document
   bool ends_document;    // false only for a whole-file document's part that another part continues
-  int64_t rows = 0;      // streamed inputs: the next `rows` rows of the stream (begin/end unused)
+  int64_t rows = 0;      // streamed inputs: the next `rows` rows of the stream, from row `begin`
 };
 
 struct Encoded {
@@ -104,11 +104,16 @@ class ChunkEncoder {
   ChunkEncoder(const Tokenizer& t, const PrepareOptions& o, std::optional<ChatTemplate> chat)
       : tokenizer_(t), enc_(t.make_encoder()), framing_(t.framing()), o_(o), chat_(chat) {}
 
-  // The documents of a streamed chunk.
-  Encoded encode(const std::vector<std::string>& docs) {
+  // The documents (or chat rows) of a streamed chunk.
+  Encoded encode(const std::vector<std::string>& docs, const Chunk& c, const std::string& path) {
     Encoded out;
-    for (const auto& d : docs) {
+    for (size_t i = 0; i < docs.size(); ++i) {
+      const std::string& d = docs[i];
       out.text_bytes += static_cast<int64_t>(d.size());
+      if (chat_) {
+        chat_document(out, d, [&] { return path + ": row " + std::to_string(c.begin + i + 1); });
+        continue;
+      }
       if (d.empty()) continue;
       out.document_starts.push_back(out.tokens.size());
       out.tokens.insert(out.tokens.end(), framing_.before.begin(), framing_.before.end());
@@ -390,7 +395,7 @@ std::vector<Chunk> plan_stream_chunks(const std::vector<Input>& inputs, const Pr
     for (int64_t r = 0; r < rows[k];) {
       int64_t n = std::min(kRowsPerChunk, rows[k] - r);
       if (row < first_val && row + n > first_val) n = first_val - row;
-      chunks.push_back(Chunk{k, 0, 0, row >= first_val, true, true, n});
+      chunks.push_back(Chunk{k, static_cast<size_t>(r), 0, row >= first_val, true, true, n});  // begin: its first row
       r += n, row += n;
     }
   }
@@ -421,7 +426,8 @@ PrepareResult prepare_dataset(const PrepareOptions& o) {
         throw usage_error("input '" + path +
                           "' is plain text, which cannot be mixed with Parquet, Arrow or compressed inputs"
                           "\n    fix: prepare it in a run of its own, or convert it to JSONL");
-      Input in{nullptr, InputFormat::kJsonl, 0, open_document_stream(path, o.text_key)};
+      Input in{nullptr, InputFormat::kJsonl, 0,
+               open_document_stream(path, o.text_key, o.chat ? RowKind::kChat : RowKind::kText)};
       if (in.rows->rows() == 0)
         throw data_error("input '" + path + "' has no rows\n    fix: remove it from the inputs");
       inputs.push_back(std::move(in));
@@ -456,10 +462,9 @@ PrepareResult prepare_dataset(const PrepareOptions& o) {
                ? default_chat_template([&](const std::string& s) { return tokenizer->special_id(s).has_value(); })
                : chat_template_named(o.chat_template);
     for (const auto& in : inputs)
-      if (in.rows || in.format != InputFormat::kJsonl)
-        throw usage_error("--format chat reads JSONL files (.jsonl), but '" +
-                          (in.rows ? in.rows->path() : in.file->path()) +
-                          "' is not one\n    fix: write the chat rows as JSONL, one {\"messages\": [...]} per line");
+      if (!in.rows && in.format != InputFormat::kJsonl)
+        throw usage_error("--format chat reads JSONL, Parquet or Arrow rows, but '" + in.file->path() +
+                          "' is text\n    fix: write the chat rows as JSONL, one {\"messages\": [...]} per line");
   }
   SplitWriter train(o.output_dir, "train", info, o.shard_tokens);
   SplitWriter val(o.output_dir, "val", info, o.shard_tokens);
@@ -497,7 +502,8 @@ PrepareResult prepare_dataset(const PrepareOptions& o) {
         return;
       }
       try {
-        Encoded e = chunks[i].rows > 0 ? enc.encode(docs) : enc.encode(inputs[chunks[i].input], chunks[i]);
+        const Input& in = inputs[chunks[i].input];
+        Encoded e = chunks[i].rows > 0 ? enc.encode(docs, chunks[i], in.rows->path()) : enc.encode(in, chunks[i]);
         std::lock_guard<std::mutex> lock(mu);
         done.emplace(i, std::move(e));
       } catch (...) {

@@ -10,6 +10,9 @@ usage: make_streamed_inputs.py SHARED_DATA_DIR OUT_DIR
   d.jsonl.gz          gzip, written as two concatenated members
   d.jsonl.zst         zstd
   DatasetDict/        datasets' DatasetDict save_to_disk (train/test)
+  chat.jsonl, chat.parquet, chat_ds/, chat.jsonl.zst, pc.parquet
+                      the same chat rows (messages; pc.parquet: prompt/completion columns) in each format
+  chat_bad.parquet    chat rows, row 8 with the role "bot"
 """
 import gzip
 import json
@@ -54,6 +57,26 @@ def main():
     with pa.CompressedOutputStream(os.path.join(out, "d.jsonl.zst"), "zstd") as f:
         f.write("".join(lines).encode())
     datasets.DatasetDict({"train": ds, "test": ds}).save_to_disk(os.path.join(out, "DatasetDict"))
+
+    chats = [[{"role": "system", "content": "Be terse."}] * (i % 2) +
+             [{"role": "user", "content": f"Question {i}: {paragraphs[i][:80]}"},
+              {"role": "assistant", "content": f"Answer {i}: {paragraphs[i + 1][:60]}"}] for i in range(60)]
+    with open(os.path.join(out, "chat.jsonl"), "w") as f:
+        for c in chats:
+            f.write(json.dumps({"messages": c}) + "\n")
+    with pa.CompressedOutputStream(os.path.join(out, "chat.jsonl.zst"), "zstd") as f:
+        f.write("".join(json.dumps({"messages": c}) + "\n" for c in chats).encode())
+    chat_table = pa.table({"id": range(len(chats)), "messages": chats})
+    pq.write_table(chat_table, os.path.join(out, "chat.parquet"), row_group_size=16)
+    datasets.Dataset.from_dict({"messages": chats}).save_to_disk(os.path.join(out, "chat_ds"))
+    pq.write_table(pa.table({"prompt": [c[-2]["content"] for c in chats], "completion": [c[-1]["content"] for c in chats]}),
+                   os.path.join(out, "pc.parquet"))
+    with open(os.path.join(out, "pc.jsonl"), "w") as f:
+        for c in chats:
+            f.write(json.dumps({"prompt": c[-2]["content"], "completion": c[-1]["content"]}) + "\n")
+    bad = [list(c) for c in chats[:10]]
+    bad[7] = [{"role": "bot", "content": "x"}]
+    pq.write_table(pa.table({"messages": bad}), os.path.join(out, "chat_bad.parquet"))
 
 
 if __name__ == "__main__":

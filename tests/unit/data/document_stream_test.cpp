@@ -134,3 +134,36 @@ TEST_CASE("bad streamed inputs are errors naming the file, the place and the fix
              Contains("cannot be mixed with Parquet, Arrow or compressed inputs"));
   CHECK_FALSE(fs::exists(dir.file("out/train_000000.bin")));
 }
+
+TEST_CASE("chat rows from Parquet, datasets folders and zstd JSONL prepare as the JSONL does", "[data][stream][chat]") {
+  TempDir dir;
+  auto prepare = [&](const std::string& input, const std::string& out) {
+    PrepareOptions o;
+    o.inputs = {input};
+    o.output_dir = dir.file(out);
+    o.tokenizer = {"bytes"};
+    o.chat = true;
+    o.val_fraction = 0;  // (mapped JSONL splits by bytes, streamed rows by rows)
+    o.progress = ProgressStyle::kOff;
+    return prepare_dataset(o);
+  };
+  const PrepareResult want = prepare(inputs("chat.jsonl"), "jsonl");
+  CHECK(want.train_documents == 60);
+  for (const char* name : {"chat.parquet", "chat_ds", "chat.jsonl.zst"}) {
+    INFO(name);
+    prepare(inputs(name), name);
+    for (const char* f : {"train_000000.bin", "train_000000.mask"})
+      CHECK(read_file(dir.file(std::string(name) + "/" + f)) == read_file(dir.file(std::string("jsonl/") + f)));
+  }
+  prepare(inputs("pc.jsonl"), "pc_jsonl");
+  prepare(inputs("pc.parquet"), "pc_parquet");
+  CHECK(read_file(dir.file("pc_parquet/train_000000.mask")) == read_file(dir.file("pc_jsonl/train_000000.mask")));
+  CHECK(read_file(dir.file("pc_parquet/train_000000.bin")) == read_file(dir.file("pc_jsonl/train_000000.bin")));
+  CHECK_THROWS_WITH(prepare(inputs("chat_bad.parquet"), "bad"),
+                    Contains("chat_bad.parquet: row 8: messages[0] has the unknown role 'bot'"));
+  CHECK_THAT(error_of([&] { open_document_stream(inputs("ds"), "content", RowKind::kChat); }),
+             Contains("has neither a \"messages\" column nor string \"prompt\" and \"completion\" columns; its "
+                      "columns are: id (int64), content (string)"));
+  CHECK_THAT(error_of([&] { open_document_stream(inputs("d.parquet"), "content", RowKind::kChat); }),
+             Contains("no error"));  // its messages column is list<struct<role, content>>
+}
