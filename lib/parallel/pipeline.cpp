@@ -120,7 +120,7 @@ class StageRunner {
   const PipelineStepStats& stats() const { return stats_; }
 
  private:
-  double inv_total() const { return 1.0 / static_cast<double>(o_.total_targets); }
+  double inv_total() const { return 1.0 / static_cast<double>(std::max<int64_t>(o_.total_targets, 1)); }
 
   Gpt& model_;
   StageLink link_;
@@ -164,7 +164,7 @@ std::vector<std::string> keep_stage(Gpt& model, const StageLayers& stage) {
 
 torch::Tensor pipeline_train_step(Gpt& model, Communicator& pp, const std::vector<Batch>& micro,
                                   const PipelineStepOptions& options, PipelineStepStats* stats) {
-  if (options.total_targets <= 0) throw runtime_error("a training step has no target tokens (every target is masked)");
+  // A step of prompts only (chat data, every target masked) adds nothing to the gradients: normalized by 1.
   StageRunner run(model, pp, micro, options);
   const size_t m = micro.size();
   if (options.schedule == PipelineSchedule::kGpipe) {

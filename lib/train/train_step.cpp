@@ -10,8 +10,8 @@ double inverse_target_count(const std::vector<Batch>& micro_batches, int64_t tot
   int64_t total = total_targets;
   if (total == 0)
     for (const auto& b : micro_batches) total += b.target_count;
-  if (total == 0) throw runtime_error("a training step has no target tokens (every target is masked)");
-  return 1.0 / static_cast<double>(total);
+  // A step of prompts only (chat data, every target masked) adds nothing to the gradients.
+  return 1.0 / static_cast<double>(std::max<int64_t>(total, 1));
 }
 
 torch::Tensor accumulate_gradients(Gpt& model, const std::vector<Batch>& micro_batches, const Precision* precision,

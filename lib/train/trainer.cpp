@@ -187,6 +187,7 @@ class Trainer {
   std::string status_ = "ok";
   int stop_signal_ = 0;
   int64_t consecutive_skips_ = 0;
+  bool warned_no_targets_ = false;  // a step whose every target was masked (chat prompts), warned once
   int64_t last_saved_step_ = 0;
   double last_save_s_ = 0;
   double slowest_step_s_ = 0;
@@ -493,6 +494,14 @@ StepResult Trainer::step() {
     local_tokens += micro.back().target_count;
   }
   const int64_t step_tokens = par_->global_targets(local_tokens);
+  if (step_tokens == 0 && !warned_no_targets_) {  // chat data: windows of prompt text only
+    warned_no_targets_ = true;
+    progress_->finish();
+    spdlog::warn(
+        "step {}: no target takes loss (every target of the batch is masked, e.g. chat prompts); it adds "
+        "nothing to the gradients. Many such steps: raise model.seq_len so windows reach the replies",
+        t_.step + 1);
+  }
   const bool capture_now = step_graph_ && !step_graph_->keeps_gradients();
   StepResult r;
   r.loss = step_graph_ ? step_graph_->accumulate(model_, micro, *precision_, step_tokens)

@@ -70,3 +70,36 @@ TEST_CASE("cli: chat rows give apply_chat_template's ids, with the loss on the a
     }
   }
 }
+
+TEST_CASE("cli: chat shards train the same in 2 processes as in 1, counting only the replies",
+          "[cli][data][chat][slow]") {
+  TempDir dir;
+  auto prep = run_gputrain({"data", "prepare", std::string(GPUTRAIN_SOURCE_DIR) + "/configs/data/chat-sample.jsonl",
+                            "-o", dir.file("chat"), "--format", "chat", "--tokenizer", "bytes", "--val-fraction", "0",
+                            "--progress", "off"});
+  INFO(prep.output);
+  REQUIRE(prep.exit_code == 0);
+  write_file(dir.file("r.yaml"),
+             "run: {name: chat, threads: 1}\n"
+             "model: {vocab_size: 320, seq_len: 64, n_layer: 1, n_head: 2, d_model: 32, dropout: 0.0}\n"
+             "data: {train: {format: tokens, path: chat/train_*.bin, packing: documents}}\n"
+             "train: {per_device_batch_size: 4, max_steps: 8, log_every: 1}\n"
+             "optim: {lr: 3e-3}\n"
+             "metrics: {progress: off}\n");
+  auto one = run_gputrain({"run", dir.file("r.yaml"), "--output-dir", dir.file("one")});
+  INFO(one.output);
+  REQUIRE(one.exit_code == 0);
+  auto two = run_gputrain({"run", dir.file("r.yaml"), "--output-dir", dir.file("two"), "--nproc-per-node", "2", "--set",
+                           "train.per_device_batch_size=2"});
+  INFO(two.output);
+  REQUIRE(two.exit_code == 0);
+  const auto a = read_jsonl(dir.file("one/metrics.jsonl")), b = read_jsonl(dir.file("two/metrics.jsonl"));
+  REQUIRE(a.size() == 8);
+  REQUIRE(b.size() == 8);
+  for (size_t i = 0; i < a.size(); ++i) {
+    CHECK(std::abs(a[i]["loss"].get<double>() - b[i]["loss"].get<double>()) < 1e-5);
+    CHECK(a[i]["tokens"] == b[i]["tokens"]);
+  }
+  // 8 steps of 4 windows of 64: the replies are well under half of the positions.
+  CHECK(a.back()["tokens"].get<int64_t>() < 8 * 4 * 64 / 2);
+}
