@@ -411,15 +411,9 @@ void read_rows(DocumentStream& stream, int64_t n, std::vector<std::string>& out)
                        "' ended before the rows it declared\n    fix: check the file is complete");
 }
 
-}  // namespace
-
-PrepareResult prepare_dataset(const PrepareOptions& o) {
-  const auto t0 = Clock::now();
-  check_options(o);
+// Opens every input: memory-mapped, or as a stream of rows when any is streamed (`total`: mapped bytes).
+std::vector<Input> open_inputs(const PrepareOptions& o, bool streaming, int64_t& total) {
   std::vector<Input> inputs;
-  int64_t total = 0;
-  // Parquet, Arrow and compressed inputs are read front to back (document_stream.h); then all are.
-  const bool streaming = std::any_of(o.inputs.begin(), o.inputs.end(), is_streamed_input);
   for (const auto& path : o.inputs) {
     if (streaming) {
       if (!is_streamed_input(path) && format_of(path, o.input_format) != InputFormat::kJsonl)
@@ -442,30 +436,50 @@ PrepareResult prepare_dataset(const PrepareOptions& o) {
     total += static_cast<int64_t>(in.file->size());
     inputs.push_back(std::move(in));
   }
-  const std::unique_ptr<Tokenizer> tokenizer = make_tokenizer(o.tokenizer);
-  const DirectoryLock output_lock = prepare_output(o);
+  return inputs;
+}
 
+// --format chat: the template (named, or the one the tokenizer's special tokens suggest); rows only.
+std::optional<ChatTemplate> chat_template_for(const PrepareOptions& o, const Tokenizer& t,
+                                              const std::vector<Input>& inputs) {
+  if (!o.chat) return std::nullopt;
+  for (const auto& in : inputs)
+    if (!in.rows && in.format != InputFormat::kJsonl)
+      throw usage_error("--format chat reads JSONL, Parquet or Arrow rows, but '" + in.file->path() +
+                        "' is text\n    fix: write the chat rows as JSONL, one {\"messages\": [...]} per line");
+  if (!o.chat_template.empty()) return chat_template_named(o.chat_template);
+  return default_chat_template([&](const std::string& s) { return t.special_id(s).has_value(); });
+}
+
+// What every shard's sidecar says (token_shard.h).
+ShardInfo shard_info(const Tokenizer& t, const PrepareOptions& o) {
   ShardInfo info;
-  info.tokenizer = tokenizer->name();
-  info.tokenizer_kind = tokenizer->kind();
-  info.tokenizer_crc32c = tokenizer->file_crc32c();
-  info.vocab_size = tokenizer->vocab_size();
-  const DocumentFraming& framing = tokenizer->framing();
-  info.eot_token = tokenizer->document_start_id();
+  info.tokenizer = t.name();
+  info.tokenizer_kind = t.kind();
+  info.tokenizer_crc32c = t.file_crc32c();
+  info.vocab_size = t.vocab_size();
+  const DocumentFraming& framing = t.framing();
+  info.eot_token = t.document_start_id();
   info.bos_token = framing.bos, info.eos_token = framing.eos, info.pad_token = framing.pad;
   info.document_before = framing.before, info.document_after = framing.after;
-  info.dtype = tokenizer->vocab_size() <= 65536 ? TokenDtype::kUint16 : TokenDtype::kUint32;
+  info.dtype = t.vocab_size() <= 65536 ? TokenDtype::kUint16 : TokenDtype::kUint32;
   info.loss_mask = o.chat;
-  std::optional<ChatTemplate> chat;
-  if (o.chat) {
-    chat = o.chat_template.empty()
-               ? default_chat_template([&](const std::string& s) { return tokenizer->special_id(s).has_value(); })
-               : chat_template_named(o.chat_template);
-    for (const auto& in : inputs)
-      if (!in.rows && in.format != InputFormat::kJsonl)
-        throw usage_error("--format chat reads JSONL, Parquet or Arrow rows, but '" + in.file->path() +
-                          "' is text\n    fix: write the chat rows as JSONL, one {\"messages\": [...]} per line");
-  }
+  return info;
+}
+
+}  // namespace
+
+PrepareResult prepare_dataset(const PrepareOptions& o) {
+  const auto t0 = Clock::now();
+  check_options(o);
+  // Parquet, Arrow and compressed inputs are read front to back (document_stream.h); then all are.
+  const bool streaming = std::any_of(o.inputs.begin(), o.inputs.end(), is_streamed_input);
+  int64_t total = 0;
+  std::vector<Input> inputs = open_inputs(o, streaming, total);
+  const std::unique_ptr<Tokenizer> tokenizer = make_tokenizer(o.tokenizer);
+  const std::optional<ChatTemplate> chat = chat_template_for(o, *tokenizer, inputs);
+  const DirectoryLock output_lock = prepare_output(o);
+  const ShardInfo info = shard_info(*tokenizer, o);
   SplitWriter train(o.output_dir, "train", info, o.shard_tokens);
   SplitWriter val(o.output_dir, "val", info, o.shard_tokens);
 
