@@ -495,12 +495,19 @@ PrepareResult prepare_dataset(const PrepareOptions& o) {
   std::map<size_t, Encoded> done;
   size_t next_claim = 0, next_write = 0;
   bool stop = false;
-  std::exception_ptr error;
+  // A chunk's error is raised when the writer reaches that chunk, so the first bad row in input
+  // order is the one reported, whichever thread met its own first (no chunk after it is claimed).
+  std::map<size_t, std::exception_ptr> errors;
+  auto fail = [&](size_t i) {
+    std::lock_guard<std::mutex> lock(mu);
+    errors.emplace(std::max(i, next_write), std::current_exception());
+    stop = true;
+  };
   auto worker = [&] {
     ChunkEncoder enc(*tokenizer, o, chat);
     std::vector<std::string> docs;
     while (true) {
-      size_t i;
+      size_t i = 0;
       try {
         std::unique_lock<std::mutex> lock(mu);
         cv.wait(lock, [&] { return stop || next_claim >= chunks.size() || next_claim < next_write + max_ahead; });
@@ -508,10 +515,8 @@ PrepareResult prepare_dataset(const PrepareOptions& o) {
         i = next_claim++;
         // Streams are read in claim order, under the lock; encoding runs in parallel.
         if (chunks[i].rows > 0) read_rows(*inputs[chunks[i].input].rows, chunks[i].rows, docs);
-      } catch (...) {
-        std::lock_guard<std::mutex> lock(mu);
-        if (!error) error = std::current_exception();
-        stop = true;
+      } catch (...) {  // reading chunk i's rows
+        fail(i);
         cv.notify_all();
         return;
       }
@@ -521,9 +526,7 @@ PrepareResult prepare_dataset(const PrepareOptions& o) {
         std::lock_guard<std::mutex> lock(mu);
         done.emplace(i, std::move(e));
       } catch (...) {
-        std::lock_guard<std::mutex> lock(mu);
-        if (!error) error = std::current_exception();
-        stop = true;
+        fail(i);
       }
       cv.notify_all();
     }
@@ -556,9 +559,9 @@ PrepareResult prepare_dataset(const PrepareOptions& o) {
       {
         std::unique_lock<std::mutex> lock(mu);
         // Wake regularly to notice a stop signal while workers are busy.
-        while (!error && done.count(next_write) == 0 && StopSignals::requested() == 0)
+        while (errors.count(next_write) == 0 && done.count(next_write) == 0 && StopSignals::requested() == 0)
           cv.wait_for(lock, std::chrono::milliseconds(100));
-        if (error) std::rethrow_exception(error);
+        if (auto it = errors.find(next_write); it != errors.end()) std::rethrow_exception(it->second);
         if (StopSignals::requested() != 0) break;
         e = std::move(done.at(next_write));
         done.erase(next_write);

@@ -159,8 +159,14 @@ TEST_CASE("chat: bad rows stop with file:line and the fix, or are skipped and co
   o.tokenizer = {"bytes"};
   o.chat = true;
   o.progress = ProgressStyle::kOff;
-  CHECK_THROWS_WITH(prepare_dataset(o), Contains(dir.file("c.jsonl") + ":41: messages[0] has the unknown role 'bot'") &&
-                                            Contains("fix: repair the row, or pass --skip-bad-rows"));
+  // The first bad row in file order, however the rows fall into chunks and threads.
+  o.threads = 3;
+  for (size_t chunk : {size_t{4} << 20, size_t{300}, size_t{50}}) {
+    o.chunk_bytes = chunk;
+    CHECK_THROWS_WITH(prepare_dataset(o),
+                      Contains(dir.file("c.jsonl") + ":41: messages[0] has the unknown role 'bot'") &&
+                          Contains("fix: repair the row, or pass --skip-bad-rows"));
+  }
   CHECK_FALSE(std::filesystem::exists(dir.file("out/train_000000.bin")));
   o.skip_bad_rows = true;
   const PrepareResult r = prepare_dataset(o);
