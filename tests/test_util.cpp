@@ -308,4 +308,38 @@ std::vector<std::vector<uint32_t>> reference_token_ids(const std::string& tokeni
   return read_json(dir.file("out.json")).get<std::vector<std::vector<uint32_t>>>();
 }
 
+CommandResult run_recipe(const std::string& recipe, const std::string& out, const std::vector<std::string>& sets) {
+  std::vector<std::string> args = {"run", recipe, "--output-dir", out};
+  for (const auto& s : sets) args.insert(args.end(), {"--set", s});
+  return run_gputrain(args);
+}
+
+std::vector<nlohmann::json> step_records(const std::string& out) {
+  std::vector<nlohmann::json> lines = read_jsonl(out + "/metrics.jsonl");
+  for (auto& l : lines)
+    for (const char* k : {"tokens_per_s", "step_ms", "mem_peak_mb"}) l.erase(k);
+  return lines;
+}
+
+std::string exit2_error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    CHECK(exit_code_for(e.kind()) == 2);
+    return e.what();
+  }
+  return "no error";
+}
+
+std::vector<uint32_t> read_shard_ids(const std::string& path, int width) {
+  const std::string bytes = read_file(path);
+  std::vector<uint32_t> ids;
+  for (size_t i = 1024; i + width <= bytes.size(); i += width) {
+    uint32_t v = 0;
+    for (int k = width - 1; k >= 0; --k) v = v << 8 | static_cast<uint8_t>(bytes[i + k]);
+    ids.push_back(v);
+  }
+  return ids;
+}
+
 }  // namespace gputrain::test

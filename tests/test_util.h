@@ -97,6 +97,16 @@ std::string error_message(gputrain::ErrorKind kind, const std::function<void()>&
 std::string recipe_error(const std::string& path, const std::vector<std::string>& overrides = {});
 std::vector<nlohmann::json> read_jsonl(const std::string& path);
 
+// `gputrain run RECIPE --output-dir OUT --set S ...`.
+CommandResult run_recipe(const std::string& recipe, const std::string& out, const std::vector<std::string>& sets = {});
+// A run's metrics.jsonl records without the timing fields (what a resumed or parallel run must repeat).
+std::vector<nlohmann::json> step_records(const std::string& out);
+// The message of the gputrain Error `f` throws, checked to be an exit-2 (bad input) error;
+// "no error" when it throws none.
+std::string exit2_error_of(const std::function<void()>& f);
+// The ids of an llm.c shard, after its 1024-byte header, `width` (2 or 4) little-endian bytes each.
+std::vector<uint32_t> read_shard_ids(const std::string& path, int width);
+
 // Three steps of each foreach optimizer (adamw, adafactor and sgd with
 // momentum, lion) on bf16 parameters on `device` (several working sets, see
 // optim/optimizer.h; one parameter without a gradient, one fp32) beside the

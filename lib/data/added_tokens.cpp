@@ -5,14 +5,6 @@
 namespace gputrain {
 namespace {
 
-// The code point that ends just before byte `end` (end > 0).
-char32_t code_point_before(std::string_view s, size_t end, size_t& start) {
-  start = end - 1;
-  while (start > 0 && (static_cast<unsigned char>(s[start]) & 0xC0) == 0x80) --start;
-  size_t len = 0;
-  return next_code_point(s, start, len);
-}
-
 bool is_word_char(char32_t c) {
   return c == '_' || (c < 0x80 ? ((c | 0x20) >= 'a' && (c | 0x20) <= 'z') || (c >= '0' && c <= '9')
                                : !is_white_space(c) && !is_punctuation(c));

@@ -113,8 +113,6 @@ std::unique_ptr<ByteSource> open_bytes(const std::string& path) {
   return std::make_unique<MappedSource>(path);
 }
 
-bool is_blank(std::string_view line) { return line.find_first_not_of(" \t\r\f\v") == std::string_view::npos; }
-
 // The lines of a (decompressed) file, without their '\n'.
 class LineReader {
  public:
@@ -162,7 +160,7 @@ class JsonlStream : public DocumentStream {
     std::string_view line;
     while (n < max_rows && lines_.next(line)) {
       ++line_no_;
-      if (is_blank(line)) continue;
+      if (is_blank_line(line)) continue;
       if (kind_ == RowKind::kChat) {
         out.emplace_back(line);  // parsed, with its row's place, by data prepare
       } else {
@@ -177,7 +175,7 @@ class JsonlStream : public DocumentStream {
       LineReader lines(path_);
       std::string_view line;
       rows_ = 0;
-      while (lines.next(line)) rows_ += !is_blank(line);
+      while (lines.next(line)) rows_ += !is_blank_line(line);
     }
     return rows_;
   }

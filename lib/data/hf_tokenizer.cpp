@@ -1,6 +1,5 @@
 #include "data/hf_tokenizer.h"
 
-#include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <unordered_map>
@@ -21,14 +20,6 @@ namespace gputrain {
 namespace {
 
 using nlohmann::json;
-
-std::string crc_hex(const std::string& bytes) {
-  Crc32c crc;
-  crc.update(bytes.data(), bytes.size());
-  char hex[9];
-  std::snprintf(hex, sizeof hex, "%08x", crc.value());
-  return hex;
-}
 
 // The special ids the post-processor puts before and after a single sequence.
 struct Template {
@@ -133,7 +124,9 @@ class HfEncoder : public TokenEncoder {
 HfTokenizer::HfTokenizer(const std::string& path, const TokenizerSpec& spec)
     : path_(std::filesystem::absolute(path).lexically_normal().string()) {
   const std::string text = read_text_file(path, "tokenizer.json");
-  crc_ = crc_hex(text);
+  Crc32c crc;
+  crc.update(text.data(), text.size());
+  crc_ = crc.hex();
   json j;
   try {
     j = json::parse(text);

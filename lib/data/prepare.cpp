@@ -63,8 +63,6 @@ struct Encoded {
 // Streamed chunks hold this many rows (documents): ~1-4 MB of typical web text.
 constexpr int64_t kRowsPerChunk = 512;
 
-bool is_blank(std::string_view line) { return line.find_first_not_of(" \t\r\f\v") == std::string_view::npos; }
-
 // The first document boundary at or after `target` in `text`: the offset just
 // after a line break (lines, JSONL), after an empty line (paragraphs), or a
 // cut the tokenizer allows (whole-file documents). text.size() if none.
@@ -140,7 +138,7 @@ class ChunkEncoder {
         size_t nl = text.find('\n', pos);
         if (nl == std::string_view::npos) nl = text.size();
         const std::string_view line = text.substr(pos, nl - pos);
-        if (is_blank(line)) {
+        if (is_blank_line(line)) {
         } else if (chat_) {
           chat_document(out, line,
                         [&] { return in.file->path() + ":" + std::to_string(line_number(all, c.begin + pos)); });
@@ -162,7 +160,7 @@ class ChunkEncoder {
         if (nl == std::string_view::npos) nl = text.size();
         std::string_view line = text.substr(pos, nl - pos);
         if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-        if (!is_blank(line)) document(line);
+        if (!is_blank_line(line)) document(line);
         pos = nl + 1;
       }
     } else {  // paragraphs: runs of non-blank lines, without the final line break
@@ -174,7 +172,7 @@ class ChunkEncoder {
       for (size_t pos = 0; pos < text.size();) {
         size_t nl = text.find('\n', pos);
         if (nl == std::string_view::npos) nl = text.size();
-        if (is_blank(text.substr(pos, nl - pos))) {
+        if (is_blank_line(text.substr(pos, nl - pos))) {
           flush();
         } else {
           if (start == std::string_view::npos) start = pos;

@@ -2,7 +2,6 @@
 
 #include <sentencepiece_processor.h>
 
-#include <cstdio>
 #include <filesystem>
 
 #include "data/special_token_config.h"
@@ -21,9 +20,7 @@ class SentencePieceTokenizer : public Tokenizer {
     const std::string bytes = read_text_file(path, "SentencePiece model");
     Crc32c crc;
     crc.update(bytes.data(), bytes.size());
-    char hex[9];
-    std::snprintf(hex, sizeof hex, "%08x", crc.value());
-    crc_ = hex;
+    crc_ = crc.hex();
     const auto status = sp_.LoadFromSerializedProto(bytes);
     if (!status.ok() || sp_.GetPieceSize() == 0)
       throw data_error("'" + path + "' is not a SentencePiece model (" + status.ToString() +

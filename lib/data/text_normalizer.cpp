@@ -49,9 +49,8 @@ class Strip : public TextNormalizer {
       while (b < e && is_white_space(next_code_point(s, b, len))) b += len;
     if (right_)
       while (e > b) {
-        size_t start = e - 1;
-        while (start > b && (static_cast<unsigned char>(s[start]) & 0xC0) == 0x80) --start;
-        if (!is_white_space(next_code_point(s, start, len))) break;
+        size_t start = 0;
+        if (!is_white_space(code_point_before(s, e, start))) break;
         e = start;
       }
     s = s.substr(b, e - b);

@@ -69,6 +69,13 @@ char32_t next_code_point(std::string_view s, size_t i, size_t& len) {
   return static_cast<char32_t>(c);
 }
 
+char32_t code_point_before(std::string_view s, size_t end, size_t& start) {
+  start = end - 1;
+  while (start > 0 && (static_cast<unsigned char>(s[start]) & 0xC0) == 0x80) --start;
+  size_t len = 0;
+  return next_code_point(s, start, len);
+}
+
 std::string lowercase(std::string_view s) {
   std::string out;
   out.reserve(s.size());

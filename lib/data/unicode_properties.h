@@ -18,5 +18,7 @@ std::string lowercase(std::string_view s);
 
 // The code point at byte i of valid UTF-8 `s` and its length.
 char32_t next_code_point(std::string_view s, size_t i, size_t& len);
+// The code point that ends just before byte `end` (end > 0) and the byte it starts at.
+char32_t code_point_before(std::string_view s, size_t end, size_t& start);
 
 }  // namespace gputrain

@@ -1,7 +1,6 @@
 #include "model/lora.h"
 
 #include <ATen/ATen.h>
-#include <fmt/format.h>
 
 #include <map>
 
@@ -86,7 +85,7 @@ std::string lora_base_fingerprint(const std::vector<NamedTensor>& weights) {
     const torch::Tensor bytes = t.detach().to(torch::kCPU, torch::kFloat).contiguous();
     crc.update(bytes.data_ptr(), static_cast<size_t>(bytes.nbytes()));
   }
-  return fmt::format("crc32c:{:08x}", crc.value());
+  return "crc32c:" + crc.hex();
 }
 
 }  // namespace gputrain

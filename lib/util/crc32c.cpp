@@ -1,6 +1,7 @@
 #include "util/crc32c.h"
 
 #include <array>
+#include <cstdio>
 #include <cstring>
 
 #if defined(__x86_64__)
@@ -61,6 +62,12 @@ void Crc32c::update(const void* data, size_t n) {
   }
 #endif
   state_ = crc32c_update_bytewise(state_, data, n);
+}
+
+std::string Crc32c::hex() const {
+  char out[9];
+  std::snprintf(out, sizeof out, "%08x", value());
+  return out;
 }
 
 }  // namespace gputrain

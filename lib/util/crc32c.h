@@ -6,6 +6,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 namespace gputrain {
 
@@ -13,6 +14,7 @@ class Crc32c {
  public:
   void update(const void* data, size_t n);
   uint32_t value() const { return ~state_; }
+  std::string hex() const;  // value() as 8 lowercase hex digits, how files and fingerprints record it
 
  private:
   uint32_t state_ = 0xffffffffu;

@@ -54,14 +54,9 @@ TEST_CASE("cli: chat rows give apply_chat_template's ids, with the loss on the a
         ids.insert(ids.end(), after.begin(), after.end());
         for (uint32_t id : w["trained"]) trained.push_back(id);
       }
-      const std::string bin = read_file(dir.file(name + "/train_000000.bin"));
+      const std::vector<uint32_t> got = read_shard_ids(dir.file(name + "/train_000000.bin"), 4);
       const std::string mask = read_file(dir.file(name + "/train_000000.mask"));
-      std::vector<uint32_t> got, got_trained;
-      for (size_t i = 1024; i + 4 <= bin.size(); i += 4) {
-        uint32_t v = 0;
-        for (int k = 3; k >= 0; --k) v = v << 8 | static_cast<uint8_t>(bin[i + k]);
-        got.push_back(v);
-      }
+      std::vector<uint32_t> got_trained;
       REQUIRE(mask.size() == got.size());
       for (size_t i = 0; i < got.size(); ++i)
         if (mask[i] == 1) got_trained.push_back(got[i]);

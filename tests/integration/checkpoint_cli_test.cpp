@@ -46,12 +46,6 @@ std::string tiny_recipe() {
          "metrics: {progress: off}\n";
 }
 
-CommandResult train(const std::string& recipe, const std::string& out, const std::vector<std::string>& sets = {}) {
-  std::vector<std::string> args = {"run", recipe, "--output-dir", out};
-  for (const auto& s : sets) args.insert(args.end(), {"--set", s});
-  return run_gputrain(args);
-}
-
 // A checkpoint directory's name: step_<N>, zero-padded to 8 digits.
 fs::path step_dir(int64_t step) {
   char buf[32];
@@ -63,14 +57,6 @@ fs::path newest_checkpoint(const std::string& out) {
   const CheckpointListing l = list_checkpoints(fs::path(out) / "checkpoints", CheckpointCheck::kChecksums);
   REQUIRE_FALSE(l.complete.empty());
   return l.complete.back();
-}
-
-// The per-step records of metrics.jsonl without the timing fields.
-std::vector<nlohmann::json> step_records(const std::string& out) {
-  std::vector<nlohmann::json> lines = read_jsonl(out + "/metrics.jsonl");
-  for (auto& l : lines)
-    for (const char* k : {"tokens_per_s", "step_ms", "mem_peak_mb"}) l.erase(k);
-  return lines;
 }
 
 // Starts a run in the background with its output discarded.
@@ -106,17 +92,17 @@ TEST_CASE("checkpoint: k steps then resume to N is bitwise the same as N steps",
   for (const auto& [name, sets] : variants) {
     INFO(name);
     const std::string straight = dir.file(name + "-straight"), resumed = dir.file(name + "-resumed");
-    auto a = train(dir.file("r.yaml"), straight, sets);
+    auto a = run_recipe(dir.file("r.yaml"), straight, sets);
     INFO(a.output);
     REQUIRE(a.exit_code == 0);
 
     std::vector<std::string> first = sets;
     first.push_back("train.max_steps=5");
-    auto b1 = train(dir.file("r.yaml"), resumed, first);
+    auto b1 = run_recipe(dir.file("r.yaml"), resumed, first);
     INFO(b1.output);
     REQUIRE(b1.exit_code == 0);
     CHECK(newest_checkpoint(resumed).filename() == "step_00000005");
-    auto b2 = train(dir.file("r.yaml"), resumed, sets);  // the same command with the full step count
+    auto b2 = run_recipe(dir.file("r.yaml"), resumed, sets);  // the same command with the full step count
     INFO(b2.output);
     REQUIRE(b2.exit_code == 0);
     CHECK_THAT(b2.output, Contains("resume: continuing from") && Contains("at step 5"));
@@ -143,9 +129,9 @@ TEST_CASE("checkpoint: resuming with a changed recipe refuses shape changes and 
   TempDir dir;
   write_file(dir.file("r.yaml"), tiny_recipe());
   const std::string out = dir.file("out");
-  REQUIRE(train(dir.file("r.yaml"), out, {"train.max_steps=4"}).exit_code == 0);
+  REQUIRE(run_recipe(dir.file("r.yaml"), out, {"train.max_steps=4"}).exit_code == 0);
 
-  auto shape = train(dir.file("r.yaml"), out, {"model.d_model=32", "data.train.span=[0.0, 0.001]"});
+  auto shape = run_recipe(dir.file("r.yaml"), out, {"model.d_model=32", "data.train.span=[0.0, 0.001]"});
   CHECK(shape.exit_code == 2);
   CHECK_THAT(shape.output, Contains("cannot resume from") && Contains("step_00000004"));
   CHECK_THAT(shape.output, Contains("model.d_model: 16 in the checkpoint, 32 now"));
@@ -153,8 +139,8 @@ TEST_CASE("checkpoint: resuming with a changed recipe refuses shape changes and 
   CHECK_THAT(shape.output, Contains("fix: put these keys back"));
   CHECK(read_jsonl(out + "/metrics.jsonl").size() == 4);  // nothing written
 
-  auto safe = train(dir.file("r.yaml"), out,
-                    {"train.max_steps=6", "train.log_every=2", "optim.lr=1e-3", "kernels.cuda_graphs=true"});
+  auto safe = run_recipe(dir.file("r.yaml"), out,
+                         {"train.max_steps=6", "train.log_every=2", "optim.lr=1e-3", "kernels.cuda_graphs=true"});
   INFO(safe.output);
   CHECK(safe.exit_code == 0);
   CHECK_THAT(safe.output, Contains("resume: train.max_steps changed from 4 to 6"));
@@ -165,7 +151,7 @@ TEST_CASE("checkpoint: resuming with a changed recipe refuses shape changes and 
   CHECK(read_json(out + "/summary.json")["steps"] == 6);
 
   // resume: never into a directory that holds a run needs --overwrite, which also drops its checkpoints.
-  auto never = train(dir.file("r.yaml"), out, {"checkpoint.resume=never"});
+  auto never = run_recipe(dir.file("r.yaml"), out, {"checkpoint.resume=never"});
   CHECK(never.exit_code == 2);
   CHECK_THAT(never.output, Contains("already holds a run"));
   auto fresh =
@@ -183,7 +169,7 @@ TEST_CASE("checkpoint: SIGTERM and SIGUSR1 save, exit 143 and the resumed run en
   // Long enough that the signal lands mid-run (about 1 ms a step).
   const std::vector<std::string> sets = {"train.max_steps=2000", "optim.schedule.decay_steps=2000",
                                          "train.log_every=100"};
-  auto straight = train(dir.file("r.yaml"), dir.file("straight"), sets);
+  auto straight = run_recipe(dir.file("r.yaml"), dir.file("straight"), sets);
   REQUIRE(straight.exit_code == 0);
   for (int sig : {SIGTERM, SIGUSR1}) {
     INFO("signal " << sig);
@@ -201,7 +187,7 @@ TEST_CASE("checkpoint: SIGTERM and SIGUSR1 save, exit 143 and the resumed run en
     CHECK(stopped < 2000);
     CHECK(newest_checkpoint(out).filename() == step_dir(stopped));
 
-    auto resumed = train(dir.file("r.yaml"), out, run_sets);
+    auto resumed = run_recipe(dir.file("r.yaml"), out, run_sets);
     INFO(resumed.output);
     REQUIRE(resumed.exit_code == 0);
     CHECK(read_json(out + "/summary.json")["resumed_from_step"] == stopped);
@@ -301,9 +287,9 @@ TEST_CASE("checkpoint: SIGKILL at any moment, during saves included, leaves a go
   }
   CHECK(killed_mid_save == 4);
   // resume: auto continues from the newest one and finishes.
-  auto last = train(dir.file("r.yaml"), out,
-                    {"train.max_steps=" + std::to_string(newest_step + 2), "model.d_model=256", "model.n_layer=2",
-                     "checkpoint.every=1", "checkpoint.keep_last=2"});
+  auto last = run_recipe(dir.file("r.yaml"), out,
+                         {"train.max_steps=" + std::to_string(newest_step + 2), "model.d_model=256", "model.n_layer=2",
+                          "checkpoint.every=1", "checkpoint.keep_last=2"});
   INFO(last.output);
   REQUIRE(last.exit_code == 0);
   CHECK_FALSE(Contains("passing over").match(last.output));
@@ -332,7 +318,7 @@ TEST_CASE(
   REQUIRE(wait_until([&] { return !list_checkpoints(fs::path(out) / "checkpoints").complete.empty(); }));
   const std::string holder = "'" + out + "' is in use by gputrain pid " + std::to_string(pid) + " on host ";
   const auto t0 = std::chrono::steady_clock::now();
-  auto second = train(dir.file("r.yaml"), out, sets);
+  auto second = run_recipe(dir.file("r.yaml"), out, sets);
   const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   INFO(second.output);
   CHECK(second.exit_code == 2);
@@ -380,9 +366,8 @@ TEST_CASE("checkpoint: corrupt and truncated checkpoints are passed over by auto
   TempDir dir;
   write_file(dir.file("r.yaml"), tiny_recipe());
   const std::string out = dir.file("out");
-  REQUIRE(
-      train(dir.file("r.yaml"), out, {"train.max_steps=6", "checkpoint.every=2", "checkpoint.keep_last=0"}).exit_code ==
-      0);
+  REQUIRE(run_recipe(dir.file("r.yaml"), out, {"train.max_steps=6", "checkpoint.every=2", "checkpoint.keep_last=0"})
+              .exit_code == 0);
   const fs::path root = fs::path(out) / "checkpoints";
   const fs::path s2 = root / "step_00000002", s4 = root / "step_00000004", s6 = root / "step_00000006";
   {  // one flipped byte in the newest
@@ -394,7 +379,7 @@ TEST_CASE("checkpoint: corrupt and truncated checkpoints are passed over by auto
   }
   fs::resize_file(s4 / "optimizer.safetensors", fs::file_size(s4 / "optimizer.safetensors") / 2);  // truncated
 
-  auto r = train(dir.file("r.yaml"), out, {"train.max_steps=8", "checkpoint.every=2", "checkpoint.keep_last=0"});
+  auto r = run_recipe(dir.file("r.yaml"), out, {"train.max_steps=8", "checkpoint.every=2", "checkpoint.keep_last=0"});
   INFO(r.output);
   REQUIRE(r.exit_code == 0);
   CHECK_THAT(r.output, Contains("passing over " + s4.string() + ": optimizer.safetensors has"));
@@ -409,7 +394,7 @@ TEST_CASE("checkpoint: corrupt and truncated checkpoints are passed over by auto
   // Named explicitly, a bad checkpoint is an error with the reason (exit 2), and nothing is written.
   const auto before = read_file(out + "/metrics.jsonl");
   fs::resize_file(s2 / "model.safetensors", fs::file_size(s2 / "model.safetensors") - 1);
-  auto named = train(dir.file("r.yaml"), out, {"train.max_steps=9", "checkpoint.resume=" + s2.string()});
+  auto named = run_recipe(dir.file("r.yaml"), out, {"train.max_steps=9", "checkpoint.resume=" + s2.string()});
   CHECK(named.exit_code == 2);
   CHECK_THAT(named.output, Contains("checkpoint.resume: '" + s2.string() +
                                     "' is not a usable checkpoint: "
@@ -424,10 +409,10 @@ TEST_CASE("checkpoint: corrupt and truncated checkpoints are passed over by auto
   fs::resize_file(
       s4 / "optimizer.safetensors",
       read_json((s4 / "manifest.json").string())["files"]["optimizer.safetensors"]["bytes"].get<uint64_t>());
-  auto flipped = train(dir.file("r.yaml"), out, {"train.max_steps=9", "checkpoint.resume=" + s4.string()});
+  auto flipped = run_recipe(dir.file("r.yaml"), out, {"train.max_steps=9", "checkpoint.resume=" + s4.string()});
   CHECK(flipped.exit_code == 2);
   CHECK_THAT(flipped.output, Contains("fails its checksum"));
-  auto missing = train(dir.file("r.yaml"), out, {"checkpoint.resume=" + dir.file("nowhere")});
+  auto missing = run_recipe(dir.file("r.yaml"), out, {"checkpoint.resume=" + dir.file("nowhere")});
   CHECK(missing.exit_code == 2);
   CHECK_THAT(missing.output, Contains("checkpoint.resume"));
   CHECK(read_file(out + "/metrics.jsonl") == before);
@@ -437,8 +422,8 @@ TEST_CASE("checkpoint: max_wall_time saves and stops with status preempted befor
   TempDir dir;
   write_file(dir.file("r.yaml"), tiny_recipe());
   const std::string out = dir.file("out");
-  auto r = train(dir.file("r.yaml"), out,
-                 {"train.max_steps=100000000", "train.log_every=1000", "checkpoint.max_wall_time=6"});
+  auto r = run_recipe(dir.file("r.yaml"), out,
+                      {"train.max_steps=100000000", "train.log_every=1000", "checkpoint.max_wall_time=6"});
   INFO(r.output);
   CHECK(r.exit_code == 143);
   CHECK_THAT(r.output, Contains("checkpoint.max_wall_time (6 s) is near"));
@@ -457,7 +442,7 @@ TEST_CASE("checkpoint: train.nan_policy abort names the parameter, skip drops th
   TempDir dir;
   write_file(dir.file("r.yaml"), tiny_recipe());
   // Initial weights with one NaN, written in gputrain's own weight format.
-  REQUIRE(train(dir.file("r.yaml"), dir.file("w"), {"train.max_steps=1"}).exit_code == 0);
+  REQUIRE(run_recipe(dir.file("r.yaml"), dir.file("w"), {"train.max_steps=1"}).exit_code == 0);
   SafetensorsFile w = read_safetensors((newest_checkpoint(dir.file("w")) / "model.safetensors").string());
   at::Tensor target = *w.find("transformer.h.0.mlp.c_fc.weight");  // shares storage with w.tensors' entry
   target.view(-1)[7] = NAN;
@@ -467,7 +452,7 @@ TEST_CASE("checkpoint: train.nan_policy abort names the parameter, skip drops th
   auto with = [&](const std::string& policy) {
     std::vector<std::string> sets = base;
     sets.push_back("train.nan_policy=" + policy);
-    return train(dir.file("r.yaml"), dir.file(policy), sets);
+    return run_recipe(dir.file("r.yaml"), dir.file(policy), sets);
   };
   auto abort = with("abort");
   CHECK(abort.exit_code == 1);
@@ -504,7 +489,7 @@ TEST_CASE("checkpoint: train.nan_policy abort names the parameter, skip drops th
 TEST_CASE("checkpoint: gputrain export writes Hugging Face files and refuses bad requests", "[checkpoint][cli]") {
   TempDir dir;
   write_file(dir.file("r.yaml"), tiny_recipe());
-  REQUIRE(train(dir.file("r.yaml"), dir.file("run"), {"train.max_steps=2"}).exit_code == 0);
+  REQUIRE(run_recipe(dir.file("r.yaml"), dir.file("run"), {"train.max_steps=2"}).exit_code == 0);
   auto e = run_gputrain({"export", dir.file("run"), "--format", "hf", "--out", dir.file("hf")});
   INFO(e.output);
   CHECK(e.exit_code == 0);
@@ -524,8 +509,8 @@ TEST_CASE("checkpoint: gputrain export writes Hugging Face files and refuses bad
   CHECK(empty.exit_code == 2);
   CHECK_THAT(empty.output, Contains("holds no complete gputrain checkpoint"));
   // The exported weights start a new run: it holds the checkpoint's weights (a learning rate too small to move them).
-  auto init = train(dir.file("r.yaml"), dir.file("ft"),
-                    {"model.init_from=" + dir.file("hf"), "train.max_steps=1", "optim.lr=1e-12"});
+  auto init = run_recipe(dir.file("r.yaml"), dir.file("ft"),
+                         {"model.init_from=" + dir.file("hf"), "train.max_steps=1", "optim.lr=1e-12"});
   INFO(init.output);
   REQUIRE(init.exit_code == 0);
   CHECK_THAT(init.output, Contains("Hugging Face GPT-2 weights from"));

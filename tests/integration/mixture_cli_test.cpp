@@ -40,19 +40,6 @@ std::string mixture_recipe(const std::string& sources) {
          "metrics: {progress: off}\n";
 }
 
-CommandResult train(const std::string& recipe, const std::string& out, const std::vector<std::string>& sets = {}) {
-  std::vector<std::string> args = {"run", recipe, "--output-dir", out};
-  for (const auto& s : sets) args.insert(args.end(), {"--set", s});
-  return run_gputrain(args);
-}
-
-std::vector<nlohmann::json> step_records(const std::string& out) {
-  std::vector<nlohmann::json> lines = read_jsonl(out + "/metrics.jsonl");
-  for (auto& l : lines)
-    for (const char* k : {"tokens_per_s", "step_ms", "mem_peak_mb"}) l.erase(k);
-  return lines;
-}
-
 }  // namespace
 
 TEST_CASE("cli: a mixture samples its sources by weight, reports tokens per source, and resumes exactly",
@@ -62,7 +49,7 @@ TEST_CASE("cli: a mixture samples its sources by weight, reports tokens per sour
   write_file(dir.file("mix.yaml"),
              mixture_recipe("[{path: a/train_*.bin, weight: 3}, {path: b/train_*.bin, weight: 1}]"));
   const std::string straight = dir.file("straight"), resumed = dir.file("resumed");
-  auto a = train(dir.file("mix.yaml"), straight);
+  auto a = run_recipe(dir.file("mix.yaml"), straight);
   INFO(a.output);
   REQUIRE(a.exit_code == 0);
   CHECK_THAT(a.output, Contains("data: mixture of 2 sources: 75.0%") && Contains("; 25.0%"));
@@ -80,10 +67,10 @@ TEST_CASE("cli: a mixture samples its sources by weight, reports tokens per sour
   CHECK(summary["data_sources"][1]["tokens"] == 12 * 16);
 
   // Stopped at step 5 and resumed: every step as in the uninterrupted run.
-  auto b1 = train(dir.file("mix.yaml"), resumed, {"train.max_steps=5"});
+  auto b1 = run_recipe(dir.file("mix.yaml"), resumed, {"train.max_steps=5"});
   INFO(b1.output);
   REQUIRE(b1.exit_code == 0);
-  auto b2 = train(dir.file("mix.yaml"), resumed);
+  auto b2 = run_recipe(dir.file("mix.yaml"), resumed);
   INFO(b2.output);
   REQUIRE(b2.exit_code == 0);
   CHECK_THAT(b2.output, Contains("at step 5"));
@@ -91,7 +78,7 @@ TEST_CASE("cli: a mixture samples its sources by weight, reports tokens per sour
 
   // The same data as one source (weight 1) reads only it.
   write_file(dir.file("one.yaml"), mixture_recipe("[{path: a/train_*.bin, weight: 1}]"));
-  auto one = train(dir.file("one.yaml"), dir.file("one"));
+  auto one = run_recipe(dir.file("one.yaml"), dir.file("one"));
   INFO(one.output);
   REQUIRE(one.exit_code == 0);
   CHECK(read_json(dir.file("one/summary.json"))["data_sources"][0]["samples"] == 48);
@@ -135,7 +122,7 @@ TEST_CASE("cli: a mixture read by 2 processes is the mixture read by 1 with the 
   prepare_sources(dir);
   write_file(dir.file("mix.yaml"),
              mixture_recipe("[{path: a/train_*.bin, weight: 2}, {path: b/train_*.bin, weight: 1}]"));
-  auto one = train(dir.file("mix.yaml"), dir.file("one"), {"run.threads=1", "model.dropout=0"});
+  auto one = run_recipe(dir.file("mix.yaml"), dir.file("one"), {"run.threads=1", "model.dropout=0"});
   INFO(one.output);
   REQUIRE(one.exit_code == 0);
   auto two =

@@ -15,18 +15,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// The ids of an llm.c shard (after its 1024-byte header).
-std::vector<uint32_t> shard_ids(const std::string& path, int width) {
-  const std::string bytes = read_file(path);
-  std::vector<uint32_t> ids;
-  for (size_t i = 1024; i + width <= bytes.size(); i += width) {
-    uint32_t v = 0;
-    for (int k = width - 1; k >= 0; --k) v = v << 8 | static_cast<uint8_t>(bytes[i + k]);
-    ids.push_back(v);
-  }
-  return ids;
-}
-
 // Paragraphs of tinyshakespeare (and some harder text) as JSONL documents.
 std::vector<std::string> documents(const std::string& jsonl) {
   const std::string text = read_file(shared_data("tinyshakespeare.txt")).substr(0, 40000);
@@ -84,7 +72,7 @@ TEST_CASE("cli: data prepare with a tokenizer file frames each document and reco
         want.insert(want.end(), ids.begin(), ids.end());
         want.push_back(eos);
       }
-      CHECK(shard_ids(dir.file("out1/train_000000.bin"), c.width) == want);
+      CHECK(read_shard_ids(dir.file("out1/train_000000.bin"), c.width) == want);
 
       // GPT-2's vocabulary size cannot hold these ids.
       write_file(dir.file("small.yaml"),

@@ -25,12 +25,7 @@ using Catch::Contains;
 namespace {
 
 std::string error_of(std::string_view row) {
-  try {
-    parse_chat_row(row);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
+  return exit2_error_of([&] { parse_chat_row(row); });
 }
 
 // Conversations as JSONL, some long enough to span windows.

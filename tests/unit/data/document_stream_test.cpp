@@ -48,16 +48,6 @@ std::vector<std::string> read_all(const std::string& path, size_t step) {
   return out;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    CHECK(exit_code_for(e.kind()) == 2);
-    return e.what();
-  }
-  return "no error";
-}
-
 }  // namespace
 
 TEST_CASE("streamed inputs yield every row in order, whatever the read size", "[data][stream]") {
@@ -98,31 +88,33 @@ TEST_CASE("prepare: every streamed format gives the same shards, split by rows",
 
 TEST_CASE("bad streamed inputs are errors naming the file, the place and the fix", "[data][stream]") {
   TempDir dir;
-  CHECK_THAT(error_of([&] { open_document_stream(inputs("d.parquet"), "text"); }),
+  CHECK_THAT(exit2_error_of([&] { open_document_stream(inputs("d.parquet"), "text"); }),
              Contains("d.parquet' has no column \"text\"; its columns are: meta (struct<source: string, n: int64>), "
                       "messages (list<element: struct<role: string, content: string>>), content (string), id (int64)"
                       "\n    fix: name the text column with --text-key"));
-  CHECK_THAT(error_of([&] { open_document_stream(inputs("d.parquet"), "id"); }),
+  CHECK_THAT(exit2_error_of([&] { open_document_stream(inputs("d.parquet"), "id"); }),
              Contains("column \"id\" holds int64, not text"));
   CHECK_THAT(
-      error_of([&] { open_document_stream(inputs("DatasetDict"), "content"); }),
+      exit2_error_of([&] { open_document_stream(inputs("DatasetDict"), "content"); }),
       Contains("is a datasets DatasetDict (it holds dataset_dict.json)\n    fix: pass one split's folder, e.g. " +
                inputs("DatasetDict") + "/train"));
   const std::string parquet = read_file(inputs("d.parquet"));
   write_file(dir.file("cut.parquet"), parquet.substr(0, parquet.size() / 2));
-  CHECK_THAT(error_of([&] { open_document_stream(dir.file("cut.parquet"), "content"); }),
+  CHECK_THAT(exit2_error_of([&] { open_document_stream(dir.file("cut.parquet"), "content"); }),
              Contains("cut.parquet' is not a readable Parquet file"));
   const std::string gz = read_file(inputs("d.jsonl.gz"));
   write_file(dir.file("cut.jsonl.gz"), gz.substr(0, gz.size() / 3));
-  CHECK_THAT(error_of([&] { read_all(dir.file("cut.jsonl.gz"), 100); }), Contains("cut.jsonl.gz"));
+  CHECK_THAT(exit2_error_of([&] { read_all(dir.file("cut.jsonl.gz"), 100); }), Contains("cut.jsonl.gz"));
   const std::string zst = read_file(inputs("d.jsonl.zst"));
   write_file(dir.file("cut.jsonl.zst"), zst.substr(0, zst.size() / 3));
-  CHECK_THAT(error_of([&] { read_all(dir.file("cut.jsonl.zst"), 100); }),
+  CHECK_THAT(exit2_error_of([&] { read_all(dir.file("cut.jsonl.zst"), 100); }),
              Contains("cut.jsonl.zst' ends inside a zstd frame (truncated)"));
   write_file(dir.file("bad.jsonl.zst"), "not zstd at all");
-  CHECK_THAT(error_of([&] { read_all(dir.file("bad.jsonl.zst"), 100); }), Contains("is not a readable zstd file"));
+  CHECK_THAT(exit2_error_of([&] { read_all(dir.file("bad.jsonl.zst"), 100); }),
+             Contains("is not a readable zstd file"));
   fs::create_directories(dir.file("empty"));
-  CHECK_THAT(error_of([&] { open_document_stream(dir.file("empty"), "content"); }), Contains("holds no .arrow files"));
+  CHECK_THAT(exit2_error_of([&] { open_document_stream(dir.file("empty"), "content"); }),
+             Contains("holds no .arrow files"));
   write_file(dir.file("a.txt"), "plain text\n");
   PrepareOptions o;
   o.inputs = {inputs("d.parquet"), dir.file("a.txt")};
@@ -130,7 +122,7 @@ TEST_CASE("bad streamed inputs are errors naming the file, the place and the fix
   o.tokenizer = {"bytes"};
   o.text_key = "content";
   o.progress = ProgressStyle::kOff;
-  CHECK_THAT(error_of([&] { prepare_dataset(o); }),
+  CHECK_THAT(exit2_error_of([&] { prepare_dataset(o); }),
              Contains("cannot be mixed with Parquet, Arrow or compressed inputs"));
   CHECK_FALSE(fs::exists(dir.file("out/train_000000.bin")));
 }
@@ -161,9 +153,9 @@ TEST_CASE("chat rows from Parquet, datasets folders and zstd JSONL prepare as th
   CHECK(read_file(dir.file("pc_parquet/train_000000.bin")) == read_file(dir.file("pc_jsonl/train_000000.bin")));
   CHECK_THROWS_WITH(prepare(inputs("chat_bad.parquet"), "bad"),
                     Contains("chat_bad.parquet: row 8: messages[0] has the unknown role 'bot'"));
-  CHECK_THAT(error_of([&] { open_document_stream(inputs("ds"), "content", RowKind::kChat); }),
+  CHECK_THAT(exit2_error_of([&] { open_document_stream(inputs("ds"), "content", RowKind::kChat); }),
              Contains("has neither a \"messages\" column nor string \"prompt\" and \"completion\" columns; its "
                       "columns are: id (int64), content (string)"));
-  CHECK_THAT(error_of([&] { open_document_stream(inputs("d.parquet"), "content", RowKind::kChat); }),
+  CHECK_THAT(exit2_error_of([&] { open_document_stream(inputs("d.parquet"), "content", RowKind::kChat); }),
              Contains("no error"));  // its messages column is list<struct<role, content>>
 }

@@ -152,15 +152,7 @@ TEST_CASE("special-token text inside a document is ordinary text, non-special ad
 
 TEST_CASE("bad tokenizer files are data errors naming the file and the component", "[data][tokenizer]") {
   TempDir dir;
-  auto err = [](const TokenizerSpec& s) {
-    try {
-      make_tokenizer(s);
-    } catch (const Error& e) {
-      CHECK(exit_code_for(e.kind()) == 2);
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
+  auto err = [](const TokenizerSpec& s) { return exit2_error_of([&] { make_tokenizer(s); }); };
   const nlohmann::json wordy = read_json(reference_tokenizer("wordy") + "/tokenizer.json");
   auto with = [&](const std::string& name, auto&& edit) {
     nlohmann::json j = wordy;

@@ -118,15 +118,7 @@ TEST_CASE("the bytes tokenizer: ids are bytes, end-of-document is 256", "[data][
 
 TEST_CASE("bad tokenizer files are data errors naming the file", "[data][tokenizer]") {
   TempDir dir;
-  auto err = [](const TokenizerSpec& s) {
-    try {
-      make_tokenizer(s);
-    } catch (const Error& e) {
-      CHECK(exit_code_for(e.kind()) == 2);
-      return std::string(e.what());
-    }
-    return std::string();
-  };
+  auto err = [](const TokenizerSpec& s) { return exit2_error_of([&] { make_tokenizer(s); }); };
   CHECK_THAT(err({"gpt2", dir.file("none.json"), shared_data("gpt2/vocab.bpe")}),
              Contains("cannot read the GPT-2 vocabulary (encoder.json) '" + dir.file("none.json") +
                       "'\n    fix: check the path"));
