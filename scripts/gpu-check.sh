@@ -35,7 +35,11 @@ if [[ "${1:-}" == "--pack" ]]; then  # on a development machine, after building 
     { echo "the build failed: fix it, then --pack" >&2; exit 1; }
   P=.deps/prebuilt; rm -rf "$P"; mkdir -p "$P/lib" "$P/tests"
   cp build/gputrain "$P/" && cp build/tests/gputrain_gpu_tests "$P/tests/" || exit 1
-  for l in libyaml-cpp.so.0.7 libspdlog.so.1.10 libfmt.so.9; do cp -L "/lib/x86_64-linux-gnu/$l" "$P/lib/"; done
+  for l in libyaml-cpp.so.0.7 libspdlog.so.1.10 libfmt.so.9 libpcre2-8.so.0 libutf8proc.so.2 \
+           libsentencepiece.so.0 libzstd.so.1; do cp -L "/lib/x86_64-linux-gnu/$l" "$P/lib/"; done
+  # Arrow and Parquet as the pyarrow wheel ships them (62 MB): compressed, or the carry passes its 64 MiB.
+  arrow_dir="$(dirname "$(ldd build/gputrain | awk '/libarrow.so/ {print $3}')")"
+  tar -C "$arrow_dir" -cJf "$P/arrow-libs.tar.xz" $(cd "$arrow_dir" && ls libarrow.so.[0-9]* libparquet.so.[0-9]*) || exit 1
   cp -r ../shared/data "$P/shared-data" && chmod -R u+w "$P/shared-data"
   pwd > "$P/source-dir"  # the tests have this path compiled in
   # Which sources the binaries are (the host's copy of the tree need not have .git); the same
@@ -55,6 +59,7 @@ if [[ -d .deps/prebuilt ]]; then
   if [[ "$src" != "$PWD" ]]; then mkdir -p "$(dirname "$src")" && ln -sfn "$PWD" "$src"; fi
   mkdir -p "$src/../shared" build/tests && cp -rn .deps/prebuilt/shared-data "$src/../shared/data" 2>/dev/null
   cp .deps/prebuilt/gputrain build/ && cp .deps/prebuilt/tests/gputrain_gpu_tests build/tests/
+  [[ -f .deps/prebuilt/arrow-libs.tar.xz ]] && tar -C .deps/prebuilt/lib -xJf .deps/prebuilt/arrow-libs.tar.xz
   export LD_LIBRARY_PATH="$PWD/.deps/prebuilt/lib:$(python3 -c 'import torch,os;print(os.path.dirname(torch.__file__))')/lib:$LD_LIBRARY_PATH"
   commit="$(cat .deps/prebuilt/commit 2>/dev/null || echo unknown)"
   BUILD=build; build=0; BINARIES="prebuilt at $commit"
