@@ -30,6 +30,9 @@ TIKTOKEN_VERSION="0.14.0"
 MISTRAL_COMMON_VERSION="1.13.1"
 # HF datasets: writes the save_to_disk folders (and Parquet files) the streamed-input tests read.
 DATASETS_VERSION="5.2.0"
+# PEFT: the LoRA adapters `gputrain export --format peft` writes are checked by loading them with it.
+PEFT_VERSION="0.21.2"
+ACCELERATE_VERSION="1.15.0"
 source "$(dirname "$0")/env.sh"
 APT_PACKAGES=(build-essential cmake git pkg-config python3 python3-venv python3-pip
               libyaml-cpp-dev libcli11-dev libspdlog-dev libfmt-dev nlohmann-json3-dev catch2 ccache
@@ -86,5 +89,10 @@ fi
 if ! "$VENV/bin/python" -c "import datasets, sys; sys.exit(0 if datasets.__version__ == '$DATASETS_VERSION' else 1)" 2>/dev/null; then
   echo "setup: installing datasets $DATASETS_VERSION (streamed-input tests) into $VENV"
   "$VENV/bin/python" -m pip install -q "datasets==$DATASETS_VERSION" "pyarrow==$PYARROW_VERSION"
+fi
+if ! "$VENV/bin/python" -c "import importlib.metadata as m, sys; sys.exit(0 if m.version('peft') == '$PEFT_VERSION' else 1)" 2>/dev/null; then
+  echo "setup: installing peft $PEFT_VERSION (LoRA export tests) into $VENV"
+  "$VENV/bin/python" -m pip install -q "peft==$PEFT_VERSION" "accelerate==$ACCELERATE_VERSION" \
+    "torch==$TORCH_VERSION" "transformers==$TRANSFORMERS_VERSION"
 fi
 echo "setup: ok (torch $("$VENV/bin/python" -c 'import torch;print(torch.__version__)' 2>/dev/null) in $VENV)"

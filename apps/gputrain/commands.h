@@ -34,6 +34,6 @@ int cmd_data_bench(const CommonArgs& a, const std::vector<int64_t>& workers, int
 int cmd_optim_bench(const CommonArgs& a, int64_t steps);
 int cmd_kernels_bench(const CommonArgs& a, int64_t repeats);
 int cmd_export(const std::string& checkpoint, const std::string& format, const std::string& out, bool overwrite,
-               bool merge_lora);
+               bool merge_lora, const std::string& max_shard_size, const std::string& dtype);
 
 }  // namespace gputrain::app

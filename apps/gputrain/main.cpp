@@ -187,7 +187,7 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(kCount);
 
-  std::string export_checkpoint, export_format = "hf", export_out;
+  std::string export_checkpoint, export_format = "hf", export_out, export_shard_size = "5GB", export_dtype = "auto";
   bool export_overwrite = false, export_merge_lora = false;
   auto* exp = cli.add_subcommand("export", "write a checkpoint's weights for other tools (Hugging Face transformers)");
   exp->add_option("checkpoint", export_checkpoint,
@@ -198,8 +198,17 @@ int main(int argc, char** argv) {
   std::string hf_classes;
   for (const gputrain::Architecture* a : gputrain::architectures())
     hf_classes += (hf_classes.empty() ? "" : ", ") + std::string(a->hf.class_name) + " (model.arch " + a->name + ")";
-  exp->add_option("--format", export_format, "hf = " + hf_classes + ": model.safetensors + config.json")
-      ->check(CLI::IsMember({"hf"}))
+  exp->add_option("--format", export_format,
+                  "hf = " + hf_classes +
+                      ": config.json, safetensors, generation_config.json and tokenizer files; peft = a LoRA "
+                      "checkpoint's adapters as adapter_config.json + adapter_model.safetensors")
+      ->check(CLI::IsMember({"hf", "peft"}))
+      ->capture_default_str();
+  exp->add_option("--max-shard-size", export_shard_size,
+                  "hf: larger weights are split into shards of at most this size with an index (5GB, 500MB, 2GiB)")
+      ->capture_default_str();
+  exp->add_option("--dtype", export_dtype, "weights' dtype: auto = as trained (bf16-pure: bfloat16, else float32)")
+      ->check(CLI::IsMember({"auto", "float32", "bfloat16", "float16"}))
       ->capture_default_str();
   exp->add_option("--out", export_out, "directory to write")->required();
   exp->add_flag("--overwrite", export_overwrite, "replace model files already in --out");
@@ -247,7 +256,9 @@ int main(int argc, char** argv) {
     if (*bench) return app::cmd_data_bench(bench_args, bench_workers, bench_batches);
     if (*optim_bench) return app::cmd_optim_bench(optim_bench_args, optim_bench_steps);
     if (*kernels_bench) return app::cmd_kernels_bench(kernels_bench_args, kernels_bench_repeats);
-    if (*exp) return app::cmd_export(export_checkpoint, export_format, export_out, export_overwrite, export_merge_lora);
+    if (*exp)
+      return app::cmd_export(export_checkpoint, export_format, export_out, export_overwrite, export_merge_lora,
+                             export_shard_size, export_dtype);
   } catch (const gputrain::Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return gputrain::exit_code_for(e.kind());

@@ -5,11 +5,13 @@
 #include <set>
 
 #include "checkpoint/checkpoint_dir.h"
+#include "checkpoint/hf_folder.h"
 #include "checkpoint/module_weights.h"
 #include "checkpoint/training_checkpoint.h"
 #include "config/recipe.h"
 #include "model/architecture.h"
 #include "model/gpt.h"
+#include "model/hf_mapping.h"
 #include "model/lora.h"
 #include "util/atomic_file.h"
 #include "util/dir_lock.h"
@@ -28,26 +30,6 @@ json read_json(const fs::path& p) {
   } catch (const json::exception& e) {
     throw data_error("'" + p.string() + "' is not valid JSON: " + e.what());
   }
-}
-
-// All tensors of a Hugging Face model directory: model.safetensors, or the shards of its index.
-std::vector<NamedTensor> read_hf_weights(const fs::path& dir) {
-  if (fs::exists(dir / "model.safetensors")) return read_safetensors((dir / "model.safetensors").string()).tensors;
-  const fs::path index = dir / "model.safetensors.index.json";
-  if (!fs::exists(index))
-    throw data_error("'" + dir.string() + "' has neither model.safetensors nor model.safetensors.index.json" +
-                     "\n    fix: save the model with save_pretrained(dir) (safetensors is its default), or name the "
-                     ".safetensors file");
-  std::set<std::string> shards;
-  try {
-    for (const auto& [_, file] : read_json(index).at("weight_map").items()) shards.insert(file.get<std::string>());
-  } catch (const json::exception& e) {
-    throw data_error("'" + index.string() + "' has no valid weight_map: " + e.what());
-  }
-  std::vector<NamedTensor> all;
-  for (const auto& shard : shards)
-    for (auto& t : read_safetensors((dir / shard).string()).tensors) all.push_back(std::move(t));
-  return all;
 }
 
 bool written_by_gputrain(const SafetensorsFile& f) {
@@ -73,27 +55,43 @@ std::string load_initial_weights(torch::nn::Module& model, const ModelSettings& 
                         base);
     return "weights of gputrain checkpoint " + path;
   }
-  std::vector<NamedTensor> hf;
-  json config = json::object();
+  const std::string source = "model.init_from '" + path + "'";
+  const Architecture& arch = architecture(m);
+  const auto check_config = [&](const json& config, const std::string& file) {
+    // The settings were made from this config.json when the recipe was loaded; a run's saved
+    // recipe may meet a folder that changed since.
+    const Architecture& theirs = architecture_of_hf_config(config, file);
+    if (theirs.id != m.arch)
+      throw data_error(source + ": config.json is a " + theirs.hf.class_name + ", but model.arch " + arch.name +
+                       " reads " + arch.hf.class_name + " checkpoints\n    fix: set model.arch: " + theirs.name +
+                       " (or leave it out: config.json sets it)");
+    ModelSettings copy = m;
+    HfConfigReader r(config, file, copy, [](const std::string&) { return true; });
+    arch.hf.import_config(r);
+    r.throw_if_problems(source);
+  };
+  std::map<std::string, torch::Tensor> targets;
+  for (auto& [name, t] : module_weights(model))
+    if (base(name)) targets[name] = t;
+  HfWeightImport import(m, std::move(targets), source);
+  const auto take = [&](const std::string& name, const torch::Tensor& t, const std::string& file) {
+    import.take(name, t, file);
+  };
   if (fs::is_directory(p)) {
-    hf = read_hf_weights(p);
-    if (fs::exists(p / "config.json")) config = read_json(p / "config.json");
+    check_config(read_hf_config(p), (p / "config.json").string());
+    for_each_hf_tensor(p, take);  // one shard at a time
   } else {
     SafetensorsFile f = read_safetensors(path);
     if (written_by_gputrain(f)) {
       load_module_weights(model, f.tensors, "model.init_from '" + path + "'", fix, base);
       return "gputrain weights from " + path;
     }
-    hf = std::move(f.tensors);
-    if (fs::exists(p.parent_path() / "config.json")) config = read_json(p.parent_path() / "config.json");
+    if (fs::exists(p.parent_path() / "config.json"))
+      check_config(read_hf_config(p.parent_path()), (p.parent_path() / "config.json").string());
+    for (const auto& [name, t] : f.tensors) take(name, t, path);
   }
-  const std::string source = "model.init_from '" + path + "'";
-  const HfMapping& mapping = architecture(m).hf;
-  std::vector<NamedTensor> current;
-  for (auto& w : module_weights(model))
-    if (base(w.name)) current.push_back(std::move(w));
-  load_module_weights(model, mapping.from_hf(hf, config, current, m, source), source, fix, base);
-  return std::string("Hugging Face ") + mapping.family + " weights from " + path;
+  import.finish();
+  return std::string("Hugging Face ") + arch.hf.family + " weights from " + path;
 }
 
 Gpt build_initial_model(const Settings& s, torch::Device device, torch::ScalarType dtype, bool skip_init_from,
@@ -143,83 +141,6 @@ fs::path find_checkpoint(const fs::path& where) {
   throw data_error(
       "'" + where.string() + "' holds no complete gputrain checkpoint" +
       "\n    fix: name a step_<N> checkpoint directory, the directory holding them, or a run's output directory");
-}
-
-namespace {
-
-// What an export reads from a checkpoint, checked: its recipe and its plain weights (tp shards joined, LoRA merged).
-struct ExportSource {
-  Settings settings;
-  std::vector<NamedTensor> weights;
-  int64_t step = 0;
-};
-
-ExportSource read_export_source(const fs::path& checkpoint, bool merge_lora_adapters) {
-  if (auto problem = checkpoint_problem(checkpoint))
-    throw data_error("checkpoint '" + checkpoint.string() + "' is not usable: " + *problem +
-                     "\n    fix: export another checkpoint");
-  ExportSource src;
-  const fs::path recipe = checkpoint / "recipe.yaml";
-  src.settings = settings_from_saved_recipe(read_text_file(recipe), recipe.string(), architecture_rules());
-  const Settings& s = src.settings;
-  if (s.model.moe.enabled())
-    throw data_error("checkpoint '" + checkpoint.string() + "' is a mixture-of-experts model (model.moe), which " +
-                     architecture(s.model).hf.class_name +
-                     " cannot hold (and Mixtral routes differently: it renormalizes the top-k probabilities)" +
-                     "\n    fix: keep it as a gputrain checkpoint (model.init_from reads it)");
-  const bool lora = s.model.lora.rank > 0;
-  if (lora && !merge_lora_adapters)
-    throw usage_error("checkpoint '" + checkpoint.string() + "' holds LoRA adapters (model.lora.rank " +
-                      std::to_string(s.model.lora.rank) + "); the Hugging Face formats hold plain weights" +
-                      "\n    fix: pass --merge-lora to write W + (alpha / rank) B A for every adapted layer");
-  if (!lora && merge_lora_adapters)
-    throw usage_error("checkpoint '" + checkpoint.string() + "' has no LoRA adapters (model.lora.rank is 0)" +
-                      "\n    fix: leave out --merge-lora");
-  src.weights = checkpoint_plain_weights(checkpoint, s);
-  src.step = read_json(checkpoint / "trainer.json").value("step", int64_t{0});
-  return src;
-}
-
-ExportResult export_hf_locked(const fs::path& where, const fs::path& out, bool overwrite, bool merge_lora_adapters) {
-  // One writer at a time (util/dir_lock.h): a live run's folder, or another export's, is refused.
-  const DirectoryLock lock = DirectoryLock::acquire(out, "choose another --out");
-  if (!overwrite && (fs::exists(out / "model.safetensors") || fs::exists(out / "config.json")))
-    throw usage_error("'" + out.string() + "' already holds model files" +
-                      "\n    fix: choose another --out, or pass --overwrite to replace them");
-  ExportResult r;
-  ExportSource src;
-  for (int attempt = 0;; ++attempt) {
-    r.checkpoint = find_checkpoint(where);
-    try {
-      src = read_export_source(r.checkpoint, merge_lora_adapters);
-      break;
-    } catch (const Error&) {
-      // A live run may remove it while it is read (checkpoint.keep_last): take the newest again.
-      if (attempt < 3 && !fs::exists(r.checkpoint)) continue;
-      throw;
-    }
-  }
-  const HfMapping& mapping = architecture(src.settings.model).hf;
-  const std::vector<NamedTensor> hf = mapping.to_hf(src.weights, src.settings.model);
-  write_safetensors((out / "model.safetensors").string(), hf, {{"format", "pt"}});
-  write_file_atomic((out / "config.json").string(), mapping.config(src.settings.model).dump(2) + "\n");
-  r.step = src.step;
-  r.tensors = static_cast<int64_t>(hf.size());
-  r.architecture = mapping.class_name;
-  return r;
-}
-
-}  // namespace
-
-ExportResult export_hf(const fs::path& where, const fs::path& out, bool overwrite, bool merge_lora_adapters) {
-  std::error_code ec;
-  const bool out_existed = fs::exists(out, ec);
-  try {
-    return export_hf_locked(where, out, overwrite, merge_lora_adapters);
-  } catch (...) {
-    if (!out_existed) fs::remove(out, ec);  // a failed export leaves no empty folder of its making
-    throw;
-  }
 }
 
 }  // namespace gputrain

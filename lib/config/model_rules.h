@@ -18,9 +18,20 @@ struct KeyProblem {
   std::string fix;
 };
 
+// What model.init_from's Hugging Face config.json gave the recipe (ModelRules::import_pretrained).
+struct PretrainedImport {
+  std::string config_file;          // empty: model.init_from names no Hugging Face folder
+  std::vector<std::string> filled;  // the model.* keys taken from it
+  std::vector<KeyProblem> problems;
+};
+
 class ModelRules {
  public:
   virtual ~ModelRules() = default;
+  // Where model.init_from names a Hugging Face model folder: model.arch and every shape key the
+  // recipe leaves out from its config.json; a key the recipe sets must agree (else a problem).
+  virtual PretrainedImport import_pretrained(ModelSettings& m,
+                                             const std::function<bool(const std::string&)>& set_by_recipe) const = 0;
   // Sets the keys whose default follows the architecture, where `set_by_recipe(key)` is false.
   virtual void apply_defaults(ModelSettings& m, const std::function<bool(const std::string&)>& set_by_recipe) const = 0;
   // The architecture's own checks of the model.* keys.

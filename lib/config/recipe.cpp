@@ -118,11 +118,20 @@ const char* const kBuiltinQuickstartName = "<built-in quickstart>";
 
 namespace {
 
-// The typed settings of `tree`: the schema's keys, then the defaults model.arch gives the keys the tree leaves out.
+// The typed settings of `tree`: the schema's keys, then (`import_pretrained`: a recipe being loaded,
+// not a run's saved one, which holds every key) what model.init_from's config.json gives the keys
+// the tree leaves out, then the defaults model.arch gives the rest.
 void bind_recipe(const ConfigNode& tree, const ModelRules& rules, Settings& settings,
-                 std::map<std::string, Origin>& origins, Diagnostics& diag) {
+                 std::map<std::string, Origin>& origins, Diagnostics& diag, bool import_pretrained) {
   bind_settings(tree, settings, origins, diag);
-  rules.apply_defaults(settings.model, [&](const std::string& key) { return !origins.at(key).is_default(); });
+  const auto set_by_recipe = [&](const std::string& key) { return !origins.at(key).is_default(); };
+  if (import_pretrained && diag.errors().empty()) {
+    const PretrainedImport imported = rules.import_pretrained(settings.model, set_by_recipe);
+    for (const KeyProblem& p : imported.problems)
+      diag.error(origins.at(set_by_recipe(p.key) ? p.key : "model.init_from"), p.key, p.problem, p.fix);
+    for (const std::string& key : imported.filled) origins[key] = Origin{imported.config_file, 0, 0};
+  }
+  rules.apply_defaults(settings.model, set_by_recipe);
 }
 
 }  // namespace
@@ -144,7 +153,7 @@ Recipe load_recipe(const std::string& path, const std::vector<std::string>& over
   for (const auto& o : overrides) apply_override(tree, o);
 
   Diagnostics diag;
-  bind_recipe(tree, rules, r.settings, r.origins, diag);
+  bind_recipe(tree, rules, r.settings, r.origins, diag, /*import_pretrained=*/true);
   diag.throw_if_errors();  // cross-field rules only make sense on well-typed values
   validate_settings(r.settings, r.origins, rules, diag);
   diag.throw_if_errors();
@@ -156,7 +165,7 @@ Settings settings_from_saved_recipe(const std::string& yaml, const std::string& 
   Settings s;
   std::map<std::string, Origin> origins;
   Diagnostics diag;
-  bind_recipe(parse_yaml(yaml, source), rules, s, origins, diag);
+  bind_recipe(parse_yaml(yaml, source), rules, s, origins, diag, /*import_pretrained=*/false);
   diag.throw_if_errors();
   return s;
 }

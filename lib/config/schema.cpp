@@ -518,10 +518,17 @@ void add_model_fields(std::vector<FieldSpec>& f) {
   // dropout and what it saves, and the mixture layers' capacity and balancing weight change the numbers
   // from here on, not what the tensors mean, so they diverge (an adapters-only checkpoint checks its
   // base by fingerprint, whatever model.init_from now says: reported).
-  f.push_back(enum_field(KEY(model.arch), EnumTable<ModelArch>{{"gpt", ModelArch::kGpt}, {"llama", ModelArch::kLlama}},
-                         "gpt = GPT-2 style decoder (pre-LayerNorm, GELU MLP, learned positions); llama = RMSNorm, "
-                         "rotary positions, SwiGLU MLP, and unless set otherwise bias: false and tie_embeddings: false")
-                  .resume(ResumePolicy::kRefused));
+  f.push_back(
+      enum_field(KEY(model.arch),
+                 EnumTable<ModelArch>{{"gpt", ModelArch::kGpt},
+                                      {"llama", ModelArch::kLlama},
+                                      {"qwen2", ModelArch::kQwen2},
+                                      {"mistral", ModelArch::kMistral}},
+                 "gpt = GPT-2 style decoder (pre-LayerNorm, GELU MLP, learned positions); llama = RMSNorm, "
+                 "rotary positions, SwiGLU MLP, and unless set otherwise bias: false and tie_embeddings: false; "
+                 "qwen2 = llama with biases on q/k/v only; mistral = llama with model.sliding_window. With a "
+                 "Hugging Face model.init_from, auto from its config.json (docs/finetune-hf.md)")
+          .resume(ResumePolicy::kRefused));
   f.push_back(int_field(KEY(model.vocab_size), 2, 1 << 24, "embedding rows; token ids must be below it")
                   .resume(ResumePolicy::kRefused));
   f.push_back(
@@ -547,11 +554,65 @@ void add_model_fields(std::vector<FieldSpec>& f) {
   f.push_back(float_field(KEY(model.rope_theta), FloatRange{0, INFINITY, true},
                           "llama: base of the rotary position embedding's frequencies")
                   .resume(ResumePolicy::kRefused));
+  f.push_back(enum_field(KEY(model.rope_scaling.type),
+                         EnumTable<RopeScalingType>{{"none", RopeScalingType::kNone},
+                                                    {"linear", RopeScalingType::kLinear},
+                                                    {"dynamic", RopeScalingType::kDynamic},
+                                                    {"llama3", RopeScalingType::kLlama3},
+                                                    {"yarn", RopeScalingType::kYarn}},
+                         "rotary positions scaled past the pretraining context, as transformers' rope_type: linear "
+                         "(positions / factor), dynamic (NTK base growth past max_positions), llama3 (Llama 3.1's "
+                         "per-frequency blend), yarn; none = unscaled")
+                  .resume(ResumePolicy::kRefused));
+  f.push_back(float_field(KEY(model.rope_scaling.factor), FloatRange{0, INFINITY, true},
+                          "rope scaling: how many times the pretraining context is stretched")
+                  .resume(ResumePolicy::kRefused));
+  f.push_back(auto_int_field(KEY(model.rope_scaling.original_max_positions), 1, 1 << 24,
+                             "rope scaling (llama3, yarn): the pretraining context (original_max_position_embeddings)")
+                  .resume(ResumePolicy::kRefused));
+  f.push_back(float_field(KEY(model.rope_scaling.low_freq_factor), FloatRange{0, INFINITY, true},
+                          "llama3 rope scaling: wavelengths above original_max_positions / this are divided by factor")
+                  .resume(ResumePolicy::kRefused));
+  f.push_back(float_field(KEY(model.rope_scaling.high_freq_factor), FloatRange{0, INFINITY, true},
+                          "llama3 rope scaling: wavelengths below original_max_positions / this are kept")
+                  .resume(ResumePolicy::kRefused));
+  f.push_back(float_field(KEY(model.rope_scaling.beta_fast), FloatRange{0, INFINITY, true},
+                          "yarn rope scaling: rotations that bound extrapolation")
+                  .resume(ResumePolicy::kRefused));
+  f.push_back(float_field(KEY(model.rope_scaling.beta_slow), FloatRange{0, INFINITY, true},
+                          "yarn rope scaling: rotations that bound interpolation")
+                  .resume(ResumePolicy::kRefused));
+  f.push_back(auto_float_field(KEY(model.rope_scaling.attention_factor), "auto", FloatRange{0, INFINITY, true},
+                               "yarn rope scaling: cos and sin are scaled by this; auto = 0.1 ln(factor) + 1")
+                  .resume(ResumePolicy::kRefused));
+  f.push_back(bool_field(KEY(model.rope_scaling.truncate),
+                         "yarn rope scaling: round the blended range of dimensions to whole ones")
+                  .resume(ResumePolicy::kRefused));
+  f.push_back(
+      auto_int_field(KEY(model.head_dim), 1, 4096,
+                     "width of each attention head; auto = d_model / n_head (Mistral Nemo: 128 at d_model 5120)")
+          .resume(ResumePolicy::kRefused));
+  f.push_back(auto_int_field(KEY(model.max_positions), 1, 1 << 24,
+                             "rotary positions: the model's position limit (config.json max_position_embeddings), "
+                             "at least seq_len; exported as such; auto = seq_len")
+                  .resume(ResumePolicy::kRefused));
+  f.push_back(auto_int_field(KEY(model.sliding_window), 1, 1 << 24,
+                             "mistral: each position attends to itself and the sliding_window - 1 before it; auto = "
+                             "all earlier positions")
+                  .resume(ResumePolicy::kRefused));
   f.push_back(float_field(KEY(model.dropout), FloatRange{0, 1, false, true},
                           "dropout after embeddings, attention and MLP (training only)"));
   f.push_back(bool_field(KEY(model.bias),
                          "biases in the Linear layers (LayerNorms always keep theirs); default false under arch llama")
                   .resume(ResumePolicy::kRefused));
+  const EnumTable<Toggle> toggle = {{"auto", Toggle::kAuto}, {"true", Toggle::kOn}, {"false", Toggle::kOff}};
+  f.push_back(enum_field(KEY(model.attention_bias), toggle,
+                         "llama, mistral: biases on q, k, v and the output projection; auto = model.bias "
+                         "(qwen2: q, k and v always have them, the output projection never)")
+                  .resume(ResumePolicy::kRefused));
+  f.push_back(
+      enum_field(KEY(model.mlp_bias), toggle, "llama, mistral: biases in the MLP's Linear layers; auto = model.bias")
+          .resume(ResumePolicy::kRefused));
   f.push_back(bool_field(KEY(model.tie_embeddings),
                          "output head shares the token embedding matrix; default false under arch llama")
                   .resume(ResumePolicy::kRefused));
@@ -563,8 +624,9 @@ void add_model_fields(std::vector<FieldSpec>& f) {
                         "round the embedding rows up to a multiple of this (64 suits tensor cores); 0 = no padding")
                   .resume(ResumePolicy::kRefused));
   f.push_back(path_field(KEY(model.init_from),
-                         "start from these weights instead of random ones: a Hugging Face GPT-2 (arch gpt) or Llama "
-                         "(arch llama) directory or model.safetensors, or a gputrain checkpoint directory (relative to "
+                         "start from these weights instead of random ones: a Hugging Face model folder (GPT-2, Llama, "
+                         "Qwen2, Mistral: config.json gives model.arch and every shape key the recipe leaves out), a "
+                         "single .safetensors file in such a layout, or a gputrain checkpoint directory (relative to "
                          "the recipe file); empty = random init")
                   .resume(ResumePolicy::kReported));
   f.push_back(int_field(KEY(model.lora.rank), 0, 4096,

@@ -21,7 +21,7 @@ struct RunSettings {
 
 // model.arch. Each architecture (its norm, MLP, positions, defaults and Hugging Face
 // mapping) lives in one file of model/ (model/architecture.h); config/ only names it.
-enum class ModelArch { kGpt, kLlama };
+enum class ModelArch { kGpt, kLlama, kQwen2, kMistral };
 enum class AttentionImpl { kSdpa, kMath };
 
 // LoRA (model/lora.h): which Linear layers of each block get adapters.
@@ -51,6 +51,26 @@ struct MoeSettings {
   bool is_moe_block(int64_t i) const { return enabled() && (i + 1) % every == 0; }
 };
 
+// Rotary position scaling for contexts past the pretraining length (model/rope_scaling.h), as
+// Hugging Face's rope_scaling / rope_parameters spell it.
+enum class RopeScalingType { kNone, kLinear, kDynamic, kLlama3, kYarn };
+// A switch that follows another key unless the recipe sets it.
+enum class Toggle { kAuto, kOn, kOff };
+
+struct RopeScalingSettings {
+  RopeScalingType type = RopeScalingType::kNone;
+  double factor = 1.0;
+  int64_t original_max_positions = 0;  // the pretraining context (llama3, yarn; dynamic: model.max_positions)
+  double low_freq_factor = 1.0;        // llama3
+  double high_freq_factor = 4.0;       // llama3
+  double beta_fast = 32.0;             // yarn
+  double beta_slow = 1.0;              // yarn
+  double attention_factor = 0.0;       // yarn: scale of cos/sin; 0 = 0.1 ln(factor) + 1
+  bool truncate = true;                // yarn: round the correction range to whole dimensions
+
+  bool enabled() const { return type != RopeScalingType::kNone; }
+};
+
 struct ModelSettings {
   ModelArch arch = ModelArch::kGpt;
   int64_t vocab_size = 50304;
@@ -63,8 +83,14 @@ struct ModelSettings {
   int64_t mlp_width = 0;        // MLP hidden size; 0 = auto from mlp_ratio (model/architecture.h mlp_hidden)
   double norm_eps = 1e-5;       // LayerNorm / RMSNorm epsilon
   double rope_theta = 10000.0;  // rotary positions: base of their frequencies
+  RopeScalingSettings rope_scaling;
+  int64_t head_dim = 0;        // per-head width; 0 = d_model / n_head
+  int64_t max_positions = 0;   // rotary: the position limit (config.json max_position_embeddings); 0 = seq_len
+  int64_t sliding_window = 0;  // attention sees the last this many positions; 0 = all (causal)
   double dropout = 0.0;
   bool bias = true;
+  Toggle attention_bias = Toggle::kAuto;  // q/k/v and output projections; auto = bias (model/architecture.h biases())
+  Toggle mlp_bias = Toggle::kAuto;        // the MLP's Linear layers; auto = bias
   bool tie_embeddings = true;
   AttentionImpl attention = AttentionImpl::kSdpa;
   int64_t pad_vocab_to_multiple_of = 0;  // 0 = no padding
@@ -76,14 +102,18 @@ struct ModelSettings {
   MoeSettings moe;
 
   int64_t kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
-  int64_t kv_width() const { return kv_heads() * head_dim(); }  // k (and v) columns of attn.c_attn
+  int64_t kv_width() const { return kv_heads() * head_width(); }  // k (and v) columns of attn.c_attn
   // Embedding rows: vocab_size rounded up for tensor-core-friendly shapes.
   // The extra rows are never targets; their logits learn to stay low.
   int64_t padded_vocab() const {
     const int64_t m = pad_vocab_to_multiple_of;
     return m > 1 ? (vocab_size + m - 1) / m * m : vocab_size;
   }
-  int64_t head_dim() const { return d_model / n_head; }
+  int64_t head_width() const { return head_dim > 0 ? head_dim : d_model / n_head; }
+  int64_t q_width() const { return n_head * head_width(); }  // q columns of attn.c_attn, c_proj's input
+  bool attention_biased() const { return attention_bias == Toggle::kAuto ? bias : attention_bias == Toggle::kOn; }
+  bool mlp_biased() const { return mlp_bias == Toggle::kAuto ? bias : mlp_bias == Toggle::kOn; }
+  int64_t position_limit() const { return max_positions > 0 ? max_positions : seq_len; }
 };
 
 enum class DataFormat { kNone, kSynthetic, kTokens, kText };

@@ -243,9 +243,9 @@ void check_alignment(Checker& c) {
     c.warning("model.d_model",
               "(" + str(m.d_model) + ") is not a multiple of 8, which tensor cores need to run at speed",
               "use a multiple of 64 on A100/H100");
-  if (m.head_dim() % 8 != 0)
+  if (m.head_width() % 8 != 0)
     c.warning("model.n_head",
-              "gives a head dimension of " + str(m.head_dim()) +
+              "gives a head dimension of " + str(m.head_width()) +
                   ", not a multiple of 8 (flash attention and tensor cores want one)",
               "choose n_head so that d_model / n_head is a multiple of 8 (64 is typical)");
   if (m.padded_vocab() % 8 != 0)

@@ -10,6 +10,8 @@
 
 #include "config/model_rules.h"
 #include "config/settings.h"
+#include "model/hf_config_reader.h"
+#include "model/hf_tensor.h"
 #include "model/norm.h"
 #include "util/named_tensor.h"
 
@@ -21,21 +23,26 @@ enum class MlpKind {
 };
 enum class PositionKind { kLearned, kRotary };  // a wpe table added to the embeddings, or q and k rotated
 
-// Hugging Face interop. Our parameter names are GPT-2's for every architecture (model/gpt.h).
+// Which Linear layers have biases: q/k/v (attn.c_attn), the attention's output projection
+// (attn.c_proj) and the MLP's layers.
+struct LinearBiases {
+  bool qkv, out, mlp;
+};
+
+// Hugging Face interop (model/hf_mapping.h does the work from these tables). Our parameter names
+// are GPT-2's for every architecture (model/gpt.h).
 struct HfMapping {
   const char* model_type;  // config.json's "model_type"
   const char* class_name;  // what `gputrain export` writes: "GPT2LMHeadModel"
   const char* family;      // for messages: "GPT-2"
-  // Our weights (module_weights of a Gpt) as the Hugging Face model's, float32, padding rows cut.
-  std::vector<NamedTensor> (*to_hf)(const std::vector<NamedTensor>& ours, const ModelSettings& m);
-  // config.json with the shapes of `m`.
+  // Every tensor of the Hugging Face model for the shapes of `m`, in its files' order.
+  std::vector<HfTensor> (*tensors)(const ModelSettings& m);
+  // A file's tensor name as tensors() spells it; "" = not a weight (a buffer older files hold).
+  std::string (*canonical_name)(const std::string& name);
+  // config.json for the shapes of `m`.
   nlohmann::ordered_json (*config)(const ModelSettings& m);
-  // Hugging Face weights `hf` (from `source`, for messages) as ours for `m`; `current` (the model's
-  // own weights) fills rows the file lacks. A config.json or a shape that disagrees with `m` is a
-  // DataError naming the recipe key to change.
-  std::vector<NamedTensor> (*from_hf)(const std::vector<NamedTensor>& hf, const nlohmann::json& config,
-                                      const std::vector<NamedTensor>& current, const ModelSettings& m,
-                                      const std::string& source);
+  // config.json's fields as model.* keys (model/hf_config_reader.h).
+  void (*import_config)(HfConfigReader& r);
 };
 
 struct Architecture {
@@ -52,6 +59,8 @@ struct Architecture {
   int64_t (*mlp_width_from_ratio)(const ModelSettings& m);
   // Its own checks of the model.* keys (the shared ones are in config/validate.cpp).
   void (*check)(const ModelSettings& m, std::vector<KeyProblem>& problems);
+  // Which Linear layers have biases, from model.bias / attention_bias / mlp_bias.
+  LinearBiases (*biases)(const ModelSettings& m);
   HfMapping hf;
 
   int64_t mlp_matrices() const { return mlp == MlpKind::kSwiGlu ? 3 : 2; }
@@ -69,6 +78,11 @@ const Architecture* architecture_of_hf_model_type(const std::string& model_type)
 
 // The MLP's hidden size: model.mlp_width, or the architecture's rule from model.mlp_ratio.
 int64_t mlp_hidden(const ModelSettings& m);
+inline LinearBiases linear_biases(const ModelSettings& m) { return architecture(m).biases(m); }
+
+// The architecture of a Hugging Face config.json (model_type, else architectures[0]), or a
+// DataError naming `file` and the architectures gputrain implements.
+const Architecture& architecture_of_hf_config(const nlohmann::json& config, const std::string& file);
 
 // What loading a recipe needs of the architectures (config/recipe.h).
 const ModelRules& architecture_rules();

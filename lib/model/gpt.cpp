@@ -20,27 +20,41 @@ namespace nn = torch::nn;
 // training mode; skip it. One rule for every dropout site in the model.
 static torch::Tensor apply_dropout(nn::Dropout& d, const torch::Tensor& x) { return d->options.p() > 0 ? d(x) : x; }
 
-// softmax(Q K^T / sqrt(D) + causal mask) V, spelled out: the reference the
-// fused kernels are compared with, and a fallback where they misbehave. It
+// The positions a query may see under a sliding window of `window` (model.sliding_window):
+// itself and the window - 1 before it. [T, T] bool, true = attend.
+static torch::Tensor sliding_window_mask(int64_t T, int64_t window, const torch::Tensor& like) {
+  auto ones = at::ones({T, T}, like.options().dtype(at::kBool));
+  return ones.tril().logical_and(ones.triu(-(window - 1)));
+}
+
+// softmax(Q K^T / sqrt(D) + mask) V, spelled out: the reference the fused
+// kernels are compared with, and a fallback where they misbehave. It
 // materializes the [B, H, T, T] scores, so it needs far more memory. Grouped
-// keys/values are repeated to one per query head.
-static torch::Tensor math_attention(const torch::Tensor& q, torch::Tensor k, torch::Tensor v, double dropout_p) {
+// keys/values are repeated to one per query head. `allowed` (optional) replaces the causal mask.
+static torch::Tensor math_attention(const torch::Tensor& q, torch::Tensor k, torch::Tensor v, double dropout_p,
+                                    const torch::Tensor& allowed) {
   const int64_t T = q.size(-2), group = q.size(1) / k.size(1);
   if (group > 1) {
     k = k.repeat_interleave(group, 1);
     v = v.repeat_interleave(group, 1);
   }
   auto scores = at::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(q.size(-1))));
-  auto future = at::ones({T, T}, q.options().dtype(at::kBool)).triu(1);
-  auto att = at::softmax(scores.masked_fill(future, -std::numeric_limits<double>::infinity()), -1);
+  auto hidden = allowed.defined() ? allowed.logical_not() : at::ones({T, T}, q.options().dtype(at::kBool)).triu(1);
+  auto att = at::softmax(scores.masked_fill(hidden, -std::numeric_limits<double>::infinity()), -1);
   if (dropout_p > 0) att = at::dropout(att, dropout_p, /*train=*/true);
   return at::matmul(att, v);
 }
 
 CausalSelfAttentionImpl::CausalSelfAttentionImpl(const ModelSettings& cfg, std::shared_ptr<RotaryEmbedding> r)
-    : n_head(cfg.n_head), n_kv_head(cfg.kv_heads()), dropout(cfg.dropout), impl(cfg.attention), rotary(std::move(r)) {
-  c_attn = register_module("c_attn", Linear(cfg.d_model, cfg.d_model + 2 * cfg.kv_width(), cfg.bias));
-  c_proj = register_module("c_proj", Linear(cfg.d_model, cfg.d_model, cfg.bias));
+    : n_head(cfg.n_head),
+      n_kv_head(cfg.kv_heads()),
+      sliding_window(cfg.sliding_window),
+      dropout(cfg.dropout),
+      impl(cfg.attention),
+      rotary(std::move(r)) {
+  const LinearBiases biases = linear_biases(cfg);
+  c_attn = register_module("c_attn", Linear(cfg.d_model, cfg.q_width() + 2 * cfg.kv_width(), biases.qkv));
+  c_proj = register_module("c_proj", Linear(cfg.q_width(), cfg.d_model, biases.out));
   resid_dropout = register_module("resid_dropout", nn::Dropout(cfg.dropout));
 }
 
@@ -61,18 +75,24 @@ torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
     k = rotary->apply(k);
   }
   const double p = is_training() ? dropout : 0.0;
-  auto y = impl == AttentionImpl::kSdpa ? at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, p,
-                                                                           /*is_causal=*/true, /*scale=*/std::nullopt,
-                                                                           /*enable_gqa=*/n_kv_head != n_head)
-                                        : math_attention(q, k, v, p);
+  // A window shorter than the sequence needs an explicit mask (no flash kernel); otherwise plain causal.
+  const torch::Tensor allowed =
+      sliding_window > 0 && T > sliding_window ? sliding_window_mask(T, sliding_window, q) : torch::Tensor();
+  auto y = impl == AttentionImpl::kSdpa
+               ? at::scaled_dot_product_attention(q, k, v,
+                                                  allowed.defined() ? std::optional<at::Tensor>(allowed) : std::nullopt,
+                                                  p, /*is_causal=*/!allowed.defined(),
+                                                  /*scale=*/std::nullopt, /*enable_gqa=*/n_kv_head != n_head)
+               : math_attention(q, k, v, p, allowed);
   y = c_proj(y.transpose(1, 2).reshape({B, T, width}));
   return apply_dropout(resid_dropout, y);
 }
 
 MlpImpl::MlpImpl(const ModelSettings& cfg) : swiglu(architecture(cfg).mlp == MlpKind::kSwiGlu) {
   const int64_t h = mlp_hidden(cfg);
-  c_fc = register_module("c_fc", Linear(cfg.d_model, architecture(cfg).mlp_fc_rows(h), cfg.bias));
-  c_proj = register_module("c_proj", Linear(h, cfg.d_model, cfg.bias));
+  const bool bias = linear_biases(cfg).mlp;
+  c_fc = register_module("c_fc", Linear(cfg.d_model, architecture(cfg).mlp_fc_rows(h), bias));
+  c_proj = register_module("c_proj", Linear(h, cfg.d_model, bias));
   dropout = register_module("dropout", nn::Dropout(cfg.dropout));
 }
 
@@ -123,7 +143,7 @@ GptBodyImpl::GptBodyImpl(const ModelSettings& cfg, const std::shared_ptr<MoeCont
   if (!rotary) wpe = register_module("wpe", nn::Embedding(cfg.seq_len, cfg.d_model));
   drop = register_module("drop", nn::Dropout(cfg.dropout));
   h = register_module("h", nn::ModuleList());
-  auto rotation = rotary ? std::make_shared<RotaryEmbedding>(cfg.head_dim(), cfg.rope_theta) : nullptr;
+  auto rotation = rotary ? std::make_shared<RotaryEmbedding>(cfg) : nullptr;
   for (int64_t i = 0; i < cfg.n_layer; ++i) h->push_back(Block(cfg, rotation, cfg.moe.is_moe_block(i) ? moe : nullptr));
   ln_f = register_module("ln_f", make_norm(cfg));
 }

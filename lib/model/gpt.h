@@ -31,6 +31,7 @@ struct CausalSelfAttentionImpl : torch::nn::Module {
   // Heads this module computes (tensor parallelism gives each rank a share):
   // queries, and keys/values (fewer under grouped-query attention).
   int64_t n_head, n_kv_head;
+  int64_t sliding_window;  // model.sliding_window; 0 = plain causal
   double dropout;
   AttentionImpl impl;
   std::shared_ptr<RotaryEmbedding> rotary;

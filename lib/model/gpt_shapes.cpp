@@ -28,15 +28,16 @@ std::vector<ParamShape> gpt_parameter_shapes(const ModelSettings& m) {
     out.push_back({name + ".weight", {d}});
     if (arch.norm_has_bias()) out.push_back({name + ".bias", {d}});  // RMSNorm has a scale only
   };
+  const LinearBiases biases = linear_biases(m);
   auto mlp = [&](const std::string& name, bool adaptable) {
-    linear(name + ".c_fc", d, arch.mlp_fc_rows(h), m.bias, adaptable && targeted(LoraTarget::kMlpUp));
-    linear(name + ".c_proj", h, d, m.bias, adaptable && targeted(LoraTarget::kMlpDown));
+    linear(name + ".c_fc", d, arch.mlp_fc_rows(h), biases.mlp, adaptable && targeted(LoraTarget::kMlpUp));
+    linear(name + ".c_proj", h, d, biases.mlp, adaptable && targeted(LoraTarget::kMlpDown));
   };
   for (int64_t l = 0; l < m.n_layer; ++l) {
     const std::string b = "transformer.h." + std::to_string(l) + ".";
     norm(b + "ln_1");
-    linear(b + "attn.c_attn", d, d + 2 * m.kv_width(), m.bias, targeted(LoraTarget::kQkv));
-    linear(b + "attn.c_proj", d, d, m.bias, targeted(LoraTarget::kProj));
+    linear(b + "attn.c_attn", d, m.q_width() + 2 * m.kv_width(), biases.qkv, targeted(LoraTarget::kQkv));
+    linear(b + "attn.c_proj", m.q_width(), d, biases.out, targeted(LoraTarget::kProj));
     norm(b + "ln_2");
     if (m.moe.is_moe_block(l)) {
       linear(b + "mlp.router", d, m.moe.experts, false, false);

@@ -2,8 +2,6 @@
 
 #include <ATen/ATen.h>
 
-#include <cmath>
-
 #include "model/architecture.h"
 #include "util/error.h"
 #include "util/tensor_text.h"
@@ -13,90 +11,90 @@ namespace {
 
 bool is_vocab_matrix(const std::string& name) { return name == "transformer.wte.weight" || name == "lm_head.weight"; }
 
-}  // namespace
-
-torch::Tensor exported_tensor(const std::string& name, const torch::Tensor& t, const ModelSettings& m) {
-  torch::Tensor w = t.detach().to(torch::kCPU, torch::kFloat);
-  if (is_vocab_matrix(name)) w = w.narrow(0, 0, m.vocab_size);
-  return w.contiguous();
+// The config.json fields behind each shape key, for the fix of a shape error.
+std::string shape_fix(const Architecture& a) {
+  return std::string("\n    fix: init from a ") + a.hf.family +
+         " checkpoint whose config.json matches its weights, with a recipe that leaves the model.* shape keys to "
+         "that config.json";
 }
 
-std::vector<NamedTensor> fit_to_model(std::map<std::string, torch::Tensor> given,
-                                      const std::vector<NamedTensor>& current, const ModelSettings& m,
-                                      const std::string& source, const std::string& family,
-                                      const std::string& fix_shapes) {
+}  // namespace
+
+std::vector<NamedTensor> to_hf_tensors(const std::vector<NamedTensor>& ours, const ModelSettings& m,
+                                       torch::ScalarType dtype) {
+  std::map<std::string, torch::Tensor> by_name;
+  for (const auto& [name, t] : ours) by_name[name] = t;
   std::vector<NamedTensor> out;
-  for (const auto& [name, own] : current) {
-    auto it = given.find(name);
-    if (it == given.end())
-      throw data_error(source + ": has no weights for " + name + " (is it a " + family + " checkpoint?)" + fix_shapes);
-    const torch::Tensor w = it->second.to(torch::kFloat);
-    torch::Tensor result;
-    if (is_vocab_matrix(name) || name == "transformer.wpe.weight") {
-      // Fewer rows than ours (padded vocabulary) keep our rows beyond them;
-      // more positions than model.seq_len are cut (a shorter context).
-      const bool positions = name == "transformer.wpe.weight";
-      const bool fits = w.dim() == 2 && w.size(1) == own.size(1) &&
-                        (positions ? w.size(0) >= own.size(0) : w.size(0) == m.vocab_size || w.size(0) == own.size(0));
-      if (!fits)
-        throw data_error(source + ": " + name + " is " + shape_str(w) + ", which does not fit " + shape_str(own) +
-                         (positions ? " (model.seq_len positions)" : " (model.vocab_size rows)") + fix_shapes);
-      result = own.detach().to(torch::kCPU, torch::kFloat).clone();
-      const int64_t rows = std::min(w.size(0), own.size(0));
-      result.narrow(0, 0, rows).copy_(w.narrow(0, 0, rows));
-    } else {
-      if (w.sizes() != own.sizes())
-        throw data_error(source + ": " + name + " is " + shape_str(w) + " there but " + shape_str(own) +
-                         " in this model" + fix_shapes);
-      result = w;
+  for (const HfTensor& e : architecture(m).hf.tensors(m)) {
+    if (e.ours.empty()) {
+      out.push_back({e.hf, torch::zeros(e.zero_shape, torch::TensorOptions().dtype(dtype))});
+      continue;
     }
-    given.erase(it);
-    out.push_back({name, result});
-  }
-  if (!given.empty()) {
-    std::string extra;
-    for (const auto& [name, _] : given) extra += (extra.empty() ? "" : ", ") + name;
-    throw data_error(source + ": has weights this model does not: " + extra + fix_shapes);
+    torch::Tensor w = by_name.at(e.ours).detach().to(torch::kCPU);
+    if (is_vocab_matrix(e.ours)) w = w.narrow(0, 0, m.vocab_size);  // padding rows are ours alone
+    if (e.rows > 0) w = w.narrow(0, e.row_offset, e.rows);
+    if (e.transposed) w = w.t();
+    out.push_back({e.hf, w.to(dtype).contiguous()});
   }
   return out;
 }
 
-void check_config_model_type(const nlohmann::json& config, const ModelSettings& m, const std::string& source) {
-  if (!config.contains("model_type") || !config["model_type"].is_string()) return;
-  const std::string type = config["model_type"];
-  const Architecture& ours = architecture(m);
-  if (type == ours.hf.model_type) return;
-  std::string readable;
-  for (const Architecture* a : architectures())
-    readable += std::string(readable.empty() ? "" : " or ") + a->hf.family + " (model.arch: " + a->name + ")";
-  const Architecture* theirs = architecture_of_hf_model_type(type);
-  throw data_error(source + ": config.json is a " + type + " model, but model.arch " + ours.name + " reads " +
-                   ours.hf.model_type + " checkpoints" +
-                   (theirs ? "\n    fix: set model.arch: " + std::string(theirs->name)
-                           : "\n    fix: init from a " + readable + " checkpoint"));
+HfWeightImport::HfWeightImport(const ModelSettings& m, std::map<std::string, torch::Tensor> targets, std::string source)
+    : m_(m), targets_(std::move(targets)), source_(std::move(source)) {
+  const Architecture& a = architecture(m);
+  family_ = a.hf.family;
+  fix_ = shape_fix(a);
+  for (HfTensor& e : a.hf.tensors(m)) table_[e.hf] = std::move(e);
 }
 
-void check_config_int(const nlohmann::json& config, const char* key, const char* recipe_key, int64_t ours,
-                      const std::string& source) {
-  if (config.contains(key) && config[key].is_number_integer() && config[key].get<int64_t>() != ours)
-    throw data_error(source + ": config.json has " + key + " " + config[key].dump() + " but " + recipe_key + " is " +
-                     std::to_string(ours) + "\n    fix: set " + recipe_key + ": " + config[key].dump());
+void HfWeightImport::take(const std::string& file_name, const torch::Tensor& t, const std::string& file) {
+  const Architecture& a = architecture(m_);
+  const std::string name = a.hf.canonical_name(file_name);
+  if (name.empty()) return;  // a buffer, not a weight
+  auto it = table_.find(name);
+  if (it == table_.end()) {
+    if (name == "lm_head.weight" && m_.tie_embeddings) return;  // a tied head written out: the embedding is it
+    throw data_error(source_ + ": '" + file + "' holds " + file_name + ", which this " + family_ +
+                     " model does not have" + fix_);
+  }
+  const HfTensor& e = it->second;
+  if (!done_.insert(name).second)
+    throw data_error(source_ + ": " + name + " is in more than one file ('" + file + "' again)" +
+                     "\n    fix: use a checkpoint whose shards hold each tensor once");
+  torch::NoGradGuard no_grad;
+  if (e.ours.empty()) {
+    if (t.sizes() != c10::IntArrayRef(e.zero_shape) || at::any(t != 0).item<bool>())
+      throw data_error(source_ + ": '" + file + "' holds " + name + " (" + shape_str(t) +
+                       ") with values other than zero, but this model has no such bias" +
+                       "\n    fix: set model.bias: true");
+    return;
+  }
+  auto target_it = targets_.find(e.ours);
+  if (target_it == targets_.end()) throw runtime_error("HfWeightImport: no parameter " + e.ours);
+  torch::Tensor target = target_it->second;
+  if (e.rows > 0) target = target.narrow(0, e.row_offset, e.rows);
+  if (e.transposed) target = target.t();
+  torch::Tensor source = t;
+  const bool positions = e.ours == "transformer.wpe.weight";
+  if (is_vocab_matrix(e.ours) && t.dim() == 2 && t.size(0) == m_.vocab_size && t.size(1) == target.size(1)) {
+    target = target.narrow(0, 0, m_.vocab_size);  // our padding rows keep their initialization
+  } else if (positions && t.dim() == 2 && t.size(0) >= target.size(0) && t.size(1) == target.size(1)) {
+    source = t.narrow(0, 0, target.size(0));  // a shorter context: the first model.seq_len positions
+  }
+  if (source.sizes() != target.sizes())
+    throw data_error(source_ + ": '" + file + "' holds " + name + " as " + shape_str(t) + ", but this model's is " +
+                     shape_str(target) +
+                     (is_vocab_matrix(e.ours) ? " (model.vocab_size rows)"
+                      : positions             ? " (at least model.seq_len positions)"
+                                              : "") +
+                     fix_);
+  target.copy_(source);
 }
 
-void check_config_bool(const nlohmann::json& config, const char* key, const char* recipe_key, bool ours,
-                       const std::string& source) {
-  if (config.contains(key) && config[key].is_boolean() && config[key].get<bool>() != ours)
-    throw data_error(source + ": config.json has " + key + " " + config[key].dump() + " but " + recipe_key + " is " +
-                     (ours ? "true" : "false") + "\n    fix: set " + recipe_key + ": " + config[key].dump());
-}
-
-void check_config_float(const nlohmann::json& config, const char* key, const char* recipe_key, double ours,
-                        const std::string& source) {
-  if (!config.contains(key) || !config[key].is_number()) return;
-  const double theirs = config[key].get<double>();
-  if (std::fabs(theirs - ours) > 1e-9 * std::max(std::fabs(theirs), std::fabs(ours)))
-    throw data_error(source + ": config.json has " + key + " " + config[key].dump() + " but " + recipe_key + " is " +
-                     nlohmann::json(ours).dump() + "\n    fix: set " + recipe_key + ": " + config[key].dump());
+void HfWeightImport::finish() const {
+  for (const auto& [name, e] : table_)
+    if (!e.ours.empty() && !done_.count(name))
+      throw data_error(source_ + ": has no " + name + " (is it a " + family_ + " checkpoint of this shape?)" + fix_);
 }
 
 nlohmann::ordered_json gpt2_eot_id(const ModelSettings& m) {

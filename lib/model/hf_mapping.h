@@ -1,42 +1,47 @@
-// What the architectures' Hugging Face mappings (model/arch_*.cpp) share:
-// fitting weights that carry our names to a model (padded vocabulary rows, a
-// shorter position table, shape and leftover checks with errors that name the
-// recipe key to change), the vocabulary rows cut on export, and the
-// config.json checks.
+// Weights between ours and a Hugging Face model's, driven by the architecture's table
+// (HfMapping::tensors, model/architecture.h): export writes each Hugging Face tensor from ours
+// (bands of rows split out, GPT-2's Conv1D transposed, the vocabulary's padding rows cut);
+// import takes a file's tensors one at a time into the model's parameters, so a sharded
+// checkpoint is read one shard at a time, with shape and completeness checks whose errors name
+// the recipe key to change.
 #pragma once
 #include <nlohmann/json.hpp>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "config/settings.h"
+#include "model/hf_tensor.h"
 #include "util/named_tensor.h"
 
 namespace gputrain {
 
-// Our weight as exported: float32 on the CPU, the embedding/head's padding rows (ours alone) cut.
-torch::Tensor exported_tensor(const std::string& name, const torch::Tensor& t, const ModelSettings& m);
+// Our weights `ours` (module_weights of a plain model) as the Hugging Face model's tensors, in
+// `dtype` on the CPU.
+std::vector<NamedTensor> to_hf_tensors(const std::vector<NamedTensor>& ours, const ModelSettings& m,
+                                       torch::ScalarType dtype);
 
-// `given` (file tensors already renamed to ours) as `current`'s list: every
-// weight of `current` must be there with its shape, except that the vocabulary
-// matrices may have model.vocab_size rows (our padding rows keep their values)
-// and the position table may be longer than model.seq_len (cut). Anything left
-// in `given` is an error. `fix_shapes` ends each shape error.
-std::vector<NamedTensor> fit_to_model(std::map<std::string, torch::Tensor> given,
-                                      const std::vector<NamedTensor>& current, const ModelSettings& m,
-                                      const std::string& source, const std::string& family,
-                                      const std::string& fix_shapes);
+class HfWeightImport {
+ public:
+  // `targets`: the parameters to fill, by our name (a LoRA model's base only). `source` names
+  // model.init_from in messages.
+  HfWeightImport(const ModelSettings& m, std::map<std::string, torch::Tensor> targets, std::string source);
+  // One tensor of `file`: copied (dtype and device converted) into its place.
+  void take(const std::string& name, const torch::Tensor& t, const std::string& file);
+  // DataError unless every weight came.
+  void finish() const;
 
-// config.json checks; each throws a DataError naming `recipe_key` and its fix.
-void check_config_model_type(const nlohmann::json& config, const ModelSettings& m, const std::string& source);
-void check_config_int(const nlohmann::json& config, const char* key, const char* recipe_key, int64_t ours,
-                      const std::string& source);
-void check_config_bool(const nlohmann::json& config, const char* key, const char* recipe_key, bool ours,
-                       const std::string& source);
-void check_config_float(const nlohmann::json& config, const char* key, const char* recipe_key, double ours,
-                        const std::string& source);
+ private:
+  const ModelSettings& m_;
+  std::map<std::string, torch::Tensor> targets_;
+  std::string source_, family_, fix_;
+  std::map<std::string, HfTensor> table_;  // by Hugging Face name
+  std::set<std::string> done_;
+};
 
-// GPT-2's end-of-text id when the vocabulary has it (our tokenizer is GPT-2's), else null.
+// The bos/eos token ids exported models name when nothing better is known: GPT-2's end-of-text
+// when the vocabulary has it (our built-in tokenizer is GPT-2's), else null.
 nlohmann::ordered_json gpt2_eot_id(const ModelSettings& m);
 
 }  // namespace gputrain

@@ -165,11 +165,14 @@ KernelBenchRow bench_bias_gradient(const Settings& s, const Precision& precision
 
 // The output widths of the model's linear layers whose bias gradient the kernels reduce:
 // q/k/v and the two projections back to d_model, and a SwiGLU MLP's input (a GELU MLP's c_fc
-// bias is reduced by the bias + GELU kernel instead). None without model.bias.
+// bias is reduced by the bias + GELU kernel instead). Only the layers that have biases.
 std::vector<int64_t> biased_linear_widths(const ModelSettings& m) {
-  if (!m.bias) return {};
-  std::vector<int64_t> widths = {m.d_model + 2 * m.kv_width(), m.d_model};
-  if (architecture(m).mlp == MlpKind::kSwiGlu) widths.push_back(architecture(m).mlp_fc_rows(mlp_hidden(m)));
+  const LinearBiases biases = linear_biases(m);
+  std::vector<int64_t> widths;
+  if (biases.qkv) widths.push_back(m.q_width() + 2 * m.kv_width());
+  if (biases.out || biases.mlp) widths.push_back(m.d_model);
+  if (biases.mlp && architecture(m).mlp == MlpKind::kSwiGlu)
+    widths.push_back(architecture(m).mlp_fc_rows(mlp_hidden(m)));
   std::sort(widths.begin(), widths.end());
   widths.erase(std::unique(widths.begin(), widths.end()), widths.end());
   return widths;

@@ -2,27 +2,32 @@
 
 #include <ATen/ATen.h>
 
+#include "model/rope_scaling.h"
+
 namespace gputrain {
 
-torch::Tensor rotary_inverse_frequencies(int64_t head_dim, double theta) {
-  auto i = at::arange(0, head_dim / 2, at::kDouble);
-  return at::pow(theta, i * (-2.0 / static_cast<double>(head_dim)));
-}
-
-RotaryEmbedding::RotaryEmbedding(int64_t head_dim, double theta) : head_dim_(head_dim), theta_(theta) {}
+RotaryEmbedding::RotaryEmbedding(const ModelSettings& m)
+    : head_dim_(m.head_width()), theta_(m.rope_theta), scaling_(m.rope_scaling), max_positions_(m.position_limit()) {}
 
 std::pair<torch::Tensor, torch::Tensor> RotaryEmbedding::tables(int64_t T, const torch::Tensor& like) {
   const auto key = std::make_tuple(like.device().type(), static_cast<int>(like.device().index()), like.scalar_type());
   auto it = cache_.find(key);
-  if (it == cache_.end() || it->second.first.size(0) < T) {
+  // Dynamic scaling past the position limit gives each length its own frequencies.
+  const bool per_length = rotary_depends_on_length(scaling_, max_positions_, T);
+  const bool stale =
+      it == cache_.end() || it->second.length < T ||
+      ((per_length || rotary_depends_on_length(scaling_, max_positions_, it->second.length)) && it->second.length != T);
+  if (stale) {
     // Angles in float64 (float32 loses ~1e-4 rad by position 1000), then the
     // compute dtype: one small table per device and dtype, grown as needed.
     torch::NoGradGuard no_grad;
-    auto angles = at::outer(at::arange(T, at::kDouble), rotary_inverse_frequencies(head_dim_, theta_));
+    const RotaryFrequencies f = rotary_frequencies(head_dim_, theta_, scaling_, max_positions_, T);
+    auto angles = at::outer(at::arange(T, at::kDouble), f.inverse);
     auto opts = like.options().requires_grad(false);
-    it = cache_.insert_or_assign(key, std::make_pair(angles.cos().to(opts), angles.sin().to(opts))).first;
+    Tables t{(angles.cos() * f.attention_scale).to(opts), (angles.sin() * f.attention_scale).to(opts), T};
+    it = cache_.insert_or_assign(key, std::move(t)).first;
   }
-  return {it->second.first.narrow(0, 0, T), it->second.second.narrow(0, 0, T)};
+  return {it->second.cos.narrow(0, 0, T), it->second.sin.narrow(0, 0, T)};
 }
 
 torch::Tensor RotaryEmbedding::apply(const torch::Tensor& x) {

@@ -8,11 +8,14 @@
 #include <map>
 #include <tuple>
 
+#include "config/settings.h"
+
 namespace gputrain {
 
 class RotaryEmbedding {
  public:
-  RotaryEmbedding(int64_t head_dim, double theta);
+  // The head width, base and scaling of `m` (model/rope_scaling.h).
+  explicit RotaryEmbedding(const ModelSettings& m);
   // x [B, H, T, D] at positions 0..T-1 -> the rotated x (same dtype).
   torch::Tensor apply(const torch::Tensor& x);
 
@@ -23,10 +26,14 @@ class RotaryEmbedding {
 
   int64_t head_dim_;
   double theta_;
-  std::map<std::tuple<c10::DeviceType, int, c10::ScalarType>, std::pair<torch::Tensor, torch::Tensor>> cache_;
+  RopeScalingSettings scaling_;
+  int64_t max_positions_;
+  // Per device and dtype: the tables and the length they were made for.
+  struct Tables {
+    torch::Tensor cos, sin;
+    int64_t length = 0;
+  };
+  std::map<std::tuple<c10::DeviceType, int, c10::ScalarType>, Tables> cache_;
 };
-
-// The inverse frequencies theta^(-2i/D), i = 0..D/2-1, in float64 (tests and the tables).
-torch::Tensor rotary_inverse_frequencies(int64_t head_dim, double theta);
 
 }  // namespace gputrain

@@ -13,7 +13,23 @@ usage:
       that shape (biases and norm scales randomized too, so every tensor
       matters), saves it with save_pretrained(MODEL_DIR) and writes its
       logits on TOKENS to OUT.
+  hf_interop.py save MODEL_DIR TOKENS OUT SPEC_JSON
+      SPEC_JSON: {"class": "LlamaForCausalLM" | "Qwen2ForCausalLM" | "MistralForCausalLM" |
+      "GPT2LMHeadModel", "config": {config class keyword arguments}, "dtype": "bfloat16",
+      "max_shard_size": "200KB"}. Builds that model with its real config class, random
+      (vectors too), casts it to dtype, saves it sharded at max_shard_size, and writes the
+      logits of the saved folder (loaded back in float32, eager attention) on TOKENS to OUT.
+  hf_interop.py rope - - OUT SPEC_JSON
+      Writes transformers' inverse frequencies and attention scaling for the config of
+      SPEC_JSON ("inv_freq", "attention_scaling") to OUT.
+  hf_interop.py tokenize MODEL_DIR TEXT_FILE OUT
+      Writes the ids AutoTokenizer.from_pretrained(MODEL_DIR) gives the text of TEXT_FILE (as a JSON
+      list) to OUT; prints the tokenizer's class.
+  hf_interop.py peft BASE_DIR TOKENS OUT ADAPTER_DIR
+      Loads BASE_DIR, puts the PEFT adapter of ADAPTER_DIR on it (PeftModel.from_pretrained)
+      and writes its logits on TOKENS to OUT; prints the adapted module count.
 """
+import json
 import sys
 
 import torch
@@ -41,6 +57,46 @@ mode = sys.argv[1]
 model_dir, tokens_file, out = sys.argv[2:5]
 args = sys.argv[5:]
 torch.manual_seed(0)
+if mode == "save":
+    import transformers
+    spec = json.loads(args[0])
+    cls = getattr(transformers, spec["class"])
+    config = cls.config_class(**spec["config"])
+    model = cls(config)
+    model.config._attn_implementation = "eager"
+    randomize_vectors(model)
+    model.to(getattr(torch, spec.get("dtype", "float32")))
+    model.save_pretrained(model_dir, max_shard_size=spec.get("max_shard_size", "5GB"))
+    reloaded = AutoModelForCausalLM.from_pretrained(model_dir, attn_implementation="eager", dtype=torch.float32)
+    print(type(reloaded).__name__)
+    logits_of(reloaded, tokens_file, out)
+    sys.exit(0)
+if mode == "rope":
+    import transformers
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+    spec = json.loads(args[0])
+    config = getattr(transformers, spec["class"]).config_class(**spec["config"])
+    rope_type = config.rope_parameters["rope_type"]
+    inv_freq, scaling = ROPE_INIT_FUNCTIONS[rope_type](config, torch.device("cpu"), seq_len=spec.get("seq_len"))
+    save_file({"inv_freq": inv_freq.double().contiguous(), "attention_scaling": torch.tensor([float(scaling)])}, out)
+    sys.exit(0)
+if mode == "tokenize":
+    from transformers import AutoTokenizer
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    print(type(tok).__name__)
+    with open(tokens_file, encoding="utf-8") as f:
+        ids = tok(f.read())["input_ids"]
+    with open(out, "w") as f:
+        json.dump(ids, f)
+    sys.exit(0)
+if mode == "peft":
+    from peft import PeftModel
+    base = AutoModelForCausalLM.from_pretrained(model_dir, attn_implementation="eager", dtype=torch.float32)
+    model = PeftModel.from_pretrained(base, args[0])
+    adapted = sum(1 for name, _ in model.named_modules() if name.endswith("lora_A"))
+    print(f"adapted modules: {adapted}")
+    logits_of(model, tokens_file, out)
+    sys.exit(0)
 if mode == "logits":
     model = AutoModelForCausalLM.from_pretrained(model_dir, attn_implementation="eager")
     print(type(model).__name__)

@@ -32,7 +32,7 @@ TEST_CASE("architectures: the table and model.arch's enum name the same ones, in
     CHECK(hf_types.insert(a->hf.model_type).second);
     CHECK(architecture_of_hf_model_type(a->hf.model_type) == a);
   }
-  CHECK(architecture_of_hf_model_type("mistral") == nullptr);
+  CHECK(architecture_of_hf_model_type("gemma") == nullptr);
 }
 
 TEST_CASE("architectures: their defaults fill only the keys the recipe leaves out", "[model][arch]") {

@@ -177,7 +177,10 @@ TEST_CASE("llama: SDPA and math attention agree with grouped key/value heads, fo
 }
 
 TEST_CASE("llama: rotary scores depend only on the distance between positions", "[model][llama]") {
-  RotaryEmbedding rope(8, 10000.0);
+  ModelSettings m;
+  m.d_model = 8;
+  m.n_head = 1;  // one head of 8
+  RotaryEmbedding rope(m);
   torch::manual_seed(6);
   const auto q = torch::randn({8}, torch::kDouble), k = torch::randn({8}, torch::kDouble);
   // The same q at every position and the same k: q_i . k_j after rotation is a function of i - j.
