@@ -16,9 +16,10 @@ double training_flops_per_token(const ModelSettings& m) {
   if (m.lora.rank > 0)
     for (const ParamShape& p : gpt_parameter_shapes(m))
       if (!p.trainable && p.name != "transformer.wpe.weight") frozen += static_cast<double>(p.numel());
-  const double d = static_cast<double>(m.d_model), L = static_cast<double>(m.n_layer);
+  // The attention term counts the query width (d_model unless model.head_dim says otherwise).
+  const double q = static_cast<double>(m.q_width()), L = static_cast<double>(m.n_layer);
   const double T = static_cast<double>(m.seq_len);
-  return 6 * n - 2 * frozen + 12 * L * T * d;
+  return 6 * n - 2 * frozen + 12 * L * T * q;
 }
 
 std::optional<double> peak_bf16_tflops(const std::string& name) {

@@ -93,7 +93,8 @@ std::vector<StageLayers> split_stages(const ModelSettings& m, int64_t pp) {
   // SwiGLU), attention's 2 T d. GPT-2 with 4 d MLP: 12 d^2 + 2 T d.
   const double h = static_cast<double>(mlp_hidden(m)), kv = static_cast<double>(m.kv_width());
   const double mlp_matrices = static_cast<double>(architecture(m).mlp_matrices());
-  const double block = d * (2 * d + 2 * kv) + mlp_matrices * d * h + 2 * T * d;
+  const double q = static_cast<double>(m.q_width());
+  const double block = d * (2 * q + 2 * kv) + mlp_matrices * d * h + 2 * T * q;
   const double head = static_cast<double>(m.padded_vocab()) * d;
   // best[k][i]: the smallest largest-stage cost splitting the first i blocks into k stages.
   constexpr double kInf = std::numeric_limits<double>::infinity();
