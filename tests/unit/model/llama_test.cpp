@@ -176,6 +176,29 @@ TEST_CASE("llama: SDPA and math attention agree with grouped key/value heads, fo
   }
 }
 
+TEST_CASE("mistral: a sliding window shorter than the sequence limits attention, SDPA and math alike",
+          "[model][llama]") {
+  ModelSettings m = tiny_llama();
+  m.arch = ModelArch::kMistral;
+  m.seq_len = 6;
+  torch::manual_seed(5);
+  const auto tokens = torch::randint(0, m.vocab_size, {2, m.seq_len}, torch::kLong);
+  const auto logits = [&](int64_t window, AttentionImpl impl) {
+    ModelSettings w = m;
+    w.sliding_window = window;
+    w.attention = impl;
+    Gpt model = random_llama(w, torch::kFloat);
+    torch::NoGradGuard no_grad;
+    return model->forward(tokens);
+  };
+  const auto full = logits(0, AttentionImpl::kSdpa), windowed = logits(2, AttentionImpl::kSdpa);
+  CHECK(at::allclose(windowed, logits(2, AttentionImpl::kMath), 1e-5, 1e-5));
+  CHECK(at::allclose(full, logits(6, AttentionImpl::kSdpa)));  // a window as long as the sequence changes nothing
+  // Positions 0 and 1 see the same tokens with or without a window of 2; position 2 on does not.
+  CHECK(at::allclose(windowed.narrow(1, 0, 2), full.narrow(1, 0, 2), 1e-5, 1e-5));
+  CHECK_FALSE(at::allclose(windowed.narrow(1, 2, 4), full.narrow(1, 2, 4), 1e-3, 1e-3));
+}
+
 TEST_CASE("llama: rotary scores depend only on the distance between positions", "[model][llama]") {
   ModelSettings m;
   m.d_model = 8;
