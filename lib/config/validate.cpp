@@ -45,12 +45,12 @@ void check_run(Checker& c) {
 
 void check_model(Checker& c) {
   const ModelSettings& m = c.s.model;
-  if (m.d_model % m.n_head != 0) {
+  if (m.d_model % m.n_head != 0 && m.head_dim == 0) {
     std::string divisors;
     for (int64_t h = 1; h <= m.d_model && divisors.size() < 40; ++h)
       if (m.d_model % h == 0 && h != m.n_head) divisors += (divisors.empty() ? "" : ", ") + str(h);
     c.error("model.n_head", "(" + str(m.n_head) + ") must divide model.d_model (" + str(m.d_model) + ")",
-            "pick n_head among " + divisors + ", or change d_model");
+            "pick n_head among " + divisors + ", change d_model, or set model.head_dim (llama, qwen2, mistral)");
   }
   const std::vector<KeyProblem> architecture_problems = c.rules.check(m);
   for (const KeyProblem& p : architecture_problems) c.error(p.key, p.problem, p.fix);

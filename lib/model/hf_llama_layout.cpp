@@ -232,6 +232,12 @@ void check_llama_layout(const ModelSettings& m, std::vector<KeyProblem>& problem
                         "gives a head dimension of " + std::to_string(m.head_width()) +
                             ", but rotary position embeddings rotate pairs of dimensions and need an even one",
                         "choose an even head width (d_model / n_head, or model.head_dim)"});
+  if (m.max_positions > 0 && m.seq_len > m.max_positions)
+    problems.push_back({"model.seq_len",
+                        "(" + std::to_string(m.seq_len) + ") is longer than model.max_positions (" +
+                            std::to_string(m.max_positions) + "), the positions the model was made for",
+                        "lower model.seq_len, or raise model.max_positions (with model.rope_scaling to stretch "
+                        "the rotary positions)"});
   const RopeScalingSettings& s = m.rope_scaling;
   if ((s.type == RopeScalingType::kLlama3 || s.type == RopeScalingType::kYarn) && s.original_max_positions == 0)
     problems.push_back({"model.rope_scaling.original_max_positions",

@@ -72,3 +72,27 @@ TEST_CASE("architectures: the model built for each has the norm, MLP and positio
     CHECK(listed == model->parameter_count());
   }
 }
+
+TEST_CASE("architectures: each refuses the keys it has no use for, and the rotary keys are checked", "[model][arch]") {
+  test::TempDir dir;
+  const std::string recipe = dir.file("r.yaml");
+  test::write_file(recipe,
+                   "model: {vocab_size: 64, seq_len: 32, n_layer: 1, n_head: 4, d_model: 32}\n"
+                   "data: {train: {format: synthetic}}\n");
+  const auto error_of = [&](const std::vector<std::string>& sets) { return test::recipe_error(recipe, sets); };
+  using Catch::Matchers::Contains;
+  // GPT-2 has none of the rotary architectures' keys.
+  for (const char* set : {"model.sliding_window=8", "model.rope_scaling.type=linear", "model.max_positions=64",
+                          "model.attention_bias=true", "model.head_dim=16"})
+    CHECK_THAT(error_of({set}), Contains("is not part of arch gpt"));
+  CHECK_THAT(error_of({"model.arch=llama", "model.sliding_window=8"}), Contains("set model.arch: mistral"));
+  CHECK(error_of({"model.arch=mistral", "model.sliding_window=8"}).empty());
+  CHECK_THAT(error_of({"model.arch=qwen2", "model.bias=true"}), Contains("qwen2's biases are fixed"));
+  CHECK_THAT(error_of({"model.arch=llama", "model.max_positions=16"}),
+             Contains("model.seq_len: (32) is longer than model.max_positions (16)"));
+  CHECK_THAT(error_of({"model.arch=llama", "model.rope_scaling.type=llama3"}),
+             Contains("model.rope_scaling.original_max_positions"));
+  // An explicit head width need not divide d_model (Mistral Nemo: 32 heads of 128 on 5120).
+  CHECK(error_of({"model.arch=llama", "model.n_head=3", "model.head_dim=16"}).empty());
+  CHECK_THAT(error_of({"model.n_head=3"}), Contains("must divide model.d_model"));
+}
