@@ -126,6 +126,12 @@ nlohmann::json llama_config(nlohmann::json extra) {
   return c;
 }
 
+// A GPT-2 of d 64, 2 blocks, 64 positions, no dropout.
+nlohmann::json gpt2_config() {
+  return {{"vocab_size", 300}, {"n_embd", 64},       {"n_layer", 2},      {"n_head", 4},
+          {"n_positions", 64}, {"resid_pdrop", 0.0}, {"embd_pdrop", 0.0}, {"attn_pdrop", 0.0}};
+}
+
 }  // namespace
 
 TEST_CASE("hf: a Llama 3.1 (llama3 rope scaling, grouped-query) fine-tunes from a sharded bf16 folder and exports",
@@ -184,8 +190,7 @@ TEST_CASE("hf: a Mistral with a sliding window shorter than the sequence matches
 }
 
 TEST_CASE("hf: a GPT-2 folder fine-tunes with every shape from its config.json", "[hf][python][slow]") {
-  const nlohmann::json gpt2 = {{"vocab_size", 300}, {"n_embd", 64},       {"n_layer", 2},      {"n_head", 4},
-                               {"n_positions", 64}, {"resid_pdrop", 0.0}, {"embd_pdrop", 0.0}, {"attn_pdrop", 0.0}};
+  const nlohmann::json gpt2 = gpt2_config();
   const Settings s = round_trip("GPT2LMHeadModel", gpt2, 300);
   CHECK(s.model.d_model == 64);
   CHECK(s.model.tie_embeddings);
@@ -260,10 +265,14 @@ TEST_CASE("hf: bad model folders are exit-2 errors naming the file and the fix",
              Contains("puts model.layers.0.self_attn.extra.weight in '" + shards[0] + "', which does not hold it"));
 }
 
-TEST_CASE("hf: a LoRA run on a Hugging Face Llama exports adapters that PEFT loads with our logits",
-          "[hf][python][slow]") {
+namespace {
+
+// A LoRA run on every Linear of `cls`'s blocks exports adapters (`modules` of them) that PEFT puts on
+// the base with the merged model's logits.
+void check_peft_round_trip(const std::string& cls, const nlohmann::json& config, size_t modules) {
+  CAPTURE(cls);
   TempDir dir;
-  save_base(dir, "LlamaForCausalLM", llama_config({}), 300);
+  save_base(dir, cls, config, 300);
   const std::string recipe = write_recipe(dir, "  lora: {rank: 4, alpha: 8, targets: [qkv, proj, mlp_up, mlp_down]}\n");
   const CommandResult run = run_recipe(recipe, dir.file("run"));
   INFO(run.output);
@@ -273,7 +282,7 @@ TEST_CASE("hf: a LoRA run on a Hugging Face Llama exports adapters that PEFT loa
   REQUIRE(exp.exit_code == 0);
   const nlohmann::json adapter = read_json(dir.file("adapter/adapter_config.json"));
   CHECK(adapter["r"] == 4);
-  CHECK(adapter["target_modules"].size() == 2 * 7);  // q, k, v, o, gate, up, down in 2 layers
+  CHECK(adapter["target_modules"].size() == modules);
 
   // Our model with the adapters merged, against PEFT's base + adapter.
   const fs::path checkpoint = find_checkpoint(dir.file("run"));
@@ -286,14 +295,27 @@ TEST_CASE("hf: a LoRA run on a Hugging Face Llama exports adapters that PEFT loa
   const torch::Tensor tokens = *read_safetensors(dir.file("tokens.safetensors")).find("tokens");
   CHECK_THAT(hf_interop({"peft", dir.file("base"), dir.file("tokens.safetensors"), dir.file("peft.safetensors"),
                          dir.file("adapter")}),
-             Contains("adapted modules: 14"));
+             Contains("adapted modules: " + std::to_string(modules)));
   const torch::Tensor theirs = *read_safetensors(dir.file("peft.safetensors")).find("logits");
   const torch::Tensor ours = logits_of(model, tokens);
   const torch::Tensor base_logits = *read_safetensors(dir.file("reference.safetensors")).find("logits");
   CHECK((theirs - ours).abs().max().item<double>() < 1e-4);
   CHECK((base_logits - ours).abs().max().item<double>() > 1e-3);  // the adapters changed the model
-  // --format peft needs adapters; --format hf of a LoRA run needs --merge-lora.
+  // --format hf of a LoRA run needs --merge-lora, and says --format peft is the other way.
   CHECK_THAT(run_gputrain({"export", dir.file("run"), "--out", dir.file("plain")}).output, Contains("--format peft"));
+}
+
+}  // namespace
+
+TEST_CASE("hf: a LoRA run on a Hugging Face Llama exports adapters that PEFT loads with our logits",
+          "[hf][python][slow]") {
+  check_peft_round_trip("LlamaForCausalLM", llama_config({}), 2 * 7);  // q, k, v, o, gate, up, down in 2 layers
+}
+
+TEST_CASE("hf: a LoRA run on a Hugging Face GPT-2 exports Conv1D adapters that PEFT loads with our logits",
+          "[hf][python][slow]") {
+  const nlohmann::json gpt2 = gpt2_config();
+  check_peft_round_trip("GPT2LMHeadModel", gpt2, 2 * 4);  // c_attn, attn.c_proj, c_fc, mlp.c_proj in 2 layers
 }
 
 TEST_CASE("hf: an export carries the base model's tokenizer, or the one the data was prepared with",
