@@ -3,7 +3,6 @@
 #include <nlohmann/json.hpp>
 
 #include <map>
-#include <set>
 
 #include "checkpoint/checkpoint_dir.h"
 #include "checkpoint/hf_folder.h"

@@ -4,7 +4,6 @@
 
 #include <cctype>
 #include <map>
-#include <set>
 
 #include "util/atomic_file.h"
 #include "util/error.h"

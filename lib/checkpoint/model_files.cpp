@@ -2,7 +2,7 @@
 
 #include <fmt/format.h>
 
-#include <set>
+#include <map>
 
 #include "checkpoint/checkpoint_dir.h"
 #include "checkpoint/hf_folder.h"
