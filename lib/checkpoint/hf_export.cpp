@@ -73,7 +73,8 @@ ExportSource read_export_source(const fs::path& checkpoint, const ExportOptions&
                         "\n    fix: leave out --merge-lora");
     src.weights = checkpoint_plain_weights(checkpoint, s);
   }
-  src.step = nlohmann::json::parse(read_text_file(checkpoint / "trainer.json")).value("step", int64_t{0});
+  src.step = parse_json_file(checkpoint / "trainer.json", "checkpoint file", "export another checkpoint")
+                 .value("step", int64_t{0});
   return src;
 }
 

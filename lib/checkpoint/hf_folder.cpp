@@ -24,12 +24,7 @@ json read_hf_config(const fs::path& dir) {
   if (!fs::exists(file))
     throw data_error("'" + dir.string() + "' has no config.json" +
                      "\n    fix: name a folder written by save_pretrained (config.json and its safetensors)");
-  try {
-    return json::parse(read_text_file(file));
-  } catch (const json::exception& e) {
-    throw data_error("'" + file.string() + "' is not valid JSON: " + e.what() +
-                     "\n    fix: use the config.json save_pretrained wrote");
-  }
+  return parse_json_file(file, "model config", "use the config.json save_pretrained wrote");
 }
 
 void for_each_hf_tensor(const fs::path& dir,

@@ -24,14 +24,6 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-json read_json(const fs::path& p) {
-  try {
-    return json::parse(read_text_file(p));
-  } catch (const json::exception& e) {
-    throw data_error("'" + p.string() + "' is not valid JSON: " + e.what());
-  }
-}
-
 bool written_by_gputrain(const SafetensorsFile& f) {
   auto it = f.metadata.find("format");
   return it != f.metadata.end() && it->second == "gputrain";
@@ -60,14 +52,9 @@ std::string load_initial_weights(torch::nn::Module& model, const ModelSettings& 
   const auto check_config = [&](const json& config, const std::string& file) {
     // The settings were made from this config.json when the recipe was loaded; a run's saved
     // recipe may meet a folder that changed since.
-    const Architecture& theirs = architecture_of_hf_config(config, file);
-    if (theirs.id != m.arch)
-      throw data_error(source + ": config.json is a " + theirs.hf.class_name + ", but model.arch " + arch.name +
-                       " reads " + arch.hf.class_name + " checkpoints\n    fix: set model.arch: " + theirs.name +
-                       " (or leave it out: config.json sets it)");
     ModelSettings copy = m;
     HfConfigReader r(config, file, copy, [](const std::string&) { return true; });
-    arch.hf.import_config(r);
+    import_hf_config(r);
     r.throw_if_problems(source);
   };
   std::map<std::string, torch::Tensor> targets;
@@ -108,7 +95,8 @@ Gpt build_initial_model(const Settings& s, torch::Device device, torch::ScalarTy
 
 std::vector<NamedTensor> checkpoint_plain_weights(const fs::path& checkpoint, const Settings& saved) {
   std::vector<NamedTensor> weights = read_checkpoint_model(checkpoint);  // tp shards joined
-  const std::string base = read_json(checkpoint / "trainer.json").value("lora_base", std::string());
+  const std::string base = parse_json_file(checkpoint / "trainer.json", "checkpoint file", "use another checkpoint")
+                               .value("lora_base", std::string());
   if (!base.empty()) {
     // Adapters only: the base is rebuilt as the run built it, on the CPU.
     const torch::ScalarType dtype = saved.precision.mode == PrecisionMode::kBf16Pure ? torch::kBFloat16 : torch::kFloat;

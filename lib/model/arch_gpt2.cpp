@@ -87,13 +87,12 @@ void import_config(HfConfigReader& r) {
   r.take_int("n_embd", "model.d_model", m.d_model);
   r.take_int("n_layer", "model.n_layer", m.n_layer);
   r.take_int("n_head", "model.n_head", m.n_head);
-  const int64_t d = r.has("n_embd") && c["n_embd"].is_number_integer() ? c["n_embd"].get<int64_t>() : m.d_model;
+  const int64_t d = r.int_or("n_embd", m.d_model);
   r.take_int("n_inner", "model.mlp_width", m.mlp_width, 4 * d, mlp_hidden(m));
   r.take_float("layer_norm_epsilon", "model.norm_eps", m.norm_eps, 1e-5);
   r.take_bool("tie_word_embeddings", "model.tie_embeddings", m.tie_embeddings, true);
   r.default_bool("model.bias", m.bias, true);
-  int64_t positions = 1024;
-  if (r.has("n_positions") && c["n_positions"].is_number_integer()) positions = c["n_positions"].get<int64_t>();
+  const int64_t positions = r.int_or("n_positions", 1024);
   r.limit_seq_len(positions, "n_positions " + std::to_string(positions));
   if (r.has("activation_function") && c["activation_function"] != "gelu_new" &&
       c["activation_function"] != "gelu_pytorch_tanh")

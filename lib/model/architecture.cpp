@@ -48,6 +48,23 @@ const Architecture& architecture_of_hf_config(const nlohmann::json& config, cons
                    known + "\n    fix: init from a model of one of those architectures");
 }
 
+void import_hf_config(HfConfigReader& r) {
+  const Architecture& theirs = architecture_of_hf_config(r.config(), r.file());
+  ModelSettings& m = r.settings();
+  if (!r.set_by_recipe("model.arch")) {
+    m.arch = theirs.id;
+    r.filled.push_back("model.arch");
+  } else if (m.arch != theirs.id) {
+    r.problems.push_back(
+        {"model.arch",
+         std::string("is ") + architecture(m).name + ", but model.init_from's config.json ('" + r.file() + "') is a " +
+             theirs.hf.class_name,
+         std::string("leave model.arch out of the recipe (config.json sets it), or set model.arch: ") + theirs.name});
+    return;  // the other keys mean what that architecture says
+  }
+  theirs.hf.import_config(r);
+}
+
 int64_t mlp_hidden(const ModelSettings& m) {
   return m.mlp_width > 0 ? m.mlp_width : architecture(m).mlp_width_from_ratio(m);
 }
@@ -80,24 +97,14 @@ class ArchitectureRules final : public ModelRules {
     }
     out.config_file = (dir / "config.json").string();
     try {
-      const nlohmann::json config = nlohmann::json::parse(read_text_file(out.config_file));
-      const Architecture& a = architecture_of_hf_config(config, out.config_file);
+      const nlohmann::json config =
+          parse_json_file(out.config_file, "model config", "use the config.json save_pretrained wrote");
       HfConfigReader r(config, out.config_file, m, set_by_recipe);
-      const ModelArch theirs = a.id;
-      if (!set_by_recipe("model.arch")) {
-        m.arch = theirs;
-        r.filled.push_back("model.arch");
-      } else if (m.arch != theirs) {
-        r.problems.push_back({"model.arch",
-                              std::string("is ") + architecture(m).name + ", but model.init_from's config.json ('" +
-                                  out.config_file + "') is a " + a.hf.class_name,
-                              std::string("leave model.arch out of the recipe, or set it to ") + a.name});
-      }
-      if (r.problems.empty()) a.hf.import_config(r);
+      import_hf_config(r);
       out.filled = std::move(r.filled);
       out.problems = std::move(r.problems);
-    } catch (const nlohmann::json::exception& e) {
-      out.problems.push_back({"model.init_from", "'" + out.config_file + "' is not valid JSON: " + e.what(),
+    } catch (const nlohmann::json::exception& e) {  // a field of a type its reader did not expect
+      out.problems.push_back({"model.init_from", "'" + out.config_file + "' cannot be read: " + e.what(),
                               "use the config.json save_pretrained wrote"});
     } catch (const Error& e) {
       const std::string text = e.what(), marker = "\n    fix: ";

@@ -83,6 +83,9 @@ inline LinearBiases linear_biases(const ModelSettings& m) { return architecture(
 // The architecture of a Hugging Face config.json (model_type, else architectures[0]), or a
 // DataError naming `file` and the architectures gputrain implements.
 const Architecture& architecture_of_hf_config(const nlohmann::json& config, const std::string& file);
+// model.arch from config.json's architecture, then that architecture's import_config, through `r`
+// (importing for a recipe, or checking settings already made: model/hf_config_reader.h).
+void import_hf_config(HfConfigReader& r);
 
 // What loading a recipe needs of the architectures (config/recipe.h).
 const ModelRules& architecture_rules();

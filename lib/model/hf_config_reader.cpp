@@ -1,6 +1,7 @@
 #include "model/hf_config_reader.h"
 
 #include <cmath>
+#include <type_traits>
 
 #include "util/error.h"
 
@@ -39,58 +40,49 @@ void HfConfigReader::assign(const char* recipe_key, T& field, T value, const std
                           recipe_key + ": " + text(value)});
 }
 
+template <class T>
+std::optional<std::pair<T, std::string>> HfConfigReader::value_of(const char* key, std::optional<T> fallback) {
+  if (!has(key)) {
+    if (!fallback) {
+      refuse("has no " + prefix_ + key, "use a complete config.json");
+      return std::nullopt;
+    }
+    return std::make_pair(*fallback, prefix_ + key + " absent (" + text(*fallback) + ")");
+  }
+  const nlohmann::json& v = config_[key];
+  const bool typed = std::is_same_v<T, bool>      ? v.is_boolean()
+                     : std::is_same_v<T, int64_t> ? v.is_number_integer()
+                                                  : v.is_number();
+  if (!typed) {
+    const char* wanted = std::is_same_v<T, bool>      ? "true or false"
+                         : std::is_same_v<T, int64_t> ? "an integer"
+                                                      : "a number";
+    refuse("has " + prefix_ + key + " " + v.dump() + ", not " + wanted, "use a valid config.json");
+    return std::nullopt;
+  }
+  const T value = v.get<T>();
+  return std::make_pair(value, prefix_ + key + " " + text(value));
+}
+
+int64_t HfConfigReader::int_or(const char* key, int64_t fallback) const {
+  return has(key) && config_[key].is_number_integer() ? config_[key].get<int64_t>() : fallback;
+}
+
 void HfConfigReader::take_int(const char* key, const char* recipe_key, int64_t& field, std::optional<int64_t> fallback,
                               std::optional<int64_t> effective) {
-  if (!has(key)) {
-    if (fallback) assign(recipe_key, field, *fallback, prefix_ + key + " absent (" + text(*fallback) + ")", effective);
-    else refuse("has no " + prefix_ + key, "use a complete config.json");
-    return;
-  }
-  if (!config_[key].is_number_integer()) {
-    refuse("has " + prefix_ + key + " " + config_[key].dump() + ", not an integer", "use a valid config.json");
-    return;
-  }
-  const int64_t v = config_[key].get<int64_t>();
-  assign(recipe_key, field, v, prefix_ + key + " " + text(v), effective);
+  if (auto v = value_of(key, fallback)) assign(recipe_key, field, v->first, v->second, effective);
 }
 
 void HfConfigReader::take_float(const char* key, const char* recipe_key, double& field,
                                 std::optional<double> fallback) {
-  if (!has(key)) {
-    if (fallback) assign(recipe_key, field, *fallback, prefix_ + key + " absent (" + text(*fallback) + ")", {});
-    else refuse("has no " + prefix_ + key, "use a complete config.json");
-    return;
-  }
-  if (!config_[key].is_number()) {
-    refuse("has " + prefix_ + key + " " + config_[key].dump() + ", not a number", "use a valid config.json");
-    return;
-  }
-  const double v = config_[key].get<double>();
-  assign(recipe_key, field, v, prefix_ + key + " " + text(v), {});
+  if (auto v = value_of(key, fallback)) assign(recipe_key, field, v->first, v->second, {});
 }
 
 void HfConfigReader::take_bool(const char* key, const char* recipe_key, bool& field, std::optional<bool> fallback) {
-  if (!has(key)) {
-    if (fallback) assign(recipe_key, field, *fallback, prefix_ + key + " absent (" + text(*fallback) + ")", {});
-    else refuse("has no " + prefix_ + key, "use a complete config.json");
-    return;
-  }
-  if (!config_[key].is_boolean()) {
-    refuse("has " + prefix_ + key + " " + config_[key].dump() + ", not true or false", "use a valid config.json");
-    return;
-  }
-  const bool v = config_[key].get<bool>();
-  assign(recipe_key, field, v, prefix_ + key + " " + text(v), {});
+  if (auto v = value_of(key, fallback)) assign(recipe_key, field, v->first, v->second, {});
 }
 
-void HfConfigReader::set_int(const char* recipe_key, int64_t& field, int64_t value, const std::string& shown,
-                             std::optional<int64_t> effective) {
-  assign(recipe_key, field, value, shown, effective);
-}
 void HfConfigReader::set_float(const char* recipe_key, double& field, double value, const std::string& shown) {
-  assign(recipe_key, field, value, shown, {});
-}
-void HfConfigReader::set_bool(const char* recipe_key, bool& field, bool value, const std::string& shown) {
   assign(recipe_key, field, value, shown, {});
 }
 
@@ -107,13 +99,8 @@ void HfConfigReader::set_switch(const char* recipe_key, Toggle& field, bool valu
 
 void HfConfigReader::take_switch(const char* key, const char* recipe_key, Toggle& field, bool fallback,
                                  bool effective) {
-  if (has(key) && !config_[key].is_boolean()) {
-    refuse("has " + prefix_ + key + " " + config_[key].dump() + ", not true or false", "use a valid config.json");
-    return;
-  }
-  const bool v = has(key) ? config_[key].get<bool>() : fallback;
-  set_switch(recipe_key, field, v, prefix_ + key + (has(key) ? " " : " absent (") + text(v) + (has(key) ? "" : ")"),
-             effective);
+  if (auto v = value_of(key, std::optional<bool>(fallback)))
+    set_switch(recipe_key, field, v->first, v->second, effective);
 }
 
 void HfConfigReader::limit_seq_len(int64_t limit, const std::string& shown) {

@@ -25,6 +25,8 @@ class HfConfigReader {
   const nlohmann::json& config() const { return config_; }
   ModelSettings& settings() { return m_; }
   bool has(const char* key) const;  // present and not null
+  // config[key] where it is an integer, else `fallback` (values other keys derive from; no message).
+  int64_t int_or(const char* key, int64_t fallback) const;
 
   // config[key], or `fallback` where it is absent or null (no fallback: required), into the
   // recipe key's field. `effective` is the value the model uses now when the field alone does not
@@ -34,10 +36,7 @@ class HfConfigReader {
   void take_float(const char* key, const char* recipe_key, double& field, std::optional<double> fallback = {});
   void take_bool(const char* key, const char* recipe_key, bool& field, std::optional<bool> fallback = {});
   // A value the architecture derives (`shown`: how config.json says it, for messages).
-  void set_int(const char* recipe_key, int64_t& field, int64_t value, const std::string& shown,
-               std::optional<int64_t> effective = {});
   void set_float(const char* recipe_key, double& field, double value, const std::string& shown);
-  void set_bool(const char* recipe_key, bool& field, bool value, const std::string& shown);
   // A switch key (auto | true | false): `effective` is what the model does now.
   void take_switch(const char* key, const char* recipe_key, Toggle& field, bool fallback, bool effective);
   void set_switch(const char* recipe_key, Toggle& field, bool value, const std::string& shown, bool effective);
@@ -64,6 +63,10 @@ class HfConfigReader {
   const std::string& file() const { return file_; }
 
  private:
+  // config[key] (or `fallback`) with how to show it in messages; nullopt, refused, when it is missing
+  // without a fallback or of another type.
+  template <class T>
+  std::optional<std::pair<T, std::string>> value_of(const char* key, std::optional<T> fallback);
   template <class T>
   void assign(const char* recipe_key, T& field, T value, const std::string& shown, std::optional<T> effective);
 

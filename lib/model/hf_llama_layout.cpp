@@ -183,11 +183,7 @@ void import_llama_layout_config(HfConfigReader& r) {
   r.take_int("hidden_size", "model.d_model", m.d_model);
   r.take_int("num_hidden_layers", "model.n_layer", m.n_layer);
   r.take_int("num_attention_heads", "model.n_head", m.n_head);
-  const int64_t heads = r.has("num_attention_heads") && c["num_attention_heads"].is_number_integer()
-                            ? c["num_attention_heads"].get<int64_t>()
-                            : m.n_head;
-  const int64_t hidden =
-      r.has("hidden_size") && c["hidden_size"].is_number_integer() ? c["hidden_size"].get<int64_t>() : m.d_model;
+  const int64_t heads = r.int_or("num_attention_heads", m.n_head), hidden = r.int_or("hidden_size", m.d_model);
   r.take_int("num_key_value_heads", "model.n_kv_head", m.n_kv_head, heads, m.kv_heads());
   r.take_int("intermediate_size", "model.mlp_width", m.mlp_width, {}, mlp_hidden(m));
   if (heads > 0) r.take_int("head_dim", "model.head_dim", m.head_dim, hidden / heads, m.head_width());
@@ -207,11 +203,8 @@ void import_llama_layout_config(HfConfigReader& r) {
                  ": gputrain rotates every dimension of a head",
              "init from a model that rotates whole heads");
   // A model whose limit is auto (seq_len) takes any limit at least seq_len; limit_seq_len checks that.
-  const int64_t limit = r.has("max_position_embeddings") && c["max_position_embeddings"].is_number_integer()
-                            ? c["max_position_embeddings"].get<int64_t>()
-                            : 2048;
   r.take_int("max_position_embeddings", "model.max_positions", m.max_positions, 2048,
-             m.max_positions > 0 ? m.max_positions : limit);
+             m.max_positions > 0 ? m.max_positions : r.int_or("max_position_embeddings", 2048));
   r.limit_seq_len(m.position_limit(), "max_position_embeddings " + std::to_string(m.position_limit()));
   r.take_bool("tie_word_embeddings", "model.tie_embeddings", m.tie_embeddings, false);
   r.default_bool("model.bias", m.bias, false);

@@ -56,11 +56,15 @@ void save_base(const TempDir& dir, const std::string& cls, const nlohmann::json&
 // A recipe that fine-tunes dir/base: no model shape key, synthetic tokens, a checkpoint at the end.
 std::string write_recipe(const TempDir& dir, const std::string& extra = "") {
   const std::string path = dir.file("recipe.yaml");
-  write_file(path, "model:\n  init_from: base\n  seq_len: " + std::to_string(kSeq) + "\n" + extra +
-                       "data:\n  train: {format: synthetic, synthetic: {vocab: 200}}\n"
-                       "train: {max_steps: 3, per_device_batch_size: 2, log_every: 1, eval_every: 0}\n"
-                       "optim: {lr: 0.01, schedule: {warmup_steps: 0}}\n"
-                       "checkpoint: {every: 3}\nrun: {threads: 2}\nmetrics: {progress: off}\n");
+  // Appended piece by piece: g++ 12 warns (-Wstringop-overflow, wrongly) on one long chain of temporaries.
+  std::string text = "model:\n  init_from: base\n  seq_len: ";
+  text.append(std::to_string(kSeq)).append("\n").append(extra);
+  text +=
+      "data:\n  train: {format: synthetic, synthetic: {vocab: 200}}\n"
+      "train: {max_steps: 3, per_device_batch_size: 2, log_every: 1, eval_every: 0}\n"
+      "optim: {lr: 0.01, schedule: {warmup_steps: 0}}\n"
+      "checkpoint: {every: 3}\nrun: {threads: 2}\nmetrics: {progress: off}\n";
+  write_file(path, text);
   return path;
 }
 
@@ -235,6 +239,11 @@ TEST_CASE("hf: bad model folders are exit-2 errors naming the file and the fix",
   const fs::path no_config = copy_base("no_config");
   fs::remove(no_config / "config.json");
   CHECK_THAT(run_with(no_config), Contains("no_config' has no config.json") && Contains("fix:"));
+  // A config.json that is not JSON.
+  const fs::path broken = copy_base("broken");
+  write_file((broken / "config.json").string(), "{\"model_type\": ");
+  CHECK_THAT(run_with(broken), Contains("broken/config.json' is not valid JSON") &&
+                                   Contains("fix: use the config.json save_pretrained wrote"));
   // An architecture gputrain does not implement: the ones it does are named.
   const fs::path gemma = copy_base("gemma");
   nlohmann::json config = read_json((gemma / "config.json").string());
