@@ -2,7 +2,7 @@
 # Installs what gputrain needs on Debian 12 and is quick when all is there:
 #  - Debian packages: compiler, CMake, yaml-cpp, CLI11, spdlog, nlohmann-json, Catch2, ccache,
 #    clang-format (the formatting test), PCRE2, utf8proc and SentencePiece (tokenizer files), zlib and
-#    zstd (compressed JSONL)
+#    zstd (compressed JSONL), protobuf-lite and protoc (TensorBoard's event messages)
 #  - a Python virtual environment with the pip torch package (LibTorch with
 #    CUDA, pinned), pyarrow (Arrow/Parquet C++ for data prepare), HF tokenizers (the tests' reference GPT-2 encoder),
 #    HF safetensors (the reference for our checkpoint files), and HF transformers
@@ -33,10 +33,13 @@ DATASETS_VERSION="5.2.0"
 # PEFT: the LoRA adapters `gputrain export --format peft` writes are checked by loading them with it.
 PEFT_VERSION="0.21.2"
 ACCELERATE_VERSION="1.15.0"
+# TensorBoard: the tests read gputrain's event files back with its own loaders.
+TENSORBOARD_VERSION="2.21.0"
 source "$(dirname "$0")/env.sh"
 APT_PACKAGES=(build-essential cmake git pkg-config python3 python3-venv python3-pip
               libyaml-cpp-dev libcli11-dev libspdlog-dev libfmt-dev nlohmann-json3-dev catch2 ccache
-              clang-format libpcre2-dev libutf8proc-dev libsentencepiece-dev libzstd-dev zlib1g-dev)
+              clang-format libpcre2-dev libutf8proc-dev libsentencepiece-dev libzstd-dev zlib1g-dev
+              libprotobuf-dev protobuf-compiler)
 
 # LibTorch's CUDA CMake package needs the CUDA 13 toolkit at build time (README "Set up").
 if ! command -v nvcc >/dev/null 2>&1; then
@@ -94,5 +97,10 @@ if ! "$VENV/bin/python" -c "import importlib.metadata as m, sys; sys.exit(0 if m
   echo "setup: installing peft $PEFT_VERSION (LoRA export tests) into $VENV"
   "$VENV/bin/python" -m pip install -q "peft==$PEFT_VERSION" "accelerate==$ACCELERATE_VERSION" \
     "torch==$TORCH_VERSION" "transformers==$TRANSFORMERS_VERSION"
+fi
+if ! "$VENV/bin/python" -c "import tensorboard, sys; sys.exit(0 if tensorboard.__version__ == '$TENSORBOARD_VERSION' else 1)" 2>/dev/null; then
+  echo "setup: installing tensorboard $TENSORBOARD_VERSION (event file tests) into $VENV"
+  "$VENV/bin/python" -m pip install -q "tensorboard==$TENSORBOARD_VERSION" "protobuf==$PROTOBUF_VERSION" \
+    "torch==$TORCH_VERSION"
 fi
 echo "setup: ok (torch $("$VENV/bin/python" -c 'import torch;print(torch.__version__)' 2>/dev/null) in $VENV)"

@@ -903,6 +903,10 @@ void add_metrics_fields(std::vector<FieldSpec>& f) {
                   .resume(ResumePolicy::kReported));
   f.push_back(int_field(KEY(metrics.profile_steps), 1, 1000, "how many steps metrics.profile_at profiles")
                   .resume(ResumePolicy::kReported));
+  f.push_back(bool_field(KEY(metrics.tensorboard),
+                         "TensorBoard event files in <output_dir>/tensorboard/: every number of metrics.jsonl as a "
+                         "scalar (train/<key>, eval/<key>), the resolved recipe and the summary as text")
+                  .resume(ResumePolicy::kReported));
 }
 
 // One function per recipe section, in the order the reference prints them.

@@ -293,6 +293,7 @@ struct MetricsSettings {
   // profiler (metrics/step_profiler.h); 0 = off.
   int64_t profile_at = 0;
   int64_t profile_steps = 3;
+  bool tensorboard = true;  // event files under <output_dir>/tensorboard/ (metrics/tensorboard_writer.h)
 };
 
 struct Settings {

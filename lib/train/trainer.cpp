@@ -23,6 +23,7 @@
 #include "metrics/parallel_reports.h"
 #include "metrics/progress.h"
 #include "metrics/step_profiler.h"
+#include "metrics/tensorboard_writer.h"
 #include "model/architecture.h"
 #include "model/gpt.h"
 #include "model/gpt_shapes.h"
@@ -111,7 +112,7 @@ class Trainer {
       progress_->finish();
       json failed = summary("failed");
       failed["error"] = e.what();
-      if (plan_.lead) write_file_atomic((out_dir_ / "summary.json").string(), failed.dump(2) + "\n");
+      write_summary(failed);
       throw;
     }
     progress_->finish();
@@ -136,6 +137,7 @@ class Trainer {
   void save();
   void add_mfu(json& j) const;
   json summary(const std::string& status) const;
+  void write_summary(const json& j);
   RunOutcome finish();
   // The plan changed: the recipe as resolved follows it.
   void replan() { s_ = resolved_settings(recipe_.settings, plan_); }
@@ -173,7 +175,8 @@ class Trainer {
   int64_t first_sample_ = 0;
   std::optional<double> floor_;
 
-  std::optional<MetricsWriter> metrics_;  // rank 0's
+  std::optional<MetricsWriter> metrics_;          // rank 0's
+  std::optional<TensorBoardWriter> tensorboard_;  // rank 0's, with metrics.tensorboard
   std::optional<Progress> progress_;
   std::optional<StopSignals> signals_;
   std::optional<StepProfiler> profiler_;
@@ -395,6 +398,10 @@ void Trainer::open_outputs() {
   const std::string metrics_path = (out_dir_ / "metrics.jsonl").string();
   if (plan_.lead && continuing_) metrics_.emplace(metrics_path, t_.metrics_bytes);
   if (plan_.lead && !continuing_) metrics_.emplace(metrics_path);
+  if (plan_.lead && s_.metrics.tensorboard) {
+    tensorboard_.emplace(out_dir_ / "tensorboard", continuing_ ? std::optional<int64_t>(t_.step) : std::nullopt);
+    tensorboard_->text("recipe", recipe_to_yaml(s_), t_.step);
+  }
   progress_.emplace(plan_.lead ? s_.metrics.progress : ProgressStyle::kOff, s_.train.max_steps);
   signals_.emplace(s_.checkpoint.preempt_signals);
   // Each process profiles itself: profile/ alone, profile/rank<N>/ with several.
@@ -603,6 +610,7 @@ void Trainer::log_step(const StepResult& r, int64_t step, bool eval_now) {
   moe_metrics_.add_to(rec, model_, *par_);  // model.moe: balancing loss, dropped tokens (a collective)
   if (eval_now) rec["eval_loss"] = round_to(evaluate(), 6);
   if (metrics_) metrics_->write(rec);
+  if (tensorboard_) tensorboard_->scalars(rec);
   progress_->update(step, loss_now, static_cast<double>(interval_.tokens) / elapsed, r.lr,
                     elapsed / static_cast<double>(interval_.steps));
   interval_ = LogInterval{};
@@ -684,12 +692,19 @@ json Trainer::summary(const std::string& status) const {
   return j;
 }
 
+// Rank 0's summary.json, and the summary as text in TensorBoard.
+void Trainer::write_summary(const json& j) {
+  if (!plan_.lead) return;
+  write_file_atomic((out_dir_ / "summary.json").string(), j.dump(2) + "\n");
+  if (tensorboard_) tensorboard_->text("summary", j.dump(2), t_.step);
+}
+
 // summary.json, after the reports that need every rank (collectives: every rank gets here).
 RunOutcome Trainer::finish() {
   json j = summary(status_);
   j["memory_per_rank"] = memory_per_rank_report(par_->memory_per_rank(*optimizer_));
   if (par_->distributed()) j["grad_sync"] = grad_sync_report(par_->grad_sync_times());
-  if (plan_.lead) write_file_atomic((out_dir_ / "summary.json").string(), j.dump(2) + "\n");
+  write_summary(j);
   spdlog::info("{}: {} steps, {} tokens in {}, {:.0f} tokens/s; final loss {:.4f}{}", status_, t_.step, t_.tokens,
                format_duration(seconds_since(t_start_)), j["tokens_per_s"].get<double>(), t_.last_loss,
                t_.last_eval ? fmt::format(", eval loss {:.4f}", *t_.last_eval) : std::string());

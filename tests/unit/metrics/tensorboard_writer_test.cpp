@@ -1,0 +1,92 @@
+// TensorBoard's files at the byte level: TFRecord framing with TensorFlow's masked CRC-32C
+// (values from the tensorboard package's own implementation), torn and corrupt files, the tags
+// metrics.jsonl keys get, and a continued run's cut-back of earlier events.
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+
+#include "metrics/tensorboard_proto/event_codec.h"
+#include "metrics/tensorboard_writer.h"
+#include "metrics/tfrecord.h"
+#include "test_util.h"
+
+using namespace gputrain;
+using namespace gputrain::test;
+using Catch::Matchers::Contains;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::vector<fs::path> event_files(const fs::path& dir) {
+  std::vector<fs::path> files;
+  for (const auto& e : fs::directory_iterator(dir)) files.push_back(e.path());
+  return files;
+}
+
+// (step, is text) of every summary event in the folder's one file.
+std::vector<std::pair<int64_t, bool>> summary_events(const fs::path& dir) {
+  const auto files = event_files(dir);
+  REQUIRE(files.size() == 1);
+  std::vector<std::pair<int64_t, bool>> out;
+  for (const std::string& r : read_tfrecords(files.front().string())) {
+    const auto head = tensorboard_proto::read_event_head(r);
+    REQUIRE(head);
+    if (head->summary) out.emplace_back(head->step, head->text);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("tensorboard: TFRecord frames carry TensorFlow's masked CRC-32C", "[metrics]") {
+  // tensorboard.compat.tensorflow_stub.pywrap_tensorflow.masked_crc32c
+  CHECK(masked_crc32c("123456789") == 0xc78ab0e5u);
+  CHECK(masked_crc32c("") == 0xa282ead8u);
+  const std::string framed = frame_tfrecord("abc");
+  REQUIRE(framed.size() == 3 + 16);
+  CHECK(framed.substr(0, 8) == std::string("\x03\0\0\0\0\0\0\0", 8));
+  CHECK(framed.substr(12, 3) == "abc");
+}
+
+TEST_CASE("tensorboard: a torn last record is passed over and a corrupt one is refused", "[metrics]") {
+  TempDir dir;
+  const std::string whole = frame_tfrecord("first") + frame_tfrecord("second");
+  write_file(dir.file("ok"), whole);
+  CHECK(read_tfrecords(dir.file("ok")) == std::vector<std::string>{"first", "second"});
+  write_file(dir.file("torn"), whole + frame_tfrecord("third").substr(0, 14));  // a crash while writing
+  CHECK(read_tfrecords(dir.file("torn")) == std::vector<std::string>{"first", "second"});
+  std::string bad = whole;
+  bad[bad.size() - 8] ^= 1;  // a byte of the second payload
+  write_file(dir.file("bad"), bad);
+  const std::string message = error_message(ErrorKind::kRuntime, [&] { read_tfrecords(dir.file("bad")); });
+  CHECK_THAT(message, Contains("bad") && Contains("checksum") && Contains("at byte 21") && Contains("fix:"));
+}
+
+TEST_CASE("tensorboard: metrics keys become train/ and eval/ tags", "[metrics]") {
+  CHECK(tensorboard_tag("loss") == "train/loss");
+  CHECK(tensorboard_tag("eval_loss") == "eval/loss");
+  CHECK(tensorboard_tag("tokens_per_s") == "train/tokens_per_s");
+}
+
+TEST_CASE("tensorboard: a continued run keeps earlier scalars up to its step and texts before it", "[metrics]") {
+  TempDir dir;
+  const fs::path tb = dir.path() / "tensorboard";
+  {
+    TensorBoardWriter w(tb, std::nullopt);
+    w.text("recipe", "a: 1", 0);
+    for (int64_t step : {2, 4, 6, 8}) w.scalars({{"step", step}, {"loss", 1.0 / step}, {"eval_loss", nullptr}});
+    w.text("summary", "{}", 8);
+  }
+  {
+    TensorBoardWriter w(tb, 4);  // resumed from the checkpoint of step 4
+    w.text("recipe", "a: 2", 4);
+    w.scalars({{"step", 6}, {"loss", 0.1}});
+  }
+  CHECK(summary_events(tb) ==
+        std::vector<std::pair<int64_t, bool>>{{0, true}, {2, false}, {4, false}, {4, true}, {6, false}});
+  {
+    TensorBoardWriter w(tb, std::nullopt);  // a new run in the folder starts over
+    w.scalars({{"step", 1}, {"loss", 0.5}});
+  }
+  CHECK(summary_events(tb) == std::vector<std::pair<int64_t, bool>>{{1, false}});
+}
