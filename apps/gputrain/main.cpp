@@ -215,6 +215,15 @@ int main(int argc, char** argv) {
   exp->add_flag("--merge-lora", export_merge_lora,
                 "a LoRA checkpoint: write each adapted weight as W + (alpha / rank) B A (needed for LoRA checkpoints)");
 
+  std::vector<std::string> report_runs;
+  std::string report_out = "report.html";
+  auto* report = cli.add_subcommand(
+      "report", "one self-contained HTML page with charts of runs' metrics, their summaries and recipe differences");
+  report->add_option("runs", report_runs, "runs' output folders (several are overlaid)")
+      ->required()
+      ->check(CLI::ExistingDirectory);
+  report->add_option("-o,--out", report_out, "the HTML file to write")->capture_default_str();
+
   if (const std::string wrong = command_error(cli, argc, argv); !wrong.empty()) {
     std::fprintf(stderr, "error: %s\n", wrong.c_str());
     return 2;
@@ -238,6 +247,7 @@ int main(int argc, char** argv) {
     if (*plan) return app::cmd_plan(plan_args, plan_world);
     if (*validate) return app::cmd_validate(validate_args);
     if (*print) return app::cmd_print_config(print_args, format, reference);
+    if (*report) return app::cmd_report(report_runs, report_out);
     if (*prepare) {
       prep.tokenizer.name = tokenizer;
       prep.chat = doc_format == "chat";

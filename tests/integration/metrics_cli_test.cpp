@@ -119,3 +119,96 @@ TEST_CASE("metrics: metrics.tensorboard false writes no event files", "[metrics]
   CHECK(fs::exists(dir.file("run/metrics.jsonl")));
   CHECK_FALSE(fs::exists(dir.file("run/tensorboard")));
 }
+
+namespace {
+
+json render_report(const std::string& html, const std::string& fragment, const std::string& png,
+                   const std::string& out) {
+  const CommandResult r =
+      run_python({std::string(GPUTRAIN_SOURCE_DIR) + "/tests/reference/render_report.py", html, fragment, png, out});
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  return read_json(out);
+}
+
+// The paths of one chart: (run, key) -> points.
+std::map<std::pair<int, std::string>, int64_t> chart_paths(const json& rendered, const std::string& chart) {
+  std::map<std::pair<int, std::string>, int64_t> out;
+  for (const json& p : rendered["paths"])
+    if (p["chart"] == chart) {
+      CHECK(p["moves"] == p["points"]);  // one M/L per point
+      out[{p["run"].get<int>(), p["key"].get<std::string>()}] = p["points"].get<int64_t>();
+    }
+  return out;
+}
+
+int64_t lines_with(const std::vector<json>& lines, const std::string& key) {
+  return std::count_if(lines.begin(), lines.end(), [&](const json& l) { return l.contains(key); });
+}
+
+}  // namespace
+
+TEST_CASE("metrics: gputrain report draws two runs' curves, summaries and recipe differences in Chromium",
+          "[metrics][cli]") {
+  TempDir dir;
+  write_file(dir.file("r.yaml"), tiny_recipe());
+  const std::string a = dir.file("lr3e-3"), b = dir.file("fp16");
+  REQUIRE(run_recipe(dir.file("r.yaml"), a, {"train.max_steps=8"}).exit_code == 0);
+  REQUIRE(run_recipe(dir.file("r.yaml"), b, {"train.max_steps=8", "optim.lr=1e-3", "precision.mode=fp16"}).exit_code ==
+          0);
+  const std::string html = dir.file("report.html");
+  auto r = run_gputrain({"report", a, b, "-o", html});
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+
+  const json view = render_report(html, "", dir.file("report.png"), dir.file("view.json"));
+  const std::vector<json> la = read_jsonl(a + "/metrics.jsonl"), lb = read_jsonl(b + "/metrics.jsonl");
+  // Each run's loss, eval loss and lr drawn with every logged point; the loss scale only for fp16.
+  auto loss = chart_paths(view, "loss");
+  CHECK(loss.size() == 4);
+  CHECK(loss[{0, "loss"}] == lines_with(la, "loss"));
+  CHECK(loss[{1, "loss"}] == lines_with(lb, "loss"));
+  CHECK(loss[{0, "eval_loss"}] == lines_with(la, "eval_loss"));
+  CHECK(loss[{1, "eval_loss"}] == lines_with(lb, "eval_loss"));
+  for (const char* chart : {"lr", "grad_norm", "tokens_per_s", "step_ms", "mem_peak_mb"}) {
+    INFO(chart);
+    auto paths = chart_paths(view, chart);
+    CHECK(paths.size() == 2);
+    CHECK(paths[{0, chart}] == lines_with(la, chart));
+  }
+  auto scale = chart_paths(view, "loss_scale");
+  CHECK(scale.size() == 1);
+  CHECK(scale.count({1, "loss_scale"}) == 1);
+  CHECK(chart_paths(view, "mfu").empty());  // no MFU on the CPU: no chart
+
+  // The summary table from summary.json, the recipe keys that differ (and no per-run paths).
+  REQUIRE(view["summary_rows"].size() == 2);
+  CHECK(view["summary_rows"][0][0] == "lr3e-3");
+  CHECK(view["summary_rows"][1][1] == "ok");
+  CHECK(view["summary_rows"][1][2] == "8");
+  CHECK(view["difference_keys"] == json::array({"optim.lr", "precision.mode"}));
+  // Self-contained: no URL but the SVG namespace's.
+  CHECK(view["urls"] == json::array({"http://www.w3.org/2000/svg"}));
+  // The screenshot shows both runs' colours (curves and legend).
+  CHECK(view["png"]["width"] == 1400);
+  CHECK(view["png"]["colors"]["#1f77b4"] > 300);
+  CHECK(view["png"]["colors"]["#d62728"] > 300);
+  CHECK(view["png"]["colors"]["#2ca02c"] == 0);
+
+  // The log-scale toggle from the URL: the loss chart redrawn on a log axis.
+  const json logged = render_report(html, "log=1", dir.file("log.png"), dir.file("log.json"));
+  for (const json& p : logged["paths"])
+    if (p["chart"] == "loss") CHECK(p["scale"] == "log");
+}
+
+TEST_CASE("metrics: gputrain report refuses a folder that is no run", "[metrics][cli]") {
+  TempDir dir;
+  fs::create_directories(dir.file("empty"));
+  auto r = run_gputrain({"report", dir.file("empty"), "-o", dir.file("r.html")});
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.output, Contains("empty") && Contains("no metrics.jsonl") && Contains("fix:"));
+  CHECK_FALSE(fs::exists(dir.file("r.html")));
+  auto missing = run_gputrain({"report", dir.file("nowhere")});
+  CHECK(missing.exit_code == 2);
+  CHECK_THAT(missing.output, Contains("nowhere"));
+}
