@@ -92,6 +92,10 @@ CommandResult run_gputrain(const std::vector<std::string>& args) { return run_pr
 
 CommandResult run_python(const std::vector<std::string>& args) { return run_program(GPUTRAIN_PYTHON, args); }
 
+CommandResult run_shell(const std::string& command) {
+  return run_program("/bin/bash", {"-c", "GPUTRAIN='" GPUTRAIN_BINARY "'; " + command});
+}
+
 std::string shared_data(const std::string& name) { return std::string(GPUTRAIN_SHARED_DATA_DIR) + "/" + name; }
 
 std::string tiny_shakespeare_model_and_data() {

@@ -36,6 +36,8 @@ struct CommandResult {
 };
 // Runs the gputrain binary with `args` (each passed as one argument).
 CommandResult run_gputrain(const std::vector<std::string>& args);
+// Runs `command` with bash -c, the gputrain binary's path in $GPUTRAIN (for pipes and redirections).
+CommandResult run_shell(const std::string& command);
 // Runs the Python that holds the reference libraries (torch, tokenizers):
 // the build's virtual environment.
 CommandResult run_python(const std::vector<std::string>& args);

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "data/prepare.h"
+#include "train/generate.h"
 
 namespace gputrain::app {
 
@@ -36,6 +37,7 @@ int cmd_kernels_bench(const CommonArgs& a, int64_t repeats);
 int cmd_export(const std::string& checkpoint, const std::string& format, const std::string& out, bool overwrite,
                bool merge_lora, const std::string& max_shard_size, const std::string& dtype);
 
+int cmd_generate(GenerateOptions o);
 int cmd_report(const std::vector<std::string>& run_dirs, const std::string& out);
 
 }  // namespace gputrain::app

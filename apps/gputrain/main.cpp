@@ -215,6 +215,39 @@ int main(int argc, char** argv) {
   exp->add_flag("--merge-lora", export_merge_lora,
                 "a LoRA checkpoint: write each adapted weight as W + (alpha / rank) B A (needed for LoRA checkpoints)");
 
+  gputrain::GenerateOptions gen;
+  auto* generate = cli.add_subcommand("generate", "sample text from a trained model, streamed as it is written");
+  generate
+      ->add_option("model", gen.where,
+                   "a run's output folder or a checkpoint (newest complete one), or a Hugging Face model folder")
+      ->required()
+      ->check(CLI::ExistingDirectory);
+  generate->add_option("--prompt", gen.prompt, "the text to continue; - reads it from stdin")->required();
+  generate->add_option("--max-new-tokens", gen.max_new_tokens, "stop after this many new tokens")
+      ->capture_default_str()
+      ->check(kCount);
+  generate->add_option("--temperature", gen.sampling.temperature, "0 = greedy (always the most likely token)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 100.0));
+  generate->add_option("--top-k", gen.sampling.top_k, "sample among the k most likely tokens; 0 = all")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
+  generate->add_option("--top-p", gen.sampling.top_p, "sample among the most likely tokens whose probability reaches p")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0));
+  generate->add_option("--seed", gen.seed, "the sampling seed (the same seed, the same text)")->capture_default_str();
+  generate->add_option("--num-samples", gen.num_samples, "samples drawn together (a batch)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{1024}));
+  generate->add_option("--device", gen.device, "auto (a GPU when there is one), cpu, cuda, cuda:N")
+      ->capture_default_str();
+  generate->add_option("--tokenizer", gen.tokenizer.name,
+                       "bytes, gpt2 or a tokenizer path (default: the model's: its folder's files, or what its data "
+                       "was prepared with)");
+  generate->add_option("--vocab", gen.tokenizer.vocab_path, "gpt2: encoder.json");
+  generate->add_option("--merges", gen.tokenizer.merges_path, "gpt2: vocab.bpe");
+  generate->add_flag("--json", gen.json, "print one JSON object (text, token ids, why each sample stopped)");
+
   std::vector<std::string> report_runs;
   std::string report_out = "report.html";
   auto* report = cli.add_subcommand(
@@ -248,6 +281,7 @@ int main(int argc, char** argv) {
     if (*validate) return app::cmd_validate(validate_args);
     if (*print) return app::cmd_print_config(print_args, format, reference);
     if (*report) return app::cmd_report(report_runs, report_out);
+    if (*generate) return app::cmd_generate(gen);
     if (*prepare) {
       prep.tokenizer.name = tokenizer;
       prep.chat = doc_format == "chat";

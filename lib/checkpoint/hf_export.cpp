@@ -87,22 +87,6 @@ std::optional<fs::path> base_model_folder(const ModelSettings& m) {
   return std::nullopt;
 }
 
-// The sidecar of the first training shard, if the data was prepared into shards.
-std::optional<ShardInfo> data_sidecar(const Settings& s) {
-  std::vector<std::string> patterns = s.data.train.paths;
-  for (const auto& source : s.data.train.mixture)
-    patterns.insert(patterns.end(), source.paths.begin(), source.paths.end());
-  for (const std::string& pattern : patterns) {
-    try {
-      for (const std::string& path : expand_data_paths({pattern}, "data.train"))
-        if (auto info = read_sidecar(path)) return info;
-    } catch (const Error&) {
-      // The data may be gone since training: the tokenizer is then unknown, not an error.
-    }
-  }
-  return std::nullopt;
-}
-
 torch::ScalarType export_dtype(const ExportOptions& o, const std::vector<NamedTensor>& weights, std::string& name) {
   static const std::map<std::string, torch::ScalarType> types = {
       {"float32", torch::kFloat}, {"bfloat16", torch::kBFloat16}, {"float16", torch::kHalf}};
@@ -179,7 +163,7 @@ void write_hf_folder(const fs::path& out, const ExportSource& src, const ExportO
     const nlohmann::json theirs = read_hf_config(*base);
     if (theirs.value("model_type", std::string()) == arch.hf.model_type) config = json::parse(theirs.dump());
   }
-  const std::optional<ShardInfo> info = data_sidecar(src.settings);
+  const std::optional<ShardInfo> info = first_sidecar(src.settings.data.train);
   const auto [bos, eos] = special_ids(m, config, info);
   const json ours = arch.hf.config(m);
   for (const auto& [key, value] : ours.items()) config[key] = value;

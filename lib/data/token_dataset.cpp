@@ -187,4 +187,18 @@ std::vector<int64_t> TokenDataset::eot_positions(int64_t si) const {
   return out;
 }
 
+std::optional<ShardInfo> first_sidecar(const DataSourceSettings& d) {
+  std::vector<std::string> patterns = d.paths;
+  for (const auto& source : d.mixture) patterns.insert(patterns.end(), source.paths.begin(), source.paths.end());
+  for (const std::string& pattern : patterns) {
+    try {
+      for (const std::string& path : expand_data_paths({pattern}, "data"))
+        if (auto info = read_sidecar(path)) return info;
+    } catch (const Error&) {
+      // The data may be gone since training: the tokenizer is then unknown, not an error.
+    }
+  }
+  return std::nullopt;
+}
+
 }  // namespace gputrain

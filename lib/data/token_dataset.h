@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "config/settings.h"
+#include "data/token_shard.h"
 #include "util/mapped_file.h"
 
 namespace gputrain {
@@ -27,6 +28,10 @@ struct TokenShard {
 // Expands glob patterns (sorted, so the order is stable) and keeps plain
 // paths. Throws a data Error naming `key` for a pattern that matches nothing.
 std::vector<std::string> expand_data_paths(const std::vector<std::string>& paths, const std::string& key);
+
+// The sidecar of the first shard of `d` (its paths or mixture sources) that has one: what the data was
+// prepared with. Data gone since (a run's recipe read later) gives nullopt, not an error.
+std::optional<ShardInfo> first_sidecar(const DataSourceSettings& d);
 
 class TokenDataset {
  public:

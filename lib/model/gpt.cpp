@@ -88,6 +88,33 @@ torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
   return apply_dropout(resid_dropout, y);
 }
 
+torch::Tensor CausalSelfAttentionImpl::forward_cached(const torch::Tensor& x, torch::Tensor& keys,
+                                                      torch::Tensor& values, int64_t offset) {
+  const int64_t B = x.size(0), T = x.size(1);
+  auto qkv = c_attn(x);
+  const int64_t D = qkv.size(-1) / (n_head + 2 * n_kv_head), width = n_head * D, kv = n_kv_head * D;
+  const std::vector<torch::Tensor> parts = qkv.split_with_sizes({width, kv, kv}, -1);
+  auto heads = [&](const torch::Tensor& t, int64_t h) { return t.view({B, T, h, D}).transpose(1, 2); };
+  torch::Tensor q = heads(parts[0], n_head), k = heads(parts[1], n_kv_head), v = heads(parts[2], n_kv_head);
+  if (rotary) {
+    q = rotary->apply(q, offset);
+    k = rotary->apply(k, offset);
+  }
+  keys = keys.defined() ? at::cat({keys, k}, 2) : k.contiguous();
+  values = values.defined() ? at::cat({values, v}, 2) : v.contiguous();
+  // Query i (position offset + i) sees the keys at positions <= its own, within the window if any.
+  const auto long_opts = x.options().dtype(at::kLong);
+  const torch::Tensor query_pos = at::arange(offset, offset + T, long_opts).unsqueeze(1);
+  const torch::Tensor key_pos = at::arange(keys.size(2), long_opts).unsqueeze(0);
+  torch::Tensor allowed = key_pos <= query_pos;
+  if (sliding_window > 0) allowed = allowed.logical_and(key_pos > query_pos - sliding_window);
+  auto y = impl == AttentionImpl::kSdpa
+               ? at::scaled_dot_product_attention(q, keys, values, allowed, 0.0, /*is_causal=*/false,
+                                                  /*scale=*/std::nullopt, /*enable_gqa=*/n_kv_head != n_head)
+               : math_attention(q, keys, values, 0.0, allowed);
+  return c_proj(y.transpose(1, 2).reshape({B, T, width}));
+}
+
 MlpImpl::MlpImpl(const ModelSettings& cfg) : swiglu(architecture(cfg).mlp == MlpKind::kSwiGlu) {
   const int64_t h = mlp_hidden(cfg);
   const bool bias = linear_biases(cfg).mlp;
@@ -130,6 +157,12 @@ std::pair<torch::Tensor, torch::Tensor> BlockImpl::forward_deferred(const torch:
   auto [stream, normed] = ln_1->add_forward(x, pending);
   auto [h, normed_h] = ln_2->add_forward(stream, attn(normed));
   return {h, moe ? moe(normed_h) : mlp(normed_h)};
+}
+
+torch::Tensor BlockImpl::forward_cached(const torch::Tensor& x, KvCache& cache, size_t layer) {
+  auto h = x + attn->forward_cached(ln_1(x), cache.keys[layer], cache.values[layer], cache.length);
+  auto normed = ln_2(h);
+  return h + (moe ? moe(normed) : mlp(normed));
 }
 
 torch::Tensor BlockImpl::forward(const torch::Tensor& x) {
@@ -209,6 +242,23 @@ torch::Tensor GptImpl::forward(const torch::Tensor& tokens) {
   auto [x, pending] = run_blocks_deferred(*this, embed(tokens), 0, cfg.n_layer);
   return logits_of(*this, x, pending);
 }
+
+torch::Tensor GptImpl::forward_cached(const torch::Tensor& tokens, KvCache& cache) {
+  const int64_t T = tokens.size(1);
+  TORCH_CHECK(cache.length + T <= context_length(), "positions up to ", cache.length + T,
+              " exceed the model's context of ", context_length());
+  const size_t blocks = transformer->h->size();
+  cache.keys.resize(blocks);
+  cache.values.resize(blocks);
+  torch::Tensor x = transformer->wte(tokens);
+  if (transformer->wpe)
+    x = x + transformer->wpe(at::arange(cache.length, cache.length + T, tokens.options().dtype(at::kLong)));
+  for (size_t i = 0; i < blocks; ++i) x = (*transformer->h)[i]->as<Block>()->forward_cached(x, cache, i);
+  cache.length += T;
+  return logits_of(*this, x);
+}
+
+int64_t GptImpl::context_length() const { return transformer->wpe ? cfg.seq_len : cfg.position_limit(); }
 
 torch::Tensor GptImpl::head_loss_sum(const torch::Tensor& x, const torch::Tensor& targets) {
   return loss_of_logits(logits_of(*this, x), targets);

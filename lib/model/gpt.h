@@ -23,10 +23,20 @@
 
 namespace gputrain {
 
+// Generation: the keys and values of the tokens seen so far, per block, so that each new token
+// attends to them without recomputing them (GptImpl::forward_cached).
+struct KvCache {
+  std::vector<torch::Tensor> keys, values;  // per block: [B, n_kv_head, length, D]
+  int64_t length = 0;                       // positions cached
+};
+
 struct CausalSelfAttentionImpl : torch::nn::Module {
   // `rotary` (rotary positions) is shared by all blocks; null for learned positions.
   CausalSelfAttentionImpl(const ModelSettings& cfg, std::shared_ptr<RotaryEmbedding> rotary);
   torch::Tensor forward(const torch::Tensor& x);
+  // Inference on new tokens x at positions offset.. attending to themselves and to `keys`/`values`
+  // (undefined when empty), which get the new keys and values appended.
+  torch::Tensor forward_cached(const torch::Tensor& x, torch::Tensor& keys, torch::Tensor& values, int64_t offset);
 
   // Heads this module computes (tensor parallelism gives each rank a share):
   // queries, and keys/values (fewer under grouped-query attention).
@@ -63,6 +73,8 @@ struct BlockImpl : torch::nn::Module {
   // norm (NormImpl::add_forward), as this block fuses its own adds with ln_1
   // and ln_2.
   std::pair<torch::Tensor, torch::Tensor> forward_deferred(const torch::Tensor& x, const torch::Tensor& pending);
+  // Inference with block `layer`'s keys and values in `cache` (KvCache).
+  torch::Tensor forward_cached(const torch::Tensor& x, KvCache& cache, size_t layer);
 
   Norm ln_1{nullptr}, ln_2{nullptr};
   CausalSelfAttention attn{nullptr};
@@ -93,6 +105,12 @@ struct GptImpl : torch::nn::Module {
   // Sum (not mean) of the cross-entropy over targets != kIgnoreIndex, so that
   // callers can normalize by the token count of a whole accumulated step.
   torch::Tensor loss_sum(const torch::Tensor& tokens, const torch::Tensor& targets);
+  // Inference (no dropout, no gradients needed): logits [B, T, padded_vocab()] of tokens [B, T] at
+  // positions cache.length.., seeing the earlier tokens through `cache`, which then holds these too.
+  torch::Tensor forward_cached(const torch::Tensor& tokens, KvCache& cache);
+  // How many positions the model can take: model.seq_len with learned positions (its table's
+  // rows), else model.max_positions (model.seq_len when that is auto).
+  int64_t context_length() const;
 
   // The three parts forward and loss_sum are made of, for running the model
   // in pieces (pipeline stages, parallel/pipeline.h): the residual stream

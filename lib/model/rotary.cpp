@@ -30,9 +30,10 @@ std::pair<torch::Tensor, torch::Tensor> RotaryEmbedding::tables(int64_t T, const
   return {it->second.cos.narrow(0, 0, T), it->second.sin.narrow(0, 0, T)};
 }
 
-torch::Tensor RotaryEmbedding::apply(const torch::Tensor& x) {
+torch::Tensor RotaryEmbedding::apply(const torch::Tensor& x, int64_t offset) {
   const int64_t T = x.size(-2), half = x.size(-1) / 2;
-  auto [cos, sin] = tables(T, x);
+  auto [all_cos, all_sin] = tables(offset + T, x);
+  auto cos = all_cos.narrow(0, offset, T), sin = all_sin.narrow(0, offset, T);
   auto x1 = x.narrow(-1, 0, half), x2 = x.narrow(-1, half, half);
   return at::cat({x1 * cos - x2 * sin, x2 * cos + x1 * sin}, -1);
 }

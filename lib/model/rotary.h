@@ -16,8 +16,9 @@ class RotaryEmbedding {
  public:
   // The head width, base and scaling of `m` (model/rope_scaling.h).
   explicit RotaryEmbedding(const ModelSettings& m);
-  // x [B, H, T, D] at positions 0..T-1 -> the rotated x (same dtype).
-  torch::Tensor apply(const torch::Tensor& x);
+  // x [B, H, T, D] at positions offset..offset+T-1 -> the rotated x (same dtype). A nonzero
+  // offset: the new tokens of a generation step (model/gpt.h KvCache).
+  torch::Tensor apply(const torch::Tensor& x, int64_t offset = 0);
 
  private:
   // cos and sin [T, D/2] in x's dtype on x's device. Not thread-safe: one

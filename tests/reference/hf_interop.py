@@ -25,6 +25,12 @@ usage:
   hf_interop.py tokenize MODEL_DIR TEXT_FILE OUT
       Writes the ids AutoTokenizer.from_pretrained(MODEL_DIR) gives the text of TEXT_FILE (as a JSON
       list) to OUT; prints the tokenizer's class.
+  hf_interop.py generate MODEL_DIR PROMPT_JSON OUT MAX_NEW_TOKENS
+      Greedy generate() (fp32, eager attention, the folder's generation_config.json) from the ids
+      of the JSON list PROMPT_JSON; writes the new ids (the end-of-text one included) as JSON to OUT.
+  hf_interop.py warpers - LOGITS OUT TEMPERATURE TOP_K TOP_P
+      Applies transformers' Temperature, TopK (k > 0) and TopP (p < 1) logits warpers to the
+      "logits" of LOGITS and writes them as "filtered" to OUT.
   hf_interop.py peft BASE_DIR TOKENS OUT ADAPTER_DIR
       Loads BASE_DIR, puts the PEFT adapter of ADAPTER_DIR on it (PeftModel.from_pretrained)
       and writes its logits on TOKENS to OUT; prints the adapted module count.
@@ -96,6 +102,29 @@ if mode == "peft":
     adapted = sum(1 for name, _ in model.named_modules() if name.endswith("lora_A"))
     print(f"adapted modules: {adapted}")
     logits_of(model, tokens_file, out)
+    sys.exit(0)
+if mode == "generate":
+    model = AutoModelForCausalLM.from_pretrained(model_dir, attn_implementation="eager", dtype=torch.float32)
+    model.eval()
+    with open(tokens_file) as f:
+        prompt = torch.tensor([json.load(f)], dtype=torch.long)
+    with torch.no_grad():
+        ids = model.generate(prompt, attention_mask=torch.ones_like(prompt), do_sample=False,
+                             max_new_tokens=int(args[0]), temperature=None, top_k=None, top_p=None)
+    with open(out, "w") as f:
+        json.dump(ids[0, prompt.shape[1]:].tolist(), f)
+    print(type(model).__name__)
+    sys.exit(0)
+if mode == "warpers":
+    from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
+    temperature, top_k, top_p = float(args[0]), int(args[1]), float(args[2])
+    warpers = LogitsProcessorList([TemperatureLogitsWarper(temperature)])
+    if top_k > 0:
+        warpers.append(TopKLogitsWarper(top_k))
+    if top_p < 1.0:
+        warpers.append(TopPLogitsWarper(top_p))
+    logits = load_file(tokens_file)["logits"]
+    save_file({"filtered": warpers(torch.zeros(logits.shape[0], 1, dtype=torch.long), logits.clone())}, out)
     sys.exit(0)
 if mode == "logits":
     model = AutoModelForCausalLM.from_pretrained(model_dir, attn_implementation="eager")

@@ -1,0 +1,24 @@
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include <cstdio>
+#include <iostream>
+#include <iterator>
+
+#include "commands.h"
+#include "train/generate.h"
+
+namespace gputrain::app {
+
+int cmd_generate(GenerateOptions o) {
+  // stdout carries the generated text alone; messages go to stderr.
+  auto log = spdlog::stderr_color_mt("generate");
+  log->set_pattern("[%H:%M:%S] %^%l%$ %v");
+  log->flush_on(spdlog::level::info);
+  spdlog::set_default_logger(log);
+  if (o.prompt == "-") o.prompt.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
+  generate_text(o, stdout);
+  return 0;
+}
+
+}  // namespace gputrain::app
