@@ -10,12 +10,15 @@
 
 namespace gputrain::app {
 
-int cmd_generate(GenerateOptions o) {
-  // stdout carries the generated text alone; messages go to stderr.
-  auto log = spdlog::stderr_color_mt("generate");
+void messages_to_stderr() {
+  auto log = spdlog::stderr_color_mt("stderr");
   log->set_pattern("[%H:%M:%S] %^%l%$ %v");
   log->flush_on(spdlog::level::info);
   spdlog::set_default_logger(log);
+}
+
+int cmd_generate(GenerateOptions o) {
+  messages_to_stderr();  // stdout carries the generated text alone
   if (o.prompt == "-") o.prompt.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
   generate_text(o, stdout);
   return 0;

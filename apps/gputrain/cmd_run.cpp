@@ -14,16 +14,11 @@
 
 namespace gputrain::app {
 
-namespace {
-
-// Starts the workers: each runs this program's `run` with the same recipe and
-// overrides (and no launcher flags), with the torchrun variables set.
-int launch(const CommonArgs& a, const std::string& output_dir, bool overwrite, const LaunchArgs& l) {
+LaunchOptions launch_options(const LaunchArgs& l) {
   if (std::getenv("RANK") || std::getenv("OMPI_COMM_WORLD_RANK"))
     throw usage_error(
         "--nproc-per-node inside a process that a launcher started already (RANK or "
         "OMPI_COMM_WORLD_RANK is set)\n    fix: drop --nproc-per-node, or unset those variables");
-  load_recipe(a.recipe, a.overrides, architecture_rules());  // a bad recipe fails once, here, not in every worker
   LaunchOptions o;
   o.nproc_per_node = std::max(1, l.nproc_per_node);
   o.nnodes = std::max(1, l.nnodes);
@@ -37,6 +32,16 @@ int launch(const CommonArgs& a, const std::string& output_dir, bool overwrite, c
   if (o.master_port == 0)
     if (const char* env = std::getenv("MASTER_PORT")) o.master_port = std::atoi(env);
   o.executable = std::filesystem::read_symlink("/proc/self/exe").string();
+  return o;
+}
+
+namespace {
+
+// Starts the workers: each runs this program's `run` with the same recipe and
+// overrides (and no launcher flags), with the torchrun variables set.
+int launch(const CommonArgs& a, const std::string& output_dir, bool overwrite, const LaunchArgs& l) {
+  LaunchOptions o = launch_options(l);
+  load_recipe(a.recipe, a.overrides, architecture_rules());  // a bad recipe fails once, here, not in every worker
   o.worker_args = {"run"};
   if (!a.recipe.empty()) o.worker_args.push_back(a.recipe);
   for (const auto& s : a.overrides) o.worker_args.insert(o.worker_args.end(), {"--set", s});

@@ -6,6 +6,8 @@
 #include <vector>
 
 #include "data/prepare.h"
+#include "parallel/launcher.h"
+#include "train/evaluate_dataset.h"
 #include "train/generate.h"
 
 namespace gputrain::app {
@@ -25,6 +27,9 @@ struct LaunchArgs {
   bool launching() const { return nproc_per_node > 0 || nnodes > 0; }
 };
 
+// The launcher's options from `run`'s or `eval`'s flags; the caller adds the workers' arguments.
+LaunchOptions launch_options(const LaunchArgs& l);
+
 int cmd_run(const CommonArgs& a, const std::string& output_dir, bool overwrite, bool dry_run, const LaunchArgs& launch);
 int cmd_validate(const CommonArgs& a);
 int cmd_print_config(const CommonArgs& a, const std::string& format, bool reference);
@@ -37,7 +42,10 @@ int cmd_kernels_bench(const CommonArgs& a, int64_t repeats);
 int cmd_export(const std::string& checkpoint, const std::string& format, const std::string& out, bool overwrite,
                bool merge_lora, const std::string& max_shard_size, const std::string& dtype);
 
+// spdlog's messages to stderr, for commands whose stdout is their result (generate, eval).
+void messages_to_stderr();
 int cmd_generate(GenerateOptions o);
+int cmd_eval(const EvalCommandOptions& o, const LaunchArgs& launch);
 int cmd_report(const std::vector<std::string>& run_dirs, const std::string& out);
 
 }  // namespace gputrain::app

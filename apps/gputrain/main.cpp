@@ -248,6 +248,28 @@ int main(int argc, char** argv) {
   generate->add_option("--merges", gen.tokenizer.merges_path, "gpt2: vocab.bpe");
   generate->add_flag("--json", gen.json, "print one JSON object (text, token ids, why each sample stopped)");
 
+  gputrain::EvalCommandOptions ev;
+  app::LaunchArgs eval_launch;
+  auto* eval = cli.add_subcommand("eval", "loss, perplexity and bits per byte of a trained model over a whole dataset");
+  eval->add_option("model", ev.where,
+                   "a run's output folder or a checkpoint (newest complete one), or a Hugging Face model folder")
+      ->required()
+      ->check(CLI::ExistingDirectory);
+  eval->add_option("--data", ev.data, "a text file or token shards (a glob in quotes); default: the run's data.eval");
+  eval->add_option("--format", ev.format, "auto = token shards when the path ends in .bin, else text")
+      ->check(CLI::IsMember({"auto", "text", "tokens"}))
+      ->capture_default_str();
+  eval->add_option("--batch-size", ev.batch_size, "windows per forward; 0 = the run's train.per_device_batch_size")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
+  eval->add_option("--device", ev.device, "auto (a GPU when there is one), cpu, cuda, cuda:N")->capture_default_str();
+  eval->add_option("--tokenizer", ev.tokenizer.name, "for bits per byte: bytes, gpt2 or a path (default: the model's)");
+  eval->add_option("--vocab", ev.tokenizer.vocab_path, "gpt2: encoder.json");
+  eval->add_option("--merges", ev.tokenizer.merges_path, "gpt2: vocab.bpe");
+  eval->add_option("--out", ev.out, "also write the JSON result to this file");
+  eval->add_option("--nproc-per-node", eval_launch.nproc_per_node, "start this many processes, each reading a share")
+      ->check(CLI::Range(1, 1024));
+
   std::vector<std::string> report_runs;
   std::string report_out = "report.html";
   auto* report = cli.add_subcommand(
@@ -282,6 +304,7 @@ int main(int argc, char** argv) {
     if (*print) return app::cmd_print_config(print_args, format, reference);
     if (*report) return app::cmd_report(report_runs, report_out);
     if (*generate) return app::cmd_generate(gen);
+    if (*eval) return app::cmd_eval(ev, eval_launch);
     if (*prepare) {
       prep.tokenizer.name = tokenizer;
       prep.chat = doc_format == "chat";

@@ -696,6 +696,10 @@ void add_train_fields(std::vector<FieldSpec>& f) {
           .resume(ResumePolicy::kReported));
   f.push_back(int_field(KEY(train.eval_steps), 1, kMaxInt, "batches per evaluation (the same batches every time)")
                   .resume(ResumePolicy::kReported));
+  f.push_back(bool_field(KEY(train.eval_full),
+                         "evaluate on every window of data.eval once (the whole set, as `gputrain eval` does) "
+                         "instead of train.eval_steps batches")
+                  .resume(ResumePolicy::kReported));
   f.push_back(
       float_field(KEY(train.max_grad_norm), FloatRange{0}, "clip the global gradient norm to this; 0 = no clipping"));
   f.push_back(enum_field(KEY(train.gradient_checkpointing),

@@ -174,6 +174,7 @@ struct TrainSettings {
   int64_t log_every = 10;
   int64_t eval_every = 0;  // 0 = evaluate only at the end (when data.eval is set)
   int64_t eval_steps = 20;
+  bool eval_full = false;      // evaluate every window of data.eval once instead of eval_steps batches
   double max_grad_norm = 1.0;  // 0 = no clipping (the norm is still reported)
   CheckpointingPolicy gradient_checkpointing = CheckpointingPolicy::kNone;
   int64_t checkpoint_every = 2;   // selective: blocks 0, k, 2k, ... are recomputed

@@ -188,6 +188,9 @@ void check_train(Checker& c) {
   if (t.eval_every > 0 && c.s.data.eval.format == DataFormat::kNone)
     c.error("train.eval_every", "is " + str(t.eval_every) + " but data.eval is not set",
             "set data.eval (e.g. the same source with another span) or train.eval_every: 0");
+  if (t.eval_full && c.s.data.eval.format == DataFormat::kSynthetic)
+    c.error("train.eval_full", "needs a dataset with an end, and data.eval is synthetic (endless)",
+            "use text or token shards for data.eval, or train.eval_full: false (train.eval_steps batches)");
   if (t.eval_every > t.max_steps)
     c.warning("train.eval_every",
               "(" + str(t.eval_every) + ") exceeds train.max_steps (" + str(t.max_steps) +

@@ -22,11 +22,7 @@ LoaderOptions loader_options(const Settings& s, const DataSourceSettings& d, tor
 
 BatchLoader::BatchLoader(const WindowSource& source, const WindowSampler& sampler, LoaderOptions opts,
                          int64_t first_sample)
-    : source_(source),
-      sampler_(sampler),
-      opts_(opts),
-      first_sample_(first_sample),
-      pad_token_(source.eot_token().value_or(0)) {
+    : source_(source), sampler_(sampler), opts_(opts), first_sample_(first_sample) {
   if (opts_.mask_document_boundaries && !source.eot_token())
     throw data_error("mask_document_boundaries needs the data's end-of-document id\n    fix: set data.*.eot_token");
   for (int64_t i = 0; i < opts_.num_workers; ++i) workers_.emplace_back([this] { worker_loop(); });
@@ -42,32 +38,42 @@ BatchLoader::~BatchLoader() {
 }
 
 Batch BatchLoader::make_host_batch(int64_t index) const {
-  const int64_t B = opts_.batch_size, T = opts_.seq_len;
   auto options = torch::TensorOptions().dtype(torch::kLong);
   if (opts_.pin_memory && opts_.device.is_cuda()) options = options.pinned_memory(true);
+  std::vector<uint64_t> keys(static_cast<size_t>(opts_.batch_size));
+  for (int64_t r = 0; r < opts_.batch_size; ++r)
+    keys[static_cast<size_t>(r)] =
+        sampler_.window(first_sample_ + (index * opts_.shards + opts_.shard) * opts_.batch_size + r);
+  return window_batch(source_, keys, opts_.seq_len, opts_.mask_document_boundaries, options);
+}
+
+Batch window_batch(const WindowSource& source, std::span<const uint64_t> keys, int64_t T, bool mask_document_boundaries,
+                   torch::TensorOptions options) {
+  const auto B = static_cast<int64_t>(keys.size());
   Batch b;
   b.input = torch::empty({B, T}, options);
   b.target = torch::empty({B, T}, options);
   std::vector<int64_t> window(T + 1);
-  const bool masked = source_.has_loss_mask();
+  const bool masked = source.has_loss_mask();
   std::vector<uint8_t> mask(masked ? T + 1 : 0);
   int64_t* in = b.input.data_ptr<int64_t>();
   int64_t* tg = b.target.data_ptr<int64_t>();
-  const int64_t eot = source_.eot_token().value_or(-1);
+  const int64_t eot = source.eot_token().value_or(-1);
+  const int64_t pad_token = source.eot_token().value_or(0);  // inputs of padding positions
   int64_t counted = 0;
   for (int64_t r = 0; r < B; ++r) {
-    const uint64_t key = sampler_.window(first_sample_ + (index * opts_.shards + opts_.shard) * B + r);
-    const int64_t real = source_.fill_window(key, T + 1, window.data());
-    if (masked) source_.fill_mask(key, real, mask.data());
+    const uint64_t key = keys[static_cast<size_t>(r)];
+    const int64_t real = source.fill_window(key, T + 1, window.data());
+    if (masked) source.fill_mask(key, real, mask.data());
     int64_t* x = in + r * T;
     int64_t* y = tg + r * T;
     for (int64_t t = 0; t < T; ++t) {
       const bool is_real = t + 1 < real;  // both the input and its target are data, not padding
-      x[t] = t < real ? window[t] : pad_token_;
+      x[t] = t < real ? window[t] : pad_token;
       y[t] = is_real ? window[t + 1] : kIgnoreIndex;
       // A prediction made from an end-of-document input with an earlier
       // document in view crosses a boundary (Megatron's eod_mask_loss).
-      if (is_real && opts_.mask_document_boundaries && t > 0 && x[t] == eot) y[t] = kIgnoreIndex;
+      if (is_real && mask_document_boundaries && t > 0 && x[t] == eot) y[t] = kIgnoreIndex;
       if (is_real && masked && mask[t + 1] == 0) y[t] = kIgnoreIndex;  // chat: a prompt token takes no loss
       counted += y[t] != kIgnoreIndex;
     }

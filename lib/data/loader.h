@@ -13,6 +13,7 @@
 #include <map>
 #include <mutex>
 #include <thread>
+#include <span>
 #include <vector>
 
 #include "data/sampler.h"
@@ -45,6 +46,12 @@ struct LoaderOptions {
 // data.eval) with `num_workers` threads.
 LoaderOptions loader_options(const Settings& s, const DataSourceSettings& d, torch::Device device, int64_t num_workers);
 
+// The batch of windows `keys` of `source` (inputs the first T tokens of each, targets the next T;
+// padding, chat prompts and, with `mask_document_boundaries`, cross-document predictions take no
+// loss), on the host. What every loader batch is, and what whole-dataset evaluation reads.
+Batch window_batch(const WindowSource& source, std::span<const uint64_t> keys, int64_t T, bool mask_document_boundaries,
+                   torch::TensorOptions options = torch::kLong);
+
 class BatchLoader {
  public:
   BatchLoader(const WindowSource& source, const WindowSampler& sampler, LoaderOptions opts, int64_t first_sample = 0);
@@ -68,7 +75,6 @@ class BatchLoader {
   const WindowSampler& sampler_;
   LoaderOptions opts_;
   int64_t first_sample_;
-  int64_t pad_token_;       // input value of padding positions
   int64_t next_index_ = 0;  // next batch handed to the caller
 
   std::mutex mu_;

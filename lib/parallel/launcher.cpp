@@ -55,8 +55,8 @@ void write_all(int fd, const std::string& s) {
   }
 }
 
-// Prints whole lines of a worker's output, each prefixed with its rank.
-void pump(Worker& w, bool flush_all) {
+// Prints whole lines of a worker's output to `to`, each prefixed with its rank.
+void pump(Worker& w, bool flush_all, int to) {
   char buf[65536];
   while (true) {
     const ssize_t n = ::read(w.out_fd, buf, sizeof buf);
@@ -82,7 +82,7 @@ void pump(Worker& w, bool flush_all) {
     out += fmt::format("[rank {}] {}\n", w.rank, w.partial);
     w.partial.clear();
   }
-  write_all(STDOUT_FILENO, out);
+  write_all(to, out);
 }
 
 pid_t spawn(const LaunchOptions& o, int local_rank, int world, int port, const sigset_t& old_mask, int& out_fd) {
@@ -223,7 +223,7 @@ int launch_workers(LaunchOptions o) {
     if (::poll(fds.data(), fds.size(), timeout_ms) < 0 && errno != EINTR)
       throw runtime_error(std::string("launcher: poll: ") + std::strerror(errno));
     for (size_t i = 1; i < fds.size(); ++i)
-      if (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) pump(*owners[i], false);
+      if (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) pump(*owners[i], false, o.relay_fd);
     if (fds[0].revents & POLLIN) {
       signalfd_siginfo info;
       while (::read(sig_fd, &info, sizeof info) == static_cast<ssize_t>(sizeof info)) {

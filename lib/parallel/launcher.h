@@ -18,6 +18,7 @@ struct LaunchOptions {
   std::string executable;                // the worker program (this one: /proc/self/exe)
   std::vector<std::string> worker_args;  // its arguments, the same for every worker
   double grace_s = 10;                   // after a failure, how long the other workers get before SIGKILL
+  int relay_fd = 1;                      // where the workers' prefixed output goes (stdout; eval: stderr)
 };
 
 // Runs the workers to completion; returns the launcher's exit code:

@@ -39,6 +39,7 @@
 #include "precision/precision.h"
 #include "train/batch_finder.h"
 #include "train/model_options_report.h"
+#include "train/full_evaluation.h"
 #include "train/nan_guard.h"
 #include "train/resume.h"
 #include "train/run_directories.h"
@@ -134,6 +135,7 @@ class Trainer {
   void count_skips(bool overflow, bool nan_skip);
   void log_step(const StepResult& r, int64_t step, bool eval_now);
   double evaluate();
+  double evaluate_all_windows();
   void save();
   void add_mfu(json& j) const;
   json summary(const std::string& status) const;
@@ -323,7 +325,7 @@ void Trainer::choose_batch_split() {
 // tp ranks the same), and a resumed run's optimizer, scaler, counters and place in the data.
 void Trainer::load_data() {
   const auto seed = static_cast<uint64_t>(s_.run.seed);
-  if (eval_source_) {
+  if (eval_source_ && !s_.train.eval_full) {
     WindowSampler eval_sampler(*eval_source_, SamplerOptions{seed, kEvalStream});
     BatchLoader eval_loader(*eval_source_, eval_sampler, loader_options(s_, s_.data.eval, plan_.device, 0));
     for (int64_t i = 0; i < s_.train.eval_steps; ++i) eval_batches_.push_back(eval_loader.next());
@@ -444,7 +446,7 @@ void Trainer::train() {
     t_.train_seconds += seconds_since(t0);
     profiler_->after_step(step);
 
-    const bool eval_now = !eval_batches_.empty() &&
+    const bool eval_now = (s_.train.eval_full ? eval_source_ != nullptr : !eval_batches_.empty()) &&
                           ((s_.train.eval_every > 0 && step % s_.train.eval_every == 0) || step == s_.train.max_steps);
     // One process looks at its signals as late as it can; ranks use the flag they agreed on.
     const bool stop_now = par_->distributed() ? r.agreed_stop : StopSignals::requested() != 0;
@@ -618,7 +620,9 @@ void Trainer::log_step(const StepResult& r, int64_t step, bool eval_now) {
 
 double Trainer::evaluate() {
   double l = 0;
-  auto run = [&] { l = gputrain::evaluate(*par_, model_, eval_batches_, *precision_); };
+  auto run = [&] {
+    l = s_.train.eval_full ? evaluate_all_windows() : gputrain::evaluate(*par_, model_, eval_batches_, *precision_);
+  };
   // A captured step graph lends its memory pool, idle between replays (train/step_graph.h).
   if (step_graph_) step_graph_->run_in_graph_memory(run);
   else run();
@@ -628,6 +632,24 @@ double Trainer::evaluate() {
   spdlog::info("eval at step {}: loss {:.4f}{}", t_.step, l,
                floor_ ? fmt::format(" (floor {:.4f}, gap {:.4f})", *floor_, l - *floor_) : std::string());
   return l;
+}
+
+// train.eval_full: every window of data.eval once. Each replica reads its share and the sums meet
+// (a pipeline's replicas each read them all: its evaluation already gathers over the world).
+double Trainer::evaluate_all_windows() {
+  const bool pipelined = par_->pipelined();
+  const WindowShare share = pipelined ? WindowShare{} : WindowShare{par_->dp_rank(), plan_.dp};
+  const EvalTotals t =
+      evaluate_windows(*eval_source_, s_.model.seq_len, s_.train.per_device_batch_size,
+                       s_.data.eval.mask_document_boundaries, plan_.device, share, nullptr, [&](const Batch& b) {
+                         const double mean = pipelined ? gputrain::evaluate(*par_, model_, {b}, *precision_)
+                                                       : gputrain::evaluate(model_, {b}, &*precision_);
+                         return mean * static_cast<double>(b.target_count);
+                       });
+  if (pipelined) return t.loss();
+  const torch::Tensor loss_sum = torch::tensor(t.loss_sum, torch::kDouble).to(plan_.device);
+  const double total = par_->sum_loss_and_any(loss_sum, false).first.item<double>();
+  return total / static_cast<double>(std::max<int64_t>(par_->global_targets(t.targets), 1));
 }
 
 // A checkpoint of this step: every rank takes part in gathering it; rank 0 writes it.

@@ -28,6 +28,9 @@ usage:
   hf_interop.py generate MODEL_DIR PROMPT_JSON OUT MAX_NEW_TOKENS
       Greedy generate() (fp32, eager attention, the folder's generation_config.json) from the ids
       of the JSON list PROMPT_JSON; writes the new ids (the end-of-text one included) as JSON to OUT.
+  hf_interop.py textloss MODEL_DIR TEXT_FILE OUT SEQ_LEN
+      The mean loss per byte over every window of the byte-level TEXT_FILE (windows of SEQ_LEN + 1
+      bytes at a stride of SEQ_LEN); writes {"loss", "tokens", "windows"} as JSON to OUT.
   hf_interop.py warpers - LOGITS OUT TEMPERATURE TOP_K TOP_P
       Applies transformers' Temperature, TopK (k > 0) and TopP (p < 1) logits warpers to the
       "logits" of LOGITS and writes them as "filtered" to OUT.
@@ -114,6 +117,25 @@ if mode == "generate":
     with open(out, "w") as f:
         json.dump(ids[0, prompt.shape[1]:].tolist(), f)
     print(type(model).__name__)
+    sys.exit(0)
+if mode == "textloss":
+    # The mean loss over every window of a byte-level text file: windows of SEQ_LEN + 1 bytes at a
+    # stride of SEQ_LEN (consecutive windows share one byte), the tail shorter than a window left out.
+    model = AutoModelForCausalLM.from_pretrained(model_dir, attn_implementation="eager", dtype=torch.float32)
+    model.eval()
+    T = int(args[0])
+    with open(tokens_file, "rb") as f:
+        data = torch.tensor(list(f.read()), dtype=torch.long)
+    windows = (len(data) - 1) // T
+    total, count = 0.0, 0
+    with torch.no_grad():
+        for k in range(windows):
+            w = data[k * T:k * T + T + 1].unsqueeze(0)
+            logits = model(w[:, :-1]).logits.float()
+            total += torch.nn.functional.cross_entropy(logits[0], w[0, 1:], reduction="sum").item()
+            count += T
+    with open(out, "w") as f:
+        json.dump({"loss": total / count, "tokens": count, "windows": windows}, f)
     sys.exit(0)
 if mode == "warpers":
     from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper

@@ -1,0 +1,118 @@
+#include "train/evaluate_dataset.h"
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+
+#include "checkpoint/inference_model.h"
+#include "checkpoint/model_tokenizer.h"
+#include "parallel/parallel_run.h"
+#include "parallel/world.h"
+#include "train/full_evaluation.h"
+#include "train/train_step.h"
+#include "util/atomic_file.h"
+#include "util/device.h"
+#include "util/error.h"
+
+namespace gputrain {
+namespace fs = std::filesystem;
+using json = nlohmann::ordered_json;
+
+namespace {
+
+DataSourceSettings data_source(const EvalCommandOptions& o, const Settings& saved) {
+  if (o.data.empty()) {
+    if (saved.data.eval.format == DataFormat::kNone)
+      throw usage_error("'" + o.where +
+                        "' has no data.eval in its recipe\n    fix: pass --data PATH (a text file or "
+                        "token shards)");
+    return saved.data.eval;
+  }
+  DataSourceSettings d;
+  const bool shards = o.format == "tokens" || (o.format == "auto" && o.data.ends_with(".bin"));
+  d.format = shards ? DataFormat::kTokens : DataFormat::kText;
+  d.paths = {o.data};
+  return d;
+}
+
+// The run folder a result belongs in: `where` itself, or the run holding the checkpoint.
+std::optional<fs::path> run_folder(const fs::path& where, const fs::path& checkpoint) {
+  for (const fs::path& p : {where, checkpoint.parent_path().parent_path()})
+    if (fs::exists(p / "metrics.jsonl")) return p;
+  return std::nullopt;
+}
+
+std::unique_ptr<Tokenizer> tokenizer_for_bytes(const InferenceModel& m, const TokenizerSpec& chosen) {
+  try {
+    return model_tokenizer(m, chosen);
+  } catch (const Error& e) {
+    spdlog::warn("no bits per byte: {}", e.what());
+    return nullptr;
+  }
+}
+
+}  // namespace
+
+std::optional<json> evaluate_dataset(const EvalCommandOptions& o) {
+  const World world = detect_world_from_environment();
+  const torch::Device device = device_for_local_rank(resolve_device(o.device), world.local_rank);
+  if (world.rank != 0) spdlog::set_level(spdlog::level::warn);
+  ParallelRun par(world, ParallelSettings{}, device);  // every process a data-parallel replica
+  InferenceModel m = load_inference_model(o.where, device, device.is_cuda() ? torch::kBFloat16 : torch::kFloat);
+  const DataSourceSettings d = data_source(o, m.settings);
+  const std::unique_ptr<WindowSource> source =
+      make_window_source(d, m.settings.model, o.data.empty() ? "data.eval" : "--data");
+  if (source->window_count() == 0)
+    throw usage_error(
+        "synthetic data has no end to evaluate to\n    fix: pass --data with a text file or token shards");
+  const std::unique_ptr<Tokenizer> tokenizer = tokenizer_for_bytes(m, o.tokenizer);
+  const int64_t batch = o.batch_size > 0 ? o.batch_size : std::max<int64_t>(1, m.settings.train.per_device_batch_size);
+  spdlog::info("eval: {} (step {}) on {}: {} windows of {} tokens{}", m.source.string(), m.step, source->describe(),
+               source->window_count(), m.settings.model.seq_len,
+               world.size > 1 ? fmt::format(", {} processes", world.size) : "");
+
+  const auto start = std::chrono::steady_clock::now();
+  EvalTotals t = evaluate_windows(*source, m.settings.model.seq_len, batch, d.mask_document_boundaries, device,
+                                  WindowShare{world.rank, world.size}, tokenizer.get(), [&](const Batch& b) {
+                                    return evaluate(m.model, {b}, nullptr) * static_cast<double>(b.target_count);
+                                  });
+  if (par.distributed()) {
+    t.loss_sum = par.sum_loss_and_any(torch::tensor(t.loss_sum, torch::kDouble).to(device), false).first.item<double>();
+    t.targets = par.global_targets(t.targets);
+    t.windows = par.global_targets(t.windows);
+    if (t.bytes >= 0) t.bytes = par.global_targets(t.bytes);
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  json j = {{"source", m.source.string()},
+            {"step", m.step},
+            {"data", o.data.empty() ? "data.eval" : o.data},
+            {"windows", t.windows},
+            {"seq_len", m.settings.model.seq_len},
+            {"tokens", t.targets},
+            {"loss", t.loss()},
+            {"perplexity", t.perplexity()},
+            {"bits_per_byte", t.bits_per_byte() ? json(*t.bits_per_byte()) : json(nullptr)},
+            {"bytes", t.bytes >= 0 ? json(t.bytes) : json(nullptr)},
+            {"tokenizer", tokenizer ? json(tokenizer->name()) : json(nullptr)},
+            {"world_size", world.size},
+            {"seconds", seconds},
+            {"tokens_per_s", seconds > 0 ? static_cast<double>(t.targets) / seconds : 0.0}};
+  if (world.rank != 0) return std::nullopt;
+  if (!o.out.empty()) write_file_atomic(o.out, j.dump(2) + "\n");
+  if (const auto run = run_folder(o.where, m.source)) {
+    const fs::path file = *run / "eval.jsonl";
+    if (std::FILE* f = std::fopen(file.c_str(), "a")) {
+      const std::string line = j.dump() + "\n";
+      std::fwrite(line.data(), 1, line.size(), f);
+      std::fclose(f);
+      spdlog::info("eval: appended to {}", file.string());
+    } else {
+      throw runtime_error("cannot append to '" + file.string() + "'");
+    }
+  }
+  return j;
+}
+
+}  // namespace gputrain

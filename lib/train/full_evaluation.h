@@ -1,0 +1,37 @@
+// Evaluation over every window of a dataset once, not a sample (`gputrain eval`, train.eval_full):
+// the loss per target token, its perplexity, and bits per byte of the text the targets decode to.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <optional>
+
+#include "data/loader.h"
+#include "data/tokenizer.h"
+#include "data/window_source.h"
+
+namespace gputrain {
+
+struct EvalTotals {
+  double loss_sum = 0;  // nats, summed over the targets
+  int64_t targets = 0;  // targets that take loss
+  int64_t windows = 0;
+  int64_t bytes = -1;  // UTF-8 bytes of the targets' text (special tokens left out); -1 = no tokenizer
+
+  double loss() const { return targets > 0 ? loss_sum / static_cast<double>(targets) : 0.0; }
+  double perplexity() const;
+  std::optional<double> bits_per_byte() const;  // loss_sum / ln 2 / bytes
+};
+
+struct WindowShare {
+  int64_t index = 0;  // this process reads windows index, index + count, index + 2 count, ...
+  int64_t count = 1;
+};
+
+// This process's share of the windows of `source`, in batches of `batch_size` on `device`;
+// `loss_sum(batch)` is the batch's summed loss (the caller's model, precision and parallelism).
+// With `tokenizer`, the targets' bytes are counted too.
+EvalTotals evaluate_windows(const WindowSource& source, int64_t seq_len, int64_t batch_size,
+                            bool mask_document_boundaries, torch::Device device, WindowShare share,
+                            const Tokenizer* tokenizer, const std::function<double(const Batch&)>& loss_sum);
+
+}  // namespace gputrain
