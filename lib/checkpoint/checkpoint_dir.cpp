@@ -24,12 +24,6 @@ using json = nlohmann::ordered_json;
 constexpr const char* kManifest = "manifest.json";
 constexpr const char* kFormat = "gputrain-checkpoint";
 
-std::string step_name(int64_t step) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "step_%08lld", static_cast<long long>(step));
-  return buf;
-}
-
 // The step of a "step_<N>" directory name, or -1.
 int64_t step_of(const std::string& name) {
   if (name.rfind("step_", 0) != 0 || name.size() == 5) return -1;
@@ -73,6 +67,12 @@ std::optional<TemporaryOwner> temporary_owner(std::string name) {
 }
 
 }  // namespace
+
+std::string step_name(int64_t step) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "step_%08lld", static_cast<long long>(step));
+  return buf;
+}
 
 void clear_abandoned_saves(const fs::path& root, bool other_hosts) {
   const std::string here = host_name();

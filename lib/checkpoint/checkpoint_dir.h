@@ -60,6 +60,9 @@ struct CheckpointListing {
 // the cheap check rather than reading every checkpoint's bytes.
 CheckpointListing list_checkpoints(const std::filesystem::path& root, CheckpointCheck check = CheckpointCheck::kSizes);
 
+// A checkpoint directory's name: step_<N>, N zero-padded to 8 digits.
+std::string step_name(int64_t step);
+
 // Removes all but the newest `keep_last` complete checkpoints (0 = keep all).
 // Each is first renamed to a temporary name, so a kill part-way through
 // leaves a leftover the next writer clears, not a broken step directory.

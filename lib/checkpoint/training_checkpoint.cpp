@@ -128,6 +128,8 @@ fs::path save_training_checkpoint(const fs::path& root, const TrainingSnapshot& 
   j["last_loss"] = optional_number(c.last_loss);
   j["last_eval_loss"] = c.last_eval ? json(*c.last_eval) : json(nullptr);
   j["nan_skipped_steps"] = c.nan_skipped_steps;
+  j["spike_skipped_steps"] = c.spike_skipped_steps;
+  j["spike_rollbacks"] = c.spike_rollbacks;
   j["metrics_bytes"] = c.metrics_bytes;
   j["per_device_batch_size"] = s.per_device_batch_size;
   j["grad_accum_steps"] = s.grad_accum_steps;
@@ -176,6 +178,8 @@ TrainingSnapshot load_training_checkpoint(const fs::path& dir) {
     c.last_loss = j.at("last_loss").is_null() ? NAN : j.at("last_loss").get<double>();
     if (!j.at("last_eval_loss").is_null()) c.last_eval = j.at("last_eval_loss").get<double>();
     c.nan_skipped_steps = j.at("nan_skipped_steps").get<int64_t>();
+    c.spike_skipped_steps = j.value("spike_skipped_steps", int64_t{0});  // absent before the spike guard
+    c.spike_rollbacks = j.value("spike_rollbacks", int64_t{0});
     c.metrics_bytes = j.at("metrics_bytes").get<int64_t>();
     s.per_device_batch_size = j.at("per_device_batch_size").get<int64_t>();
     s.grad_accum_steps = j.at("grad_accum_steps").get<int64_t>();

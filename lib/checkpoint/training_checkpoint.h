@@ -36,8 +36,10 @@ struct TrainingCounters {
   double train_seconds = 0;
   double last_loss = NAN;
   std::optional<double> last_eval;
-  int64_t nan_skipped_steps = 0;  // steps train.nan_policy: skip dropped
-  int64_t metrics_bytes = 0;      // metrics.jsonl's length at this step (a resumed run cuts it back here)
+  int64_t nan_skipped_steps = 0;    // steps train.nan_policy: skip dropped
+  int64_t spike_skipped_steps = 0;  // steps whose update train.spike_policy dropped
+  int64_t spike_rollbacks = 0;      // rollbacks train.spike_policy: rollback made
+  int64_t metrics_bytes = 0;        // metrics.jsonl's length at this step (a resumed run cuts it back here)
 };
 
 struct TrainingSnapshot {

@@ -720,6 +720,24 @@ void add_train_fields(std::vector<FieldSpec>& f) {
                          "a step whose loss or gradient norm is inf/nan: abort = stop (exit 1, the first bad gradient "
                          "named); skip = drop the update; warn = apply it and warn")
                   .resume(ResumePolicy::kReported));
+  f.push_back(
+      enum_field(KEY(train.spike_policy),
+                 EnumTable<SpikePolicy>{
+                     {"off", SpikePolicy::kOff}, {"skip", SpikePolicy::kSkip}, {"rollback", SpikePolicy::kRollback}},
+                 "a finite loss spike (loss or gradient norm over train.spike_threshold deviations above the "
+                 "last train.spike_window steps): skip = drop the update; rollback = restore the last "
+                 "checkpoint's weights and optimizer state, the data read since skipped")
+          .resume(ResumePolicy::kReported));
+  f.push_back(int_field(KEY(train.spike_window), 2, kMaxInt,
+                        "accepted steps whose loss and gradient norm the spike guard compares each step with (judged "
+                        "once that many were seen)")
+                  .resume(ResumePolicy::kReported));
+  f.push_back(float_field(KEY(train.spike_threshold), FloatRange{0, INFINITY, true},
+                          "standard deviations above the window's mean that make a step a spike")
+                  .resume(ResumePolicy::kReported));
+  f.push_back(int_field(KEY(train.spike_max_rollbacks), 0, 1000000,
+                        "spike_policy rollback: the run stops (exit 1) at the spike after this many rollbacks")
+                  .resume(ResumePolicy::kReported));
 }
 
 void add_precision_fields(std::vector<FieldSpec>& f) {

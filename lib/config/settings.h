@@ -165,6 +165,8 @@ struct DataSettings {
 enum class CheckpointingPolicy { kNone, kFull, kSelective };
 // What a step with a non-finite loss or gradient norm does (train/nan_guard.h).
 enum class NanPolicy { kAbort, kSkip, kWarn };
+// What a finite loss spike does (train/spike_guard.h).
+enum class SpikePolicy { kOff, kSkip, kRollback };
 
 struct TrainSettings {
   int64_t per_device_batch_size = 8;  // 0 = auto (train/batch_finder.h)
@@ -180,6 +182,10 @@ struct TrainSettings {
   int64_t checkpoint_every = 2;   // selective: blocks 0, k, 2k, ... are recomputed
   int64_t empty_cache_steps = 0;  // release cached allocator memory every N steps; 0 = never
   NanPolicy nan_policy = NanPolicy::kAbort;
+  SpikePolicy spike_policy = SpikePolicy::kOff;
+  int64_t spike_window = 100;       // accepted steps the mean and deviation are taken over
+  double spike_threshold = 6.0;     // standard deviations above the mean that make a spike
+  int64_t spike_max_rollbacks = 3;  // rollback: more spikes than this stop the run
 };
 
 enum class PrecisionMode { kFp32, kTf32, kBf16, kFp16, kBf16Pure };

@@ -7,6 +7,7 @@
 #include <csignal>
 #include <filesystem>
 #include <optional>
+#include <set>
 
 #include "checkpoint/checkpoint_dir.h"
 #include "checkpoint/gather_checkpoint.h"
@@ -41,6 +42,7 @@
 #include "train/model_options_report.h"
 #include "train/full_evaluation.h"
 #include "train/nan_guard.h"
+#include "train/spike_guard.h"
 #include "train/resume.h"
 #include "train/run_directories.h"
 #include "train/run_plan.h"
@@ -132,7 +134,9 @@ class Trainer {
   void train();
   bool stop_for_wall_time();
   StepResult step();
-  void count_skips(bool overflow, bool nan_skip);
+  void count_skips(bool overflow, bool nan_skip, bool spike_skip);
+  bool on_spike(int64_t step, double loss, double grad_norm, const SpikeVerdict& v);
+  void roll_back();
   void log_step(const StepResult& r, int64_t step, bool eval_now);
   double evaluate();
   double evaluate_all_windows();
@@ -183,6 +187,9 @@ class Trainer {
   std::optional<StopSignals> signals_;
   std::optional<StepProfiler> profiler_;
   MoeMetrics moe_metrics_;
+  std::optional<SpikeGuard> spike_guard_;  // train.spike_policy
+  json spike_events_ = json::array();      // this process's spikes, for the summary
+  std::set<int64_t> poisoned_steps_;       // fault injection for tests (train/spike_guard.h)
   double flops_per_token_ = 0;
   std::string device_label_;  // device_name(), asked once
   double checkpoint_mb_ = 0;  // the model's fp32 weights and the optimizer state
@@ -418,6 +425,8 @@ void Trainer::open_outputs() {
     restore_rng(rng);
     resumed_.reset();  // the saved tensors are copied in; free them
   }
+  if (s_.train.spike_policy != SpikePolicy::kOff) spike_guard_.emplace(s_.train.spike_window, s_.train.spike_threshold);
+  poisoned_steps_ = poisoned_steps_from_environment();
   flops_per_token_ = training_flops_per_token(s_.model);
   device_label_ = device_name(plan_.device);
   // The first checkpoint's save time is guessed from its size (stop_for_wall_time).
@@ -500,6 +509,7 @@ StepResult Trainer::step() {
   int64_t local_tokens = 0;
   for (int64_t i = 0; i < s_.train.grad_accum_steps; ++i) {
     micro.push_back(train_loader_->next());
+    if (poisoned_steps_.count(t_.step + 1)) poison_batch(micro.back(), s_.model.vocab_size, t_.step + 1);
     local_tokens += micro.back().target_count;
   }
   const int64_t step_tokens = par_->global_targets(local_tokens);
@@ -544,7 +554,12 @@ StepResult Trainer::step() {
     nan_skip = s_.train.nan_policy == NanPolicy::kSkip;
     t_.nan_skipped_steps += nan_skip ? 1 : 0;
   }
-  if (!overflow && !nan_skip) {
+  bool spike_skip = false;
+  if (!overflow && !nan_skip && spike_guard_) {
+    const double loss = r.loss.item<double>(), grad_norm = r.grad_norm.item<double>();
+    spike_skip = on_spike(step, loss, grad_norm, spike_guard_->judge(loss, grad_norm));
+  }
+  if (!overflow && !nan_skip && !spike_skip) {
     if (offload_) offload_->gradients_to_host();
     optimizer_->step(r.lr);
     if (offload_) offload_->parameters_to_device();
@@ -556,7 +571,7 @@ StepResult Trainer::step() {
   if (!step_graph_ || !step_graph_->keeps_gradients())
     for (const auto& p : params_) p.mutable_grad() = torch::Tensor();
   t_.step = step;
-  count_skips(overflow, nan_skip);
+  count_skips(overflow, nan_skip, spike_skip);
   if (s_.train.empty_cache_steps > 0 && step % s_.train.empty_cache_steps == 0) release_cached_memory(plan_.device);
   t_.tokens += step_tokens;
   interval_.tokens += step_tokens;
@@ -567,21 +582,75 @@ StepResult Trainer::step() {
 
 // A skipped step is warned about; many in a row stop the run (backing off the loss scale cannot
 // help when the forward pass itself overflows fp16).
-void Trainer::count_skips(bool overflow, bool nan_skip) {
+void Trainer::count_skips(bool overflow, bool nan_skip, bool spike_skip) {
   constexpr int64_t kMaxConsecutiveSkips = 50;
   if (overflow)
     spdlog::warn("step {}: gradients overflowed under fp16; optimizer step skipped, loss scale now {}", t_.step,
                  precision_->loss_scale());
-  if (!overflow && !nan_skip) {
+  if (!overflow && !nan_skip && !spike_skip) {
     consecutive_skips_ = 0;
     return;
   }
   if (++consecutive_skips_ >= kMaxConsecutiveSkips)
     throw runtime_error(std::to_string(consecutive_skips_) + " steps in a row were skipped (" +
-                        (overflow ? "fp16 overflow, down to loss scale " + std::to_string(precision_->loss_scale())
-                                  : std::string("non-finite loss or gradients")) +
+                        (overflow     ? "fp16 overflow, down to loss scale " + std::to_string(precision_->loss_scale())
+                         : spike_skip ? std::string("loss spikes: the loss no longer fits train.spike_window's steps")
+                                      : std::string("non-finite loss or gradients")) +
                         ")\n    fix: use precision.mode: bf16 (fp32's range), lower optim.lr, or check the "
                         "initial weights (model.init_from)");
+}
+
+// A loss spike (train/spike_guard.h): warned about, counted, its update dropped; under rollback the
+// last checkpoint's weights and optimizer state come back too (the step count, schedule and data
+// position go on: the data read since that checkpoint is skipped). Returns whether it was a spike.
+bool Trainer::on_spike(int64_t step, double loss, double grad_norm, const SpikeVerdict& v) {
+  if (!v.spike) return false;
+  json event = {{"step", step},
+                {"loss", round_to(loss, 6)},
+                {"loss_z", round_to(v.loss_z, 2)},
+                {"grad_norm", round_to(grad_norm, 6)},
+                {"grad_norm_z", round_to(v.grad_norm_z, 2)}};
+  std::string action = "update skipped";
+  if (s_.train.spike_policy == SpikePolicy::kRollback && last_saved_step_ > 0) {
+    if (t_.spike_rollbacks >= s_.train.spike_max_rollbacks)
+      throw runtime_error(
+          fmt::format("step {}: a loss spike (loss {:.4f}, {:.1f} deviations above the mean) after {} rollbacks "
+                      "(train.spike_max_rollbacks)\n    fix: lower optim.lr, raise optim.schedule.warmup_steps, check "
+                      "the data near this "
+                      "point, or raise train.spike_max_rollbacks",
+                      step, loss, v.loss_z, t_.spike_rollbacks));
+    roll_back();
+    ++t_.spike_rollbacks;
+    event["rolled_back_to"] = last_saved_step_;
+    action = fmt::format("rolled back to the checkpoint of step {}", last_saved_step_);
+  } else {
+    if (s_.train.spike_policy == SpikePolicy::kRollback) action += " (no checkpoint yet to roll back to)";
+    ++t_.spike_skipped_steps;
+  }
+  event["action"] = action;
+  if (spike_events_.size() < 1000) spike_events_.push_back(event);
+  progress_->finish();
+  spdlog::warn(
+      "step {}: loss spike: loss {:.4f} ({:.1f} deviations above the last {} steps' mean), gradient norm {:.4f} "
+      "({:.1f}): {}",
+      step, loss, v.loss_z, s_.train.spike_window, grad_norm, v.grad_norm_z, action);
+  return true;
+}
+
+// The weights and optimizer state of the last checkpoint this run saved, in place. Every rank
+// reads it once rank 0 has written it (the agreement below waits for rank 0, whose save came first).
+void Trainer::roll_back() {
+  par_->groups().any_rank(false, "agreement on a rollback");
+  const fs::path dir = ckpt_root_ / step_name(last_saved_step_);
+  TrainingSnapshot snap = load_training_checkpoint(dir);
+  load_module_weights(*model_, snap.model, "checkpoint '" + dir.string() + "'",
+                      "resume it with the model settings it was saved with",
+                      lora_base_.empty() ? nullptr : std::function<bool(const std::string&)>(is_lora_parameter));
+  std::map<std::string, torch::Tensor> state;
+  for (const auto& e : snap.optimizer_state) state[e.name] = e.tensor;
+  optimizer_->load_state(par_->owned_state(std::move(state)));
+  if (precision_->scaler() && snap.scaler) precision_->scaler()->load_state(*snap.scaler);
+  refresh_weight_copies(model_);
 }
 
 // A line of metrics.jsonl (the metrics contract) and the progress line, for the steps since the last.
@@ -609,6 +678,8 @@ void Trainer::log_step(const StepResult& r, int64_t step, bool eval_now) {
     rec["skipped_steps"] = precision_->skipped_steps();  // since the start of the run
   }
   if (t_.nan_skipped_steps > 0) rec["nan_skipped_steps"] = t_.nan_skipped_steps;
+  if (t_.spike_skipped_steps > 0) rec["spike_skipped_steps"] = t_.spike_skipped_steps;
+  if (t_.spike_rollbacks > 0) rec["spike_rollbacks"] = t_.spike_rollbacks;
   moe_metrics_.add_to(rec, model_, *par_);  // model.moe: balancing loss, dropped tokens (a collective)
   if (eval_now) rec["eval_loss"] = round_to(evaluate(), 6);
   if (metrics_) metrics_->write(rec);
@@ -702,6 +773,13 @@ json Trainer::summary(const std::string& status) const {
   if (s_.model.lora.rank > 0) j["lora"] = lora_report(s_, optimizer_->state_bytes());
   if (s_.model.moe.enabled()) j["moe"] = moe_metrics_.summary(s_.model);
   if (step_graph_) j["cuda_graphs"] = step_graph_->report();
+  if (spike_guard_)
+    j["spikes"] = {{"policy", s_.train.spike_policy == SpikePolicy::kSkip ? "skip" : "rollback"},
+                   {"window", s_.train.spike_window},
+                   {"threshold", s_.train.spike_threshold},
+                   {"skipped_steps", t_.spike_skipped_steps},
+                   {"rollbacks", t_.spike_rollbacks},
+                   {"events", spike_events_}};
   if (copies_.tensors > 0)
     j["bf16_weight_copies"] = {{"tensors", copies_.tensors},
                                {"mb", round_to(mib(static_cast<double>(copies_.bytes)), 3)}};

@@ -26,4 +26,12 @@ WeightCopies attach_weight_copies(Gpt& model, Optimizer& optimizer, const Precis
   return made;
 }
 
+void refresh_weight_copies(Gpt& model) {
+  torch::NoGradGuard no_grad;
+  for (const auto& module : model->modules(/*include_self=*/false))
+    if (auto* linear = dynamic_cast<LinearImpl*>(module.get()); linear && linear->weight_copy.defined())
+      linear->weight_copy.copy_(linear->weight);
+  if (model->head_weight_copy.defined()) model->head_weight_copy.copy_(model->transformer->wte->weight);
+}
+
 }  // namespace gputrain

@@ -33,4 +33,8 @@ struct WeightCopies {
 // stage other than the last, which holds a tied embedding only to embed).
 WeightCopies attach_weight_copies(Gpt& model, Optimizer& optimizer, const Precision& precision, bool runs_head = true);
 
+// Sets every copy from its weight again, after something other than the optimizer changed the
+// weights (a rollback to a checkpoint, train/spike_guard.h).
+void refresh_weight_copies(Gpt& model);
+
 }  // namespace gputrain

@@ -1,0 +1,128 @@
+// train.spike_policy through the binary, with a poisoned batch injected at a chosen step
+// (GPUTRAIN_POISON_STEPS: its targets replaced by random ids): skip drops exactly that update,
+// rollback restores the last checkpoint's weights and optimizer state bit for bit, the rollbacks
+// are capped, and each event is logged, counted in metrics.jsonl and kept in the summary.
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+
+#include "test_util.h"
+
+using namespace gputrain::test;
+using Catch::Matchers::Contains;
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace {
+
+// A tiny GPT on real text; the guard judges after 10 steps. `extra` adds train keys.
+std::string write_recipe(const TempDir& dir, const std::string& train_extra, const std::string& checkpoint) {
+  std::string r = "run: {name: spike, threads: 2}\n";
+  r.append("model: {vocab_size: 256, seq_len: 32, n_layer: 1, n_head: 2, d_model: 32}\n");
+  r.append("data:\n  train: {format: text, path: ")
+      .append(shared_data("tinyshakespeare.txt"))
+      .append(", span: [0.0, 0.05]}\n");
+  r.append("train: {per_device_batch_size: 8, max_steps: 24, log_every: 1, spike_window: 10, spike_threshold: 6");
+  r.append(train_extra).append("}\n");
+  r.append("optim: {lr: 3e-3, schedule: {warmup_steps: 2, decay_steps: 40}}\n");
+  r.append("checkpoint: ").append(checkpoint).append("\nmetrics: {progress: off}\n");
+  write_file(dir.file("r.yaml"), r);
+  return dir.file("r.yaml");
+}
+
+CommandResult run_poisoned(const std::string& recipe, const std::string& out, const std::string& steps,
+                           const std::string& sets = "") {
+  return run_shell("GPUTRAIN_POISON_STEPS=" + steps + " \"$GPUTRAIN\" run '" + recipe + "' --output-dir '" + out +
+                   "' " + sets);
+}
+
+std::string checkpoint_file(const std::string& run, int step, const std::string& file) {
+  char name[32];
+  std::snprintf(name, sizeof name, "step_%08d", step);
+  return read_file(run + "/checkpoints/" + name + "/" + file);
+}
+
+json line_of_step(const std::string& run, int64_t step) {
+  for (const json& l : read_jsonl(run + "/metrics.jsonl"))
+    if (l["step"] == step) return l;
+  FAIL("no metrics line for step " << step);
+  return {};
+}
+
+}  // namespace
+
+TEST_CASE("spike: skip drops exactly the poisoned step's update, and off applies it", "[spike][cli]") {
+  TempDir dir;
+  const std::string every_step = "{every: 1, keep_last: 0}";
+  const std::string skip = dir.file("skip"), off = dir.file("off");
+  auto r = run_poisoned(write_recipe(dir, ", spike_policy: skip", every_step), skip, "23");
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.output, Contains("step 23: loss spike") && Contains("update skipped"));
+  for (const char* f : {"model.safetensors", "optimizer.safetensors"}) {
+    INFO(f);
+    CHECK(checkpoint_file(skip, 23, f) == checkpoint_file(skip, 22, f));  // the update of step 23 was dropped
+    CHECK(checkpoint_file(skip, 24, f) != checkpoint_file(skip, 23, f));  // and step 24's applied
+  }
+  CHECK(line_of_step(skip, 23)["spike_skipped_steps"] == 1);
+  CHECK_FALSE(line_of_step(skip, 22).contains("spike_skipped_steps"));
+  const json spikes = read_json(skip + "/summary.json")["spikes"];
+  CHECK(spikes["policy"] == "skip");
+  CHECK(spikes["skipped_steps"] == 1);
+  REQUIRE(spikes["events"].size() == 1);
+  CHECK(spikes["events"][0]["step"] == 23);
+  CHECK(spikes["events"][0]["loss_z"].get<double>() > 6);
+
+  // The same poison without the guard: the update goes in, nothing is reported.
+  auto o = run_poisoned(write_recipe(dir, "", every_step), off, "23");
+  INFO(o.output);
+  REQUIRE(o.exit_code == 0);
+  CHECK(checkpoint_file(off, 23, "model.safetensors") != checkpoint_file(off, 22, "model.safetensors"));
+  CHECK_FALSE(read_json(off + "/summary.json").contains("spikes"));
+  // Unpoisoned steps train identically under both (the guard itself changes nothing).
+  CHECK(checkpoint_file(off, 22, "model.safetensors") == checkpoint_file(skip, 22, "model.safetensors"));
+}
+
+TEST_CASE("spike: rollback restores the last checkpoint's weights and optimizer state, and is capped", "[spike][cli]") {
+  TempDir dir;
+  const std::string recipe =
+      write_recipe(dir, ", spike_policy: rollback, spike_max_rollbacks: 1", "{every: 10, keep_last: 0}");
+  const std::string run = dir.file("run");
+  auto r =
+      run_poisoned(recipe, run, "23", "--set train.max_steps=23");  // the checkpoint at the end is the rollback's state
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.output, Contains("step 23: loss spike") && Contains("rolled back to the checkpoint of step 20"));
+  for (const char* f : {"model.safetensors", "optimizer.safetensors"}) {
+    INFO(f);
+    CHECK(checkpoint_file(run, 23, f) == checkpoint_file(run, 20, f));
+  }
+  CHECK(line_of_step(run, 23)["spike_rollbacks"] == 1);
+  const json spikes = read_json(run + "/summary.json")["spikes"];
+  CHECK(spikes["rollbacks"] == 1);
+  CHECK(spikes["events"][0]["rolled_back_to"] == 20);
+
+  // A second spike past train.spike_max_rollbacks (1) stops the run, saying what to do.
+  auto capped = run_poisoned(recipe, dir.file("capped"), "22,24");
+  INFO(capped.output);
+  CHECK(capped.exit_code == 1);
+  CHECK_THAT(capped.output, Contains("after 1 rollbacks") && Contains("train.spike_max_rollbacks") && Contains("fix:"));
+  CHECK(read_json(dir.file("capped/summary.json"))["status"] == "failed");
+
+  // Before the first checkpoint there is nothing to roll back to: the update is skipped.
+  auto early = run_poisoned(recipe, dir.file("early"), "19", "--set checkpoint.every=20");
+  INFO(early.output);
+  REQUIRE(early.exit_code == 0);
+  CHECK_THAT(early.output, Contains("no checkpoint yet to roll back to"));
+  CHECK(read_json(dir.file("early/summary.json"))["spikes"]["skipped_steps"] == 1);
+}
+
+TEST_CASE("spike: rollback is refused with tensor parallelism, and a bad poison list is a usage error",
+          "[spike][cli]") {
+  TempDir dir;
+  const std::string recipe = write_recipe(dir, ", spike_policy: rollback", "{every: 10}");
+  CHECK_THAT(recipe_error(recipe, {"parallel.tp=2"}), Contains("train.spike_policy") && Contains("skip"));
+  auto bad = run_poisoned(recipe, dir.file("bad"), "x");
+  CHECK(bad.exit_code == 2);
+  CHECK_THAT(bad.output, Contains("GPUTRAIN_POISON_STEPS"));
+}
