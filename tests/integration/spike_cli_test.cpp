@@ -102,6 +102,17 @@ TEST_CASE("spike: rollback restores the last checkpoint's weights and optimizer 
   CHECK(spikes["rollbacks"] == 1);
   CHECK(spikes["events"][0]["rolled_back_to"] == 20);
 
+  // Two data-parallel processes with ZeRO-1 (each holds a share of the optimizer state) agree and roll back alike.
+  const std::string zero = dir.file("zero");
+  auto z = run_poisoned(recipe, zero, "23", "--set train.max_steps=23 --set parallel.zero=1 --nproc-per-node 2");
+  INFO(z.output);
+  REQUIRE(z.exit_code == 0);
+  CHECK_THAT(z.output, Contains("[rank 1]") && Contains("rolled back to the checkpoint of step 20"));
+  for (const char* f : {"model.safetensors", "optimizer.safetensors"}) {
+    INFO(f);
+    CHECK(checkpoint_file(zero, 23, f) == checkpoint_file(zero, 20, f));
+  }
+
   // A second spike past train.spike_max_rollbacks (1) stops the run, saying what to do.
   auto capped = run_poisoned(recipe, dir.file("capped"), "22,24");
   INFO(capped.output);
