@@ -9,6 +9,7 @@
 #include "parallel/launcher.h"
 #include "train/evaluate_dataset.h"
 #include "train/generate.h"
+#include "train/sweep.h"
 
 namespace gputrain::app {
 
@@ -46,6 +47,7 @@ int cmd_export(const std::string& checkpoint, const std::string& format, const s
 void messages_to_stderr();
 int cmd_generate(GenerateOptions o);
 int cmd_eval(const EvalCommandOptions& o, const LaunchArgs& launch);
+int cmd_sweep(SweepOptions o);
 int cmd_report(const std::vector<std::string>& run_dirs, const std::string& out);
 
 }  // namespace gputrain::app

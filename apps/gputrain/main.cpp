@@ -270,6 +270,26 @@ int main(int argc, char** argv) {
   eval->add_option("--nproc-per-node", eval_launch.nproc_per_node, "start this many processes, each reading a share")
       ->check(CLI::Range(1, 1024));
 
+  gputrain::SweepOptions sw;
+  auto* sweep = cli.add_subcommand("sweep", "a hyperparameter search: a run per trial, a ranked table and a report");
+  sweep->add_option("recipe", sw.recipe, "recipe YAML file (default: the built-in quickstart)");
+  sweep->add_option("--set", sw.sets, "override a key in every trial (repeatable)")->type_name("KEY=VALUE");
+  sweep
+      ->add_option("--grid", sw.grid,
+                   "a key's values, e.g. --grid optim.lr=[1e-3,3e-3] (repeatable: every combination)")
+      ->type_name("KEY=[V,...]");
+  sweep
+      ->add_option("--random", sw.random,
+                   "N random trials instead of the grid: --range draws, --grid lists picked from")
+      ->check(CLI::Range(int64_t{1}, int64_t{100000}));
+  sweep->add_option("--range", sw.ranges, "with --random: KEY=LO:HI (uniform), LO:HI:log (log-uniform) or LO:HI:int")
+      ->type_name("KEY=LO:HI[:log|:int]");
+  sweep->add_option("--seed", sw.seed, "the random trials' draws")->capture_default_str();
+  sweep->add_option("--parallel", sw.parallel, "trials at once, sharing the cores (run.threads) or the GPUs")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{1024}));
+  sweep->add_option("--out", sw.out, "the sweep's folder (default: sweeps/<run.name>); rerun to continue it");
+
   std::vector<std::string> report_runs;
   std::string report_out = "report.html";
   auto* report = cli.add_subcommand(
@@ -305,6 +325,7 @@ int main(int argc, char** argv) {
     if (*report) return app::cmd_report(report_runs, report_out);
     if (*generate) return app::cmd_generate(gen);
     if (*eval) return app::cmd_eval(ev, eval_launch);
+    if (*sweep) return app::cmd_sweep(sw);
     if (*prepare) {
       prep.tokenizer.name = tokenizer;
       prep.chat = doc_format == "chat";
