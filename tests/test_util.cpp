@@ -92,6 +92,17 @@ CommandResult run_gputrain(const std::vector<std::string>& args) { return run_pr
 
 CommandResult run_python(const std::vector<std::string>& args) { return run_program(GPUTRAIN_PYTHON, args); }
 
+CommandResult run_quickstart_briefly(const std::string& out) {
+  return run_gputrain({"run", "--output-dir", out, "--set", "train.max_steps=2", "--set", "train.eval_every=0", "--set",
+                       "optim.schedule.warmup_steps=0", "--set", "metrics.progress=off"});
+}
+
+std::string shell_quoted(const std::string& text) {
+  std::string out("'");
+  for (char c : text) c == '\'' ? out.append("'\\''") : out.append(1, c);
+  return out.append("'");
+}
+
 CommandResult run_shell(const std::string& command) {
   return run_program("/bin/bash", {"-c", "GPUTRAIN='" GPUTRAIN_BINARY "'; " + command});
 }

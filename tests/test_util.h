@@ -36,6 +36,10 @@ struct CommandResult {
 };
 // Runs the gputrain binary with `args` (each passed as one argument).
 CommandResult run_gputrain(const std::vector<std::string>& args);
+// A short run of the built-in quickstart (synthetic token ids) into `out`.
+CommandResult run_quickstart_briefly(const std::string& out);
+// `text` in single quotes for a shell command (built by appending: g++ 12 warns, wrongly, on "'" + text).
+std::string shell_quoted(const std::string& text);
 // Runs `command` with bash -c, the gputrain binary's path in $GPUTRAIN (for pipes and redirections).
 CommandResult run_shell(const std::string& command);
 // Runs the Python that holds the reference libraries (torch, tokenizers):

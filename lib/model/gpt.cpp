@@ -58,7 +58,7 @@ CausalSelfAttentionImpl::CausalSelfAttentionImpl(const ModelSettings& cfg, std::
   resid_dropout = register_module("resid_dropout", nn::Dropout(cfg.dropout));
 }
 
-torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
+CausalSelfAttentionImpl::Heads CausalSelfAttentionImpl::project(const torch::Tensor& x, int64_t offset) {
   const int64_t B = x.size(0), T = x.size(1);
   auto qkv = c_attn(x);
   // This module's share of the columns: n_head (n_kv_head) heads of D each.
@@ -69,11 +69,17 @@ torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
   // full-size buffer, a strided copy and an add: 36 more kernels per step in GPT-2 124M.
   const std::vector<torch::Tensor> parts = qkv.split_with_sizes({width, kv, kv}, -1);
   auto heads = [&](const torch::Tensor& t, int64_t h) { return t.view({B, T, h, D}).transpose(1, 2); };
-  torch::Tensor q = heads(parts[0], n_head), k = heads(parts[1], n_kv_head), v = heads(parts[2], n_kv_head);
+  Heads out{heads(parts[0], n_head), heads(parts[1], n_kv_head), heads(parts[2], n_kv_head), width};
   if (rotary) {
-    q = rotary->apply(q);
-    k = rotary->apply(k);
+    out.q = rotary->apply(out.q, offset);
+    out.k = rotary->apply(out.k, offset);
   }
+  return out;
+}
+
+torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
+  const int64_t B = x.size(0), T = x.size(1);
+  auto [q, k, v, width] = project(x, 0);
   const double p = is_training() ? dropout : 0.0;
   // A window shorter than the sequence needs an explicit mask (no flash kernel); otherwise plain causal.
   const torch::Tensor allowed =
@@ -91,15 +97,7 @@ torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
 torch::Tensor CausalSelfAttentionImpl::forward_cached(const torch::Tensor& x, torch::Tensor& keys,
                                                       torch::Tensor& values, int64_t offset) {
   const int64_t B = x.size(0), T = x.size(1);
-  auto qkv = c_attn(x);
-  const int64_t D = qkv.size(-1) / (n_head + 2 * n_kv_head), width = n_head * D, kv = n_kv_head * D;
-  const std::vector<torch::Tensor> parts = qkv.split_with_sizes({width, kv, kv}, -1);
-  auto heads = [&](const torch::Tensor& t, int64_t h) { return t.view({B, T, h, D}).transpose(1, 2); };
-  torch::Tensor q = heads(parts[0], n_head), k = heads(parts[1], n_kv_head), v = heads(parts[2], n_kv_head);
-  if (rotary) {
-    q = rotary->apply(q, offset);
-    k = rotary->apply(k, offset);
-  }
+  auto [q, k, v, width] = project(x, offset);
   keys = keys.defined() ? at::cat({keys, k}, 2) : k.contiguous();
   values = values.defined() ? at::cat({values, v}, 2) : v.contiguous();
   // Query i (position offset + i) sees the keys at positions <= its own, within the window if any.

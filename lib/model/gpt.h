@@ -48,6 +48,15 @@ struct CausalSelfAttentionImpl : torch::nn::Module {
   // c_attn's rows are [q (n_head x D); k (n_kv_head x D); v (n_kv_head x D)].
   Linear c_attn{nullptr}, c_proj{nullptr};
   torch::nn::Dropout resid_dropout{nullptr};
+
+ private:
+  // q, k and v [B, H, T, D] of x (rotated for positions offset.. with rotary positions), and the
+  // query width n_head x D.
+  struct Heads {
+    torch::Tensor q, k, v;
+    int64_t width;
+  };
+  Heads project(const torch::Tensor& x, int64_t offset);
 };
 TORCH_MODULE(CausalSelfAttention);
 

@@ -54,7 +54,7 @@ TEST_CASE("eval: the loss over every window of a file equals transformers' on th
   REQUIRE(trained.exit_code == 0);
   REQUIRE(run_gputrain({"export", dir.file("run"), "--out", dir.file("hf")}).exit_code == 0);
 
-  const json ours = eval_json(dir, "'" + dir.file("run") + "' --data '" + text + "' --batch-size 7");
+  const json ours = eval_json(dir, shell_quoted(dir.file("run")) + " --data '" + text + "' --batch-size 7");
   const CommandResult ref = run_python({std::string(GPUTRAIN_SOURCE_DIR) + "/tests/reference/hf_interop.py", "textloss",
                                         dir.file("hf"), text, dir.file("ref.json"), "32"});
   INFO(ref.output);
@@ -70,7 +70,7 @@ TEST_CASE("eval: the loss over every window of a file equals transformers' on th
   CHECK(ours["step"] == 20);
 
   // Two processes read a share each; the sums are the same dataset's.
-  const json two = eval_json(dir, "'" + dir.file("run") + "' --data '" + text + "' --nproc-per-node 2");
+  const json two = eval_json(dir, shell_quoted(dir.file("run")) + " --data '" + text + "' --nproc-per-node 2");
   CHECK(two["world_size"] == 2);
   CHECK(two["tokens"] == ours["tokens"]);
   CHECK(two["windows"] == ours["windows"]);
@@ -91,7 +91,7 @@ TEST_CASE("eval: train.eval_full evaluates every window of data.eval, as gputrai
   INFO(r.output);
   REQUIRE(r.exit_code == 0);
   const double trained = read_json(dir.file("run/summary.json"))["eval_loss"].get<double>();
-  const json full = eval_json(dir, "'" + dir.file("run") + "'");  // the recipe's data.eval
+  const json full = eval_json(dir, shell_quoted(dir.file("run")));  // the recipe's data.eval
   CHECK(full["data"] == "data.eval");
   CHECK(full["windows"] == 187);
   CHECK(trained == Approx(full["loss"].get<double>()).epsilon(1e-5));  // metrics round to 6 digits
@@ -100,10 +100,7 @@ TEST_CASE("eval: train.eval_full evaluates every window of data.eval, as gputrai
 TEST_CASE("eval: what cannot be evaluated is an exit-2 error saying why", "[eval]") {
   TempDir dir;
   // The quickstart's data is synthetic and endless.
-  REQUIRE(
-      run_gputrain({"run", "--output-dir", dir.file("quick"), "--set", "train.max_steps=2", "--set",
-                    "train.eval_every=0", "--set", "optim.schedule.warmup_steps=0", "--set", "metrics.progress=off"})
-          .exit_code == 0);
+  REQUIRE(run_quickstart_briefly(dir.file("quick")).exit_code == 0);
   auto synthetic = run_gputrain({"eval", dir.file("quick")});
   CHECK(synthetic.exit_code == 2);
   CHECK_THAT(synthetic.output, Contains("synthetic") && Contains("fix:"));

@@ -54,9 +54,9 @@ void check_hf_folder_greedy(const std::string& cls, const json& config) {
                                           dir.file("logits.safetensors"), spec.dump()});
   INFO(saved.output);
   REQUIRE(saved.exit_code == 0);
-  const json ours = generate_json(dir, "'" + dir.file("base") +
-                                           "' --tokenizer bytes --prompt 'To be, or not' --temperature 0 "
-                                           "--max-new-tokens 24");
+  const json ours =
+      generate_json(dir, shell_quoted(dir.file("base")) +
+                             " --tokenizer bytes --prompt 'To be, or not' --temperature 0 --max-new-tokens 24");
   REQUIRE(ours["prompt_ids"].size() == 14);  // the bytes tokenizer's end-of-text, then 13 bytes
   const json& sample = ours["samples"][0];
   INFO(sample.dump());
@@ -126,7 +126,7 @@ TEST_CASE("generate: a trained run's greedy text equals transformers' on its exp
   INFO(exported.output);
   REQUIRE(exported.exit_code == 0);
 
-  const std::string greedy_args = "'" + run + "' --prompt 'ROMEO:' --temperature 0 --max-new-tokens 30";
+  const std::string greedy_args = shell_quoted(run) + " --prompt 'ROMEO:' --temperature 0 --max-new-tokens 30";
   const json greedy = generate_json(dir, greedy_args);
   CHECK(greedy["step"] == 30);
   CHECK(greedy["prompt_ids"] == json::array({'R', 'O', 'M', 'E', 'O', ':'}));  // text data: raw bytes, no framing
@@ -142,11 +142,12 @@ TEST_CASE("generate: a trained run's greedy text equals transformers' on its exp
   REQUIRE(piped.exit_code == 0);
   CHECK(json::parse(read_file(dir.file("piped")))["samples"][0]["ids"] == greedy["samples"][0]["ids"]);
   // top-k 1 is greedy whatever the temperature.
-  CHECK(generate_json(dir, "'" + run + "' --prompt 'ROMEO:' --top-k 1 --max-new-tokens 30")["samples"][0]["ids"] ==
-        greedy["samples"][0]["ids"]);
+  CHECK(
+      generate_json(dir, shell_quoted(run) + " --prompt 'ROMEO:' --top-k 1 --max-new-tokens 30")["samples"][0]["ids"] ==
+      greedy["samples"][0]["ids"]);
 
   // Sampling: the same seed draws the same samples, another seed others; --num-samples draws a batch.
-  const std::string sampled = "'" + run + "' --prompt 'ROMEO:' --temperature 1 --top-p 0.95 --max-new-tokens 20";
+  const std::string sampled = shell_quoted(run) + " --prompt 'ROMEO:' --temperature 1 --top-p 0.95 --max-new-tokens 20";
   const json a = generate_json(dir, sampled + " --seed 5 --num-samples 3");
   REQUIRE(a["samples"].size() == 3);
   CHECK(a == generate_json(dir, sampled + " --seed 5 --num-samples 3"));
@@ -158,7 +159,7 @@ TEST_CASE("generate: a trained run's greedy text equals transformers' on its exp
                  Contains("=== sample 3 (max_new_tokens) ===\n"));
 
   // The model's 64 positions end a long generation.
-  const json full = generate_json(dir, "'" + run + "' --prompt 'ROMEO:' --temperature 0 --max-new-tokens 500");
+  const json full = generate_json(dir, shell_quoted(run) + " --prompt 'ROMEO:' --temperature 0 --max-new-tokens 500");
   CHECK(full["samples"][0]["stop"] == "context");
   CHECK(full["samples"][0]["ids"].size() == 64 - 6);
 }
@@ -166,10 +167,7 @@ TEST_CASE("generate: a trained run's greedy text equals transformers' on its exp
 TEST_CASE("generate: what cannot be generated from is an exit-2 error saying why", "[generate]") {
   TempDir dir;
   // The quickstart trains on synthetic token ids: no text to give them.
-  REQUIRE(
-      run_gputrain({"run", "--output-dir", dir.file("quick"), "--set", "train.max_steps=2", "--set",
-                    "train.eval_every=0", "--set", "optim.schedule.warmup_steps=0", "--set", "metrics.progress=off"})
-          .exit_code == 0);
+  REQUIRE(run_quickstart_briefly(dir.file("quick")).exit_code == 0);
   auto synthetic = run_gputrain({"generate", dir.file("quick"), "--prompt", "hello"});
   CHECK(synthetic.exit_code == 2);
   CHECK_THAT(synthetic.output, Contains("synthetic") && Contains("fix:"));
