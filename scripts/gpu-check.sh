@@ -36,7 +36,7 @@ if [[ "${1:-}" == "--pack" ]]; then  # on a development machine, after building 
   P=.deps/prebuilt; rm -rf "$P"; mkdir -p "$P/lib" "$P/tests"
   cp build/gputrain "$P/" && cp build/tests/gputrain_gpu_tests "$P/tests/" || exit 1
   for l in libyaml-cpp.so.0.7 libspdlog.so.1.10 libfmt.so.9 libpcre2-8.so.0 libutf8proc.so.2 \
-           libsentencepiece.so.0 libzstd.so.1 libprotobuf-lite.so.32; do cp -L "/lib/x86_64-linux-gnu/$l" "$P/lib/"; done
+           libsentencepiece.so.0 libzstd.so.1; do cp -L "/lib/x86_64-linux-gnu/$l" "$P/lib/"; done
   # Arrow and Parquet as the pyarrow wheel ships them (62 MB): compressed, or the carry passes its 64 MiB.
   arrow_dir="$(dirname "$(ldd build/gputrain | awk '/libarrow.so/ {print $3}')")"
   tar -C "$arrow_dir" -cJf "$P/arrow-libs.tar.xz" $(cd "$arrow_dir" && ls libarrow.so.[0-9]* libparquet.so.[0-9]*) || exit 1

@@ -2,7 +2,7 @@
 # Installs what gputrain needs on Debian 12 and is quick when all is there:
 #  - Debian packages: compiler, CMake, yaml-cpp, CLI11, spdlog, nlohmann-json, Catch2, ccache,
 #    clang-format (the formatting test), PCRE2, utf8proc and SentencePiece (tokenizer files), zlib and
-#    zstd (compressed JSONL), protobuf-lite and protoc (TensorBoard's event messages), headless Chromium
+#    zstd (compressed JSONL), headless Chromium
 #    (the report test renders `gputrain report`'s page)
 #  - a Python virtual environment with the pip torch package (LibTorch with
 #    CUDA, pinned), pyarrow (Arrow/Parquet C++ for data prepare), HF tokenizers (the tests' reference GPT-2 encoder),
@@ -40,7 +40,7 @@ source "$(dirname "$0")/env.sh"
 APT_PACKAGES=(build-essential cmake git pkg-config python3 python3-venv python3-pip
               libyaml-cpp-dev libcli11-dev libspdlog-dev libfmt-dev nlohmann-json3-dev catch2 ccache
               clang-format libpcre2-dev libutf8proc-dev libsentencepiece-dev libzstd-dev zlib1g-dev
-              libprotobuf-dev protobuf-compiler chromium-headless-shell)
+              chromium-headless-shell)
 
 # LibTorch's CUDA CMake package needs the CUDA 13 toolkit at build time (README "Set up").
 if ! command -v nvcc >/dev/null 2>&1; then

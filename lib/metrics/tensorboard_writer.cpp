@@ -8,7 +8,7 @@
 #include <cstring>
 #include <vector>
 
-#include "metrics/tensorboard_proto/event_codec.h"
+#include "metrics/tensorboard_event.h"
 #include "metrics/tfrecord.h"
 #include "util/error.h"
 
@@ -43,7 +43,7 @@ fs::path new_event_file(const fs::path& dir) {
 // An event of an earlier file that a run continued from `step` keeps: scalars up to the step,
 // texts (the recipe, the summary) before it, since the continued run writes its own at the step.
 bool kept(const std::string& bytes, int64_t step, const std::string& file) {
-  const auto e = tensorboard_proto::read_event_head(bytes);
+  const auto e = tensorboard_event::read_event_head(bytes);
   if (!e)
     throw runtime_error("'" + file + "' holds a record that is not a TensorBoard event\n    fix: delete the file");
   if (!e->summary) return false;  // file versions: the new file has its own
@@ -55,7 +55,7 @@ void write_all(std::FILE* f, const std::string& bytes, const fs::path& path) {
     throw runtime_error("cannot write '" + path.string() + "': " + std::strerror(errno));
 }
 
-void add_scalars(std::vector<tensorboard_proto::Scalar>& out, const std::string& tag, const nlohmann::ordered_json& v) {
+void add_scalars(std::vector<tensorboard_event::Scalar>& out, const std::string& tag, const nlohmann::ordered_json& v) {
   if (v.is_number()) out.push_back({tag, v.get<float>()});
   if (v.is_object())
     for (auto it = v.begin(); it != v.end(); ++it) add_scalars(out, tag + "/" + it.key(), it.value());
@@ -86,7 +86,7 @@ TensorBoardWriter::TensorBoardWriter(const fs::path& dir, std::optional<int64_t>
   path_ = new_event_file(dir);
   file_ = std::fopen(path_.c_str(), "wb");
   if (file_ == nullptr) throw runtime_error("cannot write '" + path_.string() + "': " + std::strerror(errno));
-  std::string head = frame_tfrecord(tensorboard_proto::file_version_event(now_s()));
+  std::string head = frame_tfrecord(tensorboard_event::file_version_event(now_s()));
   if (keep_through_step)
     for (const fs::path& f : earlier)
       for (const std::string& r : read_tfrecords(f.string()))
@@ -103,14 +103,14 @@ TensorBoardWriter::~TensorBoardWriter() {
 void TensorBoardWriter::write(const std::string& event_bytes) { write_all(file_, frame_tfrecord(event_bytes), path_); }
 
 void TensorBoardWriter::scalars(const nlohmann::ordered_json& record) {
-  std::vector<tensorboard_proto::Scalar> values;
+  std::vector<tensorboard_event::Scalar> values;
   for (auto it = record.begin(); it != record.end(); ++it)
     if (it.key() != "step") add_scalars(values, tensorboard_tag(it.key()), it.value());
-  write(tensorboard_proto::scalars_event(now_s(), record.at("step").get<int64_t>(), values));
+  write(tensorboard_event::scalars_event(now_s(), record.at("step").get<int64_t>(), values));
 }
 
 void TensorBoardWriter::text(const std::string& tag, const std::string& text, int64_t step) {
-  write(tensorboard_proto::text_event(now_s(), step, tag, markdown_code_block(text)));
+  write(tensorboard_event::text_event(now_s(), step, tag, markdown_code_block(text)));
 }
 
 }  // namespace gputrain

@@ -1,7 +1,7 @@
 // TensorBoard's view of a run (metrics.tensorboard): event files under <output_dir>/tensorboard/
 // holding every number of metrics.jsonl as a scalar (train/<key>, eval/<key> for eval_<key>), and
 // texts (the resolved recipe, the summary). TFRecord framing (metrics/tfrecord.h) around
-// TensorBoard's Event protobufs (metrics/tensorboard_event.proto, Debian's protobuf-lite).
+// TensorBoard's Event protobufs (metrics/tensorboard_event.h).
 #pragma once
 #include <cstdio>
 #include <filesystem>

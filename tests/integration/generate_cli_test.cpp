@@ -118,7 +118,7 @@ TEST_CASE("generate: greedy output from Hugging Face folders equals transformers
   }
 }
 
-TEST_CASE("generate: a trained run's greedy text equals transformers' on its export; sampling is seeded",
+TEST_CASE("generate: a trained run's greedy text equals transformers' on its export, and sampling is seeded",
           "[generate][python]") {
   TempDir dir;
   const std::string run = train_llama(dir);

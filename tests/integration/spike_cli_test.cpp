@@ -112,6 +112,8 @@ TEST_CASE("spike: rollback restores the last checkpoint's weights and optimizer 
     INFO(f);
     CHECK(checkpoint_file(zero, 23, f) == checkpoint_file(zero, 20, f));
   }
+  // Only rank 0 writes the run's files: one TensorBoard event file.
+  CHECK(std::distance(fs::directory_iterator(zero + "/tensorboard"), fs::directory_iterator()) == 1);
 
   // A second spike past train.spike_max_rollbacks (1) stops the run, saying what to do.
   auto capped = run_poisoned(recipe, dir.file("capped"), "22,24");

@@ -3,9 +3,11 @@
 // metrics.jsonl keys get, and a continued run's cut-back of earlier events.
 #include <catch2/catch.hpp>
 
+#include <fmt/format.h>
+
 #include <filesystem>
 
-#include "metrics/tensorboard_proto/event_codec.h"
+#include "metrics/tensorboard_event.h"
 #include "metrics/tensorboard_writer.h"
 #include "metrics/tfrecord.h"
 #include "test_util.h"
@@ -29,7 +31,7 @@ std::vector<std::pair<int64_t, bool>> summary_events(const fs::path& dir) {
   REQUIRE(files.size() == 1);
   std::vector<std::pair<int64_t, bool>> out;
   for (const std::string& r : read_tfrecords(files.front().string())) {
-    const auto head = tensorboard_proto::read_event_head(r);
+    const auto head = tensorboard_event::read_event_head(r);
     REQUIRE(head);
     if (head->summary) out.emplace_back(head->step, head->text);
   }
@@ -46,6 +48,39 @@ TEST_CASE("tensorboard: TFRecord frames carry TensorFlow's masked CRC-32C", "[me
   REQUIRE(framed.size() == 3 + 16);
   CHECK(framed.substr(0, 8) == std::string("\x03\0\0\0\0\0\0\0", 8));
   CHECK(framed.substr(12, 3) == "abc");
+}
+
+TEST_CASE("tensorboard: our Event bytes are those of the tensorboard package's own protobuf messages",
+          "[metrics][python]") {
+  const std::string script = R"(
+from tensorboard.compat.proto import event_pb2, summary_pb2, types_pb2
+version = event_pb2.Event(wall_time=1.5, file_version="brain.Event:2")
+scalars = event_pb2.Event(wall_time=1.5, step=7)
+for tag, value in (("train/loss", 2.25), ("eval/loss", -0.5)):
+    v = scalars.summary.value.add(); v.tag = tag; v.simple_value = value
+text = event_pb2.Event(wall_time=2.0, step=300)
+v = text.summary.value.add(); v.tag = "recipe"
+v.metadata.plugin_data.plugin_name = "text"; v.metadata.data_class = summary_pb2.DATA_CLASS_TENSOR
+v.tensor.dtype = types_pb2.DT_STRING; v.tensor.tensor_shape.SetInParent(); v.tensor.string_val.append(b"run: {name: x}")
+print(version.SerializeToString().hex(), scalars.SerializeToString().hex(), text.SerializeToString().hex())
+)";
+  const CommandResult r = run_python({"-c", script});
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  auto hex = [](const std::string& bytes) {
+    std::string out;
+    for (unsigned char c : bytes) out += fmt::format("{:02x}", c);
+    return out;
+  };
+  const std::string ours =
+      hex(tensorboard_event::file_version_event(1.5)) + " " +
+      hex(tensorboard_event::scalars_event(1.5, 7, {{"train/loss", 2.25f}, {"eval/loss", -0.5f}})) + " " +
+      hex(tensorboard_event::text_event(2.0, 300, "recipe", "run: {name: x}"));
+  CHECK(r.output == ours + "\n");
+  const auto head = tensorboard_event::read_event_head(tensorboard_event::text_event(2.0, 300, "recipe", "x"));
+  REQUIRE(head);
+  CHECK((head->step == 300 && head->summary && head->text));
+  CHECK_FALSE(tensorboard_event::read_event_head("\x0a\x05ab"));  // a length past the end
 }
 
 TEST_CASE("tensorboard: a torn last record is passed over and a corrupt one is refused", "[metrics]") {

@@ -1,13 +1,17 @@
-// TensorBoard's Event messages to and from bytes, with no protobuf type in sight: this folder is
-// its own target, compiled without LibTorch's include path (the pip torch ships an older protobuf's
-// headers there, which would shadow Debian's).
+// TensorBoard's Event messages to and from bytes: the protobuf wire format of the few fields of
+// TensorBoard's event.proto, summary.proto and tensor.proto that gputrain writes (field numbers in
+// tensorboard_event.cpp). Written by hand rather than with Debian's libprotobuf: linking a second
+// user of protobuf-lite into the binary beside SentencePiece's made SentencePiece crash in
+// protobuf's arena (the executable's copies of protobuf's globals), and these messages need only
+// varints, fixed-width numbers and length-delimited fields. Tests compare the bytes with the
+// tensorboard package's own serialization and read the files back with its loader.
 #pragma once
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
 
-namespace gputrain::tensorboard_proto {
+namespace gputrain::tensorboard_event {
 
 struct Scalar {
   std::string tag;
@@ -27,4 +31,4 @@ struct EventHead {
 };
 std::optional<EventHead> read_event_head(const std::string& bytes);
 
-}  // namespace gputrain::tensorboard_proto
+}  // namespace gputrain::tensorboard_event
