@@ -83,14 +83,14 @@ TensorBoardWriter::TensorBoardWriter(const fs::path& dir, std::optional<int64_t>
   fs::create_directories(dir, ec);
   if (ec) throw runtime_error("cannot create '" + dir.string() + "': " + ec.message());
   const std::vector<fs::path> earlier = event_files(dir);
-  path_ = new_event_file(dir);
-  file_ = std::fopen(path_.c_str(), "wb");
-  if (file_ == nullptr) throw runtime_error("cannot write '" + path_.string() + "': " + std::strerror(errno));
   std::string head = frame_tfrecord(tensorboard_event::file_version_event(now_s()));
-  if (keep_through_step)
+  if (keep_through_step)  // read (and checked) before anything is written
     for (const fs::path& f : earlier)
       for (const std::string& r : read_tfrecords(f.string()))
         if (kept(r, *keep_through_step, f.string())) head += frame_tfrecord(r);
+  path_ = new_event_file(dir);
+  file_ = std::fopen(path_.c_str(), "wb");
+  if (file_ == nullptr) throw runtime_error("cannot write '" + path_.string() + "': " + std::strerror(errno));
   write_all(file_, head, path_);
   ::fsync(fileno(file_));  // the kept events are on disk before their old files go
   for (const fs::path& f : earlier) fs::remove(f, ec);

@@ -37,9 +37,11 @@ DataSourceSettings data_source(const EvalCommandOptions& o, const Settings& save
   return d;
 }
 
-// The run folder a result belongs in: `where` itself, or the run holding the checkpoint.
-std::optional<fs::path> run_folder(const fs::path& where, const fs::path& checkpoint) {
-  for (const fs::path& p : {where, checkpoint.parent_path().parent_path()})
+// The run folder a result belongs in: `where` itself, or the run holding the checkpoint (none for
+// a Hugging Face folder).
+std::optional<fs::path> run_folder(const fs::path& where, const InferenceModel& m) {
+  if (m.hf_folder) return std::nullopt;
+  for (const fs::path& p : {where, m.source.parent_path().parent_path()})
     if (fs::exists(p / "metrics.jsonl")) return p;
   return std::nullopt;
 }
@@ -101,7 +103,7 @@ std::optional<json> evaluate_dataset(const EvalCommandOptions& o) {
             {"tokens_per_s", seconds > 0 ? static_cast<double>(t.targets) / seconds : 0.0}};
   if (world.rank != 0) return std::nullopt;
   if (!o.out.empty()) write_file_atomic(o.out, j.dump(2) + "\n");
-  if (const auto run = run_folder(o.where, m.source)) {
+  if (const auto run = run_folder(o.where, m)) {
     const fs::path file = *run / "eval.jsonl";
     if (std::FILE* f = std::fopen(file.c_str(), "a")) {
       const std::string line = j.dump() + "\n";
