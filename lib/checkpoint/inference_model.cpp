@@ -55,7 +55,8 @@ InferenceModel from_checkpoint(const fs::path& where, torch::Device device, torc
 
 }  // namespace
 
-InferenceModel load_inference_model(const fs::path& where, torch::Device device, torch::ScalarType dtype) {
+InferenceModel load_inference_model(const fs::path& where, torch::Device device) {
+  const torch::ScalarType dtype = device.is_cuda() ? torch::kBFloat16 : torch::kFloat;
   std::error_code ec;
   if (!fs::is_directory(where, ec))
     throw data_error("'" + where.string() + "' is not a folder\n    fix: name a run's output folder, a checkpoint " +

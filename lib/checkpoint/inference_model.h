@@ -12,13 +12,14 @@ namespace gputrain {
 
 struct InferenceModel {
   Settings settings;   // the run's recipe; for a Hugging Face folder, the defaults with its config.json's shapes
-  Gpt model{nullptr};  // in eval mode, on the device, in the dtype asked for
+  Gpt model{nullptr};  // in eval mode, on the device
   std::filesystem::path source;                    // the checkpoint or the model folder read
   std::optional<std::filesystem::path> hf_folder;  // where the weights came from a Hugging Face folder
   int64_t step = 0;                                // the checkpoint's step (0 for a Hugging Face folder)
 };
 
-// Throws a data Error naming `where` when it is neither, or its files do not fit.
-InferenceModel load_inference_model(const std::filesystem::path& where, torch::Device device, torch::ScalarType dtype);
+// Weights in bfloat16 on a GPU, float32 on the CPU. Throws a data Error naming `where` when it is
+// neither, or its files do not fit.
+InferenceModel load_inference_model(const std::filesystem::path& where, torch::Device device);
 
 }  // namespace gputrain
