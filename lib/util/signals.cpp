@@ -10,6 +10,7 @@ namespace gputrain {
 namespace {
 
 std::atomic<int> g_signal{0};
+pid_t g_parent = 0;  // the parent when the handlers were installed (a launcher, a shell)
 
 const std::vector<std::pair<std::string, int>>& signal_table() {
   static const std::vector<std::pair<std::string, int>> t = {{"SIGTERM", SIGTERM}, {"SIGUSR1", SIGUSR1},
@@ -18,9 +19,14 @@ const std::vector<std::pair<std::string, int>>& signal_table() {
   return t;
 }
 
-extern "C" void on_stop_signal(int sig) {
+extern "C" void on_stop_signal(int sig, siginfo_t* info, void*) {
   int expected = 0;
-  if (!g_signal.compare_exchange_strong(expected, sig)) _exit(128 + sig);  // second signal: stop now
+  if (!g_signal.compare_exchange_strong(expected, sig)) {
+    // A dead parent's death signal (PR_SET_PDEATHSIG, parallel/launcher.cpp) comes once per thread
+    // of the parent as each exits, after we were handed to another: those repeats are not a second signal.
+    if (info != nullptr && info->si_code == SI_USER && info->si_pid == g_parent && getppid() != g_parent) return;
+    _exit(128 + sig);  // second signal: stop now
+  }
   static const char msg[] = "\ngputrain: stopping after this step (signal again to exit now)\n";
   (void)!write(STDERR_FILENO, msg, sizeof msg - 1);
 }
@@ -51,8 +57,10 @@ std::string signal_name(int sig) {
 
 StopSignals::StopSignals(const std::vector<std::string>& preempt) {
   g_signal = 0;
+  g_parent = getppid();
   struct sigaction sa {};
-  sa.sa_handler = on_stop_signal;
+  sa.sa_sigaction = on_stop_signal;
+  sa.sa_flags = SA_SIGINFO;
   sigemptyset(&sa.sa_mask);
   std::vector<int> sigs = {SIGINT};
   for (const auto& name : preempt)

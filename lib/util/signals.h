@@ -2,7 +2,8 @@
 // (checkpoint.preempt_signals, SIGTERM and SIGUSR1 by default: what SLURM,
 // Kubernetes and batch schedulers send before killing a job) preempt. Either
 // asks the loop to finish the current step, save a checkpoint and write its
-// summary; a second signal of any of them exits at once.
+// summary; a second signal of any of them exits at once (a dead launcher's death notice,
+// repeated by the kernel for each of its threads, counts once).
 #pragma once
 #include <signal.h>
 

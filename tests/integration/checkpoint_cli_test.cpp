@@ -234,6 +234,34 @@ TEST_CASE("checkpoint: SIGINT saves and exits 130, and a second signal exits at 
   CHECK(list_checkpoints(fs::path(out2) / "checkpoints").complete.empty());
 }
 
+// A SIGKILLed launcher's workers were told of its death once per launcher thread; the repeat made
+// them exit at once, unsaved (parallel_cli_test's SIGKILL case failed now and then under load).
+TEST_CASE("checkpoint: a parent's death told twice (once per parent thread) still saves and stops as preempted",
+          "[checkpoint][cli]") {
+  TempDir dir;
+  write_file(dir.file("r.yaml"), tiny_recipe());
+  const std::string out = dir.file("o");
+  // Steps far longer than the 0.02 s between the two notices, as in the case above.
+  std::vector<std::string> args = {std::string(GPUTRAIN_SOURCE_DIR) + "/tests/scripts/two_thread_parent.py",
+                                   out + "/metrics.jsonl",
+                                   "2",
+                                   GPUTRAIN_BINARY,
+                                   "run",
+                                   dir.file("r.yaml"),
+                                   "--output-dir",
+                                   out};
+  for (const char* set :
+       {"train.max_steps=1000000", "train.log_every=1", "model.d_model=256", "model.n_layer=4", "model.seq_len=128"})
+    args.insert(args.end(), {"--set", set});
+  const auto r = run_python(args);  // returns once the run (holding its output pipe) has ended
+  INFO(r.output);
+  REQUIRE(fs::exists(out + "/summary.json"));
+  const auto s = read_json(out + "/summary.json");
+  CHECK(s["status"] == "preempted");
+  CHECK(s["stop_reason"] == "SIGTERM");
+  CHECK(newest_checkpoint(out).filename() == step_dir(s["steps"].get<int64_t>()));
+}
+
 TEST_CASE("checkpoint: SIGKILL at any moment, during saves included, leaves a good checkpoint to resume",
           "[checkpoint][cli]") {
   TempDir dir;
