@@ -5,6 +5,7 @@
 
 #include "optim/optimizer.h"
 #include "parallel/expert_parallel.h"
+#include "parallel/fully_sharded.h"
 #include "parallel/tensor_transfer.h"
 
 namespace gputrain {
@@ -16,6 +17,17 @@ CheckpointShards gather_checkpoint(ParallelRun& par, const Optimizer& optimizer)
   std::vector<NamedTensor> state;
   for (const auto& e : optimizer.state()) state.push_back({e.name, e.tensor});
   CheckpointShards out;
+  if (FullyShardedModel* sharded = par.fully_sharded()) {
+    // ZeRO-3: every tensor's rows from every rank (each rank takes part in each gather).
+    std::vector<NamedTensor> model;
+    for (const auto& w : par.weights()) model.push_back({w.name, sharded->whole_of(w.name, w.tensor)});
+    for (auto& e : state) e.tensor = sharded->whole_of(e.name.substr(0, e.name.rfind('.')), e.tensor);
+    if (world.rank == 0) {
+      out.model.push_back(std::move(model));
+      out.optimizer.push_back(std::move(state));
+    }
+    return out;
+  }
   // Which ranks hold what rank 0 needs: each (stage, tp shard)'s model from
   // the first dp replica; its optimizer state from there too, or from every
   // dp rank under ZeRO. Under expert parallelism the other ranks of the first

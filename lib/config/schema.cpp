@@ -870,8 +870,13 @@ void add_parallel_fields(std::vector<FieldSpec>& f) {
   f.push_back(float_field(KEY(parallel.bucket_mb), FloatRange{0, 4096, true},
                           "gradient all-reduce bucket size in MiB; a full bucket is sent while backward goes on")
                   .resume(ResumePolicy::kReported));
-  f.push_back(int_field(KEY(parallel.zero), 0, 2,
-                        "ZeRO stage: 0 = every rank holds everything; 1 = optimizer state sharded; 2 = gradients too")
+  f.push_back(int_field(KEY(parallel.zero), 0, 3,
+                        "ZeRO stage: 0 = every rank holds everything; 1 = optimizer state sharded; 2 = gradients "
+                        "too; 3 = weights too (fully sharded: each unit gathered only while in use)")
+                  .resume(ResumePolicy::kReported));
+  f.push_back(bool_field(KEY(parallel.reshard_after_forward),
+                         "zero 3: free each unit's gathered weights after its forward and gather them again for "
+                         "its backward (false: keep them until the backward, more memory, less communication)")
                   .resume(ResumePolicy::kReported));
   f.push_back(bool_field(KEY(parallel.offload_optimizer),
                          "CUDA: keep optimizer state and run the update on the CPU (pinned memory)")

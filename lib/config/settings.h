@@ -276,9 +276,10 @@ struct ParallelSettings {
   int64_t ep = 1;  // expert-parallel degree: each mixture layer's experts split over ep data-parallel ranks
   CommBackend backend = CommBackend::kAuto;  // auto = NCCL on CUDA, Gloo on the CPU
   double bucket_mb = 25;                     // gradients are all-reduced in buckets of about this size, during backward
-  int64_t zero = 0;                          // 0 = replicated; 1 = shard optimizer state; 2 = also gradients
-  bool offload_optimizer = false;            // optimizer state and update on the CPU (CUDA runs)
-  double timeout_s = 300;                    // a collective (or the rendezvous) that takes longer ends the run
+  int64_t zero = 0;                   // 0 = replicated; 1 = shard optimizer state; 2 = also gradients; 3 = also weights
+  bool reshard_after_forward = true;  // zero 3: free a unit's gathered weights after its forward
+  bool offload_optimizer = false;     // optimizer state and update on the CPU (CUDA runs)
+  double timeout_s = 300;             // a collective (or the rendezvous) that takes longer ends the run
 };
 
 // Saving and resuming (checkpoint/, train/run_checkpoints.h).

@@ -325,6 +325,40 @@ void check_checkpoint(Checker& c) {
               "lower checkpoint.every");
 }
 
+// parallel.zero 3 shards every weight over the dp group; what holds weights in other forms
+// (tensor, pipeline and expert parallelism, offloaded or rolled-back state) is not combined with it yet,
+// nor the optimizers whose state is not elementwise (an exact row shard of it needs other rows).
+void check_fully_sharded(Checker& c) {
+  const ParallelSettings& p = c.s.parallel;
+  if (p.zero != 3) {
+    if (!p.reshard_after_forward)
+      c.warning("parallel.reshard_after_forward", "has no effect without parallel.zero: 3", "remove it");
+    return;
+  }
+  const std::string fix = "use parallel.zero: 2 with it (gradients and optimizer state sharded)";
+  if (p.tp > 1 || p.pp > 1 || p.ep > 1)
+    c.error("parallel.zero",
+            "3 is not combined with tensor, pipeline or expert parallelism (parallel.tp, pp, ep) in this version",
+            fix + ", or parallel.tp, pp and ep: 1");
+  if (p.offload_optimizer)
+    c.error("parallel.zero", "3 is not combined with parallel.offload_optimizer in this version", fix);
+  if (c.s.optim.name == OptimName::kAdafactor || c.s.optim.name == OptimName::kAdamW8bit)
+    c.error("parallel.zero",
+            "3 shards each weight by rows, and optim.name " +
+                std::string(c.s.optim.name == OptimName::kAdafactor ? "adafactor's column statistics"
+                                                                    : "adamw8bit's quantization blocks") +
+                " would then depend on the number of ranks",
+            "use optim.name: adamw, lion or sgd with parallel.zero: 3, or " + fix);
+  if (c.s.train.per_device_batch_size == 0)
+    c.error("train.per_device_batch_size",
+            "auto is not combined with parallel.zero: 3 in this version (its trial steps and memory plan "
+            "assume whole weights on every rank)",
+            "give a number, or use parallel.zero: 2");
+  if (c.s.train.spike_policy == SpikePolicy::kRollback)
+    c.error("train.spike_policy", "rollback restores whole weights in place, which parallel.zero: 3 holds as shards",
+            "use train.spike_policy: skip with parallel.zero: 3");
+}
+
 void check_parallel(Checker& c) {
   // The world size is known only when the run starts (parallel/grid.cpp checks dp x tp x pp against it).
   const ParallelSettings& p = c.s.parallel;
@@ -388,6 +422,7 @@ void check_parallel(Checker& c) {
             "2 cannot be combined with pipeline parallelism (parallel.pp: " + str(p.pp) +
                 ") and tied embeddings: the first and last stage must sum the embedding's whole gradients",
             "use parallel.zero: 1 (the optimizer state stays sharded), or model.tie_embeddings: false");
+  check_fully_sharded(c);
   if (p.pp == 1 && p.pp_microbatches > 0)
     c.warning("parallel.pp_microbatches", "has no effect without pipeline parallelism (parallel.pp: 1)", "remove it");
   if (p.offload_optimizer && c.s.run.device == "cpu")

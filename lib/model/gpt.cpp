@@ -191,9 +191,11 @@ GptImpl::GptImpl(const ModelSettings& c) : cfg(c) {
 torch::Tensor GptImpl::embed(const torch::Tensor& tokens) {
   const int64_t T = tokens.size(1);
   TORCH_CHECK(T <= cfg.seq_len, "sequence of ", T, " tokens exceeds model.seq_len ", cfg.seq_len);
+  if (unit_hooks) unit_hooks->before_forward(0);
   torch::Tensor x = transformer->wte(tokens);
   if (transformer->wpe) x = x + transformer->wpe(at::arange(T, tokens.options().dtype(at::kLong)));
-  return apply_dropout(transformer->drop, x);
+  x = apply_dropout(transformer->drop, x);
+  return unit_hooks ? unit_hooks->after_forward(0, {x})[0] : x;
 }
 
 // Blocks [first, last) with each block's last residual add deferred into the
@@ -205,12 +207,17 @@ static std::pair<torch::Tensor, torch::Tensor> run_blocks_deferred(GptImpl& m, t
   torch::Tensor pending;
   for (int64_t i = first; i < last; ++i) {
     auto* block = (*m.transformer->h)[static_cast<size_t>(i)]->as<Block>();
+    if (m.unit_hooks) m.unit_hooks->before_forward(i + 1);
     if (block->checkpoint) {
       if (pending.defined()) x = x + pending;
       x = checkpointed_block_forward(*block, x);
       pending = torch::Tensor();
     } else {
       std::tie(x, pending) = block->forward_deferred(x, pending);
+    }
+    if (m.unit_hooks) {
+      auto out = m.unit_hooks->after_forward(i + 1, {x, pending});
+      x = out[0], pending = out[1];
     }
   }
   return {x, pending};
@@ -223,9 +230,12 @@ torch::Tensor GptImpl::run_blocks(torch::Tensor x, int64_t first, int64_t last) 
 
 // ln_f of the stream x + pending, then the output head.
 static torch::Tensor logits_of(GptImpl& m, const torch::Tensor& x, const torch::Tensor& pending = {}) {
+  const int64_t unit = m.cfg.n_layer + 1;
+  if (m.unit_hooks) m.unit_hooks->before_forward(unit);
   auto y = m.transformer->ln_f->add_forward(x, pending).second;
-  return m.cfg.tie_embeddings ? at::linear(y, autocast_weight(m.transformer->wte->weight, m.head_weight_copy))
-                              : m.lm_head(y);
+  auto logits = m.cfg.tie_embeddings ? at::linear(y, autocast_weight(m.transformer->wte->weight, m.head_weight_copy))
+                                     : m.lm_head(y);
+  return m.unit_hooks ? m.unit_hooks->after_forward(unit, {logits})[0] : logits;
 }
 
 static torch::Tensor loss_of_logits(const torch::Tensor& logits, const torch::Tensor& targets) {
@@ -281,6 +291,19 @@ void GptImpl::reset_parameters() {
     else if (ends_with(".bias")) p.zero_();
     else p.fill_(1.0);  // norm scales
   }
+}
+
+std::vector<std::vector<std::string>> GptImpl::unit_parameter_names() const {
+  std::vector<std::vector<std::string>> units(static_cast<size_t>(cfg.n_layer + 2));
+  for (const auto& item : named_parameters(/*recurse=*/true)) {
+    const std::string& name = item.key();
+    size_t unit = units.size() - 1;  // the head: transformer.ln_f.*, lm_head.*
+    if (name.rfind("transformer.wte.", 0) == 0 || name.rfind("transformer.wpe.", 0) == 0) unit = 0;
+    else if (name.rfind("transformer.h.", 0) == 0)
+      unit = 1 + std::stoul(name.substr(std::string("transformer.h.").size()));
+    units[unit].push_back(name);
+  }
+  return units;
 }
 
 int64_t GptImpl::parameter_count() const {

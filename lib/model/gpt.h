@@ -30,6 +30,17 @@ struct KvCache {
   int64_t length = 0;                       // positions cached
 };
 
+// Called around each unit of a training or evaluation forward pass, in order: the embeddings
+// (unit 0), each block (1..n_layer), the head (n_layer + 1, ln_f and lm_head). Whoever keeps the
+// weights elsewhere between uses installs them (parallel/fully_sharded.h); the model knows not why.
+struct UnitHooks {
+  virtual ~UnitHooks() = default;
+  virtual void before_forward(int64_t unit) = 0;
+  // The unit's outputs (some may be undefined); returns them, maybe rerouted through autograd so
+  // that backward can ask for the weights again.
+  virtual std::vector<torch::Tensor> after_forward(int64_t unit, std::vector<torch::Tensor> outputs) = 0;
+};
+
 struct CausalSelfAttentionImpl : torch::nn::Module {
   // `rotary` (rotary positions) is shared by all blocks; null for learned positions.
   CausalSelfAttentionImpl(const ModelSettings& cfg, std::shared_ptr<RotaryEmbedding> rotary);
@@ -136,13 +147,16 @@ struct GptImpl : torch::nn::Module {
   void reset_parameters();
 
   int64_t parameter_count() const;  // unique parameters (tied weights once), frozen ones included
+  // The parameter names of each unit of UnitHooks (a tied head's weight is unit 0's wte).
+  std::vector<std::vector<std::string>> unit_parameter_names() const;
 
   ModelSettings cfg;
   GptBody transformer{nullptr};
   Linear lm_head{nullptr};  // only when embeddings are untied
   // Tied embeddings: the output head's bf16 copy of wte's weight, as LinearImpl::weight_copy.
   torch::Tensor head_weight_copy;
-  std::shared_ptr<MoeContext> moe;  // shared by the mixture layers; null without model.moe
+  std::shared_ptr<MoeContext> moe;        // shared by the mixture layers; null without model.moe
+  std::shared_ptr<UnitHooks> unit_hooks;  // null: the weights stay where they are
 };
 TORCH_MODULE(Gpt);
 

@@ -253,6 +253,14 @@ PendingCollective Communicator::broadcast(torch::Tensor& t, int root, const std:
   GPUTRAIN_LAUNCH(what, impl_->backend->broadcast(v, o));
 }
 
+PendingCollective Communicator::all_gather(torch::Tensor& out, torch::Tensor& in, const std::string& what) {
+  GPUTRAIN_LAUNCH(what, impl_->backend->_allgather_base(out, in, c10d::AllgatherOptions{}));
+}
+
+PendingCollective Communicator::reduce_scatter_sum(torch::Tensor& out, torch::Tensor& in, const std::string& what) {
+  GPUTRAIN_LAUNCH(what, impl_->backend->_reduce_scatter_base(out, in, c10d::ReduceScatterOptions{}));
+}
+
 PendingCollective Communicator::send(torch::Tensor& t, int dst, int tag, const std::string& what) {
   std::vector<at::Tensor> v{t};
   GPUTRAIN_LAUNCH(what, impl_->backend->send(v, dst, tag));

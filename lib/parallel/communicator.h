@@ -64,6 +64,10 @@ class Communicator {
   PendingCollective all_reduce_sum(torch::Tensor& t, const std::string& what);
   PendingCollective reduce_sum(torch::Tensor& t, int root, const std::string& what);
   PendingCollective broadcast(torch::Tensor& t, int root, const std::string& what);
+  // Every rank's `in` (equal sizes) into `out`, in rank order: out holds size() * in.numel() values.
+  PendingCollective all_gather(torch::Tensor& out, torch::Tensor& in, const std::string& what);
+  // The sum over ranks of `in` (size() equal parts, in rank order), this rank's part into `out`.
+  PendingCollective reduce_scatter_sum(torch::Tensor& out, torch::Tensor& in, const std::string& what);
   // Point to point (gathering sharded optimizer state for a checkpoint).
   PendingCollective send(torch::Tensor& t, int dst, int tag, const std::string& what);
   PendingCollective recv(torch::Tensor& t, int src, int tag, const std::string& what);

@@ -5,6 +5,7 @@
 #include "optim/grad_clip.h"
 #include "optim/optimizer.h"
 #include "parallel/expert_parallel.h"
+#include "parallel/fully_sharded.h"
 #include "parallel/tensor_parallel.h"
 #include "util/device.h"
 #include "util/error.h"
@@ -14,6 +15,7 @@ namespace gputrain {
 ParallelRun::ParallelRun(const World& world, const ParallelSettings& p, torch::Device device)
     : groups_(world, p, device),
       zero_(p.zero),
+      reshard_after_forward_(p.reshard_after_forward),
       bucket_mb_(p.bucket_mb),
       schedule_(p.pp_schedule),
       pp_microbatches_(p.pp_microbatches) {}
@@ -25,7 +27,7 @@ std::string ParallelRun::describe() const {
   int64_t mine = 0, total = 0, mine_tensors = 0;
   for (size_t i = 0; i < params_.size(); ++i) {
     total += params_[i].tensor.numel();
-    if (!zero_active() || owned_.count(params_[i].name)) {
+    if (!owns_whole_parameters() || owned_.count(params_[i].name)) {
       mine += params_[i].tensor.numel();
       ++mine_tensors;
     }
@@ -54,7 +56,13 @@ std::string ParallelRun::describe() const {
         "gradients reduced over {} replica(s)",
         first_expert_, first_expert_ + local_experts_ - 1, local_experts_ * groups_.grid().ep(), groups_.grid().ep(),
         groups_.grid().dp() / groups_.grid().ep());
-  if (zero_active())
+  if (fully_sharded_)
+    s += fmt::format(
+        "; ZeRO-3: this rank holds 1/{} of the rows of each of the {} parameter tensors ({:.1f}% of "
+        "the values), each unit's weights gathered only while in use{}",
+        groups_.dp()->size(), named_.size(), 100.0 / groups_.dp()->size(),
+        reshard_after_forward_ ? "" : " (kept from forward to backward)");
+  else if (zero_active())
     s += fmt::format("; ZeRO-{}: this rank updates {} of {} parameter tensors ({:.1f}% of the values){}", zero_,
                      mine_tensors, params_.size(), 100.0 * static_cast<double>(mine) / std::max<int64_t>(1, total),
                      zero_ == 2 ? " and keeps only their gradients" : "");
@@ -94,7 +102,21 @@ bool ParallelRun::stage_counts(const std::string& name) const {
   return !(tied_weight_.defined() && !stage_.embeds && name == "transformer.wte.weight");
 }
 
-void ParallelRun::attach(const std::vector<NamedTensor>& named_params) {
+void ParallelRun::attach(Gpt& model, const std::vector<NamedTensor>& named_params) {
+  if (zero_ == 3 && groups_.dp()) {
+    // Rank 0 of the dp group decides the weights, as below; then each rank keeps its rows.
+    broadcast_parameters(*groups_.dp(), named_params);
+    fully_sharded_ = std::make_shared<FullyShardedModel>(*groups_.dp(), model, reshard_after_forward_);
+    model->unit_hooks = fully_sharded_;
+    named_ = fully_sharded_->shards();
+    std::vector<NamedTensor> trainable;
+    for (const auto& p : named_)
+      if (p.tensor.requires_grad()) trainable.push_back(p);
+    params_ = in_gradient_order(trainable);
+    sharded_.assign(params_.size(), 0);
+    expert_.assign(params_.size(), 0);
+    return;
+  }
   named_ = named_params;
   // Frozen parameters (LoRA's base) have no gradients to reduce, clip or own.
   std::vector<NamedTensor> trainable;
@@ -140,6 +162,13 @@ void ParallelRun::replicate(Replicas& r, const std::vector<NamedTensor>& named) 
 }
 
 std::vector<ParamGroup> ParallelRun::owned_groups(std::vector<ParamGroup> groups) const {
+  if (fully_sharded_) {
+    std::map<std::string, torch::Tensor> shard;
+    for (const auto& p : named_) shard[p.name] = p.tensor;
+    for (auto& g : groups)
+      for (size_t i = 0; i < g.names.size(); ++i) g.params[i] = shard.at(g.names[i]);
+    return groups;
+  }
   const std::set<std::string>* mine = updated_names();
   if (!mine) return groups;
   std::vector<ParamGroup> out;
@@ -158,6 +187,10 @@ std::vector<ParamGroup> ParallelRun::owned_groups(std::vector<ParamGroup> groups
 }
 
 std::map<std::string, torch::Tensor> ParallelRun::owned_state(std::map<std::string, torch::Tensor> state) const {
+  if (fully_sharded_) {
+    for (auto& [key, t] : state) t = fully_sharded_->shard_of(key.substr(0, key.rfind('.')), t);
+    return state;
+  }
   const std::set<std::string>* mine = updated_names();
   if (!mine) return state;
   std::map<std::string, torch::Tensor> out;
@@ -210,6 +243,7 @@ torch::Tensor ParallelRun::pipeline_step(Gpt& model, const std::vector<Batch>& m
 }
 
 void ParallelRun::finish_backward() {
+  if (fully_sharded_) fully_sharded_->finish_backward();
   for (Replicas* r : {&dense_, &experts_})
     if (r->sync) r->sync->finish();
   // After the dp reduction: both copies of the tied embedding then hold the
@@ -253,13 +287,13 @@ torch::Tensor ParallelRun::clip_grad_norm(double max_norm, torch::Tensor* fold) 
   // One world all-reduce of the squared norm. A value is counted by one rank:
   // each pipeline stage its own parameters (the tied embedding on the first
   // stage), split parameters by every tp rank (each holds its own slice),
-  // replicated ones by tp rank 0; ZeRO-2 spreads the gradients over the
+  // replicated ones by tp rank 0; ZeRO-2 and 3 spread the gradients over the
   // replicas (each rank holds its own parameters'), otherwise dp rank 0 speaks
   // for the replicas, and for experts each rank of the first ep run for its own.
   std::vector<torch::Tensor> counted;
   for (size_t i = 0; i < params_.size(); ++i) {
     const bool replica_speaks =
-        zero_ == 2 || (expert_[i] ? groups_.coord().dp < groups_.grid().ep() : groups_.coord().dp == 0);
+        zero_ >= 2 || (expert_[i] ? groups_.coord().dp < groups_.grid().ep() : groups_.coord().dp == 0);
     if (replica_speaks && (sharded_[i] || groups_.coord().tp == 0) && stage_counts(params_[i].name))
       counted.push_back(params_[i].tensor);
   }

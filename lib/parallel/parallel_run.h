@@ -33,6 +33,7 @@
 namespace gputrain {
 
 class Optimizer;
+class FullyShardedModel;
 
 class ParallelRun {
  public:
@@ -67,12 +68,17 @@ class ParallelRun {
   const std::vector<TensorShard>& tensor_split() const { return split_; }
 
   // Data parallelism, after the above: the dp group's first rank's weights go to its other
-  // ranks, gradient hooks are installed and ZeRO ownership is decided.
-  void attach(const std::vector<NamedTensor>& named_params);
+  // ranks, gradient hooks are installed and ZeRO ownership is decided; under ZeRO-3 the model's
+  // weights become this rank's shards (weights() then names them).
+  void attach(Gpt& model, const std::vector<NamedTensor>& named_params);
+  // ZeRO-3's shards of the model; null otherwise.
+  FullyShardedModel* fully_sharded() const { return fully_sharded_.get(); }
 
-  // The optimizer's groups cut down to the parameters this rank updates (its stage's; ZeRO: its share).
+  // The optimizer's groups cut down to the parameters this rank updates (its stage's; ZeRO: its
+  // share; ZeRO-3: every parameter's shard in its place).
   std::vector<ParamGroup> owned_groups(std::vector<ParamGroup> groups) const;
-  // Saved optimizer state cut down the same way (a checkpoint holds all of it).
+  // Saved optimizer state cut down the same way (a checkpoint holds all of it; ZeRO-3: each
+  // tensor's rows of this rank's shard).
   std::map<std::string, torch::Tensor> owned_state(std::map<std::string, torch::Tensor> state) const;
 
   // The step's target-token count over every rank, for normalizing the loss.
@@ -117,6 +123,8 @@ class ParallelRun {
 
  private:
   bool zero_active() const { return zero_ > 0 && groups_.dp() != nullptr; }
+  // ZeRO-1 and 2: whole parameters owned by one rank each (ZeRO-3 shards every one instead).
+  bool owns_whole_parameters() const { return zero_active() && !fully_sharded_; }
   // Parameters kept equal over a group of ranks: their gradients are summed
   // there and ZeRO splits their ownership there. The dense parameters' group
   // is the dp group; under expert parallelism each expert's is its holders.
@@ -131,18 +139,19 @@ class ParallelRun {
   // The parameters this rank updates: ZeRO's owned share (of its stage's), or
   // its stage's under a pipeline; null when it updates the whole model it has.
   const std::set<std::string>* updated_names() const {
-    return zero_active() ? &owned_ : holds_part() ? &held_ : nullptr;
+    return owns_whole_parameters() ? &owned_ : holds_part() ? &held_ : nullptr;
   }
   // Whether this rank holds only some of the model's parameters (held_ names them).
   bool holds_part() const { return groups_.pp() || groups_.ep(); }
   // Whether ranks of one dp group hold different gradients (so norms and overflow need the world).
-  bool ranks_differ() const { return zero_ == 2 || groups_.tp() || groups_.pp() || groups_.ep(); }
+  bool ranks_differ() const { return zero_ >= 2 || groups_.tp() || groups_.pp() || groups_.ep(); }
   // Whether parameter `name`'s gradient is counted in the global norm by this
   // rank's stage: the tied embedding's copy on the last stage is not (the first stage's is).
   bool stage_counts(const std::string& name) const;
 
   ProcessGroups groups_;
   int64_t zero_;
+  bool reshard_after_forward_;
   double bucket_mb_;
   std::vector<TensorShard> split_;
   PipelineSchedule schedule_;
@@ -162,6 +171,7 @@ class ParallelRun {
   Replicas dense_;                                // over the dp group (all parameters but ep > 1's experts)
   Replicas experts_;                              // ep > 1: this rank's experts, over the expert replicas
   int64_t grad_bytes_ = 0;                        // gradients this rank held after the last reduction
+  std::shared_ptr<FullyShardedModel> fully_sharded_;  // ZeRO-3 (also the model's unit hooks)
 };
 
 }  // namespace gputrain

@@ -10,8 +10,8 @@ ParallelizedModel parallelize(Gpt& model, ParallelRun& par, const TrainSettings&
   par.keep_experts(model);
   ParallelizedModel out;
   out.recomputed_blocks = apply_activation_checkpointing(model, train.gradient_checkpointing, train.checkpoint_every);
-  out.params = par.held(module_weights(*model));
-  par.attach(out.params);
+  par.attach(model, par.held(module_weights(*model)));
+  out.params = par.weights();  // ZeRO-3: the shards
   return out;
 }
 

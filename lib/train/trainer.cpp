@@ -288,7 +288,8 @@ void Trainer::build_optimizer() {
   if (s_.parallel.offload_optimizer && !cuda && s_.run.device != "cpu")  // (validation warns for "cpu")
     spdlog::warn("parallel.offload_optimizer has no effect on the CPU (the optimizer state is there already)");
   optimizer_ = make_optimizer(groups, s_.optim);
-  copies_ = attach_weight_copies(model_, *optimizer_, *precision_, par_->runs_head());
+  // ZeRO-3's optimizer holds shards, not the weights the model multiplies by.
+  if (!par_->fully_sharded()) copies_ = attach_weight_copies(model_, *optimizer_, *precision_, par_->runs_head());
   if (copies_.tensors > 0)
     spdlog::info("bf16 weight copies: {} weights ({:.1f} MiB) kept by the optimizer, so autocast casts none of them",
                  copies_.tensors, mib(static_cast<double>(copies_.bytes)));

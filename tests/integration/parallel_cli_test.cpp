@@ -20,6 +20,7 @@
 #include "checkpoint/checkpoint_dir.h"
 #include "checkpoint/safetensors.h"
 #include "export_reference.h"
+#include "parallel_runs.h"
 #include "same_tensors.h"
 #include "test_util.h"
 #include "util/dir_lock.h"
@@ -27,117 +28,6 @@
 using namespace gputrain::test;
 using Catch::Contains;
 namespace fs = std::filesystem;
-
-namespace {
-
-// Real text, no dropout: 1 and 2 processes must see the same numbers.
-std::string dp_recipe() {
-  return "run: {name: dp, threads: 1}\n"
-         "model: {vocab_size: 256, seq_len: 32, n_layer: 2, n_head: 2, d_model: 32, dropout: 0.0}\n"
-         "data:\n"
-         "  train: {format: text, path: " +
-         shared_data("tinyshakespeare.txt") +
-         ", span: [0.0, 0.01]}\n"
-         "train: {per_device_batch_size: 4, max_steps: 20, log_every: 1}\n"
-         "optim: {lr: 3e-3, schedule: {warmup_steps: 2, decay_steps: 20}}\n"
-         "metrics: {progress: off}\n";
-}
-
-CommandResult train(const std::string& recipe, const std::string& out, int nproc,
-                    const std::vector<std::string>& sets) {
-  std::vector<std::string> args = {"run", recipe, "--output-dir", out};
-  if (nproc > 0) args.insert(args.end(), {"--nproc-per-node", std::to_string(nproc)});
-  for (const auto& s : sets) args.insert(args.end(), {"--set", s});
-  return run_gputrain(args);
-}
-
-std::vector<double> column(const std::string& out, const char* key) {
-  std::vector<double> v;
-  for (const auto& r : read_jsonl(out + "/metrics.jsonl")) v.push_back(r[key].get<double>());
-  return v;
-}
-
-double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b) {
-  REQUIRE(a.size() == b.size());
-  double m = 0;
-  for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::abs(a[i] - b[i]));
-  return m;
-}
-
-// A multi-process run to compare with one process: its recipe overrides and process count.
-struct Variant {
-  const char* name;
-  std::vector<std::string> sets;
-  int nproc = 2;
-};
-
-// Trains `v` into dir/<name> and checks its per-step losses and gradient
-// norms against the 1-process run's, within `tolerance`.
-CommandResult train_like_one_process(const TempDir& dir, const std::string& recipe, const Variant& v,
-                                     const std::vector<double>& loss1, const std::vector<double>& norm1,
-                                     double tolerance) {
-  auto r = train(recipe, dir.file(v.name), v.nproc, v.sets);
-  INFO(r.output);
-  REQUIRE(r.exit_code == 0);
-  CHECK(max_abs_diff(loss1, column(dir.file(v.name), "loss")) < tolerance);
-  CHECK(max_abs_diff(norm1, column(dir.file(v.name), "grad_norm")) < tolerance);
-  return r;
-}
-
-// Starts the launcher in the background, its output in `log`.
-int spawn_launcher(const std::string& recipe, const std::string& out, int nproc, const std::vector<std::string>& sets,
-                   const std::string& log) {
-  std::vector<std::string> args = {"run", recipe, "--output-dir", out, "--nproc-per-node", std::to_string(nproc)};
-  for (const auto& s : sets) args.insert(args.end(), {"--set", s});
-  const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  const int pid = spawn_gputrain(args, fd);
-  close(fd);
-  return pid;
-}
-
-// The pid of the launcher's worker with RANK=`rank`, or -1.
-int worker_pid(int launcher, int rank) {
-  for (const auto& e : fs::directory_iterator("/proc")) {
-    const std::string name = e.path().filename();
-    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::ifstream status(e.path() / "status");
-    std::string line;
-    int ppid = -1;
-    while (std::getline(status, line))
-      if (line.rfind("PPid:", 0) == 0) ppid = std::atoi(line.c_str() + 5);
-    if (ppid != launcher) continue;
-    std::ifstream env(e.path() / "environ");
-    std::string var;
-    while (std::getline(env, var, '\0'))
-      if (var == "RANK=" + std::to_string(rank)) return std::stoi(name);
-  }
-  return -1;
-}
-
-// A resumed run's `steps` losses are the uninterrupted run's last ones: bitwise
-// with tolerance 0, else within it.
-void check_continues(const std::vector<double>& straight, const std::vector<double>& resumed, size_t steps,
-                     double tolerance) {
-  REQUIRE(resumed.size() == steps);
-  const size_t start = straight.size() - steps;
-  for (size_t i = 0; i < steps; ++i) {
-    if (tolerance == 0) CHECK(resumed[i] == straight[start + i]);
-    else CHECK(std::abs(resumed[i] - straight[start + i]) < tolerance);
-  }
-}
-
-std::vector<std::string> with_resume(std::vector<std::string> sets, const std::string& checkpoint) {
-  sets.push_back("checkpoint.resume=" + checkpoint);
-  return sets;
-}
-
-size_t metric_lines(const std::string& out) {
-  std::error_code ec;
-  if (!fs::exists(out + "/metrics.jsonl", ec)) return 0;
-  return read_jsonl(out + "/metrics.jsonl").size();
-}
-
-}  // namespace
 
 TEST_CASE("parallel: 2 processes match 1 process with the same global batch, ZeRO-1 and ZeRO-2 included",
           "[parallel][cli][slow]") {

@@ -1,0 +1,258 @@
+#include "parallel/fully_sharded.h"
+
+#include <c10/core/StorageImpl.h>
+
+#include <algorithm>
+
+#include "util/error.h"
+
+namespace gputrain {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// A parameter's memory comes and goes while the tensor (and every view autograd saved of it)
+// stays: the storage is emptied and later refilled in place, as FSDP does.
+void free_storage(const torch::Tensor& t) {
+  c10::StorageImpl* s = t.storage().unsafeGetStorageImpl();
+  s->set_data_ptr_noswap(at::DataPtr(nullptr, t.device()));
+  s->set_nbytes(0);
+}
+
+void allocate_storage(const torch::Tensor& t) {
+  c10::StorageImpl* s = t.storage().unsafeGetStorageImpl();
+  const size_t bytes = static_cast<size_t>(t.numel()) * t.element_size();
+  if (s->nbytes() == bytes) return;
+  s->set_data_ptr_noswap(s->allocator()->allocate(bytes));
+  s->set_nbytes(bytes);
+}
+
+// A handle on `t`'s memory with its own version counter: filling it does not look, to autograd,
+// like an in-place change of the parameter its saved tensors came from.
+torch::Tensor writable_alias(const torch::Tensor& t) {
+  torch::Tensor alias = torch::empty({0}, t.options().requires_grad(false));
+  alias.set_(t.storage(), t.storage_offset(), t.sizes(), t.strides());
+  return alias;
+}
+
+}  // namespace
+
+FullyShardedModel::FullyShardedModel(Communicator& dp, Gpt& model, bool reshard_after_forward)
+    : dp_(dp), reshard_after_forward_(reshard_after_forward), tied_(model->cfg.tie_embeddings) {
+  torch::NoGradGuard no_grad;
+  const int64_t n = dp.size(), rank = dp.rank();
+  std::map<std::string, torch::Tensor> registered;
+  for (const auto& item : model->named_parameters(/*recurse=*/true)) registered[item.key()] = item.value();
+  const auto unit_names = model->unit_parameter_names();
+  units_.resize(unit_names.size());
+  for (size_t u = 0; u < unit_names.size(); ++u) {
+    std::map<torch::ScalarType, size_t> pack_of;
+    for (const auto& name : unit_names[u]) {
+      const torch::Tensor& p = registered.at(name);
+      if (p.dim() == 0) throw runtime_error("parallel.zero 3: parameter '" + name + "' is a scalar");
+      Param q;
+      q.name = name;
+      q.whole = p;
+      q.rows = p.size(0);
+      q.row_numel = q.rows > 0 ? p.numel() / q.rows : 0;
+      q.shard_rows = (q.rows + n - 1) / n;
+      auto [it, added] = pack_of.emplace(p.scalar_type(), units_[u].packs.size());
+      if (added) units_[u].packs.emplace_back();
+      Pack& pack = units_[u].packs[it->second];
+      q.packed_offset = pack.numel;
+      pack.numel += q.shard_numel();
+      if (p.requires_grad()) {
+        q.grad_offset = pack.grad_numel;
+        pack.grad_numel += q.shard_numel();
+      }
+      std::vector<int64_t> shape = p.sizes().vec();
+      shape[0] = q.shard_rows;
+      q.shard = torch::zeros(shape, p.options().requires_grad(false));
+      const int64_t first = rank * q.shard_rows;
+      const int64_t count = std::clamp<int64_t>(q.rows - first, 0, q.shard_rows);
+      if (count > 0) q.shard.narrow(0, 0, count).copy_(p.detach().narrow(0, first, count));
+      q.shard.set_requires_grad(p.requires_grad());
+      pack.params.push_back(params_.size());
+      by_name_[name] = params_.size();
+      params_.push_back(std::move(q));
+    }
+  }
+  for (auto& q : params_) free_storage(q.whole);
+  for (const auto& item : model->named_parameters(/*recurse=*/true))
+    shards_.push_back({item.key(), params_[by_name_.at(item.key())].shard});
+}
+
+FullyShardedModel::~FullyShardedModel() = default;
+
+void FullyShardedModel::start_gather(int64_t unit) {
+  Unit& u = units_[static_cast<size_t>(unit)];
+  if (u.gathered || u.in_flight) return;
+  for (Pack& pack : u.packs) {
+    std::vector<torch::Tensor> mine;
+    for (size_t i : pack.params) mine.push_back(params_[i].shard.detach().reshape({-1}));
+    pack.gather_in = torch::cat(mine);
+    pack.gather_out = torch::empty({dp_.size() * pack.numel}, pack.gather_in.options());
+    pack.gathering = dp_.all_gather(pack.gather_out, pack.gather_in, "gathering unit " + std::to_string(unit));
+    ++traffic_.gathers;
+    traffic_.gathered_mb += static_cast<double>(pack.gather_out.nbytes()) / (1024.0 * 1024.0);
+  }
+  u.in_flight = true;
+}
+
+void FullyShardedModel::gather(int64_t unit) {
+  Unit& u = units_[static_cast<size_t>(unit)];
+  if (u.gathered) return;
+  start_gather(unit);
+  torch::NoGradGuard no_grad;
+  const auto t0 = Clock::now();
+  for (Pack& pack : u.packs) pack.gathering.wait();
+  traffic_.gather_wait_s += seconds_since(t0);
+  for (Pack& pack : u.packs) {
+    const torch::Tensor ranks = pack.gather_out.view({dp_.size(), pack.numel});
+    for (size_t i : pack.params) {
+      const Param& q = params_[i];
+      allocate_storage(q.whole);
+      const torch::Tensor rows = ranks.narrow(1, q.packed_offset, q.shard_numel())
+                                     .reshape({dp_.size() * q.shard_rows, q.row_numel})
+                                     .narrow(0, 0, q.rows);
+      writable_alias(q.whole).view({q.rows, q.row_numel}).copy_(rows);
+    }
+    pack.gather_in = torch::Tensor();
+    pack.gather_out = torch::Tensor();
+  }
+  u.in_flight = false;
+  u.gathered = true;
+}
+
+void FullyShardedModel::reshard(int64_t unit) {
+  Unit& u = units_[static_cast<size_t>(unit)];
+  if (u.in_flight) {  // a prefetch nobody used: finish it (every rank started it) and drop it
+    for (Pack& pack : u.packs) {
+      pack.gathering.wait();
+      pack.gather_in = torch::Tensor();
+      pack.gather_out = torch::Tensor();
+    }
+    u.in_flight = false;
+  }
+  if (!u.gathered) return;
+  for (const Pack& pack : u.packs)
+    for (size_t i : pack.params) free_storage(params_[i].whole);
+  u.gathered = false;
+}
+
+void FullyShardedModel::reduce_gradients(int64_t unit) {
+  torch::NoGradGuard no_grad;
+  const auto t0 = Clock::now();
+  const int64_t n = dp_.size();
+  for (Pack& pack : units_[static_cast<size_t>(unit)].packs) {
+    if (pack.grad_numel == 0) continue;
+    // Rank r's part holds rows [r*c, (r+1)*c) of each gradient; missing gradients (an expert no
+    // token reached) and the padding are zeros.
+    torch::Tensor in = torch::zeros({n, pack.grad_numel}, params_[pack.params.front()].shard.options());
+    for (size_t i : pack.params) {
+      const Param& q = params_[i];
+      if (q.grad_offset < 0 || !q.whole.grad().defined()) continue;
+      torch::Tensor g = q.whole.grad().reshape({q.rows, q.row_numel});
+      g = torch::constant_pad_nd(g, {0, 0, 0, n * q.shard_rows - q.rows});
+      in.narrow(1, q.grad_offset, q.shard_numel()).copy_(g.view({n, q.shard_numel()}));
+    }
+    torch::Tensor out = torch::empty({pack.grad_numel}, in.options());
+    torch::Tensor flat = in.view({-1});
+    dp_.reduce_scatter_sum(out, flat, "reducing unit " + std::to_string(unit) + "'s gradients").wait();
+    ++traffic_.reductions;
+    traffic_.reduced_mb += static_cast<double>(in.nbytes()) / (1024.0 * 1024.0);
+    for (size_t i : pack.params) {
+      Param& q = params_[i];
+      if (q.grad_offset < 0) continue;
+      torch::Tensor part = out.narrow(0, q.grad_offset, q.shard_numel()).view(q.shard.sizes());
+      torch::Tensor& grad = q.shard.mutable_grad();
+      if (grad.defined()) grad.add_(part);
+      else grad = part.clone();
+      q.whole.mutable_grad() = torch::Tensor();
+    }
+  }
+  traffic_.reduce_s += seconds_since(t0);
+}
+
+void FullyShardedModel::finish_units_after(int64_t unit) {
+  for (int64_t v = static_cast<int64_t>(units_.size()) - 1; v > unit; --v) {
+    Unit& u = units_[static_cast<size_t>(v)];
+    if (!u.backward_pending) continue;
+    reduce_gradients(v);
+    u.backward_pending = false;
+    reshard(v);  // unit 0 (the tied embedding, which the head uses too) only once the whole backward is done
+  }
+}
+
+void FullyShardedModel::finish_backward() {
+  finish_units_after(-1);
+  for (int64_t v = 0; v < static_cast<int64_t>(units_.size()); ++v) reshard(v);
+}
+
+void FullyShardedModel::start_step() { traffic_ = ShardTraffic{}; }
+
+void FullyShardedModel::before_forward(int64_t unit) {
+  // The next micro-batch: the last one's first units are reduced first (the order every rank keeps).
+  if (unit == 0 && torch::GradMode::is_enabled()) finish_units_after(-1);
+  gather(unit);
+  if (valid(unit + 1)) start_gather(unit + 1);
+}
+
+std::vector<torch::Tensor> FullyShardedModel::after_forward(int64_t unit, std::vector<torch::Tensor> outputs) {
+  const bool grad = torch::GradMode::is_enabled();
+  const int64_t head = static_cast<int64_t>(units_.size()) - 1;
+  if (!grad) {  // evaluation: nothing comes back for these weights
+    if (unit == head || !(unit == 0 && tied_)) reshard(unit);
+    if (unit == head && tied_) reshard(0);
+    return outputs;
+  }
+  units_[static_cast<size_t>(unit)].backward_pending = true;
+  if (unit == head) return outputs;  // its backward starts at once
+  if (reshard_after_forward_ && !(unit == 0 && tied_)) reshard(unit);
+  // A hook on each output runs before the node that made it, so the first to fire comes before any
+  // of the unit's backward (as FSDP's pre-backward hooks); before_backward does its work once.
+  for (auto& t : outputs)
+    if (t.defined() && t.requires_grad())
+      t.register_hook([this, unit](const torch::Tensor& g) {
+        before_backward(unit);
+        return g;
+      });
+  return outputs;
+}
+
+void FullyShardedModel::before_backward(int64_t unit) {
+  finish_units_after(unit);
+  gather(unit);
+  if (valid(unit - 1) && units_[static_cast<size_t>(unit - 1)].backward_pending) start_gather(unit - 1);
+}
+
+torch::Tensor FullyShardedModel::shard_of(const std::string& name, const torch::Tensor& whole) const {
+  const auto it = by_name_.find(name);
+  if (it == by_name_.end()) return whole;
+  const Param& q = params_[it->second];
+  if (whole.sizes() != q.whole.sizes()) return whole;
+  const int64_t first = dp_.rank() * q.shard_rows;
+  const int64_t count = std::clamp<int64_t>(q.rows - first, 0, q.shard_rows);
+  std::vector<int64_t> shape = whole.sizes().vec();
+  shape[0] = q.shard_rows;
+  torch::Tensor shard = torch::zeros(shape, whole.options());
+  if (count > 0) shard.narrow(0, 0, count).copy_(whole.narrow(0, first, count));
+  return shard;
+}
+
+torch::Tensor FullyShardedModel::whole_of(const std::string& name, const torch::Tensor& shard) {
+  const auto it = by_name_.find(name);
+  if (it == by_name_.end()) return shard;
+  const Param& q = params_[it->second];
+  if (shard.sizes() != q.shard.sizes()) return shard;
+  torch::NoGradGuard no_grad;
+  torch::Tensor in = shard.detach().contiguous().view({-1});
+  torch::Tensor out = torch::empty({dp_.size() * in.numel()}, in.options());
+  dp_.all_gather(out, in, "gathering '" + name + "' for a checkpoint").wait();
+  std::vector<int64_t> shape = q.whole.sizes().vec();
+  shape[0] = dp_.size() * q.shard_rows;
+  return out.view(shape).narrow(0, 0, q.rows).clone();
+}
+
+}  // namespace gputrain

@@ -1,0 +1,100 @@
+// ZeRO stage 3 (fully sharded data parallelism, as FSDP2): each rank of the dp group keeps rows
+// [r*c, (r+1)*c) of every parameter (c = ceil(rows / N); the last rank's share padded with zeros).
+// That shard is the tensor the optimizer updates and a checkpoint gathers. The model's own
+// parameters become views into one buffer per unit (model/gpt.h UnitHooks: the embeddings, each
+// block, the head) whose memory exists only while the unit is in use: all-gathered just before its
+// forward (the next unit's gather already in flight), freed after it (parallel.reshard_after_forward),
+// gathered again before its backward, and freed once its gradients are reduce-scattered to their
+// owners (added to the shards' .grad). Tied embeddings keep unit 0 whole until the step's backward ends.
+#pragma once
+#include <torch/types.h>
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/gpt.h"
+#include "parallel/communicator.h"
+#include "util/named_tensor.h"
+
+namespace gputrain {
+
+// What the last step's gathers and reductions cost: how many, how much, and how long training
+// waited for them (the rest overlapped compute).
+struct ShardTraffic {
+  int64_t gathers = 0, reductions = 0;
+  double gathered_mb = 0, reduced_mb = 0;
+  double gather_wait_s = 0, reduce_s = 0;
+};
+
+class FullyShardedModel : public UnitHooks {
+ public:
+  // `model`'s parameters (whole and equal on every rank of `dp`) become shards. The caller
+  // installs it as the model's unit hooks.
+  FullyShardedModel(Communicator& dp, Gpt& model, bool reshard_after_forward);
+  ~FullyShardedModel() override;
+
+  // This rank's shards, named as the parameters, frozen ones included, in registration order.
+  const std::vector<NamedTensor>& shards() const { return shards_; }
+  // Rows [rank*c, (rank+1)*c) of a tensor shaped as parameter `name` (zero-padded): for optimizer
+  // state saved whole. Other tensors (scalars, step counters) come back as they are.
+  torch::Tensor shard_of(const std::string& name, const torch::Tensor& whole) const;
+  // The whole tensor of a shard-shaped tensor of parameter `name` (every rank calls it, in the
+  // same order): for checkpoints. Others come back as they are.
+  torch::Tensor whole_of(const std::string& name, const torch::Tensor& shard);
+
+  // After the last micro-batch's backward: every unit's gradients reduced, every unit freed.
+  void finish_backward();
+  void start_step();  // resets traffic()
+  const ShardTraffic& traffic() const { return traffic_; }
+
+  // UnitHooks
+  void before_forward(int64_t unit) override;
+  std::vector<torch::Tensor> after_forward(int64_t unit, std::vector<torch::Tensor> outputs) override;
+  // Called by autograd before unit `unit`'s backward (maybe more than once): the units after it are
+  // done (reduced, freed), this one is gathered, and the one before it starts gathering.
+  void before_backward(int64_t unit);
+
+ private:
+  struct Param {
+    std::string name;
+    torch::Tensor whole;  // the model's parameter: its storage is freed while resharded
+    torch::Tensor shard;  // [c, ...]: this rank's rows
+    int64_t rows = 0, shard_rows = 0, row_numel = 0;
+    int64_t packed_offset = 0;  // in a rank's packed shards of its pack
+    int64_t grad_offset = -1;   // in a rank's packed gradient shards (trainable only)
+    int64_t shard_numel() const { return shard_rows * row_numel; }
+  };
+  // A unit's parameters of one dtype, gathered and reduced as one flat tensor.
+  struct Pack {
+    std::vector<size_t> params;
+    int64_t numel = 0, grad_numel = 0;
+    PendingCollective gathering;  // a gather in flight
+    torch::Tensor gather_in, gather_out;
+  };
+  struct Unit {
+    std::vector<Pack> packs;
+    bool gathered = false;
+    bool in_flight = false;
+    bool backward_pending = false;  // its forward ran with gradients; not yet reduced
+  };
+  void start_gather(int64_t unit);
+  void gather(int64_t unit);  // waits for a prefetch, or gathers now
+  void reshard(int64_t unit);
+  void reduce_gradients(int64_t unit);
+  void finish_units_after(int64_t unit);  // units > unit whose backward ran
+  bool valid(int64_t unit) const { return unit >= 0 && unit < static_cast<int64_t>(units_.size()); }
+
+  Communicator& dp_;
+  bool reshard_after_forward_;
+  bool tied_;
+  std::vector<Param> params_;
+  std::map<std::string, size_t> by_name_;
+  std::vector<Unit> units_;
+  std::vector<NamedTensor> shards_;
+  ShardTraffic traffic_;
+};
+
+}  // namespace gputrain

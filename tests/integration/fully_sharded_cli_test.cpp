@@ -1,0 +1,145 @@
+// ZeRO-3 (parallel.zero: 3) on this machine (Gloo): 2 and 4 processes against one, the memory
+// each rank holds, resuming on other world sizes and stages, and what it is not combined with.
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "parallel_runs.h"
+#include "test_util.h"
+
+using namespace gputrain::test;
+using Catch::Contains;
+namespace fs = std::filesystem;
+
+TEST_CASE("parallel: ZeRO-3 with 2 and 4 processes matches 1 process, and each rank holds about 1/N",
+          "[parallel][cli][slow]") {
+  TempDir dir;
+  write_file(dir.file("r.yaml"), dp_recipe());
+  REQUIRE(train(dir.file("r.yaml"), dir.file("one"), 0, {}).exit_code == 0);
+  const auto loss1 = column(dir.file("one"), "loss");
+  const auto norm1 = column(dir.file("one"), "grad_norm");
+  const auto one = read_json(dir.file("one") + "/summary.json")["memory_per_rank"][0];
+
+  // Tolerance 1e-5: the same sums in another order (float32 reductions over ranks).
+  const std::vector<Variant> variants = {
+      {"dp2", {"train.per_device_batch_size=2", "parallel.zero=3"}},
+      {"dp4", {"train.per_device_batch_size=1", "parallel.zero=3"}, 4},
+      {"accum", {"train.per_device_batch_size=1", "train.grad_accum_steps=2", "parallel.zero=3"}},
+      // Recomputation replays each block inside its backward: the block's weights are gathered then.
+      {"recompute", {"train.per_device_batch_size=2", "parallel.zero=3", "train.gradient_checkpointing=full"}},
+      {"keep", {"train.per_device_batch_size=2", "parallel.zero=3", "parallel.reshard_after_forward=false"}},
+      {"clip", {"train.per_device_batch_size=2", "parallel.zero=3", "train.max_grad_norm=0.5"}},
+  };
+  for (const auto& v : variants) {
+    SECTION(v.name) {
+      std::vector<double> loss = loss1, norm = norm1;
+      if (std::string(v.name) == "clip") {  // its own reference: clipping changes the updates
+        REQUIRE(train(dir.file("r.yaml"), dir.file("one-clip"), 0, {"train.max_grad_norm=0.5"}).exit_code == 0);
+        loss = column(dir.file("one-clip"), "loss");
+        norm = column(dir.file("one-clip"), "grad_norm");
+      }
+      const auto r = train_like_one_process(dir, dir.file("r.yaml"), v, loss, norm, 1e-5);
+      CHECK_THAT(r.output, Contains("ZeRO-3: this rank holds 1/" + std::to_string(v.nproc)));
+      const auto s = read_json(dir.file(v.name) + "/summary.json");
+      CHECK(s["tokens"] == read_json(dir.file("one") + "/summary.json")["tokens"]);
+      const auto& m = s["memory_per_rank"];
+      REQUIRE(m.size() == static_cast<size_t>(v.nproc));
+      // Weights, gradients and optimizer state: each rank 1/N of one process's (rows padded up).
+      for (int r = 0; r < v.nproc; ++r)
+        for (const char* k : {"weights_mb", "grads_mb", "optimizer_state_mb"}) {
+          INFO(k << " of rank " << r);
+          CHECK(m[r][k].get<double>() < 1.15 * one[k].get<double>() / v.nproc);
+          CHECK(m[r][k].get<double>() > 0.9 * one[k].get<double>() / v.nproc);
+        }
+    }
+  }
+}
+
+TEST_CASE("parallel: ZeRO-3 matches 1 process with bf16, untied embeddings and mixture-of-experts layers",
+          "[parallel][cli][slow]") {
+  TempDir dir;
+  write_file(dir.file("r.yaml"), dp_recipe());
+  const std::vector<std::pair<const char*, std::vector<std::string>>> models = {
+      {"bf16", {"precision.mode=bf16"}},
+      {"untied", {"model.tie_embeddings=false"}},
+      // Experts no token reached on a rank have no gradient there: zeros go into the reduction.
+      // (No capacity limit and no balancing loss: both depend on how the batch is split.)
+      {"moe", {"model.moe.experts=4", "model.moe.top_k=2", "model.moe.capacity_factor=0", "model.moe.aux_loss_coef=0"}},
+  };
+  for (const auto& [name, sets] : models) {
+    SECTION(name) {
+      const std::string one = dir.file(std::string(name) + "-one");
+      auto r1 = train(dir.file("r.yaml"), one, 0, sets);
+      INFO(r1.output);
+      REQUIRE(r1.exit_code == 0);
+      std::vector<std::string> sharded = sets;
+      sharded.insert(sharded.end(), {"train.per_device_batch_size=2", "parallel.zero=3"});
+      // bf16 rounds the products of each rank's share of the batch on its own: a looser bound.
+      train_like_one_process(dir, dir.file("r.yaml"), Variant{name, sharded}, column(one, "loss"),
+                             column(one, "grad_norm"), std::string(name) == "bf16" ? 2e-3 : 1e-5);
+    }
+  }
+}
+
+TEST_CASE("parallel: a ZeRO-3 checkpoint of 4 processes resumes on 2 (ZeRO-3) and on 1, and exports",
+          "[parallel][cli][slow]") {
+  TempDir dir;
+  write_file(dir.file("r.yaml"), dp_recipe());
+  REQUIRE(train(dir.file("r.yaml"), dir.file("one"), 0, {}).exit_code == 0);
+  const auto straight = column(dir.file("one"), "loss");
+  auto four = train(dir.file("r.yaml"), dir.file("four"), 4,
+                    {"train.per_device_batch_size=1", "parallel.zero=3", "checkpoint.every=10"});
+  INFO(four.output);
+  REQUIRE(four.exit_code == 0);
+  const std::string step10 = (fs::path(dir.file("four")) / "checkpoints" / "step_00000010").string();
+  REQUIRE(fs::exists(step10));
+
+  // The checkpoint holds whole tensors: the same files as a 1-process run's at that step would.
+  auto two = train(dir.file("r.yaml"), dir.file("two"), 2,
+                   with_resume({"train.per_device_batch_size=2", "parallel.zero=3"}, step10));
+  INFO(two.output);
+  REQUIRE(two.exit_code == 0);
+  check_continues(straight, column(dir.file("two"), "loss"), 10, 1e-5);
+  auto single = train(dir.file("r.yaml"), dir.file("single"), 0, with_resume({}, step10));
+  INFO(single.output);
+  REQUIRE(single.exit_code == 0);
+  check_continues(straight, column(dir.file("single"), "loss"), 10, 1e-5);
+
+  // A 1-process checkpoint resumes under ZeRO-3 too.
+  REQUIRE(train(dir.file("r.yaml"), dir.file("one-ckpt"), 0, {"checkpoint.every=10"}).exit_code == 0);
+  auto back = train(dir.file("r.yaml"), dir.file("back"), 2,
+                    with_resume({"train.per_device_batch_size=2", "parallel.zero=3"},
+                                (fs::path(dir.file("one-ckpt")) / "checkpoints" / "step_00000010").string()));
+  INFO(back.output);
+  REQUIRE(back.exit_code == 0);
+  check_continues(straight, column(dir.file("back"), "loss"), 10, 1e-5);
+
+  auto exported = run_gputrain({"export", dir.file("four"), "--out", dir.file("hf")});
+  INFO(exported.output);
+  CHECK(exported.exit_code == 0);
+  CHECK(fs::exists(dir.file("hf") + "/model.safetensors"));
+}
+
+TEST_CASE("parallel: ZeRO-3 refuses what it is not combined with yet, naming the key and the fix", "[parallel][cli]") {
+  TempDir dir;
+  write_file(dir.file("r.yaml"), dp_recipe());
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"parallel.zero=3", "parallel.tp=2"}, "3 is not combined with tensor, pipeline or expert parallelism"},
+      {{"parallel.zero=3", "optim.name=adafactor"}, "adafactor's column statistics"},
+      {{"parallel.zero=3", "optim.name=adamw8bit"}, "adamw8bit's quantization blocks"},
+      {{"parallel.zero=3", "train.spike_policy=rollback"}, "which parallel.zero: 3 holds as shards"},
+      {{"parallel.zero=3", "train.per_device_batch_size=auto"}, "auto is not combined with parallel.zero: 3"},
+      {{"parallel.zero=4"}, "parallel.zero"},
+  };
+  for (const auto& [sets, message] : cases) {
+    std::vector<std::string> args = {"validate", dir.file("r.yaml")};
+    for (const auto& s : sets) args.insert(args.end(), {"--set", s});
+    const auto r = run_gputrain(args);
+    INFO(r.output);
+    CHECK(r.exit_code == 2);
+    CHECK_THAT(r.output, Contains(message));
+    CHECK_THAT(r.output, Contains("fix:"));
+  }
+}

@@ -1,0 +1,53 @@
+// Helpers of the multi-process tests (parallel_cli_test.cpp, fully_sharded_cli_test.cpp): the
+// shared recipe, runs through the launcher, and comparisons of their metrics with one process's.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "test_util.h"
+
+namespace gputrain::test {
+
+// Real text, no dropout: 1 and 2 processes must see the same numbers.
+std::string dp_recipe();
+
+// `gputrain run` of `recipe` into `out` with `sets` (--set), through the launcher when nproc > 0.
+CommandResult train(const std::string& recipe, const std::string& out, int nproc, const std::vector<std::string>& sets);
+
+// One key of every metrics.jsonl line.
+std::vector<double> column(const std::string& out, const char* key);
+
+double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b);
+
+// A multi-process run to compare with one process: its recipe overrides and process count.
+struct Variant {
+  const char* name;
+  std::vector<std::string> sets;
+  int nproc = 2;
+};
+
+// Trains `v` into dir/<name> and checks its per-step losses and gradient
+// norms against the 1-process run's, within `tolerance`.
+CommandResult train_like_one_process(const TempDir& dir, const std::string& recipe, const Variant& v,
+                                     const std::vector<double>& loss1, const std::vector<double>& norm1,
+                                     double tolerance);
+
+// Starts the launcher in the background, its output in `log`.
+int spawn_launcher(const std::string& recipe, const std::string& out, int nproc, const std::vector<std::string>& sets,
+                   const std::string& log);
+
+// The pid of the launcher's worker with RANK=`rank`, or -1.
+int worker_pid(int launcher, int rank);
+
+// A resumed run's `steps` losses are the uninterrupted run's last ones: bitwise
+// with tolerance 0, else within it.
+void check_continues(const std::vector<double>& straight, const std::vector<double>& resumed, size_t steps,
+                     double tolerance);
+
+// `sets` plus checkpoint.resume=`checkpoint`.
+std::vector<std::string> with_resume(std::vector<std::string> sets, const std::string& checkpoint);
+
+// Lines of out/metrics.jsonl so far.
+size_t metric_lines(const std::string& out);
+
+}  // namespace gputrain::test
