@@ -1,5 +1,6 @@
 #include "metrics/parallel_reports.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace gputrain {
@@ -12,6 +13,20 @@ double ms(double seconds) { return std::round(seconds * 1e6) / 1e3; }
 double thousandths(double v) { return std::round(v * 1000) / 1000; }
 
 }  // namespace
+
+json shard_traffic_report(const std::optional<ShardTraffic>& t, int64_t steps) {
+  if (!t) return nullptr;
+  const double n = static_cast<double>(std::max<int64_t>(steps, 1));
+  auto round3 = [](double v) { return std::round(v * 1000) / 1000; };
+  json j;
+  j["gathers_per_step"] = round3(static_cast<double>(t->gathers) / n);
+  j["gathered_mb_per_step"] = round3(t->gathered_mb / n);
+  j["gather_wait_ms_per_step"] = round3(t->gather_wait_s * 1000 / n);  // exposed: not hidden by prefetch
+  j["reductions_per_step"] = round3(static_cast<double>(t->reductions) / n);
+  j["reduced_mb_per_step"] = round3(t->reduced_mb / n);
+  j["reduce_ms_per_step"] = round3(t->reduce_s * 1000 / n);
+  return j;
+}
 
 json grad_sync_report(const std::optional<GradSyncTimes>& t) {
   if (!t) return nullptr;

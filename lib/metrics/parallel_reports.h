@@ -30,6 +30,16 @@ struct PipelineLayout {
 // "pipeline": schedule, micro-batches, bubble fraction, each stage's blocks; null without a pipeline.
 nlohmann::ordered_json pipeline_report(const std::optional<PipelineLayout>& p);
 
+// ZeRO-3's gathers of weights and reductions of gradients over this process's steps: how many, how
+// much, and how long training waited for them (the rest of a prefetched gather overlapped compute).
+struct ShardTraffic {
+  int64_t gathers = 0, reductions = 0;
+  double gathered_mb = 0, reduced_mb = 0;
+  double gather_wait_s = 0, reduce_s = 0;
+};
+// "zero3": per step, rank 0's gathers and reductions, their MiB and the milliseconds waited; null without.
+nlohmann::ordered_json shard_traffic_report(const std::optional<ShardTraffic>& t, int64_t steps);
+
 struct RankMemory {
   double weights_mb = 0, grads_mb = 0, optimizer_state_mb = 0;
   // With a pipeline: the rank's stage, and at the last step's peak the micro-batches it held and the

@@ -190,8 +190,6 @@ void FullyShardedModel::finish_backward() {
   for (int64_t v = 0; v < static_cast<int64_t>(units_.size()); ++v) reshard(v);
 }
 
-void FullyShardedModel::start_step() { traffic_ = ShardTraffic{}; }
-
 void FullyShardedModel::before_forward(int64_t unit) {
   // The next micro-batch: the last one's first units are reduced first (the order every rank keeps).
   if (unit == 0 && torch::GradMode::is_enabled()) finish_units_after(-1);

@@ -15,19 +15,12 @@
 #include <string>
 #include <vector>
 
+#include "metrics/parallel_reports.h"
 #include "model/gpt.h"
 #include "parallel/communicator.h"
 #include "util/named_tensor.h"
 
 namespace gputrain {
-
-// What the last step's gathers and reductions cost: how many, how much, and how long training
-// waited for them (the rest overlapped compute).
-struct ShardTraffic {
-  int64_t gathers = 0, reductions = 0;
-  double gathered_mb = 0, reduced_mb = 0;
-  double gather_wait_s = 0, reduce_s = 0;
-};
 
 class FullyShardedModel : public UnitHooks {
  public:
@@ -47,8 +40,7 @@ class FullyShardedModel : public UnitHooks {
 
   // After the last micro-batch's backward: every unit's gradients reduced, every unit freed.
   void finish_backward();
-  void start_step();  // resets traffic()
-  const ShardTraffic& traffic() const { return traffic_; }
+  const ShardTraffic& traffic() const { return traffic_; }  // since the start
 
   // UnitHooks
   void before_forward(int64_t unit) override;

@@ -319,6 +319,11 @@ std::optional<GradSyncTimes> ParallelRun::grad_sync_times() const {
   return t;
 }
 
+std::optional<ShardTraffic> ParallelRun::shard_traffic() const {
+  if (!fully_sharded_) return std::nullopt;
+  return fully_sharded_->traffic();
+}
+
 std::optional<PipelineLayout> ParallelRun::pipeline_layout() const {
   if (!groups_.pp()) return std::nullopt;
   PipelineLayout p;

@@ -118,6 +118,8 @@ class ParallelRun {
   // The last step's gradient reductions: when each bucket started, against backward's end
   // (communication overlapping compute); none without data parallelism.
   std::optional<GradSyncTimes> grad_sync_times() const;
+  // ZeRO-3's gathers and reductions so far; none without it.
+  std::optional<ShardTraffic> shard_traffic() const;
   // The pipeline's stages, schedule, micro-batches and bubble; none without a pipeline.
   std::optional<PipelineLayout> pipeline_layout() const;
 

@@ -805,6 +805,8 @@ RunOutcome Trainer::finish() {
   json j = summary(status_);
   j["memory_per_rank"] = memory_per_rank_report(par_->memory_per_rank(*optimizer_));
   if (par_->distributed()) j["grad_sync"] = grad_sync_report(par_->grad_sync_times());
+  if (const auto traffic = par_->shard_traffic())
+    j["zero3"] = shard_traffic_report(traffic, t_.step - std::max<int64_t>(t_.resumed_from, 0));
   write_summary(j);
   spdlog::info("{}: {} steps, {} tokens in {}, {:.0f} tokens/s; final loss {:.4f}{}", status_, t_.step, t_.tokens,
                format_duration(seconds_since(t_start_)), j["tokens_per_s"].get<double>(), t_.last_loss,

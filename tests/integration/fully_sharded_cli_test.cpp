@@ -44,6 +44,13 @@ TEST_CASE("parallel: ZeRO-3 with 2 and 4 processes matches 1 process, and each r
       CHECK_THAT(r.output, Contains("ZeRO-3: this rank holds 1/" + std::to_string(v.nproc)));
       const auto s = read_json(dir.file(v.name) + "/summary.json");
       CHECK(s["tokens"] == read_json(dir.file("one") + "/summary.json")["tokens"]);
+      // Per micro-batch: each of the 4 units (embeddings, 2 blocks, head) reduced once; gathered before
+      // its forward, the blocks again before their backward unless kept (the tied embedding and
+      // the head stay until their backward).
+      const auto& z = s["zero3"];
+      const int micro = std::string(v.name) == "accum" ? 2 : 1;
+      CHECK(z["reductions_per_step"].get<double>() == 4 * micro);
+      CHECK(z["gathers_per_step"].get<double>() == (std::string(v.name) == "keep" ? 4 : 6) * micro);
       const auto& m = s["memory_per_rank"];
       REQUIRE(m.size() == static_cast<size_t>(v.nproc));
       // Weights, gradients and optimizer state: each rank 1/N of one process's (rows padded up).
