@@ -64,7 +64,7 @@ TEST_CASE("parallel: ZeRO-3 with 2 and 4 processes matches 1 process, and each r
   }
 }
 
-TEST_CASE("parallel: ZeRO-3 matches 1 process with bf16, untied embeddings and mixture-of-experts layers",
+TEST_CASE("parallel: ZeRO-3 matches 1 process with bf16, untied embeddings, LoRA and mixture-of-experts layers",
           "[parallel][cli][slow]") {
   TempDir dir;
   write_file(dir.file("r.yaml"), dp_recipe());
@@ -73,6 +73,8 @@ TEST_CASE("parallel: ZeRO-3 matches 1 process with bf16, untied embeddings and m
       {"untied", {"model.tie_embeddings=false"}},
       // Experts no token reached on a rank have no gradient there: zeros go into the reduction.
       // (No capacity limit and no balancing loss: both depend on how the batch is split.)
+      // LoRA: the frozen base is sharded and gathered too, without gradients.
+      {"lora", {"model.lora.rank=4"}},
       {"moe", {"model.moe.experts=4", "model.moe.top_k=2", "model.moe.capacity_factor=0", "model.moe.aux_loss_coef=0"}},
   };
   for (const auto& [name, sets] : models) {
@@ -88,6 +90,29 @@ TEST_CASE("parallel: ZeRO-3 matches 1 process with bf16, untied embeddings and m
                              column(one, "grad_norm"), std::string(name) == "bf16" ? 2e-3 : 1e-5);
     }
   }
+}
+
+TEST_CASE("parallel: ZeRO-3 evaluates with gathered weights as ZeRO-0 does", "[parallel][cli][slow]") {
+  TempDir dir;
+  write_file(dir.file("r.yaml"), dp_recipe());
+  const std::vector<std::string> eval = {
+      "data.eval.format=text",     "data.eval.path=" + shared_data("tinyshakespeare.txt"),
+      "data.eval.span=[0.95,1.0]", "train.per_device_batch_size=2",
+      "train.max_steps=12",        "train.eval_every=6",
+      "train.eval_steps=2"};
+  std::vector<std::string> zero3 = eval;
+  zero3.push_back("parallel.zero=3");
+  REQUIRE(train(dir.file("r.yaml"), dir.file("zero0"), 2, eval).exit_code == 0);
+  auto r = train(dir.file("r.yaml"), dir.file("zero3"), 2, zero3);
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  std::vector<double> a, b;
+  for (const auto& l : read_jsonl(dir.file("zero0") + "/metrics.jsonl"))
+    if (l.contains("eval_loss")) a.push_back(l["eval_loss"].get<double>());
+  for (const auto& l : read_jsonl(dir.file("zero3") + "/metrics.jsonl"))
+    if (l.contains("eval_loss")) b.push_back(l["eval_loss"].get<double>());
+  REQUIRE(a.size() == 2);
+  CHECK(max_abs_diff(a, b) < 1e-5);
 }
 
 TEST_CASE("parallel: a ZeRO-3 checkpoint of 4 processes resumes on 2 (ZeRO-3) and on 1, and exports",
