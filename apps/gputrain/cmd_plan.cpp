@@ -8,6 +8,7 @@
 #include "parallel/grid.h"
 #include "train/batch_finder.h"
 #include "train/memory_plan.h"
+#include "train/rank_memory_plan.h"
 
 namespace gputrain::app {
 
@@ -76,6 +77,7 @@ int cmd_plan(const CommonArgs& a, int world_size) {
   if (world > 1) {
     const Grid g(s.parallel, world);
     std::printf("\n%s", grid_table(s, g).c_str());
+    std::printf("\n%s", rank_memory_table(s, g).c_str());
     if (g.pp() > 1) print_pipeline(s, g, plan_memory(s, 1));
   }
   return 0;

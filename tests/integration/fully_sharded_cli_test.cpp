@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <filesystem>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -152,6 +153,44 @@ TEST_CASE("parallel: a ZeRO-3 checkpoint of 4 processes resumes on 2 (ZeRO-3) an
   INFO(exported.output);
   CHECK(exported.exit_code == 0);
   CHECK(fs::exists(dir.file("hf") + "/model.safetensors"));
+}
+
+// Stage 0's weights, gradients and optimizer MiB from `gputrain plan`'s per-rank table.
+std::vector<double> planned_rank_memory(const std::string& output) {
+  const auto at = output.find("memory per rank between steps");
+  REQUIRE(at != std::string::npos);
+  const auto row = output.find("\n| 0 |", at);
+  REQUIRE(row != std::string::npos);
+  std::istringstream in(output.substr(row + 6));
+  std::vector<double> v(3);
+  char bar;
+  in >> v[0] >> bar >> v[1] >> bar >> v[2];
+  return v;
+}
+
+TEST_CASE("parallel: plan --world-size gives the memory each rank holds, as runs measure it", "[parallel][cli][slow]") {
+  TempDir dir;
+  write_file(dir.file("r.yaml"), dp_recipe());
+  const std::vector<std::vector<std::string>> cases = {
+      {"parallel.zero=0"}, {"parallel.zero=1"}, {"parallel.zero=2"}, {"parallel.zero=3"}, {"parallel.tp=2"}};
+  for (const auto& sets : cases) {
+    std::vector<std::string> all = {"model.d_model=256", "train.per_device_batch_size=2", "train.max_steps=2"};
+    all.insert(all.end(), sets.begin(), sets.end());
+    INFO(sets[0]);
+    std::vector<std::string> args = {"plan", dir.file("r.yaml"), "--world-size", "2"};
+    for (const auto& s : all) args.insert(args.end(), {"--set", s});
+    const auto plan = run_gputrain(args);
+    INFO(plan.output);
+    REQUIRE(plan.exit_code == 0);
+    const auto planned = planned_rank_memory(plan.output);
+    const std::string out = dir.file(sets[0]);
+    REQUIRE(train(dir.file("r.yaml"), out, 2, all).exit_code == 0);
+    const auto m = read_json(out + "/summary.json")["memory_per_rank"][0];
+    // The table rounds to 0.1 MiB; the run's rows are padded to a multiple of the ranks.
+    CHECK(m["weights_mb"].get<double>() == Approx(planned[0]).margin(0.1));
+    CHECK(m["grads_mb"].get<double>() == Approx(planned[1]).margin(0.1));
+    CHECK(m["optimizer_state_mb"].get<double>() == Approx(planned[2]).margin(0.1));
+  }
 }
 
 TEST_CASE("parallel: ZeRO-3 refuses what it is not combined with yet, naming the key and the fix", "[parallel][cli]") {

@@ -1,0 +1,114 @@
+#include "train/rank_memory_plan.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+
+#include "model/gpt_shapes.h"
+#include "optim/make_optimizer.h"
+#include "optim/param_groups.h"
+#include "parallel/data_parallel.h"
+#include "parallel/expert_parallel.h"
+
+namespace gputrain {
+namespace {
+
+bool starts_with(const std::string& s, const std::string& prefix) { return s.rfind(prefix, 0) == 0; }
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+// The layers tensor parallelism splits (parallel/tensor_parallel.h): c_attn and c_fc by rows,
+// the projections' weights by columns.
+bool split_by_tp(const std::string& name) {
+  return contains(name, ".attn.c_attn.") || contains(name, ".mlp.c_fc.") || contains(name, ".attn.c_proj.weight") ||
+         contains(name, ".mlp.c_proj.weight");
+}
+
+// -1 for the embeddings, n_layer for the head (ln_f, lm_head), else the block.
+int64_t unit_of(const std::string& name, int64_t n_layer) {
+  if (is_embedding(name)) return -1;
+  if (starts_with(name, "transformer.h.")) return std::stoll(name.substr(std::string("transformer.h.").size()));
+  return n_layer;
+}
+
+}  // namespace
+
+std::vector<RankHoldings> plan_rank_memory(const Settings& s, const Grid& g) {
+  const ModelSettings& m = s.model;
+  const auto stages = split_stages(m, g.pp());
+  const double bytes = s.precision.mode == PrecisionMode::kBf16Pure ? 2 : 4;
+  const int64_t zero = g.dp() > 1 ? s.parallel.zero : 0;
+  struct Held {
+    double numel, state;  // this rank's share before ZeRO; its optimizer state bytes
+    bool trainable, expert;
+  };
+  std::vector<RankHoldings> out(stages.size());
+  for (size_t st = 0; st < stages.size(); ++st) {
+    const StageLayers& L = stages[st];
+    std::vector<Held> held;
+    std::map<int64_t, double> units;
+    for (const ParamShape& p : gpt_parameter_shapes(m)) {
+      const int64_t unit = unit_of(p.name, m.n_layer);
+      const bool tied_head = m.tie_embeddings && p.name == "transformer.wte.weight" && L.has_head;
+      if (!(unit < 0 ? L.embeds || tied_head : unit == m.n_layer ? L.has_head : unit >= L.first && unit < L.last))
+        continue;
+      const bool expert = g.ep() > 1 && is_expert_parameter(p.name);
+      double share = 1.0;
+      if (g.tp() > 1 && split_by_tp(p.name)) share /= g.tp();
+      if (expert) share /= g.ep();
+      const double state = p.trainable ? static_cast<double>(estimate_state_bytes(s.optim, {p})) * share : 0.0;
+      held.push_back({static_cast<double>(p.numel()) * share, state, p.trainable, expert});
+      units[unit] += static_cast<double>(p.numel()) * share * bytes;
+    }
+    RankHoldings& r = out[st];
+    r.stage = static_cast<int64_t>(st);
+    for (const auto& [unit, b] : units) r.largest_unit = std::max(r.largest_unit, b);
+    // ZeRO-1/2 give whole parameters to owners (parallel/data_parallel.h), dense ones over the dp
+    // group and experts over their replicas, in gradient order; rank 0 owns the first run.
+    for (const bool experts : {false, true}) {
+      const int replicas = experts ? g.dp() / g.ep() : g.dp();
+      std::vector<const Held*> group;
+      for (auto it = held.rbegin(); it != held.rend(); ++it)
+        if (it->expert == experts) group.push_back(&*it);
+      std::vector<int64_t> sizes;
+      for (const Held* h : group)
+        if (h->trainable) sizes.push_back(static_cast<int64_t>(h->numel));
+      const std::vector<int> owners = partition_contiguous(sizes, replicas);
+      size_t next = 0;
+      for (const Held* h : group) {
+        const bool owned = h->trainable && owners[next++] == 0;
+        r.weights += h->numel * bytes / (zero == 3 ? replicas : 1);
+        if (!h->trainable) continue;
+        const double grads = h->numel * bytes, state = h->state;
+        r.gradients += zero == 3 ? grads / replicas : zero == 2 ? (owned ? grads : 0) : grads;
+        r.optimizer += zero == 3 ? state / replicas : zero >= 1 ? (owned ? state : 0) : state;
+      }
+    }
+  }
+  return out;
+}
+
+std::string rank_memory_table(const Settings& s, const Grid& g) {
+  const double MiB = 1024.0 * 1024.0;
+  const int64_t zero = g.dp() > 1 ? s.parallel.zero : 0;
+  std::string out = fmt::format(
+      "memory per rank between steps (parallel.zero {} over dp {}, tp {}, pp {}, ep {}; what summary.json's "
+      "memory_per_rank reports)\n\n| stage | weights MiB | gradients MiB | optimizer MiB | sum MiB "
+      "|{}\n|---|---:|---:|---:|---:|{}\n",
+      zero, g.dp(), g.tp(), g.pp(), g.ep(), zero == 3 ? " largest unit, gathered, MiB |" : "",
+      zero == 3 ? "---:|" : "");
+  for (const RankHoldings& r : plan_rank_memory(s, g)) {
+    out += fmt::format("| {} | {:.1f} | {:.1f} | {:.1f} | {:.1f} |", r.stage, r.weights / MiB, r.gradients / MiB,
+                       r.optimizer / MiB, (r.weights + r.gradients + r.optimizer) / MiB);
+    if (zero == 3) out += fmt::format(" {:.1f} |", r.largest_unit / MiB);
+    out += "\n";
+  }
+  if (zero == 3)
+    out +=
+        "\nZeRO-3 also holds, while a unit is in use, its whole weights (and in backward its whole gradients); with "
+        "the "
+        "next unit's prefetch, about two units at a time (tied embeddings: the embedding for the whole step).\n";
+  return out;
+}
+
+}  // namespace gputrain

@@ -1,0 +1,27 @@
+// `gputrain plan --world-size N`: what one rank holds between steps under the recipe's
+// parallel.zero, tp, pp and ep: its weights, gradients and optimizer state, per pipeline stage.
+// These are the quantities a run reports in summary.json's memory_per_rank.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "config/settings.h"
+#include "parallel/grid.h"
+
+namespace gputrain {
+
+struct RankHoldings {
+  int64_t stage = 0;
+  double weights = 0, gradients = 0, optimizer = 0;  // bytes held between steps
+  // ZeRO-3: the largest unit's whole weights (embeddings, a block or the head), gathered while in use.
+  double largest_unit = 0;
+};
+
+// One entry per pipeline stage, for its dp rank 0 and tp rank 0.
+std::vector<RankHoldings> plan_rank_memory(const Settings& s, const Grid& g);
+
+// A Markdown table of plan_rank_memory in MiB, with a line on how it is counted.
+std::string rank_memory_table(const Settings& s, const Grid& g);
+
+}  // namespace gputrain
