@@ -2,6 +2,7 @@
 the model's shape (each script picks its own default model); and the line
 naming which gputrain was measured, and when."""
 import datetime
+import json
 import subprocess
 
 
@@ -23,3 +24,12 @@ def provenance(binary):
     except OSError as e:
         version = f"{binary}: {e.strerror}"
     return f"{version or binary + ': no version'}; {datetime.date.today().isoformat()}"
+
+
+def launched_run(binary, recipe, nproc, sets, out):
+    """`gputrain run --nproc-per-node` of `recipe` with `sets` ({key: value}) into `out`: its summary.json."""
+    args = [binary, "run", str(recipe), "--output-dir", str(out), "--overwrite", "--nproc-per-node", str(nproc)]
+    for key, value in sets.items():
+        args += ["--set", f"{key}={value}"]
+    subprocess.run(args, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return json.loads((out / "summary.json").read_text())

@@ -9,12 +9,10 @@ Every row is a real `gputrain run --nproc-per-node P` on synthetic tokens.
 Usage: expert_parallel.py --binary build/gputrain [--nproc 2] [--steps N]
 """
 import argparse
-import json
-import subprocess
 import tempfile
 from pathlib import Path
 
-from bench_args import add_model_args, provenance
+from bench_args import add_model_args, launched_run, provenance
 
 RECIPE = """run: {{name: expert-parallel, device: cpu, threads: 1}}
 model: {{vocab_size: {vocab}, seq_len: {seq}, n_layer: {layers}, n_head: {heads}, d_model: {d},
@@ -27,10 +25,7 @@ metrics: {{progress: off}}
 
 
 def run(binary, recipe, nproc, ep, out):
-    args = [binary, "run", str(recipe), "--output-dir", str(out), "--overwrite", "--nproc-per-node", str(nproc),
-            "--set", f"parallel.ep={ep}"]
-    subprocess.run(args, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    s = json.loads((out / "summary.json").read_text())
+    s = launched_run(binary, recipe, nproc, {"parallel.ep": ep}, out)
     rank0 = s["memory_per_rank"][0]
     return (s["tokens_per_s"], rank0["weights_mb"], rank0["grads_mb"], rank0["optimizer_state_mb"],
             s["mem_peak_mb"] - s.get("mem_start_mb", 0.0))

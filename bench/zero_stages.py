@@ -9,11 +9,10 @@ Usage: zero_stages.py --binary build/gputrain [--nproc 2 4] [--steps N]
 """
 import argparse
 import json
-import subprocess
 import tempfile
 from pathlib import Path
 
-from bench_args import add_model_args, provenance
+from bench_args import add_model_args, launched_run, provenance
 
 RECIPE = """run: {{name: zero-stages, device: cpu, threads: 1}}
 model: {{vocab_size: {vocab}, seq_len: {seq}, n_layer: {layers}, n_head: {heads}, d_model: {d}}}
@@ -25,10 +24,7 @@ metrics: {{progress: off}}
 
 
 def run(binary, recipe, nproc, zero, out):
-    args = [binary, "run", str(recipe), "--output-dir", str(out), "--overwrite", "--nproc-per-node", str(nproc),
-            "--set", f"parallel.zero={zero}"]
-    subprocess.run(args, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    s = json.loads((out / "summary.json").read_text())
+    s = launched_run(binary, recipe, nproc, {"parallel.zero": zero}, out)
     last = json.loads((out / "metrics.jsonl").read_text().splitlines()[-1])
     rank0 = s["memory_per_rank"][0]
     z = s.get("zero3") or {}
