@@ -50,7 +50,11 @@ FullyShardedModel::FullyShardedModel(Communicator& dp, Gpt& model, bool reshard_
     std::map<torch::ScalarType, size_t> pack_of;
     for (const auto& name : unit_names[u]) {
       const torch::Tensor& p = registered.at(name);
-      if (p.dim() == 0) throw runtime_error("parallel.zero 3: parameter '" + name + "' is a scalar");
+      // Each parameter's memory is freed and refilled on its own: it must own its storage whole.
+      if (p.dim() == 0 || !p.is_contiguous() || p.storage_offset() != 0 ||
+          p.storage().nbytes() != static_cast<size_t>(p.numel()) * p.element_size())
+        throw runtime_error("parallel.zero 3: parameter '" + name +
+                            "' is a scalar or shares its memory with another tensor, which ZeRO-3 cannot shard");
       Param q;
       q.name = name;
       q.whole = p;
