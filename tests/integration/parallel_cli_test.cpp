@@ -84,8 +84,10 @@ TEST_CASE("parallel: 2 processes match 1 process with the same global batch, ZeR
 TEST_CASE("parallel: gradient buckets are reduced while backward still runs", "[parallel][cli][slow]") {
   TempDir dir;
   write_file(dir.file("r.yaml"), dp_recipe());
+  // A backward of tens of milliseconds: long enough that Gloo's threads get a core during it even
+  // when the tests load both (a few-millisecond backward let them start only after it under ctest -j2).
   auto r = train(dir.file("r.yaml"), dir.file("o"), 2,
-                 {"model.n_layer=4", "model.d_model=64", "parallel.bucket_mb=0.02", "train.max_steps=5",
+                 {"model.n_layer=6", "model.d_model=128", "parallel.bucket_mb=0.1", "train.max_steps=5",
                   "metrics.profile_at=3", "metrics.profile_steps=1"});
   INFO(r.output);
   REQUIRE(r.exit_code == 0);

@@ -168,7 +168,7 @@ TEST_CASE("cross-field: tensor and pipeline degrees must fit the model", "[confi
   CHECK_THAT(load_error(kMinimal + "parallel: {pp: 2, pp_microbatches: 3}\ntrain: {per_device_batch_size: 4}\n",
                         {"model.n_layer=2"}),
              Contains("parallel.pp_microbatches: (3) must divide the"));
-  CHECK_THAT(load_error(kMinimal + "parallel: {zero: 3}\n"), Contains("parallel.zero"));
+  CHECK_THAT(load_error(kMinimal + "parallel: {zero: 4}\n"), Contains("parallel.zero"));
   CHECK_THAT(load_error(kMinimal + "parallel: {pp_schedule: interleaved}\n"), Contains("parallel.pp_schedule"));
   CHECK(load_error(kMinimal + "parallel: {pp: 1, tp: 1, pp_schedule: gpipe}\n").empty());
   // Expert parallelism needs experts and a degree that divides them and the dp degree; ZeRO combines with it.

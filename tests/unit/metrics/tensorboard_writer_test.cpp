@@ -80,7 +80,9 @@ print(version.SerializeToString().hex(), scalars.SerializeToString().hex(), text
   const auto head = tensorboard_event::read_event_head(tensorboard_event::text_event(2.0, 300, "recipe", "x"));
   REQUIRE(head);
   CHECK((head->step == 300 && head->summary && head->text));
-  CHECK_FALSE(tensorboard_event::read_event_head("\x0a\x05" "ab"));  // a length past the end
+  CHECK_FALSE(
+      tensorboard_event::read_event_head("\x0a\x05"
+                                         "ab"));  // a length past the end
 }
 
 TEST_CASE("tensorboard: a torn last record is passed over and a corrupt one is refused", "[metrics]") {
