@@ -354,6 +354,11 @@ void check_fully_sharded(Checker& c) {
             "auto is not combined with parallel.zero: 3 in this version (its trial steps and memory plan "
             "assume whole weights on every rank)",
             "give a number, or use parallel.zero: 2");
+  if (c.s.train.eval_full)
+    c.error("train.eval_full",
+            "is not combined with parallel.zero: 3 in this version: each rank evaluates its own share of the "
+            "windows, and the shares' batch counts can differ while every forward gathers weights on every rank",
+            "use train.eval_steps (every rank evaluates the same batches), or `gputrain eval` on a checkpoint");
   if (c.s.train.spike_policy == SpikePolicy::kRollback)
     c.error("train.spike_policy", "rollback restores whole weights in place, which parallel.zero: 3 holds as shards",
             "use train.spike_policy: skip with parallel.zero: 3");

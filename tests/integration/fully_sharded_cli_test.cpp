@@ -242,6 +242,7 @@ TEST_CASE("parallel: ZeRO-3 refuses what it is not combined with yet, naming the
       {{"parallel.zero=3", "optim.name=adamw8bit"}, "adamw8bit's quantization blocks"},
       {{"parallel.zero=3", "train.spike_policy=rollback"}, "which parallel.zero: 3 holds as shards"},
       {{"parallel.zero=3", "train.per_device_batch_size=auto"}, "auto is not combined with parallel.zero: 3"},
+      {{"parallel.zero=3", "train.eval_full=true"}, "the shares' batch counts can differ"},
       {{"parallel.zero=4"}, "parallel.zero"},
   };
   for (const auto& [sets, message] : cases) {
