@@ -9,6 +9,7 @@
 #include "model/architecture.h"
 #include "model/cross_entropy.h"
 #include "model/fused_bias_gelu.h"
+#include "model/gpt_shapes.h"
 #include "model/lora.h"
 #include "model/weight_copy.h"
 
@@ -295,14 +296,8 @@ void GptImpl::reset_parameters() {
 
 std::vector<std::vector<std::string>> GptImpl::unit_parameter_names() const {
   std::vector<std::vector<std::string>> units(static_cast<size_t>(cfg.n_layer + 2));
-  for (const auto& item : named_parameters(/*recurse=*/true)) {
-    const std::string& name = item.key();
-    size_t unit = units.size() - 1;  // the head: transformer.ln_f.*, lm_head.*
-    if (name.rfind("transformer.wte.", 0) == 0 || name.rfind("transformer.wpe.", 0) == 0) unit = 0;
-    else if (name.rfind("transformer.h.", 0) == 0)
-      unit = 1 + std::stoul(name.substr(std::string("transformer.h.").size()));
-    units[unit].push_back(name);
-  }
+  for (const auto& item : named_parameters(/*recurse=*/true))
+    units[static_cast<size_t>(unit_of_parameter(item.key(), cfg.n_layer))].push_back(item.key());
   return units;
 }
 

@@ -53,6 +53,13 @@ std::vector<ParamShape> gpt_parameter_shapes(const ModelSettings& m) {
   return out;
 }
 
+int64_t unit_of_parameter(const std::string& name, int64_t n_layer) {
+  const std::string blocks = "transformer.h.";
+  if (name.rfind("transformer.wte.", 0) == 0 || name.rfind("transformer.wpe.", 0) == 0) return 0;
+  if (name.rfind(blocks, 0) == 0) return 1 + std::stoll(name.substr(blocks.size()));
+  return n_layer + 1;
+}
+
 int64_t moe_layer_count(const ModelSettings& m) {
   int64_t layers = 0;
   for (int64_t i = 0; i < m.n_layer; ++i) layers += m.moe.is_moe_block(i) ? 1 : 0;

@@ -23,6 +23,10 @@ struct ParamShape {
 
 std::vector<ParamShape> gpt_parameter_shapes(const ModelSettings& m);
 
+// The unit (model/gpt.h UnitHooks) parameter `name` belongs to: 0 the embeddings (wte, wpe),
+// 1 + i block i, n_layer + 1 the head (ln_f, lm_head).
+int64_t unit_of_parameter(const std::string& name, int64_t n_layer);
+
 // How many blocks are mixture-of-experts layers (model.moe.every).
 int64_t moe_layer_count(const ModelSettings& m);
 

@@ -41,7 +41,7 @@ torch::Tensor writable_alias(const torch::Tensor& t) {
 FullyShardedModel::FullyShardedModel(Communicator& dp, Gpt& model, bool reshard_after_forward)
     : dp_(dp), reshard_after_forward_(reshard_after_forward), tied_(model->cfg.tie_embeddings) {
   torch::NoGradGuard no_grad;
-  const int64_t n = dp.size(), rank = dp.rank();
+  const int64_t n = dp.size();
   std::map<std::string, torch::Tensor> registered;
   for (const auto& item : model->named_parameters(/*recurse=*/true)) registered[item.key()] = item.value();
   const auto unit_names = model->unit_parameter_names();
@@ -70,12 +70,7 @@ FullyShardedModel::FullyShardedModel(Communicator& dp, Gpt& model, bool reshard_
         q.grad_offset = pack.grad_numel;
         pack.grad_numel += q.shard_numel();
       }
-      std::vector<int64_t> shape = p.sizes().vec();
-      shape[0] = q.shard_rows;
-      q.shard = torch::zeros(shape, p.options().requires_grad(false));
-      const int64_t first = rank * q.shard_rows;
-      const int64_t count = std::clamp<int64_t>(q.rows - first, 0, q.shard_rows);
-      if (count > 0) q.shard.narrow(0, 0, count).copy_(p.detach().narrow(0, first, count));
+      q.shard = rows_of(q, p.detach());
       q.shard.set_requires_grad(p.requires_grad());
       pack.params.push_back(params_.size());
       by_name_[name] = params_.size();
@@ -229,18 +224,21 @@ void FullyShardedModel::before_backward(int64_t unit) {
   if (valid(unit - 1) && units_[static_cast<size_t>(unit - 1)].backward_pending) start_gather(unit - 1);
 }
 
-torch::Tensor FullyShardedModel::shard_of(const std::string& name, const torch::Tensor& whole) const {
-  const auto it = by_name_.find(name);
-  if (it == by_name_.end()) return whole;
-  const Param& q = params_[it->second];
-  if (whole.sizes() != q.whole.sizes()) return whole;
+torch::Tensor FullyShardedModel::rows_of(const Param& q, const torch::Tensor& whole) const {
   const int64_t first = dp_.rank() * q.shard_rows;
   const int64_t count = std::clamp<int64_t>(q.rows - first, 0, q.shard_rows);
   std::vector<int64_t> shape = whole.sizes().vec();
   shape[0] = q.shard_rows;
-  torch::Tensor shard = torch::zeros(shape, whole.options());
+  torch::Tensor shard = torch::zeros(shape, whole.options().requires_grad(false));
   if (count > 0) shard.narrow(0, 0, count).copy_(whole.narrow(0, first, count));
   return shard;
+}
+
+torch::Tensor FullyShardedModel::shard_of(const std::string& name, const torch::Tensor& whole) const {
+  const auto it = by_name_.find(name);
+  if (it == by_name_.end()) return whole;
+  const Param& q = params_[it->second];
+  return whole.sizes() == q.whole.sizes() ? rows_of(q, whole) : whole;
 }
 
 torch::Tensor FullyShardedModel::whole_of(const std::string& name, const torch::Tensor& shard) {

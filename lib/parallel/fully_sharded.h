@@ -72,6 +72,8 @@ class FullyShardedModel : public UnitHooks {
     bool in_flight = false;
     bool backward_pending = false;  // its forward ran with gradients; not yet reduced
   };
+  // This rank's rows of a tensor shaped as q's parameter, zero-padded to q.shard_rows.
+  torch::Tensor rows_of(const Param& q, const torch::Tensor& whole) const;
   void start_gather(int64_t unit);
   void gather(int64_t unit);  // waits for a prefetch, or gathers now
   void reshard(int64_t unit);

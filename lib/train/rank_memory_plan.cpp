@@ -7,14 +7,13 @@
 
 #include "model/gpt_shapes.h"
 #include "optim/make_optimizer.h"
-#include "optim/param_groups.h"
 #include "parallel/data_parallel.h"
 #include "parallel/expert_parallel.h"
+#include "parallel/pipeline.h"
 
 namespace gputrain {
 namespace {
 
-bool starts_with(const std::string& s, const std::string& prefix) { return s.rfind(prefix, 0) == 0; }
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 // The layers tensor parallelism splits (parallel/tensor_parallel.h): c_attn and c_fc by rows,
@@ -22,13 +21,6 @@ bool contains(const std::string& s, const std::string& part) { return s.find(par
 bool split_by_tp(const std::string& name) {
   return contains(name, ".attn.c_attn.") || contains(name, ".mlp.c_fc.") || contains(name, ".attn.c_proj.weight") ||
          contains(name, ".mlp.c_proj.weight");
-}
-
-// -1 for the embeddings, n_layer for the head (ln_f, lm_head), else the block.
-int64_t unit_of(const std::string& name, int64_t n_layer) {
-  if (is_embedding(name)) return -1;
-  if (starts_with(name, "transformer.h.")) return std::stoll(name.substr(std::string("transformer.h.").size()));
-  return n_layer;
 }
 
 }  // namespace
@@ -48,10 +40,8 @@ std::vector<RankHoldings> plan_rank_memory(const Settings& s, const Grid& g) {
     std::vector<Held> held;
     std::map<int64_t, double> units;
     for (const ParamShape& p : gpt_parameter_shapes(m)) {
-      const int64_t unit = unit_of(p.name, m.n_layer);
-      const bool tied_head = m.tie_embeddings && p.name == "transformer.wte.weight" && L.has_head;
-      if (!(unit < 0 ? L.embeds || tied_head : unit == m.n_layer ? L.has_head : unit >= L.first && unit < L.last))
-        continue;
+      if (!stage_holds(p.name, L, m.tie_embeddings)) continue;
+      const int64_t unit = unit_of_parameter(p.name, m.n_layer);
       const bool expert = g.ep() > 1 && is_expert_parameter(p.name);
       double share = 1.0;
       if (g.tp() > 1 && split_by_tp(p.name)) share /= g.tp();
