@@ -5,9 +5,11 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <thread>
 
 #include "util/atomic_file.h"
 #include "util/crc32c.h"
@@ -38,9 +40,13 @@ int64_t step_of(const std::string& name) {
 // Temporary names say whose they are: ".tmp-step_<N>-<host>-<pid>" while a
 // save is written, "-replaced" appended for the old copy of a step being
 // replaced, "-pruned" for an old checkpoint being removed.
-std::string temporary_name(const std::string& step_dir, const std::string& suffix = "") {
-  return ".tmp-" + step_dir + "-" + host_name() + "-" + std::to_string(::getpid()) + suffix;
+std::string temporary_name(const std::string& step_dir, const std::string& suffix = "",
+                           const std::string& writer = this_writer_id()) {
+  return ".tmp-" + step_dir + "-" + writer + suffix;
 }
+
+// A rank's record of the files it wrote into a shared save (removed before the manifest is written).
+std::string part_record(int rank) { return ".part-" + std::to_string(rank) + ".json"; }
 
 // The writer of a temporary entry: host "" for names of earlier versions
 // (".tmp-step_<N>-<pid>", this host's), pid 0 where the name has none.
@@ -68,16 +74,19 @@ std::optional<TemporaryOwner> temporary_owner(std::string name) {
 
 }  // namespace
 
+std::string this_writer_id() { return host_name() + "-" + std::to_string(::getpid()); }
+
 std::string step_name(int64_t step) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "step_%08lld", static_cast<long long>(step));
   return buf;
 }
 
-void clear_abandoned_saves(const fs::path& root, bool other_hosts) {
+void clear_abandoned_saves(const fs::path& root, bool other_hosts, const fs::path& keep) {
   const std::string here = host_name();
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(root, ec)) {
+    if (!keep.empty() && e.path() == keep) continue;
     const auto owner = temporary_owner(e.path().filename().string());
     if (!owner) continue;
     // This host's is gone when its pid is (this process saves one checkpoint at a time: its own are leftovers).
@@ -102,22 +111,64 @@ uint32_t file_crc32c(const fs::path& file) {
   return crc.value();
 }
 
-CheckpointWriter::CheckpointWriter(const fs::path& root, int64_t step)
-    : root_(root), final_(root / step_name(step)), step_(step) {
+CheckpointWriter::CheckpointWriter(const fs::path& root, int64_t step, std::optional<CheckpointJoin> join)
+    : root_(root), final_(root / step_name(step)), step_(step), join_(std::move(join)) {
+  if (join_ && join_->ranks <= 1) join_.reset();
   std::error_code ec;
   fs::create_directories(root_, ec);
   if (ec) throw runtime_error("cannot create checkpoint directory '" + root_.string() + "': " + ec.message());
-  clear_abandoned_saves(root_, /*other_hosts=*/false);
-  tmp_ = root_ / temporary_name(step_name(step));
-  fs::remove_all(tmp_, ec);
-  fs::create_directory(tmp_, ec);
+  tmp_ = root_ / (join_ ? temporary_name(step_name(step), "", join_->lead) : temporary_name(step_name(step)));
+  // The other ranks may be writing into a shared save's directory already: only the lead clears
+  // leftovers, never that directory, and nobody empties it.
+  if (!part()) clear_abandoned_saves(root_, /*other_hosts=*/false, join_ ? tmp_ : fs::path());
+  if (!join_) fs::remove_all(tmp_, ec);
+  fs::create_directories(tmp_, ec);
   if (ec) throw runtime_error("cannot create '" + tmp_.string() + "': " + ec.message());
 }
 
 CheckpointWriter::~CheckpointWriter() {
   if (committed_) return;
   std::error_code ec;
-  fs::remove_all(tmp_, ec);
+  if (!part()) {
+    fs::remove_all(tmp_, ec);
+    return;
+  }
+  for (const auto& [name, f] : files_.items()) fs::remove(tmp_ / name, ec);
+}
+
+void CheckpointWriter::await_parts() {
+  using Clock = std::chrono::steady_clock;
+  const auto deadline = Clock::now() + std::chrono::duration<double>(join_->timeout_s);
+  for (int r = 1; r < join_->ranks; ++r) {
+    const fs::path record = tmp_ / part_record(r);
+    while (!fs::exists(record)) {
+      if (join_->cancelled && join_->cancelled->load())
+        throw runtime_error("checkpoint of step " + std::to_string(step_) + " abandoned: the run is ending");
+      if (Clock::now() > deadline)
+        throw runtime_error(
+            "checkpoint of step " + std::to_string(step_) + ": rank " + std::to_string(r) +
+            "'s files did not appear in '" + tmp_.string() + "' within " +
+            std::to_string(static_cast<int64_t>(join_->timeout_s)) +
+            " s\n    fix: put checkpoint.dir on a filesystem every rank sees (each rank writes its own shards), "
+            "or raise parallel.timeout_s");
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    json part;
+    try {
+      std::ifstream in(record);
+      part = json::parse(in);
+      for (const auto& [name, f] : part.at("files").items()) {
+        if (files_.contains(name))
+          throw runtime_error("checkpoint of step " + std::to_string(step_) + ": ranks 0 and " + std::to_string(r) +
+                              " both wrote '" + name + "'");
+        files_[name] = f;
+      }
+    } catch (const json::exception& e) {
+      throw runtime_error("'" + record.string() + "' is malformed: " + e.what());
+    }
+    std::error_code ec;
+    fs::remove(record, ec);
+  }
 }
 
 void CheckpointWriter::add_safetensors(const std::string& file, const std::vector<NamedTensor>& tensors,
@@ -138,6 +189,13 @@ void CheckpointWriter::add_text(const std::string& file, const std::string& text
 }
 
 fs::path CheckpointWriter::commit() {
+  if (part()) {  // the lead lists these files in its manifest
+    write_file_atomic((tmp_ / part_record(join_->rank)).string(),
+                      json{{"rank", join_->rank}, {"files", files_}}.dump() + "\n");
+    committed_ = true;
+    return tmp_;
+  }
+  if (join_) await_parts();
   // Each file was fsynced and checksummed as it was written: no second pass over the bytes.
   json manifest = {{"format", kFormat}, {"version", 1}, {"step", step_}, {"files", files_}};
   write_file_atomic((tmp_ / kManifest).string(), manifest.dump(2) + "\n");

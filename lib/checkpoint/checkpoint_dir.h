@@ -5,7 +5,12 @@
 // process killed at any moment (SIGKILL included) leaves the previous
 // checkpoints untouched and at worst a temporary directory that readers
 // ignore and a later writer removes once its writer is gone.
+//
+// The ranks of a parallel run write one checkpoint together (CheckpointJoin): each writes its own
+// files into the lead's temporary directory and a record of them; the lead waits for every record,
+// lists all files in the one manifest and moves the directory into place.
 #pragma once
+#include <atomic>
 #include <cstdint>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -17,11 +22,24 @@
 
 namespace gputrain {
 
+// Whose temporary directory a save writes into: "<host>-<pid>" of this process.
+std::string this_writer_id();
+
+// A save shared by `ranks` processes: rank 0 (the lead, writer id `lead`) commits it once every
+// other rank has recorded its files, waiting at most `timeout_s` (and no longer once `*cancelled`).
+struct CheckpointJoin {
+  std::string lead;
+  int rank = 0, ranks = 1;
+  double timeout_s = 600;
+  const std::atomic<bool>* cancelled = nullptr;
+};
+
 class CheckpointWriter {
  public:
-  // Starts step `step` under `root` (created if missing).
-  CheckpointWriter(const std::filesystem::path& root, int64_t step);
-  ~CheckpointWriter();  // an uncommitted checkpoint's temporary directory is removed
+  // Starts step `step` under `root` (created if missing); `join` when it is one rank's part.
+  CheckpointWriter(const std::filesystem::path& root, int64_t step, std::optional<CheckpointJoin> join = {});
+  // An uncommitted checkpoint's temporary directory is removed (a rank's part: its own files).
+  ~CheckpointWriter();
   CheckpointWriter(const CheckpointWriter&) = delete;
   CheckpointWriter& operator=(const CheckpointWriter&) = delete;
 
@@ -31,12 +49,17 @@ class CheckpointWriter {
   void add_text(const std::string& file, const std::string& text);
   // Writes the manifest and moves the checkpoint into place; returns its path.
   // An existing checkpoint of the same step is replaced by an atomic exchange,
-  // so the step is complete on disk at every moment.
+  // so the step is complete on disk at every moment. A part (rank > 0) records
+  // its files for the lead instead and returns the temporary directory.
   std::filesystem::path commit();
 
  private:
+  bool part() const { return join_ && join_->rank > 0; }
+  void await_parts();  // the lead: every other rank's files into files_
+
   std::filesystem::path root_, tmp_, final_;
   int64_t step_;
+  std::optional<CheckpointJoin> join_;
   nlohmann::ordered_json files_ = nlohmann::ordered_json::object();  // name -> size and CRC, taken while writing
   bool committed_ = false;
 };
@@ -71,8 +94,8 @@ void prune_checkpoints(const std::filesystem::path& root, int64_t keep_last);
 // Removes the temporary entries under root whose writers are gone: this
 // host's whose pid no longer runs (or is this process's own), and, when
 // `other_hosts` (the caller holds root's directory lock, util/dir_lock.h, so no
-// other writer can be live), those of other hosts too. A live writer's never.
-void clear_abandoned_saves(const std::filesystem::path& root, bool other_hosts);
+// other writer can be live), those of other hosts too. A live writer's never, nor `keep`.
+void clear_abandoned_saves(const std::filesystem::path& root, bool other_hosts, const std::filesystem::path& keep = {});
 
 // CRC-32C (Castagnoli) of a file's bytes (util/crc32c.h).
 uint32_t file_crc32c(const std::filesystem::path& file);

@@ -4,7 +4,6 @@
 
 #include <cmath>
 #include <map>
-#include <tuple>
 
 #include "checkpoint/checkpoint_dir.h"
 #include "util/error.h"
@@ -28,9 +27,22 @@ std::vector<NamedTensor> rng_tensors(const RngSnapshot& r) {
   return t;
 }
 
+// Checkpoints before per-rank files: one model and optimizer file per tp rank.
 std::string shard_file(const char* stem, size_t rank) {
   return std::string(stem) + ".tp" + std::to_string(rank) + ".safetensors";
 }
+
+std::string rank_file(const char* stem, int rank) {
+  return std::string(stem) + ".rank" + std::to_string(rank) + ".safetensors";
+}
+
+// How a checkpoint's tensors are laid out in files: `ranks` per-rank files (0: the files of a
+// single process, or per tp rank before per-rank files), split over `tp` ranks as `split` says.
+struct FileLayout {
+  size_t tp = 1;
+  std::vector<TensorShard> split;
+  int ranks = 0;
+};
 
 json split_to_json(const std::vector<TensorShard>& split) {
   json out = json::array();
@@ -39,10 +51,12 @@ json split_to_json(const std::vector<TensorShard>& split) {
   return out;
 }
 
-// trainer.json's "tensor_parallel": the tp degree (1 when absent) and the split parameters.
-std::pair<size_t, std::vector<TensorShard>> tensor_parallel_of(const json& j) {
+// trainer.json's "tensor_parallel" (the tp degree, 1 when absent, and the split parameters) and "ranks".
+FileLayout layout_of(const json& j) {
+  FileLayout out;
+  out.ranks = j.value("ranks", 0);
   const auto it = j.find("tensor_parallel");
-  if (it == j.end() || it->is_null()) return {1, {}};
+  if (it == j.end() || it->is_null()) return out;
   std::vector<TensorShard> split;
   for (const auto& e : it->at("split")) {
     TensorShard t{e.at(0).get<std::string>(), e.at(1).get<int64_t>()};
@@ -51,7 +65,9 @@ std::pair<size_t, std::vector<TensorShard>> tensor_parallel_of(const json& j) {
     else t.sections.assign(e.at(2).get<size_t>(), 1);
     split.push_back(std::move(t));
   }
-  return {it->at("size").get<size_t>(), split};
+  out.tp = it->at("size").get<size_t>();
+  out.split = std::move(split);
+  return out;
 }
 
 json read_json_file(const fs::path& p) {
@@ -89,33 +105,107 @@ std::vector<NamedTensor> join_shards(const std::vector<std::vector<NamedTensor>>
   return whole;
 }
 
-// The whole model from model.safetensors, or from the `tp` shard files joined.
-std::vector<NamedTensor> read_model_files(const fs::path& dir, size_t tp, const std::vector<TensorShard>& split) {
-  if (tp == 1) return read_safetensors((dir / "model.safetensors").string()).tensors;
+// Per-rank files <stem>.rank<r>.safetensors joined: one list per tp rank, each tensor once (a tied
+// embedding two stages hold is in both files), ZeRO-3's row pieces joined into whole tensors.
+std::vector<std::vector<NamedTensor>> read_rank_files(const fs::path& dir, const char* stem, const FileLayout& l) {
+  struct Joined {
+    std::vector<std::string> order;
+    std::map<std::string, torch::Tensor> whole;
+    std::map<std::string, std::vector<RowPiece>> pieces;
+  };
+  std::vector<Joined> by_tp(l.tp);
+  for (int r = 0; r < l.ranks; ++r) {
+    const fs::path path = dir / rank_file(stem, r);
+    if (!fs::exists(path)) continue;  // a rank that held nothing to write
+    SafetensorsFile f = read_safetensors(path.string());
+    size_t tp_rank = 0;
+    std::map<std::string, RowSlice> rows;
+    try {
+      tp_rank = std::stoul(f.metadata.at("tp_rank"));
+      if (const auto it = f.metadata.find("rows"); it != f.metadata.end()) {
+        const json listed = json::parse(it->second);
+        for (const auto& [name, r] : listed.items())
+          rows[name] = RowSlice{r.at(0).get<int64_t>(), r.at(1).get<int64_t>()};
+      }
+    } catch (const std::exception& e) {
+      throw data_error("'" + path.string() + "': its metadata is malformed (" + e.what() +
+                       ")\n    fix: resume from another checkpoint");
+    }
+    if (tp_rank >= l.tp)
+      throw data_error("'" + path.string() + "' is of tp rank " + std::to_string(tp_rank) + ", trainer.json says " +
+                       std::to_string(l.tp) + " tp ranks\n    fix: resume from another checkpoint");
+    Joined& j = by_tp[tp_rank];
+    for (auto& e : f.tensors) {
+      const bool new_name = !j.whole.count(e.name) && !j.pieces.count(e.name);
+      if (new_name) j.order.push_back(e.name);
+      if (const auto it = rows.find(e.name); it != rows.end()) j.pieces[e.name].push_back({it->second, e.tensor});
+      else if (new_name) j.whole[e.name] = e.tensor;
+    }
+  }
+  std::vector<std::vector<NamedTensor>> out(l.tp);
+  for (size_t t = 0; t < l.tp; ++t)
+    for (const auto& name : by_tp[t].order) {
+      if (const auto it = by_tp[t].whole.find(name); it != by_tp[t].whole.end()) {
+        out[t].push_back({name, it->second});
+        continue;
+      }
+      std::string problem;
+      torch::Tensor whole = join_rows(by_tp[t].pieces.at(name), &problem);
+      if (!whole.defined())
+        throw data_error("checkpoint '" + dir.string() + "': '" + name + "' cannot be joined from the " + stem +
+                         ".rank<r> files: " + problem + "\n    fix: resume from another checkpoint");
+      out[t].push_back({name, whole});
+    }
+  return out;
+}
+
+// The whole model from model.safetensors, from the per-rank files joined, or from the tp shard files joined.
+std::vector<NamedTensor> read_model_files(const fs::path& dir, const FileLayout& l) {
+  if (l.ranks > 0) {
+    auto lists = read_rank_files(dir, "model", l);
+    return l.tp == 1 ? std::move(lists.front()) : join_shards(lists, l.split, dir);
+  }
+  if (l.tp == 1) return read_safetensors((dir / "model.safetensors").string()).tensors;
   std::vector<std::vector<NamedTensor>> shards;
-  for (size_t r = 0; r < tp; ++r) shards.push_back(read_safetensors((dir / shard_file("model", r)).string()).tensors);
-  return join_shards(shards, split, dir);
+  for (size_t r = 0; r < l.tp; ++r) shards.push_back(read_safetensors((dir / shard_file("model", r)).string()).tensors);
+  return join_shards(shards, l.split, dir);
+}
+
+// A rank's part as its two files; the metadata say its tp rank and the rows of its row pieces.
+void add_part(CheckpointWriter& w, const CheckpointPart& p, const std::string& optimizer) {
+  auto metadata = [&](std::map<std::string, std::string> m, const std::map<std::string, RowSlice>& rows) {
+    m["rank"] = std::to_string(p.rank);
+    m["tp_rank"] = std::to_string(p.tp_rank);
+    m["tp_size"] = std::to_string(p.tp_size);
+    if (!rows.empty()) {
+      json r = json::object();
+      for (const auto& [name, slice] : rows) r[name] = {slice.first, slice.whole_rows};
+      m["rows"] = r.dump();
+    }
+    return m;
+  };
+  if (!p.model.empty())
+    w.add_safetensors(rank_file("model", p.rank), p.model, metadata({{"format", "gputrain"}}, p.model_rows));
+  if (!p.optimizer.empty())
+    w.add_safetensors(rank_file("optimizer", p.rank), p.optimizer,
+                      metadata({{"optimizer", optimizer}}, p.optimizer_rows));
 }
 
 }  // namespace
 
 std::vector<NamedTensor> read_checkpoint_model(const fs::path& dir) {
-  const auto [tp, split] = tensor_parallel_of(read_json_file(dir / "trainer.json"));
-  return read_model_files(dir, tp, split);
+  return read_model_files(dir, layout_of(read_json_file(dir / "trainer.json")));
 }
 
-fs::path save_training_checkpoint(const fs::path& root, const TrainingSnapshot& s) {
-  CheckpointWriter w(root, s.counters.step);
-  if (s.model_shards.empty()) {
+fs::path save_training_checkpoint(const fs::path& root, const TrainingSnapshot& s, std::optional<CheckpointJoin> join) {
+  const int ranks = join ? join->ranks : 0;
+  CheckpointWriter w(root, s.counters.step, std::move(join));
+  if (s.part) {
+    add_part(w, *s.part, s.optimizer);
+    if (s.part->rank > 0) return w.commit();  // the lead writes the rest
+  } else {
     w.add_safetensors("model.safetensors", s.model, {{"format", "gputrain"}});
     w.add_safetensors("optimizer.safetensors", s.optimizer_state, {{"optimizer", s.optimizer}});
-  }
-  for (size_t r = 0; r < s.model_shards.size(); ++r) {
-    const std::string of = std::to_string(s.model_shards.size());
-    w.add_safetensors(shard_file("model", r), s.model_shards[r],
-                      {{"format", "gputrain"}, {"tp_rank", std::to_string(r)}, {"tp_size", of}});
-    w.add_safetensors(shard_file("optimizer", r), s.optimizer_shards.at(r),
-                      {{"optimizer", s.optimizer}, {"tp_rank", std::to_string(r)}, {"tp_size", of}});
   }
   w.add_safetensors("rng.safetensors", rng_tensors(s.rng));
   const TrainingCounters& c = s.counters;
@@ -144,17 +234,31 @@ fs::path save_training_checkpoint(const fs::path& root, const TrainingSnapshot& 
   j["torch_version"] = TORCH_VERSION;
   j["settings"] = s.settings;
   if (!s.lora_base.empty()) j["lora_base"] = s.lora_base;  // model files hold LoRA's adapters only
-  if (!s.model_shards.empty())
-    j["tensor_parallel"] = {{"size", s.model_shards.size()}, {"split", split_to_json(s.tp_split)}};
+  if (s.part) j["ranks"] = ranks;                          // model.rank<r> and optimizer.rank<r> files
+  if (s.part && s.part->tp_size > 1)
+    j["tensor_parallel"] = {{"size", s.part->tp_size}, {"split", split_to_json(s.tp_split)}};
   w.add_json("trainer.json", j);
   w.add_text("recipe.yaml", s.recipe_yaml);
   return w.commit();
 }
 
+void copy_to_host(TrainingSnapshot& s) {
+  auto copy = [](std::vector<NamedTensor>& v) {
+    for (auto& e : v) e.tensor = e.tensor.detach().to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true);
+  };
+  copy(s.model);
+  copy(s.optimizer_state);
+  if (s.part) {
+    copy(s.part->model);
+    copy(s.part->optimizer);
+  }
+}
+
 bool is_training_checkpoint(const fs::path& dir) {
   std::error_code ec;
   return fs::is_regular_file(dir / "trainer.json", ec) &&
-         (fs::is_regular_file(dir / "model.safetensors", ec) || fs::is_regular_file(dir / shard_file("model", 0), ec));
+         (fs::is_regular_file(dir / "model.safetensors", ec) || fs::is_regular_file(dir / rank_file("model", 0), ec) ||
+          fs::is_regular_file(dir / shard_file("model", 0), ec));
 }
 
 TrainingSnapshot load_training_checkpoint(const fs::path& dir) {
@@ -164,7 +268,7 @@ TrainingSnapshot load_training_checkpoint(const fs::path& dir) {
         "\n    fix: resume from another checkpoint (checkpoint.resume: auto picks the newest complete one)");
   TrainingSnapshot s;
   const fs::path state_path = dir / "trainer.json";
-  size_t tp = 1;
+  FileLayout layout;
   try {
     const json j = json::parse(read_text_file(state_path, "checkpoint file", "resume from another checkpoint"));
     if (j.at("format") != kStateFormat || j.at("version").get<int>() > kStateVersion)
@@ -191,15 +295,22 @@ TrainingSnapshot load_training_checkpoint(const fs::path& dir) {
     s.optimizer = j.at("optimizer").get<std::string>();
     s.settings = j.at("settings");
     s.lora_base = j.value("lora_base", std::string());
-    std::tie(tp, s.tp_split) = tensor_parallel_of(j);
+    layout = layout_of(j);
+    s.tp_split = layout.split;
   } catch (const json::exception& e) {
     throw data_error("'" + state_path.string() + "' is malformed: " + e.what() +
                      "\n    fix: resume from another checkpoint");
   }
   s.recipe_yaml = read_text_file(dir / "recipe.yaml", "checkpoint file", "resume from another checkpoint");
-  s.model = read_model_files(dir, tp, s.tp_split);
-  if (tp == 1) s.optimizer_state = read_safetensors((dir / "optimizer.safetensors").string()).tensors;
-  for (size_t r = 0; tp > 1 && r < tp; ++r)
+  s.model = read_model_files(dir, layout);
+  if (layout.ranks > 0) {
+    auto lists = read_rank_files(dir, "optimizer", layout);
+    if (layout.tp == 1) s.optimizer_state = std::move(lists.front());
+    else s.optimizer_shards = std::move(lists);
+  } else if (layout.tp == 1) {
+    s.optimizer_state = read_safetensors((dir / "optimizer.safetensors").string()).tensors;
+  }
+  for (size_t r = 0; layout.ranks == 0 && layout.tp > 1 && r < layout.tp; ++r)
     s.optimizer_shards.push_back(read_safetensors((dir / shard_file("optimizer", r)).string()).tensors);
   const SafetensorsFile rng = read_safetensors((dir / "rng.safetensors").string());
   const torch::Tensor* cpu = rng.find("cpu");

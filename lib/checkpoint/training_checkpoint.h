@@ -3,9 +3,12 @@
 // holding
 //   model.safetensors      the parameters, by module path, in their training dtype
 //   optimizer.safetensors  the optimizer state ("<param>.<slot>", step counters included)
-//                          (tensor parallelism, parallel.tp = N > 1: model.tp<r>.safetensors and
-//                          optimizer.tp<r>.safetensors for r = 0..N-1, each tp rank's shards;
-//                          trainer.json's "tensor_parallel" says how the parameters are split)
+//                          (a parallel run, world size > 1: model.rank<r>.safetensors and
+//                          optimizer.rank<r>.safetensors, each written by rank r, of what it holds
+//                          (checkpoint/checkpoint_part.h); each file's metadata says its tp rank and
+//                          the rows of a ZeRO-3 shard; trainer.json's "tensor_parallel" says how the
+//                          parameters are split. Loading joins them whole)
+//                          (before: model.tp<r>.safetensors and optimizer.tp<r>.safetensors, still read)
 //   rng.safetensors        the CPU (and CUDA) generator states, as bytes
 //   trainer.json           counters, the data sampler position, the loss scaler,
 //                          the batch split, the resolved settings and, for a
@@ -21,6 +24,8 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/checkpoint_dir.h"
+#include "checkpoint/checkpoint_part.h"
 #include "checkpoint/safetensors.h"
 #include "data/sampler.h"
 #include "parallel/tensor_shard.h"
@@ -50,21 +55,29 @@ struct TrainingSnapshot {
   RngSnapshot rng;
   nlohmann::ordered_json settings;  // settings_to_json() of the run that saved it
   std::string recipe_yaml;
-  std::string optimizer;                     // Optimizer::describe(), for people
-  std::vector<NamedTensor> model;            // whole: a tensor-parallel checkpoint's shards are joined on load
-  std::vector<NamedTensor> optimizer_state;  // tp = 1
-  // Tensor parallelism saves a model and an optimizer file per tp rank: model_shards and
-  // optimizer_shards[r] are rank r's lists (model_shards only when saving; loading joins them into
-  // `model`), tp_split says how each parameter is split.
-  std::vector<std::vector<NamedTensor>> model_shards, optimizer_shards;
+  std::string optimizer;  // Optimizer::describe(), for people
+  // Saving: a single process's whole model and state, or a parallel run's `part` (each rank's own).
+  std::vector<NamedTensor> model;            // loaded: whole (every file joined)
+  std::vector<NamedTensor> optimizer_state;  // loaded with tp = 1: every rank's joined
+  std::optional<CheckpointPart> part;
+  // Loaded with tp > 1: tp rank r's state, every dp rank's and stage's joined (the state of a
+  // split parameter is split as it is); tp_split says how each parameter is split.
+  std::vector<std::vector<NamedTensor>> optimizer_shards;
   std::vector<TensorShard> tp_split;
   // LoRA with model.lora.save: adapters: `model` holds the adapters only, and
   // this is the frozen base's fingerprint (model/lora.h); empty = every weight.
   std::string lora_base;
 };
 
-// Writes `s` as <root>/step_<counters.step> atomically; returns the directory.
-std::filesystem::path save_training_checkpoint(const std::filesystem::path& root, const TrainingSnapshot& s);
+// Writes `s` as <root>/step_<counters.step> atomically; returns the directory. With `join`, each
+// rank of a parallel run calls it with its own part: the lead (rank 0) writes the rest and commits
+// once every rank has written its files; the others return the temporary directory.
+std::filesystem::path save_training_checkpoint(const std::filesystem::path& root, const TrainingSnapshot& s,
+                                               std::optional<CheckpointJoin> join = {});
+
+// The snapshot's tensors replaced by copies in host memory (checkpoint.async: written while
+// training changes the originals).
+void copy_to_host(TrainingSnapshot& s);
 
 // Reads a checkpoint directory written by save_training_checkpoint, after
 // verifying its manifest. A missing, incomplete or corrupt checkpoint is a

@@ -833,15 +833,15 @@ void add_optim_fields(std::vector<FieldSpec>& f) {
 }
 
 void add_parallel_fields(std::vector<FieldSpec>& f) {
-  // Resume: of the degrees only tp is refused (the optimizer state is saved per tp shard). A pipeline's
-  // or expert-parallel run's checkpoint holds the whole model, and the data position is global, so dp,
-  // pp, ep and the ZeRO stage may change (dp as a batch split).
+  // Resume: a checkpoint's files join into the whole model and state (checkpoint/training_checkpoint.h),
+  // and the data position is global, so dp, tp, pp, ep and the ZeRO stage may change (dp as a batch
+  // split; tp where the optimizer state is elementwise: checkpoint/tensor_parallel_state.h).
   f.push_back(auto_int_field(KEY(parallel.dp), 1, 65536, "data-parallel degree; auto = the number of processes")
                   .resume(ResumePolicy::kBatchSplit));
   f.push_back(int_field(KEY(parallel.tp), 1, 65536,
                         "tensor-parallel degree: attention heads and MLP columns split over this many adjacent ranks; "
                         "must divide model.n_head and the MLP width")
-                  .resume(ResumePolicy::kRefused));
+                  .resume(ResumePolicy::kReported));
   f.push_back(
       int_field(
           KEY(parallel.pp), 1, 65536,
@@ -905,6 +905,11 @@ void add_checkpoint_fields(std::vector<FieldSpec>& f) {
       bool_field(KEY(checkpoint.at_end),
                  "save when the run finishes its max_steps (a preempted, interrupted or out-of-time run always saves)")
           .resume(ResumePolicy::kReported));
+  f.push_back(bool_field(KEY(checkpoint.async),
+                         "copy the checkpoint to host memory and write it on a background thread while training "
+                         "goes on (the next save, a rollback and the run's end wait for it); costs a host copy of "
+                         "this rank's weights and optimizer state")
+                  .resume(ResumePolicy::kReported));
   f.push_back(duration_field(KEY(checkpoint.max_wall_time),
                              "save and stop before this much wall time has passed (e.g. a few minutes under the job's "
                              "limit); 0 = no limit")

@@ -289,7 +289,8 @@ struct CheckpointSettings {
   std::string dir;              // empty = <output_dir>/checkpoints
   std::string resume = "auto";  // auto | never | a checkpoint directory (absolute after loading)
   bool at_end = true;           // save when max_steps is reached (preemption, SIGINT and max_wall_time always save)
-  double max_wall_time = 0;     // seconds: save and stop before this much time has passed; 0 = no limit
+  bool async = false;  // write checkpoints on a background thread from a host copy (checkpoint/background_saver.h)
+  double max_wall_time = 0;  // seconds: save and stop before this much time has passed; 0 = no limit
   std::vector<std::string> preempt_signals = {"SIGTERM", "SIGUSR1"};  // finish the step, save, exit 143
 };
 

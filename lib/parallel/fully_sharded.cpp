@@ -255,4 +255,14 @@ torch::Tensor FullyShardedModel::whole_of(const std::string& name, const torch::
   return out.view(shape).narrow(0, 0, q.rows).clone();
 }
 
+std::optional<RowPiece> FullyShardedModel::own_rows(const std::string& name, const torch::Tensor& shard) const {
+  const auto it = by_name_.find(name);
+  if (it == by_name_.end()) return std::nullopt;
+  const Param& q = params_[it->second];
+  if (shard.sizes() != q.shard.sizes()) return std::nullopt;
+  const int64_t first = dp_.rank() * q.shard_rows;
+  const int64_t count = std::clamp<int64_t>(q.rows - first, 0, q.shard_rows);
+  return RowPiece{{std::min(first, q.rows), q.rows}, shard.detach().narrow(0, 0, count)};
+}
+
 }  // namespace gputrain

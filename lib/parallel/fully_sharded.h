@@ -12,12 +12,14 @@
 #include <chrono>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "metrics/parallel_reports.h"
 #include "model/gpt.h"
 #include "parallel/communicator.h"
+#include "parallel/tensor_shard.h"
 #include "util/named_tensor.h"
 
 namespace gputrain {
@@ -37,6 +39,9 @@ class FullyShardedModel : public UnitHooks {
   // The whole tensor of a shard-shaped tensor of parameter `name` (every rank calls it, in the
   // same order): for checkpoints. Others come back as they are.
   torch::Tensor whole_of(const std::string& name, const torch::Tensor& shard);
+  // A shard-shaped tensor of parameter `name` without its padding, and which rows of the whole it
+  // is (no communication: each rank writes its own rows into a checkpoint). nullopt for others.
+  std::optional<RowPiece> own_rows(const std::string& name, const torch::Tensor& shard) const;
 
   // After the last micro-batch's backward: every unit's gradients reduced, every unit freed.
   void finish_backward();

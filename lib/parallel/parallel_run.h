@@ -2,8 +2,8 @@
 // (parallel/process_groups.h: the world, its grid and this rank's groups), tensor, pipeline and
 // expert parallelism applied to the model from outside (in order by parallel/parallelize.h), data
 // parallelism (GradientSync) and ZeRO over the dp group. What
-// it measures is written to summary.json by metrics/parallel_reports.h; checkpoint/gather_checkpoint.h
-// gathers every rank's shards for a checkpoint. A single-process run has a ParallelRun too; every
+// it measures is written to summary.json by metrics/parallel_reports.h; checkpoint/checkpoint_part.h
+// takes what each rank writes of a checkpoint. A single-process run has a ParallelRun too; every
 // call is then a no-op, so the loop has one shape.
 //
 // Quantities counted once per model replica (the loss, target tokens, the

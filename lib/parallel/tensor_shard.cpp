@@ -1,5 +1,6 @@
 #include "parallel/tensor_shard.h"
 
+#include <algorithm>
 #include <numeric>
 #include <stdexcept>
 
@@ -39,6 +40,31 @@ torch::Tensor unshard(const std::vector<torch::Tensor>& shards, const TensorShar
     sections.push_back(torch::cat(pieces, s.dim));
   }
   return sections.size() == 1 ? sections.front() : torch::cat(sections, s.dim);
+}
+
+torch::Tensor join_rows(std::vector<RowPiece> pieces, std::string* problem) {
+  problem->clear();
+  std::sort(pieces.begin(), pieces.end(),
+            [](const RowPiece& a, const RowPiece& b) { return a.slice.first < b.slice.first; });
+  int64_t next = 0;
+  const int64_t whole = pieces.empty() ? 0 : pieces.front().slice.whole_rows;
+  std::vector<torch::Tensor> parts;
+  for (const auto& p : pieces) {
+    auto rows = [&](int64_t a, int64_t b) {
+      return "rows " + std::to_string(a) + " to " + std::to_string(b) + " of " + std::to_string(whole);
+    };
+    if (p.slice.whole_rows != whole) *problem = "its pieces disagree on its number of rows";
+    else if (p.slice.first > next) *problem = rows(next, p.slice.first) + " are in no file";
+    else if (p.slice.first < next) *problem = rows(p.slice.first, next) + " are in two files";
+    if (!problem->empty()) return {};
+    parts.push_back(p.rows);
+    next += p.rows.size(0);
+  }
+  if (next != whole) {
+    *problem = "rows " + std::to_string(next) + " to " + std::to_string(whole) + " are in no file";
+    return {};
+  }
+  return parts.size() == 1 ? parts.front() : torch::cat(parts, 0);
 }
 
 }  // namespace gputrain

@@ -26,4 +26,17 @@ struct TensorShard {
 torch::Tensor shard_of(const torch::Tensor& whole, const TensorShard& s, int rank, int size);
 torch::Tensor unshard(const std::vector<torch::Tensor>& shards, const TensorShard& s);
 
+// Rows [first, first + rows of the piece) of a whole tensor of `whole_rows` rows along dim 0: what a
+// ZeRO-3 rank writes of each tensor into a checkpoint (its shard without the padding).
+struct RowSlice {
+  int64_t first = 0, whole_rows = 0;
+};
+struct RowPiece {
+  RowSlice slice;
+  torch::Tensor rows;
+};
+// The whole tensor from pieces that cover its rows exactly once (any order); otherwise an undefined
+// tensor, and *problem names the gap or the overlap.
+torch::Tensor join_rows(std::vector<RowPiece> pieces, std::string* problem);
+
 }  // namespace gputrain

@@ -15,4 +15,7 @@ void send_tensors(Communicator& comm, const std::vector<NamedTensor>& tensors, i
 // What send_tensors(comm, ..., src, tag) sent, as tensors on the CPU.
 std::vector<NamedTensor> receive_tensors(Communicator& comm, int src, int tag, const std::string& what);
 
+// Rank `root`'s `text` on every rank of comm (every rank calls it).
+std::string broadcast_text(Communicator& comm, const std::string& text, int root, const std::string& what);
+
 }  // namespace gputrain

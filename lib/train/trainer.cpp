@@ -2,6 +2,7 @@
 
 #include <ATen/Parallel.h>
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <csignal>
@@ -9,10 +10,12 @@
 #include <optional>
 #include <set>
 
+#include "checkpoint/background_saver.h"
 #include "checkpoint/checkpoint_dir.h"
-#include "checkpoint/gather_checkpoint.h"
+#include "checkpoint/checkpoint_part.h"
 #include "checkpoint/model_files.h"
 #include "checkpoint/module_weights.h"
+#include "checkpoint/tensor_parallel_state.h"
 #include "checkpoint/training_checkpoint.h"
 #include "config/schema.h"
 #include "config/validate.h"
@@ -35,6 +38,7 @@
 #include "optim/param_groups.h"
 #include "parallel/parallel_run.h"
 #include "parallel/parallelize.h"
+#include "parallel/tensor_transfer.h"
 #include "parallel/pipeline.h"
 #include "parallel/world.h"
 #include "precision/precision.h"
@@ -201,8 +205,10 @@ class Trainer {
   int64_t consecutive_skips_ = 0;
   bool warned_no_targets_ = false;  // a step whose every target was masked (chat prompts), warned once
   int64_t last_saved_step_ = 0;
-  double last_save_s_ = 0;
+  std::atomic<double> last_save_s_ = 0;  // rank 0's last save, written by a background save too
   double slowest_step_s_ = 0;
+  std::string save_writer_;  // rank 0's writer id: a parallel run's ranks write into its save (checkpoint_dir.h)
+  BackgroundSaver saver_;    // checkpoint.async; last, so an unfinished save ends before the rest goes
 };
 
 // The world, the device and the data; rank 0 locks the run's folders.
@@ -247,6 +253,8 @@ void Trainer::build_model() {
     spdlog::info("kernels.cuda_graphs: a world of one ({}) trains as a single process, without a process group",
                  plan_.world.describe());
   par_ = std::make_unique<ParallelRun>(plan_.group_world, s_.parallel, plan_.device);
+  if (par_->distributed())
+    save_writer_ = broadcast_text(*par_->groups().world_comm(), this_writer_id(), 0, "rank 0's checkpoint writer id");
   t_.mem_start_mb = current_rss_mb();
   precision_.emplace(s_.precision, plan_.device);
   // A checkpoint of LoRA adapters only needs the frozen base built as the run built it (model.init_from).
@@ -344,10 +352,15 @@ void Trainer::load_data() {
   options.shards = plan_.dp;
   if (resumed_) {
     TrainingSnapshot& snap = resumed_->snapshot;
+    // This rank's tp shard of the state; under another parallel.tp than the checkpoint's, resharded.
+    const int tp = par_->groups().grid().tp();
+    const auto saved = snap.optimizer_shards.empty() ? std::vector<std::vector<NamedTensor>>{snap.optimizer_state}
+                                                     : snap.optimizer_shards;
     std::map<std::string, torch::Tensor> state;
-    // parallel.tp is the checkpoint's (resume refuses a change): this rank's tp shard of the state.
-    for (const auto& e : snap.optimizer_shards.empty() ? snap.optimizer_state
-                                                       : snap.optimizer_shards.at(static_cast<size_t>(par_->tp_rank())))
+    for (const auto& e : static_cast<int>(saved.size()) == tp
+                             ? saved.at(static_cast<size_t>(par_->tp_rank()))
+                             : reshard_tp_state(saved, snap.tp_split, snap.model, par_->tensor_split(), par_->tp_rank(),
+                                                tp, resumed_->dir.string()))
       state[e.name] = e.tensor;
     optimizer_->load_state(par_->owned_state(std::move(state)));
     if (precision_->scaler() && snap.scaler) precision_->scaler()->load_state(*snap.scaler);
@@ -473,6 +486,7 @@ void Trainer::train() {
   }
   // A stopped run always saves (that is the point of stopping gracefully); a finished one if asked.
   if (status_ != "ok" || s_.checkpoint.at_end) save();
+  saver_.wait();  // checkpoint.async: the last save is on disk before the run reports
 }
 
 // checkpoint.max_wall_time: stop while one more step and a save still fit. The estimate is the
@@ -485,7 +499,7 @@ bool Trainer::stop_for_wall_time() {
   if (limit <= 0) return false;
   bool near = false;
   if (plan_.lead && slowest_step_s_ > 0) {
-    const double save_s = last_save_s_ > 0 ? last_save_s_ : 1.0 + checkpoint_mb_ / 200.0;
+    const double save_s = last_save_s_ > 0 ? last_save_s_.load() : 1.0 + checkpoint_mb_ / 200.0;
     near = seconds_since(t_start_) + 1.2 * (slowest_step_s_ + save_s) > limit;
   }
   if (!par_->groups().any_rank(near, "agreement on max_wall_time")) return false;
@@ -641,6 +655,7 @@ bool Trainer::on_spike(int64_t step, double loss, double grad_norm, const SpikeV
 // The weights and optimizer state of the last checkpoint this run saved, in place. Every rank
 // reads it once rank 0 has written it (the agreement below waits for rank 0, whose save came first).
 void Trainer::roll_back() {
+  saver_.wait();
   par_->groups().any_rank(false, "agreement on a rollback");
   const fs::path dir = ckpt_root_ / step_name(last_saved_step_);
   TrainingSnapshot snap = load_training_checkpoint(dir);
@@ -724,42 +739,51 @@ double Trainer::evaluate_all_windows() {
   return total / static_cast<double>(std::max<int64_t>(par_->global_targets(t.targets), 1));
 }
 
-// A checkpoint of this step: every rank takes part in gathering it; rank 0 writes it.
+// A checkpoint of this step. A parallel run's ranks each write what they hold (no gathering), and
+// rank 0 commits once all have; under checkpoint.async from a host copy, on the saver's thread.
 void Trainer::save() {
   if (t_.step == last_saved_step_) return;
   const auto t0 = Clock::now();
-  TrainingSnapshot snap;
-  snap.counters = t_;
-  snap.counters.metrics_bytes = metrics_ ? metrics_->bytes() : 0;
-  snap.per_device_batch_size = s_.train.per_device_batch_size;
-  snap.grad_accum_steps = s_.train.grad_accum_steps;
-  snap.sampler = train_sampler_->state(train_loader_->next_sample());
-  if (precision_->scaler()) snap.scaler = precision_->scaler()->state();
-  snap.rng = capture_rng(plan_.device);
-  snap.settings = settings_to_json(s_);
-  snap.recipe_yaml = recipe_to_yaml(s_);
-  snap.optimizer = optimizer_->describe();
-  // On rank 0: every tp shard's weights and optimizer state (ZeRO: every dp rank's share merged).
-  CheckpointShards shards = gather_checkpoint(*par_, *optimizer_);
-  if (shards.model.size() > 1) {
-    snap.model_shards = std::move(shards.model);
-    snap.optimizer_shards = std::move(shards.optimizer);
-    snap.tp_split = par_->tensor_split();
-  } else if (plan_.lead) {
-    snap.model = std::move(shards.model.front());  // every pipeline stage's parameters
-    snap.optimizer_state = std::move(shards.optimizer.front());
+  auto snap = std::make_shared<TrainingSnapshot>();
+  snap->counters = t_;
+  snap->counters.metrics_bytes = metrics_ ? metrics_->bytes() : 0;
+  snap->per_device_batch_size = s_.train.per_device_batch_size;
+  snap->grad_accum_steps = s_.train.grad_accum_steps;
+  snap->sampler = train_sampler_->state(train_loader_->next_sample());
+  if (precision_->scaler()) snap->scaler = precision_->scaler()->state();
+  snap->rng = capture_rng(plan_.device);
+  snap->settings = settings_to_json(s_);
+  snap->recipe_yaml = recipe_to_yaml(s_);
+  snap->optimizer = optimizer_->describe();
+  std::optional<CheckpointJoin> join;
+  if (par_->distributed()) {
+    snap->part = checkpoint_part(*par_, *optimizer_);
+    snap->tp_split = par_->tensor_split();
+    const World& world = par_->groups().world();
+    join = CheckpointJoin{save_writer_, world.rank, world.size, s_.parallel.timeout_s, saver_.cancelled()};
+  } else {
+    snap->model = par_->weights();
+    for (const auto& e : optimizer_->state()) snap->optimizer_state.push_back({e.name, e.tensor});
   }
   if (!lora_base_.empty()) {  // model.lora.save: adapters
-    snap.lora_base = lora_base_;
-    std::erase_if(snap.model, [](const NamedTensor& w) { return !is_lora_parameter(w.name); });
+    snap->lora_base = lora_base_;
+    std::erase_if(snap->part ? snap->part->model : snap->model,
+                  [](const NamedTensor& w) { return !is_lora_parameter(w.name); });
   }
   last_saved_step_ = t_.step;
-  if (!plan_.lead) return;
-  const fs::path dir = save_training_checkpoint(ckpt_root_, snap);
-  prune_checkpoints(ckpt_root_, s_.checkpoint.keep_last);
-  last_save_s_ = seconds_since(t0);
-  progress_->finish();
-  spdlog::info("checkpoint: step {} saved to {} in {:.2f} s", t_.step, dir.string(), last_save_s_);
+  const bool async = s_.checkpoint.async;
+  if (async) copy_to_host(*snap);  // training changes the tensors in place from the next step on
+  auto write = [this, snap, join, t0, async, root = ckpt_root_, keep = s_.checkpoint.keep_last] {
+    const fs::path dir = save_training_checkpoint(root, *snap, join);
+    if (!plan_.lead) return;
+    prune_checkpoints(root, keep);
+    last_save_s_ = seconds_since(t0);
+    if (!async) progress_->finish();
+    spdlog::info("checkpoint: step {} saved to {} in {:.2f} s{}", snap->counters.step, dir.string(),
+                 last_save_s_.load(), async ? " (in the background)" : "");
+  };
+  if (async) saver_.start(std::move(write));
+  else write();
 }
 
 json Trainer::summary(const std::string& status) const {

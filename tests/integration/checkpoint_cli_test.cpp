@@ -262,7 +262,7 @@ TEST_CASE("checkpoint: a parent's death told twice (once per parent thread) stil
   CHECK(newest_checkpoint(out).filename() == step_dir(s["steps"].get<int64_t>()));
 }
 
-TEST_CASE("checkpoint: SIGKILL at any moment, during saves included, leaves a good checkpoint to resume",
+TEST_CASE("checkpoint: SIGKILL at any moment, during saves (also asynchronous ones) included, leaves a good checkpoint",
           "[checkpoint][cli]") {
   TempDir dir;
   write_file(dir.file("r.yaml"), tiny_recipe());
@@ -276,7 +276,9 @@ TEST_CASE("checkpoint: SIGKILL at any moment, during saves included, leaves a go
   int killed_mid_save = 0;
   for (int trial = 0; trial < 8; ++trial) {
     INFO("trial " << trial);
-    const int pid = spawn_run(dir.file("r.yaml"), out, sets);
+    std::vector<std::string> trial_sets = sets;
+    if (trial >= 4) trial_sets.push_back("checkpoint.async=true");  // written on a thread while training goes on
+    const int pid = spawn_run(dir.file("r.yaml"), out, trial_sets);
     // The run has started saving once a checkpoint newer than the last one appears.
     auto newer_saved = [&] {
       const CheckpointListing l = list_checkpoints(root);

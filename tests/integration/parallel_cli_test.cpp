@@ -250,10 +250,12 @@ TEST_CASE("parallel: SIGTERM to the launcher saves, and a ZeRO-2 run resumes exa
   INFO(resumed.output);
   REQUIRE(resumed.exit_code == 0);
   CHECK_THAT(resumed.output, Contains("resume: continuing from"));
-  // Bitwise: the same weights and the same (gathered) optimizer state as the uninterrupted run.
+  // Bitwise: the same weights and the same optimizer state (each rank's share) as the uninterrupted run.
   const fs::path a = fs::path(dir.file("straight")) / "checkpoints/step_00000040";
   const fs::path b = fs::path(out) / "checkpoints/step_00000040";
-  for (const char* f : {"model.safetensors", "optimizer.safetensors"}) CHECK(read_file(a / f) == read_file(b / f));
+  const auto files = check_same_state_files(a, b);
+  CHECK(files == std::vector<std::string>{"model.rank0.safetensors", "optimizer.rank0.safetensors",
+                                          "optimizer.rank1.safetensors"});
   CHECK(column(out, "loss") == column(dir.file("straight"), "loss"));
 
   // One process continues the two-process checkpoint: the gathered state needs no re-sharding.
@@ -415,7 +417,7 @@ TEST_CASE("parallel: tensor parallelism (tp 2, dp 2 x tp 2, with ZeRO-2 and reco
 
 static double loss1_first(const std::string& out) { return column(out, "loss").front(); }
 
-TEST_CASE("parallel: a tensor-parallel checkpoint is a file per shard, exports the 1-process model and resumes exactly",
+TEST_CASE("parallel: a tensor-parallel checkpoint is a file per rank, exports the 1-process model and resumes exactly",
           "[parallel][cli][slow]") {
   TempDir dir;
   write_file(dir.file("r.yaml"), dp_recipe());
@@ -428,11 +430,13 @@ TEST_CASE("parallel: a tensor-parallel checkpoint is a file per shard, exports t
   REQUIRE(r.exit_code == 0);
 
   const fs::path ckpt = fs::path(dir.file("tp2")) / "checkpoints/step_00000020";
-  for (const char* f :
-       {"model.tp0.safetensors", "model.tp1.safetensors", "optimizer.tp0.safetensors", "optimizer.tp1.safetensors"}) {
+  // Each rank wrote its own shard; the metadata say which tp rank it is.
+  for (const char* f : {"model.rank0.safetensors", "model.rank1.safetensors", "optimizer.rank0.safetensors",
+                        "optimizer.rank1.safetensors"}) {
     CHECK(fs::exists(ckpt / f));
     CHECK(read_json(ckpt / "manifest.json").dump().find(f) != std::string::npos);
   }
+  CHECK(gputrain::read_safetensors((ckpt / "model.rank1.safetensors").string()).metadata.at("tp_rank") == "1");
   CHECK_FALSE(fs::exists(ckpt / "model.safetensors"));
   CHECK(read_json(ckpt / "trainer.json")["tensor_parallel"]["size"] == 2);
 
@@ -450,10 +454,52 @@ TEST_CASE("parallel: a tensor-parallel checkpoint is a file per shard, exports t
   REQUIRE(resumed.exit_code == 0);
   check_continues(column(dir.file("tp2"), "loss"), column(dir.file("resumed"), "loss"), 10, 0);
 
-  // Another tp cannot take the per-shard optimizer state; model.init_from takes the joined weights.
-  auto other_tp = train(dir.file("r.yaml"), dir.file("other"), 0, {"checkpoint.resume=" + ckpt.string()});
-  CHECK(other_tp.exit_code == 2);
-  CHECK_THAT(other_tp.output, Contains("parallel.tp: 2 in the checkpoint, 1 now"));
+  // Another tp reshards the weights and the (elementwise) optimizer state: tp 2 -> 1 process, and a
+  // 1-process checkpoint -> tp 2, each continues within float32 noise of the uninterrupted run.
+  const std::string step10 = dir.file("tp2") + "/checkpoints/step_00000010";
+  auto to_one = train(dir.file("r.yaml"), dir.file("to-one"), 0, {"checkpoint.resume=" + step10});
+  INFO(to_one.output);
+  REQUIRE(to_one.exit_code == 0);
+  CHECK_THAT(to_one.output, Contains("parallel.tp changed from 2 to 1"));
+  check_continues(column(dir.file("tp2"), "loss"), column(dir.file("to-one"), "loss"), 10, 1e-5);
+  auto to_two = train(dir.file("r.yaml"), dir.file("to-two"), 2,
+                      {"parallel.tp=2", "checkpoint.resume=" + dir.file("one") + "/checkpoints/step_00000010"});
+  INFO(to_two.output);
+  REQUIRE(to_two.exit_code == 0);
+  check_continues(column(dir.file("one"), "loss"), column(dir.file("to-two"), "loss"), 10, 1e-5);
+  // Adafactor's factored statistics differ between tp ranks: another tp is refused by name.
+  REQUIRE(train(dir.file("r.yaml"), dir.file("ada"), 2, {"parallel.tp=2", "optim.name=adafactor", "train.max_steps=2"})
+              .exit_code == 0);
+  auto ada = train(dir.file("r.yaml"), dir.file("ada-one"), 0,
+                   {"optim.name=adafactor", "checkpoint.resume=" + dir.file("ada") + "/checkpoints/step_00000002"});
+  CHECK(ada.exit_code != 0);
+  CHECK_THAT(ada.output,
+             Contains("differs between its tp ranks") && Contains("resume with the checkpoint's parallel.tp (2)"));
+
+  // Checkpoints written before per-rank files (model.tp<r>.safetensors) still resume.
+  const fs::path old = dir.file("old");
+  fs::copy(step10, old);
+  auto manifest = read_json((old / "manifest.json").string());
+  for (const char* stem : {"model", "optimizer"})
+    for (int r = 0; r < 2; ++r) {
+      const std::string from = std::string(stem) + ".rank" + std::to_string(r) + ".safetensors";
+      const std::string to = std::string(stem) + ".tp" + std::to_string(r) + ".safetensors";
+      fs::rename(old / from, old / to);
+      manifest["files"][to] = manifest["files"][from];
+      manifest["files"].erase(from);
+    }
+  auto trainer = read_json((old / "trainer.json").string());
+  trainer.erase("ranks");
+  write_file((old / "trainer.json").string(), trainer.dump(2));
+  manifest["files"]["trainer.json"] = {{"bytes", fs::file_size(old / "trainer.json")},
+                                       {"crc32c", gputrain::file_crc32c(old / "trainer.json")}};
+  write_file((old / "manifest.json").string(), manifest.dump(2));
+  auto from_old =
+      train(dir.file("r.yaml"), dir.file("from-old"), 2, {"parallel.tp=2", "checkpoint.resume=" + old.string()});
+  INFO(from_old.output);
+  REQUIRE(from_old.exit_code == 0);
+  check_continues(column(dir.file("tp2"), "loss"), column(dir.file("from-old"), "loss"), 10, 0);
+
   auto init = train(dir.file("r.yaml"), dir.file("init"), 0, {"model.init_from=" + ckpt.string(), "train.max_steps=2"});
   INFO(init.output);
   CHECK(init.exit_code == 0);
@@ -577,10 +623,11 @@ TEST_CASE("parallel: a pipeline-parallel checkpoint holds the whole model, expor
   INFO(r.output);
   REQUIRE(r.exit_code == 0);
 
-  // One file of every stage's parameters: the same tensors as the 1-process checkpoint's.
+  // Each stage's file of its parameters, joined: the same tensors as the 1-process checkpoint's.
   const fs::path ckpt = fs::path(dir.file("pp2")) / "checkpoints/step_00000010";
-  check_same_tensors(dir.file("one") + "/checkpoints/step_00000010/model.safetensors",
-                     (ckpt / "model.safetensors").string(), 1e-4);
+  CHECK(fs::exists(ckpt / "model.rank0.safetensors"));
+  CHECK(fs::exists(ckpt / "model.rank1.safetensors"));
+  check_same_model(fs::path(dir.file("one")) / "checkpoints/step_00000010", ckpt, 1e-4);
   // Its export: the 1-process export's tensors, and transformers computes the checkpoint's logits from it.
   auto e = run_gputrain({"export", dir.file("pp2"), "--out", dir.file("hf")});
   INFO(e.output);

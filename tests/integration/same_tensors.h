@@ -3,9 +3,13 @@
 #pragma once
 #include <catch2/catch.hpp>
 
+#include <filesystem>
 #include <string>
+#include <vector>
 
 #include "checkpoint/safetensors.h"
+#include "checkpoint/training_checkpoint.h"
+#include "test_util.h"
 
 namespace gputrain::test {
 
@@ -20,6 +24,35 @@ inline void check_same_tensors(const std::string& expected_path, const std::stri
     REQUIRE(other->sizes() == t.tensor.sizes());
     CHECK((*other - t.tensor).abs().max().item<double>() < tolerance);
   }
+}
+
+// Two checkpoint directories hold the same model (each joined from whatever files wrote it), within `tolerance`.
+inline void check_same_model(const std::filesystem::path& expected, const std::filesystem::path& got,
+                             double tolerance) {
+  const auto a = gputrain::read_checkpoint_model(expected), b = gputrain::read_checkpoint_model(got);
+  REQUIRE(a.size() == b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    INFO(a[i].name);
+    REQUIRE(a[i].name == b[i].name);
+    REQUIRE(a[i].tensor.sizes() == b[i].tensor.sizes());
+    CHECK((a[i].tensor - b[i].tensor).abs().max().item<double>() <= tolerance);
+  }
+}
+
+// The weight and optimizer files of two checkpoints (every model.* and optimizer.* file their
+// manifests list) are the same, byte for byte; returns their names.
+inline std::vector<std::string> check_same_state_files(const std::filesystem::path& a, const std::filesystem::path& b) {
+  const auto files = read_json((a / "manifest.json").string())["files"];
+  std::vector<std::string> names;
+  for (const auto& [name, f] : files.items())
+    if (name.rfind("model.", 0) == 0 || name.rfind("optimizer.", 0) == 0) names.push_back(name);
+  REQUIRE(!names.empty());
+  CHECK(read_json((b / "manifest.json").string())["files"].size() == files.size());
+  for (const auto& name : names) {
+    INFO(name);
+    CHECK(read_file((a / name).string()) == read_file((b / name).string()));
+  }
+  return names;
 }
 
 }  // namespace gputrain::test

@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <fstream>
 #include <map>
 #include <random>
@@ -171,4 +172,50 @@ TEST_CASE("checkpoint: only temporary directories whose writer is gone are clear
   CheckpointWriter w(root, 10);
   CHECK(fs::exists(root / (".tmp-step_00000010-" + here + "-" + std::to_string(::getpid()))));
   CHECK(present().count(".tmp-step_00000008-" + here + "-" + live));  // constructing it cleared nothing live
+}
+
+TEST_CASE("checkpoint: ranks of one save each write their files, and the lead commits them under one manifest",
+          "[checkpoint]") {
+  TempDir dir;
+  const fs::path root = dir.file("ckpt");
+  save(root, 1, 1.0f);
+  const std::string lead = this_writer_id();
+  // Rank 1 may come first: the lead's later start must not clear what it wrote.
+  CheckpointWriter part(root, 2, CheckpointJoin{lead, 1, 2});
+  part.add_safetensors("model.rank1.safetensors", {{"w", at::full({4, 4}, 2.0f)}});
+  CheckpointWriter w(root, 2, CheckpointJoin{lead, 0, 2});
+  w.add_safetensors("model.rank0.safetensors", {{"w", at::full({4, 4}, 1.0f)}});
+  part.commit();
+  const fs::path done = w.commit();
+  CHECK(done == root / "step_00000002");
+  CHECK_FALSE(checkpoint_problem(done));
+  const auto files = read_json((done / "manifest.json").string())["files"];
+  CHECK(files.size() == 2);
+  CHECK(files.contains("model.rank0.safetensors"));
+  CHECK(files.contains("model.rank1.safetensors"));
+  for (const auto& e : fs::directory_iterator(done))  // the ranks' records are gone
+    CHECK(e.path().filename().string().rfind(".part-", 0) != 0);
+}
+
+TEST_CASE("checkpoint: a save whose rank never writes its part ends with an error naming it, the last one untouched",
+          "[checkpoint]") {
+  TempDir dir;
+  const fs::path root = dir.file("ckpt");
+  const fs::path one = save(root, 1, 1.0f);
+  {
+    CheckpointWriter w(root, 2, CheckpointJoin{this_writer_id(), 0, 3, 0.2});
+    w.add_safetensors("model.rank0.safetensors", {{"w", at::full({4, 4}, 1.0f)}});
+    CHECK_THROWS_WITH(w.commit(),
+                      Contains("rank 1's files did not appear") && Contains("checkpoint.dir on a filesystem"));
+  }
+  std::atomic<bool> cancelled{true};  // a failing run stops waiting at once
+  {
+    CheckpointWriter w(root, 2, CheckpointJoin{this_writer_id(), 0, 3, 600, &cancelled});
+    CHECK_THROWS_WITH(w.commit(), Contains("abandoned"));
+  }
+  const CheckpointListing l = list_checkpoints(root, CheckpointCheck::kChecksums);
+  REQUIRE(l.complete.size() == 1);
+  CHECK(l.complete[0] == one);
+  CHECK(l.broken.empty());
+  for (const auto& e : fs::directory_iterator(root)) CHECK(e.path().filename() == "step_00000001");
 }

@@ -1,0 +1,27 @@
+// What one rank of a parallel run writes into a checkpoint, taken from what it holds, without any
+// communication: every rank writes its own files, and the loader joins them (checkpoint/training_checkpoint.h).
+// The first dp replica's ranks write each (stage, tp shard)'s weights; the optimizer state comes from
+// there too, or from every dp rank under ZeRO; under expert parallelism the other ranks of the first
+// ep run add their experts; under ZeRO-3 every rank writes its rows of every tensor.
+#pragma once
+#include <map>
+#include <string>
+#include <vector>
+
+#include "optim/optimizer.h"
+#include "parallel/parallel_run.h"
+#include "parallel/tensor_shard.h"
+#include "util/named_tensor.h"
+
+namespace gputrain {
+
+struct CheckpointPart {
+  int rank = 0, tp_rank = 0, tp_size = 1;
+  std::vector<NamedTensor> model, optimizer;
+  // ZeRO-3: which rows of the whole tensor an entry holds (other entries are whole).
+  std::map<std::string, RowSlice> model_rows, optimizer_rows;
+};
+
+CheckpointPart checkpoint_part(const ParallelRun& par, const Optimizer& optimizer);
+
+}  // namespace gputrain

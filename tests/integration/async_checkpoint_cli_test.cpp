@@ -1,0 +1,99 @@
+// checkpoint.async (checkpoint/background_saver.h): the checkpoints written on a background thread
+// are the synchronous ones, byte for byte, for one process and for a ZeRO-3 run whose ranks each
+// write their own files; a rank killed while one is written leaves the last one whole.
+#include <catch2/catch.hpp>
+
+#include <signal.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "checkpoint/checkpoint_dir.h"
+#include "parallel_runs.h"
+#include "same_tensors.h"
+#include "test_util.h"
+
+using namespace gputrain::test;
+using Catch::Contains;
+namespace fs = std::filesystem;
+
+TEST_CASE("checkpoint: asynchronous saves are the synchronous ones, for 1 process and for a 2-process ZeRO-3 run",
+          "[checkpoint][parallel][cli][slow]") {
+  TempDir dir;
+  write_file(dir.file("r.yaml"), dp_recipe());
+  const std::vector<Variant> runs = {
+      {"one", {"checkpoint.every=5"}, 0},
+      {"zero3", {"checkpoint.every=5", "train.per_device_batch_size=2", "parallel.zero=3"}}};
+  for (const auto& v : runs) {
+    SECTION(v.name) {
+      const std::string sync = dir.file(std::string(v.name) + "-sync"),
+                        async = dir.file(std::string(v.name) + "-async");
+      REQUIRE(train(dir.file("r.yaml"), sync, v.nproc, v.sets).exit_code == 0);
+      std::vector<std::string> sets = v.sets;
+      sets.push_back("checkpoint.async=true");
+      const auto r = train(dir.file("r.yaml"), async, v.nproc, sets);
+      INFO(r.output);
+      REQUIRE(r.exit_code == 0);
+      CHECK_THAT(r.output, Contains("checkpoint: step 20 saved to") && Contains("(in the background)"));
+      CHECK(column(async, "loss") == column(sync, "loss"));
+      // The three kept (keep_last 3), each the same bytes as the synchronous run's.
+      const auto a = gputrain::list_checkpoints(fs::path(sync) / "checkpoints").complete;
+      const auto b = gputrain::list_checkpoints(fs::path(async) / "checkpoints").complete;
+      REQUIRE(a.size() == 3);
+      REQUIRE(b.size() == 3);
+      for (size_t i = 0; i < a.size(); ++i) {
+        CHECK(a[i].filename() == b[i].filename());
+        check_same_state_files(a[i], b[i]);
+      }
+      // Resumed from the asynchronous step 10, the run ends as the uninterrupted one.
+      const auto resumed = train(dir.file("r.yaml"), dir.file(std::string(v.name) + "-resumed"), v.nproc,
+                                 with_resume(sets, (b[0].parent_path() / "step_00000010").string()));
+      INFO(resumed.output);
+      REQUIRE(resumed.exit_code == 0);
+      check_continues(column(sync, "loss"), column(dir.file(std::string(v.name) + "-resumed"), "loss"), 10, 0);
+    }
+  }
+}
+
+TEST_CASE(
+    "checkpoint: a rank killed during an asynchronous ZeRO-3 save leaves the last checkpoint whole, and resumes "
+    "exactly",
+    "[checkpoint][parallel][cli][slow]") {
+  TempDir dir;
+  write_file(dir.file("r.yaml"), dp_recipe());
+  const std::vector<std::string> sets = {
+      "train.per_device_batch_size=2", "parallel.zero=3",    "train.max_steps=300",
+      "checkpoint.every=20",           "train.log_every=20", "checkpoint.async=true"};
+  REQUIRE(train(dir.file("r.yaml"), dir.file("straight"), 2, sets).exit_code == 0);
+
+  const std::string out = dir.file("killed");
+  const fs::path root = fs::path(out) / "checkpoints";
+  const int launcher = spawn_launcher(dir.file("r.yaml"), out, 2, sets, dir.file("log"));
+  REQUIRE(wait_until([&] { return !gputrain::list_checkpoints(root).complete.empty(); }));
+  // Rank 1 writes its rows into rank 0's temporary directory: kill it while that directory exists.
+  auto writing = [&] {
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(root, ec))
+      if (e.path().filename().string().rfind(".tmp-step_", 0) == 0) return true;
+    return false;
+  };
+  const int rank1 = worker_pid(launcher, 1);
+  REQUIRE(rank1 > 0);
+  REQUIRE(wait_until(writing));
+  kill(rank1, SIGKILL);
+  CHECK(wait_exit_code(launcher) != 0);
+  const auto left = gputrain::list_checkpoints(root, gputrain::CheckpointCheck::kChecksums);
+  CHECK(left.broken.empty());
+  REQUIRE(!left.complete.empty());
+  INFO("newest whole checkpoint " << left.complete.back().string());
+
+  auto resumed = train(dir.file("r.yaml"), out, 2, sets);
+  INFO(resumed.output);
+  REQUIRE(resumed.exit_code == 0);
+  CHECK_THAT(resumed.output, Contains("resume: continuing from"));
+  CHECK(check_same_state_files(fs::path(dir.file("straight")) / "checkpoints/step_00000300", root / "step_00000300")
+            .size() == 4);
+  // The killed run's temporary save was cleared by the resumed one.
+  for (const auto& e : fs::directory_iterator(root)) CHECK(e.path().filename().string().rfind("step_", 0) == 0);
+}
