@@ -325,8 +325,9 @@ void check_checkpoint(Checker& c) {
               "lower checkpoint.every");
 }
 
-// parallel.zero 3 shards every weight over the dp group; what holds weights in other forms
-// (tensor, pipeline and expert parallelism, offloaded or rolled-back state) is not combined with it yet,
+// parallel.zero 3 shards every weight over the dp group (each tp rank's shard, under tensor
+// parallelism); what holds weights in other forms (pipeline and expert parallelism, offloaded or
+// rolled-back state) is not combined with it yet,
 // nor the optimizers whose state is not elementwise (an exact row shard of it needs other rows).
 void check_fully_sharded(Checker& c) {
   const ParallelSettings& p = c.s.parallel;
@@ -336,10 +337,9 @@ void check_fully_sharded(Checker& c) {
     return;
   }
   const std::string fix = "use parallel.zero: 2 with it (gradients and optimizer state sharded)";
-  if (p.tp > 1 || p.pp > 1 || p.ep > 1)
-    c.error("parallel.zero",
-            "3 is not combined with tensor, pipeline or expert parallelism (parallel.tp, pp, ep) in this version",
-            fix + ", or parallel.tp, pp and ep: 1");
+  if (p.pp > 1 || p.ep > 1)
+    c.error("parallel.zero", "3 is not combined with pipeline or expert parallelism (parallel.pp, ep) in this version",
+            fix + ", or parallel.pp and ep: 1");
   if (p.offload_optimizer)
     c.error("parallel.zero", "3 is not combined with parallel.offload_optimizer in this version", fix);
   if (c.s.optim.name == OptimName::kAdafactor || c.s.optim.name == OptimName::kAdamW8bit)

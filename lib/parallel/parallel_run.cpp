@@ -113,8 +113,7 @@ void ParallelRun::attach(Gpt& model, const std::vector<NamedTensor>& named_param
     for (const auto& p : named_)
       if (p.tensor.requires_grad()) trainable.push_back(p);
     params_ = in_gradient_order(trainable);
-    sharded_.assign(params_.size(), 0);
-    expert_.assign(params_.size(), 0);
+    mark_split_and_experts();
     return;
   }
   named_ = named_params;
@@ -123,13 +122,7 @@ void ParallelRun::attach(Gpt& model, const std::vector<NamedTensor>& named_param
   for (const auto& p : named_params)
     if (p.tensor.requires_grad()) trainable.push_back(p);
   params_ = in_gradient_order(trainable);
-  sharded_.assign(params_.size(), 0);
-  expert_.assign(params_.size(), 0);
-  for (size_t i = 0; i < params_.size(); ++i) {
-    for (const auto& t : split_)
-      if (t.name == params_[i].name) sharded_[i] = t.dim >= 0;
-    expert_[i] = groups_.ep() && is_expert_parameter(params_[i].name);
-  }
+  mark_split_and_experts();
   if (!groups_.dp()) return;
   std::vector<NamedTensor> dense_named, expert_named;
   for (const auto& p : named_params)
@@ -139,6 +132,16 @@ void ParallelRun::attach(Gpt& model, const std::vector<NamedTensor>& named_param
   experts_.group = groups_.expert_replicas();
   replicate(dense_, dense_named);
   replicate(experts_, expert_named);
+}
+
+void ParallelRun::mark_split_and_experts() {
+  sharded_.assign(params_.size(), 0);
+  expert_.assign(params_.size(), 0);
+  for (size_t i = 0; i < params_.size(); ++i) {
+    for (const auto& t : split_)
+      if (t.name == params_[i].name) sharded_[i] = t.dim >= 0;
+    expert_[i] = groups_.ep() && is_expert_parameter(params_[i].name);
+  }
 }
 
 void ParallelRun::replicate(Replicas& r, const std::vector<NamedTensor>& named) {

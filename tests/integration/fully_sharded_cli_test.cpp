@@ -170,6 +170,42 @@ TEST_CASE("parallel: a ZeRO-3 checkpoint of 4 processes resumes on 2 (ZeRO-3) an
   CHECK(fs::exists(dir.file("hf") + "/model.safetensors"));
 }
 
+TEST_CASE("parallel: ZeRO-3 over dp 2 x tp 2 matches 1 process, and its per-rank checkpoint resumes at tp 1 and back",
+          "[parallel][cli][slow]") {
+  TempDir dir;
+  write_file(dir.file("r.yaml"), dp_recipe());
+  REQUIRE(train(dir.file("r.yaml"), dir.file("one"), 0, {"checkpoint.every=10"}).exit_code == 0);
+  const auto loss1 = column(dir.file("one"), "loss");
+  // Each tp rank's shard of a split parameter is sharded again over its dp group.
+  const Variant v{
+      "dp2xtp2", {"train.per_device_batch_size=2", "parallel.zero=3", "parallel.tp=2", "checkpoint.every=10"}, 4};
+  const auto r = train_like_one_process(dir, dir.file("r.yaml"), v, loss1, column(dir.file("one"), "grad_norm"), 1e-5);
+  CHECK_THAT(r.output, Contains("tensor parallel: 12 of 28 parameter tensors split over 2 ranks") &&
+                           Contains("ZeRO-3: this rank holds 1/2 of the rows"));
+  const auto one = read_json(dir.file("one") + "/summary.json")["memory_per_rank"][0];
+  for (const auto& m : read_json(dir.file(v.name) + "/summary.json")["memory_per_rank"])
+    for (const char* key : {"weights_mb", "optimizer_state_mb"}) {
+      INFO(key);  // the split layers are a quarter, the embeddings and norms half
+      CHECK(m[key].get<double>() < 0.35 * one[key].get<double>());
+      CHECK(m[key].get<double>() > 0.25 * one[key].get<double>());
+    }
+  // Ranks 2 and 3 are tp rank 1 of the two dp ranks: their files hold rows of tp rank 1's shards.
+  const std::string step10 = dir.file(v.name) + "/checkpoints/step_00000010";
+  const auto part = gputrain::read_safetensors(step10 + "/model.rank3.safetensors");
+  CHECK(part.metadata.at("tp_rank") == "1");
+  CHECK(nlohmann::json::parse(part.metadata.at("rows"))["transformer.h.0.mlp.c_fc.weight"] == nlohmann::json{32, 64});
+  auto single = train(dir.file("r.yaml"), dir.file("single"), 0, with_resume({}, step10));
+  INFO(single.output);
+  REQUIRE(single.exit_code == 0);
+  check_continues(loss1, column(dir.file("single"), "loss"), 10, 1e-5);
+  auto back = train(dir.file("r.yaml"), dir.file("back"), 4,
+                    with_resume({"train.per_device_batch_size=2", "parallel.zero=3", "parallel.tp=2"},
+                                dir.file("one") + "/checkpoints/step_00000010"));
+  INFO(back.output);
+  REQUIRE(back.exit_code == 0);
+  check_continues(loss1, column(dir.file("back"), "loss"), 10, 1e-5);
+}
+
 TEST_CASE(
     "parallel: a ZeRO-3 rank killed while its checkpoint is written leaves the last one whole, and it resumes exactly",
     "[parallel][cli][slow]") {
@@ -183,7 +219,7 @@ TEST_CASE(
   const fs::path root = fs::path(out) / "checkpoints";
   const int launcher = spawn_launcher(dir.file("r.yaml"), out, 2, sets, dir.file("log"));
   REQUIRE(wait_until([&] { return !gputrain::list_checkpoints(root).complete.empty(); }));
-  // Rank 0 writes the checkpoint: kill it as soon as the next one's temporary directory exists.
+  // Rank 0 commits the checkpoint: kill it as soon as the next one's temporary directory exists.
   auto writing = [&] {
     std::error_code ec;
     for (const auto& e : fs::directory_iterator(root, ec))
@@ -249,7 +285,7 @@ TEST_CASE("parallel: ZeRO-3 refuses what it is not combined with yet, naming the
   TempDir dir;
   write_file(dir.file("r.yaml"), dp_recipe());
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
-      {{"parallel.zero=3", "parallel.tp=2"}, "3 is not combined with tensor, pipeline or expert parallelism"},
+      {{"parallel.zero=3", "parallel.pp=2"}, "3 is not combined with pipeline or expert parallelism"},
       {{"parallel.zero=3", "optim.name=adafactor"}, "adafactor's column statistics"},
       {{"parallel.zero=3", "optim.name=adamw8bit"}, "adamw8bit's quantization blocks"},
       {{"parallel.zero=3", "train.spike_policy=rollback"}, "which parallel.zero: 3 holds as shards"},

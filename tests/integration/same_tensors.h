@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <filesystem>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -26,16 +27,25 @@ inline void check_same_tensors(const std::string& expected_path, const std::stri
   }
 }
 
-// Two checkpoint directories hold the same model (each joined from whatever files wrote it), within `tolerance`.
-inline void check_same_model(const std::filesystem::path& expected, const std::filesystem::path& got,
-                             double tolerance) {
-  const auto a = gputrain::read_checkpoint_model(expected), b = gputrain::read_checkpoint_model(got);
+// Two checkpoint directories hold the same model (and, with `optimizer_state`, the same optimizer
+// state), each joined from whatever files wrote it, within `tolerance`.
+inline void check_same_model(const std::filesystem::path& expected, const std::filesystem::path& got, double tolerance,
+                             bool optimizer_state = false) {
+  auto tensors = [&](const std::filesystem::path& dir) {
+    std::map<std::string, torch::Tensor> out;
+    const auto list = optimizer_state ? gputrain::load_training_checkpoint(dir).optimizer_state
+                                      : gputrain::read_checkpoint_model(dir);
+    for (const auto& e : list) out[e.name] = e.tensor;
+    return out;
+  };
+  const auto a = tensors(expected), b = tensors(got);
   REQUIRE(a.size() == b.size());
-  for (size_t i = 0; i < a.size(); ++i) {
-    INFO(a[i].name);
-    REQUIRE(a[i].name == b[i].name);
-    REQUIRE(a[i].tensor.sizes() == b[i].tensor.sizes());
-    CHECK((a[i].tensor - b[i].tensor).abs().max().item<double>() <= tolerance);
+  for (const auto& [name, t] : a) {
+    INFO(name);
+    const auto it = b.find(name);
+    REQUIRE(it != b.end());
+    REQUIRE(t.sizes() == it->second.sizes());
+    CHECK((t - it->second).abs().max().item<double>() <= tolerance);
   }
 }
 

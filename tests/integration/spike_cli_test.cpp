@@ -108,7 +108,7 @@ TEST_CASE("spike: rollback restores the last checkpoint's weights and optimizer 
   INFO(z.output);
   REQUIRE(z.exit_code == 0);
   CHECK_THAT(z.output, Contains("[rank 1]") && Contains("rolled back to the checkpoint of step 20"));
-  for (const char* f : {"model.safetensors", "optimizer.safetensors"}) {
+  for (const char* f : {"model.rank0.safetensors", "optimizer.rank0.safetensors", "optimizer.rank1.safetensors"}) {
     INFO(f);
     CHECK(checkpoint_file(zero, 23, f) == checkpoint_file(zero, 20, f));
   }
