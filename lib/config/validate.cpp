@@ -326,9 +326,9 @@ void check_checkpoint(Checker& c) {
 }
 
 // parallel.zero 3 shards every weight over the dp group (each tp rank's shard, under tensor
-// parallelism); what holds weights in other forms (pipeline and expert parallelism, offloaded or
-// rolled-back state) is not combined with it yet,
-// nor the optimizers whose state is not elementwise (an exact row shard of it needs other rows).
+// parallelism); what holds weights in other forms (pipeline and expert parallelism, offloaded
+// state) is not combined with it yet, nor the optimizers whose state is not elementwise (an exact
+// row shard of it needs other rows).
 void check_fully_sharded(Checker& c) {
   const ParallelSettings& p = c.s.parallel;
   if (p.zero != 3) {
@@ -354,14 +354,6 @@ void check_fully_sharded(Checker& c) {
             "auto is not combined with parallel.zero: 3 in this version (its trial steps and memory plan "
             "assume whole weights on every rank)",
             "give a number, or use parallel.zero: 2");
-  if (c.s.train.eval_full)
-    c.error("train.eval_full",
-            "is not combined with parallel.zero: 3 in this version: each rank evaluates its own share of the "
-            "windows, and the shares' batch counts can differ while every forward gathers weights on every rank",
-            "use train.eval_steps (every rank evaluates the same batches), or `gputrain eval` on a checkpoint");
-  if (c.s.train.spike_policy == SpikePolicy::kRollback)
-    c.error("train.spike_policy", "rollback restores whole weights in place, which parallel.zero: 3 holds as shards",
-            "use train.spike_policy: skip with parallel.zero: 3");
 }
 
 void check_parallel(Checker& c) {

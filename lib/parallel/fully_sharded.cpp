@@ -3,6 +3,7 @@
 #include <c10/core/StorageImpl.h>
 
 #include <algorithm>
+#include <sstream>
 
 #include "util/error.h"
 
@@ -263,6 +264,21 @@ std::optional<RowPiece> FullyShardedModel::own_rows(const std::string& name, con
   const int64_t first = dp_.rank() * q.shard_rows;
   const int64_t count = std::clamp<int64_t>(q.rows - first, 0, q.shard_rows);
   return RowPiece{{std::min(first, q.rows), q.rows}, shard.detach().narrow(0, 0, count)};
+}
+
+void FullyShardedModel::load_whole(const std::vector<NamedTensor>& weights) {
+  torch::NoGradGuard no_grad;
+  for (const auto& w : weights) {
+    const auto it = by_name_.find(w.name);
+    Param* q = it == by_name_.end() ? nullptr : &params_[it->second];
+    if (!q || w.tensor.sizes() != q->whole.sizes()) {
+      std::ostringstream why;
+      why << "'" << w.name << "' (" << w.tensor.sizes() << ") is not a parameter of this model"
+          << (q ? " of that shape" : "");
+      throw data_error(why.str() + "\n    fix: load weights saved from this model");
+    }
+    q->shard.copy_(rows_of(*q, w.tensor.to(q->shard.device(), q->shard.scalar_type())));
+  }
 }
 
 }  // namespace gputrain

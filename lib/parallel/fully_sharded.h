@@ -39,6 +39,9 @@ class FullyShardedModel : public UnitHooks {
   // The whole tensor of a shard-shaped tensor of parameter `name` (every rank calls it, in the
   // same order): for checkpoints. Others come back as they are.
   torch::Tensor whole_of(const std::string& name, const torch::Tensor& shard);
+  // Whole weights (a checkpoint's, for a spike rollback) copied into this rank's shards: each
+  // parameter's rows (a LoRA checkpoint of adapters alone sets those). Throws for a wrong shape.
+  void load_whole(const std::vector<NamedTensor>& weights);
   // A shard-shaped tensor of parameter `name` without its padding, and which rows of the whole it
   // is (no communication: each rank writes its own rows into a checkpoint). nullopt for others.
   std::optional<RowPiece> own_rows(const std::string& name, const torch::Tensor& shard) const;

@@ -37,6 +37,7 @@
 #include "optim/make_optimizer.h"
 #include "optim/param_groups.h"
 #include "parallel/parallel_run.h"
+#include "parallel/fully_sharded.h"
 #include "parallel/parallelize.h"
 #include "parallel/tensor_transfer.h"
 #include "parallel/pipeline.h"
@@ -55,6 +56,7 @@
 #include "train/train_step.h"
 #include "train/weight_copies.h"
 #include "util/atomic_file.h"
+#include "util/ignore_index.h"
 #include "util/cpu_memory.h"
 #include "util/device.h"
 #include "util/dir_lock.h"
@@ -659,9 +661,11 @@ void Trainer::roll_back() {
   par_->groups().any_rank(false, "agreement on a rollback");
   const fs::path dir = ckpt_root_ / step_name(last_saved_step_);
   TrainingSnapshot snap = load_training_checkpoint(dir);
-  load_module_weights(*model_, snap.model, "checkpoint '" + dir.string() + "'",
-                      "resume it with the model settings it was saved with",
-                      lora_base_.empty() ? nullptr : std::function<bool(const std::string&)>(is_lora_parameter));
+  if (FullyShardedModel* sharded = par_->fully_sharded()) sharded->load_whole(snap.model);  // ZeRO-3: its rows
+  else
+    load_module_weights(*model_, snap.model, "checkpoint '" + dir.string() + "'",
+                        "resume it with the model settings it was saved with",
+                        lora_base_.empty() ? nullptr : std::function<bool(const std::string&)>(is_lora_parameter));
   std::map<std::string, torch::Tensor> state;
   for (const auto& e : snap.optimizer_state) state[e.name] = e.tensor;
   optimizer_->load_state(par_->owned_state(std::move(state)));
@@ -726,14 +730,26 @@ double Trainer::evaluate() {
 double Trainer::evaluate_all_windows() {
   const bool pipelined = par_->pipelined();
   const WindowShare share = pipelined ? WindowShare{} : WindowShare{par_->dp_rank(), plan_.dp};
-  const EvalTotals t =
-      evaluate_windows(*eval_source_, s_.model.seq_len, s_.train.per_device_batch_size,
-                       s_.data.eval.mask_document_boundaries, plan_.device, share, nullptr, [&](const Batch& b) {
-                         const double mean = pipelined ? gputrain::evaluate(*par_, model_, {b}, *precision_)
-                                                       : gputrain::evaluate(model_, {b}, &*precision_);
-                         return mean * static_cast<double>(b.target_count);
-                       });
+  const int64_t batch = s_.train.per_device_batch_size;
+  int64_t forwards = 0;
+  const EvalTotals t = evaluate_windows(*eval_source_, s_.model.seq_len, batch, s_.data.eval.mask_document_boundaries,
+                                        plan_.device, share, nullptr, [&](const Batch& b) {
+                                          ++forwards;
+                                          const double mean = pipelined
+                                                                  ? gputrain::evaluate(*par_, model_, {b}, *precision_)
+                                                                  : gputrain::evaluate(model_, {b}, &*precision_);
+                                          return mean * static_cast<double>(b.target_count);
+                                        });
   if (pipelined) return t.loss();
+  if (par_->fully_sharded()) {
+    // ZeRO-3: each forward gathers every unit on every rank. A rank whose share took fewer forwards
+    // (fewer windows, or batches without targets) runs forwards on a batch without targets until it
+    // has run as many as the largest share's batches.
+    const int64_t most = (eval_source_->window_count() + plan_.dp - 1) / plan_.dp;
+    const Batch empty{torch::zeros({1, s_.model.seq_len}, torch::kLong).to(plan_.device),
+                      torch::full({1, s_.model.seq_len}, kIgnoreIndex, torch::kLong).to(plan_.device), 0};
+    for (; forwards < (most + batch - 1) / batch; ++forwards) gputrain::evaluate(model_, {empty}, &*precision_);
+  }
   const torch::Tensor loss_sum = torch::tensor(t.loss_sum, torch::kDouble).to(plan_.device);
   const double total = par_->sum_loss_and_any(loss_sum, false).first.item<double>();
   return total / static_cast<double>(std::max<int64_t>(par_->global_targets(t.targets), 1));

@@ -114,6 +114,17 @@ TEST_CASE("spike: rollback restores the last checkpoint's weights and optimizer 
   }
   // Only rank 0 writes the run's files: one TensorBoard event file.
   CHECK(std::distance(fs::directory_iterator(zero + "/tensorboard"), fs::directory_iterator()) == 1);
+  // ZeRO-3: each rank takes its rows of the checkpoint's weights and state back into its shards.
+  const std::string zero3 = dir.file("zero3");
+  auto z3 = run_poisoned(recipe, zero3, "23", "--set train.max_steps=23 --set parallel.zero=3 --nproc-per-node 2");
+  INFO(z3.output);
+  REQUIRE(z3.exit_code == 0);
+  CHECK_THAT(z3.output, Contains("rolled back to the checkpoint of step 20"));
+  for (const char* f : {"model.rank0.safetensors", "model.rank1.safetensors", "optimizer.rank0.safetensors",
+                        "optimizer.rank1.safetensors"}) {
+    INFO(f);
+    CHECK(checkpoint_file(zero3, 23, f) == checkpoint_file(zero3, 20, f));
+  }
 
   // A second spike past train.spike_max_rollbacks (1) stops the run, saying what to do.
   auto capped = run_poisoned(recipe, dir.file("capped"), "22,24");
