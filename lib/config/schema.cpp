@@ -878,6 +878,14 @@ void add_parallel_fields(std::vector<FieldSpec>& f) {
                          "zero 3: free each unit's gathered weights after its forward and gather them again for "
                          "its backward (false: keep them until the backward, more memory, less communication)")
                   .resume(ResumePolicy::kReported));
+  f.push_back(
+      enum_field(KEY(parallel.gather_dtype),
+                 EnumTable<GatherDtype>{
+                     {"auto", GatherDtype::kAuto}, {"weights", GatherDtype::kWeights}, {"bf16", GatherDtype::kBf16}},
+                 "zero 3: the dtype each unit's weights are gathered and computed in; the fp32 shards, the "
+                 "optimizer and the gradient reduction stay fp32. auto = bf16 under precision.mode bf16 (half "
+                 "the traffic and gathered memory), else the weights' own; weights = always the weights' own")
+          .resume(ResumePolicy::kReported));
   f.push_back(bool_field(KEY(parallel.offload_optimizer),
                          "CUDA: keep optimizer state and run the update on the CPU (pinned memory)")
                   .resume(ResumePolicy::kReported));

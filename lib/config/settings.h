@@ -263,6 +263,8 @@ struct OptimSettings {
 };
 
 enum class CommBackend { kAuto, kNccl, kGloo };
+// ZeRO-3's units gathered (and computed) in: auto = bf16 under precision.mode bf16, else the weights' dtype.
+enum class GatherDtype { kAuto, kWeights, kBf16 };
 enum class PipelineSchedule { kOneFOneB, kGpipe };
 
 // How the processes of a run share the work (parallel/). The world itself
@@ -278,8 +280,9 @@ struct ParallelSettings {
   double bucket_mb = 25;                     // gradients are all-reduced in buckets of about this size, during backward
   int64_t zero = 0;                   // 0 = replicated; 1 = shard optimizer state; 2 = also gradients; 3 = also weights
   bool reshard_after_forward = true;  // zero 3: free a unit's gathered weights after its forward
-  bool offload_optimizer = false;     // optimizer state and update on the CPU (CUDA runs)
-  double timeout_s = 300;             // a collective (or the rendezvous) that takes longer ends the run
+  GatherDtype gather_dtype = GatherDtype::kAuto;  // zero 3: the dtype units are gathered in (fp32 shards stay)
+  bool offload_optimizer = false;                 // optimizer state and update on the CPU (CUDA runs)
+  double timeout_s = 300;                         // a collective (or the rendezvous) that takes longer ends the run
 };
 
 // Saving and resuming (checkpoint/, train/run_checkpoints.h).

@@ -334,8 +334,15 @@ void check_fully_sharded(Checker& c) {
   if (p.zero != 3) {
     if (!p.reshard_after_forward)
       c.warning("parallel.reshard_after_forward", "has no effect without parallel.zero: 3", "remove it");
+    if (p.gather_dtype == GatherDtype::kBf16)
+      c.warning("parallel.gather_dtype", "has no effect without parallel.zero: 3", "remove it");
     return;
   }
+  if (p.gather_dtype == GatherDtype::kBf16 && c.s.precision.mode != PrecisionMode::kBf16 &&
+      c.s.precision.mode != PrecisionMode::kBf16Pure)
+    c.error("parallel.gather_dtype",
+            "bf16 computes each gathered unit in bf16, which needs bf16 autocast around it (precision.mode: bf16)",
+            "use precision.mode: bf16 with it, or parallel.gather_dtype: auto");
   const std::string fix = "use parallel.zero: 2 with it (gradients and optimizer state sharded)";
   if (p.pp > 1 || p.ep > 1)
     c.error("parallel.zero", "3 is not combined with pipeline or expert parallelism (parallel.pp, ep) in this version",

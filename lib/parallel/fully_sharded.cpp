@@ -39,7 +39,8 @@ torch::Tensor writable_alias(const torch::Tensor& t) {
 
 }  // namespace
 
-FullyShardedModel::FullyShardedModel(Communicator& dp, Gpt& model, bool reshard_after_forward)
+FullyShardedModel::FullyShardedModel(Communicator& dp, Gpt& model, bool reshard_after_forward,
+                                     std::optional<torch::ScalarType> gather_dtype)
     : dp_(dp), reshard_after_forward_(reshard_after_forward), tied_(model->cfg.tie_embeddings) {
   torch::NoGradGuard no_grad;
   const int64_t n = dp.size();
@@ -62,7 +63,12 @@ FullyShardedModel::FullyShardedModel(Communicator& dp, Gpt& model, bool reshard_
       q.rows = p.size(0);
       q.row_numel = q.rows > 0 ? p.numel() / q.rows : 0;
       q.shard_rows = (q.rows + n - 1) / n;
-      auto [it, added] = pack_of.emplace(p.scalar_type(), units_[u].packs.size());
+      q.shard = rows_of(q, p.detach());
+      q.shard.set_requires_grad(p.requires_grad());
+      // Floating weights computed in a lower dtype: the parameter becomes that dtype (its memory is freed below).
+      if (gather_dtype && p.is_floating_point() && p.scalar_type() != *gather_dtype)
+        q.whole.set_data(torch::empty(p.sizes(), p.options().dtype(*gather_dtype)));
+      auto [it, added] = pack_of.emplace(q.whole.scalar_type(), units_[u].packs.size());
       if (added) units_[u].packs.emplace_back();
       Pack& pack = units_[u].packs[it->second];
       q.packed_offset = pack.numel;
@@ -71,8 +77,6 @@ FullyShardedModel::FullyShardedModel(Communicator& dp, Gpt& model, bool reshard_
         q.grad_offset = pack.grad_numel;
         pack.grad_numel += q.shard_numel();
       }
-      q.shard = rows_of(q, p.detach());
-      q.shard.set_requires_grad(p.requires_grad());
       pack.params.push_back(params_.size());
       by_name_[name] = params_.size();
       params_.push_back(std::move(q));
@@ -91,7 +95,7 @@ void FullyShardedModel::start_gather(int64_t unit) {
   for (Pack& pack : u.packs) {
     std::vector<torch::Tensor> mine;
     for (size_t i : pack.params) mine.push_back(params_[i].shard.detach().reshape({-1}));
-    pack.gather_in = torch::cat(mine);
+    pack.gather_in = torch::cat(mine).to(params_[pack.params.front()].whole.scalar_type());
     pack.gather_out = torch::empty({dp_.size() * pack.numel}, pack.gather_in.options());
     pack.gathering = dp_.all_gather(pack.gather_out, pack.gather_in, "gathering unit " + std::to_string(unit));
     ++traffic_.gathers;

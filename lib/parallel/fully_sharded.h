@@ -28,7 +28,11 @@ class FullyShardedModel : public UnitHooks {
  public:
   // `model`'s parameters (whole and equal on every rank of `dp`) become shards. The caller
   // installs it as the model's unit hooks.
-  FullyShardedModel(Communicator& dp, Gpt& model, bool reshard_after_forward);
+  // `gather_dtype` (defined: bf16 under autocast) is what units are gathered and computed in: the
+  // model's parameters take that dtype while the fp32 shards stay what the optimizer updates, and
+  // gradients are reduced in the shards' dtype.
+  FullyShardedModel(Communicator& dp, Gpt& model, bool reshard_after_forward,
+                    std::optional<torch::ScalarType> gather_dtype = std::nullopt);
   ~FullyShardedModel() override;
 
   // This rank's shards, named as the parameters, frozen ones included, in registration order.

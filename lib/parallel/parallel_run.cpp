@@ -16,6 +16,7 @@ ParallelRun::ParallelRun(const World& world, const ParallelSettings& p, torch::D
     : groups_(world, p, device),
       zero_(p.zero),
       reshard_after_forward_(p.reshard_after_forward),
+      gather_bf16_(p.gather_dtype == GatherDtype::kBf16),
       bucket_mb_(p.bucket_mb),
       schedule_(p.pp_schedule),
       pp_microbatches_(p.pp_microbatches) {}
@@ -59,9 +60,9 @@ std::string ParallelRun::describe() const {
   if (fully_sharded_)
     s += fmt::format(
         "; ZeRO-3: this rank holds 1/{} of the rows of each of the {} parameter tensors ({:.1f}% of "
-        "the values), each unit's weights gathered only while in use{}",
+        "the values), each unit's weights gathered only while in use{}{}",
         groups_.dp()->size(), named_.size(), 100.0 / groups_.dp()->size(),
-        reshard_after_forward_ ? "" : " (kept from forward to backward)");
+        reshard_after_forward_ ? "" : " (kept from forward to backward)", gather_bf16_ ? ", in bf16" : "");
   else if (zero_active())
     s += fmt::format("; ZeRO-{}: this rank updates {} of {} parameter tensors ({:.1f}% of the values){}", zero_,
                      mine_tensors, params_.size(), 100.0 * static_cast<double>(mine) / std::max<int64_t>(1, total),
@@ -106,7 +107,9 @@ void ParallelRun::attach(Gpt& model, const std::vector<NamedTensor>& named_param
   if (zero_ == 3 && groups_.dp()) {
     // Rank 0 of the dp group decides the weights, as below; then each rank keeps its rows.
     broadcast_parameters(*groups_.dp(), named_params);
-    fully_sharded_ = std::make_shared<FullyShardedModel>(*groups_.dp(), model, reshard_after_forward_);
+    fully_sharded_ = std::make_shared<FullyShardedModel>(
+        *groups_.dp(), model, reshard_after_forward_,
+        gather_bf16_ ? std::optional<torch::ScalarType>(torch::kBFloat16) : std::nullopt);
     model->unit_hooks = fully_sharded_;
     named_ = fully_sharded_->shards();
     std::vector<NamedTensor> trainable;

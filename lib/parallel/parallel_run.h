@@ -156,6 +156,7 @@ class ParallelRun {
   ProcessGroups groups_;
   int64_t zero_;
   bool reshard_after_forward_;
+  bool gather_bf16_;  // parallel.gather_dtype resolved to bf16
   double bucket_mb_;
   std::vector<TensorShard> split_;
   PipelineSchedule schedule_;

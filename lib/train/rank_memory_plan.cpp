@@ -29,6 +29,12 @@ std::vector<RankHoldings> plan_rank_memory(const Settings& s, const Grid& g) {
   const ModelSettings& m = s.model;
   const auto stages = split_stages(m, g.pp());
   const double bytes = s.precision.mode == PrecisionMode::kBf16Pure ? 2 : 4;
+  // ZeRO-3 gathers units in bf16 under bf16 autocast (parallel.gather_dtype auto) or when asked.
+  const GatherDtype gather = s.parallel.gather_dtype;
+  const double gathered_bytes =
+      gather == GatherDtype::kBf16 || (gather == GatherDtype::kAuto && s.precision.mode == PrecisionMode::kBf16)
+          ? 2
+          : bytes;
   const int64_t zero = g.dp() > 1 ? s.parallel.zero : 0;
   struct Held {
     double numel, state;  // this rank's share before ZeRO; its optimizer state bytes
@@ -48,7 +54,7 @@ std::vector<RankHoldings> plan_rank_memory(const Settings& s, const Grid& g) {
       if (expert) share /= g.ep();
       const double state = p.trainable ? static_cast<double>(estimate_state_bytes(s.optim, {p})) * share : 0.0;
       held.push_back({static_cast<double>(p.numel()) * share, state, p.trainable, expert});
-      units[unit] += static_cast<double>(p.numel()) * share * bytes;
+      units[unit] += static_cast<double>(p.numel()) * share * gathered_bytes;
     }
     RankHoldings& r = out[st];
     r.stage = static_cast<int64_t>(st);
