@@ -6,12 +6,12 @@
 #include <sstream>
 
 #include "util/error.h"
+#include "util/stopwatch.h"
 
 namespace gputrain {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+using Clock = SteadyClock;
 
 // A parameter's memory comes and goes while the tensor (and every view autograd saved of it)
 // stays: the storage is emptied and later refilled in place, as FSDP does.

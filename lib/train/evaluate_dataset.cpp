@@ -15,6 +15,7 @@
 #include "util/atomic_file.h"
 #include "util/device.h"
 #include "util/error.h"
+#include "util/stopwatch.h"
 
 namespace gputrain {
 namespace fs = std::filesystem;
@@ -75,7 +76,7 @@ std::optional<json> evaluate_dataset(const EvalCommandOptions& o) {
                source->window_count(), m.settings.model.seq_len,
                world.size > 1 ? fmt::format(", {} processes", world.size) : "");
 
-  const auto start = std::chrono::steady_clock::now();
+  const auto start = SteadyClock::now();
   EvalTotals t = evaluate_windows(*source, m.settings.model.seq_len, batch, d.mask_document_boundaries, device,
                                   WindowShare{world.rank, world.size}, tokenizer.get(), [&](const Batch& b) {
                                     return evaluate(m.model, {b}, nullptr) * static_cast<double>(b.target_count);
@@ -86,7 +87,7 @@ std::optional<json> evaluate_dataset(const EvalCommandOptions& o) {
     t.windows = par.global_targets(t.windows);
     if (t.bytes >= 0) t.bytes = par.global_targets(t.bytes);
   }
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double seconds = seconds_since(start);
   json j = {{"source", m.source.string()},
             {"step", m.step},
             {"data", o.data.empty() ? "data.eval" : o.data},

@@ -12,6 +12,7 @@
 #include "model/architecture.h"
 #include "util/device.h"
 #include "util/error.h"
+#include "util/stopwatch.h"
 
 namespace gputrain {
 namespace {
@@ -96,7 +97,7 @@ void generate_text(const GenerateOptions& o, std::FILE* out) {
   TextStream text(*tokenizer, out);
   if (stream) write(out, o.prompt);
   KvCache cache;
-  const auto start = std::chrono::steady_clock::now();
+  const auto start = SteadyClock::now();
   int64_t generated = 0, running = o.num_samples;
   for (int64_t step = 0; step < o.max_new_tokens && running > 0; ++step) {
     if (cache.length + tokens.size(1) > context) {
@@ -123,7 +124,7 @@ void generate_text(const GenerateOptions& o, std::FILE* out) {
   }
   for (Sample& s : samples)
     if (s.stop.empty()) s.stop = "max_new_tokens";
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double seconds = seconds_since(start);
 
   auto text_of = [&](const Sample& s) {
     std::vector<uint32_t> ids = s.ids;

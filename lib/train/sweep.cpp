@@ -26,6 +26,7 @@
 #include "util/error.h"
 #include "util/signals.h"
 #include "util/text_file.h"
+#include "util/stopwatch.h"
 
 extern char** environ;
 
@@ -292,7 +293,7 @@ int run_sweep(const SweepOptions& o) {
   std::vector<bool> slot_busy(static_cast<size_t>(slots), false);
   size_t next = 0;
   int failed = 0, forwarded = 0;
-  const auto started = std::chrono::steady_clock::now();
+  const auto started = SteadyClock::now();
   while (next < todo.size() || !running.empty()) {
     if (StopSignals::requested() != 0 && forwarded == 0) {
       forwarded = StopSignals::requested();
@@ -345,8 +346,7 @@ int run_sweep(const SweepOptions& o) {
   std::printf("%s", md.c_str());
   std::fflush(stdout);
   spdlog::info("sweep: {} in {:.0f} s; table in {}, report in {}", forwarded ? "stopped" : "done",
-               std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(),
-               (root / "results.md").string(), (root / "report.html").string());
+               seconds_since(started), (root / "results.md").string(), (root / "report.html").string());
   if (forwarded) return forwarded == SIGINT ? 130 : 143;
   return failed > 0 ? 1 : 0;
 }

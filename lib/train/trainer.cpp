@@ -57,6 +57,7 @@
 #include "train/weight_copies.h"
 #include "util/atomic_file.h"
 #include "util/ignore_index.h"
+#include "util/stopwatch.h"
 #include "util/cpu_memory.h"
 #include "util/device.h"
 #include "util/dir_lock.h"
@@ -68,9 +69,8 @@ namespace {
 
 namespace fs = std::filesystem;
 using json = nlohmann::ordered_json;
-using Clock = std::chrono::steady_clock;
+using Clock = SteadyClock;
 
-double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 double mib(double bytes) { return bytes / (1024.0 * 1024.0); }
 
 // Batch size auto keeps the split a resumed checkpoint chose (free memory may differ now), when

@@ -302,20 +302,21 @@ std::vector<double> planned_rank_memory(const std::string& output) {
 TEST_CASE("parallel: plan --world-size gives the memory each rank holds, as runs measure it", "[parallel][cli][slow]") {
   TempDir dir;
   write_file(dir.file("r.yaml"), dp_recipe());
-  const std::vector<std::vector<std::string>> cases = {
-      {"parallel.zero=0"}, {"parallel.zero=1"}, {"parallel.zero=2"}, {"parallel.zero=3"}, {"parallel.tp=2"}};
-  for (const auto& sets : cases) {
+  const std::vector<std::pair<std::vector<std::string>, int>> cases = {
+      {{"parallel.zero=0"}, 2}, {{"parallel.zero=1"}, 2}, {{"parallel.zero=2"}, 2},
+      {{"parallel.zero=3"}, 2}, {{"parallel.tp=2"}, 2},   {{"parallel.zero=3", "parallel.tp=2"}, 4}};
+  for (const auto& [sets, nproc] : cases) {
     std::vector<std::string> all = {"model.d_model=256", "train.per_device_batch_size=2", "train.max_steps=2"};
     all.insert(all.end(), sets.begin(), sets.end());
-    INFO(sets[0]);
-    std::vector<std::string> args = {"plan", dir.file("r.yaml"), "--world-size", "2"};
+    INFO(sets.back());
+    std::vector<std::string> args = {"plan", dir.file("r.yaml"), "--world-size", std::to_string(nproc)};
     for (const auto& s : all) args.insert(args.end(), {"--set", s});
     const auto plan = run_gputrain(args);
     INFO(plan.output);
     REQUIRE(plan.exit_code == 0);
     const auto planned = planned_rank_memory(plan.output);
-    const std::string out = dir.file(sets[0]);
-    REQUIRE(train(dir.file("r.yaml"), out, 2, all).exit_code == 0);
+    const std::string out = dir.file(sets.front() + sets.back());
+    REQUIRE(train(dir.file("r.yaml"), out, nproc, all).exit_code == 0);
     const auto m = read_json(out + "/summary.json")["memory_per_rank"][0];
     // The table rounds to 0.1 MiB; the run's rows are padded to a multiple of the ranks.
     CHECK(m["weights_mb"].get<double>() == Approx(planned[0]).margin(0.1));
