@@ -1,9 +1,7 @@
 // checkpoint.async (checkpoint/background_saver.h): the checkpoints written on a background thread
 // are the synchronous ones, byte for byte, for one process and for a ZeRO-3 run whose ranks each
-// write their own files; a rank killed while one is written leaves the last one whole.
+// write their own files (fully_sharded_cli_test.cpp kills a rank during one).
 #include <catch2/catch.hpp>
-
-#include <signal.h>
 
 #include <filesystem>
 #include <string>
@@ -54,46 +52,4 @@ TEST_CASE("checkpoint: asynchronous saves are the synchronous ones, for 1 proces
       check_continues(column(sync, "loss"), column(dir.file(std::string(v.name) + "-resumed"), "loss"), 10, 0);
     }
   }
-}
-
-TEST_CASE(
-    "checkpoint: a rank killed during an asynchronous ZeRO-3 save leaves the last checkpoint whole, and resumes "
-    "exactly",
-    "[checkpoint][parallel][cli][slow]") {
-  TempDir dir;
-  write_file(dir.file("r.yaml"), dp_recipe());
-  const std::vector<std::string> sets = {
-      "train.per_device_batch_size=2", "parallel.zero=3",    "train.max_steps=300",
-      "checkpoint.every=20",           "train.log_every=20", "checkpoint.async=true"};
-  REQUIRE(train(dir.file("r.yaml"), dir.file("straight"), 2, sets).exit_code == 0);
-
-  const std::string out = dir.file("killed");
-  const fs::path root = fs::path(out) / "checkpoints";
-  const int launcher = spawn_launcher(dir.file("r.yaml"), out, 2, sets, dir.file("log"));
-  REQUIRE(wait_until([&] { return !gputrain::list_checkpoints(root).complete.empty(); }));
-  // Rank 1 writes its rows into rank 0's temporary directory: kill it while that directory exists.
-  auto writing = [&] {
-    std::error_code ec;
-    for (const auto& e : fs::directory_iterator(root, ec))
-      if (e.path().filename().string().rfind(".tmp-step_", 0) == 0) return true;
-    return false;
-  };
-  const int rank1 = worker_pid(launcher, 1);
-  REQUIRE(rank1 > 0);
-  REQUIRE(wait_until(writing));
-  kill(rank1, SIGKILL);
-  CHECK(wait_exit_code(launcher) != 0);
-  const auto left = gputrain::list_checkpoints(root, gputrain::CheckpointCheck::kChecksums);
-  CHECK(left.broken.empty());
-  REQUIRE(!left.complete.empty());
-  INFO("newest whole checkpoint " << left.complete.back().string());
-
-  auto resumed = train(dir.file("r.yaml"), out, 2, sets);
-  INFO(resumed.output);
-  REQUIRE(resumed.exit_code == 0);
-  CHECK_THAT(resumed.output, Contains("resume: continuing from"));
-  CHECK(check_same_state_files(fs::path(dir.file("straight")) / "checkpoints/step_00000300", root / "step_00000300")
-            .size() == 4);
-  // The killed run's temporary save was cleared by the resumed one.
-  for (const auto& e : fs::directory_iterator(root)) CHECK(e.path().filename().string().rfind("step_", 0) == 0);
 }

@@ -3,12 +3,16 @@
 #include <catch2/catch.hpp>
 
 #include <fcntl.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+
+#include "checkpoint/checkpoint_dir.h"
+#include "same_tensors.h"
 
 namespace fs = std::filesystem;
 
@@ -119,6 +123,41 @@ size_t metric_lines(const std::string& out) {
   std::error_code ec;
   if (!fs::exists(out + "/metrics.jsonl", ec)) return 0;
   return read_jsonl(out + "/metrics.jsonl").size();
+}
+
+void check_kill_during_save(const TempDir& dir, const std::vector<std::string>& sets, int victim) {
+  write_file(dir.file("r.yaml"), dp_recipe());
+  REQUIRE(train(dir.file("r.yaml"), dir.file("straight"), 2, sets).exit_code == 0);
+
+  const std::string out = dir.file("killed");
+  const fs::path root = fs::path(out) / "checkpoints";
+  const int launcher = spawn_launcher(dir.file("r.yaml"), out, 2, sets, dir.file("log"));
+  REQUIRE(wait_until([&] { return !gputrain::list_checkpoints(root).complete.empty(); }));
+  auto writing = [&] {
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(root, ec))
+      if (e.path().filename().string().rfind(".tmp-step_", 0) == 0) return true;
+    return false;
+  };
+  const int pid = worker_pid(launcher, victim);
+  REQUIRE(pid > 0);
+  REQUIRE(wait_until(writing));
+  kill(pid, SIGKILL);
+  CHECK(wait_exit_code(launcher) != 0);
+  const auto left = gputrain::list_checkpoints(root, gputrain::CheckpointCheck::kChecksums);
+  CHECK(left.broken.empty());
+  REQUIRE(!left.complete.empty());
+  INFO("newest whole checkpoint " << left.complete.back().string());
+
+  auto resumed = train(dir.file("r.yaml"), out, 2, sets);
+  INFO(resumed.output);
+  REQUIRE(resumed.exit_code == 0);
+  CHECK_THAT(resumed.output, Catch::Contains("resume: continuing from"));
+  const fs::path straight = fs::path(dir.file("straight")) / "checkpoints";
+  const auto last = gputrain::list_checkpoints(straight).complete.back().filename();
+  CHECK(check_same_state_files(straight / last, root / last).size() == 4);  // model and optimizer of each rank
+  // The killed run's temporary save was cleared by the resumed one.
+  for (const auto& e : fs::directory_iterator(root)) CHECK(e.path().filename().string().rfind("step_", 0) == 0);
 }
 
 }  // namespace gputrain::test

@@ -48,6 +48,11 @@ void check_continues(const std::vector<double>& straight, const std::vector<doub
 // `sets` plus checkpoint.resume=`checkpoint`.
 std::vector<std::string> with_resume(std::vector<std::string> sets, const std::string& checkpoint);
 
+// Trains `sets` (2 processes, checkpoints on) straight, then again with rank `victim` SIGKILLed
+// while a checkpoint is being written; the last checkpoint stays whole, and the resumed run ends
+// with the uninterrupted run's model and optimizer files, byte for byte.
+void check_kill_during_save(const TempDir& dir, const std::vector<std::string>& sets, int victim);
+
 // Lines of out/metrics.jsonl so far.
 size_t metric_lines(const std::string& out);
 
