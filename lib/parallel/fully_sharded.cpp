@@ -246,20 +246,6 @@ torch::Tensor FullyShardedModel::shard_of(const std::string& name, const torch::
   return whole.sizes() == q.whole.sizes() ? rows_of(q, whole) : whole;
 }
 
-torch::Tensor FullyShardedModel::whole_of(const std::string& name, const torch::Tensor& shard) {
-  const auto it = by_name_.find(name);
-  if (it == by_name_.end()) return shard;
-  const Param& q = params_[it->second];
-  if (shard.sizes() != q.shard.sizes()) return shard;
-  torch::NoGradGuard no_grad;
-  torch::Tensor in = shard.detach().contiguous().view({-1});
-  torch::Tensor out = torch::empty({dp_.size() * in.numel()}, in.options());
-  dp_.all_gather(out, in, "gathering '" + name + "' for a checkpoint").wait();
-  std::vector<int64_t> shape = q.whole.sizes().vec();
-  shape[0] = dp_.size() * q.shard_rows;
-  return out.view(shape).narrow(0, 0, q.rows).clone();
-}
-
 std::optional<RowPiece> FullyShardedModel::own_rows(const std::string& name, const torch::Tensor& shard) const {
   const auto it = by_name_.find(name);
   if (it == by_name_.end()) return std::nullopt;

@@ -1,6 +1,6 @@
 // ZeRO stage 3 (fully sharded data parallelism, as FSDP2): each rank of the dp group keeps rows
 // [r*c, (r+1)*c) of every parameter (c = ceil(rows / N); the last rank's share padded with zeros).
-// That shard is the tensor the optimizer updates and a checkpoint gathers. The model's own
+// That shard is the tensor the optimizer updates and each rank writes to a checkpoint. The model's own
 // parameters become views into one buffer per unit (model/gpt.h UnitHooks: the embeddings, each
 // block, the head) whose memory exists only while the unit is in use: all-gathered just before its
 // forward (the next unit's gather already in flight), freed after it (parallel.reshard_after_forward),
@@ -40,9 +40,6 @@ class FullyShardedModel : public UnitHooks {
   // Rows [rank*c, (rank+1)*c) of a tensor shaped as parameter `name` (zero-padded): for optimizer
   // state saved whole. Other tensors (scalars, step counters) come back as they are.
   torch::Tensor shard_of(const std::string& name, const torch::Tensor& whole) const;
-  // The whole tensor of a shard-shaped tensor of parameter `name` (every rank calls it, in the
-  // same order): for checkpoints. Others come back as they are.
-  torch::Tensor whole_of(const std::string& name, const torch::Tensor& shard);
   // Whole weights (a checkpoint's, for a spike rollback) copied into this rank's shards: each
   // parameter's rows (a LoRA checkpoint of adapters alone sets those). Throws for a wrong shape.
   void load_whole(const std::vector<NamedTensor>& weights);

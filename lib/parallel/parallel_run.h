@@ -136,9 +136,9 @@ class ParallelRun {
     std::vector<int> owners;          // ZeRO: the group rank that updates params[i]
     std::unique_ptr<GradientSync> sync;
   };
-  // Rank 0 of r.group's weights (`named`, frozen ones included) to the group, ZeRO ownership, gradient hooks.
   // Which of params_ tensor parallelism splits (sharded_) and which are experts (expert_).
   void mark_split_and_experts();
+  // Rank 0 of r.group's weights (`named`, frozen ones included) to the group, ZeRO ownership, gradient hooks.
   void replicate(Replicas& r, const std::vector<NamedTensor>& named);
   // The parameters this rank updates: ZeRO's owned share (of its stage's), or
   // its stage's under a pipeline; null when it updates the whole model it has.

@@ -25,8 +25,8 @@
 #include "util/device.h"
 #include "util/error.h"
 #include "util/signals.h"
-#include "util/text_file.h"
 #include "util/stopwatch.h"
+#include "util/text_file.h"
 
 extern char** environ;
 
