@@ -151,7 +151,8 @@ TEST_CASE("cli: run writes metrics, summary and the resolved recipe", "[cli]") {
   auto first = run_gputrain({"print-config", dir.file("r.yaml"), "--format", "json", "--set",
                              "train.grad_accum_steps=2", "--set", "run.output_dir=" + out});
   auto expected = nlohmann::json::parse(first.output);
-  expected["parallel"]["dp"] = 1;  // auto, resolved: the number of processes
+  expected["parallel"]["dp"] = 1;                    // auto, resolved: the number of processes
+  expected["parallel"]["gather_dtype"] = "weights";  // auto, resolved: fp32 training gathers fp32
   CHECK(nlohmann::json::parse(again.output) == expected);
 
   // The same command again continues from the run's final checkpoint: nothing left to train.
