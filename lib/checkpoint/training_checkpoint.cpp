@@ -159,16 +159,20 @@ std::vector<std::vector<NamedTensor>> read_rank_files(const fs::path& dir, const
   return out;
 }
 
-// The whole model from model.safetensors, from the per-rank files joined, or from the tp shard files joined.
+// Each tp rank's <stem> tensors ("model" or "optimizer"), from whichever files hold them: the per-rank
+// files, <stem>.safetensors of a single process, or (before per-rank files) one file per tp rank.
+std::vector<std::vector<NamedTensor>> read_tp_lists(const fs::path& dir, const char* stem, const FileLayout& l) {
+  if (l.ranks > 0) return read_rank_files(dir, stem, l);
+  if (l.tp == 1) return {read_safetensors((dir / (std::string(stem) + ".safetensors")).string()).tensors};
+  std::vector<std::vector<NamedTensor>> lists;
+  for (size_t r = 0; r < l.tp; ++r) lists.push_back(read_safetensors((dir / shard_file(stem, r)).string()).tensors);
+  return lists;
+}
+
+// The whole model, tp shards joined.
 std::vector<NamedTensor> read_model_files(const fs::path& dir, const FileLayout& l) {
-  if (l.ranks > 0) {
-    auto lists = read_rank_files(dir, "model", l);
-    return l.tp == 1 ? std::move(lists.front()) : join_shards(lists, l.split, dir);
-  }
-  if (l.tp == 1) return read_safetensors((dir / "model.safetensors").string()).tensors;
-  std::vector<std::vector<NamedTensor>> shards;
-  for (size_t r = 0; r < l.tp; ++r) shards.push_back(read_safetensors((dir / shard_file("model", r)).string()).tensors);
-  return join_shards(shards, l.split, dir);
+  auto lists = read_tp_lists(dir, "model", l);
+  return l.tp == 1 ? std::move(lists.front()) : join_shards(lists, l.split, dir);
 }
 
 // A rank's part as its two files; the metadata say its tp rank and the rows of its row pieces.
@@ -303,15 +307,9 @@ TrainingSnapshot load_training_checkpoint(const fs::path& dir) {
   }
   s.recipe_yaml = read_text_file(dir / "recipe.yaml", "checkpoint file", "resume from another checkpoint");
   s.model = read_model_files(dir, layout);
-  if (layout.ranks > 0) {
-    auto lists = read_rank_files(dir, "optimizer", layout);
-    if (layout.tp == 1) s.optimizer_state = std::move(lists.front());
-    else s.optimizer_shards = std::move(lists);
-  } else if (layout.tp == 1) {
-    s.optimizer_state = read_safetensors((dir / "optimizer.safetensors").string()).tensors;
-  }
-  for (size_t r = 0; layout.ranks == 0 && layout.tp > 1 && r < layout.tp; ++r)
-    s.optimizer_shards.push_back(read_safetensors((dir / shard_file("optimizer", r)).string()).tensors);
+  auto state = read_tp_lists(dir, "optimizer", layout);  // the state of a split parameter stays split
+  if (layout.tp == 1) s.optimizer_state = std::move(state.front());
+  else s.optimizer_shards = std::move(state);
   const SafetensorsFile rng = read_safetensors((dir / "rng.safetensors").string());
   const torch::Tensor* cpu = rng.find("cpu");
   if (!cpu) throw data_error("'" + (dir / "rng.safetensors").string() + "' has no 'cpu' generator state");

@@ -326,6 +326,11 @@ struct Settings {
   std::string resolved_checkpoint_dir() const {
     return checkpoint.dir.empty() ? resolved_output_dir() + "/checkpoints" : checkpoint.dir;
   }
+  // parallel.gather_dtype auto: bf16 under bf16 autocast, else the weights' dtype.
+  GatherDtype resolved_gather_dtype() const {
+    if (parallel.gather_dtype != GatherDtype::kAuto) return parallel.gather_dtype;
+    return precision.mode == PrecisionMode::kBf16 ? GatherDtype::kBf16 : GatherDtype::kWeights;
+  }
 };
 
 }  // namespace gputrain

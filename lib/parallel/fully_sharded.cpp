@@ -229,9 +229,15 @@ void FullyShardedModel::before_backward(int64_t unit) {
   if (valid(unit - 1) && units_[static_cast<size_t>(unit - 1)].backward_pending) start_gather(unit - 1);
 }
 
+RowSlice FullyShardedModel::own_slice(const Param& q, int64_t* count) const {
+  const int64_t first = std::min(dp_.rank() * q.shard_rows, q.rows);
+  *count = std::min(q.rows - first, q.shard_rows);
+  return {first, q.rows};
+}
+
 torch::Tensor FullyShardedModel::rows_of(const Param& q, const torch::Tensor& whole) const {
-  const int64_t first = dp_.rank() * q.shard_rows;
-  const int64_t count = std::clamp<int64_t>(q.rows - first, 0, q.shard_rows);
+  int64_t count = 0;
+  const int64_t first = own_slice(q, &count).first;
   std::vector<int64_t> shape = whole.sizes().vec();
   shape[0] = q.shard_rows;
   torch::Tensor shard = torch::zeros(shape, whole.options().requires_grad(false));
@@ -251,9 +257,9 @@ std::optional<RowPiece> FullyShardedModel::own_rows(const std::string& name, con
   if (it == by_name_.end()) return std::nullopt;
   const Param& q = params_[it->second];
   if (shard.sizes() != q.shard.sizes()) return std::nullopt;
-  const int64_t first = dp_.rank() * q.shard_rows;
-  const int64_t count = std::clamp<int64_t>(q.rows - first, 0, q.shard_rows);
-  return RowPiece{{std::min(first, q.rows), q.rows}, shard.detach().narrow(0, 0, count)};
+  int64_t count = 0;
+  const RowSlice slice = own_slice(q, &count);
+  return RowPiece{slice, shard.detach().narrow(0, 0, count)};
 }
 
 void FullyShardedModel::load_whole(const std::vector<NamedTensor>& weights) {

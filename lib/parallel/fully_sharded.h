@@ -83,6 +83,8 @@ class FullyShardedModel : public UnitHooks {
   };
   // This rank's rows of a tensor shaped as q's parameter, zero-padded to q.shard_rows.
   torch::Tensor rows_of(const Param& q, const torch::Tensor& whole) const;
+  // Which rows of q's whole tensor this rank's shard holds (none past the end).
+  RowSlice own_slice(const Param& q, int64_t* count) const;
   void start_gather(int64_t unit);
   void gather(int64_t unit);  // waits for a prefetch, or gathers now
   void reshard(int64_t unit);

@@ -29,12 +29,7 @@ std::vector<RankHoldings> plan_rank_memory(const Settings& s, const Grid& g) {
   const ModelSettings& m = s.model;
   const auto stages = split_stages(m, g.pp());
   const double bytes = s.precision.mode == PrecisionMode::kBf16Pure ? 2 : 4;
-  // ZeRO-3 gathers units in bf16 under bf16 autocast (parallel.gather_dtype auto) or when asked.
-  const GatherDtype gather = s.parallel.gather_dtype;
-  const double gathered_bytes =
-      gather == GatherDtype::kBf16 || (gather == GatherDtype::kAuto && s.precision.mode == PrecisionMode::kBf16)
-          ? 2
-          : bytes;
+  const double gathered_bytes = s.resolved_gather_dtype() == GatherDtype::kBf16 ? 2 : bytes;  // ZeRO-3's units
   const int64_t zero = g.dp() > 1 ? s.parallel.zero : 0;
   struct Held {
     double numel, state;  // this rank's share before ZeRO; its optimizer state bytes

@@ -38,8 +38,7 @@ Settings resolved_settings(const Settings& recipe, const RunPlan& plan) {
   s.train.per_device_batch_size = plan.batch.per_device_batch_size;
   s.train.grad_accum_steps = plan.batch.grad_accum_steps;
   s.train.global_batch_size = plan.batch.global_batch_size;
-  if (s.parallel.gather_dtype == GatherDtype::kAuto)
-    s.parallel.gather_dtype = s.precision.mode == PrecisionMode::kBf16 ? GatherDtype::kBf16 : GatherDtype::kWeights;
+  s.parallel.gather_dtype = s.resolved_gather_dtype();
   return s;
 }
 
