@@ -138,11 +138,20 @@ void GradientSync::finish() {
 }
 
 void broadcast_parameters(Communicator& comm, const std::vector<NamedTensor>& params) {
+  torch::NoGradGuard no_grad;
+  const torch::Device wire = comm.tensor_device();
   std::vector<PendingCollective> pending;
   std::vector<torch::Tensor> views;
   for (const auto& p : params) {
-    views.push_back(p.tensor.detach());
-    pending.push_back(comm.broadcast(views.back(), 0, "broadcast of parameter '" + p.name + "' from rank 0"));
+    const std::string what = "broadcast of parameter '" + p.name + "' from rank 0";
+    if (p.tensor.device() == wire) {
+      views.push_back(p.tensor.detach());
+      pending.push_back(comm.broadcast(views.back(), 0, what));
+      continue;
+    }
+    torch::Tensor staged = p.tensor.detach().to(wire);  // one parameter on the wire at a time
+    comm.broadcast(staged, 0, what).wait();
+    p.tensor.detach().copy_(staged);
   }
   for (auto& w : pending) w.wait();
 }

@@ -86,7 +86,8 @@ class GradientSync {
   double backward_end_s_ = 0;
 };
 
-// Rank 0's parameter values to every rank (the start of a run).
+// Rank 0's parameter values to every rank (the start of a run). Parameters away from the group's
+// tensor device (a model built on the host under ZeRO-3, over NCCL) pass through it one at a time.
 void broadcast_parameters(Communicator& comm, const std::vector<NamedTensor>& params);
 
 // ZeRO: each owner's updated parameters to every rank (one flat broadcast per owner).

@@ -39,7 +39,7 @@ torch::Tensor writable_alias(const torch::Tensor& t) {
 
 }  // namespace
 
-FullyShardedModel::FullyShardedModel(Communicator& dp, Gpt& model, bool reshard_after_forward,
+FullyShardedModel::FullyShardedModel(Communicator& dp, Gpt& model, torch::Device device, bool reshard_after_forward,
                                      std::optional<torch::ScalarType> gather_dtype)
     : dp_(dp), reshard_after_forward_(reshard_after_forward), tied_(model->cfg.tie_embeddings) {
   torch::NoGradGuard no_grad;
@@ -63,11 +63,14 @@ FullyShardedModel::FullyShardedModel(Communicator& dp, Gpt& model, bool reshard_
       q.rows = p.size(0);
       q.row_numel = q.rows > 0 ? p.numel() / q.rows : 0;
       q.shard_rows = (q.rows + n - 1) / n;
-      q.shard = rows_of(q, p.detach());
+      q.shard = rows_of(q, p.detach()).to(device);
       q.shard.set_requires_grad(p.requires_grad());
-      // Floating weights computed in a lower dtype: the parameter becomes that dtype (its memory is freed below).
-      if (gather_dtype && p.is_floating_point() && p.scalar_type() != *gather_dtype)
-        q.whole.set_data(torch::empty(p.sizes(), p.options().dtype(*gather_dtype)));
+      // The parameter moves to the device, in the dtype units are computed in (floating weights
+      // under a gather dtype), without its memory: a gather fills it.
+      const torch::ScalarType dtype = gather_dtype && p.is_floating_point() ? *gather_dtype : p.scalar_type();
+      if (p.device() != device || p.scalar_type() != dtype)
+        q.whole.set_data(torch::empty(p.sizes(), p.options().device(device).dtype(dtype)));
+      free_storage(q.whole);
       auto [it, added] = pack_of.emplace(q.whole.scalar_type(), units_[u].packs.size());
       if (added) units_[u].packs.emplace_back();
       Pack& pack = units_[u].packs[it->second];
@@ -82,7 +85,7 @@ FullyShardedModel::FullyShardedModel(Communicator& dp, Gpt& model, bool reshard_
       params_.push_back(std::move(q));
     }
   }
-  for (auto& q : params_) free_storage(q.whole);
+  for (auto& b : model->buffers(/*recurse=*/true)) b.set_data(b.to(device));
   for (const auto& item : model->named_parameters(/*recurse=*/true))
     shards_.push_back({item.key(), params_[by_name_.at(item.key())].shard});
 }

@@ -26,12 +26,14 @@ namespace gputrain {
 
 class FullyShardedModel : public UnitHooks {
  public:
-  // `model`'s parameters (whole and equal on every rank of `dp`) become shards. The caller
-  // installs it as the model's unit hooks.
+  // `model`'s parameters (whole and equal on every rank of `dp`) become shards on `device`. The
+  // model may be on the host: only the shards and, while gathered, a unit's weights reach the
+  // device, so a model larger than one device's memory trains. The caller installs it as the
+  // model's unit hooks.
   // `gather_dtype` (defined: bf16 under autocast) is what units are gathered and computed in: the
   // model's parameters take that dtype while the fp32 shards stay what the optimizer updates, and
   // gradients are reduced in the shards' dtype.
-  FullyShardedModel(Communicator& dp, Gpt& model, bool reshard_after_forward,
+  FullyShardedModel(Communicator& dp, Gpt& model, torch::Device device, bool reshard_after_forward,
                     std::optional<torch::ScalarType> gather_dtype = std::nullopt);
   ~FullyShardedModel() override;
 

@@ -14,6 +14,7 @@ namespace gputrain {
 
 ParallelRun::ParallelRun(const World& world, const ParallelSettings& p, torch::Device device)
     : groups_(world, p, device),
+      device_(device),
       zero_(p.zero),
       reshard_after_forward_(p.reshard_after_forward),
       gather_bf16_(p.gather_dtype == GatherDtype::kBf16),
@@ -22,6 +23,8 @@ ParallelRun::ParallelRun(const World& world, const ParallelSettings& p, torch::D
       pp_microbatches_(p.pp_microbatches) {}
 
 ParallelRun::~ParallelRun() = default;
+
+torch::Device ParallelRun::build_device() const { return fully_shards() ? torch::Device(torch::kCPU) : device_; }
 
 std::string ParallelRun::describe() const {
   if (!distributed()) return "1 process";
@@ -104,11 +107,11 @@ bool ParallelRun::stage_counts(const std::string& name) const {
 }
 
 void ParallelRun::attach(Gpt& model, const std::vector<NamedTensor>& named_params) {
-  if (zero_ == 3 && groups_.dp()) {
+  if (fully_shards()) {
     // Rank 0 of the dp group decides the weights, as below; then each rank keeps its rows.
     broadcast_parameters(*groups_.dp(), named_params);
     fully_sharded_ = std::make_shared<FullyShardedModel>(
-        *groups_.dp(), model, reshard_after_forward_,
+        *groups_.dp(), model, device_, reshard_after_forward_,
         gather_bf16_ ? std::optional<torch::ScalarType>(torch::kBFloat16) : std::nullopt);
     model->unit_hooks = fully_sharded_;
     named_ = fully_sharded_->shards();

@@ -55,6 +55,10 @@ class ParallelRun {
   const std::vector<NamedTensor>& weights() const { return named_; }
   std::string describe() const;  // for the log
 
+  // Where the model is built and its whole weights loaded: the run's device, or the host under
+  // ZeRO-3 (attach moves only this rank's shards to the device).
+  torch::Device build_device() const;
+
   // After the model is built and its whole weights loaded, in this order (parallel/parallelize.h):
   // tensor parallelism (parallel.tp > 1) keeps this rank's shard of each split layer; the pipeline
   // stage (parallel.pp > 1) this rank's blocks; expert parallelism (parallel.ep > 1) this rank's
@@ -125,6 +129,7 @@ class ParallelRun {
 
  private:
   bool zero_active() const { return zero_ > 0 && groups_.dp() != nullptr; }
+  bool fully_shards() const { return zero_ == 3 && groups_.dp() != nullptr; }
   // ZeRO-1 and 2: whole parameters owned by one rank each (ZeRO-3 shards every one instead).
   bool owns_whole_parameters() const { return zero_active() && !fully_sharded_; }
   // Parameters kept equal over a group of ranks: their gradients are summed
@@ -154,6 +159,7 @@ class ParallelRun {
   bool stage_counts(const std::string& name) const;
 
   ProcessGroups groups_;
+  torch::Device device_;  // the run's: where training computes
   int64_t zero_;
   bool reshard_after_forward_;
   bool gather_bf16_;  // parallel.gather_dtype resolved to bf16

@@ -262,7 +262,7 @@ void Trainer::build_model() {
   // A checkpoint of LoRA adapters only needs the frozen base built as the run built it (model.init_from).
   const bool adapters_only = resumed_ && !resumed_->snapshot.lora_base.empty();
   std::string loaded;
-  model_ = build_initial_model(s_, plan_.device, precision_->weight_dtype(),
+  model_ = build_initial_model(s_, par_->build_device(), precision_->weight_dtype(),
                                /*skip_init_from=*/resumed_ && !adapters_only, &loaded);
   model_->train();
   if (!loaded.empty()) spdlog::info("model: {}", loaded);
