@@ -4,6 +4,7 @@
 
 #include "commands.h"
 #include "config/recipe.h"
+#include "config/validate.h"
 #include "model/architecture.h"
 #include "parallel/grid.h"
 #include "train/batch_finder.h"
@@ -46,13 +47,21 @@ void print_pipeline(const Settings& s, const Grid& g, const MemoryPlan& whole_mo
 int cmd_plan(const CommonArgs& a, int world_size) {
   Recipe recipe = load_recipe(a.recipe, a.overrides, architecture_rules());
   Settings s = recipe.settings;
+  // The grid: for the world size asked for, else the one the recipe's degrees imply.
+  const int64_t model_parallel = s.parallel.tp * s.parallel.pp;
+  // (dp auto: the smallest, ep replicas of the model-parallel group).
+  const int world = world_size > 0
+                        ? world_size
+                        : static_cast<int>((s.parallel.dp > 0 ? s.parallel.dp : s.parallel.ep) * model_parallel);
+  const Grid g(s.parallel, world);
   std::string batch_note;
   if (s.train.per_device_batch_size == 0) {
-    // What the CPU finder would choose; on a GPU the run measures instead.
+    // What the CPU finder would choose for one rank's share; on a GPU the run measures instead.
     const double budget = cpu_memory_budget_bytes(s);
-    find_batch_size_cpu(s, s.train.global_batch_size, budget).apply_to(s.train);
-    batch_note = fmt::format(" (auto: the largest that fits {:.0f} MiB on CPU; a GPU run measures instead)",
-                             budget / (1024.0 * 1024.0));
+    validate_batch_auto(s, RunWorld{g.dp(), world, std::to_string(world) + " processes", false, world > 1});
+    find_batch_size_cpu(s, g, s.train.global_batch_size / g.dp(), budget).apply_to(s.train);
+    batch_note = fmt::format(" (auto: the largest that fits {:.0f} MiB{} on CPU; a GPU run measures instead)",
+                             budget / (1024.0 * 1024.0), g.dp() > 1 ? " per rank" : "");
   }
   const MemoryPlan p = plan_memory(s, s.train.per_device_batch_size);
   const double tokens_per_step = static_cast<double>(s.tokens_per_step());
@@ -68,16 +77,14 @@ int cmd_plan(const CommonArgs& a, int world_size) {
   std::printf("\n%s", memory_plan_table(s, p).c_str());
   std::printf(
       "\nEstimates: real peaks add the framework's own memory and allocator slack (see docs/training.md, Memory).\n");
-  // The grid: for the world size asked for, else the one the recipe's degrees imply.
-  const int64_t model_parallel = s.parallel.tp * s.parallel.pp;
-  // (dp auto: the smallest, ep replicas of the model-parallel group).
-  const int world = world_size > 0
-                        ? world_size
-                        : static_cast<int>((s.parallel.dp > 0 ? s.parallel.dp : s.parallel.ep) * model_parallel);
   if (world > 1) {
-    const Grid g(s.parallel, world);
     std::printf("\n%s", grid_table(s, g).c_str());
     std::printf("\n%s", rank_memory_table(s, g).c_str());
+    if (s.parallel.zero == 3 && g.dp() > 1)
+      std::printf(
+          "one rank with micro-batch %lld (its shards, three units' whole tensors, activations, logits): %.1f MiB\n",
+          static_cast<long long>(s.train.per_device_batch_size),
+          rank_step_bytes(s, g, s.train.per_device_batch_size) / (1024.0 * 1024.0));
     if (g.pp() > 1) print_pipeline(s, g, plan_memory(s, 1));
   }
   return 0;

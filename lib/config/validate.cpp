@@ -356,11 +356,6 @@ void check_fully_sharded(Checker& c) {
                                                                     : "adamw8bit's quantization blocks") +
                 " would then depend on the number of ranks",
             "use optim.name: adamw, lion or sgd with parallel.zero: 3, or " + fix);
-  if (c.s.train.per_device_batch_size == 0)
-    c.error("train.per_device_batch_size",
-            "auto is not combined with parallel.zero: 3 in this version (its trial steps and memory plan "
-            "assume whole weights on every rank)",
-            "give a number, or use parallel.zero: 2");
 }
 
 void check_parallel(Checker& c) {

@@ -33,6 +33,11 @@ void validate_batch_auto(const Settings& s, const RunWorld& w) {
         "train.per_device_batch_size: auto tries batch sizes on the GPU, which a tensor-, pipeline- "
         "or expert-parallel run (parallel.tp, pp or ep > 1) cannot do\n    fix: set "
         "train.per_device_batch_size (`gputrain plan` estimates what fits)");
+  if (w.on_gpu && p.zero == 3 && w.dp > 1)
+    throw config_error(
+        "train.per_device_batch_size: auto tries batch sizes on the GPU, and under parallel.zero: 3 each trial "
+        "gathers weights from every rank, which an out-of-memory error on one rank leaves waiting\n    fix: set "
+        "train.per_device_batch_size (`gputrain plan --world-size N` estimates what fits)");
 }
 
 }  // namespace gputrain

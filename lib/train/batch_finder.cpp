@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include "train/memory_plan.h"
+#include "train/rank_memory_plan.h"
 #include "train/train_step.h"
 #include "util/device.h"
 #include "util/error.h"
@@ -48,8 +49,15 @@ std::string BatchChoice::describe() const {
   return s;
 }
 
-BatchChoice find_batch_size_cpu(const Settings& s, int64_t sequences, double budget) {
-  return find_batch_size(sequences, [&](int64_t b) { return plan_memory(s, b).total() <= budget; });
+double rank_step_bytes(const Settings& s, const Grid& g, int64_t batch) {
+  const MemoryPlan p = plan_memory(s, batch);
+  if (s.parallel.zero != 3 || g.dp() < 2) return p.total();
+  const RankHoldings r = plan_rank_memory(s, g).front();  // ZeRO-3 has no pipeline stages
+  return r.weights + r.gradients + r.optimizer + 3 * r.largest_unit + p.activations + p.logits;
+}
+
+BatchChoice find_batch_size_cpu(const Settings& s, const Grid& g, int64_t sequences, double budget) {
+  return find_batch_size(sequences, [&](int64_t b) { return rank_step_bytes(s, g, b) <= budget; });
 }
 
 namespace {

@@ -5,7 +5,7 @@
 // grad_accum_steps = global / micro-batch, so the optimizer sees the same
 // batch whatever fits. Whether a size fits is asked of a predicate: a real
 // training step on CUDA (an out-of-memory error means no), the memory plan
-// against run.memory_budget_mb on CPU.
+// against run.memory_budget_mb on CPU (one rank's share of it in a parallel run).
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -14,6 +14,7 @@
 
 #include "config/settings.h"
 #include "model/gpt.h"
+#include "parallel/grid.h"
 #include "precision/precision.h"
 
 namespace gputrain {
@@ -33,10 +34,15 @@ BatchChoice find_batch_size(int64_t global_batch, const std::function<bool(int64
 // The CPU budget in bytes: run.memory_budget_mb, or 80% of the memory available now.
 double cpu_memory_budget_bytes(const Settings& s);
 
-// The CPU rule: a size fits when the memory plan (train/memory_plan.h) of
-// the recipe with that micro-batch is within `budget` bytes. `sequences`: one
+// What one rank of grid `g` needs for a micro-batch of `batch` sequences: the memory plan
+// (train/memory_plan.h) of the recipe; under ZeRO-3 its weights, gradients and optimizer state are
+// the rank's shards (train/rank_memory_plan.h) plus three of the largest unit's whole tensors (the
+// unit in use, its gradients before they are reduced, the next unit's gather in flight).
+double rank_step_bytes(const Settings& s, const Grid& g, int64_t batch);
+
+// The CPU rule: a size fits when rank_step_bytes is within `budget` bytes. `sequences`: one
 // process's share of the global batch.
-BatchChoice find_batch_size_cpu(const Settings& s, int64_t sequences, double budget);
+BatchChoice find_batch_size_cpu(const Settings& s, const Grid& g, int64_t sequences, double budget);
 
 // The GPU rule: a size fits when one forward and backward of a micro-batch that
 // size runs without running out of device memory (the memory is released either way).

@@ -325,7 +325,7 @@ void Trainer::choose_batch_split() {
     const int64_t share = plan_.batch.global_batch_size / plan_.dp;  // split over the ranks first
     const double budget = cpu_memory_budget_bytes(s_);
     const bool cpu = plan_.device.is_cpu();
-    const BatchChoice choice = cpu ? find_batch_size_cpu(s_, share, budget)
+    const BatchChoice choice = cpu ? find_batch_size_cpu(s_, par_->groups().grid(), share, budget)
                                    : find_batch_size_on_device(model_, *precision_, s_.model, share, plan_.device);
     plan_.batch.per_device_batch_size = choice.batch;
     plan_.batch.grad_accum_steps = choice.grad_accum;

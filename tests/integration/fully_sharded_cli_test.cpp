@@ -5,6 +5,7 @@
 #include <signal.h>
 
 #include <filesystem>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -303,6 +304,41 @@ TEST_CASE("parallel: plan --world-size gives the memory each rank holds, as runs
   }
 }
 
+TEST_CASE("parallel: batch size auto fits each rank's share under ZeRO-3, as plan --world-size says",
+          "[parallel][cli]") {
+  TempDir dir;
+  // Weights and optimizer state outweigh one sequence's activations: ZeRO-3's halves leave room for more.
+  write_file(dir.file("r.yaml"),
+             "run: {name: dp, threads: 1, memory_budget_mb: 60}\n"
+             "model: {vocab_size: 256, seq_len: 32, n_layer: 4, n_head: 4, d_model: 256, "
+             "dropout: 0.0}\n"
+             "data:\n  train: {format: text, path: " +
+                 shared_data("tinyshakespeare.txt") +
+                 ", span: [0.0, 0.01]}\n"
+                 "train: {per_device_batch_size: auto, global_batch_size: 32, max_steps: 3, "
+                 "log_every: 1}\n"
+                 "metrics: {progress: off}\n");
+  std::map<int, int> chosen;
+  for (const int zero : {0, 3}) {
+    const std::string z = "parallel.zero=" + std::to_string(zero);
+    const auto plan = run_gputrain({"plan", dir.file("r.yaml"), "--world-size", "2", "--set", z});
+    INFO(plan.output);
+    REQUIRE(plan.exit_code == 0);
+    const auto r = train(dir.file("r.yaml"), dir.file(z), 2, {z});
+    INFO(r.output);
+    REQUIRE(r.exit_code == 0);
+    const auto s = read_json(dir.file(z) + "/summary.json");
+    chosen[zero] = s["per_device_batch_size"].get<int>();
+    CHECK(chosen[zero] * s["grad_accum_steps"].get<int>() == 16);  // each rank's half of the global batch
+    CHECK_THAT(plan.output, Contains("micro-batch " + std::to_string(chosen[zero]) + " x seq_len 32"));
+    if (zero == 3) CHECK_THAT(plan.output, Contains("one rank with micro-batch 8 ("));
+  }
+  CHECK(chosen[0] == 2);
+  CHECK(chosen[3] == 8);
+  // Other micro-batches, the same global batches: the same training.
+  CHECK(max_abs_diff(column(dir.file("parallel.zero=0"), "loss"), column(dir.file("parallel.zero=3"), "loss")) < 1e-5);
+}
+
 TEST_CASE("parallel: ZeRO-3 refuses what it is not combined with yet, naming the key and the fix", "[parallel][cli]") {
   TempDir dir;
   write_file(dir.file("r.yaml"), dp_recipe());
@@ -310,7 +346,6 @@ TEST_CASE("parallel: ZeRO-3 refuses what it is not combined with yet, naming the
       {{"parallel.zero=3", "parallel.pp=2"}, "3 is not combined with pipeline or expert parallelism"},
       {{"parallel.zero=3", "optim.name=adafactor"}, "adafactor's column statistics"},
       {{"parallel.zero=3", "optim.name=adamw8bit"}, "adamw8bit's quantization blocks"},
-      {{"parallel.zero=3", "train.per_device_batch_size=auto"}, "auto is not combined with parallel.zero: 3"},
       {{"parallel.zero=3", "parallel.gather_dtype=bf16"}, "needs bf16 autocast around it"},
       {{"parallel.zero=4"}, "parallel.zero"},
   };

@@ -67,6 +67,13 @@ TEST_CASE("run plan: the world's checks name the keys and the fix", "[train][pla
   RunWorld gpu = run_world(p);
   gpu.on_gpu = true;
   CHECK_THAT(config_error_of([&] { validate_batch_auto(s, gpu); }), Contains("tries batch sizes on the GPU"));
+  // ZeRO-3's trial steps would gather from every rank; on the CPU the memory plan decides.
+  s.parallel.tp = 1, s.parallel.zero = 3;
+  CHECK_THAT(config_error_of([&] { validate_batch_auto(s, gpu); }),
+             Contains("under parallel.zero: 3 each trial gathers weights from every rank") && Contains("fix:"));
+  CHECK_NOTHROW(validate_batch_auto(s, run_world(p)));
+  gpu.dp = 1;
+  CHECK_NOTHROW(validate_batch_auto(s, gpu));
 
   Settings g;
   g.kernels.cuda_graphs = true;
