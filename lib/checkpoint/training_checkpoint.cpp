@@ -2,6 +2,7 @@
 
 #include <torch/version.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 
@@ -105,9 +106,25 @@ std::vector<NamedTensor> join_shards(const std::vector<std::vector<NamedTensor>>
   return whole;
 }
 
+// Of a row piece read from a file, what `keep` keeps: its overlap with the rank's rows, placed
+// within them (an empty piece for a rank past the last row, so its rows join into zero rows).
+std::optional<RowPiece> kept_rows(const RowPiece& piece, const RowShare& keep, bool first_of_name) {
+  const RankRows mine = rank_rows(piece.slice.whole_rows, keep.rank, keep.size);
+  const int64_t from = std::max(piece.slice.first, mine.first);
+  const int64_t to = std::min(piece.slice.first + piece.rows.size(0), mine.first + mine.count);
+  if (to > from)
+    return RowPiece{{from - mine.first, mine.count}, piece.rows.narrow(0, from - piece.slice.first, to - from).clone()};
+  if (mine.count == 0 && first_of_name) return RowPiece{{0, 0}, piece.rows.narrow(0, 0, 0).clone()};
+  return std::nullopt;
+}
+
 // Per-rank files <stem>.rank<r>.safetensors joined: one list per tp rank, each tensor once (a tied
-// embedding two stages hold is in both files), ZeRO-3's row pieces joined into whole tensors.
-std::vector<std::vector<NamedTensor>> read_rank_files(const fs::path& dir, const char* stem, const FileLayout& l) {
+// embedding two stages hold is in both files), ZeRO-3's row pieces joined into whole tensors, or
+// into the rows `keep` keeps (then only its tp rank's list is filled, when the tp degree matches).
+std::vector<std::vector<NamedTensor>> read_rank_files(const fs::path& dir, const char* stem, const FileLayout& l,
+                                                      const RowShare* keep = nullptr,
+                                                      TrainingSnapshot* counted = nullptr) {
+  if (keep && keep->tp_size != l.tp) keep = nullptr;  // tp resharding needs each tp rank's state whole
   struct Joined {
     std::vector<std::string> order;
     std::map<std::string, torch::Tensor> whole;
@@ -134,12 +151,27 @@ std::vector<std::vector<NamedTensor>> read_rank_files(const fs::path& dir, const
     if (tp_rank >= l.tp)
       throw data_error("'" + path.string() + "' is of tp rank " + std::to_string(tp_rank) + ", trainer.json says " +
                        std::to_string(l.tp) + " tp ranks\n    fix: resume from another checkpoint");
+    if (keep && tp_rank != keep->tp_rank) continue;
     Joined& j = by_tp[tp_rank];
     for (auto& e : f.tensors) {
       const bool new_name = !j.whole.count(e.name) && !j.pieces.count(e.name);
       if (new_name) j.order.push_back(e.name);
-      if (const auto it = rows.find(e.name); it != rows.end()) j.pieces[e.name].push_back({it->second, e.tensor});
-      else if (new_name) j.whole[e.name] = e.tensor;
+      const auto it = rows.find(e.name);
+      if (it == rows.end()) {
+        if (new_name) j.whole[e.name] = e.tensor;
+        continue;
+      }
+      std::vector<RowPiece>& pieces = j.pieces[e.name];
+      if (!keep) {
+        pieces.push_back({it->second, e.tensor});
+        continue;
+      }
+      std::optional<RowPiece> mine = kept_rows({it->second, e.tensor}, *keep, pieces.empty());
+      if (counted) {
+        counted->optimizer_rows_read_mb += static_cast<double>(e.tensor.nbytes()) / (1024.0 * 1024.0);
+        if (mine) counted->optimizer_rows_kept_mb += static_cast<double>(mine->rows.nbytes()) / (1024.0 * 1024.0);
+      }
+      if (mine) pieces.push_back(std::move(*mine));
     }
   }
   std::vector<std::vector<NamedTensor>> out(l.tp);
@@ -161,8 +193,10 @@ std::vector<std::vector<NamedTensor>> read_rank_files(const fs::path& dir, const
 
 // Each tp rank's <stem> tensors ("model" or "optimizer"), from whichever files hold them: the per-rank
 // files, <stem>.safetensors of a single process, or (before per-rank files) one file per tp rank.
-std::vector<std::vector<NamedTensor>> read_tp_lists(const fs::path& dir, const char* stem, const FileLayout& l) {
-  if (l.ranks > 0) return read_rank_files(dir, stem, l);
+std::vector<std::vector<NamedTensor>> read_tp_lists(const fs::path& dir, const char* stem, const FileLayout& l,
+                                                    const RowShare* keep = nullptr,
+                                                    TrainingSnapshot* counted = nullptr) {
+  if (l.ranks > 0) return read_rank_files(dir, stem, l, keep, counted);
   if (l.tp == 1) return {read_safetensors((dir / (std::string(stem) + ".safetensors")).string()).tensors};
   std::vector<std::vector<NamedTensor>> lists;
   for (size_t r = 0; r < l.tp; ++r) lists.push_back(read_safetensors((dir / shard_file(stem, r)).string()).tensors);
@@ -265,7 +299,7 @@ bool is_training_checkpoint(const fs::path& dir) {
           fs::is_regular_file(dir / shard_file("model", 0), ec));
 }
 
-TrainingSnapshot load_training_checkpoint(const fs::path& dir) {
+TrainingSnapshot load_training_checkpoint(const fs::path& dir, const std::optional<RowShare>& keep) {
   if (auto problem = checkpoint_problem(dir))
     throw data_error(
         "checkpoint '" + dir.string() + "' is not usable: " + *problem +
@@ -307,7 +341,8 @@ TrainingSnapshot load_training_checkpoint(const fs::path& dir) {
   }
   s.recipe_yaml = read_text_file(dir / "recipe.yaml", "checkpoint file", "resume from another checkpoint");
   s.model = read_model_files(dir, layout);
-  auto state = read_tp_lists(dir, "optimizer", layout);  // the state of a split parameter stays split
+  // The state of a split parameter stays split; under `keep` a ZeRO-3 rank's rows only.
+  auto state = read_tp_lists(dir, "optimizer", layout, keep ? &*keep : nullptr, &s);
   if (layout.tp == 1) s.optimizer_state = std::move(state.front());
   else s.optimizer_shards = std::move(state);
   const SafetensorsFile rng = read_safetensors((dir / "rng.safetensors").string());

@@ -64,6 +64,8 @@ struct TrainingSnapshot {
   // split parameter is split as it is); tp_split says how each parameter is split.
   std::vector<std::vector<NamedTensor>> optimizer_shards;
   std::vector<TensorShard> tp_split;
+  // Loaded with a RowShare: MiB of ZeRO-3 optimizer-state row pieces read, and of those kept.
+  double optimizer_rows_read_mb = 0, optimizer_rows_kept_mb = 0;
   // LoRA with model.lora.save: adapters: `model` holds the adapters only, and
   // this is the frozen base's fingerprint (model/lora.h); empty = every weight.
   std::string lora_base;
@@ -82,7 +84,17 @@ void copy_to_host(TrainingSnapshot& s);
 // Reads a checkpoint directory written by save_training_checkpoint, after
 // verifying its manifest. A missing, incomplete or corrupt checkpoint is a
 // DataError naming the directory and what is wrong.
-TrainingSnapshot load_training_checkpoint(const std::filesystem::path& dir);
+// What one ZeRO-3 rank keeps of a checkpoint's optimizer state as it reads it: of each row piece
+// (a ZeRO-3 checkpoint's) only its rows (parallel/tensor_shard.h rank_rows for dp rank `rank` of
+// `size`), and only tp rank `tp_rank`'s files when the checkpoint has `tp_size` tp ranks too (else
+// everything, to reshard over tp). Host memory then holds one file and the rank's rows, not the
+// whole state once per rank.
+struct RowShare {
+  int rank = 0, size = 1;
+  size_t tp_rank = 0, tp_size = 1;
+};
+TrainingSnapshot load_training_checkpoint(const std::filesystem::path& dir,
+                                          const std::optional<RowShare>& keep = std::nullopt);
 
 // Whether `dir` looks like a gputrain checkpoint (has trainer.json and model weights).
 bool is_training_checkpoint(const std::filesystem::path& dir);

@@ -62,7 +62,7 @@ FullyShardedModel::FullyShardedModel(Communicator& dp, Gpt& model, torch::Device
       q.whole = p;
       q.rows = p.size(0);
       q.row_numel = q.rows > 0 ? p.numel() / q.rows : 0;
-      q.shard_rows = (q.rows + n - 1) / n;
+      q.shard_rows = rank_rows(q.rows, dp.rank(), static_cast<int>(n)).shard_rows;
       q.shard = rows_of(q, p.detach()).to(device);
       q.shard.set_requires_grad(p.requires_grad());
       // The parameter moves to the device, in the dtype units are computed in (floating weights
@@ -233,9 +233,9 @@ void FullyShardedModel::before_backward(int64_t unit) {
 }
 
 RowSlice FullyShardedModel::own_slice(const Param& q, int64_t* count) const {
-  const int64_t first = std::min(dp_.rank() * q.shard_rows, q.rows);
-  *count = std::min(q.rows - first, q.shard_rows);
-  return {first, q.rows};
+  const RankRows r = rank_rows(q.rows, dp_.rank(), dp_.size());
+  *count = r.count;
+  return {r.first, q.rows};
 }
 
 torch::Tensor FullyShardedModel::rows_of(const Param& q, const torch::Tensor& whole) const {
@@ -252,7 +252,17 @@ torch::Tensor FullyShardedModel::shard_of(const std::string& name, const torch::
   const auto it = by_name_.find(name);
   if (it == by_name_.end()) return whole;
   const Param& q = params_[it->second];
-  return whole.sizes() == q.whole.sizes() ? rows_of(q, whole) : whole;
+  if (whole.sizes() == q.whole.sizes()) return rows_of(q, whole);
+  // Only this rank's rows (a checkpoint read so, checkpoint/training_checkpoint.h RowShare): padded.
+  int64_t count = 0;
+  own_slice(q, &count);
+  if (whole.dim() != q.whole.dim() || whole.size(0) != count || whole.sizes().slice(1) != q.whole.sizes().slice(1))
+    return whole;
+  std::vector<int64_t> shape = whole.sizes().vec();
+  shape[0] = q.shard_rows;
+  torch::Tensor shard = torch::zeros(shape, whole.options());
+  shard.narrow(0, 0, count).copy_(whole);
+  return shard;
 }
 
 std::optional<RowPiece> FullyShardedModel::own_rows(const std::string& name, const torch::Tensor& shard) const {

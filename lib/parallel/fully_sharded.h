@@ -40,7 +40,8 @@ class FullyShardedModel : public UnitHooks {
   // This rank's shards, named as the parameters, frozen ones included, in registration order.
   const std::vector<NamedTensor>& shards() const { return shards_; }
   // Rows [rank*c, (rank+1)*c) of a tensor shaped as parameter `name` (zero-padded): for optimizer
-  // state saved whole. Other tensors (scalars, step counters) come back as they are.
+  // state saved whole, or already cut to this rank's rows as it was read (then only padded).
+  // Other tensors (scalars, step counters) come back as they are.
   torch::Tensor shard_of(const std::string& name, const torch::Tensor& whole) const;
   // Whole weights (a checkpoint's, for a spike rollback) copied into this rank's shards: each
   // parameter's rows (a LoRA checkpoint of adapters alone sets those). Throws for a wrong shape.

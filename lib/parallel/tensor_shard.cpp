@@ -42,6 +42,14 @@ torch::Tensor unshard(const std::vector<torch::Tensor>& shards, const TensorShar
   return sections.size() == 1 ? sections.front() : torch::cat(sections, s.dim);
 }
 
+RankRows rank_rows(int64_t rows, int rank, int size) {
+  RankRows r;
+  r.shard_rows = (rows + size - 1) / size;
+  r.first = std::min(rank * r.shard_rows, rows);
+  r.count = std::min(rows - r.first, r.shard_rows);
+  return r;
+}
+
 torch::Tensor join_rows(std::vector<RowPiece> pieces, std::string* problem) {
   problem->clear();
   std::sort(pieces.begin(), pieces.end(),

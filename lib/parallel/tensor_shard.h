@@ -35,6 +35,12 @@ struct RowPiece {
   RowSlice slice;
   torch::Tensor rows;
 };
+// ZeRO-3's rows of a tensor of `rows` rows for dp rank `rank` of `size`: each rank a shard of
+// ceil(rows / size) rows; its real rows start at min(rank * shard_rows, rows) (the rest is padding).
+struct RankRows {
+  int64_t first = 0, count = 0, shard_rows = 0;
+};
+RankRows rank_rows(int64_t rows, int rank, int size);
 // The whole tensor from pieces that cover its rows exactly once (any order); otherwise an undefined
 // tensor, and *problem names the gap or the overlap.
 torch::Tensor join_rows(std::vector<RowPiece> pieces, std::string* problem);

@@ -31,7 +31,9 @@ struct ResumePoint {
 
 // The checkpoint this run continues from, loaded; none when there is none to continue from.
 // auto passes over a checkpoint that fails to load, with a warning; a named one is an error.
-std::optional<ResumePoint> load_resume_checkpoint(const Settings& s);
+// `keep`: a ZeRO-3 rank's share of the optimizer state (checkpoint/training_checkpoint.h).
+std::optional<ResumePoint> load_resume_checkpoint(const Settings& s,
+                                                  const std::optional<RowShare>& keep = std::nullopt);
 
 struct RecipeChange {
   std::string key;  // "train.max_steps"

@@ -37,6 +37,7 @@
 #include "optim/make_optimizer.h"
 #include "optim/param_groups.h"
 #include "parallel/fully_sharded.h"
+#include "parallel/grid.h"
 #include "parallel/parallel_run.h"
 #include "parallel/parallelize.h"
 #include "parallel/pipeline.h"
@@ -143,6 +144,8 @@ class Trainer {
   void count_skips(bool overflow, bool nan_skip, bool spike_skip);
   bool on_spike(int64_t step, double loss, double grad_norm, const SpikeVerdict& v);
   void roll_back();
+  // ZeRO-3 over several ranks: what this rank keeps of a checkpoint's optimizer state as it reads it.
+  std::optional<RowShare> optimizer_row_share() const;
   void log_step(const StepResult& r, int64_t step, bool eval_now);
   double evaluate();
   double evaluate_all_windows();
@@ -231,10 +234,14 @@ void Trainer::set_up() {
 void Trainer::restore() {
   if (plan_.lead && options_.overwrite && recipe_.settings.checkpoint.resume == "auto") remove_old_checkpoints(s_);
   const auto t_load = Clock::now();
-  resumed_ = load_resume_checkpoint(s_);
+  resumed_ = load_resume_checkpoint(s_, optimizer_row_share());
   load_s_ = seconds_since(t_load);
   if (resumed_) {
     const TrainingSnapshot& snap = resumed_->snapshot;
+    if (snap.optimizer_rows_read_mb > 0)
+      spdlog::info("resume: this rank keeps {:.1f} MiB ({:.0f}%) of the {:.1f} MiB of ZeRO-3 optimizer state it read",
+                   snap.optimizer_rows_kept_mb, 100 * snap.optimizer_rows_kept_mb / snap.optimizer_rows_read_mb,
+                   snap.optimizer_rows_read_mb);
     if (auto split = saved_split(snap, plan_)) plan_.batch = *split;
     replan();
     const ResumeChanges changes = compare_for_resume(snap.settings, settings_to_json(s_), resumed_->dir);
@@ -660,7 +667,7 @@ void Trainer::roll_back() {
   saver_.wait();
   par_->groups().any_rank(false, "agreement on a rollback");
   const fs::path dir = ckpt_root_ / step_name(last_saved_step_);
-  TrainingSnapshot snap = load_training_checkpoint(dir);
+  TrainingSnapshot snap = load_training_checkpoint(dir, optimizer_row_share());
   if (FullyShardedModel* sharded = par_->fully_sharded()) sharded->load_whole(snap.model);  // ZeRO-3: its rows
   else
     load_module_weights(*model_, snap.model, "checkpoint '" + dir.string() + "'",
@@ -671,6 +678,13 @@ void Trainer::roll_back() {
   optimizer_->load_state(par_->owned_state(std::move(state)));
   if (precision_->scaler() && snap.scaler) precision_->scaler()->load_state(*snap.scaler);
   refresh_weight_copies(model_);
+}
+
+std::optional<RowShare> Trainer::optimizer_row_share() const {
+  if (s_.parallel.zero != 3 || plan_.dp < 2) return std::nullopt;
+  const Grid g(s_.parallel, plan_.group_world.size);
+  const GridCoord c = g.coord(plan_.group_world.rank);
+  return RowShare{c.dp, g.dp(), static_cast<size_t>(c.tp), static_cast<size_t>(g.tp())};
 }
 
 // A line of metrics.jsonl (the metrics contract) and the progress line, for the steps since the last.

@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <map>
+#include <regex>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -194,6 +195,10 @@ TEST_CASE("parallel: a ZeRO-3 checkpoint of 4 processes resumes on 2 (ZeRO-3) an
   INFO(two.output);
   REQUIRE(two.exit_code == 0);
   check_continues(straight, column(dir.file("two"), "loss"), 10, 1e-5);
+  // Each rank kept only its rows of the optimizer state as the files were read: half.
+  std::smatch kept;
+  REQUIRE(std::regex_search(two.output, kept, std::regex(R"(this rank keeps [0-9.]+ MiB \(([0-9]+)%\) of the)")));
+  CHECK(kept[1] == "50");
   auto single = train(dir.file("r.yaml"), dir.file("single"), 0, with_resume({}, step10));
   INFO(single.output);
   REQUIRE(single.exit_code == 0);
@@ -248,6 +253,13 @@ TEST_CASE("parallel: ZeRO-3 over dp 2 x tp 2 matches 1 process, and its per-rank
   INFO(back.output);
   REQUIRE(back.exit_code == 0);
   check_continues(loss1, column(dir.file("back"), "loss"), 10, 1e-5);
+  // On the same grid each rank reads only its tp rank's files and keeps its rows of them.
+  auto same = train(dir.file("r.yaml"), dir.file("same"), 4,
+                    with_resume({"train.per_device_batch_size=2", "parallel.zero=3", "parallel.tp=2"}, step10));
+  INFO(same.output);
+  REQUIRE(same.exit_code == 0);
+  CHECK_THAT(same.output, Contains("of ZeRO-3 optimizer state it read"));
+  check_continues(loss1, column(dir.file("same"), "loss"), 10, 1e-5);
 }
 
 TEST_CASE(
