@@ -1,5 +1,8 @@
 #include "checkpoint/checkpoint_part.h"
 
+#include <functional>
+#include <set>
+
 #include "parallel/expert_parallel.h"
 #include "parallel/fully_sharded.h"
 
@@ -7,13 +10,16 @@ namespace gputrain {
 namespace {
 
 // Each entry's own rows (those holding none are left out): ZeRO-3's shards without their padding.
+// `parameter_of` names the parameter whose rows an entry follows, or "" (every rank holds it whole).
 void keep_own_rows(const FullyShardedModel& sharded, std::vector<NamedTensor>& entries,
-                   std::map<std::string, RowSlice>& rows, bool state) {
+                   std::map<std::string, RowSlice>& rows,
+                   const std::function<std::string(const std::string&)>& parameter_of) {
   std::vector<NamedTensor> kept;
   for (auto& e : entries) {
-    const auto piece = sharded.own_rows(state ? e.name.substr(0, e.name.rfind('.')) : e.name, e.tensor);
+    const std::string parameter = parameter_of(e.name);
+    const auto piece = parameter.empty() ? std::nullopt : sharded.own_rows(parameter, e.tensor);
     if (!piece) {
-      kept.push_back(std::move(e));  // a step counter: every rank holds it whole
+      kept.push_back(std::move(e));  // a step counter, column statistics: every rank holds them whole
     } else if (piece->rows.size(0) > 0) {
       rows[e.name] = piece->slice;
       kept.push_back({e.name, piece->rows});
@@ -36,8 +42,13 @@ CheckpointPart checkpoint_part(const ParallelRun& par, const Optimizer& optimize
   if (const FullyShardedModel* sharded = par.fully_sharded()) {
     out.model = par.weights();
     out.optimizer = std::move(state);
-    keep_own_rows(*sharded, out.model, out.model_rows, false);
-    keep_own_rows(*sharded, out.optimizer, out.optimizer_rows, true);
+    std::set<std::string> follows_rows;
+    for (const auto& e : optimizer.state())
+      if (e.follows_rows) follows_rows.insert(e.name);
+    keep_own_rows(*sharded, out.model, out.model_rows, [](const std::string& name) { return name; });
+    keep_own_rows(*sharded, out.optimizer, out.optimizer_rows, [&](const std::string& name) {
+      return follows_rows.count(name) ? name.substr(0, name.rfind('.')) : std::string();
+    });
     return out;
   }
   // Past dp rank 0, a rank of the first ep run writes its experts' part (and, under ZeRO, the state of

@@ -327,8 +327,8 @@ void check_checkpoint(Checker& c) {
 
 // parallel.zero 3 shards every weight over the dp group (each tp rank's shard, under tensor
 // parallelism); what holds weights in other forms (pipeline and expert parallelism, offloaded
-// state) is not combined with it yet, nor the optimizers whose state is not elementwise (an exact
-// row shard of it needs other rows).
+// state) is not combined with it yet, nor 8-bit AdamW, whose quantization blocks would straddle
+// the rows of two ranks (Adafactor sums its statistics over the ranks' rows).
 void check_fully_sharded(Checker& c) {
   const ParallelSettings& p = c.s.parallel;
   if (p.zero != 3) {
@@ -349,13 +349,11 @@ void check_fully_sharded(Checker& c) {
             fix + ", or parallel.pp and ep: 1");
   if (p.offload_optimizer)
     c.error("parallel.zero", "3 is not combined with parallel.offload_optimizer in this version", fix);
-  if (c.s.optim.name == OptimName::kAdafactor || c.s.optim.name == OptimName::kAdamW8bit)
+  if (c.s.optim.name == OptimName::kAdamW8bit)
     c.error("parallel.zero",
-            "3 shards each weight by rows, and optim.name " +
-                std::string(c.s.optim.name == OptimName::kAdafactor ? "adafactor's column statistics"
-                                                                    : "adamw8bit's quantization blocks") +
-                " would then depend on the number of ranks",
-            "use optim.name: adamw, lion or sgd with parallel.zero: 3, or " + fix);
+            "3 shards each weight by rows, and optim.name adamw8bit's quantization blocks would then depend on "
+            "the number of ranks",
+            "use optim.name: adamw, adafactor, lion or sgd with parallel.zero: 3, or " + fix);
 }
 
 void check_parallel(Checker& c) {

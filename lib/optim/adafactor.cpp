@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 namespace gputrain {
 
@@ -23,7 +24,8 @@ Adafactor::Adafactor(std::vector<ParamGroup> groups, AdafactorSettings opts)
         std::vector<int64_t> col(p.sizes().begin(), p.sizes().end());      // mean over the second-last
         col.erase(col.end() - 2);
         s.row = add_state(n, "exp_avg_sq_row", at::zeros(row, f32));
-        s.col = add_state(n, "exp_avg_sq_col", at::zeros(col, f32));
+        // A matrix's column statistics are over all its rows (each ZeRO-3 rank holds them whole).
+        s.col = add_state(n, "exp_avg_sq_col", at::zeros(col, f32), /*follows_rows=*/p.dim() > 2);
       } else {
         s.exp_avg_sq = add_state(n, "exp_avg_sq", at::zeros(p.sizes(), f32));
       }
@@ -72,20 +74,42 @@ void unstack_into(std::vector<at::Tensor>& tensors, const at::Tensor& stack) {
 
 std::vector<c10::Scalar> scalars(const std::vector<double>& values) { return {values.begin(), values.end()}; }
 
+// Norms of ZeRO-3 row shards made whole: squares summed over the ranks (padding rows are zeros).
+void sum_norms(std::vector<at::Tensor>& norms, const RowSharding& sharding) {
+  std::vector<at::Tensor> squares{at::stack(norms).square_()};
+  sharding.sum(squares);
+  norms = squares.front().sqrt_().unbind(0);
+}
+
+// ZeRO-3 row shards of a batch of matrices: which rows are real (1) or padding (0), [B, rows],
+// and each whole matrix's rows, [B, 1]. Means over rows are sums over the ranks' real rows / whole.
+struct ShardedRows {
+  at::Tensor real, whole;
+  const std::function<void(std::vector<at::Tensor>&)>* sum = nullptr;
+  at::Tensor mean(const at::Tensor& t, int64_t rows_dim) const {  // t: [B, rows, ...] or [B, ..., rows]
+    std::vector<at::Tensor> total{(t * (rows_dim == -1 ? real : real.unsqueeze(-1))).sum(rows_dim, true)};
+    (*sum)(total);
+    return total.front() / (rows_dim == -1 ? whole : whole.unsqueeze(-1));
+  }
+};
+
 // Factored second moment of same-shape matrices: row and column means of grad^2 + eps (over
 // the last two dimensions) decay into `rows` and `cols` (updated in place); returns each
-// unclipped update, grad / sqrt(row x col / mean(row)).
+// unclipped update, grad / sqrt(row x col / mean(row)). `sharded`: the matrices are ZeRO-3 row
+// shards (padding rows have zero gradients, hence zero updates).
 std::vector<at::Tensor> factored_updates(const std::vector<at::Tensor>& grads, std::vector<at::Tensor> rows,
-                                         std::vector<at::Tensor> cols, double beta2t, double eps) {
+                                         std::vector<at::Tensor> cols, double beta2t, double eps,
+                                         const ShardedRows* sharded) {
   const at::Tensor grad = stacked(grads);
   at::Tensor sq = (grad * grad).add_(eps);
   at::Tensor row = stacked(rows), col = stacked(cols);
   row.mul_(beta2t).add_(sq.mean(-1), 1.0 - beta2t);
-  col.mul_(beta2t).add_(sq.mean(-2), 1.0 - beta2t);
+  col.mul_(beta2t).add_(sharded ? sharded->mean(sq, -2).squeeze(-2) : sq.mean(-2), 1.0 - beta2t);
   sq.reset();
   unstack_into(rows, row);
   unstack_into(cols, col);
-  const at::Tensor r = (row / row.mean(-1, /*keepdim=*/true)).rsqrt_().unsqueeze(-1);
+  const at::Tensor row_mean = sharded ? sharded->mean(row, -1) : row.mean(-1, /*keepdim=*/true);
+  const at::Tensor r = (row / row_mean).rsqrt_().unsqueeze(-1);
   const at::Tensor c = col.unsqueeze(-2).rsqrt();
   return (r * c).mul_(grad).unbind(0);
 }
@@ -109,87 +133,110 @@ void Adafactor::step(double lr) {
   for (size_t gi = 0; gi < groups_.size(); ++gi) {
     const ParamGroup& g = groups_[gi];
     const double group_lr = lr * g.lr_scale;
-    for_each_fp32_working_set(
-        g, [&](std::vector<at::Tensor>& params, std::vector<at::Tensor>& grads, const std::vector<size_t>& idx) {
-          const size_t n = idx.size();
-          int64_t budget = kMinBatchElements;
-          for (const at::Tensor& p : params) budget = std::max(budget, p.numel());
-          // Step counts, base learning rates, and the batches; the unclipped update of each tensor
-          // is then computed batch by batch (one set of ops per batch instead of per tensor).
-          std::vector<double> base_lr(n), rms_divisor(n), clip_divisor(n);
-          std::vector<Batch> batches;
-          for (size_t k = 0; k < n; ++k) {
-            Slot& s = slots_[gi][idx[k]];
-            const int64_t t = ++count(s.step);
-            base_lr[k] = opts_.relative_step ? std::min(1e-2, 1.0 / std::sqrt(static_cast<double>(t))) : group_lr;
-            rms_divisor[k] = std::sqrt(static_cast<double>(params[k].numel()));
-            clip_divisor[k] = rms_divisor[k] * opts_.clip_threshold;
-            const std::vector<int64_t> shape = s.factored ? params[k].sizes().vec() : std::vector<int64_t>{};
-            auto same = std::find_if(batches.rbegin(), batches.rend(), [&](const Batch& b) {
-              return b.factored == s.factored && b.step == t && b.shape == shape;
-            });
-            // A factored batch has one shape, so its size is members x this tensor's.
-            if (same == batches.rend() ||
-                (s.factored && static_cast<int64_t>(same->members.size() + 1) * params[k].numel() > budget)) {
-              batches.push_back(Batch{s.factored, t, shape, {}});
-              same = batches.rbegin();
-            }
-            same->members.push_back(k);
-          }
-          std::vector<at::Tensor> updates(n);
-          for (const Batch& b : batches) {
-            const double beta2t = 1.0 - std::pow(static_cast<double>(b.step), opts_.decay_rate);
-            std::vector<at::Tensor> gs, rows, cols, sq_avgs;
-            for (size_t k : b.members) {
-              const Slot& s = slots_[gi][idx[k]];
-              gs.push_back(grads[k]);
-              if (b.factored) rows.push_back(s.row), cols.push_back(s.col);
-              else sq_avgs.push_back(s.exp_avg_sq);
-            }
-            const std::vector<at::Tensor> batch_updates = b.factored
-                                                              ? factored_updates(gs, rows, cols, beta2t, opts_.eps[0])
-                                                              : full_updates(gs, sq_avgs, beta2t, opts_.eps[0]);
-            for (size_t j = 0; j < b.members.size(); ++j) updates[b.members[j]] = batch_updates[j];
-          }
-          // Each update clipped to RMS <= clip_threshold and scaled by its lr: one factor per
-          // tensor, lr / max(1, RMS(update) / clip_threshold), kept on the device (no sync).
-          // scale_parameter multiplies the lr by max(eps[1], RMS(parameter)).
-          std::vector<at::Tensor> factor = at::_foreach_norm(updates);
-          at::_foreach_div_(factor, scalars(clip_divisor));
-          at::_foreach_clamp_min_(factor, 1.0);
-          at::_foreach_reciprocal_(factor);
-          std::vector<at::Tensor> step_lr;  // per tensor under scale_parameter, else base_lr
-          if (opts_.scale_parameter) {
-            step_lr = at::_foreach_norm(params);
-            at::_foreach_div_(step_lr, scalars(rms_divisor));
-            at::_foreach_clamp_min_(step_lr, opts_.eps[1]);
-            at::_foreach_mul_(step_lr, scalars(base_lr));
-            at::_foreach_mul_(factor, step_lr);
-          } else {
-            at::_foreach_mul_(factor, scalars(base_lr));
-          }
-          at::_foreach_mul_(updates, factor);
-          if (opts_.beta1 > 0) {
-            std::vector<at::Tensor> m;
-            for (size_t k : idx) m.push_back(slots_[gi][k].exp_avg);
-            at::_foreach_mul_(m, opts_.beta1);
-            at::_foreach_add_(m, updates, 1.0 - opts_.beta1);
-            updates = m;
-          }
-          if (g.weight_decay != 0) {
-            // Decoupled: p *= 1 - wd * lr_t, with lr_t per tensor.
-            if (opts_.scale_parameter) {
-              std::vector<at::Tensor> decay = at::_foreach_mul(step_lr, -g.weight_decay);
-              at::_foreach_add_(decay, 1.0);
-              at::_foreach_mul_(params, decay);
-            } else {
-              std::vector<double> decay(n);
-              for (size_t k = 0; k < n; ++k) decay[k] = 1.0 - g.weight_decay * base_lr[k];
-              at::_foreach_mul_(params, scalars(decay));
-            }
-          }
-          at::_foreach_sub_(params, updates);
+    for_each_fp32_working_set(g, [&](std::vector<at::Tensor>& params, std::vector<at::Tensor>& grads,
+                                     const std::vector<size_t>& idx) {
+      const size_t n = idx.size();
+      const RowSharding* sharding = row_sharding_ ? &*row_sharding_ : nullptr;
+      // Under ZeRO-3: each tensor's whole rows and how many of its shard's are real.
+      std::vector<RowShard> shard(n);
+      if (sharding)
+        for (size_t k = 0; k < n; ++k) shard[k] = sharding->params.at(g.names[idx[k]]);
+      int64_t budget = kMinBatchElements;
+      for (const at::Tensor& p : params) budget = std::max(budget, p.numel());
+      // Step counts, base learning rates, and the batches; the unclipped update of each tensor
+      // is then computed batch by batch (one set of ops per batch instead of per tensor).
+      std::vector<double> base_lr(n), rms_divisor(n), clip_divisor(n);
+      std::vector<Batch> batches;
+      for (size_t k = 0; k < n; ++k) {
+        Slot& s = slots_[gi][idx[k]];
+        const int64_t t = ++count(s.step);
+        base_lr[k] = opts_.relative_step ? std::min(1e-2, 1.0 / std::sqrt(static_cast<double>(t))) : group_lr;
+        const double numel = sharding ? static_cast<double>(params[k].numel() / params[k].size(0) * shard[k].whole_rows)
+                                      : static_cast<double>(params[k].numel());
+        rms_divisor[k] = std::sqrt(numel);
+        clip_divisor[k] = rms_divisor[k] * opts_.clip_threshold;
+        const std::vector<int64_t> shape = s.factored ? params[k].sizes().vec() : std::vector<int64_t>{};
+        auto same = std::find_if(batches.rbegin(), batches.rend(), [&](const Batch& b) {
+          return b.factored == s.factored && b.step == t && b.shape == shape;
         });
+        // A factored batch has one shape, so its size is members x this tensor's.
+        if (same == batches.rend() ||
+            (s.factored && static_cast<int64_t>(same->members.size() + 1) * params[k].numel() > budget)) {
+          batches.push_back(Batch{s.factored, t, shape, {}});
+          same = batches.rbegin();
+        }
+        same->members.push_back(k);
+      }
+      std::vector<at::Tensor> updates(n);
+      for (const Batch& b : batches) {
+        const double beta2t = 1.0 - std::pow(static_cast<double>(b.step), opts_.decay_rate);
+        std::vector<at::Tensor> gs, rows, cols, sq_avgs;
+        for (size_t k : b.members) {
+          const Slot& s = slots_[gi][idx[k]];
+          gs.push_back(grads[k]);
+          if (b.factored) rows.push_back(s.row), cols.push_back(s.col);
+          else sq_avgs.push_back(s.exp_avg_sq);
+        }
+        // A ZeRO-3 shard of a matrix holds some of its rows: column statistics and the mean of
+        // the row statistics take every rank's. (Higher dimensions shard a leading one: local.)
+        std::optional<ShardedRows> sharded;
+        if (sharding && b.factored && b.shape.size() == 2) {
+          const int64_t rows_here = b.shape[0];
+          std::vector<at::Tensor> real;
+          std::vector<double> whole;
+          for (size_t k : b.members) {
+            real.push_back(
+                (at::arange(rows_here, gs.front().options()) < static_cast<double>(shard[k].real_rows)).to(at::kFloat));
+            whole.push_back(static_cast<double>(shard[k].whole_rows));
+          }
+          sharded = ShardedRows{at::stack(real), at::tensor(whole, gs.front().options()).view({-1, 1}), &sharding->sum};
+        }
+        const std::vector<at::Tensor> batch_updates =
+            b.factored ? factored_updates(gs, rows, cols, beta2t, opts_.eps[0], sharded ? &*sharded : nullptr)
+                       : full_updates(gs, sq_avgs, beta2t, opts_.eps[0]);
+        for (size_t j = 0; j < b.members.size(); ++j) updates[b.members[j]] = batch_updates[j];
+      }
+      // Each update clipped to RMS <= clip_threshold and scaled by its lr: one factor per
+      // tensor, lr / max(1, RMS(update) / clip_threshold), kept on the device (no sync).
+      // scale_parameter multiplies the lr by max(eps[1], RMS(parameter)).
+      std::vector<at::Tensor> factor = at::_foreach_norm(updates);
+      if (sharding) sum_norms(factor, *sharding);
+      at::_foreach_div_(factor, scalars(clip_divisor));
+      at::_foreach_clamp_min_(factor, 1.0);
+      at::_foreach_reciprocal_(factor);
+      std::vector<at::Tensor> step_lr;  // per tensor under scale_parameter, else base_lr
+      if (opts_.scale_parameter) {
+        step_lr = at::_foreach_norm(params);
+        if (sharding) sum_norms(step_lr, *sharding);
+        at::_foreach_div_(step_lr, scalars(rms_divisor));
+        at::_foreach_clamp_min_(step_lr, opts_.eps[1]);
+        at::_foreach_mul_(step_lr, scalars(base_lr));
+        at::_foreach_mul_(factor, step_lr);
+      } else {
+        at::_foreach_mul_(factor, scalars(base_lr));
+      }
+      at::_foreach_mul_(updates, factor);
+      if (opts_.beta1 > 0) {
+        std::vector<at::Tensor> m;
+        for (size_t k : idx) m.push_back(slots_[gi][k].exp_avg);
+        at::_foreach_mul_(m, opts_.beta1);
+        at::_foreach_add_(m, updates, 1.0 - opts_.beta1);
+        updates = m;
+      }
+      if (g.weight_decay != 0) {
+        // Decoupled: p *= 1 - wd * lr_t, with lr_t per tensor.
+        if (opts_.scale_parameter) {
+          std::vector<at::Tensor> decay = at::_foreach_mul(step_lr, -g.weight_decay);
+          at::_foreach_add_(decay, 1.0);
+          at::_foreach_mul_(params, decay);
+        } else {
+          std::vector<double> decay(n);
+          for (size_t k = 0; k < n; ++k) decay[k] = 1.0 - g.weight_decay * base_lr[k];
+          at::_foreach_mul_(params, scalars(decay));
+        }
+      }
+      at::_foreach_sub_(params, updates);
+    });
   }
 }
 

@@ -27,6 +27,7 @@ class Adafactor : public Optimizer {
   Adafactor(std::vector<ParamGroup> groups, AdafactorSettings opts);
   void step(double lr) override;
   std::string describe() const override;
+  bool takes_row_sharding() const override { return true; }
 
  private:
   struct Slot {

@@ -33,8 +33,8 @@ AdamW8bit::AdamW8bit(std::vector<ParamGroup> groups, AdamWOptions opts, AdamW8bi
         const auto bytes = p.options().dtype(at::kByte);
         s.exp_avg = add_state(n, "exp_avg_8bit", at::full(p.sizes(), zero_m, bytes));
         s.exp_avg_sq = add_state(n, "exp_avg_sq_8bit", at::full(p.sizes(), zero_v, bytes));
-        s.absmax_avg = add_state(n, "exp_avg_absmax", at::zeros({blocks}, p.options().dtype(at::kFloat)));
-        s.absmax_avg_sq = add_state(n, "exp_avg_sq_absmax", at::zeros({blocks}, p.options().dtype(at::kFloat)));
+        s.absmax_avg = add_state(n, "exp_avg_absmax", at::zeros({blocks}, p.options().dtype(at::kFloat)), false);
+        s.absmax_avg_sq = add_state(n, "exp_avg_sq_absmax", at::zeros({blocks}, p.options().dtype(at::kFloat)), false);
         ++quantized_tensors_;
         quantized_elements_ += p.numel();
       } else {

@@ -53,13 +53,14 @@ int64_t Optimizer::state_bytes() const {
   return n;
 }
 
-torch::Tensor Optimizer::add_state(const std::string& param_name, const std::string& slot, torch::Tensor t) {
-  state_.push_back({param_name + "." + slot, t});
+torch::Tensor Optimizer::add_state(const std::string& param_name, const std::string& slot, torch::Tensor t,
+                                   bool follows_rows) {
+  state_.push_back({param_name + "." + slot, t, follows_rows && t.dim() > 0});
   return t;
 }
 
 torch::Tensor Optimizer::add_step_counter(const std::string& param_name) {
-  return add_state(param_name, "step", at::zeros({}, at::TensorOptions().dtype(at::kLong)));
+  return add_state(param_name, "step", at::zeros({}, at::TensorOptions().dtype(at::kLong)), false);
 }
 
 static std::string shape_and_dtype(const at::Tensor& t) {

@@ -6,7 +6,9 @@
 #pragma once
 #include <torch/types.h>
 
+#include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,6 +23,20 @@ enum class UpdateKernel { kForeach, kFused };
 struct StateEntry {
   std::string name;
   torch::Tensor tensor;  // live: loading copies into it
+  // Its first dimension runs along its parameter's first, so a ZeRO-3 rank's rows of the parameter
+  // hold the same rows of it (moments; not step counters, column statistics or block scales).
+  bool follows_rows = false;
+};
+
+// ZeRO-3 (parallel/fully_sharded.h) hands the optimizer each rank's rows of every parameter,
+// zero-padded past the whole's. An update that reads other rows (Adafactor's column statistics
+// and RMS) sums over the ranks through `sum` (in place; every rank makes the same calls).
+struct RowShard {
+  int64_t whole_rows = 0, real_rows = 0;  // the whole parameter's rows; this shard's that are not padding
+};
+struct RowSharding {
+  std::map<std::string, RowShard> params;  // by parameter name
+  std::function<void(std::vector<torch::Tensor>&)> sum;
 };
 
 class Optimizer {
@@ -51,6 +67,10 @@ class Optimizer {
   // `copy`: a contiguous bfloat16 tensor shaped as `param`, an fp32 parameter
   // of this optimizer's groups (else std::invalid_argument).
   void set_bf16_copy(const torch::Tensor& param, torch::Tensor copy);
+  // Whether its update reads other rows of a parameter and so needs set_row_sharding under ZeRO-3
+  // (elementwise updates are exact on any rows without it).
+  virtual bool takes_row_sharding() const { return false; }
+  void set_row_sharding(RowSharding r) { row_sharding_ = std::move(r); }
   // Whether `param` is one this optimizer updates.
   bool updates(const torch::Tensor& param) const;
 
@@ -66,8 +86,9 @@ class Optimizer {
   void load_state(const std::map<std::string, torch::Tensor>& saved);
 
  protected:
-  // Registers a state tensor for `param_name` and returns it.
-  torch::Tensor add_state(const std::string& param_name, const std::string& slot, torch::Tensor t);
+  // Registers a state tensor for `param_name` and returns it (`follows_rows`: see StateEntry).
+  torch::Tensor add_state(const std::string& param_name, const std::string& slot, torch::Tensor t,
+                          bool follows_rows = true);
   // A per-parameter step counter (0-dim int64 on the CPU, part of the state).
   torch::Tensor add_step_counter(const std::string& param_name);
   static int64_t& count(const torch::Tensor& step_counter) { return *step_counter.data_ptr<int64_t>(); }
@@ -75,7 +96,8 @@ class Optimizer {
   torch::Tensor bf16_copy_of(const torch::Tensor& param) const;
 
   std::vector<ParamGroup> groups_;
-  torch::Tensor grad_scale_;  // set_grad_scale's; applied by step() where folds_grad_scale()
+  torch::Tensor grad_scale_;                 // set_grad_scale's; applied by step() where folds_grad_scale()
+  std::optional<RowSharding> row_sharding_;  // ZeRO-3, for an optimizer that takes it
 
  private:
   std::vector<StateEntry> state_;

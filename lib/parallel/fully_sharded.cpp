@@ -252,12 +252,12 @@ torch::Tensor FullyShardedModel::shard_of(const std::string& name, const torch::
   const auto it = by_name_.find(name);
   if (it == by_name_.end()) return whole;
   const Param& q = params_[it->second];
-  if (whole.sizes() == q.whole.sizes()) return rows_of(q, whole);
+  if (whole.dim() == 0) return whole;
+  if (whole.size(0) == q.rows) return rows_of(q, whole);
   // Only this rank's rows (a checkpoint read so, checkpoint/training_checkpoint.h RowShare): padded.
   int64_t count = 0;
   own_slice(q, &count);
-  if (whole.dim() != q.whole.dim() || whole.size(0) != count || whole.sizes().slice(1) != q.whole.sizes().slice(1))
-    return whole;
+  if (whole.size(0) != count) return whole;  // not of this parameter: loading names it
   std::vector<int64_t> shape = whole.sizes().vec();
   shape[0] = q.shard_rows;
   torch::Tensor shard = torch::zeros(shape, whole.options());
@@ -269,10 +269,23 @@ std::optional<RowPiece> FullyShardedModel::own_rows(const std::string& name, con
   const auto it = by_name_.find(name);
   if (it == by_name_.end()) return std::nullopt;
   const Param& q = params_[it->second];
-  if (shard.sizes() != q.shard.sizes()) return std::nullopt;
+  if (shard.dim() == 0 || shard.size(0) != q.shard_rows) return std::nullopt;
   int64_t count = 0;
   const RowSlice slice = own_slice(q, &count);
   return RowPiece{slice, shard.detach().narrow(0, 0, count)};
+}
+
+RowSharding FullyShardedModel::row_sharding() {
+  RowSharding r;
+  for (const Param& q : params_) {
+    int64_t count = 0;
+    own_slice(q, &count);
+    r.params[q.name] = RowShard{q.rows, count};
+  }
+  r.sum = [this](std::vector<torch::Tensor>& tensors) {
+    for (auto& t : tensors) dp_.all_reduce_sum(t, "the optimizer's sums over row shards").wait();
+  };
+  return r;
 }
 
 void FullyShardedModel::load_whole(const std::vector<NamedTensor>& weights) {

@@ -18,6 +18,7 @@
 
 #include "metrics/parallel_reports.h"
 #include "model/gpt.h"
+#include "optim/optimizer.h"
 #include "parallel/communicator.h"
 #include "parallel/tensor_shard.h"
 #include "util/named_tensor.h"
@@ -39,19 +40,23 @@ class FullyShardedModel : public UnitHooks {
 
   // This rank's shards, named as the parameters, frozen ones included, in registration order.
   const std::vector<NamedTensor>& shards() const { return shards_; }
-  // Rows [rank*c, (rank+1)*c) of a tensor shaped as parameter `name` (zero-padded): for optimizer
-  // state saved whole, or already cut to this rank's rows as it was read (then only padded).
-  // Other tensors (scalars, step counters) come back as they are.
+  // Rows [rank*c, (rank+1)*c) of a tensor whose first dimension is parameter `name`'s (zero-padded):
+  // for optimizer state saved whole, or already cut to this rank's rows as it was read (then only
+  // padded). Scalars come back as they are.
   torch::Tensor shard_of(const std::string& name, const torch::Tensor& whole) const;
   // Whole weights (a checkpoint's, for a spike rollback) copied into this rank's shards: each
   // parameter's rows (a LoRA checkpoint of adapters alone sets those). Throws for a wrong shape.
   void load_whole(const std::vector<NamedTensor>& weights);
-  // A shard-shaped tensor of parameter `name` without its padding, and which rows of the whole it
-  // is (no communication: each rank writes its own rows into a checkpoint). nullopt for others.
+  // A tensor with parameter `name`'s shard rows along its first dimension without its padding, and
+  // which rows of the whole it is (no communication: each rank writes its own rows into a
+  // checkpoint). nullopt for others.
   std::optional<RowPiece> own_rows(const std::string& name, const torch::Tensor& shard) const;
 
   // After the last micro-batch's backward: every unit's gradients reduced, every unit freed.
   void finish_backward();
+  // What an optimizer that reads other rows needs (optim/optimizer.h): each parameter's whole and
+  // real rows, and sums over the dp group.
+  RowSharding row_sharding();
   const ShardTraffic& traffic() const { return traffic_; }  // since the start
 
   // UnitHooks

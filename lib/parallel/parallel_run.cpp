@@ -195,9 +195,14 @@ std::vector<ParamGroup> ParallelRun::owned_groups(std::vector<ParamGroup> groups
   return out;
 }
 
-std::map<std::string, torch::Tensor> ParallelRun::owned_state(std::map<std::string, torch::Tensor> state) const {
+std::map<std::string, torch::Tensor> ParallelRun::owned_state(std::map<std::string, torch::Tensor> state,
+                                                              const Optimizer& optimizer) const {
   if (fully_sharded_) {
-    for (auto& [key, t] : state) t = fully_sharded_->shard_of(key.substr(0, key.rfind('.')), t);
+    std::set<std::string> follows_rows;
+    for (const auto& e : optimizer.state())
+      if (e.follows_rows) follows_rows.insert(e.name);
+    for (auto& [key, t] : state)
+      if (follows_rows.count(key)) t = fully_sharded_->shard_of(key.substr(0, key.rfind('.')), t);
     return state;
   }
   const std::set<std::string>* mine = updated_names();

@@ -81,9 +81,10 @@ class ParallelRun {
   // The optimizer's groups cut down to the parameters this rank updates (its stage's; ZeRO: its
   // share; ZeRO-3: every parameter's shard in its place).
   std::vector<ParamGroup> owned_groups(std::vector<ParamGroup> groups) const;
-  // Saved optimizer state cut down the same way (a checkpoint holds all of it; ZeRO-3: each
-  // tensor's rows of this rank's shard).
-  std::map<std::string, torch::Tensor> owned_state(std::map<std::string, torch::Tensor> state) const;
+  // Saved optimizer state cut down the same way (a checkpoint holds all of it; ZeRO-3: this rank's
+  // rows of each tensor of `optimizer`'s state that follows its parameter's rows).
+  std::map<std::string, torch::Tensor> owned_state(std::map<std::string, torch::Tensor> state,
+                                                   const Optimizer& optimizer) const;
 
   // The step's target-token count over every rank, for normalizing the loss.
   int64_t global_targets(int64_t local_targets);

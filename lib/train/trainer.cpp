@@ -305,6 +305,8 @@ void Trainer::build_optimizer() {
   if (s_.parallel.offload_optimizer && !cuda && s_.run.device != "cpu")  // (validation warns for "cpu")
     spdlog::warn("parallel.offload_optimizer has no effect on the CPU (the optimizer state is there already)");
   optimizer_ = make_optimizer(groups, s_.optim);
+  if (FullyShardedModel* sharded = par_->fully_sharded(); sharded && optimizer_->takes_row_sharding())
+    optimizer_->set_row_sharding(sharded->row_sharding());  // Adafactor's sums over the ranks' rows
   // ZeRO-3's optimizer holds shards, not the weights the model multiplies by.
   if (!par_->fully_sharded()) copies_ = attach_weight_copies(model_, *optimizer_, *precision_, par_->runs_head());
   if (copies_.tensors > 0)
@@ -371,7 +373,7 @@ void Trainer::load_data() {
                              : reshard_tp_state(saved, snap.tp_split, snap.model, par_->tensor_split(), par_->tp_rank(),
                                                 tp, resumed_->dir.string()))
       state[e.name] = e.tensor;
-    optimizer_->load_state(par_->owned_state(std::move(state)));
+    optimizer_->load_state(par_->owned_state(std::move(state), *optimizer_));
     if (precision_->scaler() && snap.scaler) precision_->scaler()->load_state(*snap.scaler);
     first_sample_ = train_sampler_->resume_sample(snap.sampler);  // O(1): no data is replayed
     static_cast<TrainingCounters&>(t_) = snap.counters;
@@ -675,7 +677,7 @@ void Trainer::roll_back() {
                         lora_base_.empty() ? nullptr : std::function<bool(const std::string&)>(is_lora_parameter));
   std::map<std::string, torch::Tensor> state;
   for (const auto& e : snap.optimizer_state) state[e.name] = e.tensor;
-  optimizer_->load_state(par_->owned_state(std::move(state)));
+  optimizer_->load_state(par_->owned_state(std::move(state), *optimizer_));
   if (precision_->scaler() && snap.scaler) precision_->scaler()->load_state(*snap.scaler);
   refresh_weight_copies(model_);
 }
