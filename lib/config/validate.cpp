@@ -344,9 +344,15 @@ void check_fully_sharded(Checker& c) {
             "bf16 computes each gathered unit in bf16, which needs bf16 autocast around it (precision.mode: bf16)",
             "use precision.mode: bf16 with it, or parallel.gather_dtype: auto");
   const std::string fix = "use parallel.zero: 2 with it (gradients and optimizer state sharded)";
-  if (p.pp > 1 || p.ep > 1)
-    c.error("parallel.zero", "3 is not combined with pipeline or expert parallelism (parallel.pp, ep) in this version",
-            fix + ", or parallel.pp and ep: 1");
+  if (p.ep > 1)
+    c.error("parallel.zero", "3 is not combined with expert parallelism (parallel.ep) in this version",
+            fix + ", or parallel.ep: 1");
+  // The last stage's head multiplies by the embedding the first stage holds.
+  if (p.pp > 1 && c.s.model.tie_embeddings)
+    c.error("parallel.zero",
+            "3 with a pipeline (parallel.pp > 1) needs untied embeddings: the tied embedding is held by the first "
+            "and the last stage",
+            "set model.tie_embeddings: false, or use parallel.zero: 2");
   if (p.offload_optimizer)
     c.error("parallel.zero", "3 is not combined with parallel.offload_optimizer in this version", fix);
   if (c.s.optim.name == OptimName::kAdamW8bit)

@@ -39,18 +39,20 @@ torch::Tensor writable_alias(const torch::Tensor& t) {
 
 }  // namespace
 
-FullyShardedModel::FullyShardedModel(Communicator& dp, Gpt& model, torch::Device device, bool reshard_after_forward,
+FullyShardedModel::FullyShardedModel(Communicator& dp, Gpt& model, const std::vector<NamedTensor>& held,
+                                     torch::Device device, bool reshard_after_forward,
                                      std::optional<torch::ScalarType> gather_dtype)
     : dp_(dp), reshard_after_forward_(reshard_after_forward), tied_(model->cfg.tie_embeddings) {
   torch::NoGradGuard no_grad;
   const int64_t n = dp.size();
   std::map<std::string, torch::Tensor> registered;
-  for (const auto& item : model->named_parameters(/*recurse=*/true)) registered[item.key()] = item.value();
+  for (const auto& e : held) registered[e.name] = e.tensor;
   const auto unit_names = model->unit_parameter_names();
-  units_.resize(unit_names.size());
+  units_.resize(unit_names.size());  // a pipeline stage's other units stay empty
   for (size_t u = 0; u < unit_names.size(); ++u) {
     std::map<torch::ScalarType, size_t> pack_of;
     for (const auto& name : unit_names[u]) {
+      if (!registered.count(name)) continue;
       const torch::Tensor& p = registered.at(name);
       // Each parameter's memory is freed and refilled on its own: it must own its storage whole.
       if (p.dim() == 0 || !p.is_contiguous() || p.storage_offset() != 0 ||
@@ -86,8 +88,7 @@ FullyShardedModel::FullyShardedModel(Communicator& dp, Gpt& model, torch::Device
     }
   }
   for (auto& b : model->buffers(/*recurse=*/true)) b.set_data(b.to(device));
-  for (const auto& item : model->named_parameters(/*recurse=*/true))
-    shards_.push_back({item.key(), params_[by_name_.at(item.key())].shard});
+  for (const auto& e : held) shards_.push_back({e.name, params_[by_name_.at(e.name)].shard});
 }
 
 FullyShardedModel::~FullyShardedModel() = default;
@@ -188,6 +189,7 @@ void FullyShardedModel::finish_units_after(int64_t unit) {
     if (!u.backward_pending) continue;
     reduce_gradients(v);
     u.backward_pending = false;
+    u.awaits_backward = false;
     reshard(v);  // unit 0 (the tied embedding, which the head uses too) only once the whole backward is done
   }
 }
@@ -212,11 +214,11 @@ std::vector<torch::Tensor> FullyShardedModel::after_forward(int64_t unit, std::v
     if (unit == head && tied_) reshard(0);
     return outputs;
   }
-  units_[static_cast<size_t>(unit)].backward_pending = true;
-  if (unit == head) return outputs;  // its backward starts at once
-  if (reshard_after_forward_ && !(unit == 0 && tied_)) reshard(unit);
+  units_[static_cast<size_t>(unit)].awaits_backward = true;
+  // The head's backward usually follows at once (a pipeline's may run other micro-batches' first).
+  if (unit != head && reshard_after_forward_ && !(unit == 0 && tied_)) reshard(unit);
   // A hook on each output runs before the node that made it, so the first to fire comes before any
-  // of the unit's backward (as FSDP's pre-backward hooks); before_backward does its work once.
+  // of the unit's backward (as FSDP's pre-backward hooks); before_backward's work is idempotent.
   for (auto& t : outputs)
     if (t.defined() && t.requires_grad())
       t.register_hook([this, unit](const torch::Tensor& g) {
@@ -228,8 +230,9 @@ std::vector<torch::Tensor> FullyShardedModel::after_forward(int64_t unit, std::v
 
 void FullyShardedModel::before_backward(int64_t unit) {
   finish_units_after(unit);
+  units_[static_cast<size_t>(unit)].backward_pending = true;
   gather(unit);
-  if (valid(unit - 1) && units_[static_cast<size_t>(unit - 1)].backward_pending) start_gather(unit - 1);
+  if (valid(unit - 1) && units_[static_cast<size_t>(unit - 1)].awaits_backward) start_gather(unit - 1);
 }
 
 RowSlice FullyShardedModel::own_slice(const Param& q, int64_t* count) const {

@@ -34,8 +34,9 @@ class FullyShardedModel : public UnitHooks {
   // `gather_dtype` (defined: bf16 under autocast) is what units are gathered and computed in: the
   // model's parameters take that dtype while the fp32 shards stay what the optimizer updates, and
   // gradients are reduced in the shards' dtype.
-  FullyShardedModel(Communicator& dp, Gpt& model, torch::Device device, bool reshard_after_forward,
-                    std::optional<torch::ScalarType> gather_dtype = std::nullopt);
+  // `held`: the parameters this rank holds (a pipeline stage's; frozen ones included), registration order.
+  FullyShardedModel(Communicator& dp, Gpt& model, const std::vector<NamedTensor>& held, torch::Device device,
+                    bool reshard_after_forward, std::optional<torch::ScalarType> gather_dtype = std::nullopt);
   ~FullyShardedModel() override;
 
   // This rank's shards, named as the parameters, frozen ones included, in registration order.
@@ -87,7 +88,8 @@ class FullyShardedModel : public UnitHooks {
     std::vector<Pack> packs;
     bool gathered = false;
     bool in_flight = false;
-    bool backward_pending = false;  // its forward ran with gradients; not yet reduced
+    bool awaits_backward = false;   // its forward ran with gradients (its gather for backward may start early)
+    bool backward_pending = false;  // its backward ran; its gradients not yet reduced
   };
   // This rank's rows of a tensor shaped as q's parameter, zero-padded to q.shard_rows.
   torch::Tensor rows_of(const Param& q, const torch::Tensor& whole) const;

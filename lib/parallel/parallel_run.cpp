@@ -111,7 +111,7 @@ void ParallelRun::attach(Gpt& model, const std::vector<NamedTensor>& named_param
     // Rank 0 of the dp group decides the weights, as below; then each rank keeps its rows.
     broadcast_parameters(*groups_.dp(), named_params);
     fully_sharded_ = std::make_shared<FullyShardedModel>(
-        *groups_.dp(), model, device_, reshard_after_forward_,
+        *groups_.dp(), model, named_params, device_, reshard_after_forward_,
         gather_bf16_ ? std::optional<torch::ScalarType>(torch::kBFloat16) : std::nullopt);
     model->unit_hooks = fully_sharded_;
     named_ = fully_sharded_->shards();
@@ -171,25 +171,22 @@ void ParallelRun::replicate(Replicas& r, const std::vector<NamedTensor>& named) 
 }
 
 std::vector<ParamGroup> ParallelRun::owned_groups(std::vector<ParamGroup> groups) const {
-  if (fully_sharded_) {
-    std::map<std::string, torch::Tensor> shard;
-    for (const auto& p : named_) shard[p.name] = p.tensor;
-    for (auto& g : groups)
-      for (size_t i = 0; i < g.names.size(); ++i) g.params[i] = shard.at(g.names[i]);
-    return groups;
-  }
+  std::map<std::string, torch::Tensor> shard;  // ZeRO-3: each parameter this rank holds, as its shard
+  for (const auto& p : named_)
+    if (fully_sharded_) shard[p.name] = p.tensor;
   const std::set<std::string>* mine = updated_names();
-  if (!mine) return groups;
+  if (!fully_sharded_ && !mine) return groups;
   std::vector<ParamGroup> out;
   for (auto& g : groups) {
     ParamGroup kept = g;
     kept.names.clear();
     kept.params.clear();
-    for (size_t i = 0; i < g.names.size(); ++i)
-      if (mine->count(g.names[i])) {
-        kept.names.push_back(g.names[i]);
-        kept.params.push_back(g.params[i]);
-      }
+    for (size_t i = 0; i < g.names.size(); ++i) {
+      const auto it = shard.find(g.names[i]);
+      if (fully_sharded_ ? it == shard.end() : !mine->count(g.names[i])) continue;
+      kept.names.push_back(g.names[i]);
+      kept.params.push_back(fully_sharded_ ? it->second : g.params[i]);
+    }
     if (!kept.params.empty()) out.push_back(std::move(kept));
   }
   return out;
@@ -201,9 +198,13 @@ std::map<std::string, torch::Tensor> ParallelRun::owned_state(std::map<std::stri
     std::set<std::string> follows_rows;
     for (const auto& e : optimizer.state())
       if (e.follows_rows) follows_rows.insert(e.name);
-    for (auto& [key, t] : state)
-      if (follows_rows.count(key)) t = fully_sharded_->shard_of(key.substr(0, key.rfind('.')), t);
-    return state;
+    std::map<std::string, torch::Tensor> out;
+    for (auto& [key, t] : state) {
+      const std::string parameter = key.substr(0, key.rfind('.'));
+      if (holds_part() && !held_.count(parameter)) continue;  // another pipeline stage's
+      out.emplace(key, follows_rows.count(key) ? fully_sharded_->shard_of(parameter, t) : t);
+    }
+    return out;
   }
   const std::set<std::string>* mine = updated_names();
   if (!mine) return state;

@@ -3,6 +3,8 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <unistd.h>
 
+#include <algorithm>
+
 #include "train/memory_plan.h"
 #include "train/rank_memory_plan.h"
 #include "train/train_step.h"
@@ -52,8 +54,10 @@ std::string BatchChoice::describe() const {
 double rank_step_bytes(const Settings& s, const Grid& g, int64_t batch) {
   const MemoryPlan p = plan_memory(s, batch);
   if (s.parallel.zero != 3 || g.dp() < 2) return p.total();
-  const RankHoldings r = plan_rank_memory(s, g).front();  // ZeRO-3 has no pipeline stages
-  return r.weights + r.gradients + r.optimizer + 3 * r.largest_unit + p.activations + p.logits;
+  double held = 0;  // the fullest pipeline stage's
+  for (const RankHoldings& r : plan_rank_memory(s, g))
+    held = std::max(held, r.weights + r.gradients + r.optimizer + 3 * r.largest_unit);
+  return held + p.activations + p.logits;
 }
 
 BatchChoice find_batch_size_cpu(const Settings& s, const Grid& g, int64_t sequences, double budget) {

@@ -189,8 +189,9 @@ TEST_CASE("parallel: Adafactor under ZeRO-3 sums its statistics over the ranks' 
   }
 }
 
-TEST_CASE("parallel: ZeRO-3 evaluates with gathered weights as ZeRO-0 does, eval_steps and eval_full",
-          "[parallel][cli][slow]") {
+TEST_CASE(
+    "parallel: ZeRO-3 evaluates with gathered weights as ZeRO-0 does, eval_steps and eval_full, also under a pipeline",
+    "[parallel][cli][slow]") {
   TempDir dir;
   write_file(dir.file("r.yaml"), dp_recipe());
   std::vector<std::string> eval = {"data.eval.format=text",
@@ -206,10 +207,16 @@ TEST_CASE("parallel: ZeRO-3 evaluates with gathered weights as ZeRO-0 does, eval
     eval.back() = "data.eval.span=[0.95,0.952]";
     eval.push_back("train.eval_full=true");
   }
+  int nproc = 2;
+  SECTION("pipeline eval_full") {  // each stage's replicas evaluate every window (dp 2 x pp 2)
+    eval.back() = "data.eval.span=[0.95,0.952]";
+    eval.insert(eval.end(), {"train.eval_full=true", "parallel.pp=2", "model.tie_embeddings=false"});
+    nproc = 4;
+  }
   std::vector<std::string> zero3 = eval;
   zero3.push_back("parallel.zero=3");
-  REQUIRE(train(dir.file("r.yaml"), dir.file("zero0"), 2, eval).exit_code == 0);
-  auto r = train(dir.file("r.yaml"), dir.file("zero3"), 2, zero3);
+  REQUIRE(train(dir.file("r.yaml"), dir.file("zero0"), nproc, eval).exit_code == 0);
+  auto r = train(dir.file("r.yaml"), dir.file("zero3"), nproc, zero3);
   INFO(r.output);
   REQUIRE(r.exit_code == 0);
   std::vector<double> a, b;
@@ -317,6 +324,46 @@ TEST_CASE("parallel: ZeRO-3 over dp 2 x tp 2 matches 1 process, and its per-rank
   check_continues(loss1, column(dir.file("same"), "loss"), 10, 1e-5);
 }
 
+TEST_CASE("parallel: ZeRO-3 under a pipeline (dp 2 x pp 2) matches 1 process, and its checkpoint resumes on 1 and back",
+          "[parallel][cli][slow]") {
+  TempDir dir;
+  write_file(dir.file("r.yaml"), dp_recipe());
+  const std::vector<std::string> untied = {"model.tie_embeddings=false", "checkpoint.every=10"};
+  REQUIRE(train(dir.file("r.yaml"), dir.file("one"), 0, untied).exit_code == 0);
+  const auto loss1 = column(dir.file("one"), "loss");
+  const auto one = read_json(dir.file("one") + "/summary.json")["memory_per_rank"][0];
+  // Each stage's units are sharded over its dp group; micro-batches in flight (1F1B) or all
+  // forwards first (GPipe) gather a unit again for each backward that needs it.
+  for (const char* schedule : {"1f1b", "gpipe"}) {
+    const Variant v{
+        schedule,
+        {"model.tie_embeddings=false", "checkpoint.every=10", "parallel.zero=3", "parallel.pp=2",
+         std::string("parallel.pp_schedule=") + schedule, "train.per_device_batch_size=1", "train.grad_accum_steps=2"},
+        4};
+    const auto r =
+        train_like_one_process(dir, dir.file("r.yaml"), v, loss1, column(dir.file("one"), "grad_norm"), 1e-5);
+    CHECK_THAT(r.output, Contains("ZeRO-3: this rank holds 1/2 of the rows") && Contains("pipeline: stage 0 of 2"));
+    for (const auto& m : read_json(dir.file(schedule) + "/summary.json")["memory_per_rank"])
+      for (const char* key : {"weights_mb", "optimizer_state_mb"}) {
+        INFO(key);  // half a stage's: about a quarter of the model
+        CHECK(m[key].get<double>() < 0.3 * one[key].get<double>());
+        CHECK(m[key].get<double>() > 0.2 * one[key].get<double>());
+      }
+  }
+  const std::string step10 = dir.file("1f1b") + "/checkpoints/step_00000010";
+  auto single = train(dir.file("r.yaml"), dir.file("single"), 0, with_resume(untied, step10));
+  INFO(single.output);
+  REQUIRE(single.exit_code == 0);
+  check_continues(loss1, column(dir.file("single"), "loss"), 10, 1e-5);
+  auto back = train(dir.file("r.yaml"), dir.file("back"), 4,
+                    with_resume({"model.tie_embeddings=false", "parallel.zero=3", "parallel.pp=2",
+                                 "train.per_device_batch_size=1", "train.grad_accum_steps=2"},
+                                dir.file("one") + "/checkpoints/step_00000010"));
+  INFO(back.output);
+  REQUIRE(back.exit_code == 0);
+  check_continues(loss1, column(dir.file("back"), "loss"), 10, 1e-5);
+}
+
 TEST_CASE(
     "parallel: a ZeRO-3 rank killed while a checkpoint is written (also asynchronously) leaves the last one "
     "whole, and it resumes exactly",
@@ -349,8 +396,13 @@ TEST_CASE("parallel: plan --world-size gives the memory each rank holds, as runs
   TempDir dir;
   write_file(dir.file("r.yaml"), dp_recipe());
   const std::vector<std::pair<std::vector<std::string>, int>> cases = {
-      {{"parallel.zero=0"}, 2}, {{"parallel.zero=1"}, 2}, {{"parallel.zero=2"}, 2},
-      {{"parallel.zero=3"}, 2}, {{"parallel.tp=2"}, 2},   {{"parallel.zero=3", "parallel.tp=2"}, 4}};
+      {{"parallel.zero=0"}, 2},
+      {{"parallel.zero=1"}, 2},
+      {{"parallel.zero=2"}, 2},
+      {{"parallel.zero=3"}, 2},
+      {{"parallel.tp=2"}, 2},
+      {{"parallel.zero=3", "parallel.tp=2"}, 4},
+      {{"model.tie_embeddings=false", "parallel.zero=3", "parallel.pp=2"}, 4}};
   for (const auto& [sets, nproc] : cases) {
     std::vector<std::string> all = {"model.d_model=256", "train.per_device_batch_size=2", "train.max_steps=2"};
     all.insert(all.end(), sets.begin(), sets.end());
@@ -410,7 +462,9 @@ TEST_CASE("parallel: ZeRO-3 refuses what it is not combined with yet, naming the
   TempDir dir;
   write_file(dir.file("r.yaml"), dp_recipe());
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
-      {{"parallel.zero=3", "parallel.pp=2"}, "3 is not combined with pipeline or expert parallelism"},
+      {{"parallel.zero=3", "parallel.pp=2"}, "needs untied embeddings"},
+      {{"parallel.zero=3", "parallel.ep=2", "parallel.dp=2", "model.moe.experts=4"},
+       "expert parallelism (parallel.ep)"},
       {{"parallel.zero=3", "optim.name=adamw8bit"}, "adamw8bit's quantization blocks"},
       {{"parallel.zero=3", "parallel.gather_dtype=bf16"}, "needs bf16 autocast around it"},
       {{"parallel.zero=4"}, "parallel.zero"},
