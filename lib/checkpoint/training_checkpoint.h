@@ -81,9 +81,6 @@ std::filesystem::path save_training_checkpoint(const std::filesystem::path& root
 // training changes the originals).
 void copy_to_host(TrainingSnapshot& s);
 
-// Reads a checkpoint directory written by save_training_checkpoint, after
-// verifying its manifest. A missing, incomplete or corrupt checkpoint is a
-// DataError naming the directory and what is wrong.
 // What one ZeRO-3 rank keeps of a checkpoint's optimizer state as it reads it: of each row piece
 // (a ZeRO-3 checkpoint's) only its rows (parallel/tensor_shard.h rank_rows for dp rank `rank` of
 // `size`), and only tp rank `tp_rank`'s files when the checkpoint has `tp_size` tp ranks too (else
@@ -93,6 +90,10 @@ struct RowShare {
   int rank = 0, size = 1;
   size_t tp_rank = 0, tp_size = 1;
 };
+
+// Reads a checkpoint directory written by save_training_checkpoint, after
+// verifying its manifest. A missing, incomplete or corrupt checkpoint is a
+// DataError naming the directory and what is wrong. `keep`: see RowShare.
 TrainingSnapshot load_training_checkpoint(const std::filesystem::path& dir,
                                           const std::optional<RowShare>& keep = std::nullopt);
 

@@ -378,6 +378,8 @@ void Trainer::load_data() {
     first_sample_ = train_sampler_->resume_sample(snap.sampler);  // O(1): no data is replayed
     static_cast<TrainingCounters&>(t_) = snap.counters;
     t_.resumed_from = snap.counters.step;
+    // The model and the optimizer hold what was read: a second copy would stay in host memory all run.
+    snap.model = {}, snap.optimizer_state = {}, snap.optimizer_shards = {};
   }
   last_saved_step_ = t_.step;  // a resumed run's step is on disk already
   train_loader_.emplace(*train_source_, *train_sampler_, options, first_sample_);
