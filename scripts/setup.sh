@@ -36,6 +36,8 @@ PEFT_VERSION="0.21.2"
 ACCELERATE_VERSION="1.15.0"
 # TensorBoard: the tests read gputrain's event files back with its own loaders.
 TENSORBOARD_VERSION="2.21.0"
+# jsonschema: docs/recipe.schema.json is checked against configs/ and typos with it (draft 2020-12).
+JSONSCHEMA_VERSION="4.26.0"
 source "$(dirname "$0")/env.sh"
 APT_PACKAGES=(build-essential cmake git pkg-config python3 python3-venv python3-pip
               libyaml-cpp-dev libcli11-dev libspdlog-dev libfmt-dev nlohmann-json3-dev catch2 ccache
@@ -103,5 +105,9 @@ if ! "$VENV/bin/python" -c "import tensorboard, sys; sys.exit(0 if tensorboard._
   echo "setup: installing tensorboard $TENSORBOARD_VERSION (event file tests) into $VENV"
   "$VENV/bin/python" -m pip install -q "tensorboard==$TENSORBOARD_VERSION" "protobuf==$PROTOBUF_VERSION" \
     "torch==$TORCH_VERSION"
+fi
+if ! "$VENV/bin/python" -c "import importlib.metadata as m, sys; sys.exit(0 if m.version('jsonschema') == '$JSONSCHEMA_VERSION' else 1)" 2>/dev/null; then
+  echo "setup: installing jsonschema $JSONSCHEMA_VERSION (recipe schema tests) into $VENV"
+  "$VENV/bin/python" -m pip install -q "jsonschema==$JSONSCHEMA_VERSION"
 fi
 echo "setup: ok (torch $("$VENV/bin/python" -c 'import torch;print(torch.__version__)' 2>/dev/null) in $VENV)"

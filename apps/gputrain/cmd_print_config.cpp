@@ -1,13 +1,18 @@
 #include <cstdio>
 
 #include "commands.h"
+#include "config/json_schema.h"
 #include "config/recipe.h"
 #include "config/schema.h"
 #include "model/architecture.h"
 
 namespace gputrain::app {
 
-int cmd_print_config(const CommonArgs& a, const std::string& format, bool reference) {
+int cmd_print_config(const CommonArgs& a, const std::string& format, bool reference, bool json_schema) {
+  if (json_schema) {
+    std::fputs((recipe_json_schema().dump(2) + "\n").c_str(), stdout);
+    return 0;
+  }
   if (reference) {
     std::fputs(schema_reference_markdown().c_str(), stdout);
     return 0;

@@ -33,7 +33,7 @@ LaunchOptions launch_options(const LaunchArgs& l);
 
 int cmd_run(const CommonArgs& a, const std::string& output_dir, bool overwrite, bool dry_run, const LaunchArgs& launch);
 int cmd_validate(const CommonArgs& a);
-int cmd_print_config(const CommonArgs& a, const std::string& format, bool reference);
+int cmd_print_config(const CommonArgs& a, const std::string& format, bool reference, bool json_schema);
 // world_size 0 = the recipe's own degrees (parallel.dp x tp x pp, dp auto counting as 1).
 int cmd_plan(const CommonArgs& a, int world_size);
 int cmd_data_prepare(const PrepareOptions& o);

@@ -63,7 +63,7 @@ int main(int argc, char** argv) {
 
   app::CommonArgs run_args, validate_args, print_args;
   std::string output_dir, format = "yaml";
-  bool overwrite = false, reference = false;
+  bool overwrite = false, reference = false, json_schema = false;
 
   auto* run = cli.add_subcommand("run", "train a model from a recipe");
   add_recipe_args(run, run_args, false);
@@ -99,6 +99,8 @@ int main(int argc, char** argv) {
   add_recipe_args(print, print_args, false);
   print->add_option("--format", format, "output format")->check(CLI::IsMember({"yaml", "json"}));
   print->add_flag("--reference", reference, "print every key with its type, default and meaning (Markdown)");
+  print->add_flag("--schema", json_schema,
+                  "print the recipe's JSON Schema (draft 2020-12) for editors: every key, type, range, default");
 
   auto* data = cli.add_subcommand("data", "prepare token shards from text; measure the data loader");
   data->require_subcommand(1);
@@ -321,7 +323,7 @@ int main(int argc, char** argv) {
     if (*run) return app::cmd_run(run_args, output_dir, overwrite, dry_run, launch);
     if (*plan) return app::cmd_plan(plan_args, plan_world);
     if (*validate) return app::cmd_validate(validate_args);
-    if (*print) return app::cmd_print_config(print_args, format, reference);
+    if (*print) return app::cmd_print_config(print_args, format, reference, json_schema);
     if (*report) return app::cmd_report(report_runs, report_out);
     if (*generate) return app::cmd_generate(gen);
     if (*eval) return app::cmd_eval(ev, eval_launch);

@@ -63,7 +63,31 @@ struct FloatRange {
     return a + b;
   }
   bool contains(double v) const { return (lo_open ? v > lo : v >= lo) && (hi_open ? v < hi : v <= hi); }
+  json schema() const {  // JSON Schema of a number in this range
+    json s = {{"type", "number"}};
+    if (!std::isinf(lo)) s[lo_open ? "exclusiveMinimum" : "minimum"] = lo;
+    if (!std::isinf(hi)) s[hi_open ? "exclusiveMaximum" : "maximum"] = hi;
+    return s;
+  }
 };
+
+json integer_schema(int64_t lo, int64_t hi) {
+  json s = {{"type", "integer"}, {"minimum", lo}};
+  if (hi != kMaxInt) s["maximum"] = hi;
+  return s;
+}
+
+// A word or a value of `schema` ("auto" or an integer, "dynamic" or a number).
+json word_or(const std::string& word, json schema) { return {{"anyOf", json::array({{{"const", word}}, schema})}}; }
+
+// One value of `schema`, or a list of them (at least one).
+json one_or_list(const json& schema, bool unique = false) {
+  json list = {{"type", "array"}, {"items", schema}, {"minItems", 1}};
+  if (unique) list["uniqueItems"] = true;
+  return {{"anyOf", json::array({schema, list})}};
+}
+
+const json kStringSchema = {{"type", "string"}};
 
 double read_float(const ConfigNode& n, const FloatRange& range) {
   const std::string& s = scalar_of(n, "a number");
@@ -107,6 +131,13 @@ E read_enum(const ConfigNode& n, const EnumTable<E>& t) {
 }
 
 template <class E>
+json enum_schema(const EnumTable<E>& t) {
+  json names = json::array();
+  for (const auto& [name, _] : t) names.push_back(name);
+  return {{"enum", names}};
+}
+
+template <class E>
 std::string enum_name(const EnumTable<E>& t, E v) {
   for (const auto& [name, value] : t)
     if (value == v) return name;
@@ -124,8 +155,10 @@ template <class Acc>
 FieldSpec int_field(std::string path, Acc acc, int64_t lo, int64_t hi, std::string doc) {
   std::string type = hi == kMaxInt ? "integer >= " + std::to_string(lo)
                                    : "integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
-  return {path, type, doc, [=](Settings& s, const ConfigNode& n) { acc(s) = read_int(n, lo, hi); },
-          [=](const Settings& s) { return json(acc(s)); }};
+  FieldSpec f{path, type, doc, [=](Settings& s, const ConfigNode& n) { acc(s) = read_int(n, lo, hi); },
+              [=](const Settings& s) { return json(acc(s)); }};
+  f.value_schema = integer_schema(lo, hi);
+  return f;
 }
 
 // An integer where 0 is written "auto".
@@ -138,14 +171,17 @@ FieldSpec auto_int_field(std::string path, Acc acc, int64_t lo, int64_t hi, std:
     else acc(s) = read_int(n, lo, hi);
   };
   f.write = [=](const Settings& s) { return acc(s) == 0 ? json("auto") : json(acc(s)); };
+  f.value_schema = word_or("auto", f.value_schema);
   return f;
 }
 
 template <class Acc>
 FieldSpec float_field(std::string path, Acc acc, FloatRange r, std::string doc) {
-  return {path, r.str().empty() ? "number" : "number " + r.str(), doc,
-          [=](Settings& s, const ConfigNode& n) { acc(s) = read_float(n, r); },
-          [=](const Settings& s) { return json(acc(s)); }};
+  FieldSpec f{path, r.str().empty() ? "number" : "number " + r.str(), doc,
+              [=](Settings& s, const ConfigNode& n) { acc(s) = read_float(n, r); },
+              [=](const Settings& s) { return json(acc(s)); }};
+  f.value_schema = r.schema();
+  return f;
 }
 
 // A positive number where 0 is written as a word (e.g. "dynamic").
@@ -157,32 +193,39 @@ FieldSpec auto_float_field(std::string path, Acc acc, std::string word, FloatRan
     acc(s) = n.kind == ConfigNode::Kind::kScalar && n.scalar == word ? 0.0 : read_float(n, r);
   };
   f.write = [=](const Settings& s) { return acc(s) == 0.0 ? json(word) : json(acc(s)); };
+  f.value_schema = word_or(word, f.value_schema);
   return f;
 }
 
 template <class Acc>
 FieldSpec float_pair_field(std::string path, Acc acc, FloatRange r, std::string doc) {
-  return {path, "[a, b], each " + r.str(), doc,
-          [=](Settings& s, const ConfigNode& n) {
-            if (n.kind != ConfigNode::Kind::kSequence || n.items.size() != 2)
-              throw FieldProblem{"expected a list of two numbers, got " + n.kind_name(), "write it as [a, b]"};
-            for (int i = 0; i < 2; ++i) acc(s)[i] = read_float(n.items[i], r);
-          },
-          [=](const Settings& s) {
-            return json::array({acc(s)[0], acc(s)[1]});
-          }};
+  FieldSpec f{path, "[a, b], each " + r.str(), doc,
+              [=](Settings& s, const ConfigNode& n) {
+                if (n.kind != ConfigNode::Kind::kSequence || n.items.size() != 2)
+                  throw FieldProblem{"expected a list of two numbers, got " + n.kind_name(), "write it as [a, b]"};
+                for (int i = 0; i < 2; ++i) acc(s)[i] = read_float(n.items[i], r);
+              },
+              [=](const Settings& s) {
+                return json::array({acc(s)[0], acc(s)[1]});
+              }};
+  f.value_schema = {{"type", "array"}, {"items", r.schema()}, {"minItems", 2}, {"maxItems", 2}};
+  return f;
 }
 
 template <class Acc>
 FieldSpec bool_field(std::string path, Acc acc, std::string doc) {
-  return {path, "true | false", doc, [=](Settings& s, const ConfigNode& n) { acc(s) = read_bool(n); },
-          [=](const Settings& s) { return json(acc(s)); }};
+  FieldSpec f{path, "true | false", doc, [=](Settings& s, const ConfigNode& n) { acc(s) = read_bool(n); },
+              [=](const Settings& s) { return json(acc(s)); }};
+  f.value_schema = {{"type", "boolean"}};
+  return f;
 }
 
 template <class Acc>
 FieldSpec string_field(std::string path, Acc acc, std::string doc) {
-  return {path, "string", doc, [=](Settings& s, const ConfigNode& n) { acc(s) = read_string(n); },
-          [=](const Settings& s) { return json(acc(s)); }};
+  FieldSpec f{path, "string", doc, [=](Settings& s, const ConfigNode& n) { acc(s) = read_string(n); },
+              [=](const Settings& s) { return json(acc(s)); }};
+  f.value_schema = kStringSchema;
+  return f;
 }
 
 // A file path: relative paths are taken relative to the recipe file that
@@ -195,8 +238,10 @@ std::string resolve_path(const ConfigNode& n) {
 
 template <class Acc>
 FieldSpec path_field(std::string path, Acc acc, std::string doc) {
-  return {path, "path", doc, [=](Settings& s, const ConfigNode& n) { acc(s) = resolve_path(n); },
-          [=](const Settings& s) { return json(acc(s)); }};
+  FieldSpec f{path, "path", doc, [=](Settings& s, const ConfigNode& n) { acc(s) = resolve_path(n); },
+              [=](const Settings& s) { return json(acc(s)); }};
+  f.value_schema = kStringSchema;
+  return f;
 }
 
 // A path, or one of a few words that are not paths (checkpoint.resume: auto | never).
@@ -204,14 +249,16 @@ template <class Acc>
 FieldSpec word_or_path_field(std::string path, Acc acc, std::vector<std::string> words, std::string doc) {
   std::string type;
   for (const auto& w : words) type += w + " | ";
-  return {path, type + "path", doc,
-          [=](Settings& s, const ConfigNode& n) {
-            const std::string& v = read_string(n);
-            const bool word = std::find(words.begin(), words.end(), v) != words.end();
-            if (!word && v.empty()) throw FieldProblem{"is empty", "write " + type + "a directory"};
-            acc(s) = word ? v : resolve_path(n);
-          },
-          [=](const Settings& s) { return json(acc(s)); }};
+  FieldSpec f{path, type + "path", doc,
+              [=](Settings& s, const ConfigNode& n) {
+                const std::string& v = read_string(n);
+                const bool word = std::find(words.begin(), words.end(), v) != words.end();
+                if (!word && v.empty()) throw FieldProblem{"is empty", "write " + type + "a directory"};
+                acc(s) = word ? v : resolve_path(n);
+              },
+              [=](const Settings& s) { return json(acc(s)); }};
+  f.value_schema = {{"type", "string"}, {"minLength", 1}, {"examples", words}};
+  return f;
 }
 
 // A duration in seconds, written as a number of seconds, "90m", "3h50m",
@@ -267,9 +314,15 @@ std::string format_duration_key(double seconds) {
 
 template <class Acc>
 FieldSpec duration_field(std::string path, Acc acc, std::string doc) {
-  return {path, "duration (seconds, 90m, 3h50m, HH:MM:SS)", doc,
-          [=](Settings& s, const ConfigNode& n) { acc(s) = read_duration(n); },
-          [=](const Settings& s) { return json(format_duration_key(acc(s))); }};
+  FieldSpec f{path, "duration (seconds, 90m, 3h50m, HH:MM:SS)", doc,
+              [=](Settings& s, const ConfigNode& n) { acc(s) = read_duration(n); },
+              [=](const Settings& s) { return json(format_duration_key(acc(s))); }};
+  // The patterns read_duration takes: 1h2m3s (units d, h, m, s) or [[HH:]MM:]SS.
+  f.value_schema = {
+      {"anyOf", json::array({{{"type", "number"}, {"minimum", 0}},
+                             {{"type", "string"},
+                              {"pattern", "^([0-9]+(\\.[0-9]*)?|([0-9.]+[dhms])+|[0-9.]+(:[0-9.]+){1,2})$"}}})}};
+  return f;
 }
 
 // A list of signal names (SIGTERM or TERM), each one gputrain can catch.
@@ -277,54 +330,59 @@ template <class Acc>
 FieldSpec signal_list_field(std::string path, Acc acc, std::string doc) {
   std::string names;
   for (const auto& n : catchable_signal_names()) names += (names.empty() ? "" : ", ") + n;
-  return {path, "[signal, ...]", doc,
-          [=](Settings& s, const ConfigNode& n) {
-            std::vector<const ConfigNode*> items;
-            if (n.kind == ConfigNode::Kind::kSequence)
-              for (const auto& item : n.items) items.push_back(&item);
-            else items.push_back(&n);
-            std::vector<std::string> out;
-            for (const ConfigNode* item : items) {
-              std::string name = read_string(*item);
-              for (char& ch : name) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
-              if (name.rfind("SIG", 0) != 0) name = "SIG" + name;
-              if (signal_number(name) == 0)
-                throw FieldProblem{"'" + item->scalar + "' is not a signal gputrain can catch",
-                                   "use some of " + names + " (SIGINT always interrupts; SIGKILL cannot be caught)"};
-              if (std::find(out.begin(), out.end(), name) == out.end()) out.push_back(name);
-            }
-            acc(s) = std::move(out);
-          },
-          [=](const Settings& s) { return json(acc(s)); }};
+  FieldSpec f{path, "[signal, ...]", doc,
+              [=](Settings& s, const ConfigNode& n) {
+                std::vector<const ConfigNode*> items;
+                if (n.kind == ConfigNode::Kind::kSequence)
+                  for (const auto& item : n.items) items.push_back(&item);
+                else items.push_back(&n);
+                std::vector<std::string> out;
+                for (const ConfigNode* item : items) {
+                  std::string name = read_string(*item);
+                  for (char& ch : name) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+                  if (name.rfind("SIG", 0) != 0) name = "SIG" + name;
+                  if (signal_number(name) == 0)
+                    throw FieldProblem{
+                        "'" + item->scalar + "' is not a signal gputrain can catch",
+                        "use some of " + names + " (SIGINT always interrupts; SIGKILL cannot be caught)"};
+                  if (std::find(out.begin(), out.end(), name) == out.end()) out.push_back(name);
+                }
+                acc(s) = std::move(out);
+              },
+              [=](const Settings& s) { return json(acc(s)); }};
+  f.value_schema = one_or_list(kStringSchema);
+  return f;
 }
 
 // One path or a list of them (each may be a glob pattern); one path is
 // written back as a plain string so simple recipes stay simple.
 template <class Acc>
 FieldSpec path_list_field(std::string path, Acc acc, std::string doc) {
-  return {path, "path | [path, ...]", doc,
-          [=](Settings& s, const ConfigNode& n) {
-            std::vector<std::string> out;
-            if (n.kind == ConfigNode::Kind::kSequence) {
-              if (n.items.empty()) throw FieldProblem{"is an empty list", "name at least one file or pattern"};
-              for (const auto& item : n.items) out.push_back(resolve_path(item));
-            } else if (std::string p = resolve_path(n); !p.empty()) {
-              out.push_back(p);
-            }
-            acc(s) = std::move(out);
-          },
-          [=](const Settings& s) {
-            const auto& v = acc(s);
-            if (v.empty()) return json("");
-            if (v.size() == 1) return json(v.front());
-            return json(v);
-          }};
+  FieldSpec f{path, "path | [path, ...]", doc,
+              [=](Settings& s, const ConfigNode& n) {
+                std::vector<std::string> out;
+                if (n.kind == ConfigNode::Kind::kSequence) {
+                  if (n.items.empty()) throw FieldProblem{"is an empty list", "name at least one file or pattern"};
+                  for (const auto& item : n.items) out.push_back(resolve_path(item));
+                } else if (std::string p = resolve_path(n); !p.empty()) {
+                  out.push_back(p);
+                }
+                acc(s) = std::move(out);
+              },
+              [=](const Settings& s) {
+                const auto& v = acc(s);
+                if (v.empty()) return json("");
+                if (v.size() == 1) return json(v.front());
+                return json(v);
+              }};
+  f.value_schema = one_or_list(kStringSchema);
+  return f;
 }
 
 // data.*.mixture: a list of {path: path | [path, ...], weight: number > 0}.
 template <class Acc>
 FieldSpec mixture_field(std::string path, Acc acc, std::string doc) {
-  return {
+  FieldSpec f{
       path, "[{path: path | [path, ...], weight: number > 0}, ...]", doc,
       [=](Settings& s, const ConfigNode& n) {
         std::vector<MixtureSourceSettings> out;
@@ -367,49 +425,63 @@ FieldSpec mixture_field(std::string path, Acc acc, std::string doc) {
           out.push_back({{"path", m.paths.size() == 1 ? json(m.paths.front()) : json(m.paths)}, {"weight", m.weight}});
         return out;
       }};
+  const json source = {
+      {"type", "object"},
+      {"properties",
+       {{"path", one_or_list(kStringSchema)}, {"weight", FloatRange{0.0, INFINITY, true, false}.schema()}}},
+      {"required", json::array({"path", "weight"})},
+      {"additionalProperties", false}};
+  f.value_schema = {{"type", json::array({"array", "null"})}, {"items", source}};
+  return f;
 }
 
 // An integer id where "auto" (stored as -1) means "find it elsewhere".
 template <class Acc>
 FieldSpec auto_id_field(std::string path, Acc acc, int64_t hi, std::string doc) {
-  return {path, "auto | integer in [0, " + std::to_string(hi) + "]", doc,
-          [=](Settings& s, const ConfigNode& n) {
-            acc(s) = n.kind == ConfigNode::Kind::kScalar && n.scalar == "auto" ? -1 : read_int(n, 0, hi);
-          },
-          [=](const Settings& s) { return acc(s) < 0 ? json("auto") : json(acc(s)); }};
+  FieldSpec f{path, "auto | integer in [0, " + std::to_string(hi) + "]", doc,
+              [=](Settings& s, const ConfigNode& n) {
+                acc(s) = n.kind == ConfigNode::Kind::kScalar && n.scalar == "auto" ? -1 : read_int(n, 0, hi);
+              },
+              [=](const Settings& s) { return acc(s) < 0 ? json("auto") : json(acc(s)); }};
+  f.value_schema = word_or("auto", integer_schema(0, hi));
+  return f;
 }
 
 template <class Acc, class E>
 FieldSpec enum_field(std::string path, Acc acc, EnumTable<E> table, std::string doc) {
-  return {path, enum_choices(table), doc, [=](Settings& s, const ConfigNode& n) { acc(s) = read_enum(n, table); },
-          [=](const Settings& s) { return json(enum_name(table, acc(s))); }};
+  FieldSpec f{path, enum_choices(table), doc, [=](Settings& s, const ConfigNode& n) { acc(s) = read_enum(n, table); },
+              [=](const Settings& s) { return json(enum_name(table, acc(s))); }};
+  f.value_schema = enum_schema(table);
+  return f;
 }
 
 // A list of enum values (one value alone is a list of one); no repeats, not empty.
 template <class Acc, class E>
 FieldSpec enum_list_field(std::string path, Acc acc, EnumTable<E> table, std::string doc) {
-  return {path, "[" + enum_choices(table) + ", ...]", doc,
-          [=](Settings& s, const ConfigNode& n) {
-            std::vector<E> out;
-            if (n.kind == ConfigNode::Kind::kSequence) {
-              if (n.items.empty())
-                throw FieldProblem{"is an empty list", "name at least one of " + enum_choices(table)};
-              for (const auto& item : n.items) {
-                const E v = read_enum(item, table);
-                if (std::find(out.begin(), out.end(), v) != out.end())
-                  throw FieldProblem{"names '" + item.scalar + "' twice", "list each value once"};
-                out.push_back(v);
-              }
-            } else {
-              out.push_back(read_enum(n, table));
-            }
-            acc(s) = std::move(out);
-          },
-          [=](const Settings& s) {
-            json out = json::array();
-            for (E v : acc(s)) out.push_back(enum_name(table, v));
-            return out;
-          }};
+  FieldSpec f{path, "[" + enum_choices(table) + ", ...]", doc,
+              [=](Settings& s, const ConfigNode& n) {
+                std::vector<E> out;
+                if (n.kind == ConfigNode::Kind::kSequence) {
+                  if (n.items.empty())
+                    throw FieldProblem{"is an empty list", "name at least one of " + enum_choices(table)};
+                  for (const auto& item : n.items) {
+                    const E v = read_enum(item, table);
+                    if (std::find(out.begin(), out.end(), v) != out.end())
+                      throw FieldProblem{"names '" + item.scalar + "' twice", "list each value once"};
+                    out.push_back(v);
+                  }
+                } else {
+                  out.push_back(read_enum(n, table));
+                }
+                acc(s) = std::move(out);
+              },
+              [=](const Settings& s) {
+                json out = json::array();
+                for (E v : acc(s)) out.push_back(enum_name(table, v));
+                return out;
+              }};
+  f.value_schema = one_or_list(enum_schema(table), /*unique=*/true);
+  return f;
 }
 
 const EnumTable<DataFormat> kFormats = {{"none", DataFormat::kNone},

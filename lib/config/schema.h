@@ -36,6 +36,7 @@ struct FieldSpec {
   std::function<void(Settings&, const ConfigNode&)> read;  // throws FieldProblem
   std::function<nlohmann::ordered_json(const Settings&)> write;
   ResumePolicy on_resume = ResumePolicy::kDiverges;
+  nlohmann::ordered_json value_schema;  // the value's JSON Schema (config/json_schema.h)
 
   FieldSpec resume(ResumePolicy p) && {
     on_resume = p;

@@ -5,6 +5,7 @@
 
 #include <filesystem>
 
+#include "config/json_schema.h"
 #include "config/recipe.h"
 #include "config/schema.h"
 #include "model/architecture.h"
@@ -383,6 +384,25 @@ TEST_CASE("docs/recipe-reference.md is what print-config --reference prints", "[
   CHECK(page == schema_reference_markdown());
   CHECK(page.find("| `optim.lr` |") != std::string::npos);  // every section's keys, not only a title
   CHECK(page.find("\n## metrics\n") != std::string::npos);
+}
+
+TEST_CASE("docs/recipe.schema.json is what print-config --schema prints, a key typed as validation reads it",
+          "[config]") {
+  const std::string file = gputrain::test::read_file(std::string(GPUTRAIN_SOURCE_DIR) + "/docs/recipe.schema.json");
+  INFO("regenerate with: build/gputrain print-config --schema > docs/recipe.schema.json");
+  const auto schema = recipe_json_schema();
+  CHECK(file == schema.dump(2) + "\n");
+  CHECK(schema["$schema"] == "https://json-schema.org/draft/2020-12/schema");
+  CHECK(schema["additionalProperties"] == false);
+  const auto& optim = schema["properties"]["optim"];
+  CHECK(optim["additionalProperties"] == false);
+  CHECK(optim["properties"]["lr"]["type"] == "number");
+  CHECK(optim["properties"]["lr"]["default"] == settings_to_json(Settings{})["optim"]["lr"]);
+  CHECK(optim["properties"]["name"]["enum"].size() == 5);  // the five optimizers
+  const auto& zero = schema["properties"]["parallel"]["properties"]["zero"];
+  CHECK(zero["minimum"] == 0);
+  CHECK(zero["maximum"] == 3);
+  CHECK(schema["properties"].contains("extends"));
 }
 
 TEST_CASE("precision, checkpointing and batch keys are typed and cross-checked", "[config]") {
