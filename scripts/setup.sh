@@ -42,7 +42,7 @@ source "$(dirname "$0")/env.sh"
 APT_PACKAGES=(build-essential cmake git pkg-config python3 python3-venv python3-pip
               libyaml-cpp-dev libcli11-dev libspdlog-dev libfmt-dev nlohmann-json3-dev catch2 ccache
               clang-format libpcre2-dev libutf8proc-dev libsentencepiece-dev libzstd-dev zlib1g-dev
-              chromium-headless-shell)
+              chromium-headless-shell zsh patchelf)
 
 # LibTorch's CUDA CMake package needs the CUDA 13 toolkit at build time (README "Set up").
 if ! command -v nvcc >/dev/null 2>&1; then

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "commands.h"
+#include "completion.h"
 #include "model/architecture.h"
 #include "util/error.h"
 #include "util/version.h"
@@ -301,6 +302,11 @@ int main(int argc, char** argv) {
       ->check(CLI::ExistingDirectory);
   report->add_option("-o,--out", report_out, "the HTML file to write")->capture_default_str();
 
+  std::string shell;
+  auto* completion = cli.add_subcommand(
+      "completion", "print shell completion (commands, flags, --set keys): source it, or see docs/install.md");
+  completion->add_option("shell", shell, "bash or zsh")->required()->check(CLI::IsMember({"bash", "zsh"}));
+
   if (const std::string wrong = command_error(cli, argc, argv); !wrong.empty()) {
     std::fprintf(stderr, "error: %s\n", wrong.c_str());
     return 2;
@@ -328,6 +334,10 @@ int main(int argc, char** argv) {
     if (*generate) return app::cmd_generate(gen);
     if (*eval) return app::cmd_eval(ev, eval_launch);
     if (*sweep) return app::cmd_sweep(sw);
+    if (*completion) {
+      std::fputs(app::completion_script(cli, shell).c_str(), stdout);
+      return 0;
+    }
     if (*prepare) {
       prep.tokenizer.name = tokenizer;
       prep.chat = doc_format == "chat";
