@@ -3,6 +3,8 @@
 #pragma once
 #include <torch/types.h>
 
+#include <stdlib.h>
+
 #include <algorithm>
 #include <functional>
 #include <memory>
@@ -16,6 +18,10 @@ namespace gputrain::test {
 
 // Runs body(rank, world) on `size` threads (rank 0 on the caller's), each joined to one world.
 inline void run_thread_ranks(int size, const std::function<void(int rank, Communicator& world)>& body) {
+  // Torch's flight recorder, one process-wide log of every group's collectives, is not safe for
+  // groups used from several threads at once (it crashed 1 run in ~15): ranks as threads turn it
+  // off before the first group exists (real ranks are processes, each with its own).
+  setenv("TORCH_FR_BUFFER_SIZE", "0", 1);
   const int port = free_tcp_port();
   auto rank_main = [&](int rank) {
     World w;
