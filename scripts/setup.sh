@@ -12,6 +12,9 @@
 # Prints nothing but progress; the venv path is $GPUTRAIN_VENV (default in scripts/env.sh).
 set -euo pipefail
 
+# The CUDA toolkit when the machine has none (see below): NVIDIA's pip packages of torch's CUDA 13.0.
+CUDA_NVCC_VERSION="13.0.88"
+CUDA_CCCL_VERSION="13.0.85"
 TORCH_VERSION="${GPUTRAIN_TORCH_VERSION:-2.11.0}"
 # pyarrow: its wheel ships Apache Arrow's and Parquet's C++ libraries and headers, which data prepare
 # links to read Parquet and Arrow inputs (as the torch wheel ships LibTorch).
@@ -44,12 +47,6 @@ APT_PACKAGES=(build-essential cmake git pkg-config python3 python3-venv python3-
               clang-format libpcre2-dev libutf8proc-dev libsentencepiece-dev libzstd-dev zlib1g-dev
               chromium-headless-shell zsh patchelf)
 
-# LibTorch's CUDA CMake package needs the CUDA 13 toolkit at build time (README "Set up").
-if ! command -v nvcc >/dev/null 2>&1; then
-  echo "setup: error: the CUDA 13 toolkit (nvcc) is not installed; the pip LibTorch's CMake package" >&2
-  echo "       requires it even for CPU-only use. Install NVIDIA's cuda-toolkit-13-0 (to /usr/local/cuda)." >&2
-  exit 1
-fi
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
@@ -109,5 +106,27 @@ fi
 if ! "$VENV/bin/python" -c "import importlib.metadata as m, sys; sys.exit(0 if m.version('jsonschema') == '$JSONSCHEMA_VERSION' else 1)" 2>/dev/null; then
   echo "setup: installing jsonschema $JSONSCHEMA_VERSION (recipe schema tests) into $VENV"
   "$VENV/bin/python" -m pip install -q "jsonschema==$JSONSCHEMA_VERSION"
+fi
+# LibTorch's CMake package needs a CUDA toolkit at build time, even for CPU-only use. A system nvcc
+# of torch's CUDA version (13) is used as it is. Without one, NVIDIA's pip packages of that version
+# (compiler, NVVM, C runtime and CCCL headers) complete the CUDA tree torch's wheels put in the venv
+# (nvidia/cu13: the runtime's headers and libraries) into a toolkit: with lib64 and the unversioned
+# library names CMake looks for. scripts/env.sh points the build at it.
+if ! system_cuda_toolkit; then
+  root=$(venv_cuda_root)
+  if [[ ! -x "$root/bin/nvcc" || ! -x "$root/nvvm/bin/cicc" || ! -e "$root/include/cccl" ]]; then
+    echo "setup: no CUDA 13 toolkit on this machine: installing NVIDIA's pip CUDA $CUDA_NVCC_VERSION compiler into $VENV"
+    "$VENV/bin/python" -m pip install -q --no-deps "nvidia-cuda-nvcc==$CUDA_NVCC_VERSION" \
+      "nvidia-nvvm==$CUDA_NVCC_VERSION" "nvidia-cuda-crt==$CUDA_NVCC_VERSION" "nvidia-cuda-cccl==$CUDA_CCCL_VERSION"
+  fi
+  [[ -e "$root/lib64" ]] || ln -s lib "$root/lib64"
+  for f in "$root"/../nccl/include/*; do  # torch's NCCL wheel: headers the NCCL path includes
+    [[ -e "$root/include/$(basename "$f")" ]] || ln -s "../../nccl/include/$(basename "$f")" "$root/include/"
+  done
+  for f in "$root"/lib/lib*.so.[0-9]*; do
+    name=${f%%.so.*}.so
+    [[ -e "$name" ]] || ln -s "$(basename "$f")" "$name"
+  done
+  "$root/bin/nvcc" --version | tail -1
 fi
 echo "setup: ok (torch $("$VENV/bin/python" -c 'import torch;print(torch.__version__)' 2>/dev/null) in $VENV)"
