@@ -93,6 +93,18 @@ struct ShardedRows {
   }
 };
 
+// The ShardedRows of a batch of matrix shards of `rows` rows, `of` each member's.
+ShardedRows sharded_rows(const std::vector<RowShard>& of, int64_t rows, const at::TensorOptions& options,
+                         const RowSharding& sharding) {
+  std::vector<at::Tensor> real;
+  std::vector<double> whole;
+  for (const RowShard& s : of) {
+    real.push_back((at::arange(rows, options) < static_cast<double>(s.real_rows)).to(at::kFloat));
+    whole.push_back(static_cast<double>(s.whole_rows));
+  }
+  return {at::stack(real), at::tensor(whole, options).view({-1, 1}), &sharding.sum};
+}
+
 // Factored second moment of same-shape matrices: row and column means of grad^2 + eps (over
 // the last two dimensions) decay into `rows` and `cols` (updated in place); returns each
 // unclipped update, grad / sqrt(row x col / mean(row)). `sharded`: the matrices are ZeRO-3 row
@@ -181,15 +193,9 @@ void Adafactor::step(double lr) {
         // the row statistics take every rank's. (Higher dimensions shard a leading one: local.)
         std::optional<ShardedRows> sharded;
         if (sharding && b.factored && b.shape.size() == 2) {
-          const int64_t rows_here = b.shape[0];
-          std::vector<at::Tensor> real;
-          std::vector<double> whole;
-          for (size_t k : b.members) {
-            real.push_back(
-                (at::arange(rows_here, gs.front().options()) < static_cast<double>(shard[k].real_rows)).to(at::kFloat));
-            whole.push_back(static_cast<double>(shard[k].whole_rows));
-          }
-          sharded = ShardedRows{at::stack(real), at::tensor(whole, gs.front().options()).view({-1, 1}), &sharding->sum};
+          std::vector<RowShard> of;
+          for (size_t k : b.members) of.push_back(shard[k]);
+          sharded = sharded_rows(of, b.shape[0], gs.front().options(), *sharding);
         }
         const std::vector<at::Tensor> batch_updates =
             b.factored ? factored_updates(gs, rows, cols, beta2t, opts_.eps[0], sharded ? &*sharded : nullptr)
