@@ -24,8 +24,10 @@ complete_bash() {
 [[ "$(complete_bash gputrain data p)" == prepare ]] || fail "bash: gputrain data p"
 [[ "$(complete_bash gputrain run --over)" == --overwrite ]] || fail "bash: gputrain run --over"
 [[ "$(complete_bash gputrain run r.yaml --set optim.we)" == "optim.weight_decay=" ]] || fail "bash: --set optim.we"
-complete_bash gputrain plan --set parallel. | grep -qx "parallel.zero=" || fail "bash: --set parallel."
-complete_bash gputrain export --m | grep -qx -- "--merge-lora" || fail "bash: export --m"
+# (grep reads a captured answer: with pipefail, grep -q ending a pipe early would fail its writer)
+offers() { grep -q "$@"; }
+offers -x "parallel.zero=" <<< "$(complete_bash gputrain plan --set parallel.)" || fail "bash: --set parallel."
+offers -x -- "--merge-lora" <<< "$(complete_bash gputrain export --m)" || fail "bash: export --m"
 
 # zsh: compadd and _files stand in for the completion system; they print what would be offered.
 complete_zsh() {
@@ -36,9 +38,9 @@ complete_zsh() {
     _ "$current" "$@"
 }
 if command -v zsh > /dev/null; then
-  complete_zsh 2 gputrain da | grep -qw data || fail "zsh: gputrain da"
-  complete_zsh 3 gputrain run --ov | grep -qw -- --overwrite || fail "zsh: gputrain run --ov"
-  complete_zsh 4 gputrain run --set optim.l | grep -q -- "-S = -- .*optim.lr" || fail "zsh: --set optim.l"
+  offers -w data <<< "$(complete_zsh 2 gputrain da)" || fail "zsh: gputrain da"
+  offers -w -- --overwrite <<< "$(complete_zsh 3 gputrain run --ov)" || fail "zsh: gputrain run --ov"
+  offers -- "-S = -- .*optim.lr" <<< "$(complete_zsh 4 gputrain run --set optim.l)" || fail "zsh: --set optim.l"
   [[ "$(complete_zsh 3 gputrain run conf)" == FILES ]] || fail "zsh: a recipe file"
 else
   echo "zsh is not installed: its completion was not checked (scripts/setup.sh installs it)"
