@@ -42,9 +42,7 @@ CheckpointPart checkpoint_part(const ParallelRun& par, const Optimizer& optimize
   if (const FullyShardedModel* sharded = par.fully_sharded()) {
     out.model = par.weights();
     out.optimizer = std::move(state);
-    std::set<std::string> follows_rows;
-    for (const auto& e : optimizer.state())
-      if (e.follows_rows) follows_rows.insert(e.name);
+    const std::set<std::string> follows_rows = optimizer.state_following_rows();
     keep_own_rows(*sharded, out.model, out.model_rows, [](const std::string& name) { return name; });
     keep_own_rows(*sharded, out.optimizer, out.optimizer_rows, [&](const std::string& name) {
       return follows_rows.count(name) ? name.substr(0, name.rfind('.')) : std::string();

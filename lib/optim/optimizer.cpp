@@ -59,6 +59,13 @@ torch::Tensor Optimizer::add_state(const std::string& param_name, const std::str
   return t;
 }
 
+std::set<std::string> Optimizer::state_following_rows() const {
+  std::set<std::string> names;
+  for (const auto& e : state_)
+    if (e.follows_rows) names.insert(e.name);
+  return names;
+}
+
 torch::Tensor Optimizer::add_step_counter(const std::string& param_name) {
   return add_state(param_name, "step", at::zeros({}, at::TensorOptions().dtype(at::kLong)), false);
 }

@@ -9,6 +9,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -83,6 +84,8 @@ class Optimizer {
   // into them; a missing, extra, mis-shaped or mis-typed entry is a DataError
   // naming it, and nothing is changed unless all entries match.
   const std::vector<StateEntry>& state() const { return state_; }
+  // The names of the state entries that follow their parameter's rows (StateEntry::follows_rows).
+  std::set<std::string> state_following_rows() const;
   void load_state(const std::map<std::string, torch::Tensor>& saved);
 
  protected:

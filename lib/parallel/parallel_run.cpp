@@ -195,9 +195,7 @@ std::vector<ParamGroup> ParallelRun::owned_groups(std::vector<ParamGroup> groups
 std::map<std::string, torch::Tensor> ParallelRun::owned_state(std::map<std::string, torch::Tensor> state,
                                                               const Optimizer& optimizer) const {
   if (fully_sharded_) {
-    std::set<std::string> follows_rows;
-    for (const auto& e : optimizer.state())
-      if (e.follows_rows) follows_rows.insert(e.name);
+    const std::set<std::string> follows_rows = optimizer.state_following_rows();
     std::map<std::string, torch::Tensor> out;
     for (auto& [key, t] : state) {
       const std::string parameter = key.substr(0, key.rfind('.'));
