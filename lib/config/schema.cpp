@@ -961,6 +961,11 @@ void add_parallel_fields(std::vector<FieldSpec>& f) {
   f.push_back(bool_field(KEY(parallel.offload_optimizer),
                          "CUDA: keep optimizer state and run the update on the CPU (pinned memory)")
                   .resume(ResumePolicy::kReported));
+  f.push_back(bool_field(KEY(parallel.offload_params),
+                         "zero 3 on CUDA: keep each rank's weight shards (pinned), their gradients and the optimizer "
+                         "state in host memory and run the update on the CPU; the GPU holds only the units in use "
+                         "and the activations")
+                  .resume(ResumePolicy::kReported));
   f.push_back(float_field(KEY(parallel.timeout_s), FloatRange{1, 86400},
                           "seconds a collective or the rendezvous may take before the run ends with an error")
                   .resume(ResumePolicy::kReported));

@@ -282,7 +282,8 @@ struct ParallelSettings {
   bool reshard_after_forward = true;  // zero 3: free a unit's gathered weights after its forward
   GatherDtype gather_dtype = GatherDtype::kAuto;  // zero 3: the dtype units are gathered in (fp32 shards stay)
   bool offload_optimizer = false;                 // optimizer state and update on the CPU (CUDA runs)
-  double timeout_s = 300;                         // a collective (or the rendezvous) that takes longer ends the run
+  bool offload_params = false;  // zero 3 on CUDA: shards, their gradients and the optimizer state in host memory
+  double timeout_s = 300;       // a collective (or the rendezvous) that takes longer ends the run
 };
 
 // Saving and resuming (checkpoint/, train/run_checkpoints.h).

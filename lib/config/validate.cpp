@@ -326,9 +326,9 @@ void check_checkpoint(Checker& c) {
 }
 
 // parallel.zero 3 shards every weight over the dp group (each tp rank's shard, under tensor
-// parallelism); what holds weights in other forms (pipeline and expert parallelism, offloaded
-// state) is not combined with it yet, nor 8-bit AdamW, whose quantization blocks would straddle
-// the rows of two ranks (Adafactor sums its statistics over the ranks' rows).
+// parallelism); expert parallelism (experts held in another form) is not combined with it yet, nor
+// 8-bit AdamW, whose quantization blocks would straddle the rows of two ranks (Adafactor sums its
+// statistics over the ranks' rows). Its offload is parallel.offload_params.
 void check_fully_sharded(Checker& c) {
   const ParallelSettings& p = c.s.parallel;
   if (p.zero != 3) {
@@ -336,8 +336,15 @@ void check_fully_sharded(Checker& c) {
       c.warning("parallel.reshard_after_forward", "has no effect without parallel.zero: 3", "remove it");
     if (p.gather_dtype == GatherDtype::kBf16)
       c.warning("parallel.gather_dtype", "has no effect without parallel.zero: 3", "remove it");
+    if (p.offload_params)
+      c.error("parallel.offload_params",
+              "offloads the weight shards of parallel.zero: 3, and parallel.zero is " + str(p.zero),
+              "set parallel.zero: 3 with it, or use parallel.offload_optimizer: true (the optimizer state alone)");
     return;
   }
+  if (p.offload_params && c.s.run.device == "cpu")
+    c.warning("parallel.offload_params", "has no effect when training on the CPU (the shards are there already)",
+              "remove it");
   if (p.gather_dtype == GatherDtype::kBf16 && c.s.precision.mode != PrecisionMode::kBf16 &&
       c.s.precision.mode != PrecisionMode::kBf16Pure)
     c.error("parallel.gather_dtype",
@@ -354,7 +361,10 @@ void check_fully_sharded(Checker& c) {
             "and the last stage",
             "set model.tie_embeddings: false, or use parallel.zero: 2");
   if (p.offload_optimizer)
-    c.error("parallel.zero", "3 is not combined with parallel.offload_optimizer in this version", fix);
+    c.error("parallel.offload_optimizer",
+            "offloads whole parameters' optimizer state, and parallel.zero: 3 keeps it sharded with the weights",
+            "use parallel.offload_params: true with parallel.zero: 3 (shards, gradients and optimizer state in "
+            "host memory)");
   if (c.s.optim.name == OptimName::kAdamW8bit)
     c.error("parallel.zero",
             "3 shards each weight by rows, and optim.name adamw8bit's quantization blocks would then depend on "

@@ -239,6 +239,20 @@ PendingCollective Communicator::all_reduce_sum(torch::Tensor& t, const std::stri
   GPUTRAIN_LAUNCH(what, impl_->backend->allreduce(v, c10d::AllreduceOptions{}));
 }
 
+void Communicator::all_reduce_sum_now(torch::Tensor& t, const std::string& what) {
+  if (t.device().type() == tensor_device().type()) return all_reduce_sum(t, what).wait();
+  torch::Tensor staged = t.to(tensor_device());
+  all_reduce_sum(staged, what).wait();
+  t.copy_(staged);
+}
+
+void Communicator::broadcast_now(torch::Tensor& t, int root, const std::string& what) {
+  if (t.device().type() == tensor_device().type()) return broadcast(t, root, what).wait();
+  torch::Tensor staged = t.to(tensor_device());
+  broadcast(staged, root, what).wait();
+  t.copy_(staged);
+}
+
 PendingCollective Communicator::reduce_sum(torch::Tensor& t, int root, const std::string& what) {
   std::vector<at::Tensor> v{t};
   c10d::ReduceOptions o;

@@ -76,9 +76,10 @@ class Communicator {
   PendingCollective all_to_all(torch::Tensor& out, torch::Tensor& in, const std::vector<int64_t>& out_splits,
                                const std::vector<int64_t>& in_splits, const std::string& what);
 
-  // Blocking conveniences.
-  void all_reduce_sum_now(torch::Tensor& t, const std::string& what) { all_reduce_sum(t, what).wait(); }
-  void broadcast_now(torch::Tensor& t, int root, const std::string& what) { broadcast(t, root, what).wait(); }
+  // Blocking conveniences; a tensor on another kind of device than tensor_device() travels through
+  // a copy there (host tensors under NCCL: ZeRO-3's offloaded shards' norms and statistics).
+  void all_reduce_sum_now(torch::Tensor& t, const std::string& what);
+  void broadcast_now(torch::Tensor& t, int root, const std::string& what);
 
   // Turns a backend failure into an error naming `what` and the peers that stopped responding.
   [[noreturn]] void fail(const std::string& what, const std::string& cause) const;

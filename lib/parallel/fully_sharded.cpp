@@ -40,9 +40,12 @@ torch::Tensor writable_alias(const torch::Tensor& t) {
 }  // namespace
 
 FullyShardedModel::FullyShardedModel(Communicator& dp, Gpt& model, const std::vector<NamedTensor>& held,
-                                     torch::Device device, bool reshard_after_forward,
-                                     std::optional<torch::ScalarType> gather_dtype)
-    : dp_(dp), reshard_after_forward_(reshard_after_forward), tied_(model->cfg.tie_embeddings) {
+                                     const ShardPlacement& place)
+    : dp_(dp),
+      compute_(place.compute),
+      offloaded_(place.shards != place.compute),
+      reshard_after_forward_(place.reshard_after_forward),
+      tied_(model->cfg.tie_embeddings) {
   torch::NoGradGuard no_grad;
   const int64_t n = dp.size();
   std::map<std::string, torch::Tensor> registered;
@@ -65,13 +68,15 @@ FullyShardedModel::FullyShardedModel(Communicator& dp, Gpt& model, const std::ve
       q.rows = p.size(0);
       q.row_numel = q.rows > 0 ? p.numel() / q.rows : 0;
       q.shard_rows = rank_rows(q.rows, dp.rank(), static_cast<int>(n)).shard_rows;
-      q.shard = rows_of(q, p.detach()).to(device);
+      q.shard = rows_of(q, p.detach()).to(place.shards);
+      if (offloaded_) q.shard = q.shard.pin_memory();
       q.shard.set_requires_grad(p.requires_grad());
       // The parameter moves to the device, in the dtype units are computed in (floating weights
       // under a gather dtype), without its memory: a gather fills it.
+      const auto& gather_dtype = place.gather_dtype;
       const torch::ScalarType dtype = gather_dtype && p.is_floating_point() ? *gather_dtype : p.scalar_type();
-      if (p.device() != device || p.scalar_type() != dtype)
-        q.whole.set_data(torch::empty(p.sizes(), p.options().device(device).dtype(dtype)));
+      if (p.device() != compute_ || p.scalar_type() != dtype)
+        q.whole.set_data(torch::empty(p.sizes(), p.options().device(compute_).dtype(dtype)));
       free_storage(q.whole);
       auto [it, added] = pack_of.emplace(q.whole.scalar_type(), units_[u].packs.size());
       if (added) units_[u].packs.emplace_back();
@@ -87,7 +92,7 @@ FullyShardedModel::FullyShardedModel(Communicator& dp, Gpt& model, const std::ve
       params_.push_back(std::move(q));
     }
   }
-  for (auto& b : model->buffers(/*recurse=*/true)) b.set_data(b.to(device));
+  for (auto& b : model->buffers(/*recurse=*/true)) b.set_data(b.to(compute_));
   for (const auto& e : held) shards_.push_back({e.name, params_[by_name_.at(e.name)].shard});
 }
 
@@ -100,6 +105,8 @@ void FullyShardedModel::start_gather(int64_t unit) {
     std::vector<torch::Tensor> mine;
     for (size_t i : pack.params) mine.push_back(params_[i].shard.detach().reshape({-1}));
     pack.gather_in = torch::cat(mine).to(params_[pack.params.front()].whole.scalar_type());
+    // Offloaded: through pinned memory, so the copy runs while the device computes the unit before.
+    if (offloaded_) pack.gather_in = pack.gather_in.pin_memory().to(compute_, /*non_blocking=*/true);
     pack.gather_out = torch::empty({dp_.size() * pack.numel}, pack.gather_in.options());
     pack.gathering = dp_.all_gather(pack.gather_out, pack.gather_in, "gathering unit " + std::to_string(unit));
     ++traffic_.gathers;
@@ -157,7 +164,8 @@ void FullyShardedModel::reduce_gradients(int64_t unit) {
     if (pack.grad_numel == 0) continue;
     // Rank r's part holds rows [r*c, (r+1)*c) of each gradient; missing gradients (an expert no
     // token reached) and the padding are zeros.
-    torch::Tensor in = torch::zeros({n, pack.grad_numel}, params_[pack.params.front()].shard.options());
+    torch::Tensor in =
+        torch::zeros({n, pack.grad_numel}, params_[pack.params.front()].shard.options().device(compute_));
     for (size_t i : pack.params) {
       const Param& q = params_[i];
       if (q.grad_offset < 0 || !q.whole.grad().defined()) continue;
@@ -170,6 +178,7 @@ void FullyShardedModel::reduce_gradients(int64_t unit) {
     dp_.reduce_scatter_sum(out, flat, "reducing unit " + std::to_string(unit) + "'s gradients").wait();
     ++traffic_.reductions;
     traffic_.reduced_mb += static_cast<double>(in.nbytes()) / (1024.0 * 1024.0);
+    if (offloaded_) out = out.to(torch::kCPU);  // this rank's rows of the gradients, to the host shards
     for (size_t i : pack.params) {
       Param& q = params_[i];
       if (q.grad_offset < 0) continue;
@@ -286,7 +295,7 @@ RowSharding FullyShardedModel::row_sharding() {
     r.params[q.name] = RowShard{q.rows, count};
   }
   r.sum = [this](std::vector<torch::Tensor>& tensors) {
-    for (auto& t : tensors) dp_.all_reduce_sum(t, "the optimizer's sums over row shards").wait();
+    for (auto& t : tensors) dp_.all_reduce_sum_now(t, "the optimizer's sums over row shards");
   };
   return r;
 }

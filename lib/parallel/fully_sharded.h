@@ -25,18 +25,27 @@
 
 namespace gputrain {
 
+// Where ZeRO-3 computes and where it keeps what persists between steps.
+struct ShardPlacement {
+  torch::Device compute;  // units are gathered to it and computed on it
+  // The shards, their gradients and so the optimizer state: `compute`, or the host for
+  // parallel.offload_params (pinned, so the copies to the device run beside compute).
+  torch::Device shards;
+  bool reshard_after_forward = true;
+  // Defined (bf16 under autocast): units are gathered and computed in it; the model's parameters
+  // take that dtype while the fp32 shards stay what the optimizer updates, and gradients are reduced
+  // in the shards' dtype.
+  std::optional<torch::ScalarType> gather_dtype;
+};
+
 class FullyShardedModel : public UnitHooks {
  public:
-  // `model`'s parameters (whole and equal on every rank of `dp`) become shards on `device`. The
-  // model may be on the host: only the shards and, while gathered, a unit's weights reach the
+  // `model`'s parameters (whole and equal on every rank of `dp`) become shards on `place.shards`.
+  // The model may be on the host: only the shards and, while gathered, a unit's weights reach the
   // device, so a model larger than one device's memory trains. The caller installs it as the
   // model's unit hooks.
-  // `gather_dtype` (defined: bf16 under autocast) is what units are gathered and computed in: the
-  // model's parameters take that dtype while the fp32 shards stay what the optimizer updates, and
-  // gradients are reduced in the shards' dtype.
   // `held`: the parameters this rank holds (a pipeline stage's; frozen ones included), registration order.
-  FullyShardedModel(Communicator& dp, Gpt& model, const std::vector<NamedTensor>& held, torch::Device device,
-                    bool reshard_after_forward, std::optional<torch::ScalarType> gather_dtype = std::nullopt);
+  FullyShardedModel(Communicator& dp, Gpt& model, const std::vector<NamedTensor>& held, const ShardPlacement& place);
   ~FullyShardedModel() override;
 
   // This rank's shards, named as the parameters, frozen ones included, in registration order.
@@ -103,6 +112,8 @@ class FullyShardedModel : public UnitHooks {
   bool valid(int64_t unit) const { return unit >= 0 && unit < static_cast<int64_t>(units_.size()); }
 
   Communicator& dp_;
+  torch::Device compute_;
+  bool offloaded_;  // shards on the host, computing on a device
   bool reshard_after_forward_;
   bool tied_;
   std::vector<Param> params_;

@@ -18,6 +18,7 @@ ParallelRun::ParallelRun(const World& world, const ParallelSettings& p, torch::D
       zero_(p.zero),
       reshard_after_forward_(p.reshard_after_forward),
       gather_bf16_(p.gather_dtype == GatherDtype::kBf16),
+      offload_params_(p.offload_params && device.is_cuda()),
       bucket_mb_(p.bucket_mb),
       schedule_(p.pp_schedule),
       pp_microbatches_(p.pp_microbatches) {}
@@ -63,9 +64,12 @@ std::string ParallelRun::describe() const {
   if (fully_sharded_)
     s += fmt::format(
         "; ZeRO-3: this rank holds 1/{} of the rows of each of the {} parameter tensors ({:.1f}% of "
-        "the values), each unit's weights gathered only while in use{}{}",
+        "the values), each unit's weights gathered only while in use{}{}{}",
         groups_.dp()->size(), named_.size(), 100.0 / groups_.dp()->size(),
-        reshard_after_forward_ ? "" : " (kept from forward to backward)", gather_bf16_ ? ", in bf16" : "");
+        reshard_after_forward_ ? "" : " (kept from forward to backward)", gather_bf16_ ? ", in bf16" : "",
+        offload_params_ ? "; the shards (pinned), their gradients and the optimizer state in host memory, the "
+                          "update on the CPU (parallel.offload_params)"
+                        : "");
   else if (zero_active())
     s += fmt::format("; ZeRO-{}: this rank updates {} of {} parameter tensors ({:.1f}% of the values){}", zero_,
                      mine_tensors, params_.size(), 100.0 * static_cast<double>(mine) / std::max<int64_t>(1, total),
@@ -110,9 +114,9 @@ void ParallelRun::attach(Gpt& model, const std::vector<NamedTensor>& named_param
   if (fully_shards()) {
     // Rank 0 of the dp group decides the weights, as below; then each rank keeps its rows.
     broadcast_parameters(*groups_.dp(), named_params);
-    fully_sharded_ = std::make_shared<FullyShardedModel>(
-        *groups_.dp(), model, named_params, device_, reshard_after_forward_,
-        gather_bf16_ ? std::optional<torch::ScalarType>(torch::kBFloat16) : std::nullopt);
+    ShardPlacement place{device_, offload_params_ ? torch::Device(torch::kCPU) : device_, reshard_after_forward_,
+                         gather_bf16_ ? std::optional<torch::ScalarType>(torch::kBFloat16) : std::nullopt};
+    fully_sharded_ = std::make_shared<FullyShardedModel>(*groups_.dp(), model, named_params, place);
     model->unit_hooks = fully_sharded_;
     named_ = fully_sharded_->shards();
     std::vector<NamedTensor> trainable;
@@ -245,8 +249,7 @@ torch::Tensor ParallelRun::pipeline_step(Gpt& model, const std::vector<Batch>& m
   o.total_targets = global_targets;
   o.precision = &precision;
   o.before_backward = backward_hook();
-  const torch::Device device = model->transformer->ln_f->weight.device();
-  o.memory_in_use = [device] { return memory_in_use_bytes(device); };
+  o.memory_in_use = [device = device_] { return memory_in_use_bytes(device); };
   const bool recut = pp_microbatches_ > 0 && pp_microbatches_ != static_cast<int64_t>(micro.size());
   const std::vector<Batch> parts = recut ? split_micro_batches(micro, pp_microbatches_) : micro;
   micro_batches_ = static_cast<int64_t>(parts.size());

@@ -163,7 +163,8 @@ class ParallelRun {
   torch::Device device_;  // the run's: where training computes
   int64_t zero_;
   bool reshard_after_forward_;
-  bool gather_bf16_;  // parallel.gather_dtype resolved to bf16
+  bool gather_bf16_;     // parallel.gather_dtype resolved to bf16
+  bool offload_params_;  // ZeRO-3 on CUDA: the shards on the host (parallel.offload_params)
   double bucket_mb_;
   std::vector<TensorShard> split_;
   PipelineSchedule schedule_;

@@ -11,6 +11,12 @@ constexpr int kActivationTag = 21, kGradientTag = 22;
 
 bool starts_with(const std::string& s, const std::string& p) { return s.compare(0, p.size(), p) == 0; }
 
+// A tensor of the residual stream's dtype and device: the first norm the stage runs. (The final norm
+// is the last stage's: under ZeRO-3 the other stages leave theirs on the host, in the weights' dtype.)
+const torch::Tensor& stream_like(Gpt& model, const StageLayers& stage) {
+  return (*model->transformer->h)[static_cast<size_t>(stage.first)]->as<Block>()->ln_1->weight;
+}
+
 // The residual stream and its gradient between neighbouring stages, through
 // the communicator's device (the CPU for Gloo when the model is on a GPU).
 // Sends never wait: their tensors stay alive until finish().
@@ -55,8 +61,8 @@ class StageRunner {
       : model_(model), link_(pp), micro_(micro), o_(o), held_(micro.size()) {
     stage_ = pp.rank();
     stages_ = pp.size();
-    dtype_ = model->transformer->ln_f->weight.scalar_type();  // the residual stream's (autocast keeps it)
-    device_ = model->transformer->ln_f->weight.device();
+    dtype_ = stream_like(model, o.stage).scalar_type();  // the residual stream's (autocast keeps it)
+    device_ = stream_like(model, o.stage).device();
     if (o.memory_in_use) memory_start_ = o.memory_in_use();
   }
 
@@ -199,22 +205,22 @@ double pipeline_eval_loss_sum(Gpt& model, Communicator& pp, const std::vector<Ba
   const bool was_training = model->is_training();
   model->eval();
   const bool first = pp.rank() == 0, last = pp.rank() == pp.size() - 1;
-  const torch::Tensor& ln_f = model->transformer->ln_f->weight;  // the residual stream's dtype and device
+  const torch::Tensor& stream = stream_like(model, stage);
   StageLink link(pp);
-  torch::Tensor loss_sum = torch::zeros({}, torch::TensorOptions().dtype(torch::kDouble).device(ln_f.device()));
+  torch::Tensor loss_sum = torch::zeros({}, torch::TensorOptions().dtype(torch::kDouble).device(stream.device()));
   for (size_t i = 0; i < batches.size(); ++i) {
     const Batch& b = batches[i];
     const std::string what = "evaluation activations of batch " + std::to_string(i);
     torch::Tensor x;
     if (first) {
-      x = model->embed(b.input.to(ln_f.device()));
+      x = model->embed(b.input.to(stream.device()));
     } else {
-      x = torch::empty({b.input.size(0), b.input.size(1), model->cfg.d_model}, ln_f.options());
+      x = torch::empty({b.input.size(0), b.input.size(1), model->cfg.d_model}, stream.options());
       link.receive(x, pp.rank() - 1, kActivationTag, what);
     }
     x = model->run_blocks(x, stage.first, stage.last);
     if (last) {
-      loss_sum += model->head_loss_sum(x, b.target.to(ln_f.device())).to(torch::kDouble);
+      loss_sum += model->head_loss_sum(x, b.target.to(stream.device())).to(torch::kDouble);
     } else {
       link.send(x.contiguous(), pp.rank() + 1, kActivationTag, what);
     }

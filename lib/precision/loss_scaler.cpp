@@ -24,7 +24,16 @@ bool LossScaler::unscale_and_check(const std::vector<torch::Tensor>& params) {
   for (const auto& p : params)
     if (p.grad().defined())
       by_kind[p.grad().device().str() + "/" + c10::toString(p.grad().scalar_type())].push_back(p.grad());
-  for (auto& [_, grads] : by_kind) at::_amp_foreach_non_finite_check_and_unscale_(grads, found_inf_, inv_scale);
+  for (auto& [_, grads] : by_kind) {
+    if (grads.front().device() == found_inf_.device()) {
+      at::_amp_foreach_non_finite_check_and_unscale_(grads, found_inf_, inv_scale);
+      continue;
+    }
+    // Gradients elsewhere (ZeRO-3's offloaded shards on the host) are checked there.
+    torch::Tensor found_there = torch::zeros({1}, found_inf_.options().device(grads.front().device()));
+    at::_amp_foreach_non_finite_check_and_unscale_(grads, found_there, inv_scale.to(found_there.device()));
+    found_inf_.add_(found_there.to(found_inf_.device()));
+  }
   const bool found = found_inf_.item<float>() > 0;
   if (found) ++skipped_;
   return found;

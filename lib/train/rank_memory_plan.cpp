@@ -99,6 +99,10 @@ std::string rank_memory_table(const Settings& s, const Grid& g) {
         "\nZeRO-3 also holds, while a unit is in use, its whole weights (and in backward its whole gradients); with "
         "the "
         "next unit's prefetch, about two units at a time (tied embeddings: the embedding for the whole step).\n";
+  if (zero == 3 && s.parallel.offload_params)
+    out +=
+        "\nparallel.offload_params: on a CUDA run the weights, gradients and optimizer state above are in host memory "
+        "(the weights pinned); the GPU holds only the units in use and the activations.\n";
   return out;
 }
 

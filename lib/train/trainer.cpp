@@ -304,6 +304,8 @@ void Trainer::build_optimizer() {
   }
   if (s_.parallel.offload_optimizer && !cuda && s_.run.device != "cpu")  // (validation warns for "cpu")
     spdlog::warn("parallel.offload_optimizer has no effect on the CPU (the optimizer state is there already)");
+  if (s_.parallel.offload_params && !cuda && s_.run.device != "cpu")
+    spdlog::warn("parallel.offload_params has no effect on the CPU (the shards are there already)");
   optimizer_ = make_optimizer(groups, s_.optim);
   if (FullyShardedModel* sharded = par_->fully_sharded(); sharded && optimizer_->takes_row_sharding())
     optimizer_->set_row_sharding(sharded->row_sharding());  // Adafactor's sums over the ranks' rows

@@ -364,6 +364,24 @@ TEST_CASE("parallel: ZeRO-3 under a pipeline (dp 2 x pp 2) matches 1 process, an
   check_continues(loss1, column(dir.file("back"), "loss"), 10, 1e-5);
 }
 
+TEST_CASE("parallel: ZeRO-3 gathering bf16 under 3 pipeline stages matches 1 process", "[parallel][cli][slow]") {
+  // A middle stage holds neither end: the stream it receives is the blocks' dtype (bf16 gathered),
+  // not that of the final norm it leaves on the host in fp32.
+  TempDir dir;
+  write_file(dir.file("r.yaml"), dp_recipe());
+  const std::vector<std::string> model = {"model.tie_embeddings=false", "model.n_layer=3", "precision.mode=bf16"};
+  auto r1 = train(dir.file("r.yaml"), dir.file("one"), 0, model);
+  INFO(r1.output);
+  REQUIRE(r1.exit_code == 0);
+  std::vector<std::string> sets = model;
+  sets.insert(sets.end(),
+              {"parallel.zero=3", "parallel.pp=3", "train.per_device_batch_size=1", "train.grad_accum_steps=2"});
+  // bf16 gathered weights: ZeRO-3's bf16 bound (5e-3, above).
+  const auto r = train_like_one_process(dir, dir.file("r.yaml"), Variant{"dp2xpp3", sets, 6},
+                                        column(dir.file("one"), "loss"), column(dir.file("one"), "grad_norm"), 5e-3);
+  CHECK_THAT(r.output, Contains("gathered only while in use, in bf16") && Contains("pipeline: stage 0 of 3"));
+}
+
 TEST_CASE(
     "parallel: a ZeRO-3 rank killed while a checkpoint is written (also asynchronously) leaves the last one "
     "whole, and it resumes exactly",
@@ -421,6 +439,13 @@ TEST_CASE("parallel: plan --world-size gives the memory each rank holds, as runs
     CHECK(m["grads_mb"].get<double>() == Approx(planned[1]).margin(0.1));
     CHECK(m["optimizer_state_mb"].get<double>() == Approx(planned[2]).margin(0.1));
   }
+  // parallel.offload_params: the same holdings, in host memory on a CUDA run.
+  const auto offload = run_gputrain({"plan", dir.file("r.yaml"), "--world-size", "2", "--set", "parallel.zero=3",
+                                     "--set", "parallel.offload_params=true"});
+  INFO(offload.output);
+  REQUIRE(offload.exit_code == 0);
+  CHECK_THAT(offload.output, Contains("parallel.offload_params: on a CUDA run the weights, gradients and optimizer "
+                                      "state above are in host memory"));
 }
 
 TEST_CASE("parallel: batch size auto fits each rank's share under ZeRO-3, as plan --world-size says",
@@ -468,6 +493,9 @@ TEST_CASE("parallel: ZeRO-3 refuses what it is not combined with yet, naming the
       {{"parallel.zero=3", "optim.name=adamw8bit"}, "adamw8bit's quantization blocks"},
       {{"parallel.zero=3", "parallel.gather_dtype=bf16"}, "needs bf16 autocast around it"},
       {{"parallel.zero=4"}, "parallel.zero"},
+      // The offloads: each for its own stage.
+      {{"parallel.zero=3", "parallel.offload_optimizer=true"}, "use parallel.offload_params: true"},
+      {{"parallel.zero=2", "parallel.offload_params=true"}, "parallel.offload_params: offloads the weight shards"},
   };
   for (const auto& [sets, message] : cases) {
     std::vector<std::string> args = {"validate", dir.file("r.yaml")};
