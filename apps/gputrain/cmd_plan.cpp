@@ -80,11 +80,12 @@ int cmd_plan(const CommonArgs& a, int world_size) {
   if (world > 1) {
     std::printf("\n%s", grid_table(s, g).c_str());
     std::printf("\n%s", rank_memory_table(s, g).c_str());
-    if (s.parallel.zero == 3 && g.dp() > 1)
-      std::printf(
-          "one rank with micro-batch %lld (its shards, three units' whole tensors, activations, logits): %.1f MiB\n",
-          static_cast<long long>(s.train.per_device_batch_size),
-          rank_step_bytes(s, g, s.train.per_device_batch_size) / (1024.0 * 1024.0));
+    if (s.parallel.zero > 0 && g.dp() > 1)
+      std::printf("one rank with micro-batch %lld (%s, activations, logits): %.1f MiB\n",
+                  static_cast<long long>(s.train.per_device_batch_size),
+                  s.parallel.zero == 3 ? "its shards, three units' whole tensors"
+                                       : "whole weights and gradients, the largest share of the optimizer state",
+                  rank_step_bytes(s, g, s.train.per_device_batch_size) / (1024.0 * 1024.0));
     if (g.pp() > 1) print_pipeline(s, g, plan_memory(s, 1));
   }
   return 0;

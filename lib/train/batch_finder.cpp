@@ -53,7 +53,15 @@ std::string BatchChoice::describe() const {
 
 double rank_step_bytes(const Settings& s, const Grid& g, int64_t batch) {
   const MemoryPlan p = plan_memory(s, batch);
-  if (s.parallel.zero != 3 || g.dp() < 2) return p.total();
+  if (s.parallel.zero == 0 || g.dp() < 2) return p.total();
+  if (s.parallel.zero < 3) {
+    // Whole weights, and every gradient until its bucket is reduced; the optimizer state of the
+    // rank owning the most (whole parameters go to owners, so shares differ).
+    double state = 0;
+    for (int rank = 0; rank < g.dp(); ++rank)
+      for (const RankHoldings& r : plan_rank_memory(s, g, rank)) state = std::max(state, r.optimizer);
+    return p.total() - p.optimizer + state;
+  }
   double held = 0;  // the fullest pipeline stage's
   for (const RankHoldings& r : plan_rank_memory(s, g))
     held = std::max(held, r.weights + r.gradients + r.optimizer + 3 * r.largest_unit);

@@ -25,7 +25,7 @@ bool split_by_tp(const std::string& name) {
 
 }  // namespace
 
-std::vector<RankHoldings> plan_rank_memory(const Settings& s, const Grid& g) {
+std::vector<RankHoldings> plan_rank_memory(const Settings& s, const Grid& g, int dp_rank) {
   const ModelSettings& m = s.model;
   const auto stages = split_stages(m, g.pp());
   const double bytes = s.precision.mode == PrecisionMode::kBf16Pure ? 2 : 4;
@@ -58,6 +58,8 @@ std::vector<RankHoldings> plan_rank_memory(const Settings& s, const Grid& g) {
     // group and experts over their replicas, in gradient order; rank 0 owns the first run.
     for (const bool experts : {false, true}) {
       const int replicas = experts ? g.dp() / g.ep() : g.dp();
+      // An expert's replicas are every ep-th dp rank (the same place in each run of ep ranks).
+      const int owner = experts ? dp_rank / g.ep() : dp_rank;
       std::vector<const Held*> group;
       for (auto it = held.rbegin(); it != held.rend(); ++it)
         if (it->expert == experts) group.push_back(&*it);
@@ -67,7 +69,7 @@ std::vector<RankHoldings> plan_rank_memory(const Settings& s, const Grid& g) {
       const std::vector<int> owners = partition_contiguous(sizes, replicas);
       size_t next = 0;
       for (const Held* h : group) {
-        const bool owned = h->trainable && owners[next++] == 0;
+        const bool owned = h->trainable && owners[next++] == owner;
         r.weights += h->numel * bytes / (zero == 3 ? replicas : 1);
         if (!h->trainable) continue;
         const double grads = h->numel * bytes, state = h->state;

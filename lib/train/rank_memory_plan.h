@@ -18,8 +18,8 @@ struct RankHoldings {
   double largest_unit = 0;
 };
 
-// One entry per pipeline stage, for its dp rank 0 and tp rank 0.
-std::vector<RankHoldings> plan_rank_memory(const Settings& s, const Grid& g);
+// One entry per pipeline stage, for its dp rank `dp_rank` (ZeRO-1/2 owners differ) and tp rank 0.
+std::vector<RankHoldings> plan_rank_memory(const Settings& s, const Grid& g, int dp_rank = 0);
 
 // A Markdown table of plan_rank_memory in MiB, with a line on how it is counted.
 std::string rank_memory_table(const Settings& s, const Grid& g);

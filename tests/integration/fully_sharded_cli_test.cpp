@@ -61,7 +61,10 @@ TEST_CASE("parallel: ZeRO-3 with 2 and 4 processes matches 1 process, and each r
         loss = column(dir.file("one-fp16"), "loss");
         norm = column(dir.file("one-fp16"), "grad_norm");
       }
-      const auto r = train_like_one_process(dir, dir.file("r.yaml"), v, loss, norm, 1e-5);
+      // fp16 rounds each rank's products on its own: 2 processes of plain data parallelism differ from
+      // one by 1.5e-5 in the gradient norm on an AVX-512 machine (2026-11-26), ZeRO-3 by 1.7e-5.
+      const double tolerance = std::string(v.name) == "fp16" ? 5e-5 : 1e-5;
+      const auto r = train_like_one_process(dir, dir.file("r.yaml"), v, loss, norm, tolerance);
       CHECK_THAT(r.output, Contains("ZeRO-3: this rank holds 1/" + std::to_string(v.nproc)));
       const auto s = read_json(dir.file(v.name) + "/summary.json");
       CHECK(s["tokens"] == read_json(dir.file("one") + "/summary.json")["tokens"]);
@@ -159,8 +162,11 @@ TEST_CASE("parallel: Adafactor under ZeRO-3 sums its statistics over the ranks' 
       INFO(r1.output);
       REQUIRE(r1.exit_code == 0);
       sharded.insert(sharded.end(), {"train.per_device_batch_size=2", "parallel.zero=3", "checkpoint.every=10"});
+      // The mixture's gradient norms: 3 processes of plain data parallelism differ from one by 1.3e-5
+      // on an AVX-512 machine (2026-11-26), ZeRO-3 by 1.8e-5.
+      const double tolerance = std::string(name) == "moe" ? 5e-5 : 1e-5;
       const auto r = train_like_one_process(dir, dir.file("r.yaml"), Variant{name, sharded, 3}, column(one, "loss"),
-                                            column(one, "grad_norm"), 1e-5);
+                                            column(one, "grad_norm"), tolerance);
       CHECK_THAT(r.output, Contains("ZeRO-3: this rank holds 1/3"));
       // Its checkpoint (each rank's rows of the row statistics; the column statistics whole) resumes
       // on 1 process and on 2 ranks, and the 1-process checkpoint on 3 ranks.
@@ -448,7 +454,7 @@ TEST_CASE("parallel: plan --world-size gives the memory each rank holds, as runs
                                       "state above are in host memory"));
 }
 
-TEST_CASE("parallel: batch size auto fits each rank's share under ZeRO-3, as plan --world-size says",
+TEST_CASE("parallel: batch size auto fits each rank's share under ZeRO-1 and 3, as plan --world-size says",
           "[parallel][cli]") {
   TempDir dir;
   // Weights and optimizer state outweigh one sequence's activations: ZeRO-3's halves leave room for more.
@@ -463,7 +469,7 @@ TEST_CASE("parallel: batch size auto fits each rank's share under ZeRO-3, as pla
                  "log_every: 1}\n"
                  "metrics: {progress: off}\n");
   std::map<int, int> chosen;
-  for (const int zero : {0, 3}) {
+  for (const int zero : {0, 1, 3}) {
     const std::string z = "parallel.zero=" + std::to_string(zero);
     const auto plan = run_gputrain({"plan", dir.file("r.yaml"), "--world-size", "2", "--set", z});
     INFO(plan.output);
@@ -475,12 +481,15 @@ TEST_CASE("parallel: batch size auto fits each rank's share under ZeRO-3, as pla
     chosen[zero] = s["per_device_batch_size"].get<int>();
     CHECK(chosen[zero] * s["grad_accum_steps"].get<int>() == 16);  // each rank's half of the global batch
     CHECK_THAT(plan.output, Contains("micro-batch " + std::to_string(chosen[zero]) + " x seq_len 32"));
-    if (zero == 3) CHECK_THAT(plan.output, Contains("one rank with micro-batch 8 ("));
+    if (zero > 0) CHECK_THAT(plan.output, Contains("one rank with micro-batch " + std::to_string(chosen[zero]) + " ("));
   }
+  // ZeRO-1 halves the optimizer state (whole weights and gradients stay); ZeRO-3 halves everything.
   CHECK(chosen[0] == 2);
+  CHECK(chosen[1] == 4);
   CHECK(chosen[3] == 8);
   // Other micro-batches, the same global batches: the same training.
-  CHECK(max_abs_diff(column(dir.file("parallel.zero=0"), "loss"), column(dir.file("parallel.zero=3"), "loss")) < 1e-5);
+  for (const char* z : {"parallel.zero=1", "parallel.zero=3"})
+    CHECK(max_abs_diff(column(dir.file("parallel.zero=0"), "loss"), column(dir.file(z), "loss")) < 1e-5);
 }
 
 TEST_CASE("parallel: ZeRO-3 refuses what it is not combined with yet, naming the key and the fix", "[parallel][cli]") {
