@@ -6,11 +6,10 @@
 
 #include <unistd.h>
 
-#include <algorithm>
-#include <cmath>
 #include <string>
 #include <vector>
 
+#include "metric_columns.h"
 #include "test_util.h"
 
 using namespace gputrain::test;
@@ -53,21 +52,6 @@ CommandResult train(const TempDir& dir, const std::string& out, int nproc, const
                     "cat " +
                     shell_quoted(out) + ".rank*.log; exit $rc";
   return run_shell(cmd);
-}
-
-std::vector<double> column(const std::string& out, const char* key) {
-  std::vector<double> v;
-  for (const auto& r : read_jsonl(out + "/metrics.jsonl"))
-    v.push_back(r[key].is_null() ? std::nan("") : r[key].get<double>());
-  return v;
-}
-
-// Over the first `steps` steps (0: all).
-double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b, size_t steps = 0) {
-  REQUIRE(a.size() == b.size());
-  double m = 0;
-  for (size_t i = 0; i < a.size() && (steps == 0 || i < steps); ++i) m = std::max(m, std::abs(a[i] - b[i]));
-  return m;
 }
 
 // Trains `sets` as one process and as `nproc` ranks with `sharded` added; returns the largest per-step

@@ -6,7 +6,6 @@
 #include <signal.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -37,26 +36,6 @@ CommandResult train(const std::string& recipe, const std::string& out, int nproc
   if (nproc > 0) args.insert(args.end(), {"--nproc-per-node", std::to_string(nproc)});
   for (const auto& s : sets) args.insert(args.end(), {"--set", s});
   return run_gputrain(args);
-}
-
-std::vector<double> column(const std::string& out, const char* key) {
-  std::vector<double> v;
-  for (const auto& r : read_jsonl(out + "/metrics.jsonl"))
-    v.push_back(r[key].is_null() ? std::nan("") : r[key].get<double>());
-  return v;
-}
-
-double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b) {
-  REQUIRE(a.size() == b.size());
-  double m = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (std::isnan(a[i]) || std::isnan(b[i])) {  // a skipped step's gradient norm: skipped on both sides
-      if (std::isnan(a[i]) != std::isnan(b[i])) return INFINITY;
-      continue;
-    }
-    m = std::max(m, std::abs(a[i] - b[i]));
-  }
-  return m;
 }
 
 // Trains `v` into dir/<name> and checks its per-step losses and gradient

@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "metric_columns.h"
 #include "test_util.h"
 
 namespace gputrain::test {
@@ -13,12 +14,6 @@ std::string dp_recipe();
 
 // `gputrain run` of `recipe` into `out` with `sets` (--set), through the launcher when nproc > 0.
 CommandResult train(const std::string& recipe, const std::string& out, int nproc, const std::vector<std::string>& sets);
-
-// One key of every metrics.jsonl line (NaN where it is null: a skipped step's gradient norm).
-std::vector<double> column(const std::string& out, const char* key);
-
-// The largest difference; NaN on both sides counts as equal, on one side as infinite.
-double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b);
 
 // A multi-process run to compare with one process: its recipe overrides and process count.
 struct Variant {
