@@ -105,7 +105,8 @@ void FullyShardedModel::start_gather(int64_t unit) {
     std::vector<torch::Tensor> mine;
     for (size_t i : pack.params) mine.push_back(params_[i].shard.detach().reshape({-1}));
     pack.gather_in = torch::cat(mine).to(params_[pack.params.front()].whole.scalar_type());
-    // Offloaded: through pinned memory, so the copy runs while the device computes the unit before.
+    // Offloaded: through pinned memory, so the host queues the copy without waiting for it (it runs
+    // on the compute stream, after the kernels queued before it).
     if (offloaded_) pack.gather_in = pack.gather_in.pin_memory().to(compute_, /*non_blocking=*/true);
     pack.gather_out = torch::empty({dp_.size() * pack.numel}, pack.gather_in.options());
     pack.gathering = dp_.all_gather(pack.gather_out, pack.gather_in, "gathering unit " + std::to_string(unit));

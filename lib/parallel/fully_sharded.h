@@ -29,7 +29,7 @@ namespace gputrain {
 struct ShardPlacement {
   torch::Device compute;  // units are gathered to it and computed on it
   // The shards, their gradients and so the optimizer state: `compute`, or the host for
-  // parallel.offload_params (pinned, so the copies to the device run beside compute).
+  // parallel.offload_params (pinned, so the host does not wait for the copies to the device).
   torch::Device shards;
   bool reshard_after_forward = true;
   // Defined (bf16 under autocast): units are gathered and computed in it; the model's parameters

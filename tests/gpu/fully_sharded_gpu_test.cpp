@@ -9,25 +9,19 @@
 #include <string>
 #include <vector>
 
-#include "metric_columns.h"
+#include "run_comparison.h"
 #include "test_util.h"
 
 using namespace gputrain::test;
 
 namespace {
 
-// dp_recipe's model and text (tests/integration/parallel_runs.cpp), on CUDA in fp32.
+// dp_recipe on CUDA, in fp32.
 std::string recipe() {
-  return "run: {name: zero3-gpu, device: cuda}\n"
-         "model: {vocab_size: 256, seq_len: 32, n_layer: 2, n_head: 2, d_model: 32, dropout: 0.0}\n"
-         "data:\n"
-         "  train: {format: text, path: " +
-         shared_data("tinyshakespeare.txt") +
-         ", span: [0.0, 0.01]}\n"
-         "train: {per_device_batch_size: 4, max_steps: 20, log_every: 1}\n"
-         "optim: {lr: 3e-3, schedule: {warmup_steps: 2, decay_steps: 20}}\n"
-         "precision: {mode: fp32}\n"
-         "metrics: {progress: off}\n";
+  std::string r = dp_recipe();
+  const std::string run = "run: {name: dp, threads: 1}";
+  REQUIRE(r.find(run) == 0);
+  return r.replace(0, run.size(), "run: {name: zero3-gpu, device: cuda, threads: 1}") + "precision: {mode: fp32}\n";
 }
 
 std::string sets_of(const std::vector<std::string>& sets) {

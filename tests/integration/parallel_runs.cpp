@@ -17,19 +17,6 @@ namespace fs = std::filesystem;
 
 namespace gputrain::test {
 
-// Real text, no dropout: 1 and 2 processes must see the same numbers.
-std::string dp_recipe() {
-  return "run: {name: dp, threads: 1}\n"
-         "model: {vocab_size: 256, seq_len: 32, n_layer: 2, n_head: 2, d_model: 32, dropout: 0.0}\n"
-         "data:\n"
-         "  train: {format: text, path: " +
-         shared_data("tinyshakespeare.txt") +
-         ", span: [0.0, 0.01]}\n"
-         "train: {per_device_batch_size: 4, max_steps: 20, log_every: 1}\n"
-         "optim: {lr: 3e-3, schedule: {warmup_steps: 2, decay_steps: 20}}\n"
-         "metrics: {progress: off}\n";
-}
-
 CommandResult train(const std::string& recipe, const std::string& out, int nproc,
                     const std::vector<std::string>& sets) {
   std::vector<std::string> args = {"run", recipe, "--output-dir", out};

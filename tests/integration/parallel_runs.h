@@ -4,13 +4,10 @@
 #include <string>
 #include <vector>
 
-#include "metric_columns.h"
+#include "run_comparison.h"
 #include "test_util.h"
 
 namespace gputrain::test {
-
-// Real text, no dropout: 1 and 2 processes must see the same numbers.
-std::string dp_recipe();
 
 // `gputrain run` of `recipe` into `out` with `sets` (--set), through the launcher when nproc > 0.
 CommandResult train(const std::string& recipe, const std::string& out, int nproc, const std::vector<std::string>& sets);

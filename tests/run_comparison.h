@@ -1,10 +1,14 @@
-// Runs' metrics.jsonl read as columns, to compare runs step by step (both test suites).
+// Comparing runs step by step (both test suites): the small recipe they share, and their
+// metrics.jsonl read as columns.
 #pragma once
 #include <cstddef>
 #include <string>
 #include <vector>
 
 namespace gputrain::test {
+
+// Real text, no dropout: 1 and N processes must see the same numbers.
+std::string dp_recipe();
 
 // One key of every metrics.jsonl line (NaN where it is null: a skipped step's gradient norm).
 std::vector<double> column(const std::string& out, const char* key);

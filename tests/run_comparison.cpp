@@ -1,4 +1,4 @@
-#include "metric_columns.h"
+#include "run_comparison.h"
 
 #include <catch2/catch.hpp>
 
@@ -8,6 +8,18 @@
 #include "test_util.h"
 
 namespace gputrain::test {
+
+std::string dp_recipe() {
+  return "run: {name: dp, threads: 1}\n"
+         "model: {vocab_size: 256, seq_len: 32, n_layer: 2, n_head: 2, d_model: 32, dropout: 0.0}\n"
+         "data:\n"
+         "  train: {format: text, path: " +
+         shared_data("tinyshakespeare.txt") +
+         ", span: [0.0, 0.01]}\n"
+         "train: {per_device_batch_size: 4, max_steps: 20, log_every: 1}\n"
+         "optim: {lr: 3e-3, schedule: {warmup_steps: 2, decay_steps: 20}}\n"
+         "metrics: {progress: off}\n";
+}
 
 std::vector<double> column(const std::string& out, const char* key) {
   std::vector<double> v;
