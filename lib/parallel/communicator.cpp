@@ -239,18 +239,19 @@ PendingCollective Communicator::all_reduce_sum(torch::Tensor& t, const std::stri
   GPUTRAIN_LAUNCH(what, impl_->backend->allreduce(v, c10d::AllreduceOptions{}));
 }
 
-void Communicator::all_reduce_sum_now(torch::Tensor& t, const std::string& what) {
-  if (t.device().type() == tensor_device().type()) return all_reduce_sum(t, what).wait();
+void Communicator::run_now(torch::Tensor& t, const std::function<PendingCollective(torch::Tensor&)>& collective) {
+  if (t.device().type() == tensor_device().type()) return collective(t).wait();
   torch::Tensor staged = t.to(tensor_device());
-  all_reduce_sum(staged, what).wait();
+  collective(staged).wait();
   t.copy_(staged);
 }
 
+void Communicator::all_reduce_sum_now(torch::Tensor& t, const std::string& what) {
+  run_now(t, [&](torch::Tensor& x) { return all_reduce_sum(x, what); });
+}
+
 void Communicator::broadcast_now(torch::Tensor& t, int root, const std::string& what) {
-  if (t.device().type() == tensor_device().type()) return broadcast(t, root, what).wait();
-  torch::Tensor staged = t.to(tensor_device());
-  broadcast(staged, root, what).wait();
-  t.copy_(staged);
+  run_now(t, [&](torch::Tensor& x) { return broadcast(x, root, what); });
 }
 
 PendingCollective Communicator::reduce_sum(torch::Tensor& t, int root, const std::string& what) {

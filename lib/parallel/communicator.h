@@ -13,6 +13,7 @@
 #include <torch/types.h>
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -90,6 +91,8 @@ class Communicator {
   Communicator(std::shared_ptr<Shared> shared, const World& world, std::vector<int> ranks, std::string name,
                CommBackend backend, torch::Device device, double timeout_s);
   void connect();  // this group's backend (backend_, device_) over the shared store
+  // Runs `collective` on `t` and waits, through a copy on tensor_device() when `t` is elsewhere.
+  void run_now(torch::Tensor& t, const std::function<PendingCollective(torch::Tensor&)>& collective);
   std::shared_ptr<Shared> shared_;
   std::unique_ptr<Impl> impl_;
   World world_;

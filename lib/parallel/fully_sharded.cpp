@@ -73,8 +73,8 @@ FullyShardedModel::FullyShardedModel(Communicator& dp, Gpt& model, const std::ve
       q.shard.set_requires_grad(p.requires_grad());
       // The parameter moves to the device, in the dtype units are computed in (floating weights
       // under a gather dtype), without its memory: a gather fills it.
-      const auto& gather_dtype = place.gather_dtype;
-      const torch::ScalarType dtype = gather_dtype && p.is_floating_point() ? *gather_dtype : p.scalar_type();
+      const torch::ScalarType dtype =
+          place.gather_dtype && p.is_floating_point() ? *place.gather_dtype : p.scalar_type();
       if (p.device() != compute_ || p.scalar_type() != dtype)
         q.whole.set_data(torch::empty(p.sizes(), p.options().device(compute_).dtype(dtype)));
       free_storage(q.whole);

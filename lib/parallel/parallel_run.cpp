@@ -223,8 +223,7 @@ int64_t ParallelRun::global_targets(int64_t local_targets) {
   if (!distributed()) return local_targets;
   // The tp ranks and pipeline stages of a replica read the same batch: its first one counts it.
   auto t = torch::tensor({groups_.coord().tp == 0 && groups_.coord().pp == 0 ? local_targets : 0},
-                         torch::TensorOptions().dtype(torch::kLong))
-               .to(groups_.world_comm()->tensor_device());
+                         torch::TensorOptions().dtype(torch::kLong));
   groups_.world_comm()->all_reduce_sum_now(t, "sum of the step's target tokens");
   return t.item<int64_t>();
 }
@@ -286,7 +285,7 @@ double ParallelRun::pipeline_evaluate(Gpt& model, const std::vector<Batch>& batc
   for (const auto& b : batches) count += b.target_count;
   // The last stage has the sum; one of its ranks (dp 0, tp 0) tells the world (rank 0 writes the metrics).
   const bool speaks = stage_.has_head && groups_.coord().dp == 0 && groups_.coord().tp == 0;
-  auto t = torch::tensor({speaks ? sum : 0.0}, torch::kDouble).to(groups_.world_comm()->tensor_device());
+  auto t = torch::tensor({speaks ? sum : 0.0}, torch::kDouble);
   groups_.world_comm()->all_reduce_sum_now(t, "sum of the pipeline's evaluation loss");
   return t.item<double>() / static_cast<double>(std::max<int64_t>(count, 1));
 }
@@ -354,16 +353,13 @@ std::vector<RankMemory> ParallelRun::memory_per_rank(const Optimizer& optimizer)
   int64_t weights = 0;
   for (const auto& p : params_) weights += static_cast<int64_t>(p.tensor.nbytes());
   const double mib = 1024.0 * 1024.0;
-  const torch::Device dev = distributed() ? groups_.world_comm()->tensor_device() : torch::Device(torch::kCPU);
-  torch::Tensor table =
-      torch::zeros({groups_.world().size, 5}, torch::TensorOptions().dtype(torch::kDouble).device(dev));
+  torch::Tensor table = torch::zeros({groups_.world().size, 5}, torch::TensorOptions().dtype(torch::kDouble));
   table[groups_.world().rank][0] = static_cast<double>(weights) / mib;
   table[groups_.world().rank][1] = static_cast<double>(grad_bytes_) / mib;
   table[groups_.world().rank][2] = static_cast<double>(optimizer.state_bytes()) / mib;
   table[groups_.world().rank][3] = static_cast<double>(pipeline_stats_.peak_micro_batches_held);
   table[groups_.world().rank][4] = static_cast<double>(pipeline_stats_.peak_memory_bytes) / mib;
   if (distributed()) groups_.world_comm()->all_reduce_sum_now(table, "gathering per-rank memory for the summary");
-  table = table.cpu();
   std::vector<RankMemory> out;
   for (int r = 0; r < groups_.world().size; ++r) {
     RankMemory m;

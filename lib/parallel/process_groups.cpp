@@ -37,16 +37,14 @@ ProcessGroups::~ProcessGroups() = default;
 
 std::vector<double> ProcessGroups::sum_over_world(std::vector<double> values, const std::string& what) const {
   if (!distributed()) return values;
-  torch::Tensor t =
-      torch::tensor(values, torch::TensorOptions().dtype(torch::kDouble)).to(world_comm_->tensor_device());
+  torch::Tensor t = torch::tensor(values, torch::TensorOptions().dtype(torch::kDouble));
   world_comm_->all_reduce_sum_now(t, what);
-  t = t.cpu();
   return std::vector<double>(t.data_ptr<double>(), t.data_ptr<double>() + t.numel());
 }
 
 bool ProcessGroups::any_rank(bool flag, const std::string& what) const {
   if (!distributed()) return flag;
-  auto t = torch::tensor({flag ? 1 : 0}, torch::TensorOptions().dtype(torch::kInt)).to(world_comm_->tensor_device());
+  auto t = torch::tensor({flag ? 1 : 0}, torch::TensorOptions().dtype(torch::kInt));
   world_comm_->all_reduce_sum_now(t, what);
   return t.item<int>() > 0;
 }

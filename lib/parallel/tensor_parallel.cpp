@@ -16,10 +16,8 @@ Communicator& group_of(AutogradContext* ctx) { return group_from_handle(ctx->sav
 
 torch::Tensor all_reduced(const torch::Tensor& t, Communicator& group, const char* what) {
   torch::Tensor out = t.contiguous().clone();
-  const torch::Device home = out.device(), wire = group.tensor_device();
-  torch::Tensor buf = home == wire ? out : out.to(wire);
-  group.all_reduce_sum_now(buf, what);
-  return home == wire ? buf : buf.to(home);
+  group.all_reduce_sum_now(out, what);
+  return out;
 }
 
 struct CopyToGroup : torch::autograd::Function<CopyToGroup> {

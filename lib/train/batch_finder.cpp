@@ -58,8 +58,7 @@ double rank_step_bytes(const Settings& s, const Grid& g, int64_t batch) {
     // Whole weights, and every gradient until its bucket is reduced; the optimizer state of the
     // rank owning the most (whole parameters go to owners, so shares differ).
     double state = 0;
-    for (int rank = 0; rank < g.dp(); ++rank)
-      for (const RankHoldings& r : plan_rank_memory(s, g, rank)) state = std::max(state, r.optimizer);
+    for (const RankHoldings& r : plan_rank_memory(s, g)) state = std::max(state, r.largest_optimizer);
     return p.total() - p.optimizer + state;
   }
   double held = 0;  // the fullest pipeline stage's

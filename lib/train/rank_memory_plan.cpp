@@ -25,7 +25,7 @@ bool split_by_tp(const std::string& name) {
 
 }  // namespace
 
-std::vector<RankHoldings> plan_rank_memory(const Settings& s, const Grid& g, int dp_rank) {
+std::vector<RankHoldings> plan_rank_memory(const Settings& s, const Grid& g) {
   const ModelSettings& m = s.model;
   const auto stages = split_stages(m, g.pp());
   const double bytes = s.precision.mode == PrecisionMode::kBf16Pure ? 2 : 4;
@@ -56,10 +56,10 @@ std::vector<RankHoldings> plan_rank_memory(const Settings& s, const Grid& g, int
     for (const auto& [unit, b] : units) r.largest_unit = std::max(r.largest_unit, b);
     // ZeRO-1/2 give whole parameters to owners (parallel/data_parallel.h), dense ones over the dp
     // group and experts over their replicas, in gradient order; rank 0 owns the first run.
+    std::vector<double> owned_state[2];  // [experts][owner]: the optimizer state each owner holds
     for (const bool experts : {false, true}) {
       const int replicas = experts ? g.dp() / g.ep() : g.dp();
-      // An expert's replicas are every ep-th dp rank (the same place in each run of ep ranks).
-      const int owner = experts ? dp_rank / g.ep() : dp_rank;
+      owned_state[experts].assign(static_cast<size_t>(replicas), 0.0);
       std::vector<const Held*> group;
       for (auto it = held.rbegin(); it != held.rend(); ++it)
         if (it->expert == experts) group.push_back(&*it);
@@ -69,14 +69,23 @@ std::vector<RankHoldings> plan_rank_memory(const Settings& s, const Grid& g, int
       const std::vector<int> owners = partition_contiguous(sizes, replicas);
       size_t next = 0;
       for (const Held* h : group) {
-        const bool owned = h->trainable && owners[next++] == owner;
+        const int owner = h->trainable ? owners[next++] : -1;
+        const bool owned = owner == 0;
         r.weights += h->numel * bytes / (zero == 3 ? replicas : 1);
         if (!h->trainable) continue;
         const double grads = h->numel * bytes, state = h->state;
         r.gradients += zero == 3 ? grads / replicas : zero == 2 ? (owned ? grads : 0) : grads;
         r.optimizer += zero == 3 ? state / replicas : zero >= 1 ? (owned ? state : 0) : state;
+        owned_state[experts][static_cast<size_t>(owner)] += state;
       }
     }
+    r.largest_optimizer = r.optimizer;
+    // ZeRO-1/2: dp rank d owns dense run d and its experts' run d / ep (an expert's replicas are
+    // every ep-th dp rank, the same place in each run of ep ranks).
+    if (zero == 1 || zero == 2)
+      for (int d = 0; d < g.dp(); ++d)
+        r.largest_optimizer = std::max(r.largest_optimizer, owned_state[0][static_cast<size_t>(d)] +
+                                                                owned_state[1][static_cast<size_t>(d / g.ep())]);
   }
   return out;
 }

@@ -16,10 +16,12 @@ struct RankHoldings {
   double weights = 0, gradients = 0, optimizer = 0;  // bytes held between steps
   // ZeRO-3: the largest unit's whole weights (embeddings, a block or the head), gathered while in use.
   double largest_unit = 0;
+  // The most optimizer state any dp rank of the stage holds (ZeRO-1/2 owners differ; else `optimizer`).
+  double largest_optimizer = 0;
 };
 
-// One entry per pipeline stage, for its dp rank `dp_rank` (ZeRO-1/2 owners differ) and tp rank 0.
-std::vector<RankHoldings> plan_rank_memory(const Settings& s, const Grid& g, int dp_rank = 0);
+// One entry per pipeline stage, for its dp rank 0 and tp rank 0 (and the largest optimizer share).
+std::vector<RankHoldings> plan_rank_memory(const Settings& s, const Grid& g);
 
 // A Markdown table of plan_rank_memory in MiB, with a line on how it is counted.
 std::string rank_memory_table(const Settings& s, const Grid& g);
