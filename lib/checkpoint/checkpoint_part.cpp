@@ -1,7 +1,7 @@
 #include "checkpoint/checkpoint_part.h"
 
 #include <functional>
-#include <set>
+#include <utility>
 
 #include "parallel/expert_parallel.h"
 #include "parallel/fully_sharded.h"
@@ -9,19 +9,20 @@
 namespace gputrain {
 namespace {
 
-// Each entry's own rows (those holding none are left out): ZeRO-3's shards without their padding.
-// `parameter_of` names the parameter whose rows an entry follows, or "" (every rank holds it whole).
-void keep_own_rows(const FullyShardedModel& sharded, std::vector<NamedTensor>& entries,
-                   std::map<std::string, RowSlice>& rows,
-                   const std::function<std::string(const std::string&)>& parameter_of) {
+// Each entry's own part (those holding none are left out): ZeRO-3's shards without their padding,
+// recorded in `rows` or `blocks` by how the entry follows its parameter (`layout_of`: the
+// parameter and the layout, kWhole for an entry every rank holds whole).
+void keep_own_parts(const FullyShardedModel& sharded, std::vector<NamedTensor>& entries,
+                    std::map<std::string, RowSlice>& rows, std::map<std::string, RowSlice>* blocks,
+                    const std::function<std::pair<std::string, StateLayout>(const std::string&)>& layout_of) {
   std::vector<NamedTensor> kept;
   for (auto& e : entries) {
-    const std::string parameter = parameter_of(e.name);
-    const auto piece = parameter.empty() ? std::nullopt : sharded.own_rows(parameter, e.tensor);
+    const auto [parameter, layout] = layout_of(e.name);
+    const auto piece = sharded.own_rows(parameter, e.tensor, layout);
     if (!piece) {
       kept.push_back(std::move(e));  // a step counter, column statistics: every rank holds them whole
     } else if (piece->rows.size(0) > 0) {
-      rows[e.name] = piece->slice;
+      (layout == StateLayout::kBlocks ? *blocks : rows)[e.name] = piece->slice;
       kept.push_back({e.name, piece->rows});
     }
   }
@@ -42,10 +43,13 @@ CheckpointPart checkpoint_part(const ParallelRun& par, const Optimizer& optimize
   if (const FullyShardedModel* sharded = par.fully_sharded()) {
     out.model = par.weights();
     out.optimizer = std::move(state);
-    const std::set<std::string> follows_rows = optimizer.state_following_rows();
-    keep_own_rows(*sharded, out.model, out.model_rows, [](const std::string& name) { return name; });
-    keep_own_rows(*sharded, out.optimizer, out.optimizer_rows, [&](const std::string& name) {
-      return follows_rows.count(name) ? name.substr(0, name.rfind('.')) : std::string();
+    const std::map<std::string, StateLayout> layouts = optimizer.state_following_parameters();
+    keep_own_parts(*sharded, out.model, out.model_rows, nullptr,
+                   [](const std::string& name) { return std::pair(name, StateLayout::kRows); });
+    keep_own_parts(*sharded, out.optimizer, out.optimizer_rows, &out.optimizer_blocks, [&](const std::string& name) {
+      const auto it = layouts.find(name);
+      return it == layouts.end() ? std::pair(std::string(), StateLayout::kWhole)
+                                 : std::pair(name.substr(0, name.rfind('.')), it->second);
     });
     return out;
   }

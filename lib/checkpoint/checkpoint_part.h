@@ -18,8 +18,9 @@ namespace gputrain {
 struct CheckpointPart {
   int rank = 0, tp_rank = 0, tp_size = 1;
   std::vector<NamedTensor> model, optimizer;
-  // ZeRO-3: which rows of the whole tensor an entry holds (other entries are whole).
-  std::map<std::string, RowSlice> model_rows, optimizer_rows;
+  // ZeRO-3: which rows of the whole tensor an entry holds (other entries are whole); for state laid
+  // out in blocks of its parameter (optim/optimizer.h StateLayout), which blocks.
+  std::map<std::string, RowSlice> model_rows, optimizer_rows, optimizer_blocks;
 };
 
 CheckpointPart checkpoint_part(const ParallelRun& par, const Optimizer& optimizer);

@@ -18,7 +18,9 @@ namespace fs = std::filesystem;
 using json = nlohmann::ordered_json;
 
 constexpr const char* kStateFormat = "gputrain-training-state";
-constexpr int kStateVersion = 1;
+// Version 2: ZeRO-3 state laid out in blocks of its parameter (adamw8bit's scales) in row pieces
+// ("blocks" metadata), which version 1 readers would not join; others are still written as 1.
+constexpr int kStateVersion = 2;
 
 json optional_number(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
 
@@ -108,8 +110,11 @@ std::vector<NamedTensor> join_shards(const std::vector<std::vector<NamedTensor>>
 
 // Of a row piece read from a file, what `keep` keeps: its overlap with the rank's rows, placed
 // within them (an empty piece for a rank past the last row, so its rows join into zero rows).
-std::optional<RowPiece> kept_rows(const RowPiece& piece, const RowShare& keep, bool first_of_name) {
-  const RankRows mine = rank_rows(piece.slice.whole_rows, keep.rank, keep.size);
+std::optional<RowPiece> kept_rows(const std::string& name, const RowPiece& piece, const RowShare& keep,
+                                  bool first_of_name) {
+  const int64_t row_numel = piece.rows.size(0) > 0 ? piece.rows.numel() / piece.rows.size(0) : 0;
+  const int64_t multiple = keep.blocks.row_multiple(name.substr(0, name.rfind('.')), piece.slice.whole_rows, row_numel);
+  const RankRows mine = rank_rows(piece.slice.whole_rows, keep.rank, keep.size, multiple);
   const int64_t from = std::max(piece.slice.first, mine.first);
   const int64_t to = std::min(piece.slice.first + piece.rows.size(0), mine.first + mine.count);
   if (to > from)
@@ -136,14 +141,15 @@ std::vector<std::vector<NamedTensor>> read_rank_files(const fs::path& dir, const
     if (!fs::exists(path)) continue;  // a rank that held nothing to write
     SafetensorsFile f = read_safetensors(path.string());
     size_t tp_rank = 0;
-    std::map<std::string, RowSlice> rows;
+    std::map<std::string, RowSlice> rows, blocks;  // blocks: joined whole (a rank keeps all its parameters' scales)
     try {
       tp_rank = std::stoul(f.metadata.at("tp_rank"));
-      if (const auto it = f.metadata.find("rows"); it != f.metadata.end()) {
-        const json listed = json::parse(it->second);
-        for (const auto& [name, r] : listed.items())
-          rows[name] = RowSlice{r.at(0).get<int64_t>(), r.at(1).get<int64_t>()};
-      }
+      for (auto [key, slices] : {std::pair("rows", &rows), std::pair("blocks", &blocks)})
+        if (const auto it = f.metadata.find(key); it != f.metadata.end()) {
+          const json listed = json::parse(it->second);
+          for (const auto& [name, r] : listed.items())
+            (*slices)[name] = RowSlice{r.at(0).get<int64_t>(), r.at(1).get<int64_t>()};
+        }
     } catch (const std::exception& e) {
       throw data_error("'" + path.string() + "': its metadata is malformed (" + e.what() +
                        ")\n    fix: resume from another checkpoint");
@@ -156,6 +162,15 @@ std::vector<std::vector<NamedTensor>> read_rank_files(const fs::path& dir, const
     for (auto& e : f.tensors) {
       const bool new_name = !j.whole.count(e.name) && !j.pieces.count(e.name);
       if (new_name) j.order.push_back(e.name);
+      if (const auto b = blocks.find(e.name); b != blocks.end()) {
+        if (keep && counted) {
+          const double mb = static_cast<double>(e.tensor.nbytes()) / (1024.0 * 1024.0);
+          counted->optimizer_rows_read_mb += mb;
+          counted->optimizer_rows_kept_mb += mb;
+        }
+        j.pieces[e.name].push_back({b->second, e.tensor});
+        continue;
+      }
       const auto it = rows.find(e.name);
       if (it == rows.end()) {
         if (new_name) j.whole[e.name] = e.tensor;
@@ -166,7 +181,7 @@ std::vector<std::vector<NamedTensor>> read_rank_files(const fs::path& dir, const
         pieces.push_back({it->second, e.tensor});
         continue;
       }
-      std::optional<RowPiece> mine = kept_rows({it->second, e.tensor}, *keep, pieces.empty());
+      std::optional<RowPiece> mine = kept_rows(e.name, {it->second, e.tensor}, *keep, pieces.empty());
       if (counted) {
         counted->optimizer_rows_read_mb += static_cast<double>(e.tensor.nbytes()) / (1024.0 * 1024.0);
         if (mine) counted->optimizer_rows_kept_mb += static_cast<double>(mine->rows.nbytes()) / (1024.0 * 1024.0);
@@ -209,24 +224,26 @@ std::vector<NamedTensor> read_model_files(const fs::path& dir, const FileLayout&
   return l.tp == 1 ? std::move(lists.front()) : join_shards(lists, l.split, dir);
 }
 
-// A rank's part as its two files; the metadata say its tp rank and the rows of its row pieces.
+// A rank's part as its two files; the metadata say its tp rank and the rows (or blocks) of its pieces.
 void add_part(CheckpointWriter& w, const CheckpointPart& p, const std::string& optimizer) {
-  auto metadata = [&](std::map<std::string, std::string> m, const std::map<std::string, RowSlice>& rows) {
+  auto metadata = [&](std::map<std::string, std::string> m, const std::map<std::string, RowSlice>& rows,
+                      const std::map<std::string, RowSlice>& blocks) {
     m["rank"] = std::to_string(p.rank);
     m["tp_rank"] = std::to_string(p.tp_rank);
     m["tp_size"] = std::to_string(p.tp_size);
-    if (!rows.empty()) {
-      json r = json::object();
-      for (const auto& [name, slice] : rows) r[name] = {slice.first, slice.whole_rows};
-      m["rows"] = r.dump();
-    }
+    for (auto [key, slices] : {std::pair("rows", &rows), std::pair("blocks", &blocks)})
+      if (!slices->empty()) {
+        json r = json::object();
+        for (const auto& [name, slice] : *slices) r[name] = {slice.first, slice.whole_rows};
+        m[key] = r.dump();
+      }
     return m;
   };
   if (!p.model.empty())
-    w.add_safetensors(rank_file("model", p.rank), p.model, metadata({{"format", "gputrain"}}, p.model_rows));
+    w.add_safetensors(rank_file("model", p.rank), p.model, metadata({{"format", "gputrain"}}, p.model_rows, {}));
   if (!p.optimizer.empty())
     w.add_safetensors(rank_file("optimizer", p.rank), p.optimizer,
-                      metadata({{"optimizer", optimizer}}, p.optimizer_rows));
+                      metadata({{"optimizer", optimizer}}, p.optimizer_rows, p.optimizer_blocks));
 }
 
 }  // namespace
@@ -249,7 +266,7 @@ fs::path save_training_checkpoint(const fs::path& root, const TrainingSnapshot& 
   const TrainingCounters& c = s.counters;
   json j;
   j["format"] = kStateFormat;
-  j["version"] = kStateVersion;
+  j["version"] = s.part && !s.part->optimizer_blocks.empty() ? kStateVersion : 1;
   j["step"] = c.step;
   j["tokens"] = c.tokens;
   j["train_s"] = c.train_seconds;

@@ -89,6 +89,7 @@ void copy_to_host(TrainingSnapshot& s);
 struct RowShare {
   int rank = 0, size = 1;
   size_t tp_rank = 0, tp_size = 1;
+  ShardBlocks blocks;  // the live run's (parallel/fully_sharded.h zero3_shard_blocks)
 };
 
 // Reads a checkpoint directory written by save_training_checkpoint, after

@@ -365,11 +365,6 @@ void check_fully_sharded(Checker& c) {
             "offloads whole parameters' optimizer state, and parallel.zero: 3 keeps it sharded with the weights",
             "use parallel.offload_params: true with parallel.zero: 3 (shards, gradients and optimizer state in "
             "host memory)");
-  if (c.s.optim.name == OptimName::kAdamW8bit)
-    c.error("parallel.zero",
-            "3 shards each weight by rows, and optim.name adamw8bit's quantization blocks would then depend on "
-            "the number of ranks",
-            "use optim.name: adamw, adafactor, lion or sgd with parallel.zero: 3, or " + fix);
 }
 
 void check_parallel(Checker& c) {

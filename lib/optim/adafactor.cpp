@@ -25,7 +25,8 @@ Adafactor::Adafactor(std::vector<ParamGroup> groups, AdafactorSettings opts)
         col.erase(col.end() - 2);
         s.row = add_state(n, "exp_avg_sq_row", at::zeros(row, f32));
         // A matrix's column statistics are over all its rows (each ZeRO-3 rank holds them whole).
-        s.col = add_state(n, "exp_avg_sq_col", at::zeros(col, f32), /*follows_rows=*/p.dim() > 2);
+        s.col =
+            add_state(n, "exp_avg_sq_col", at::zeros(col, f32), p.dim() > 2 ? StateLayout::kRows : StateLayout::kWhole);
       } else {
         s.exp_avg_sq = add_state(n, "exp_avg_sq", at::zeros(p.sizes(), f32));
       }

@@ -2,6 +2,8 @@
 
 #include <ATen/ATen.h>
 
+#include <stdexcept>
+
 #include "util/error.h"
 
 namespace gputrain {
@@ -10,7 +12,8 @@ bool adamw8bit_quantizes(const std::string& name, int64_t numel, const AdamW8bit
   return numel >= s.min_8bit_size && !(s.embeddings_32bit && is_embedding(name));
 }
 
-AdamW8bit::AdamW8bit(std::vector<ParamGroup> groups, AdamWOptions opts, AdamW8bitSettings rule)
+AdamW8bit::AdamW8bit(std::vector<ParamGroup> groups, AdamWOptions opts, AdamW8bitSettings rule,
+                     const RowSharding* sharding)
     : Optimizer(std::move(groups)), opts_(opts) {
   const torch::Device device = device_of(groups_);
   if (!fused_update_available(device))
@@ -25,18 +28,24 @@ AdamW8bit::AdamW8bit(std::vector<ParamGroup> groups, AdamWOptions opts, AdamW8bi
       if (!p.is_contiguous())
         throw runtime_error("adamw8bit: parameter " + n + " is not contiguous; the fused update needs it to be");
       Slot s;
-      s.quantized = adamw8bit_quantizes(n, p.numel(), rule);
+      int64_t whole = p.numel();  // of the whole parameter, when p is a shard
+      const bool sharded = sharding && sharding->params.count(n) && p.dim() > 0 && p.size(0) > 0;
+      if (sharded) whole = sharding->params.at(n).whole_rows * (p.numel() / p.size(0));
+      s.quantized = adamw8bit_quantizes(n, whole, rule);
+      if (s.quantized && sharded && p.numel() % kernels::kQuantBlock != 0)
+        throw std::logic_error("adamw8bit: the shard of " + n + " does not end on a quantization block");
       s.step = add_step_counter(n);
-      total_elements_ += p.numel();
+      total_elements_ += whole;
       if (s.quantized) {
         const int64_t blocks = (p.numel() + kernels::kQuantBlock - 1) / kernels::kQuantBlock;
         const auto bytes = p.options().dtype(at::kByte);
         s.exp_avg = add_state(n, "exp_avg_8bit", at::full(p.sizes(), zero_m, bytes));
         s.exp_avg_sq = add_state(n, "exp_avg_sq_8bit", at::full(p.sizes(), zero_v, bytes));
-        s.absmax_avg = add_state(n, "exp_avg_absmax", at::zeros({blocks}, p.options().dtype(at::kFloat)), false);
-        s.absmax_avg_sq = add_state(n, "exp_avg_sq_absmax", at::zeros({blocks}, p.options().dtype(at::kFloat)), false);
+        const auto scales = p.options().dtype(at::kFloat);
+        s.absmax_avg = add_state(n, "exp_avg_absmax", at::zeros({blocks}, scales), StateLayout::kBlocks);
+        s.absmax_avg_sq = add_state(n, "exp_avg_sq_absmax", at::zeros({blocks}, scales), StateLayout::kBlocks);
         ++quantized_tensors_;
-        quantized_elements_ += p.numel();
+        quantized_elements_ += whole;
       } else {
         s.exp_avg = add_state(n, "exp_avg", at::zeros(p.sizes(), p.options().dtype(at::kFloat)));
         s.exp_avg_sq = add_state(n, "exp_avg_sq", at::zeros(p.sizes(), p.options().dtype(at::kFloat)));

@@ -10,6 +10,9 @@
 // blocks. With optim.adamw8bit.embeddings_32bit the token and position
 // embeddings keep fp32 moments too (bitsandbytes' StableEmbedding advice for
 // stability at the price of their memory).
+//
+// Under ZeRO-3 each rank quantizes its shard's blocks: shards start on a block, so they are the
+// whole tensor's blocks, and the run (and its checkpoints) are those of one process.
 #pragma once
 #include "config/settings.h"
 #include "optim/adamw.h"
@@ -22,7 +25,10 @@ bool adamw8bit_quantizes(const std::string& name, int64_t numel, const AdamW8bit
 
 class AdamW8bit : public Optimizer {
  public:
-  AdamW8bit(std::vector<ParamGroup> groups, AdamWOptions opts, AdamW8bitSettings rule);
+  // `sharding` (ZeRO-3): the parameters are shards, each starting on a quantization block
+  // (parallel/fully_sharded.h); which are quantized is decided by the whole tensors' sizes.
+  AdamW8bit(std::vector<ParamGroup> groups, AdamWOptions opts, AdamW8bitSettings rule,
+            const RowSharding* sharding = nullptr);
   void step(double lr) override;
   std::string describe() const override;
 

@@ -35,7 +35,10 @@ KernelChoice choose_kernel(OptimName name, OptimImpl impl, const torch::Device& 
   return {UpdateKernel::kFused, ""};
 }
 
-std::unique_ptr<Optimizer> make_optimizer(std::vector<ParamGroup> groups, const OptimSettings& o) {
+namespace {
+
+std::unique_ptr<Optimizer> construct(std::vector<ParamGroup> groups, const OptimSettings& o,
+                                     const RowSharding* sharding) {
   const KernelChoice choice = choose_kernel(o.name, o.impl, device_of(groups));
   if (!choice.notice.empty()) spdlog::warn("{}", choice.notice);
   const AdamWOptions adam{o.betas[0], o.betas[1], o.eps};
@@ -43,7 +46,7 @@ std::unique_ptr<Optimizer> make_optimizer(std::vector<ParamGroup> groups, const 
     case OptimName::kAdamW:
       return std::make_unique<AdamW>(std::move(groups), adam, choice.kernel);
     case OptimName::kAdamW8bit:
-      return std::make_unique<AdamW8bit>(std::move(groups), adam, o.adamw8bit);
+      return std::make_unique<AdamW8bit>(std::move(groups), adam, o.adamw8bit, sharding);
     case OptimName::kAdafactor:
       return std::make_unique<Adafactor>(std::move(groups), o.adafactor);
     case OptimName::kLion:
@@ -52,6 +55,15 @@ std::unique_ptr<Optimizer> make_optimizer(std::vector<ParamGroup> groups, const 
       return std::make_unique<Sgd>(std::move(groups), o.sgd);
   }
   throw std::logic_error("make_optimizer: unknown optimizer");
+}
+
+}  // namespace
+
+std::unique_ptr<Optimizer> make_optimizer(std::vector<ParamGroup> groups, const OptimSettings& o,
+                                          std::optional<RowSharding> sharding) {
+  std::unique_ptr<Optimizer> made = construct(std::move(groups), o, sharding ? &*sharding : nullptr);
+  if (sharding && made->takes_row_sharding()) made->set_row_sharding(std::move(*sharding));
+  return made;
 }
 
 std::unique_ptr<Optimizer> make_optimizer(const torch::nn::Module& model, const OptimSettings& o) {

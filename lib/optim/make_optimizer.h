@@ -7,6 +7,7 @@
 #include <torch/nn/module.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "config/settings.h"
@@ -21,8 +22,10 @@ struct KernelChoice {
 };
 KernelChoice choose_kernel(OptimName name, OptimImpl impl, const torch::Device& device);
 
-// The groups' parameters must share one device. Logs the notice, if any.
-std::unique_ptr<Optimizer> make_optimizer(std::vector<ParamGroup> groups, const OptimSettings& o);
+// The groups' parameters must share one device. Logs the notice, if any. `sharding`: the
+// parameters are ZeRO-3 shards (optim/optimizer.h RowSharding), for the optimizers that need to know.
+std::unique_ptr<Optimizer> make_optimizer(std::vector<ParamGroup> groups, const OptimSettings& o,
+                                          std::optional<RowSharding> sharding = std::nullopt);
 std::unique_ptr<Optimizer> make_optimizer(const torch::nn::Module& model, const OptimSettings& o);
 
 // Bytes of optimizer state for parameters of these shapes (fp32 or bf16

@@ -54,20 +54,20 @@ int64_t Optimizer::state_bytes() const {
 }
 
 torch::Tensor Optimizer::add_state(const std::string& param_name, const std::string& slot, torch::Tensor t,
-                                   bool follows_rows) {
-  state_.push_back({param_name + "." + slot, t, follows_rows && t.dim() > 0});
+                                   StateLayout layout) {
+  state_.push_back({param_name + "." + slot, t, t.dim() > 0 ? layout : StateLayout::kWhole});
   return t;
 }
 
-std::set<std::string> Optimizer::state_following_rows() const {
-  std::set<std::string> names;
+std::map<std::string, StateLayout> Optimizer::state_following_parameters() const {
+  std::map<std::string, StateLayout> layouts;
   for (const auto& e : state_)
-    if (e.follows_rows) names.insert(e.name);
-  return names;
+    if (e.layout != StateLayout::kWhole) layouts[e.name] = e.layout;
+  return layouts;
 }
 
 torch::Tensor Optimizer::add_step_counter(const std::string& param_name) {
-  return add_state(param_name, "step", at::zeros({}, at::TensorOptions().dtype(at::kLong)), false);
+  return add_state(param_name, "step", at::zeros({}, at::TensorOptions().dtype(at::kLong)), StateLayout::kWhole);
 }
 
 static std::string shape_and_dtype(const at::Tensor& t) {

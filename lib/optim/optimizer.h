@@ -21,12 +21,19 @@ namespace gputrain {
 // parameters; fused = one pass over memory (our CUDA kernels, or a C++ loop on CPU).
 enum class UpdateKernel { kForeach, kFused };
 
+// How a state tensor lines up with its parameter: a ZeRO-3 rank's shard of the parameter holds the
+// matching part of a tensor that follows it.
+enum class StateLayout {
+  kWhole,   // step counters, column statistics: every rank holds them whole
+  kRows,    // its first dimension runs along the parameter's (moments)
+  kBlocks,  // one element per block of the flattened parameter (8-bit block scales; parallel/tensor_shard.h
+            // ShardBlocks)
+};
+
 struct StateEntry {
   std::string name;
   torch::Tensor tensor;  // live: loading copies into it
-  // Its first dimension runs along its parameter's first, so a ZeRO-3 rank's rows of the parameter
-  // hold the same rows of it (moments; not step counters, column statistics or block scales).
-  bool follows_rows = false;
+  StateLayout layout = StateLayout::kWhole;
 };
 
 // ZeRO-3 (parallel/fully_sharded.h) hands the optimizer each rank's rows of every parameter,
@@ -84,14 +91,14 @@ class Optimizer {
   // into them; a missing, extra, mis-shaped or mis-typed entry is a DataError
   // naming it, and nothing is changed unless all entries match.
   const std::vector<StateEntry>& state() const { return state_; }
-  // The names of the state entries that follow their parameter's rows (StateEntry::follows_rows).
-  std::set<std::string> state_following_rows() const;
+  // The layouts of the state entries that follow their parameter (StateEntry::layout not kWhole), by name.
+  std::map<std::string, StateLayout> state_following_parameters() const;
   void load_state(const std::map<std::string, torch::Tensor>& saved);
 
  protected:
-  // Registers a state tensor for `param_name` and returns it (`follows_rows`: see StateEntry).
+  // Registers a state tensor for `param_name` and returns it (a 0-dim one is whole whatever `layout` says).
   torch::Tensor add_state(const std::string& param_name, const std::string& slot, torch::Tensor t,
-                          bool follows_rows = true);
+                          StateLayout layout = StateLayout::kRows);
   // A per-parameter step counter (0-dim int64 on the CPU, part of the state).
   torch::Tensor add_step_counter(const std::string& param_name);
   static int64_t& count(const torch::Tensor& step_counter) { return *step_counter.data_ptr<int64_t>(); }

@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <sstream>
+#include <stdexcept>
 
+#include "optim/adamw8bit.h"
 #include "util/error.h"
 #include "util/stopwatch.h"
 
@@ -45,7 +47,8 @@ FullyShardedModel::FullyShardedModel(Communicator& dp, Gpt& model, const std::ve
       compute_(place.compute),
       offloaded_(place.shards != place.compute),
       reshard_after_forward_(place.reshard_after_forward),
-      tied_(model->cfg.tie_embeddings) {
+      tied_(model->cfg.tie_embeddings),
+      block_(place.blocks.block) {
   torch::NoGradGuard no_grad;
   const int64_t n = dp.size();
   std::map<std::string, torch::Tensor> registered;
@@ -67,8 +70,9 @@ FullyShardedModel::FullyShardedModel(Communicator& dp, Gpt& model, const std::ve
       q.whole = p;
       q.rows = p.size(0);
       q.row_numel = q.rows > 0 ? p.numel() / q.rows : 0;
-      q.shard_rows = rank_rows(q.rows, dp.rank(), static_cast<int>(n)).shard_rows;
-      q.shard = rows_of(q, p.detach()).to(place.shards);
+      q.row_multiple = place.blocks.row_multiple(name, q.rows, q.row_numel);
+      q.shard_rows = rank_rows(q.rows, dp.rank(), static_cast<int>(n), q.row_multiple).shard_rows;
+      q.shard = cut(p.detach(), own_part(q, StateLayout::kRows)).to(place.shards);
       if (offloaded_) q.shard = q.shard.pin_memory();
       q.shard.set_requires_grad(p.requires_grad());
       // The parameter moves to the device, in the dtype units are computed in (floating weights
@@ -245,56 +249,55 @@ void FullyShardedModel::before_backward(int64_t unit) {
   if (valid(unit - 1) && units_[static_cast<size_t>(unit - 1)].awaits_backward) start_gather(unit - 1);
 }
 
-RowSlice FullyShardedModel::own_slice(const Param& q, int64_t* count) const {
-  const RankRows r = rank_rows(q.rows, dp_.rank(), dp_.size());
-  *count = r.count;
-  return {r.first, q.rows};
+FullyShardedModel::Part FullyShardedModel::own_part(const Param& q, StateLayout layout) const {
+  Part p;
+  if (layout == StateLayout::kBlocks) {
+    // The shard starts on a block (ShardBlocks), so its blocks are the whole's.
+    if (q.shard_numel() % block_ != 0)
+      throw std::logic_error("ZeRO-3: block-laid state of '" + q.name + "', whose shard is not whole blocks");
+    p.whole = (q.rows * q.row_numel + block_ - 1) / block_;
+    p.shard = q.shard_numel() / block_;
+    p.first = std::min(dp_.rank() * p.shard, p.whole);
+  } else {
+    p.whole = q.rows;
+    p.shard = q.shard_rows;
+    p.first = std::min(dp_.rank() * p.shard, p.whole);
+  }
+  p.count = std::min(p.whole - p.first, p.shard);
+  return p;
 }
 
-torch::Tensor FullyShardedModel::rows_of(const Param& q, const torch::Tensor& whole) const {
-  int64_t count = 0;
-  const int64_t first = own_slice(q, &count).first;
+torch::Tensor FullyShardedModel::cut(const torch::Tensor& whole, const Part& p) {
   std::vector<int64_t> shape = whole.sizes().vec();
-  shape[0] = q.shard_rows;
+  shape[0] = p.shard;
   torch::Tensor shard = torch::zeros(shape, whole.options().requires_grad(false));
-  if (count > 0) shard.narrow(0, 0, count).copy_(whole.narrow(0, first, count));
+  if (p.count > 0) shard.narrow(0, 0, p.count).copy_(whole.narrow(0, p.first, p.count));
   return shard;
 }
 
-torch::Tensor FullyShardedModel::shard_of(const std::string& name, const torch::Tensor& whole) const {
+torch::Tensor FullyShardedModel::shard_of(const std::string& name, const torch::Tensor& whole,
+                                          StateLayout layout) const {
   const auto it = by_name_.find(name);
-  if (it == by_name_.end()) return whole;
-  const Param& q = params_[it->second];
-  if (whole.dim() == 0) return whole;
-  if (whole.size(0) == q.rows) return rows_of(q, whole);
-  // Only this rank's rows (a checkpoint read so, checkpoint/training_checkpoint.h RowShare): padded.
-  int64_t count = 0;
-  own_slice(q, &count);
-  if (whole.size(0) != count) return whole;  // not of this parameter: loading names it
-  std::vector<int64_t> shape = whole.sizes().vec();
-  shape[0] = q.shard_rows;
-  torch::Tensor shard = torch::zeros(shape, whole.options());
-  shard.narrow(0, 0, count).copy_(whole);
-  return shard;
+  if (it == by_name_.end() || whole.dim() == 0 || layout == StateLayout::kWhole) return whole;
+  const Part p = own_part(params_[it->second], layout);
+  if (whole.size(0) == p.whole) return cut(whole, p);
+  // Only this rank's part (a checkpoint read so, checkpoint/training_checkpoint.h RowShare): padded.
+  if (whole.size(0) != p.count) return whole;  // not of this parameter: loading names it
+  return cut(whole, Part{p.count, 0, p.count, p.shard});
 }
 
-std::optional<RowPiece> FullyShardedModel::own_rows(const std::string& name, const torch::Tensor& shard) const {
+std::optional<RowPiece> FullyShardedModel::own_rows(const std::string& name, const torch::Tensor& shard,
+                                                    StateLayout layout) const {
   const auto it = by_name_.find(name);
-  if (it == by_name_.end()) return std::nullopt;
-  const Param& q = params_[it->second];
-  if (shard.dim() == 0 || shard.size(0) != q.shard_rows) return std::nullopt;
-  int64_t count = 0;
-  const RowSlice slice = own_slice(q, &count);
-  return RowPiece{slice, shard.detach().narrow(0, 0, count)};
+  if (it == by_name_.end() || shard.dim() == 0 || layout == StateLayout::kWhole) return std::nullopt;
+  const Part p = own_part(params_[it->second], layout);
+  if (shard.size(0) != p.shard) return std::nullopt;
+  return RowPiece{{p.first, p.whole}, shard.detach().narrow(0, 0, p.count)};
 }
 
 RowSharding FullyShardedModel::row_sharding() {
   RowSharding r;
-  for (const Param& q : params_) {
-    int64_t count = 0;
-    own_slice(q, &count);
-    r.params[q.name] = RowShard{q.rows, count};
-  }
+  for (const Param& q : params_) r.params[q.name] = RowShard{q.rows, own_part(q, StateLayout::kRows).count};
   r.sum = [this](std::vector<torch::Tensor>& tensors) {
     for (auto& t : tensors) dp_.all_reduce_sum_now(t, "the optimizer's sums over row shards");
   };
@@ -312,8 +315,15 @@ void FullyShardedModel::load_whole(const std::vector<NamedTensor>& weights) {
           << (q ? " of that shape" : "");
       throw data_error(why.str() + "\n    fix: load weights saved from this model");
     }
-    q->shard.copy_(rows_of(*q, w.tensor.to(q->shard.device(), q->shard.scalar_type())));
+    q->shard.copy_(cut(w.tensor.to(q->shard.device(), q->shard.scalar_type()), own_part(*q, StateLayout::kRows)));
   }
+}
+
+ShardBlocks zero3_shard_blocks(const OptimSettings& o) {
+  if (o.name != OptimName::kAdamW8bit) return {};
+  return {kernels::kQuantBlock, [rule = o.adamw8bit](const std::string& parameter, int64_t numel) {
+            return adamw8bit_quantizes(parameter, numel, rule);
+          }};
 }
 
 }  // namespace gputrain

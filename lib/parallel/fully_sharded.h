@@ -36,7 +36,12 @@ struct ShardPlacement {
   // take that dtype while the fp32 shards stay what the optimizer updates, and gradients are reduced
   // in the shards' dtype.
   std::optional<torch::ScalarType> gather_dtype;
+  ShardBlocks blocks;  // the parameters whose shards start on a block (zero3_shard_blocks)
 };
+
+// What `o`'s optimizer needs of the shards: adamw8bit's quantized parameters start each shard on
+// one of its quantization blocks; others need nothing.
+ShardBlocks zero3_shard_blocks(const OptimSettings& o);
 
 class FullyShardedModel : public UnitHooks {
  public:
@@ -50,17 +55,20 @@ class FullyShardedModel : public UnitHooks {
 
   // This rank's shards, named as the parameters, frozen ones included, in registration order.
   const std::vector<NamedTensor>& shards() const { return shards_; }
-  // Rows [rank*c, (rank+1)*c) of a tensor whose first dimension is parameter `name`'s (zero-padded):
-  // for optimizer state saved whole, or already cut to this rank's rows as it was read (then only
-  // padded). Scalars come back as they are.
-  torch::Tensor shard_of(const std::string& name, const torch::Tensor& whole) const;
+  // This rank's part of a tensor laid out as `layout` along parameter `name` (optim/optimizer.h:
+  // rows [rank*c, (rank+1)*c), or the blocks of those rows), zero-padded: for optimizer state saved
+  // whole, or already cut to this rank's part as it was read (then only padded). Scalars and
+  // tensors of other parameters come back as they are.
+  torch::Tensor shard_of(const std::string& name, const torch::Tensor& whole,
+                         StateLayout layout = StateLayout::kRows) const;
   // Whole weights (a checkpoint's, for a spike rollback) copied into this rank's shards: each
   // parameter's rows (a LoRA checkpoint of adapters alone sets those). Throws for a wrong shape.
   void load_whole(const std::vector<NamedTensor>& weights);
-  // A tensor with parameter `name`'s shard rows along its first dimension without its padding, and
-  // which rows of the whole it is (no communication: each rank writes its own rows into a
+  // A tensor laid out as `layout` along parameter `name`'s shard without its padding, and which rows
+  // (or blocks) of the whole it is (no communication: each rank writes its own part into a
   // checkpoint). nullopt for others.
-  std::optional<RowPiece> own_rows(const std::string& name, const torch::Tensor& shard) const;
+  std::optional<RowPiece> own_rows(const std::string& name, const torch::Tensor& shard,
+                                   StateLayout layout = StateLayout::kRows) const;
 
   // After the last micro-batch's backward: every unit's gradients reduced, every unit freed.
   void finish_backward();
@@ -82,6 +90,7 @@ class FullyShardedModel : public UnitHooks {
     torch::Tensor whole;  // the model's parameter: its storage is freed while resharded
     torch::Tensor shard;  // [c, ...]: this rank's rows
     int64_t rows = 0, shard_rows = 0, row_numel = 0;
+    int64_t row_multiple = 1;   // of shard_rows (ShardBlocks)
     int64_t packed_offset = 0;  // in a rank's packed shards of its pack
     int64_t grad_offset = -1;   // in a rank's packed gradient shards (trainable only)
     int64_t shard_numel() const { return shard_rows * row_numel; }
@@ -100,10 +109,14 @@ class FullyShardedModel : public UnitHooks {
     bool awaits_backward = false;   // its forward ran with gradients (its gather for backward may start early)
     bool backward_pending = false;  // its backward ran; its gradients not yet reduced
   };
-  // This rank's rows of a tensor shaped as q's parameter, zero-padded to q.shard_rows.
-  torch::Tensor rows_of(const Param& q, const torch::Tensor& whole) const;
-  // Which rows of q's whole tensor this rank's shard holds (none past the end).
-  RowSlice own_slice(const Param& q, int64_t* count) const;
+  // Of a tensor laid out as `layout` along q, the units (rows or blocks) along its first dimension:
+  // the whole's, the first this rank holds, how many of them are real, and its shard's (padded).
+  struct Part {
+    int64_t whole = 0, first = 0, count = 0, shard = 0;
+  };
+  Part own_part(const Param& q, StateLayout layout) const;
+  // This rank's part of `whole` (p.whole units long), zero-padded to p.shard.
+  static torch::Tensor cut(const torch::Tensor& whole, const Part& p);
   void start_gather(int64_t unit);
   void gather(int64_t unit);  // waits for a prefetch, or gathers now
   void reshard(int64_t unit);
@@ -116,6 +129,7 @@ class FullyShardedModel : public UnitHooks {
   bool offloaded_;  // shards on the host, computing on a device
   bool reshard_after_forward_;
   bool tied_;
+  int64_t block_;  // ShardBlocks::block
   std::vector<Param> params_;
   std::map<std::string, size_t> by_name_;
   std::vector<Unit> units_;

@@ -12,13 +12,14 @@
 
 namespace gputrain {
 
-ParallelRun::ParallelRun(const World& world, const ParallelSettings& p, torch::Device device)
+ParallelRun::ParallelRun(const World& world, const ParallelSettings& p, torch::Device device, ShardBlocks blocks)
     : groups_(world, p, device),
       device_(device),
       zero_(p.zero),
       reshard_after_forward_(p.reshard_after_forward),
       gather_bf16_(p.gather_dtype == GatherDtype::kBf16),
       offload_params_(p.offload_params && device.is_cuda()),
+      shard_blocks_(std::move(blocks)),
       bucket_mb_(p.bucket_mb),
       schedule_(p.pp_schedule),
       pp_microbatches_(p.pp_microbatches) {}
@@ -115,7 +116,8 @@ void ParallelRun::attach(Gpt& model, const std::vector<NamedTensor>& named_param
     // Rank 0 of the dp group decides the weights, as below; then each rank keeps its rows.
     broadcast_parameters(*groups_.dp(), named_params);
     ShardPlacement place{device_, offload_params_ ? torch::Device(torch::kCPU) : device_, reshard_after_forward_,
-                         gather_bf16_ ? std::optional<torch::ScalarType>(torch::kBFloat16) : std::nullopt};
+                         gather_bf16_ ? std::optional<torch::ScalarType>(torch::kBFloat16) : std::nullopt,
+                         shard_blocks_};
     fully_sharded_ = std::make_shared<FullyShardedModel>(*groups_.dp(), model, named_params, place);
     model->unit_hooks = fully_sharded_;
     named_ = fully_sharded_->shards();
@@ -199,12 +201,13 @@ std::vector<ParamGroup> ParallelRun::owned_groups(std::vector<ParamGroup> groups
 std::map<std::string, torch::Tensor> ParallelRun::owned_state(std::map<std::string, torch::Tensor> state,
                                                               const Optimizer& optimizer) const {
   if (fully_sharded_) {
-    const std::set<std::string> follows_rows = optimizer.state_following_rows();
+    const std::map<std::string, StateLayout> layouts = optimizer.state_following_parameters();
     std::map<std::string, torch::Tensor> out;
     for (auto& [key, t] : state) {
       const std::string parameter = key.substr(0, key.rfind('.'));
       if (holds_part() && !held_.count(parameter)) continue;  // another pipeline stage's
-      out.emplace(key, follows_rows.count(key) ? fully_sharded_->shard_of(parameter, t) : t);
+      const auto layout = layouts.find(key);
+      out.emplace(key, layout == layouts.end() ? t : fully_sharded_->shard_of(parameter, t, layout->second));
     }
     return out;
   }

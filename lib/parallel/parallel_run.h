@@ -37,8 +37,9 @@ class FullyShardedModel;
 
 class ParallelRun {
  public:
-  // Joins the world (for more than one process) and checks the recipe against it.
-  ParallelRun(const World& world, const ParallelSettings& p, torch::Device device);
+  // Joins the world (for more than one process) and checks the recipe against it. `blocks`: what
+  // the optimizer needs of ZeRO-3's shards (parallel/fully_sharded.h zero3_shard_blocks).
+  ParallelRun(const World& world, const ParallelSettings& p, torch::Device device, ShardBlocks blocks = {});
   ~ParallelRun();
 
   // The world, its grid, this rank's place and groups, and collectives over the world.
@@ -165,6 +166,7 @@ class ParallelRun {
   bool reshard_after_forward_;
   bool gather_bf16_;     // parallel.gather_dtype resolved to bf16
   bool offload_params_;  // ZeRO-3 on CUDA: the shards on the host (parallel.offload_params)
+  ShardBlocks shard_blocks_;
   double bucket_mb_;
   std::vector<TensorShard> split_;
   PipelineSchedule schedule_;

@@ -42,12 +42,17 @@ torch::Tensor unshard(const std::vector<torch::Tensor>& shards, const TensorShar
   return sections.size() == 1 ? sections.front() : torch::cat(sections, s.dim);
 }
 
-RankRows rank_rows(int64_t rows, int rank, int size) {
+RankRows rank_rows(int64_t rows, int rank, int size, int64_t row_multiple) {
   RankRows r;
-  r.shard_rows = (rows + size - 1) / size;
+  r.shard_rows = ((rows + size - 1) / size + row_multiple - 1) / row_multiple * row_multiple;
   r.first = std::min(rank * r.shard_rows, rows);
   r.count = std::min(rows - r.first, r.shard_rows);
   return r;
+}
+
+int64_t ShardBlocks::row_multiple(const std::string& parameter, int64_t rows, int64_t row_numel) const {
+  if (block <= 1 || row_numel <= 0 || !applies || !applies(parameter, rows * row_numel)) return 1;
+  return block / std::gcd(block, row_numel);
 }
 
 torch::Tensor join_rows(std::vector<RowPiece> pieces, std::string* problem) {

@@ -5,6 +5,7 @@
 #pragma once
 #include <torch/types.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -36,11 +37,22 @@ struct RowPiece {
   torch::Tensor rows;
 };
 // ZeRO-3's rows of a tensor of `rows` rows for dp rank `rank` of `size`: each rank a shard of
-// ceil(rows / size) rows; its real rows start at min(rank * shard_rows, rows) (the rest is padding).
+// ceil(rows / size) rows, rounded up to a multiple of `row_multiple`; its real rows start at
+// min(rank * shard_rows, rows) (the rest is padding).
 struct RankRows {
   int64_t first = 0, count = 0, shard_rows = 0;
 };
-RankRows rank_rows(int64_t rows, int rank, int size);
+RankRows rank_rows(int64_t rows, int rank, int size, int64_t row_multiple = 1);
+
+// Which parameters' ZeRO-3 shards start on a whole block of `block` elements of the flattened
+// parameter (adamw8bit's quantization blocks: each shard's blocks are then the whole tensor's, so
+// sharded state is the same as one process's), by parameter name and element count.
+struct ShardBlocks {
+  int64_t block = 1;
+  std::function<bool(const std::string& parameter, int64_t numel)> applies;  // empty: none
+  // The multiple of rows a shard of that parameter has (1 where no block applies).
+  int64_t row_multiple(const std::string& parameter, int64_t rows, int64_t row_numel) const;
+};
 // The whole tensor from pieces that cover its rows exactly once (any order); otherwise an undefined
 // tensor, and *problem names the gap or the overlap.
 torch::Tensor join_rows(std::vector<RowPiece> pieces, std::string* problem);

@@ -261,7 +261,7 @@ void Trainer::build_model() {
   if (plan_.world.launched() && !plan_.group_world.launched())
     spdlog::info("kernels.cuda_graphs: a world of one ({}) trains as a single process, without a process group",
                  plan_.world.describe());
-  par_ = std::make_unique<ParallelRun>(plan_.group_world, s_.parallel, plan_.device);
+  par_ = std::make_unique<ParallelRun>(plan_.group_world, s_.parallel, plan_.device, zero3_shard_blocks(s_.optim));
   if (par_->distributed())
     save_writer_ = broadcast_text(*par_->groups().world_comm(), this_writer_id(), 0, "rank 0's checkpoint writer id");
   t_.mem_start_mb = current_rss_mb();
@@ -306,9 +306,8 @@ void Trainer::build_optimizer() {
     spdlog::warn("parallel.offload_optimizer has no effect on the CPU (the optimizer state is there already)");
   if (s_.parallel.offload_params && !cuda && s_.run.device != "cpu")
     spdlog::warn("parallel.offload_params has no effect on the CPU (the shards are there already)");
-  optimizer_ = make_optimizer(groups, s_.optim);
-  if (FullyShardedModel* sharded = par_->fully_sharded(); sharded && optimizer_->takes_row_sharding())
-    optimizer_->set_row_sharding(sharded->row_sharding());  // Adafactor's sums over the ranks' rows
+  FullyShardedModel* sharded = par_->fully_sharded();
+  optimizer_ = make_optimizer(groups, s_.optim, sharded ? std::optional(sharded->row_sharding()) : std::nullopt);
   // ZeRO-3's optimizer holds shards, not the weights the model multiplies by.
   if (!par_->fully_sharded()) copies_ = attach_weight_copies(model_, *optimizer_, *precision_, par_->runs_head());
   if (copies_.tensors > 0)
@@ -690,7 +689,7 @@ std::optional<RowShare> Trainer::optimizer_row_share() const {
   if (s_.parallel.zero != 3 || plan_.dp < 2) return std::nullopt;
   const Grid g(s_.parallel, plan_.group_world.size);
   const GridCoord c = g.coord(plan_.group_world.rank);
-  return RowShare{c.dp, g.dp(), static_cast<size_t>(c.tp), static_cast<size_t>(g.tp())};
+  return RowShare{c.dp, g.dp(), static_cast<size_t>(c.tp), static_cast<size_t>(g.tp()), zero3_shard_blocks(s_.optim)};
 }
 
 // A line of metrics.jsonl (the metrics contract) and the progress line, for the steps since the last.
