@@ -41,8 +41,15 @@ CheckpointPart checkpoint_part(const ParallelRun& par, const Optimizer& optimize
   std::vector<NamedTensor> state;
   for (const auto& e : optimizer.state()) state.push_back({e.name, e.tensor});
   if (const FullyShardedModel* sharded = par.fully_sharded()) {
-    out.model = par.weights();
-    out.optimizer = std::move(state);
+    // The last stage's copy of a tied embedding is the first stage's: written once, by the first.
+    auto counted = [&](std::vector<NamedTensor> v, bool state_names) {
+      std::erase_if(v, [&](const NamedTensor& e) {
+        return !par.stage_counts(state_names ? e.name.substr(0, e.name.rfind('.')) : e.name);
+      });
+      return v;
+    };
+    out.model = counted(par.weights(), false);
+    out.optimizer = counted(std::move(state), true);
     const std::map<std::string, StateLayout> layouts = optimizer.state_following_parameters();
     keep_own_parts(*sharded, out.model, out.model_rows, nullptr,
                    [](const std::string& name) { return std::pair(name, StateLayout::kRows); });

@@ -350,16 +350,6 @@ void check_fully_sharded(Checker& c) {
     c.error("parallel.gather_dtype",
             "bf16 computes each gathered unit in bf16, which needs bf16 autocast around it (precision.mode: bf16)",
             "use precision.mode: bf16 with it, or parallel.gather_dtype: auto");
-  const std::string fix = "use parallel.zero: 2 with it (gradients and optimizer state sharded)";
-  if (p.ep > 1)
-    c.error("parallel.zero", "3 is not combined with expert parallelism (parallel.ep) in this version",
-            fix + ", or parallel.ep: 1");
-  // The last stage's head multiplies by the embedding the first stage holds.
-  if (p.pp > 1 && c.s.model.tie_embeddings)
-    c.error("parallel.zero",
-            "3 with a pipeline (parallel.pp > 1) needs untied embeddings: the tied embedding is held by the first "
-            "and the last stage",
-            "set model.tie_embeddings: false, or use parallel.zero: 2");
   if (p.offload_optimizer)
     c.error("parallel.offload_optimizer",
             "offloads whole parameters' optimizer state, and parallel.zero: 3 keeps it sharded with the weights",

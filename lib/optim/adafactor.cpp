@@ -53,6 +53,7 @@ struct Batch {
   int64_t step = 0;
   std::vector<int64_t> shape;  // factored only
   std::vector<size_t> members;
+  int group = 0;  // ZeRO-3: the members' RowShard::group (their sums span one group of ranks)
 };
 
 // A batch of matrices stacks its gradients, so it holds as many elements as the working set's
@@ -75,11 +76,21 @@ void unstack_into(std::vector<at::Tensor>& tensors, const at::Tensor& stack) {
 
 std::vector<c10::Scalar> scalars(const std::vector<double>& values) { return {values.begin(), values.end()}; }
 
-// Norms of ZeRO-3 row shards made whole: squares summed over the ranks (padding rows are zeros).
-void sum_norms(std::vector<at::Tensor>& norms, const RowSharding& sharding) {
-  std::vector<at::Tensor> squares{at::stack(norms).square_()};
-  sharding.sum(squares);
-  norms = squares.front().sqrt_().unbind(0);
+// Norms of ZeRO-3 row shards made whole: squares summed over the ranks sharing each (padding rows
+// are zeros), one sum per group of ranks. `shard`: each norm's tensor's.
+void sum_norms(std::vector<at::Tensor>& norms, const std::vector<RowShard>& shard, const RowSharding& sharding) {
+  for (int group = 0; group < static_cast<int>(sharding.sums.size()); ++group) {
+    std::vector<size_t> of;
+    for (size_t k = 0; k < norms.size(); ++k)
+      if (shard[k].group == group) of.push_back(k);
+    if (of.empty()) continue;  // (every rank of the group holds the same parameters, so has none either)
+    std::vector<at::Tensor> squares;
+    for (size_t k : of) squares.push_back(norms[k]);
+    squares = {at::stack(squares).square_()};
+    sharding.sums[static_cast<size_t>(group)](squares);
+    const std::vector<at::Tensor> summed = squares.front().sqrt_().unbind(0);
+    for (size_t j = 0; j < of.size(); ++j) norms[of[j]] = summed[j];
+  }
 }
 
 // ZeRO-3 row shards of a batch of matrices: which rows are real (1) or padding (0), [B, rows],
@@ -103,7 +114,8 @@ ShardedRows sharded_rows(const std::vector<RowShard>& of, int64_t rows, const at
     real.push_back((at::arange(rows, options) < static_cast<double>(s.real_rows)).to(at::kFloat));
     whole.push_back(static_cast<double>(s.whole_rows));
   }
-  return {at::stack(real), at::tensor(whole, options).view({-1, 1}), &sharding.sum};
+  return {at::stack(real), at::tensor(whole, options).view({-1, 1}),
+          &sharding.sums[static_cast<size_t>(of.front().group)]};
 }
 
 // Factored second moment of same-shape matrices: row and column means of grad^2 + eps (over
@@ -170,12 +182,12 @@ void Adafactor::step(double lr) {
         clip_divisor[k] = rms_divisor[k] * opts_.clip_threshold;
         const std::vector<int64_t> shape = s.factored ? params[k].sizes().vec() : std::vector<int64_t>{};
         auto same = std::find_if(batches.rbegin(), batches.rend(), [&](const Batch& b) {
-          return b.factored == s.factored && b.step == t && b.shape == shape;
+          return b.factored == s.factored && b.step == t && b.shape == shape && b.group == shard[k].group;
         });
         // A factored batch has one shape, so its size is members x this tensor's.
         if (same == batches.rend() ||
             (s.factored && static_cast<int64_t>(same->members.size() + 1) * params[k].numel() > budget)) {
-          batches.push_back(Batch{s.factored, t, shape, {}});
+          batches.push_back(Batch{s.factored, t, shape, {}, shard[k].group});
           same = batches.rbegin();
         }
         same->members.push_back(k);
@@ -207,14 +219,14 @@ void Adafactor::step(double lr) {
       // tensor, lr / max(1, RMS(update) / clip_threshold), kept on the device (no sync).
       // scale_parameter multiplies the lr by max(eps[1], RMS(parameter)).
       std::vector<at::Tensor> factor = at::_foreach_norm(updates);
-      if (sharding) sum_norms(factor, *sharding);
+      if (sharding) sum_norms(factor, shard, *sharding);
       at::_foreach_div_(factor, scalars(clip_divisor));
       at::_foreach_clamp_min_(factor, 1.0);
       at::_foreach_reciprocal_(factor);
       std::vector<at::Tensor> step_lr;  // per tensor under scale_parameter, else base_lr
       if (opts_.scale_parameter) {
         step_lr = at::_foreach_norm(params);
-        if (sharding) sum_norms(step_lr, *sharding);
+        if (sharding) sum_norms(step_lr, shard, *sharding);
         at::_foreach_div_(step_lr, scalars(rms_divisor));
         at::_foreach_clamp_min_(step_lr, opts_.eps[1]);
         at::_foreach_mul_(step_lr, scalars(base_lr));

@@ -38,13 +38,15 @@ struct StateEntry {
 
 // ZeRO-3 (parallel/fully_sharded.h) hands the optimizer each rank's rows of every parameter,
 // zero-padded past the whole's. An update that reads other rows (Adafactor's column statistics
-// and RMS) sums over the ranks through `sum` (in place; every rank makes the same calls).
+// and RMS) sums over the ranks sharing a parameter through its group's `sums` entry (in place;
+// every rank of the group makes the same calls, so tensors of one group are summed together).
 struct RowShard {
   int64_t whole_rows = 0, real_rows = 0;  // the whole parameter's rows; this shard's that are not padding
+  int group = 0;                          // index in RowSharding::sums
 };
 struct RowSharding {
   std::map<std::string, RowShard> params;  // by parameter name
-  std::function<void(std::vector<torch::Tensor>&)> sum;
+  std::vector<std::function<void(std::vector<torch::Tensor>&)>> sums;
 };
 
 class Optimizer {

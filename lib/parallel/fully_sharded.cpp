@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <sstream>
 #include <stdexcept>
+#include <utility>
 
 #include "optim/adamw8bit.h"
 #include "util/error.h"
@@ -42,21 +43,19 @@ torch::Tensor writable_alias(const torch::Tensor& t) {
 }  // namespace
 
 FullyShardedModel::FullyShardedModel(Communicator& dp, Gpt& model, const std::vector<NamedTensor>& held,
-                                     const ShardPlacement& place)
-    : dp_(dp),
-      compute_(place.compute),
+                                     const ShardPlacement& place, ShardGroupOf group_of)
+    : compute_(place.compute),
       offloaded_(place.shards != place.compute),
       reshard_after_forward_(place.reshard_after_forward),
       tied_(model->cfg.tie_embeddings),
       block_(place.blocks.block) {
   torch::NoGradGuard no_grad;
-  const int64_t n = dp.size();
   std::map<std::string, torch::Tensor> registered;
   for (const auto& e : held) registered[e.name] = e.tensor;
   const auto unit_names = model->unit_parameter_names();
   units_.resize(unit_names.size());  // a pipeline stage's other units stay empty
   for (size_t u = 0; u < unit_names.size(); ++u) {
-    std::map<torch::ScalarType, size_t> pack_of;
+    std::map<std::pair<torch::ScalarType, Communicator*>, size_t> pack_of;
     for (const auto& name : unit_names[u]) {
       if (!registered.count(name)) continue;
       const torch::Tensor& p = registered.at(name);
@@ -67,11 +66,12 @@ FullyShardedModel::FullyShardedModel(Communicator& dp, Gpt& model, const std::ve
                             "' is a scalar or shares its memory with another tensor, which ZeRO-3 cannot shard");
       Param q;
       q.name = name;
+      q.group = group_of ? group_of(name) : &dp;
       q.whole = p;
       q.rows = p.size(0);
       q.row_numel = q.rows > 0 ? p.numel() / q.rows : 0;
       q.row_multiple = place.blocks.row_multiple(name, q.rows, q.row_numel);
-      q.shard_rows = rank_rows(q.rows, dp.rank(), static_cast<int>(n), q.row_multiple).shard_rows;
+      q.shard_rows = rank_rows(q.rows, rank_in(q.group), static_cast<int>(size_of(q.group)), q.row_multiple).shard_rows;
       q.shard = cut(p.detach(), own_part(q, StateLayout::kRows)).to(place.shards);
       if (offloaded_) q.shard = q.shard.pin_memory();
       q.shard.set_requires_grad(p.requires_grad());
@@ -82,8 +82,8 @@ FullyShardedModel::FullyShardedModel(Communicator& dp, Gpt& model, const std::ve
       if (p.device() != compute_ || p.scalar_type() != dtype)
         q.whole.set_data(torch::empty(p.sizes(), p.options().device(compute_).dtype(dtype)));
       free_storage(q.whole);
-      auto [it, added] = pack_of.emplace(q.whole.scalar_type(), units_[u].packs.size());
-      if (added) units_[u].packs.emplace_back();
+      auto [it, added] = pack_of.emplace(std::pair(q.whole.scalar_type(), q.group), units_[u].packs.size());
+      if (added) units_[u].packs.emplace_back().group = q.group;
       Pack& pack = units_[u].packs[it->second];
       q.packed_offset = pack.numel;
       pack.numel += q.shard_numel();
@@ -112,8 +112,12 @@ void FullyShardedModel::start_gather(int64_t unit) {
     // Offloaded: through pinned memory, so the host queues the copy without waiting for it (it runs
     // on the compute stream, after the kernels queued before it).
     if (offloaded_) pack.gather_in = pack.gather_in.pin_memory().to(compute_, /*non_blocking=*/true);
-    pack.gather_out = torch::empty({dp_.size() * pack.numel}, pack.gather_in.options());
-    pack.gathering = dp_.all_gather(pack.gather_out, pack.gather_in, "gathering unit " + std::to_string(unit));
+    if (!pack.group) {  // this rank's alone: its shard is the whole
+      pack.gather_out = pack.gather_in.to(compute_);
+      continue;
+    }
+    pack.gather_out = torch::empty({pack.group->size() * pack.numel}, pack.gather_in.options());
+    pack.gathering = pack.group->all_gather(pack.gather_out, pack.gather_in, "gathering unit " + std::to_string(unit));
     ++traffic_.gathers;
     traffic_.gathered_mb += static_cast<double>(pack.gather_out.nbytes()) / (1024.0 * 1024.0);
   }
@@ -129,12 +133,13 @@ void FullyShardedModel::gather(int64_t unit) {
   for (Pack& pack : u.packs) pack.gathering.wait();
   traffic_.gather_wait_s += seconds_since(t0);
   for (Pack& pack : u.packs) {
-    const torch::Tensor ranks = pack.gather_out.view({dp_.size(), pack.numel});
+    const int64_t n = size_of(pack.group);
+    const torch::Tensor ranks = pack.gather_out.view({n, pack.numel});
     for (size_t i : pack.params) {
       const Param& q = params_[i];
       allocate_storage(q.whole);
       const torch::Tensor rows = ranks.narrow(1, q.packed_offset, q.shard_numel())
-                                     .reshape({dp_.size() * q.shard_rows, q.row_numel})
+                                     .reshape({n * q.shard_rows, q.row_numel})
                                      .narrow(0, 0, q.rows);
       writable_alias(q.whole).view({q.rows, q.row_numel}).copy_(rows);
     }
@@ -164,9 +169,9 @@ void FullyShardedModel::reshard(int64_t unit) {
 void FullyShardedModel::reduce_gradients(int64_t unit) {
   torch::NoGradGuard no_grad;
   const auto t0 = Clock::now();
-  const int64_t n = dp_.size();
   for (Pack& pack : units_[static_cast<size_t>(unit)].packs) {
     if (pack.grad_numel == 0) continue;
+    const int64_t n = size_of(pack.group);
     // Rank r's part holds rows [r*c, (r+1)*c) of each gradient; missing gradients (an expert no
     // token reached) and the padding are zeros.
     torch::Tensor in =
@@ -178,11 +183,14 @@ void FullyShardedModel::reduce_gradients(int64_t unit) {
       g = torch::constant_pad_nd(g, {0, 0, 0, n * q.shard_rows - q.rows});
       in.narrow(1, q.grad_offset, q.shard_numel()).copy_(g.view({n, q.shard_numel()}));
     }
-    torch::Tensor out = torch::empty({pack.grad_numel}, in.options());
     torch::Tensor flat = in.view({-1});
-    dp_.reduce_scatter_sum(out, flat, "reducing unit " + std::to_string(unit) + "'s gradients").wait();
-    ++traffic_.reductions;
-    traffic_.reduced_mb += static_cast<double>(in.nbytes()) / (1024.0 * 1024.0);
+    torch::Tensor out = flat;  // this rank's alone: the sum is its own
+    if (pack.group) {
+      out = torch::empty({pack.grad_numel}, in.options());
+      pack.group->reduce_scatter_sum(out, flat, "reducing unit " + std::to_string(unit) + "'s gradients").wait();
+      ++traffic_.reductions;
+      traffic_.reduced_mb += static_cast<double>(in.nbytes()) / (1024.0 * 1024.0);
+    }
     if (offloaded_) out = out.to(torch::kCPU);  // this rank's rows of the gradients, to the host shards
     for (size_t i : pack.params) {
       Param& q = params_[i];
@@ -217,12 +225,14 @@ void FullyShardedModel::before_forward(int64_t unit) {
   // The next micro-batch: the last one's first units are reduced first (the order every rank keeps).
   if (unit == 0 && torch::GradMode::is_enabled()) finish_units_after(-1);
   gather(unit);
+  // A tied head multiplies by unit 0's embedding (on a last pipeline stage, unit 0 is that alone).
+  if (tied_ && unit == head()) gather(0);
   if (valid(unit + 1)) start_gather(unit + 1);
 }
 
 std::vector<torch::Tensor> FullyShardedModel::after_forward(int64_t unit, std::vector<torch::Tensor> outputs) {
   const bool grad = torch::GradMode::is_enabled();
-  const int64_t head = static_cast<int64_t>(units_.size()) - 1;
+  const int64_t head = this->head();
   if (!grad) {  // evaluation: nothing comes back for these weights
     if (unit == head || !(unit == 0 && tied_)) reshard(unit);
     if (unit == head && tied_) reshard(0);
@@ -245,6 +255,8 @@ std::vector<torch::Tensor> FullyShardedModel::after_forward(int64_t unit, std::v
 void FullyShardedModel::before_backward(int64_t unit) {
   finish_units_after(unit);
   units_[static_cast<size_t>(unit)].backward_pending = true;
+  // The tied head's backward adds to the embedding's gradient: reduced with unit 0's, at the end.
+  if (tied_ && unit == head()) units_[0].backward_pending = true;
   gather(unit);
   if (valid(unit - 1) && units_[static_cast<size_t>(unit - 1)].awaits_backward) start_gather(unit - 1);
 }
@@ -257,33 +269,35 @@ FullyShardedModel::Part FullyShardedModel::own_part(const Param& q, StateLayout 
       throw std::logic_error("ZeRO-3: block-laid state of '" + q.name + "', whose shard is not whole blocks");
     p.whole = (q.rows * q.row_numel + block_ - 1) / block_;
     p.shard = q.shard_numel() / block_;
-    p.first = std::min(dp_.rank() * p.shard, p.whole);
   } else {
     p.whole = q.rows;
     p.shard = q.shard_rows;
-    p.first = std::min(dp_.rank() * p.shard, p.whole);
   }
+  p.first = std::min(rank_in(q.group) * p.shard, p.whole);
   p.count = std::min(p.whole - p.first, p.shard);
   return p;
 }
 
-torch::Tensor FullyShardedModel::cut(const torch::Tensor& whole, const Part& p) {
+torch::Tensor FullyShardedModel::cut(const torch::Tensor& whole, const Part& p, const torch::Tensor& padding) {
   std::vector<int64_t> shape = whole.sizes().vec();
   shape[0] = p.shard;
-  torch::Tensor shard = torch::zeros(shape, whole.options().requires_grad(false));
+  torch::Tensor shard = padding.defined() && padding.sizes().vec() == shape
+                            ? padding.detach().to(whole.options().requires_grad(false), /*non_blocking=*/false,
+                                                  /*copy=*/true)
+                            : torch::zeros(shape, whole.options().requires_grad(false));
   if (p.count > 0) shard.narrow(0, 0, p.count).copy_(whole.narrow(0, p.first, p.count));
   return shard;
 }
 
-torch::Tensor FullyShardedModel::shard_of(const std::string& name, const torch::Tensor& whole,
-                                          StateLayout layout) const {
+torch::Tensor FullyShardedModel::shard_of(const std::string& name, const torch::Tensor& whole, StateLayout layout,
+                                          const torch::Tensor& padding) const {
   const auto it = by_name_.find(name);
   if (it == by_name_.end() || whole.dim() == 0 || layout == StateLayout::kWhole) return whole;
   const Part p = own_part(params_[it->second], layout);
-  if (whole.size(0) == p.whole) return cut(whole, p);
+  if (whole.size(0) == p.whole) return cut(whole, p, padding);
   // Only this rank's part (a checkpoint read so, checkpoint/training_checkpoint.h RowShare): padded.
   if (whole.size(0) != p.count) return whole;  // not of this parameter: loading names it
-  return cut(whole, Part{p.count, 0, p.count, p.shard});
+  return cut(whole, Part{p.count, 0, p.count, p.shard}, padding);
 }
 
 std::optional<RowPiece> FullyShardedModel::own_rows(const std::string& name, const torch::Tensor& shard,
@@ -297,10 +311,16 @@ std::optional<RowPiece> FullyShardedModel::own_rows(const std::string& name, con
 
 RowSharding FullyShardedModel::row_sharding() {
   RowSharding r;
-  for (const Param& q : params_) r.params[q.name] = RowShard{q.rows, own_part(q, StateLayout::kRows).count};
-  r.sum = [this](std::vector<torch::Tensor>& tensors) {
-    for (auto& t : tensors) dp_.all_reduce_sum_now(t, "the optimizer's sums over row shards");
-  };
+  std::map<Communicator*, int> index;
+  for (const Param& q : params_) {
+    auto [it, added] = index.emplace(q.group, static_cast<int>(r.sums.size()));
+    if (added)
+      r.sums.push_back([group = q.group](std::vector<torch::Tensor>& tensors) {
+        if (group)  // (this rank's alone: its rows are all there is)
+          for (auto& t : tensors) group->all_reduce_sum_now(t, "the optimizer's sums over row shards");
+      });
+    r.params[q.name] = RowShard{q.rows, own_part(q, StateLayout::kRows).count, it->second};
+  }
   return r;
 }
 

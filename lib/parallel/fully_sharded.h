@@ -1,5 +1,6 @@
-// ZeRO stage 3 (fully sharded data parallelism, as FSDP2): each rank of the dp group keeps rows
-// [r*c, (r+1)*c) of every parameter (c = ceil(rows / N); the last rank's share padded with zeros).
+// ZeRO stage 3 (fully sharded data parallelism, as FSDP2): each rank r of the dp group keeps rows
+// [r*c, (r+1)*c) of every parameter (c = ceil(rows / N), rounded up for ShardBlocks; the last ranks'
+// shares padded with zeros). An expert's rows are shared by the ranks holding it (expert parallelism).
 // That shard is the tensor the optimizer updates and each rank writes to a checkpoint. The model's own
 // parameters become views into one buffer per unit (model/gpt.h UnitHooks: the embeddings, each
 // block, the head) whose memory exists only while the unit is in use: all-gathered just before its
@@ -10,6 +11,7 @@
 #include <torch/types.h>
 
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -43,24 +45,30 @@ struct ShardPlacement {
 // one of its quantization blocks; others need nothing.
 ShardBlocks zero3_shard_blocks(const OptimSettings& o);
 
+// The group of ranks that hold the same parameter and so share its rows (expert parallelism: an
+// expert's replicas), or nullptr where this rank holds it alone (its shard is then the whole).
+using ShardGroupOf = std::function<Communicator*(const std::string& parameter)>;
+
 class FullyShardedModel : public UnitHooks {
  public:
-  // `model`'s parameters (whole and equal on every rank of `dp`) become shards on `place.shards`.
-  // The model may be on the host: only the shards and, while gathered, a unit's weights reach the
-  // device, so a model larger than one device's memory trains. The caller installs it as the
-  // model's unit hooks.
+  // `model`'s parameters (whole and equal on every rank of their group: `dp`, or `group_of`'s where
+  // given) become shards on `place.shards`. The model may be on the host: only the shards and,
+  // while gathered, a unit's weights reach the device, so a model larger than one device's memory
+  // trains. The caller installs it as the model's unit hooks.
   // `held`: the parameters this rank holds (a pipeline stage's; frozen ones included), registration order.
-  FullyShardedModel(Communicator& dp, Gpt& model, const std::vector<NamedTensor>& held, const ShardPlacement& place);
+  FullyShardedModel(Communicator& dp, Gpt& model, const std::vector<NamedTensor>& held, const ShardPlacement& place,
+                    ShardGroupOf group_of = {});
   ~FullyShardedModel() override;
 
   // This rank's shards, named as the parameters, frozen ones included, in registration order.
   const std::vector<NamedTensor>& shards() const { return shards_; }
   // This rank's part of a tensor laid out as `layout` along parameter `name` (optim/optimizer.h:
-  // rows [rank*c, (rank+1)*c), or the blocks of those rows), zero-padded: for optimizer state saved
-  // whole, or already cut to this rank's part as it was read (then only padded). Scalars and
-  // tensors of other parameters come back as they are.
-  torch::Tensor shard_of(const std::string& name, const torch::Tensor& whole,
-                         StateLayout layout = StateLayout::kRows) const;
+  // rows [rank*c, (rank+1)*c), or the blocks of those rows), padded: for optimizer state saved
+  // whole, or already cut to this rank's part as it was read (then only padded). The padding is
+  // `padding`'s where given and of the shard's shape (the live state: 8-bit codes pad with the
+  // code of zero, not 0), else zeros. Scalars and tensors of other parameters come back as they are.
+  torch::Tensor shard_of(const std::string& name, const torch::Tensor& whole, StateLayout layout = StateLayout::kRows,
+                         const torch::Tensor& padding = {}) const;
   // Whole weights (a checkpoint's, for a spike rollback) copied into this rank's shards: each
   // parameter's rows (a LoRA checkpoint of adapters alone sets those). Throws for a wrong shape.
   void load_whole(const std::vector<NamedTensor>& weights);
@@ -73,7 +81,7 @@ class FullyShardedModel : public UnitHooks {
   // After the last micro-batch's backward: every unit's gradients reduced, every unit freed.
   void finish_backward();
   // What an optimizer that reads other rows needs (optim/optimizer.h): each parameter's whole and
-  // real rows, and sums over the dp group.
+  // real rows, and sums over its group.
   RowSharding row_sharding();
   const ShardTraffic& traffic() const { return traffic_; }  // since the start
 
@@ -87,8 +95,9 @@ class FullyShardedModel : public UnitHooks {
  private:
   struct Param {
     std::string name;
-    torch::Tensor whole;  // the model's parameter: its storage is freed while resharded
-    torch::Tensor shard;  // [c, ...]: this rank's rows
+    Communicator* group = nullptr;  // the ranks sharing its rows (nullptr: this rank alone)
+    torch::Tensor whole;            // the model's parameter: its storage is freed while resharded
+    torch::Tensor shard;            // [c, ...]: this rank's rows
     int64_t rows = 0, shard_rows = 0, row_numel = 0;
     int64_t row_multiple = 1;   // of shard_rows (ShardBlocks)
     int64_t packed_offset = 0;  // in a rank's packed shards of its pack
@@ -97,6 +106,7 @@ class FullyShardedModel : public UnitHooks {
   };
   // A unit's parameters of one dtype, gathered and reduced as one flat tensor.
   struct Pack {
+    Communicator* group = nullptr;  // its parameters' (nullptr: copied, nothing to communicate)
     std::vector<size_t> params;
     int64_t numel = 0, grad_numel = 0;
     PendingCollective gathering;  // a gather in flight
@@ -115,16 +125,18 @@ class FullyShardedModel : public UnitHooks {
     int64_t whole = 0, first = 0, count = 0, shard = 0;
   };
   Part own_part(const Param& q, StateLayout layout) const;
-  // This rank's part of `whole` (p.whole units long), zero-padded to p.shard.
-  static torch::Tensor cut(const torch::Tensor& whole, const Part& p);
+  // This rank's part of `whole` (p.whole units long), padded to p.shard with `padding`'s (see shard_of).
+  static torch::Tensor cut(const torch::Tensor& whole, const Part& p, const torch::Tensor& padding = {});
   void start_gather(int64_t unit);
   void gather(int64_t unit);  // waits for a prefetch, or gathers now
   void reshard(int64_t unit);
   void reduce_gradients(int64_t unit);
   void finish_units_after(int64_t unit);  // units > unit whose backward ran
   bool valid(int64_t unit) const { return unit >= 0 && unit < static_cast<int64_t>(units_.size()); }
+  int64_t head() const { return static_cast<int64_t>(units_.size()) - 1; }
+  static int rank_in(const Communicator* group) { return group ? group->rank() : 0; }
+  static int64_t size_of(const Communicator* group) { return group ? group->size() : 1; }
 
-  Communicator& dp_;
   torch::Device compute_;
   bool offloaded_;  // shards on the host, computing on a device
   bool reshard_after_forward_;

@@ -62,19 +62,25 @@ std::string ParallelRun::describe() const {
         "gradients reduced over {} replica(s)",
         first_expert_, first_expert_ + local_experts_ - 1, local_experts_ * groups_.grid().ep(), groups_.grid().ep(),
         groups_.grid().dp() / groups_.grid().ep());
-  if (fully_sharded_)
+  if (fully_sharded_) {
+    const int expert_replicas = groups_.grid().dp() / groups_.grid().ep();
+    const std::string share = !groups_.ep() ? fmt::format(" ({:.1f}% of the values)", 100.0 / groups_.dp()->size())
+                              : expert_replicas == 1
+                                  ? " (its experts whole: no other rank holds them)"
+                                  : fmt::format(" (its experts' 1/{}, over their replicas)", expert_replicas);
     s += fmt::format(
-        "; ZeRO-3: this rank holds 1/{} of the rows of each of the {} parameter tensors ({:.1f}% of "
-        "the values), each unit's weights gathered only while in use{}{}{}",
-        groups_.dp()->size(), named_.size(), 100.0 / groups_.dp()->size(),
-        reshard_after_forward_ ? "" : " (kept from forward to backward)", gather_bf16_ ? ", in bf16" : "",
+        "; ZeRO-3: this rank holds 1/{} of the rows of each of the {} parameter tensors{}, each unit's "
+        "weights gathered only while in use{}{}{}",
+        groups_.dp()->size(), named_.size(), share, reshard_after_forward_ ? "" : " (kept from forward to backward)",
+        gather_bf16_ ? ", in bf16" : "",
         offload_params_ ? "; the shards (pinned), their gradients and the optimizer state in host memory, the "
                           "update on the CPU (parallel.offload_params)"
                         : "");
-  else if (zero_active())
+  } else if (zero_active()) {
     s += fmt::format("; ZeRO-{}: this rank updates {} of {} parameter tensors ({:.1f}% of the values){}", zero_,
                      mine_tensors, params_.size(), 100.0 * static_cast<double>(mine) / std::max<int64_t>(1, total),
                      zero_ == 2 ? " and keeps only their gradients" : "");
+  }
   return s;
 }
 
@@ -113,14 +119,24 @@ bool ParallelRun::stage_counts(const std::string& name) const {
 
 void ParallelRun::attach(Gpt& model, const std::vector<NamedTensor>& named_params) {
   if (fully_shards()) {
-    // Rank 0 of the dp group decides the weights, as below; then each rank keeps its rows.
-    broadcast_parameters(*groups_.dp(), named_params);
+    // Rank 0 of each group decides the weights, as below; then each rank keeps its rows. Under
+    // expert parallelism an expert's rows are shared by its replicas (none when ep = dp: whole).
+    auto group_of = [this](const std::string& name) {
+      return groups_.ep() && is_expert_parameter(name) ? groups_.expert_replicas() : groups_.dp();
+    };
+    std::vector<NamedTensor> dense_named, expert_named;
+    for (const auto& p : named_params) (group_of(p.name) == groups_.dp() ? dense_named : expert_named).push_back(p);
+    broadcast_parameters(*groups_.dp(), dense_named);
+    if (groups_.expert_replicas()) broadcast_parameters(*groups_.expert_replicas(), expert_named);
     ShardPlacement place{device_, offload_params_ ? torch::Device(torch::kCPU) : device_, reshard_after_forward_,
                          gather_bf16_ ? std::optional<torch::ScalarType>(torch::kBFloat16) : std::nullopt,
                          shard_blocks_};
-    fully_sharded_ = std::make_shared<FullyShardedModel>(*groups_.dp(), model, named_params, place);
+    fully_sharded_ = std::make_shared<FullyShardedModel>(*groups_.dp(), model, named_params, place, group_of);
     model->unit_hooks = fully_sharded_;
     named_ = fully_sharded_->shards();
+    // The pipeline's ends sum the tied embedding's gradients shard by shard (the same rows at either end).
+    for (const auto& p : named_)
+      if (tied_weight_.defined() && p.name == "transformer.wte.weight") tied_weight_ = p.tensor;
     std::vector<NamedTensor> trainable;
     for (const auto& p : named_)
       if (p.tensor.requires_grad()) trainable.push_back(p);
@@ -201,13 +217,16 @@ std::vector<ParamGroup> ParallelRun::owned_groups(std::vector<ParamGroup> groups
 std::map<std::string, torch::Tensor> ParallelRun::owned_state(std::map<std::string, torch::Tensor> state,
                                                               const Optimizer& optimizer) const {
   if (fully_sharded_) {
-    const std::map<std::string, StateLayout> layouts = optimizer.state_following_parameters();
+    std::map<std::string, const StateEntry*> live;
+    for (const auto& e : optimizer.state()) live[e.name] = &e;
     std::map<std::string, torch::Tensor> out;
     for (auto& [key, t] : state) {
       const std::string parameter = key.substr(0, key.rfind('.'));
       if (holds_part() && !held_.count(parameter)) continue;  // another pipeline stage's
-      const auto layout = layouts.find(key);
-      out.emplace(key, layout == layouts.end() ? t : fully_sharded_->shard_of(parameter, t, layout->second));
+      const auto e = live.find(key);
+      // (Loading names a saved entry this optimizer does not have.)
+      out.emplace(key,
+                  e == live.end() ? t : fully_sharded_->shard_of(parameter, t, e->second->layout, e->second->tensor));
     }
     return out;
   }

@@ -54,6 +54,9 @@ class ParallelRun {
   bool shards_optimizer_state() const { return zero_active(); }
   // After attach: the parameters this rank holds, frozen ones included, in registration order.
   const std::vector<NamedTensor>& weights() const { return named_; }
+  // Whether parameter `name` counts as this rank's stage's (in the global gradient norm, in a ZeRO-3
+  // checkpoint): the tied embedding's copy on the last stage does not (the first stage's does).
+  bool stage_counts(const std::string& name) const;
   std::string describe() const;  // for the log
 
   // Where the model is built and its whole weights loaded: the run's device, or the host under
@@ -156,9 +159,6 @@ class ParallelRun {
   bool holds_part() const { return groups_.pp() || groups_.ep(); }
   // Whether ranks of one dp group hold different gradients (so norms and overflow need the world).
   bool ranks_differ() const { return zero_ >= 2 || groups_.tp() || groups_.pp() || groups_.ep(); }
-  // Whether parameter `name`'s gradient is counted in the global norm by this
-  // rank's stage: the tied embedding's copy on the last stage is not (the first stage's is).
-  bool stage_counts(const std::string& name) const;
 
   ProcessGroups groups_;
   torch::Device device_;  // the run's: where training computes

@@ -686,7 +686,9 @@ void Trainer::roll_back() {
 }
 
 std::optional<RowShare> Trainer::optimizer_row_share() const {
-  if (s_.parallel.zero != 3 || plan_.dp < 2) return std::nullopt;
+  // (Under expert parallelism an expert's rows are shared by its replicas, not by the dp group: the
+  // state is read whole and cut as it loads.)
+  if (s_.parallel.zero != 3 || plan_.dp < 2 || s_.parallel.ep > 1) return std::nullopt;
   const Grid g(s_.parallel, plan_.group_world.size);
   const GridCoord c = g.coord(plan_.group_world.rank);
   return RowShare{c.dp, g.dp(), static_cast<size_t>(c.tp), static_cast<size_t>(g.tp()), zero3_shard_blocks(s_.optim)};

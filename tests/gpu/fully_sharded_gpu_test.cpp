@@ -89,9 +89,21 @@ TEST_CASE("gpu: ZeRO-3 over 2, 4 and 6 ranks sharing the GPU trains like one pro
       // Units gathered in bf16 from the fp32 shards (parallel.gather_dtype auto), the fused kernels on.
       {"bf16", {"precision.mode=bf16"}, {"train.per_device_batch_size=2", "parallel.zero=3"}, 2, 2e-2},
       {"adafactor", {"optim.name=adafactor"}, {"train.per_device_batch_size=1", "parallel.zero=3"}, 4, 1e-4},
+      // The CUDA 8-bit kernel on shards that start on a block (the 128-wide biases' on one rank).
+      {"adamw8bit",
+       {"optim.name=adamw8bit", "optim.adamw8bit.min_8bit_size=100"},
+       {"train.per_device_batch_size=1", "parallel.zero=3"},
+       4,
+       1e-4},
       // dp 2 x pp 2: each stage's units sharded over its 2 ranks (1F1B, 2 micro-batches in flight).
       {"pipeline",
        {"model.tie_embeddings=false"},
+       {"train.per_device_batch_size=1", "train.grad_accum_steps=2", "parallel.zero=3", "parallel.pp=2"},
+       4,
+       1e-4},
+      // Tied: the last stage gathers its copy of the embedding for the head; the ends sum its gradients.
+      {"pipeline-tied",
+       {},
        {"train.per_device_batch_size=1", "train.grad_accum_steps=2", "parallel.zero=3", "parallel.pp=2"},
        4,
        1e-4},
