@@ -21,6 +21,57 @@ using namespace gputrain::test;
 using Catch::Contains;
 namespace fs = std::filesystem;
 
+namespace {
+
+// `sets` with micro-batches of 2 on 3 ZeRO-3 ranks (and checkpoints every 10 steps).
+std::vector<std::string> on_three(std::vector<std::string> sets) {
+  sets.insert(sets.end(), {"train.per_device_batch_size=2", "parallel.zero=3", "checkpoint.every=10"});
+  return sets;
+}
+
+// `sets` on one process (dir/<name>-one, micro-batches of 6) and on 3 ZeRO-3 ranks (dir/<name>),
+// checkpoints every 10 steps; the ranks' losses and gradient norms within `tolerance` of the process's.
+CommandResult one_and_three(const TempDir& dir, const std::string& name, const std::vector<std::string>& sets,
+                            double tolerance) {
+  std::vector<std::string> one_sets = sets;
+  one_sets.insert(one_sets.end(), {"train.per_device_batch_size=6", "checkpoint.every=10"});
+  const std::string one = dir.file(name + "-one");
+  auto r1 = train(dir.file("r.yaml"), one, 0, one_sets);
+  INFO(r1.output);
+  REQUIRE(r1.exit_code == 0);
+  return train_like_one_process(dir, dir.file("r.yaml"), Variant{name.c_str(), on_three(sets), 3}, column(one, "loss"),
+                                column(one, "grad_norm"), tolerance);
+}
+
+// Of one_and_three's runs, the ranks' step-10 checkpoint resumes on 1 process and on 2 ranks, and
+// the process's on 3 ranks, each continuing the process's losses within 1e-5.
+void check_resumes_of_three(const TempDir& dir, const std::string& name, const std::vector<std::string>& sets) {
+  const std::string one = dir.file(name + "-one");
+  const size_t after = column(one, "loss").size() - 10;
+  const std::vector<std::pair<int, std::string>> resumes = {{0, "train.per_device_batch_size=6"},
+                                                            {2, "train.per_device_batch_size=3"}};
+  for (const auto& [nproc, batch] : resumes) {
+    std::vector<std::string> with = sets;
+    with.push_back(batch);
+    if (nproc > 0) with.push_back("parallel.zero=3");
+    const std::string out = dir.file(name + "-resumed-" + std::to_string(nproc));
+    const auto resumed =
+        train(dir.file("r.yaml"), out, nproc, with_resume(with, dir.file(name) + "/checkpoints/step_00000010"));
+    INFO(resumed.output);
+    REQUIRE(resumed.exit_code == 0);
+    check_continues(column(one, "loss"), column(out, "loss"), after, 1e-5);
+  }
+  std::vector<std::string> back = on_three(sets);
+  back.pop_back();  // no checkpoint.every
+  const auto b =
+      train(dir.file("r.yaml"), dir.file(name + "-back"), 3, with_resume(back, one + "/checkpoints/step_00000010"));
+  INFO(b.output);
+  REQUIRE(b.exit_code == 0);
+  check_continues(column(one, "loss"), column(dir.file(name + "-back"), "loss"), after, 1e-5);
+}
+
+}  // namespace
+
 TEST_CASE("parallel: ZeRO-3 with 2 and 4 processes matches 1 process, and each rank holds about 1/N",
           "[parallel][cli][slow]") {
   TempDir dir;
@@ -155,42 +206,12 @@ TEST_CASE("parallel: Adafactor under ZeRO-3 sums its statistics over the ranks' 
   };
   for (const auto& [name, sets] : models) {
     SECTION(name) {
-      std::vector<std::string> one_sets = sets, sharded = sets;
-      one_sets.insert(one_sets.end(), {"train.per_device_batch_size=6", "checkpoint.every=10"});
-      const std::string one = dir.file(std::string(name) + "-one");
-      auto r1 = train(dir.file("r.yaml"), one, 0, one_sets);
-      INFO(r1.output);
-      REQUIRE(r1.exit_code == 0);
-      sharded.insert(sharded.end(), {"train.per_device_batch_size=2", "parallel.zero=3", "checkpoint.every=10"});
       // The mixture's gradient norms: 3 processes of plain data parallelism differ from one by 1.3e-5
       // on an AVX-512 machine (2026-11-26), ZeRO-3 by 1.8e-5.
       const double tolerance = std::string(name) == "moe" ? 5e-5 : 1e-5;
-      const auto r = train_like_one_process(dir, dir.file("r.yaml"), Variant{name, sharded, 3}, column(one, "loss"),
-                                            column(one, "grad_norm"), tolerance);
-      CHECK_THAT(r.output, Contains("ZeRO-3: this rank holds 1/3"));
-      // Its checkpoint (each rank's rows of the row statistics; the column statistics whole) resumes
-      // on 1 process and on 2 ranks, and the 1-process checkpoint on 3 ranks.
-      const std::string step10 = dir.file(name) + "/checkpoints/step_00000010";
-      const size_t after = column(one, "loss").size() - 10;
-      const std::vector<std::pair<int, std::string>> resumes = {{0, "train.per_device_batch_size=6"},
-                                                                {2, "train.per_device_batch_size=3"}};
-      for (const auto& [nproc, batch] : resumes) {
-        std::vector<std::string> with = sets;
-        with.push_back(batch);
-        if (nproc > 0) with.push_back("parallel.zero=3");
-        const std::string out = dir.file(std::string(name) + "-resumed-" + std::to_string(nproc));
-        const auto resumed = train(dir.file("r.yaml"), out, nproc, with_resume(with, step10));
-        INFO(resumed.output);
-        REQUIRE(resumed.exit_code == 0);
-        check_continues(column(one, "loss"), column(out, "loss"), after, 1e-5);
-      }
-      std::vector<std::string> back = sharded;
-      back.pop_back();  // no checkpoint.every
-      const auto b = train(dir.file("r.yaml"), dir.file(std::string(name) + "-back"), 3,
-                           with_resume(back, one + "/checkpoints/step_00000010"));
-      INFO(b.output);
-      REQUIRE(b.exit_code == 0);
-      check_continues(column(one, "loss"), column(dir.file(std::string(name) + "-back"), "loss"), after, 1e-5);
+      CHECK_THAT(one_and_three(dir, name, sets, tolerance).output, Contains("ZeRO-3: this rank holds 1/3"));
+      // Its checkpoint (each rank's rows of the row statistics; the column statistics whole) resumes.
+      check_resumes_of_three(dir, name, sets);
     }
   }
 }
@@ -203,56 +224,28 @@ TEST_CASE("parallel: adamw8bit under ZeRO-3 quantizes the whole tensors' blocks:
   // 256-element block: the 256 embedding rows of 32 go 88, 88, 80 (not 86) and a bias sits whole on
   // the first rank, so each rank's blocks are one process's.
   const std::vector<std::string> sets = {"optim.name=adamw8bit", "optim.adamw8bit.min_8bit_size=100"};
-  std::vector<std::string> one_sets = sets, sharded = sets;
-  one_sets.insert(one_sets.end(), {"train.per_device_batch_size=6", "checkpoint.every=10"});
-  const std::string one = dir.file("one");
-  auto r1 = train(dir.file("r.yaml"), one, 0, one_sets);
-  INFO(r1.output);
-  REQUIRE(r1.exit_code == 0);
-  sharded.insert(sharded.end(), {"train.per_device_batch_size=2", "parallel.zero=3", "checkpoint.every=10"});
-  const auto r = train_like_one_process(dir, dir.file("r.yaml"), Variant{"three", sharded, 3}, column(one, "loss"),
-                                        column(one, "grad_norm"), 1e-5);
-  CHECK_THAT(r.output, Contains("8-bit moments for 12 of 28 tensors"));  // as one process decides
+  CHECK_THAT(one_and_three(dir, "8bit", sets, 1e-5).output,
+             Contains("8-bit moments for 12 of 28 tensors"));  // as one process decides
 
   // Each rank wrote its rows of the codes and its blocks of the scales.
-  const std::string step10 = dir.file("three") + "/checkpoints/step_00000010";
+  const std::string step10 = dir.file("8bit") + "/checkpoints/step_00000010";
   const auto part = gputrain::read_safetensors(step10 + "/optimizer.rank1.safetensors");
   const auto blocks = nlohmann::json::parse(part.metadata.at("blocks"));
   CHECK(blocks["transformer.wte.weight.exp_avg_absmax"] == nlohmann::json{11, 32});
   CHECK(nlohmann::json::parse(part.metadata.at("rows"))["transformer.wte.weight.exp_avg_8bit"] ==
         nlohmann::json{88, 256});
   CHECK(read_json(step10 + "/trainer.json")["version"] == 2);
-  CHECK(read_json(one + "/checkpoints/step_00000010/trainer.json")["version"] == 1);
+  CHECK(read_json(dir.file("8bit-one") + "/checkpoints/step_00000010/trainer.json")["version"] == 1);
 
   // Resumed on the same 3 ranks it ends with the same files, byte for byte: a shard's padding
   // (here the 128-wide biases', in the block of their real values) holds the code of zero again.
-  auto again = train(dir.file("r.yaml"), dir.file("again"), 3, with_resume(sharded, step10));
+  auto again = train(dir.file("r.yaml"), dir.file("again"), 3, with_resume(on_three(sets), step10));
   INFO(again.output);
   REQUIRE(again.exit_code == 0);
-  check_same_state_files(dir.file("three") + "/checkpoints/step_00000020",
+  check_same_state_files(dir.file("8bit") + "/checkpoints/step_00000020",
                          dir.file("again") + "/checkpoints/step_00000020");
-
-  // It resumes on 1 process and on 2 ranks (other shard rows, each rank keeping its own as it
-  // reads), and the 1-process checkpoint on 3 ranks.
-  const size_t after = column(one, "loss").size() - 10;
-  const std::vector<std::pair<int, std::string>> resumes = {{0, "train.per_device_batch_size=6"},
-                                                            {2, "train.per_device_batch_size=3"}};
-  for (const auto& [nproc, batch] : resumes) {
-    std::vector<std::string> with = sets;
-    with.push_back(batch);
-    if (nproc > 0) with.push_back("parallel.zero=3");
-    const std::string out = dir.file("resumed-" + std::to_string(nproc));
-    const auto resumed = train(dir.file("r.yaml"), out, nproc, with_resume(with, step10));
-    INFO(resumed.output);
-    REQUIRE(resumed.exit_code == 0);
-    check_continues(column(one, "loss"), column(out, "loss"), after, 1e-5);
-  }
-  sharded.pop_back();  // no checkpoint.every
-  const auto b =
-      train(dir.file("r.yaml"), dir.file("back"), 3, with_resume(sharded, one + "/checkpoints/step_00000010"));
-  INFO(b.output);
-  REQUIRE(b.exit_code == 0);
-  check_continues(column(one, "loss"), column(dir.file("back"), "loss"), after, 1e-5);
+  // Other shard rows on 2 ranks, each rank keeping its own as it reads.
+  check_resumes_of_three(dir, "8bit", sets);
 }
 
 TEST_CASE("parallel: ZeRO-3 with expert parallelism shards each expert over its replicas, as without ep, and resumes",
