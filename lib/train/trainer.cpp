@@ -309,7 +309,7 @@ void Trainer::build_optimizer() {
   FullyShardedModel* sharded = par_->fully_sharded();
   optimizer_ = make_optimizer(groups, s_.optim, sharded ? std::optional(sharded->row_sharding()) : std::nullopt);
   // ZeRO-3's optimizer holds shards, not the weights the model multiplies by.
-  if (!par_->fully_sharded()) copies_ = attach_weight_copies(model_, *optimizer_, *precision_, par_->runs_head());
+  if (!sharded) copies_ = attach_weight_copies(model_, *optimizer_, *precision_, par_->runs_head());
   if (copies_.tensors > 0)
     spdlog::info("bf16 weight copies: {} weights ({:.1f} MiB) kept by the optimizer, so autocast casts none of them",
                  copies_.tensors, mib(static_cast<double>(copies_.bytes)));
