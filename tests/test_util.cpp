@@ -186,6 +186,11 @@ std::string error_message(ErrorKind kind, const std::function<void()>& f) {
   return "";
 }
 
+std::vector<std::string> with(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
 std::string recipe_error(const std::string& path, const std::vector<std::string>& overrides) {
   try {
     load_recipe(path, overrides, architecture_rules());

@@ -101,6 +101,8 @@ std::string error_message(gputrain::ErrorKind kind, const std::function<void()>&
 
 // The message of the Error that loading recipe `path` throws, or "" when it loads.
 std::string recipe_error(const std::string& path, const std::vector<std::string>& overrides = {});
+// Recipe overrides `a` followed by `b`.
+std::vector<std::string> with(std::vector<std::string> a, const std::vector<std::string>& b);
 std::vector<nlohmann::json> read_jsonl(const std::string& path);
 
 // `gputrain run RECIPE --output-dir OUT --set S ...`.

@@ -70,8 +70,9 @@ FullyShardedModel::FullyShardedModel(Communicator& dp, Gpt& model, const std::ve
       q.whole = p;
       q.rows = p.size(0);
       q.row_numel = q.rows > 0 ? p.numel() / q.rows : 0;
-      q.row_multiple = place.blocks.row_multiple(name, q.rows, q.row_numel);
-      q.shard_rows = rank_rows(q.rows, rank_in(q.group), static_cast<int>(size_of(q.group)), q.row_multiple).shard_rows;
+      q.shard_rows = rank_rows(q.rows, rank_in(q.group), static_cast<int>(size_of(q.group)),
+                               place.blocks.row_multiple(name, q.rows, q.row_numel))
+                         .shard_rows;
       q.shard = cut(p.detach(), own_part(q, StateLayout::kRows)).to(place.shards);
       if (offloaded_) q.shard = q.shard.pin_memory();
       q.shard.set_requires_grad(p.requires_grad());
@@ -113,7 +114,7 @@ void FullyShardedModel::start_gather(int64_t unit) {
     // on the compute stream, after the kernels queued before it).
     if (offloaded_) pack.gather_in = pack.gather_in.pin_memory().to(compute_, /*non_blocking=*/true);
     if (!pack.group) {  // this rank's alone: its shard is the whole
-      pack.gather_out = pack.gather_in.to(compute_);
+      pack.gather_out = pack.gather_in;
       continue;
     }
     pack.gather_out = torch::empty({pack.group->size() * pack.numel}, pack.gather_in.options());

@@ -99,7 +99,6 @@ class FullyShardedModel : public UnitHooks {
     torch::Tensor whole;            // the model's parameter: its storage is freed while resharded
     torch::Tensor shard;            // [c, ...]: this rank's rows
     int64_t rows = 0, shard_rows = 0, row_numel = 0;
-    int64_t row_multiple = 1;   // of shard_rows (ShardBlocks)
     int64_t packed_offset = 0;  // in a rank's packed shards of its pack
     int64_t grad_offset = -1;   // in a rank's packed gradient shards (trainable only)
     int64_t shard_numel() const { return shard_rows * row_numel; }

@@ -118,43 +118,35 @@ bool ParallelRun::stage_counts(const std::string& name) const {
 }
 
 void ParallelRun::attach(Gpt& model, const std::vector<NamedTensor>& named_params) {
+  // Dense parameters are replicated over the dp group; experts split by ep over their replicas.
+  std::vector<NamedTensor> dense_named, expert_named;
+  for (const auto& p : named_params) (split_expert(p.name) ? expert_named : dense_named).push_back(p);
   if (fully_shards()) {
-    // Rank 0 of each group decides the weights, as below; then each rank keeps its rows. Under
-    // expert parallelism an expert's rows are shared by its replicas (none when ep = dp: whole).
-    auto group_of = [this](const std::string& name) {
-      return groups_.ep() && is_expert_parameter(name) ? groups_.expert_replicas() : groups_.dp();
-    };
-    std::vector<NamedTensor> dense_named, expert_named;
-    for (const auto& p : named_params) (group_of(p.name) == groups_.dp() ? dense_named : expert_named).push_back(p);
+    // Rank 0 of each group decides the weights, as replicate() does; then each rank keeps its rows
+    // (an expert's shared by its replicas; with none, ep = dp, it stays whole).
     broadcast_parameters(*groups_.dp(), dense_named);
     if (groups_.expert_replicas()) broadcast_parameters(*groups_.expert_replicas(), expert_named);
     ShardPlacement place{device_, offload_params_ ? torch::Device(torch::kCPU) : device_, reshard_after_forward_,
                          gather_bf16_ ? std::optional<torch::ScalarType>(torch::kBFloat16) : std::nullopt,
                          shard_blocks_};
-    fully_sharded_ = std::make_shared<FullyShardedModel>(*groups_.dp(), model, named_params, place, group_of);
+    fully_sharded_ = std::make_shared<FullyShardedModel>(
+        *groups_.dp(), model, named_params, place,
+        [this](const std::string& name) { return split_expert(name) ? groups_.expert_replicas() : groups_.dp(); });
     model->unit_hooks = fully_sharded_;
     named_ = fully_sharded_->shards();
     // The pipeline's ends sum the tied embedding's gradients shard by shard (the same rows at either end).
     for (const auto& p : named_)
       if (tied_weight_.defined() && p.name == "transformer.wte.weight") tied_weight_ = p.tensor;
-    std::vector<NamedTensor> trainable;
-    for (const auto& p : named_)
-      if (p.tensor.requires_grad()) trainable.push_back(p);
-    params_ = in_gradient_order(trainable);
-    mark_split_and_experts();
-    return;
+  } else {
+    named_ = named_params;
   }
-  named_ = named_params;
   // Frozen parameters (LoRA's base) have no gradients to reduce, clip or own.
   std::vector<NamedTensor> trainable;
-  for (const auto& p : named_params)
+  for (const auto& p : named_)
     if (p.tensor.requires_grad()) trainable.push_back(p);
   params_ = in_gradient_order(trainable);
   mark_split_and_experts();
-  if (!groups_.dp()) return;
-  std::vector<NamedTensor> dense_named, expert_named;
-  for (const auto& p : named_params)
-    (groups_.ep() && is_expert_parameter(p.name) ? expert_named : dense_named).push_back(p);
+  if (fully_sharded_ || !groups_.dp()) return;
   for (size_t i = 0; i < params_.size(); ++i) (expert_[i] ? experts_ : dense_).params.push_back(params_[i]);
   dense_.group = groups_.dp();
   experts_.group = groups_.expert_replicas();
@@ -162,13 +154,15 @@ void ParallelRun::attach(Gpt& model, const std::vector<NamedTensor>& named_param
   replicate(experts_, expert_named);
 }
 
+bool ParallelRun::split_expert(const std::string& name) const { return groups_.ep() && is_expert_parameter(name); }
+
 void ParallelRun::mark_split_and_experts() {
   sharded_.assign(params_.size(), 0);
   expert_.assign(params_.size(), 0);
   for (size_t i = 0; i < params_.size(); ++i) {
     for (const auto& t : split_)
       if (t.name == params_[i].name) sharded_[i] = t.dim >= 0;
-    expert_[i] = groups_.ep() && is_expert_parameter(params_[i].name);
+    expert_[i] = split_expert(params_[i].name);
   }
 }
 

@@ -157,6 +157,8 @@ class ParallelRun {
   }
   // Whether this rank holds only some of the model's parameters (held_ names them).
   bool holds_part() const { return groups_.pp() || groups_.ep(); }
+  // Whether parameter `name` is an expert that expert parallelism splits (its replicas share it, not the dp group).
+  bool split_expert(const std::string& name) const;
   // Whether ranks of one dp group hold different gradients (so norms and overflow need the world).
   bool ranks_differ() const { return zero_ >= 2 || groups_.tp() || groups_.pp() || groups_.ep(); }
 

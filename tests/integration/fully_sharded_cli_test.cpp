@@ -253,12 +253,11 @@ TEST_CASE("parallel: ZeRO-3 with expert parallelism shards each expert over its 
   TempDir dir;
   write_file(dir.file("r.yaml"), dp_recipe());
   // (No capacity limit and no balancing loss: both depend on how the batch is split.)
-  const std::vector<std::string> moe = {"model.moe.experts=4",           "model.moe.top_k=2",
-                                        "model.moe.capacity_factor=0",   "model.moe.aux_loss_coef=0",
-                                        "train.per_device_batch_size=1", "parallel.zero=3"};
-  auto run = [&](const std::string& name, std::vector<std::string> extra, int nproc = 4) {
-    extra.insert(extra.begin(), moe.begin(), moe.end());
-    auto r = train(dir.file("r.yaml"), dir.file(name), nproc, extra);
+  const std::vector<std::string> experts = {"model.moe.experts=4", "model.moe.top_k=2", "model.moe.capacity_factor=0",
+                                            "model.moe.aux_loss_coef=0"};
+  auto run = [&](const std::string& name, const std::vector<std::string>& extra) {
+    auto r = train(dir.file("r.yaml"), dir.file(name), 4,
+                   with(with(experts, {"train.per_device_batch_size=1", "parallel.zero=3"}), extra));
     INFO(r.output);
     REQUIRE(r.exit_code == 0);
     return r;
@@ -288,18 +287,14 @@ TEST_CASE("parallel: ZeRO-3 with expert parallelism shards each expert over its 
   }
   // 8-bit AdamW (the router's 4 rows of 32 pad their shard within one block): resumed on the same
   // ranks the files end byte for byte the same; on one process it continues within the ep tests' 1e-4.
-  const std::vector<std::string> adam8 = {"optim.name=adamw8bit", "optim.adamw8bit.min_8bit_size=100", "parallel.ep=2",
-                                          "checkpoint.every=10"};
-  run("ep2-8bit", adam8);
+  const std::vector<std::string> adam8 = {"optim.name=adamw8bit", "optim.adamw8bit.min_8bit_size=100"};
+  const std::vector<std::string> sharded8 = with(adam8, {"parallel.ep=2", "checkpoint.every=10"});
+  run("ep2-8bit", sharded8);
   const std::string step10 = dir.file("ep2-8bit") + "/checkpoints/step_00000010";
-  run("ep2-8bit-again", with_resume(adam8, step10));
+  run("ep2-8bit-again", with_resume(sharded8, step10));
   check_same_state_files(dir.file("ep2-8bit") + "/checkpoints/step_00000020",
                          dir.file("ep2-8bit-again") + "/checkpoints/step_00000020");
-  const auto single =
-      train(dir.file("r.yaml"), dir.file("single"), 0,
-            with_resume({"model.moe.experts=4", "model.moe.top_k=2", "model.moe.capacity_factor=0",
-                         "model.moe.aux_loss_coef=0", "optim.name=adamw8bit", "optim.adamw8bit.min_8bit_size=100"},
-                        step10));
+  const auto single = train(dir.file("r.yaml"), dir.file("single"), 0, with_resume(with(experts, adam8), step10));
   INFO(single.output);
   REQUIRE(single.exit_code == 0);
   check_continues(column(dir.file("ep2-8bit"), "loss"), column(dir.file("single"), "loss"), 10, 1e-4);

@@ -48,11 +48,6 @@ std::vector<double> column(const std::string& out, const char* key) {
 
 std::vector<double> losses(const std::string& out) { return column(out, "loss"); }
 
-std::vector<std::string> with(std::vector<std::string> a, const std::vector<std::string>& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
-}
-
 CommandResult run_config(const char* name, const std::string& out, std::vector<std::string> sets) {
   std::vector<std::string> args = {"run", config(name), "--output-dir", out};
   for (const auto& s : sets) args.insert(args.end(), {"--set", s});

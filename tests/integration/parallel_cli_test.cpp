@@ -518,10 +518,6 @@ TEST_CASE("parallel: pipeline parallelism (pp 2 under 1f1b and gpipe, dp 2 x tp 
   const auto norm1 = column(dir.file("one"), "grad_norm");
   const std::vector<std::string> four_micro = {"parallel.pp=2", "train.per_device_batch_size=1",
                                                "train.grad_accum_steps=4"};
-  auto with = [](std::vector<std::string> a, const std::vector<std::string>& b) {
-    a.insert(a.end(), b.begin(), b.end());
-    return a;
-  };
   SECTION("1f1b and gpipe") {
     const Variant f1b{"pp2-1f1b", four_micro, 2},
         gpipe{"pp2-gpipe", with(four_micro, {"parallel.pp_schedule=gpipe"}), 2};
