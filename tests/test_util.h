@@ -55,6 +55,9 @@ std::string reference_tokenizer(const std::string& name);
 // text, given as bytes (tests/reference/tokenize_reference.py).
 std::vector<std::vector<uint32_t>> reference_token_ids(const std::string& tokenizer_file,
                                                        const std::vector<std::string>& texts);
+// The reference library's decoding of each list of `ids` (special tokens kept), as UTF-8.
+std::vector<std::string> reference_decode(const std::string& tokenizer_file,
+                                          const std::vector<std::vector<uint32_t>>& ids);
 // Starts the gputrain binary with its stdout and stderr on `out_fd`; returns its pid.
 int spawn_gputrain(const std::vector<std::string>& args, int out_fd);
 // Waits for a spawned process; its exit code, or 128 + signal when killed.
@@ -62,10 +65,44 @@ int wait_exit_code(int pid);
 
 nlohmann::json read_json(const std::string& path);
 
-// Waits (up to a minute) until `ready()` holds, polling every 2 ms; false on timeout.
+// Processes a test started that must not outlive it: those still running are SIGKILLed when the
+// guard dies, also when a failed REQUIRE ends the test early.
+class KillOnExit {
+ public:
+  explicit KillOnExit(std::vector<int> pids = {}) : pids_(std::move(pids)) {}
+  ~KillOnExit();
+  KillOnExit(const KillOnExit&) = delete;
+  KillOnExit& operator=(const KillOnExit&) = delete;
+  void add(int pid) { pids_.push_back(pid); }
+
+ private:
+  std::vector<int> pids_;
+};
+
+// Failpoints (lib/util/failpoint.h) armed for the runs this test starts while the object lives:
+// GPUTRAIN_FAILPOINTS = `spec` in this process's environment, which spawned runs inherit, and a
+// directory of its own for the pause markers.
+class ArmedFailpoints {
+ public:
+  explicit ArmedFailpoints(const std::string& spec);
+  ~ArmedFailpoints();
+  ArmedFailpoints(const ArmedFailpoints&) = delete;
+  ArmedFailpoints& operator=(const ArmedFailpoints&) = delete;
+  // Waits until `count` processes have paused at `name`; their pids, or none when `still_running` (a
+  // process the test started: the run, or its launcher) ended first.
+  std::vector<int> wait_paused(const std::string& name, int still_running, size_t count = 1);
+  // Lets every process paused at `name` go on.
+  void release(const std::string& name) const;
+
+ private:
+  TempDir dir_;
+};
+
+// Waits until `ready()` holds, polling every 2 ms. The ten minutes after which it gives up (false) only
+// keep a broken run from hanging the suite: no result may depend on how soon ready() holds.
 template <class F>
 bool wait_until(F ready) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(10);
   while (std::chrono::steady_clock::now() < deadline) {
     if (ready()) return true;
     std::this_thread::sleep_for(std::chrono::milliseconds(2));

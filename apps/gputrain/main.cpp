@@ -133,8 +133,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   prepare
       ->add_option("--chat-template", prep.chat_template,
-                   "chat: chatml, llama3, mistral or plain (default: the one the tokenizer's special tokens suggest)")
-      ->check(CLI::IsMember({"chatml", "llama3", "mistral", "plain"}));
+                   "chat: chatml, qwen2.5, llama3, mistral or plain (default: the one the tokenizer's special "
+                   "tokens suggest)")
+      ->check(CLI::IsMember({"chatml", "qwen2.5", "llama3", "mistral", "plain"}));
   prepare->add_flag("--skip-bad-rows", prep.skip_bad_rows,
                     "chat: skip rows with an unknown role or no assistant turn (counted) instead of stopping");
   prepare->add_option("--input-format", input_format, "text or jsonl; auto = jsonl for *.jsonl and *.json")
@@ -153,6 +154,13 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   prepare->add_option("--shard-tokens", prep.shard_tokens, "tokens per shard file")->capture_default_str();
   prepare->add_option("--threads", prep.threads, "encoding threads; 0 = all cores")->capture_default_str();
+  int64_t chunk_kb = static_cast<int64_t>(prep.chunk_bytes >> 10);
+  prepare
+      ->add_option(
+          "--chunk-kb", chunk_kb,
+          "text of one encoding task (KiB, cut at a document boundary); the threads encode chunks side by side")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 22));
   prepare->add_flag("--overwrite", prep.overwrite, "replace the shards already in the output directory");
   prepare->add_option("--progress", progress, "auto, bar, lines or off")
       ->check(CLI::IsMember({"auto", "bar", "lines", "off"}))
@@ -340,6 +348,7 @@ int main(int argc, char** argv) {
     }
     if (*prepare) {
       prep.tokenizer.name = tokenizer;
+      prep.chunk_bytes = static_cast<size_t>(chunk_kb) << 10;
       prep.chat = doc_format == "chat";
       prep.documents = documents == "lines"        ? gputrain::DocumentUnit::kLine
                        : documents == "paragraphs" ? gputrain::DocumentUnit::kParagraph

@@ -1,23 +1,77 @@
 #include "data/chat_format.h"
 
 #include <nlohmann/json.hpp>
+#include <string_view>
 
 #include "util/error.h"
 
 namespace gputrain {
+namespace {
+
+// What Qwen2.5's template writes as the system message of a conversation that has none.
+constexpr const char* kQwen25DefaultSystem = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.";
+
+// Jinja's trim, as Meta's Llama 3 template applies it to every message: without leading and trailing
+// whitespace (Python's str.strip(): ASCII whitespace and the Unicode spaces below).
+std::string trimmed(const std::string& s) {
+  static const char* const kSpaces[] = {" ",
+                                        "\t",
+                                        "\n",
+                                        "\r",
+                                        "\v",
+                                        "\f",
+                                        "\x1c",
+                                        "\x1d",
+                                        "\x1e",
+                                        "\x1f",
+                                        "\xc2\x85",
+                                        "\xc2\xa0",
+                                        "\xe1\x9a\x80",
+                                        "\xe2\x80\x80",
+                                        "\xe2\x80\x81",
+                                        "\xe2\x80\x82",
+                                        "\xe2\x80\x83",
+                                        "\xe2\x80\x84",
+                                        "\xe2\x80\x85",
+                                        "\xe2\x80\x86",
+                                        "\xe2\x80\x87",
+                                        "\xe2\x80\x88",
+                                        "\xe2\x80\x89",
+                                        "\xe2\x80\x8a",
+                                        "\xe2\x80\xa8",
+                                        "\xe2\x80\xa9",
+                                        "\xe2\x80\xaf",
+                                        "\xe2\x81\x9f",
+                                        "\xe3\x80\x80"};
+  size_t begin = 0, end = s.size();
+  for (bool more = true; more;) {
+    more = false;
+    for (const char* sp : kSpaces) {
+      const std::string_view w(sp);
+      if (end - begin >= w.size() && s.compare(begin, w.size(), w) == 0) begin += w.size(), more = true;
+      if (end - begin >= w.size() && s.compare(end - w.size(), w.size(), w) == 0) end -= w.size(), more = true;
+    }
+  }
+  return s.substr(begin, end - begin);
+}
+
+}  // namespace
 
 ChatTemplate chat_template_named(const std::string& name) {
   if (name == "chatml") return ChatTemplate::kChatml;
+  if (name == "qwen2.5") return ChatTemplate::kQwen25;
   if (name == "llama3") return ChatTemplate::kLlama3;
   if (name == "mistral") return ChatTemplate::kMistral;
   if (name == "plain") return ChatTemplate::kPlain;
-  throw usage_error("unknown chat template '" + name + "'\n    fix: use chatml, llama3, mistral or plain");
+  throw usage_error("unknown chat template '" + name + "'\n    fix: use chatml, qwen2.5, llama3, mistral or plain");
 }
 
 const char* chat_template_name(ChatTemplate t) {
   switch (t) {
     case ChatTemplate::kChatml:
       return "chatml";
+    case ChatTemplate::kQwen25:
+      return "qwen2.5";
     case ChatTemplate::kLlama3:
       return "llama3";
     case ChatTemplate::kMistral:
@@ -85,6 +139,14 @@ std::vector<ChatPiece> render_chat(ChatTemplate t, const std::vector<ChatMessage
   // A marker that is a special token where the tokenizer has one, else text.
   auto marker = [&](const std::string& s) { is_special(s) ? special(s) : text(s); };
   switch (t) {
+    case ChatTemplate::kQwen25:  // ChatML; without a system message of its own, Qwen2.5's default one
+      if (messages.front().role != "system") {
+        special("<|im_start|>");
+        text("system\n" + std::string(kQwen25DefaultSystem));
+        special("<|im_end|>");
+        text("\n");
+      }
+      [[fallthrough]];
     case ChatTemplate::kChatml:  // <|im_start|>role\ncontent<|im_end|>\n
       for (const auto& m : messages) {
         const bool a = m.role == "assistant";
@@ -95,14 +157,14 @@ std::vector<ChatPiece> render_chat(ChatTemplate t, const std::vector<ChatMessage
         text("\n");
       }
       break;
-    case ChatTemplate::kLlama3:  // <|start_header_id|>role<|end_header_id|>\n\ncontent<|eot_id|>
+    case ChatTemplate::kLlama3:  // <|start_header_id|>role<|end_header_id|>\n\ncontent<|eot_id|>, content trimmed
       for (const auto& m : messages) {
         const bool a = m.role == "assistant";
         special("<|start_header_id|>");
         text(m.role);
         special("<|end_header_id|>");
         text("\n\n");
-        text(m.content, a);
+        text(trimmed(m.content), a);
         special("<|eot_id|>", a);
       }
       break;

@@ -13,9 +13,9 @@
 
 namespace gputrain {
 
-enum class ChatTemplate { kChatml, kLlama3, kMistral, kPlain };
+enum class ChatTemplate { kChatml, kQwen25, kLlama3, kMistral, kPlain };
 
-// "chatml" | "llama3" | "mistral" | "plain"; throws a usage Error naming them for another.
+// "chatml" | "qwen2.5" | "llama3" | "mistral" | "plain"; throws a usage Error naming them for another.
 ChatTemplate chat_template_named(const std::string& name);
 const char* chat_template_name(ChatTemplate t);
 

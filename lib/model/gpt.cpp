@@ -267,7 +267,12 @@ torch::Tensor GptImpl::forward_cached(const torch::Tensor& tokens, KvCache& cach
   return logits_of(*this, x);
 }
 
-int64_t GptImpl::context_length() const { return transformer->wpe ? cfg.seq_len : cfg.position_limit(); }
+int64_t GptImpl::context_length() const {
+  if (transformer->wpe) return cfg.seq_len;
+  // Dynamic scaling stretches the rotary frequencies past max_positions as the input grows: no limit.
+  if (cfg.rope_scaling.type == RopeScalingType::kDynamic) return std::numeric_limits<int32_t>::max();
+  return cfg.position_limit();
+}
 
 torch::Tensor GptImpl::head_loss_sum(const torch::Tensor& x, const torch::Tensor& targets) {
   return loss_of_logits(logits_of(*this, x), targets);

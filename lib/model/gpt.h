@@ -129,7 +129,7 @@ struct GptImpl : torch::nn::Module {
   // positions cache.length.., seeing the earlier tokens through `cache`, which then holds these too.
   torch::Tensor forward_cached(const torch::Tensor& tokens, KvCache& cache);
   // How many positions the model can take: model.seq_len with learned positions (its table's
-  // rows), else model.max_positions (model.seq_len when that is auto).
+  // rows), else model.max_positions (model.seq_len when that is auto); no limit under dynamic rope scaling.
   int64_t context_length() const;
 
   // The three parts forward and loss_sum are made of, for running the model

@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "util/error.h"
+#include "util/failpoint.h"
 
 namespace gputrain {
 namespace {
@@ -110,6 +111,10 @@ void GradientSync::launch(Bucket& b, size_t index) {
                            (b.owner < 0 ? " (all-reduce)" : " (reduce to rank " + std::to_string(b.owner) + ")");
   b.pending = b.owner < 0 ? comm_.all_reduce_sum(b.flat, what) : comm_.reduce_sum(b.flat, b.owner, what);
   events_.push_back({seconds_since_epoch(), b.numel * first.element_size()});
+  if (events_.size() == 1) first_launched_ = index;
+  // Tests (act) hold backward here until the step's first bucket is summed: that collective then
+  // ran while backward did, however the threads were scheduled.
+  failpoint("ddp.bucket_launched", [&] { buckets_[first_launched_].pending.wait(); });
 }
 
 void GradientSync::finish() {

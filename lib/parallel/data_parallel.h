@@ -83,6 +83,7 @@ class GradientSync {
   std::mutex mu_;  // hooks may run on autograd's device threads
   std::chrono::steady_clock::time_point epoch_;
   std::vector<BucketEvent> events_;
+  size_t first_launched_ = 0;  // this step's first bucket
   double backward_end_s_ = 0;
 };
 

@@ -24,6 +24,7 @@
 #include "util/atomic_file.h"
 #include "util/device.h"
 #include "util/error.h"
+#include "util/failpoint.h"
 #include "util/signals.h"
 #include "util/stopwatch.h"
 #include "util/text_file.h"
@@ -298,6 +299,7 @@ int run_sweep(const SweepOptions& o) {
     if (StopSignals::requested() != 0 && forwarded == 0) {
       forwarded = StopSignals::requested();
       for (const auto& [pid, what] : running) ::kill(pid, forwarded);  // they save and stop
+      failpoint("sweep.forwarded");                                    // tests let the trials go on only from here
     }
     while (forwarded == 0 && next < todo.size() && static_cast<int64_t>(running.size()) < slots) {
       const int64_t slot = std::find(slot_busy.begin(), slot_busy.end(), false) - slot_busy.begin();

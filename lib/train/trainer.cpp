@@ -45,6 +45,7 @@
 #include "parallel/world.h"
 #include "precision/precision.h"
 #include "train/batch_finder.h"
+#include "train/batch_trace.h"
 #include "train/full_evaluation.h"
 #include "train/model_options_report.h"
 #include "train/nan_guard.h"
@@ -61,6 +62,7 @@
 #include "util/device.h"
 #include "util/dir_lock.h"
 #include "util/error.h"
+#include "util/failpoint.h"
 #include "util/ignore_index.h"
 #include "util/signals.h"
 #include "util/stopwatch.h"
@@ -196,9 +198,10 @@ class Trainer {
   std::optional<StopSignals> signals_;
   std::optional<StepProfiler> profiler_;
   MoeMetrics moe_metrics_;
-  std::optional<SpikeGuard> spike_guard_;  // train.spike_policy
-  json spike_events_ = json::array();      // this process's spikes, for the summary
-  std::set<int64_t> poisoned_steps_;       // fault injection for tests (train/spike_guard.h)
+  std::optional<SpikeGuard> spike_guard_;    // train.spike_policy
+  json spike_events_ = json::array();        // this process's spikes, for the summary
+  std::set<int64_t> poisoned_steps_;         // fault injection for tests (train/spike_guard.h)
+  std::unique_ptr<BatchTrace> batch_trace_;  // what each step was fed, for tests (train/batch_trace.h)
   double flops_per_token_ = 0;
   std::string device_label_;  // device_name(), asked once
   double checkpoint_mb_ = 0;  // the model's fp32 weights and the optimizer state
@@ -455,6 +458,7 @@ void Trainer::open_outputs() {
   }
   if (s_.train.spike_policy != SpikePolicy::kOff) spike_guard_.emplace(s_.train.spike_window, s_.train.spike_threshold);
   poisoned_steps_ = poisoned_steps_from_environment();
+  batch_trace_ = BatchTrace::from_environment(plan_.world.rank);
   flops_per_token_ = training_flops_per_token(s_.model);
   device_label_ = device_name(plan_.device);
   // The first checkpoint's save time is guessed from its size (stop_for_wall_time).
@@ -497,10 +501,12 @@ void Trainer::train() {
     }
     slowest_step_s_ = std::max(slowest_step_s_, seconds_since(t0));
     if (s_.checkpoint.every > 0 && step % s_.checkpoint.every == 0) save();
+    failpoint("train.step_done");
   }
   // A stopped run always saves (that is the point of stopping gracefully); a finished one if asked.
   if (status_ != "ok" || s_.checkpoint.at_end) save();
-  saver_.wait();  // checkpoint.async: the last save is on disk before the run reports
+  saver_.wait();            // checkpoint.async: the last save is on disk before the run reports
+  failpoint("train.done");  // tests read the process's peak resident memory here, from /proc
 }
 
 // checkpoint.max_wall_time: stop while one more step and a save still fit. The estimate is the
@@ -539,6 +545,7 @@ StepResult Trainer::step() {
   for (int64_t i = 0; i < s_.train.grad_accum_steps; ++i) {
     micro.push_back(train_loader_->next());
     if (poisoned_steps_.count(t_.step + 1)) poison_batch(micro.back(), s_.model.vocab_size, t_.step + 1);
+    if (batch_trace_) batch_trace_->record(t_.step + 1, i, micro.back());
     local_tokens += micro.back().target_count;
   }
   const int64_t step_tokens = par_->global_targets(local_tokens);
@@ -811,6 +818,7 @@ void Trainer::save() {
   const bool async = s_.checkpoint.async;
   if (async) copy_to_host(*snap);  // training changes the tensors in place from the next step on
   auto write = [this, snap, join, t0, async, root = ckpt_root_, keep = s_.checkpoint.keep_last] {
+    failpoint("checkpoint.write");  // tests hold an asynchronous write here while training goes on
     const fs::path dir = save_training_checkpoint(root, *snap, join);
     if (!plan_.lead) return;
     prune_checkpoints(root, keep);

@@ -16,6 +16,7 @@
 #include <utility>
 
 #include "util/error.h"
+#include "util/failpoint.h"
 #include "util/process_info.h"
 
 namespace gputrain {
@@ -134,6 +135,7 @@ DirectoryLock DirectoryLock::acquire(const fs::path& dir, const std::string& fix
     if (fd < 0)
       throw runtime_error("cannot create the lock file '" + file.string() + "': " + std::strerror(errno) +
                           "\n    fix: choose a directory this user can write to");
+    failpoint("dir_lock.opened");  // tests release the holder here: the file this fd opened is then gone
     DirectoryLock lock;
     lock.fd_ = fd;
     lock.dir_ = dir;

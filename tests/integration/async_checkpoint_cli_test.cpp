@@ -30,7 +30,12 @@ TEST_CASE("checkpoint: asynchronous saves are the synchronous ones, for 1 proces
       REQUIRE(train(dir.file("r.yaml"), sync, v.nproc, v.sets).exit_code == 0);
       std::vector<std::string> sets = v.sets;
       sets.push_back("checkpoint.async=true");
-      const auto r = train(dir.file("r.yaml"), async, v.nproc, sets);
+      // The save of step 10 is held until step 12 has trained (a failpoint): it must write the weights and
+      // optimizer state of step 10 (its host copy), not the live tensors training has changed since.
+      const auto r = [&] {
+        ArmedFailpoints failpoints("checkpoint.write@2=after:train.step_done@12");
+        return train(dir.file("r.yaml"), async, v.nproc, sets);
+      }();
       INFO(r.output);
       REQUIRE(r.exit_code == 0);
       CHECK_THAT(r.output, Contains("checkpoint: step 20 saved to") && Contains("(in the background)"));

@@ -1,7 +1,7 @@
-// `data prepare --format chat` against transformers' apply_chat_template:
-// the same ids for each conversation (chatml with a Qwen2-style tokenizer,
-// llama3 with a Llama 3-style one), and the loss mask on exactly the
-// assistant's tokens and end-of-turn tokens.
+// `data prepare --format chat` against transformers' apply_chat_template with the families' own
+// templates (tests/reference/chat_reference.py): the same ids for each conversation (chatml and
+// qwen2.5 with a Qwen2-style tokenizer, llama3 with a Llama 3-style one), and the loss mask on
+// exactly the assistant's tokens and end-of-turn tokens.
 #include <catch2/catch.hpp>
 
 #include <nlohmann/json.hpp>
@@ -23,21 +23,29 @@ TEST_CASE("cli: chat rows give apply_chat_template's ids, with the loss on the a
       r["messages"] = {{{"role", "system"}, {"content", "Réponds en français."}},
                        {{"role", "user"}, {"content", "Bonjour ! Ça va ? " + std::to_string(i)}},
                        {{"role", "assistant"}, {"content", "Très bien, merci. 😀 " + std::to_string(i * 7)}},
-                       {{"role", "user"}, {"content", "def f(x):\n    return x * 2"}},
-                       {{"role", "assistant"}, {"content", "It doubles x.\nDone."}}};
+                       {{"role", "user"}, {"content", "def f(x):\n    return x * 2\n"}},
+                       {{"role", "assistant"}, {"content", (i % 2 ? "  It doubles x.\nDone.\n\n" : "It doubles x.")}}};
     }
     rows += r.dump() + "\n";
   }
   write_file(dir.file("c.jsonl"), rows);
-  for (const auto& [name, tmpl] :
-       std::vector<std::pair<std::string, std::string>>{{"qwen2", "chatml"}, {"llama3", "llama3"}}) {
-    SECTION(name) {
-      const std::string tok = reference_tokenizer(name);
-      auto r = run_gputrain({"data", "prepare", dir.file("c.jsonl"), "-o", dir.file(name), "--format", "chat",
-                             "--tokenizer", tok, "--val-fraction", "0", "--progress", "off"});
+  struct Case {
+    std::string tokenizer, tmpl;
+    bool chosen;  // the template the tokenizer's special tokens suggest, else named with --chat-template
+  };
+  for (const Case& c :
+       {Case{"qwen2", "chatml", true}, Case{"qwen2", "qwen2.5", false}, Case{"llama3", "llama3", true}}) {
+    SECTION(c.tmpl) {
+      const std::string& tmpl = c.tmpl;
+      const std::string tok = reference_tokenizer(c.tokenizer), name = c.tmpl;
+      std::vector<std::string> args = {
+          "data",        "prepare", dir.file("c.jsonl"), "-o", dir.file(name), "--format", "chat",
+          "--tokenizer", tok,       "--val-fraction",    "0",  "--progress",   "off"};
+      if (!c.chosen) args.insert(args.end(), {"--chat-template", tmpl});
+      auto r = run_gputrain(args);
       INFO(r.output);
       REQUIRE(r.exit_code == 0);
-      CHECK_THAT(r.output, Contains("rendered with the " + tmpl + " template"));  // chosen from its special tokens
+      CHECK_THAT(r.output, Contains("rendered with the " + tmpl + " template"));
       CommandResult ref = run_python({std::string(GPUTRAIN_SOURCE_DIR) + "/tests/reference/chat_reference.py",
                                       tok + "/tokenizer.json", tmpl, dir.file("c.jsonl"), dir.file(name + ".json")});
       INFO(ref.output);

@@ -273,31 +273,34 @@ TEST_CASE("checkpoint: SIGKILL at any moment, during saves (also asynchronous on
                                          "checkpoint.every=1", "checkpoint.keep_last=2"};
   std::mt19937 rng(1234);
   int64_t newest_step = 0;
-  int killed_mid_save = 0;
+  int killed_mid_file = 0;
   for (int trial = 0; trial < 8; ++trial) {
     INFO("trial " << trial);
     std::vector<std::string> trial_sets = sets;
     if (trial >= 4) trial_sets.push_back("checkpoint.async=true");  // written on a thread while training goes on
-    const int pid = spawn_run(dir.file("r.yaml"), out, trial_sets);
-    // The run has started saving once a checkpoint newer than the last one appears.
-    auto newer_saved = [&] {
-      const CheckpointListing l = list_checkpoints(root);
-      return !l.complete.empty() && std::stoll(l.complete.back().filename().string().substr(5)) > newest_step;
-    };
-    REQUIRE(wait_until(newer_saved));
-    if (trial % 2 == 0) {
-      // Kill during a write: as soon as a temporary directory exists.
-      auto writing = [&] {
-        std::error_code ec;
-        for (const auto& e : fs::directory_iterator(root, ec))
-          if (e.path().filename().string().rfind(".tmp-step_", 0) == 0) return true;
-        return false;
-      };
-      REQUIRE(wait_until(writing));
+    const bool mid_file = trial % 2 == 1;
+    int pid = 0;
+    if (mid_file) {
+      // Killed inside a file for certain: the writer pauses halfway through the first file of its first
+      // save (a failpoint), is seen to have left a partial file, and is killed there.
+      ArmedFailpoints failpoints("safetensors.mid_file=pause");
+      pid = spawn_run(dir.file("r.yaml"), out, trial_sets);
+      REQUIRE(failpoints.wait_paused("safetensors.mid_file", pid) == std::vector<int>{pid});
+      bool partial = false;
+      for (const auto& d : fs::directory_iterator(root))
+        if (d.path().filename().string().rfind(".tmp-step_", 0) == 0)
+          for (const auto& f : fs::directory_iterator(d.path()))
+            partial |= f.path().extension() == ".tmp" && fs::file_size(f.path()) > 0;
+      CHECK(partial);
       kill(pid, SIGKILL);
-      ++killed_mid_save;
+      killed_mid_file += partial;
     } else {
-      // Kill at a random moment.
+      pid = spawn_run(dir.file("r.yaml"), out, trial_sets);
+      // Kill at a random moment once the run has saved a checkpoint newer than the last one.
+      REQUIRE(wait_until([&] {
+        const CheckpointListing l = list_checkpoints(root);
+        return !l.complete.empty() && std::stoll(l.complete.back().filename().string().substr(5)) > newest_step;
+      }));
       std::this_thread::sleep_for(std::chrono::milliseconds(std::uniform_int_distribution<int>(0, 400)(rng)));
       kill(pid, SIGKILL);
     }
@@ -306,16 +309,17 @@ TEST_CASE("checkpoint: SIGKILL at any moment, during saves (also asynchronous on
     const auto stale = read_lock_holder(fs::path(out) / kLockFileName);
     REQUIRE(stale);
     CHECK(stale->pid == pid);
-    // The newest complete checkpoint verifies and loads, nothing is left broken,
-    // and no progress before the kill was lost.
+    // The newest complete checkpoint verifies and loads, nothing is left broken, and no progress before
+    // the kill was lost (a kill inside the first save leaves the previous trial's newest).
     const CheckpointListing l = list_checkpoints(root, CheckpointCheck::kChecksums);
     CHECK(l.broken.empty());
     REQUIRE_FALSE(l.complete.empty());
     const TrainingSnapshot snap = load_training_checkpoint(l.complete.back());
-    CHECK(snap.counters.step > newest_step);
+    if (mid_file) CHECK(snap.counters.step == newest_step);
+    else CHECK(snap.counters.step > newest_step);
     newest_step = snap.counters.step;
   }
-  CHECK(killed_mid_save == 4);
+  CHECK(killed_mid_file == 4);
   // resume: auto continues from the newest one and finishes.
   auto last = run_recipe(dir.file("r.yaml"), out,
                          {"train.max_steps=" + std::to_string(newest_step + 2), "model.d_model=256", "model.n_layer=2",
@@ -338,24 +342,26 @@ TEST_CASE(
   TempDir dir;
   write_file(dir.file("r.yaml"), tiny_recipe());
   const std::string out = dir.file("out");
-  // About half a minute here, alone: far longer than the commands below take to be refused (about a second each).
-  const int64_t steps = 3000;
+  const int64_t steps = 300;
   const std::vector<std::string> sets = {
       "train.max_steps=" + std::to_string(steps), "model.d_model=128",    "model.seq_len=64",
-      "optim.schedule.decay_steps=3000",          "checkpoint.every=100", "checkpoint.keep_last=2"};
+      "optim.schedule.decay_steps=300",           "checkpoint.every=100", "checkpoint.keep_last=2"};
+  // The first run pauses after its save of step 100 (a failpoint) until the commands below are done:
+  // they meet a live run for certain, however slow this machine is. (A command that waited for the
+  // folder would wait for ever here, and ctest's limit would fail the test.)
+  ArmedFailpoints failpoints("train.step_done@100=pause");
   const int pid = spawn_run(dir.file("r.yaml"), out, sets);
+  KillOnExit guard({pid});
+  REQUIRE(failpoints.wait_paused("train.step_done", pid) == std::vector<int>{pid});
   // As in the report: the first run has saved, so a second one would resume from its checkpoint.
-  REQUIRE(wait_until([&] { return !list_checkpoints(fs::path(out) / "checkpoints").complete.empty(); }));
+  REQUIRE_FALSE(list_checkpoints(fs::path(out) / "checkpoints").complete.empty());
   const std::string holder = "'" + out + "' is in use by gputrain pid " + std::to_string(pid) + " on host ";
-  const auto t0 = std::chrono::steady_clock::now();
   auto second = run_recipe(dir.file("r.yaml"), out, sets);
-  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   INFO(second.output);
   CHECK(second.exit_code == 2);
   CHECK_THAT(second.output, Contains(holder) && Contains("(gputrain run " + dir.file("r.yaml")));
   CHECK_THAT(second.output,
              Contains("fix: wait for it, stop it (kill " + std::to_string(pid) + "), or use another --output-dir"));
-  CHECK(took < 15);
   // --overwrite would delete the live run's checkpoints: refused before it removes anything.
   auto overwrite = run_gputrain({"run", dir.file("r.yaml"), "--output-dir", out, "--overwrite"});
   CHECK(overwrite.exit_code == 2);
@@ -374,9 +380,9 @@ TEST_CASE(
   CHECK(prepare.exit_code == 2);
   CHECK_THAT(prepare.output, Contains(holder) && Contains("or use another --output"));
   CHECK_FALSE(fs::exists(out + "/train_000000.bin"));
-  // Each of them met a live run (had it ended, the second run would have resumed and exited 0).
   int status = 0;
-  REQUIRE(::waitpid(pid, &status, WNOHANG) == 0);
+  REQUIRE(::waitpid(pid, &status, WNOHANG) == 0);  // still paused, holding the folder
+  failpoints.release("train.step_done");
 
   CHECK(wait_exit_code(pid) == 0);
   const std::string metrics = read_file(out + "/metrics.jsonl");

@@ -196,12 +196,12 @@ int run_and_signal(const std::string& recipe, const std::string& out, int sig) {
   const int pid = spawn_gputrain(
       {"run", recipe, "--output-dir", out, "--set", "train.max_steps=1000000", "--set", "train.log_every=1"}, null);
   close(null);
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (std::chrono::steady_clock::now() < deadline) {
+  KillOnExit guard({pid});
+  // Signalled once it trains (its handlers are in place), however long that takes.
+  REQUIRE(wait_until([&] {
     std::error_code ec;
-    if (fs::exists(out + "/metrics.jsonl", ec) && fs::file_size(out + "/metrics.jsonl", ec) > 0) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
+    return fs::exists(out + "/metrics.jsonl", ec) && fs::file_size(out + "/metrics.jsonl", ec) > 0;
+  }));
   kill(pid, sig);
   return wait_exit_code(pid);
 }

@@ -4,7 +4,9 @@
 
 #include <signal.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <regex>
 #include <sstream>
@@ -70,7 +72,63 @@ void check_resumes_of_three(const TempDir& dir, const std::string& name, const s
   check_continues(column(one, "loss"), column(dir.file(name + "-back"), "loss"), after, 1e-5);
 }
 
+// The kernel's count of the peak resident memory (VmHWM, MiB) of each process of a run of `nproc`, read
+// from /proc while they pause at the end of training (failpoint train.done), before they exit.
+std::vector<double> peak_resident_mb(const TempDir& dir, const std::string& name, int nproc,
+                                     const std::vector<std::string>& sets) {
+  ArmedFailpoints failpoints("train.done=pause");
+  const int launcher = spawn_launcher(dir.file("r.yaml"), dir.file(name), nproc, sets, dir.file(name + ".log"));
+  const std::vector<int> pids = failpoints.wait_paused("train.done", launcher, static_cast<size_t>(nproc));
+  INFO(read_file(dir.file(name + ".log")));
+  REQUIRE(pids.size() == static_cast<size_t>(nproc));
+  std::vector<double> mb;
+  for (int pid : pids) {
+    std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+    std::string line;
+    while (std::getline(status, line))
+      if (line.rfind("VmHWM:", 0) == 0) mb.push_back(std::stod(line.substr(6)) / 1024.0);  // kB
+  }
+  failpoints.release("train.done");
+  CHECK(wait_exit_code(launcher) == 0);
+  REQUIRE(mb.size() == static_cast<size_t>(nproc));
+  return mb;
+}
+
 }  // namespace
+
+TEST_CASE("parallel: a ZeRO-3 rank's resident memory, measured by the kernel, is a quarter of one process's",
+          "[parallel][cli][memory][slow]") {
+  TempDir dir;
+  write_file(dir.file("r.yaml"), dp_recipe());
+  // 9.6M parameters in 12 blocks: weights, gradients and AdamW state are about 150 MiB in one process,
+  // against which activations (one short sequence) and communication buffers are small. Freed buffers
+  // go back to the OS (run.cpu_malloc_cache off), so the peak is what was held at once.
+  const std::vector<std::string> big = {"model.n_layer=12",
+                                        "model.d_model=256",
+                                        "model.n_head=4",
+                                        "train.max_steps=2",
+                                        "train.per_device_batch_size=1",
+                                        "run.cpu_malloc_cache=false",
+                                        "run.threads=1"};
+  std::vector<std::string> tiny = big;
+  tiny[0] = "model.n_layer=1", tiny[1] = "model.d_model=16";
+  std::vector<std::string> zero3 = {"parallel.zero=3"};
+  // Each run's rise over the same run of a 1-block, 16-wide model (LibTorch, Gloo and the data held alike).
+  const double one = peak_resident_mb(dir, "one", 1, big)[0] - peak_resident_mb(dir, "one-tiny", 1, tiny)[0];
+  const auto ranks = peak_resident_mb(dir, "zero3", 4, with(big, zero3)),
+             ranks_tiny = peak_resident_mb(dir, "zero3-tiny", 4, with(tiny, zero3));
+  const double base = *std::max_element(ranks_tiny.begin(), ranks_tiny.end());
+  INFO("one process: +" << one << " MiB");
+  CHECK(one > 120);
+  for (double rank : ranks) {
+    // A quarter of the weights, gradients and state (about 4 bytes a parameter against 16), plus a few
+    // blocks' whole weights while they are in use: about 0.3 of one process's. Weights left whole after
+    // their gather would add a whole model's (4 bytes a parameter): 0.5.
+    INFO("ZeRO-3 rank: +" << rank - base << " MiB");
+    CHECK(rank - base < 0.4 * one);
+    CHECK(rank - base > 0.15 * one);
+  }
+}
 
 TEST_CASE("parallel: ZeRO-3 with 2 and 4 processes matches 1 process, and each rank holds about 1/N",
           "[parallel][cli][slow]") {

@@ -103,6 +103,13 @@ TEST_CASE("generate: greedy output from Hugging Face folders equals transformers
   SECTION("Qwen2, q/k/v biases") {
     check_hf_folder_greedy("Qwen2ForCausalLM", llama_config({{"tie_word_embeddings", true}}));
   }
+  SECTION("Llama, dynamic rope scaling past its 16 positions") {
+    // 14 prompt positions, then 24 new ones: from position 16 on, each new token's rotation uses the
+    // base grown for its length (the keys already cached keep theirs), as transformers computes it.
+    check_hf_folder_greedy(
+        "LlamaForCausalLM",
+        llama_config({{"max_position_embeddings", 16}, {"rope_scaling", {{"rope_type", "dynamic"}, {"factor", 2.0}}}}));
+  }
   SECTION("Mistral, a window of 8 inside 38 positions") {
     check_hf_folder_greedy("MistralForCausalLM", llama_config({{"sliding_window", 8}}));
   }

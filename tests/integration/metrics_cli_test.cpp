@@ -2,6 +2,8 @@
 // with the tensorboard package (PyPI) and compared with metrics.jsonl, across a resume.
 #include <catch2/catch.hpp>
 
+#include <cmath>
+
 #include <filesystem>
 
 #include "test_util.h"
@@ -142,6 +144,52 @@ std::map<std::pair<int, std::string>, int64_t> chart_paths(const json& rendered,
   return out;
 }
 
+// The (step, value) points drawn for `key` of run `run` in `chart`, read back through the chart's axis
+// (tests/reference/render_report.py); fails the test when no such path was drawn.
+std::vector<std::pair<double, double>> drawn(const json& rendered, const std::string& chart, int run,
+                                             const std::string& key) {
+  for (const json& p : rendered["paths"])
+    if (p["chart"] == chart && p["run"] == run && p["key"] == key) {
+      REQUIRE(p["values"].is_array());
+      return p["values"].get<std::vector<std::pair<double, double>>>();
+    }
+  FAIL("no path of " << key << " (run " << run << ") in the " << chart << " chart");
+  return {};
+}
+
+// (step, value) of `key` in each metrics line that has it; with `smoothing` > 0 TensorBoard's debiased
+// exponential moving average of the values, computed here.
+std::vector<std::pair<double, double>> logged(const std::vector<json>& lines, const std::string& key,
+                                              double smoothing = 0) {
+  std::vector<std::pair<double, double>> out;
+  double ema = 0;
+  for (const json& l : lines) {
+    if (!l.contains(key) || l[key].is_null()) continue;
+    const double y = l[key].get<double>();
+    ema = smoothing * ema + (1 - smoothing) * y;
+    out.emplace_back(l["step"].get<double>(),
+                     smoothing > 0 ? ema / (1 - std::pow(smoothing, static_cast<double>(out.size() + 1))) : y);
+  }
+  return out;
+}
+
+// Drawn points equal the expected ones: the steps within a twentieth of a step, the values within
+// 1% of the values' range (a pixel of the 192-pixel plot is 0.6% of the drawn span, which the
+// axis pads by 5% on each side).
+void check_drawn(const std::vector<std::pair<double, double>>& got,
+                 const std::vector<std::pair<double, double>>& want) {
+  REQUIRE(got.size() == want.size());
+  REQUIRE(want.size() >= 2);
+  double lo = INFINITY, hi = -INFINITY;
+  for (const auto& [x, y] : want) lo = std::min(lo, y), hi = std::max(hi, y);
+  for (size_t i = 0; i < want.size(); ++i) {
+    INFO("point " << i << ": drawn (" << got[i].first << ", " << got[i].second << "), logged (" << want[i].first << ", "
+                  << want[i].second << ")");
+    CHECK(std::abs(got[i].first - want[i].first) < 0.05);
+    CHECK(std::abs(got[i].second - want[i].second) < 0.01 * (hi - lo));
+  }
+}
+
 int64_t lines_with(const std::vector<json>& lines, const std::string& key) {
   return std::count_if(lines.begin(), lines.end(), [&](const json& l) { return l.contains(key); });
 }
@@ -176,6 +224,14 @@ TEST_CASE("metrics: gputrain report draws two runs' curves, summaries and recipe
     CHECK(paths.size() == 2);
     CHECK(paths[{0, chart}] == lines_with(la, chart));
   }
+  // The curves' values, read off the charts' own axes, are the logged ones.
+  for (int run : {0, 1}) {
+    INFO("run " << run);
+    const auto& lines = run == 0 ? la : lb;
+    check_drawn(drawn(view, "loss", run, "loss"), logged(lines, "loss"));
+    check_drawn(drawn(view, "lr", run, "lr"), logged(lines, "lr"));
+    check_drawn(drawn(view, "grad_norm", run, "grad_norm"), logged(lines, "grad_norm"));
+  }
   auto scale = chart_paths(view, "loss_scale");
   CHECK(scale.size() == 1);
   CHECK(scale.count({1, "loss_scale"}) == 1);
@@ -196,9 +252,21 @@ TEST_CASE("metrics: gputrain report draws two runs' curves, summaries and recipe
   CHECK(view["png"]["colors"]["#2ca02c"] == 0);
 
   // The log-scale toggle from the URL: the loss chart redrawn on a log axis.
-  const json logged = render_report(html, "log=1", dir.file("log.png"), dir.file("log.json"));
-  for (const json& p : logged["paths"])
-    if (p["chart"] == "loss") CHECK(p["scale"] == "log");
+  const json log_view = render_report(html, "log=1", dir.file("log.png"), dir.file("log.json"));
+  int loss_paths = 0;
+  for (const json& p : log_view["paths"])
+    if (p["chart"] == "loss") CHECK(p["scale"] == "log"), ++loss_paths;
+  CHECK(loss_paths == 4);
+  // Read through the log axis (its labels are powers or round values, placed by their logarithms).
+  check_drawn(drawn(log_view, "loss", 0, "loss"), logged(la, "loss"));
+  check_drawn(drawn(log_view, "loss", 1, "loss"), logged(lb, "loss"));
+
+  // Smoothing from the URL: the loss drawn is the debiased moving average of the logged losses (the
+  // eval loss is never smoothed).
+  const json smooth_view = render_report(html, "smooth=0.6", dir.file("smooth.png"), dir.file("smooth.json"));
+  check_drawn(drawn(smooth_view, "loss", 0, "loss"), logged(la, "loss", 0.6));
+  check_drawn(drawn(smooth_view, "loss", 1, "loss"), logged(lb, "loss", 0.6));
+  check_drawn(drawn(smooth_view, "lr", 0, "lr"), logged(la, "lr", 0.6));
 }
 
 TEST_CASE("metrics: gputrain report refuses a folder that is no run", "[metrics][cli]") {

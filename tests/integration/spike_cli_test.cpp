@@ -4,7 +4,9 @@
 // are capped, and each event is logged, counted in metrics.jsonl and kept in the summary.
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <filesystem>
+#include <map>
 
 #include "test_util.h"
 
@@ -49,6 +51,24 @@ json line_of_step(const std::string& run, int64_t step) {
   return {};
 }
 
+// The guard's score of `key` at `step` computed here from metrics.jsonl: how many (population) standard
+// deviations, floored at 1% of the mean, it lies above the mean of the 10 steps before (spike_window).
+double z_score(const std::string& run, int64_t step, const char* key) {
+  std::vector<double> window;
+  for (int64_t s = step - 10; s < step; ++s) window.push_back(line_of_step(run, s)[key].get<double>());
+  double mean = 0, var = 0;
+  for (double v : window) mean += v / 10;
+  for (double v : window) var += (v - mean) * (v - mean) / 10;
+  return (line_of_step(run, step)[key].get<double>() - mean) / std::max(std::sqrt(var), 0.01 * mean);
+}
+
+// The input rows each step trained on (GPUTRAIN_TRACE_BATCHES, train/batch_trace.h), by step.
+std::map<int64_t, json> inputs_by_step(const std::string& trace) {
+  std::map<int64_t, json> by_step;
+  for (const json& l : read_jsonl(trace + "/rank0.jsonl")) by_step[l["step"].get<int64_t>()] = l["input"];
+  return by_step;
+}
+
 }  // namespace
 
 TEST_CASE("spike: skip drops exactly the poisoned step's update, and off applies it", "[spike][cli]") {
@@ -71,6 +91,9 @@ TEST_CASE("spike: skip drops exactly the poisoned step's update, and off applies
   CHECK(spikes["skipped_steps"] == 1);
   REQUIRE(spikes["events"].size() == 1);
   CHECK(spikes["events"][0]["step"] == 23);
+  // The scores it reports are the ones the logged losses and gradient norms give.
+  CHECK(spikes["events"][0]["loss_z"].get<double>() == Approx(z_score(skip, 23, "loss")).margin(0.01));
+  CHECK(spikes["events"][0]["grad_norm_z"].get<double>() == Approx(z_score(skip, 23, "grad_norm")).margin(0.01));
   CHECK(spikes["events"][0]["loss_z"].get<double>() > 6);
 
   // The same poison without the guard: the update goes in, nothing is reported.
@@ -101,6 +124,30 @@ TEST_CASE("spike: rollback restores the last checkpoint's weights and optimizer 
   const json spikes = read_json(run + "/summary.json")["spikes"];
   CHECK(spikes["rollbacks"] == 1);
   CHECK(spikes["events"][0]["rolled_back_to"] == 20);
+
+  // After the rollback the run trains on the data after the spike (steps 24 to 26 read what an
+  // unpoisoned run reads there), not on the data since the checkpoint again.
+  const std::string traced = dir.file("traced"), plain = dir.file("plain");
+  auto t = run_shell("GPUTRAIN_TRACE_BATCHES=" + dir.file("trace-rollback") +
+                     " GPUTRAIN_POISON_STEPS=23 \"$GPUTRAIN\" run '" + recipe + "' --output-dir '" + traced +
+                     "' --set train.max_steps=26");
+  INFO(t.output);
+  REQUIRE(t.exit_code == 0);
+  CHECK_THAT(t.output, Contains("rolled back to the checkpoint of step 20"));
+  auto p = run_shell("GPUTRAIN_TRACE_BATCHES=" + dir.file("trace-plain") + " \"$GPUTRAIN\" run '" + recipe +
+                     "' --output-dir '" + plain + "' --set train.max_steps=26");
+  INFO(p.output);
+  REQUIRE(p.exit_code == 0);
+  const auto fed = inputs_by_step(dir.file("trace-rollback")), plain_fed = inputs_by_step(dir.file("trace-plain"));
+  REQUIRE(fed.size() == 26);
+  REQUIRE(plain_fed.size() == 26);
+  for (int64_t step = 21; step <= 26; ++step) {
+    INFO("step " << step);
+    CHECK(fed.at(step) == plain_fed.at(step));
+  }
+  CHECK(fed.at(24) != fed.at(21));  // a rewound loader would read step 21's batch again here
+  // It went on from the checkpoint's weights: step 24's loss differs from the unpoisoned run's.
+  CHECK(line_of_step(traced, 24)["loss"] != line_of_step(plain, 24)["loss"]);
 
   // Two data-parallel processes with ZeRO-1 (each holds a share of the optimizer state) agree and roll back alike.
   const std::string zero = dir.file("zero");

@@ -1,7 +1,12 @@
 // `gputrain sweep` through the binary on a tiny recipe: a grid run two at a time sharing the cores,
-// the ranked table against the trials' summaries, the report, continuing a sweep (finished trials not
-// rerun, a stopped one resumed), random trials inside their ranges, and bad arguments refused.
+// stopped by SIGTERM while two trials run, the ranked table against the trials' summaries, the report,
+// continuing a sweep (finished trials not rerun, stopped ones resumed), random trials inside their
+// ranges (their distributions: unit/train/sweep_plan_test.cpp), and bad arguments refused.
 #include <catch2/catch.hpp>
+
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
 
 #include <filesystem>
 
@@ -36,15 +41,54 @@ CommandResult sweep(const std::vector<std::string>& args) {
 
 }  // namespace
 
-TEST_CASE("sweep: a grid runs as ordinary runs, ranked by eval loss, and continues where it stopped", "[sweep][cli]") {
+TEST_CASE("sweep: a grid runs as ordinary runs, K at a time, ranked by eval loss, and continues where it stopped",
+          "[sweep][cli]") {
   TempDir dir;
   const std::string recipe = write_recipe(dir), out = dir.file("s");
   const std::vector<std::string> args = {
       recipe,  "--grid", "optim.lr=[1e-3,1e-2]", "--grid", "train.per_device_batch_size=[4,8]", "--parallel", "2",
       "--out", out};
+  // Stopped for real: the trials pause at step 4 (a failpoint) and the sweep gets SIGTERM there. Two
+  // trials pause at once (--parallel 2 runs them side by side); the sweep tells them to stop, and they
+  // save and stop when let go; the other two never start.
+  {
+    ArmedFailpoints failpoints("train.step_done@4=pause;sweep.forwarded=pause");
+    const std::vector<std::string> sweep_args = [&] {
+      std::vector<std::string> a = {"sweep"};
+      a.insert(a.end(), args.begin(), args.end());
+      return a;
+    }();
+    const int null = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
+    const int pid = spawn_gputrain(sweep_args, null);
+    ::close(null);
+    KillOnExit guard({pid});
+    const std::vector<int> paused = failpoints.wait_paused("train.step_done", pid, 2);
+    REQUIRE(paused.size() == 2);
+    guard.add(paused[0]);
+    guard.add(paused[1]);
+    ::kill(pid, SIGTERM);
+    // The sweep has forwarded the signal (it pauses there) before the trials go on.
+    REQUIRE(failpoints.wait_paused("sweep.forwarded", pid) == std::vector<int>{pid});
+    failpoints.release("train.step_done");
+    failpoints.release("sweep.forwarded");
+    CHECK(wait_exit_code(pid) == 143);
+  }
+  for (const char* t : {"trial_000", "trial_001"}) {
+    INFO(t);
+    const json s = read_json(out + "/" + t + "/summary.json");
+    CHECK(s["status"] == "preempted");
+    CHECK(s["steps"] == 5);  // told during its pause after step 4, a run stops after the step it is in
+  }
+  CHECK_FALSE(fs::exists(out + "/trial_002"));
+  CHECK_FALSE(fs::exists(out + "/trial_003"));
+
+  // Continued: the stopped trials resume from their checkpoints, the others start.
   auto r = sweep(args);
   INFO(r.output);
   REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.output, Contains("(4 to run, 2 at a time)"));
+  for (const char* t : {"trial_000", "trial_001"})
+    CHECK_THAT(read_file(out + "/logs/" + t + ".log"), Contains("resume: continuing from"));
   // Four trials, the last key varying fastest, each its own run with its values and half the cores.
   const std::vector<std::pair<std::string, int64_t>> expected = {{"0.001", 4}, {"0.001", 8}, {"0.01", 4}, {"0.01", 8}};
   const int64_t threads = std::max<int64_t>(1, resolve_threads(0) / 2);
@@ -52,6 +96,7 @@ TEST_CASE("sweep: a grid runs as ordinary runs, ranked by eval loss, and continu
     const std::string trial = out + "/trial_00" + std::to_string(i);
     INFO(trial);
     CHECK(read_json(trial + "/summary.json")["status"] == "ok");
+    CHECK(read_json(trial + "/summary.json")["steps"] == 8);
     const std::string resolved = read_file(trial + "/recipe.resolved.yaml");
     CHECK_THAT(resolved, Contains("lr: " + expected[i].first) &&
                              Contains("per_device_batch_size: " + std::to_string(expected[i].second)) &&
@@ -70,19 +115,16 @@ TEST_CASE("sweep: a grid runs as ordinary runs, ranked by eval loss, and continu
   CHECK_THAT(r.output, Contains("| rank | trial | optim.lr | train.per_device_batch_size | eval loss |"));
   CHECK_THAT(read_file(out + "/report.html"), Contains("trial_000") && Contains("trial_003"));
 
-  // Continuing: finished trials are not rerun; a stopped one resumes from its checkpoint; a lost one runs again.
+  // Again: finished trials are not rerun; a lost one runs again.
   const auto before = fs::last_write_time(out + "/trial_000/summary.json");
-  json stopped = read_json(out + "/trial_002/summary.json");
-  stopped["status"] = "interrupted";
-  write_file(out + "/trial_002/summary.json", stopped.dump());
   fs::remove_all(out + "/trial_003");
   auto again = sweep(args);
   INFO(again.output);
   REQUIRE(again.exit_code == 0);
-  CHECK_THAT(again.output, Contains("trial_000 finished earlier; not rerun") && Contains("trial_002 starts") &&
-                               Contains("trial_003 starts") && Contains("(2 to run, 2 at a time)"));
+  CHECK_THAT(again.output, Contains("trial_000 finished earlier; not rerun") &&
+                               Contains("trial_002 finished earlier; not rerun") && Contains("trial_003 starts") &&
+                               Contains("(1 to run, 2 at a time)"));
   CHECK(fs::last_write_time(out + "/trial_000/summary.json") == before);
-  CHECK_THAT(read_file(out + "/logs/trial_002.log"), Contains("resume: continuing from"));
   CHECK(read_json(out + "/trial_003/summary.json")["status"] == "ok");
 
   // The same folder with other trials is refused.

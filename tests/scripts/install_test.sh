@@ -37,14 +37,11 @@ complete_zsh() {
     words=("${@:2}"); CURRENT=$1; PREFIX=${words[CURRENT]}; source '"$tmp/prefix/share/zsh/site-functions/_gputrain" \
     _ "$current" "$@"
 }
-if command -v zsh > /dev/null; then
-  offers -w data <<< "$(complete_zsh 2 gputrain da)" || fail "zsh: gputrain da"
-  offers -w -- --overwrite <<< "$(complete_zsh 3 gputrain run --ov)" || fail "zsh: gputrain run --ov"
-  offers -- "-S = -- .*optim.lr" <<< "$(complete_zsh 4 gputrain run --set optim.l)" || fail "zsh: --set optim.l"
-  [[ "$(complete_zsh 3 gputrain run conf)" == FILES ]] || fail "zsh: a recipe file"
-else
-  echo "zsh is not installed: its completion was not checked (scripts/setup.sh installs it)"
-fi
+command -v zsh > /dev/null || fail "zsh is not installed, so its completion cannot be checked (scripts/setup.sh installs it)"
+offers -w data <<< "$(complete_zsh 2 gputrain da)" || fail "zsh: gputrain da"
+offers -w -- --overwrite <<< "$(complete_zsh 3 gputrain run --ov)" || fail "zsh: gputrain run --ov"
+offers -- "-S = -- .*optim.lr" <<< "$(complete_zsh 4 gputrain run --set optim.l)" || fail "zsh: --set optim.l"
+[[ "$(complete_zsh 3 gputrain run conf)" == FILES ]] || fail "zsh: a recipe file"
 
 # A moved environment: without the RPATH and with the recorded LibTorch gone, the binary alone
 # cannot start, and the launcher finds the libraries through Python.

@@ -90,7 +90,8 @@ def main():
             cli = subprocess.run([binary, "validate", str(file)], capture_output=True, text=True)
             if schema_ok != valid:
                 failures.append(f"{what}: the schema {'accepts' if schema_ok else 'rejects'} it")
-            if (cli.returncode == 0) != valid:
+            # A valid recipe exits 0, a rejected one 2 (bad input); any other code (a crash) is a failure.
+            if cli.returncode != (0 if valid else 2):
                 failures.append(f"{what}: gputrain validate exits {cli.returncode}: {cli.stdout}{cli.stderr}")
 
     for f in failures:

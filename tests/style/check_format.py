@@ -5,12 +5,16 @@ Usage: check_format.py <clang-format> <repository root>. Lists the tracked sourc
 the CMake templates *.in excepted) and runs clang-format --dry-run -Werror over them; the output
 names each file and line that differs. Fix: clang-format -i <file> (docs/contributing.md).
 """
+import shutil
 import subprocess
 import sys
 
 
 def main() -> int:
     clang_format, root = sys.argv[1], sys.argv[2]
+    if not shutil.which(clang_format):
+        print(f"check_format: clang-format was not found ({clang_format})\n    fix: bash scripts/setup.sh installs it")
+        return 1
     files = subprocess.run(["git", "-C", root, "ls-files", "*.cpp", "*.h", "*.cu", "*.cuh"],
                            check=True, capture_output=True, text=True).stdout.split()
     files = [f for f in files if not f.startswith("third_party/")]

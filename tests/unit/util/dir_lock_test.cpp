@@ -8,12 +8,14 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <optional>
 
 #include <fmt/format.h>
 
 #include "test_util.h"
 #include "util/dir_lock.h"
 #include "util/error.h"
+#include "util/failpoint.h"
 #include "util/process_info.h"
 
 using namespace gputrain;
@@ -136,4 +138,21 @@ TEST_CASE("dir lock: a directory that cannot be made is a clear error", "[util]"
     CHECK_THAT(std::string(e.what()),
                Contains("cannot create directory '" + (tmp.path() / "file" / "out").string() + "'"));
   }
+}
+
+TEST_CASE("dir lock: a lock taken on a file its holder removed while releasing is retaken on a fresh file", "[util]") {
+  TempDir dir;
+  std::optional<DirectoryLock> first = DirectoryLock::acquire(dir.path(), "x");
+  // The failpoint between open() and flock(): the holder releases there, unlinking the file the second
+  // acquire has just opened, so its flock succeeds on a file no longer in the directory.
+  int opened = 0;
+  set_failpoint_hook("dir_lock.opened", [&] {
+    if (++opened == 1) first.reset();
+  });
+  DirectoryLock second = DirectoryLock::acquire(dir.path(), "x");
+  set_failpoint_hook("dir_lock.opened", nullptr);
+  CHECK(opened == 2);  // it noticed, and opened the file anew
+  // The lock guards the directory: its file is there, and a third writer is refused.
+  CHECK(fs::exists(dir.path() / kLockFileName));
+  CHECK_THAT(lock_error(dir.path()), Contains("is in use by gputrain pid " + std::to_string(::getpid())));
 }
