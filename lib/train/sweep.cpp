@@ -295,7 +295,8 @@ int run_sweep(const SweepOptions& o) {
   size_t next = 0;
   int failed = 0, forwarded = 0;
   const auto started = SteadyClock::now();
-  while (next < todo.size() || !running.empty()) {
+  // Once a stop signal is forwarded no trial starts: the loop ends when the running ones have stopped.
+  while ((forwarded == 0 && next < todo.size()) || !running.empty()) {
     if (StopSignals::requested() != 0 && forwarded == 0) {
       forwarded = StopSignals::requested();
       for (const auto& [pid, what] : running) ::kill(pid, forwarded);  // they save and stop

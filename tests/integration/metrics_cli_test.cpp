@@ -255,7 +255,10 @@ TEST_CASE("metrics: gputrain report draws two runs' curves, summaries and recipe
   const json log_view = render_report(html, "log=1", dir.file("log.png"), dir.file("log.json"));
   int loss_paths = 0;
   for (const json& p : log_view["paths"])
-    if (p["chart"] == "loss") CHECK(p["scale"] == "log"), ++loss_paths;
+    if (p["chart"] == "loss") {
+      CHECK(p["scale"] == "log");
+      ++loss_paths;
+    }
   CHECK(loss_paths == 4);
   // Read through the log axis (its labels are powers or round values, placed by their logarithms).
   check_drawn(drawn(log_view, "loss", 0, "loss"), logged(la, "loss"));

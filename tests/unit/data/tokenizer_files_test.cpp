@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "data/tokenizer.h"
+#include "data/utf8_repair.h"
 #include "test_util.h"
 #include "unit/data/tokenizer_texts.h"
 #include "util/error.h"
@@ -115,19 +116,28 @@ TEST_CASE("decoding tokenizer-file ids gives the reference library's text, and t
           for (uint32_t i = start; i < std::min(n, start + 40); ++i) run.push_back(i);
           return run;
         }());
+      // decode gives bytes (generate streams a character once its last byte arrives), the libraries give
+      // text: where the bytes are not valid UTF-8 (a run cut inside a character), theirs has U+FFFD
+      // for each ill-formed piece, as Python's errors="replace" (utf8_repair.h) makes of ours.
       const auto want = reference_decode(reference_file, ids);
       REQUIRE(want.size() == ids.size());
+      int repaired = 0;
       for (size_t i = 0; i < ids.size(); ++i) {
         INFO("ids #" << i << ": " << nlohmann::json(ids[i]).dump());
-        CHECK(t->decode(ids[i]) == want[i]);
+        const std::string got = t->decode(ids[i]);
+        std::string scratch;
+        CHECK(std::string(repair_utf8(got, scratch)) == want[i]);
+        repaired += valid_utf8_prefix(got) != got.size();
       }
+      CHECK(repaired < 4);  // nearly all are valid UTF-8, compared byte for byte
       // tokenizers' Metaspace decoding strips one leading space (the one encoding
       // prepends), so a text that starts with its own comes back without it (SentencePiece keeps it).
-      const bool strips = std::string(name) == "mistral" || std::string(name) == "llama2_legacy";
-      for (const auto& text : varied_text()) {
+      // qwen2 (NFC) and gemma (spaces replaced) change the text as they encode: no round trip for them.
+      const bool strips = std::string(name) == "mistral";
+      const bool normalizes = std::string(name) == "qwen2" || std::string(name) == "gemma";
+      for (const auto& text : normalizes ? std::vector<std::string>{} : varied_text()) {
         INFO(nlohmann::json(text).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
-        if (std::string(name) != "gemma")  // gemma normalizes (no round trip): checked against the reference above
-          CHECK(t->decode(encode(*t, text)) == (strips && text.starts_with(' ') ? text.substr(1) : text));
+        CHECK(t->decode(encode(*t, text)) == (strips && text.starts_with(' ') ? text.substr(1) : text));
       }
     }
   }
