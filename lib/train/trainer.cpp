@@ -225,7 +225,7 @@ void Trainer::set_up() {
   replan();
   if (!plan_.lead) spdlog::set_level(spdlog::level::warn);  // only rank 0 logs progress
   at::set_num_threads(static_cast<int>(plan_.threads));
-  if (plan_.device.is_cpu() && s_.run.cpu_malloc_cache) keep_freed_cpu_memory_for_reuse();
+  if (plan_.device.is_cpu()) s_.run.cpu_malloc_cache ? keep_freed_cpu_memory_for_reuse() : return_freed_cpu_memory();
   // Data first: a bad data file stops the run before anything is written.
   train_source_ = make_window_source(s_.data.train, s_.model, "data.train");
   if (s_.data.eval.format != DataFormat::kNone) eval_source_ = make_window_source(s_.data.eval, s_.model, "data.eval");
@@ -478,6 +478,7 @@ void Trainer::train() {
     spdlog::info("resume: the checkpoint is at step {}, train.max_steps is {}: nothing to train", t_.step,
                  s_.train.max_steps);
   interval_ = LogInterval{};
+  failpoint("train.start");  // the model and data are ready: tests read the resident memory training starts from
   while (t_.step < s_.train.max_steps) {
     if (stop_for_wall_time()) break;
     profiler_->before_step(t_.step + 1);

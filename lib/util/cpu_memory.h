@@ -11,5 +11,8 @@ namespace gputrain {
 // Tells glibc malloc to serve large blocks from the heap and not to return
 // freed memory to the OS. Call before the large allocations start.
 void keep_freed_cpu_memory_for_reuse();
+// The opposite (run.cpu_malloc_cache: false): blocks of 128 KiB and more are mapped on their own and
+// given back to the OS when freed, so the resident memory follows what is in use.
+void return_freed_cpu_memory();
 
 }  // namespace gputrain
