@@ -109,9 +109,13 @@ TEST_CASE("parallel: a ZeRO-3 rank's resident memory, measured by the kernel, is
   // 9.6M parameters in 12 blocks: weights, gradients and AdamW state are about 150 MiB in one process,
   // against which activations (one short sequence) and communication buffers are small. Freed blocks go
   // back to the OS (run.cpu_malloc_cache off), so the peak is what was held at once.
-  const std::vector<std::string> big = {"model.n_layer=12", "model.d_model=256", "model.n_head=4",
-                                        "train.max_steps=2",  "train.per_device_batch_size=1",
-                                        "run.cpu_malloc_cache=false", "run.threads=1"};
+  const std::vector<std::string> big = {"model.n_layer=12",
+                                        "model.d_model=256",
+                                        "model.n_head=4",
+                                        "train.max_steps=2",
+                                        "train.per_device_batch_size=1",
+                                        "run.cpu_malloc_cache=false",
+                                        "run.threads=1"};
   std::vector<std::string> tiny = big;
   tiny[0] = "model.n_layer=1", tiny[1] = "model.d_model=16";
   const std::vector<std::string> zero3 = {"parallel.zero=3"};
