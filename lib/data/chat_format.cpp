@@ -1,8 +1,8 @@
 #include "data/chat_format.h"
 
 #include <nlohmann/json.hpp>
-#include <string_view>
 
+#include "data/unicode_properties.h"
 #include "util/error.h"
 
 namespace gputrain {
@@ -11,47 +11,13 @@ namespace {
 // What Qwen2.5's template writes as the system message of a conversation that has none.
 constexpr const char* kQwen25DefaultSystem = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.";
 
-// Jinja's trim, as Meta's Llama 3 template applies it to every message: without leading and trailing
-// whitespace (Python's str.strip(): ASCII whitespace and the Unicode spaces below).
+// Jinja's trim, as Meta's Llama 3 template applies it to every message: Python's str.strip(), whose
+// whitespace is Unicode's White_Space and the separators U+001C..U+001F. `s` is valid UTF-8 (from JSON).
 std::string trimmed(const std::string& s) {
-  static const char* const kSpaces[] = {" ",
-                                        "\t",
-                                        "\n",
-                                        "\r",
-                                        "\v",
-                                        "\f",
-                                        "\x1c",
-                                        "\x1d",
-                                        "\x1e",
-                                        "\x1f",
-                                        "\xc2\x85",
-                                        "\xc2\xa0",
-                                        "\xe1\x9a\x80",
-                                        "\xe2\x80\x80",
-                                        "\xe2\x80\x81",
-                                        "\xe2\x80\x82",
-                                        "\xe2\x80\x83",
-                                        "\xe2\x80\x84",
-                                        "\xe2\x80\x85",
-                                        "\xe2\x80\x86",
-                                        "\xe2\x80\x87",
-                                        "\xe2\x80\x88",
-                                        "\xe2\x80\x89",
-                                        "\xe2\x80\x8a",
-                                        "\xe2\x80\xa8",
-                                        "\xe2\x80\xa9",
-                                        "\xe2\x80\xaf",
-                                        "\xe2\x81\x9f",
-                                        "\xe3\x80\x80"};
-  size_t begin = 0, end = s.size();
-  for (bool more = true; more;) {
-    more = false;
-    for (const char* sp : kSpaces) {
-      const std::string_view w(sp);
-      if (end - begin >= w.size() && s.compare(begin, w.size(), w) == 0) begin += w.size(), more = true;
-      if (end - begin >= w.size() && s.compare(end - w.size(), w.size(), w) == 0) end -= w.size(), more = true;
-    }
-  }
+  auto space = [](char32_t c) { return is_white_space(c) || (c >= 0x1c && c <= 0x1f); };
+  size_t begin = 0, end = s.size(), len = 0, start = 0;
+  while (begin < end && space(next_code_point(s, begin, len))) begin += len;
+  while (end > begin && space(code_point_before(s, end, start))) end = start;
   return s.substr(begin, end - begin);
 }
 

@@ -84,6 +84,33 @@ TEST_CASE("chat templates: only the assistant's content and its end token take l
   CHECK(default_chat_template([](const std::string&) { return false; }) == ChatTemplate::kPlain);
 }
 
+TEST_CASE("chat templates: llama3 trims each message as Python's str.strip does, qwen2.5 adds its system message",
+          "[data][chat]") {
+  auto rendered = [](ChatTemplate t, const std::vector<ChatMessage>& m) {
+    std::string s;
+    for (const auto& p : render_chat(t, m, [](const std::string&) { return true; })) s += p.text;
+    return s;
+  };
+  // Python: "\u3000\x1c\t hi\u00a0there \u2029\x85".strip() == "hi\u00a0there" (U+0085 is NEL: a space;
+  // the no-break space inside stays); U+200B (zero width) is no space to Python.
+  const std::string spaced = "\u3000\x1c\t hi\u00a0there \u2029\u0085";
+  CHECK(rendered(ChatTemplate::kLlama3, {{"user", spaced}, {"assistant", "\u200b ok \n"}}) ==
+        "<|start_header_id|>user<|end_header_id|>\n\nhi\u00a0there<|eot_id|>"
+        "<|start_header_id|>assistant<|end_header_id|>\n\n\u200b ok<|eot_id|>");
+  CHECK(rendered(ChatTemplate::kLlama3, {{"user", " \n "}, {"assistant", "a"}}).find("\n\n<|eot_id|>") !=
+        std::string::npos);  // all space: empty
+  // Qwen2.5: its default system message where the conversation has none; chatml writes none.
+  const std::vector<ChatMessage> no_system = {{"user", "U"}, {"assistant", "A"}};
+  CHECK(rendered(ChatTemplate::kQwen25, no_system) ==
+        "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n"
+        "<|im_start|>user\nU<|im_end|>\n<|im_start|>assistant\nA<|im_end|>\n");
+  CHECK(rendered(ChatTemplate::kChatml, no_system) ==
+        "<|im_start|>user\nU<|im_end|>\n<|im_start|>assistant\nA<|im_end|>\n");
+  const std::vector<ChatMessage> with_system = {{"system", "S"}, {"user", "U"}, {"assistant", "A"}};
+  CHECK(rendered(ChatTemplate::kQwen25, with_system) == rendered(ChatTemplate::kChatml, with_system));
+  CHECK(chat_template_named("qwen2.5") == ChatTemplate::kQwen25);
+}
+
 TEST_CASE("chat shards: masked targets are ignored, get no gradient, and are not counted", "[data][chat]") {
   TempDir dir;
   write_file(dir.file("chat.jsonl"), chat_rows());
