@@ -134,18 +134,25 @@ std::vector<ChatPiece> render_chat(ChatTemplate t, const std::vector<ChatMessage
         special("<|eot_id|>", a);
       }
       break;
-    case ChatTemplate::kMistral: {  // [INST] (system\n\n)user [/INST]assistant</s>
+    case ChatTemplate::kMistral: {  // Mistral-7B-Instruct-v0.2's: " [INST] (system\n\n)user [/INST]" " assistant</s>"
+      // One piece of text where the tokenizer has no [INST] token (what the template's string encodes to).
+      const bool markers = is_special("[INST]");
       std::string system;
       for (const auto& m : messages) {
         if (m.role == "system") {
           system = m.content + "\n\n";
         } else if (m.role == "user") {
-          marker("[INST]");
-          text(" " + system + m.content + " ");
-          marker("[/INST]");
+          if (markers) {
+            text(" ");
+            special("[INST]");
+            text(" " + system + m.content + " ");
+            special("[/INST]");
+          } else {
+            text(" [INST] " + system + m.content + " [/INST]");
+          }
           system.clear();
         } else {
-          text(m.content, true);
+          text(" " + m.content, true);
           end_of_text();
         }
       }

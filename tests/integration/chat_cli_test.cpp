@@ -1,7 +1,7 @@
 // `data prepare --format chat` against transformers' apply_chat_template with the families' own
 // templates (tests/reference/chat_reference.py): the same ids for each conversation (chatml and
-// qwen2.5 with a Qwen2-style tokenizer, llama3 with a Llama 3-style one), and the loss mask on
-// exactly the assistant's tokens and end-of-turn tokens.
+// qwen2.5 with a Qwen2-style tokenizer, llama3 with a Llama 3-style one, mistral with Mistral's
+// SentencePiece vocabulary), and the loss mask on exactly the assistant's tokens and end-of-turn tokens.
 #include <catch2/catch.hpp>
 
 #include <nlohmann/json.hpp>
@@ -33,8 +33,8 @@ TEST_CASE("cli: chat rows give apply_chat_template's ids, with the loss on the a
     std::string tokenizer, tmpl;
     bool chosen;  // the template the tokenizer's special tokens suggest, else named with --chat-template
   };
-  for (const Case& c :
-       {Case{"qwen2", "chatml", true}, Case{"qwen2", "qwen2.5", false}, Case{"llama3", "llama3", true}}) {
+  for (const Case& c : {Case{"qwen2", "chatml", true}, Case{"qwen2", "qwen2.5", false}, Case{"llama3", "llama3", true},
+                        Case{"mistral", "mistral", false}}) {
     SECTION(c.tmpl) {
       const std::string& tmpl = c.tmpl;
       const std::string tok = reference_tokenizer(c.tokenizer), name = c.tmpl;
@@ -62,7 +62,8 @@ TEST_CASE("cli: chat rows give apply_chat_template's ids, with the loss on the a
         ids.insert(ids.end(), after.begin(), after.end());
         for (uint32_t id : w["trained"]) trained.push_back(id);
       }
-      const std::vector<uint32_t> got = read_shard_ids(dir.file(name + "/train_000000.bin"), 4);
+      const std::vector<uint32_t> got =
+          read_shard_ids(dir.file(name + "/train_000000.bin"), side["dtype"] == "uint16" ? 2 : 4);
       const std::string mask = read_file(dir.file(name + "/train_000000.mask"));
       std::vector<uint32_t> got_trained;
       REQUIRE(mask.size() == got.size());

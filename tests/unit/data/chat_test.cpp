@@ -74,12 +74,12 @@ TEST_CASE("chat templates: only the assistant's content and its end token take l
   };
   CHECK(trained_text(ChatTemplate::kChatml, true) == "A<|im_end|>");
   CHECK(trained_text(ChatTemplate::kLlama3, true) == "A<|eot_id|>");
-  CHECK(trained_text(ChatTemplate::kMistral, false) == "A<EOS>");
+  CHECK(trained_text(ChatTemplate::kMistral, false) == " A<EOS>");
   CHECK(trained_text(ChatTemplate::kPlain, false) == "A<EOS>");
   std::string mistral;
   for (const auto& p : render_chat(ChatTemplate::kMistral, m, [](const std::string&) { return false; }))
     mistral += p.kind == ChatPiece::Kind::kEndOfText ? "</s>" : p.text;
-  CHECK(mistral == "[INST] S\n\nU [/INST]A</s>");
+  CHECK(mistral == " [INST] S\n\nU [/INST] A</s>");
   CHECK(default_chat_template([](const std::string& s) { return s == "<|im_start|>"; }) == ChatTemplate::kChatml);
   CHECK(default_chat_template([](const std::string&) { return false; }) == ChatTemplate::kPlain);
 }
