@@ -498,6 +498,7 @@ void Trainer::train() {
       stop_signal_ = StopSignals::requested() != 0 ? StopSignals::requested() : SIGTERM;  // SIGTERM: a peer's
       status_ = StopSignals::requested() == 0 || StopSignals::preempted() ? "preempted" : "interrupted";
       t_.stop_reason = signal_name(stop_signal_);
+      failpoint("train.stopping");  // tests deliver a second signal here, before the save
       break;
     }
     slowest_step_s_ = std::max(slowest_step_s_, seconds_since(t0));

@@ -241,10 +241,13 @@ TEST_CASE("checkpoint: a parent's death told twice (once per parent thread) stil
   TempDir dir;
   write_file(dir.file("r.yaml"), tiny_recipe());
   const std::string out = dir.file("o");
-  // Steps far longer than the 0.02 s between the two notices, as in the case above.
+  // The run, told by the first notice, pauses before its save (failpoint train.stopping) until the
+  // second notice has been sent: the double notice meets a run that is still saving, for certain.
+  ArmedFailpoints failpoints("train.stopping=pause");
   std::vector<std::string> args = {std::string(GPUTRAIN_SOURCE_DIR) + "/tests/scripts/two_thread_parent.py",
                                    out + "/metrics.jsonl",
                                    "2",
+                                   "train.stopping",
                                    GPUTRAIN_BINARY,
                                    "run",
                                    dir.file("r.yaml"),
