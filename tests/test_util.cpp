@@ -374,9 +374,20 @@ std::vector<std::string> reference_decode(const std::string& tokenizer_file,
                                 tokenizer_file, dir.file("in.json"), dir.file("out.json")});
   INFO(r.output);
   REQUIRE(r.exit_code == 0);
-  std::vector<std::string> texts;
-  for (const auto& t : read_json(dir.file("out.json"))) texts.push_back(t.get<std::string>());
-  return texts;
+  return read_json(dir.file("out.json")).get<std::vector<std::string>>();
+}
+
+CommandResult run_traced(const std::string& trace, const std::vector<std::string>& args, const std::string& env) {
+  std::string command = env + " GPUTRAIN_TRACE_BATCHES=" + shell_quoted(trace) + " \"$GPUTRAIN\"";
+  for (const auto& a : args) command += " " + shell_quoted(a);
+  return run_shell(command);
+}
+
+std::vector<nlohmann::json> traced_batches(const std::string& trace, int ranks) {
+  std::vector<nlohmann::json> lines;
+  for (int r = 0; r < ranks; ++r)
+    for (auto& l : read_jsonl(trace + "/rank" + std::to_string(r) + ".jsonl")) lines.push_back(std::move(l));
+  return lines;
 }
 
 CommandResult run_recipe(const std::string& recipe, const std::string& out, const std::vector<std::string>& sets) {

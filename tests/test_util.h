@@ -142,6 +142,13 @@ std::string recipe_error(const std::string& path, const std::vector<std::string>
 std::vector<std::string> with(std::vector<std::string> a, const std::vector<std::string>& b);
 std::vector<nlohmann::json> read_jsonl(const std::string& path);
 
+// `gputrain ARGS` with GPUTRAIN_TRACE_BATCHES=`trace` (train/batch_trace.h) and the variables of `env`
+// ("NAME=value ...") set for it.
+CommandResult run_traced(const std::string& trace, const std::vector<std::string>& args, const std::string& env = "");
+// What the `ranks` processes of a traced run trained on, a line per micro-batch ({step, micro, input}):
+// rank 0's in order, then rank 1's, ...
+std::vector<nlohmann::json> traced_batches(const std::string& trace, int ranks = 1);
+
 // `gputrain run RECIPE --output-dir OUT --set S ...`.
 CommandResult run_recipe(const std::string& recipe, const std::string& out, const std::vector<std::string>& sets = {});
 // A run's metrics.jsonl records without the timing fields (what a resumed or parallel run must repeat).

@@ -8,12 +8,12 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <mutex>
 #include <thread>
 #include <vector>
 
+#include "util/atomic_file.h"
 #include "util/error.h"
 
 namespace gputrain {
@@ -102,8 +102,7 @@ void arm_from_environment() {
 void pause_at(const Registry& r, const std::string& name) {
   const fs::path reached = r.dir / (name + "." + std::to_string(::getpid()) + ".reached");
   const fs::path release = r.dir / (name + ".release");
-  { std::ofstream(reached.string() + ".tmp") << ::getpid() << "\n"; }
-  fs::rename(reached.string() + ".tmp", reached);
+  write_file_atomic(reached.string(), std::to_string(::getpid()) + "\n");  // tests never see half a marker
   // Waits on an event (the file), not a time: the poll interval only bounds the reaction.
   while (!fs::exists(release)) std::this_thread::sleep_for(std::chrono::milliseconds(5));
 }
@@ -145,13 +144,6 @@ void set_failpoint_hook(const std::string& name, std::function<void()> hook) {
   if (hook) r.hooks[name] = std::move(hook);
   else r.hooks.erase(name);
   g_enabled = true;
-}
-
-long failpoint_passes(const std::string& name) {
-  Registry& r = registry();
-  std::lock_guard lock(r.mu);
-  const auto it = r.passes.find(name);
-  return it == r.passes.end() ? 0 : it->second;
 }
 
 }  // namespace gputrain

@@ -23,7 +23,4 @@ void failpoint(const char* name, const std::function<void()>& act);
 // Runs `hook` at every pass of `name` in this process (an empty hook removes it).
 void set_failpoint_hook(const std::string& name, std::function<void()> hook);
 
-// How many times `name` has been passed in this process since the first failpoint was armed.
-long failpoint_passes(const std::string& name);
-
 }  // namespace gputrain

@@ -45,27 +45,19 @@ void prepare_sources(const TempDir& dir) {
 // of several ranks lists rank 0's samples, then rank 1's, ...
 std::map<int64_t, std::string> sources_by_step(const std::string& trace, int ranks = 1) {
   std::map<int64_t, std::string> by_step;
-  for (int r = 0; r < ranks; ++r)
-    for (const auto& line : read_jsonl(trace + "/rank" + std::to_string(r) + ".jsonl"))
-      for (const auto& row : line["input"]) {
-        bool lower = false, upper = false;
-        for (const auto& id : row) {
-          const int64_t c = id.get<int64_t>();
-          lower |= c >= 'a' && c <= 'z';
-          upper |= c >= 'A' && c <= 'Z';
-        }
-        INFO(row.dump());
-        REQUIRE(lower != upper);  // each sample is all one source's
-        by_step[line["step"].get<int64_t>()] += lower ? 'a' : 'b';
+  for (const auto& line : traced_batches(trace, ranks))
+    for (const auto& row : line["input"]) {
+      bool lower = false, upper = false;
+      for (const auto& id : row) {
+        const int64_t c = id.get<int64_t>();
+        lower |= c >= 'a' && c <= 'z';
+        upper |= c >= 'A' && c <= 'Z';
       }
+      INFO(row.dump());
+      REQUIRE(lower != upper);  // each sample is all one source's
+      by_step[line["step"].get<int64_t>()] += lower ? 'a' : 'b';
+    }
   return by_step;
-}
-
-// Runs gputrain with `args`, tracing its batches into `trace`.
-CommandResult traced(const std::string& trace, const std::vector<std::string>& args) {
-  std::string command = "GPUTRAIN_TRACE_BATCHES=" + shell_quoted(trace) + " \"$GPUTRAIN\"";
-  for (const auto& a : args) command += " " + shell_quoted(a);
-  return run_shell(command);
 }
 
 std::string mixture_recipe(const std::string& sources) {
@@ -91,7 +83,7 @@ TEST_CASE("cli: a mixture samples its sources by weight, reports tokens per sour
   write_file(dir.file("mix.yaml"),
              mixture_recipe("[{path: a/train_*.bin, weight: 3}, {path: b/train_*.bin, weight: 1}]"));
   const std::string straight = dir.file("straight"), resumed = dir.file("resumed");
-  auto a = traced(dir.file("trace-straight"), {"run", dir.file("mix.yaml"), "--output-dir", straight});
+  auto a = run_traced(dir.file("trace-straight"), {"run", dir.file("mix.yaml"), "--output-dir", straight});
   INFO(a.output);
   REQUIRE(a.exit_code == 0);
   CHECK_THAT(a.output, Contains("data: mixture of 2 sources: 75.0%") && Contains("; 25.0%"));
@@ -123,17 +115,17 @@ TEST_CASE("cli: a mixture samples its sources by weight, reports tokens per sour
   CHECK(summary["data_sources"][1]["tokens"] == read_b * 16);
 
   // Stopped at step 5 and resumed: every step as in the uninterrupted run, fed the same samples.
-  auto b1 = traced(dir.file("trace-resumed"),
-                   {"run", dir.file("mix.yaml"), "--output-dir", resumed, "--set", "train.max_steps=5"});
+  auto b1 = run_traced(dir.file("trace-resumed"),
+                       {"run", dir.file("mix.yaml"), "--output-dir", resumed, "--set", "train.max_steps=5"});
   INFO(b1.output);
   REQUIRE(b1.exit_code == 0);
-  auto b2 = traced(dir.file("trace-resumed"), {"run", dir.file("mix.yaml"), "--output-dir", resumed});
+  auto b2 = run_traced(dir.file("trace-resumed"), {"run", dir.file("mix.yaml"), "--output-dir", resumed});
   INFO(b2.output);
   REQUIRE(b2.exit_code == 0);
   CHECK_THAT(b2.output, Contains("at step 5"));
   CHECK(step_records(resumed) == lines);
-  const auto straight_rows = read_jsonl(dir.file("trace-straight/rank0.jsonl")),
-             resumed_rows = read_jsonl(dir.file("trace-resumed/rank0.jsonl"));
+  const auto straight_rows = traced_batches(dir.file("trace-straight")),
+             resumed_rows = traced_batches(dir.file("trace-resumed"));
   REQUIRE(resumed_rows.size() == 12);
   for (size_t i = 0; i < 12; ++i) CHECK(resumed_rows[i] == straight_rows[i]);
 
@@ -183,13 +175,13 @@ TEST_CASE("cli: a mixture read by 2 processes is the mixture read by 1 with the 
   prepare_sources(dir);
   write_file(dir.file("mix.yaml"),
              mixture_recipe("[{path: a/train_*.bin, weight: 2}, {path: b/train_*.bin, weight: 1}]"));
-  auto one = traced(dir.file("trace-one"), {"run", dir.file("mix.yaml"), "--output-dir", dir.file("one"), "--set",
-                                            "run.threads=1", "--set", "model.dropout=0"});
+  auto one = run_traced(dir.file("trace-one"), {"run", dir.file("mix.yaml"), "--output-dir", dir.file("one"), "--set",
+                                                "run.threads=1", "--set", "model.dropout=0"});
   INFO(one.output);
   REQUIRE(one.exit_code == 0);
-  auto two = traced(dir.file("trace-two"),
-                    {"run", dir.file("mix.yaml"), "--output-dir", dir.file("two"), "--nproc-per-node", "2", "--set",
-                     "run.threads=1", "--set", "model.dropout=0", "--set", "train.per_device_batch_size=2"});
+  auto two = run_traced(dir.file("trace-two"),
+                        {"run", dir.file("mix.yaml"), "--output-dir", dir.file("two"), "--nproc-per-node", "2", "--set",
+                         "run.threads=1", "--set", "model.dropout=0", "--set", "train.per_device_batch_size=2"});
   INFO(two.output);
   REQUIRE(two.exit_code == 0);
   const auto a = read_jsonl(dir.file("one/metrics.jsonl")), b = read_jsonl(dir.file("two/metrics.jsonl"));
@@ -204,9 +196,8 @@ TEST_CASE("cli: a mixture read by 2 processes is the mixture read by 1 with the 
   CHECK(fed_two.size() == 12);
   auto rows_of = [](const std::string& trace, int ranks) {
     std::map<int64_t, std::multiset<std::string>> rows;
-    for (int r = 0; r < ranks; ++r)
-      for (const auto& line : read_jsonl(trace + "/rank" + std::to_string(r) + ".jsonl"))
-        for (const auto& row : line["input"]) rows[line["step"].get<int64_t>()].insert(row.dump());
+    for (const auto& line : traced_batches(trace, ranks))
+      for (const auto& row : line["input"]) rows[line["step"].get<int64_t>()].insert(row.dump());
     return rows;
   };
   const bool same_samples = rows_of(dir.file("trace-one"), 1) == rows_of(dir.file("trace-two"), 2);

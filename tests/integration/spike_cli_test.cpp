@@ -65,7 +65,7 @@ double z_score(const std::string& run, int64_t step, const char* key) {
 // The input rows each step trained on (GPUTRAIN_TRACE_BATCHES, train/batch_trace.h), by step.
 std::map<int64_t, json> inputs_by_step(const std::string& trace) {
   std::map<int64_t, json> by_step;
-  for (const json& l : read_jsonl(trace + "/rank0.jsonl")) by_step[l["step"].get<int64_t>()] = l["input"];
+  for (const json& l : traced_batches(trace)) by_step[l["step"].get<int64_t>()] = l["input"];
   return by_step;
 }
 
@@ -128,14 +128,13 @@ TEST_CASE("spike: rollback restores the last checkpoint's weights and optimizer 
   // After the rollback the run trains on the data after the spike (steps 24 to 26 read what an
   // unpoisoned run reads there), not on the data since the checkpoint again.
   const std::string traced = dir.file("traced"), plain = dir.file("plain");
-  auto t = run_shell("GPUTRAIN_TRACE_BATCHES=" + dir.file("trace-rollback") +
-                     " GPUTRAIN_POISON_STEPS=23 \"$GPUTRAIN\" run '" + recipe + "' --output-dir '" + traced +
-                     "' --set train.max_steps=26");
+  auto t =
+      run_traced(dir.file("trace-rollback"), {"run", recipe, "--output-dir", traced, "--set", "train.max_steps=26"},
+                 "GPUTRAIN_POISON_STEPS=23");
   INFO(t.output);
   REQUIRE(t.exit_code == 0);
   CHECK_THAT(t.output, Contains("rolled back to the checkpoint of step 20"));
-  auto p = run_shell("GPUTRAIN_TRACE_BATCHES=" + dir.file("trace-plain") + " \"$GPUTRAIN\" run '" + recipe +
-                     "' --output-dir '" + plain + "' --set train.max_steps=26");
+  auto p = run_traced(dir.file("trace-plain"), {"run", recipe, "--output-dir", plain, "--set", "train.max_steps=26"});
   INFO(p.output);
   REQUIRE(p.exit_code == 0);
   const auto fed = inputs_by_step(dir.file("trace-rollback")), plain_fed = inputs_by_step(dir.file("trace-plain"));

@@ -33,11 +33,13 @@ std::string write_recipe(const TempDir& dir) {
   return dir.file("r.yaml");
 }
 
-CommandResult sweep(const std::vector<std::string>& args) {
+std::vector<std::string> sweep_command(const std::vector<std::string>& args) {
   std::vector<std::string> all = {"sweep"};
   all.insert(all.end(), args.begin(), args.end());
-  return run_gputrain(all);
+  return all;
 }
+
+CommandResult sweep(const std::vector<std::string>& args) { return run_gputrain(sweep_command(args)); }
 
 }  // namespace
 
@@ -53,13 +55,8 @@ TEST_CASE("sweep: a grid runs as ordinary runs, K at a time, ranked by eval loss
   // save and stop when let go; the other two never start.
   {
     ArmedFailpoints failpoints("train.step_done@4=pause;sweep.forwarded=pause");
-    const std::vector<std::string> sweep_args = [&] {
-      std::vector<std::string> a = {"sweep"};
-      a.insert(a.end(), args.begin(), args.end());
-      return a;
-    }();
     const int null = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
-    const int pid = spawn_gputrain(sweep_args, null);
+    const int pid = spawn_gputrain(sweep_command(args), null);
     ::close(null);
     KillOnExit guard({pid});
     const std::vector<int> paused = failpoints.wait_paused("train.step_done", pid, 2);
