@@ -27,11 +27,15 @@ SAFETENSORS_VERSION="0.8.0"
 TRANSFORMERS_VERSION="5.23.0"
 # The tokenizer-file tests: sentencepiece (the reference for .model files; with protobuf, what
 # transformers' SentencePiece converter reads), tiktoken (transformers' tiktoken converter) and
-# mistral-common, installed without its dependencies: only the tokenizer files it ships are used.
+# mistral-common, installed without its dependencies: the tokenizer files it ships, and its instruct
+# tokenizer (the mistral-v0.3 chat template's reference), which also needs pydantic-extra-types' language
+# codes (pycountry); pydantic and the rest come with transformers and tensorboard.
 SENTENCEPIECE_VERSION="0.2.3"
 PROTOBUF_VERSION="7.36.2"
 TIKTOKEN_VERSION="0.14.0"
 MISTRAL_COMMON_VERSION="1.13.1"
+PYDANTIC_EXTRA_TYPES_VERSION="2.11.1"
+PYCOUNTRY_VERSION="26.2.16"
 # HF datasets: writes the save_to_disk folders (and Parquet files) the streamed-input tests read.
 DATASETS_VERSION="5.2.0"
 # PEFT: the LoRA adapters `gputrain export --format peft` writes are checked by loading them with it.
@@ -86,11 +90,12 @@ if ! "$VENV/bin/python" -c "import importlib.metadata as m, sys; sys.exit(0 if m
   "$VENV/bin/python" -m pip install -q "transformers==$TRANSFORMERS_VERSION" "tokenizers==$TOKENIZERS_VERSION" \
     "safetensors==$SAFETENSORS_VERSION"
 fi
-if ! "$VENV/bin/python" -c "import importlib.metadata as m, sys; sys.exit(0 if [m.version(p) for p in ('sentencepiece', 'protobuf', 'tiktoken', 'mistral_common')] == ['$SENTENCEPIECE_VERSION', '$PROTOBUF_VERSION', '$TIKTOKEN_VERSION', '$MISTRAL_COMMON_VERSION'] else 1)" 2>/dev/null; then
+if ! "$VENV/bin/python" -c "import importlib.metadata as m, sys; sys.exit(0 if [m.version(p) for p in ('sentencepiece', 'protobuf', 'tiktoken', 'mistral_common', 'pydantic_extra_types', 'pycountry')] == ['$SENTENCEPIECE_VERSION', '$PROTOBUF_VERSION', '$TIKTOKEN_VERSION', '$MISTRAL_COMMON_VERSION', '$PYDANTIC_EXTRA_TYPES_VERSION', '$PYCOUNTRY_VERSION'] else 1)" 2>/dev/null; then
   echo "setup: installing sentencepiece, protobuf, tiktoken, mistral-common (tokenizer-file tests) into $VENV"
   "$VENV/bin/python" -m pip install -q "sentencepiece==$SENTENCEPIECE_VERSION" "protobuf==$PROTOBUF_VERSION" \
     "tiktoken==$TIKTOKEN_VERSION"
-  "$VENV/bin/python" -m pip install -q --no-deps "mistral-common==$MISTRAL_COMMON_VERSION"
+  "$VENV/bin/python" -m pip install -q --no-deps "mistral-common==$MISTRAL_COMMON_VERSION" \
+    "pydantic-extra-types==$PYDANTIC_EXTRA_TYPES_VERSION" "pycountry==$PYCOUNTRY_VERSION"
 fi
 if ! "$VENV/bin/python" -c "import datasets, sys; sys.exit(0 if datasets.__version__ == '$DATASETS_VERSION' else 1)" 2>/dev/null; then
   echo "setup: installing datasets $DATASETS_VERSION (streamed-input tests) into $VENV"

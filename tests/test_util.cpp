@@ -337,11 +337,13 @@ std::string base64(const std::string& in) {
 
 std::string reference_tokenizer(const std::string& name) {
   static const std::string dir = [] {
-    const std::string final_dir = std::string(GPUTRAIN_TEST_CACHE_DIR) + "/reference_tokenizers";
+    // Named by the script's contents, so that a changed script is run again rather than its old output read.
+    const std::string script = std::string(GPUTRAIN_SOURCE_DIR) + "/tests/reference/make_tokenizers.py";
+    const std::string final_dir = std::string(GPUTRAIN_TEST_CACHE_DIR) + "/reference_tokenizers-" +
+                                  std::to_string(std::hash<std::string>{}(read_file(script)));
     if (std::filesystem::exists(final_dir + "/done")) return final_dir;
     const std::string tmp = final_dir + ".tmp" + std::to_string(::getpid());
-    CommandResult r = run_python({std::string(GPUTRAIN_SOURCE_DIR) + "/tests/reference/make_tokenizers.py",
-                                  std::string(GPUTRAIN_SHARED_DATA_DIR), tmp});
+    CommandResult r = run_python({script, std::string(GPUTRAIN_SHARED_DATA_DIR), tmp});
     INFO(r.output);
     REQUIRE(r.exit_code == 0);
     write_file(tmp + "/done", "");
@@ -379,7 +381,7 @@ std::vector<std::string> reference_decode(const std::string& tokenizer_file,
 
 CommandResult run_traced(const std::string& trace, const std::vector<std::string>& args, const std::string& env) {
   std::string command = env + " GPUTRAIN_TRACE_BATCHES=" + shell_quoted(trace) + " \"$GPUTRAIN\"";
-  for (const auto& a : args) command += " " + shell_quoted(a);
+  for (const auto& a : args) command.append(" ").append(shell_quoted(a));
   return run_shell(command);
 }
 

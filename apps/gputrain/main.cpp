@@ -11,6 +11,7 @@
 
 #include "commands.h"
 #include "completion.h"
+#include "data/chat_format.h"
 #include "model/architecture.h"
 #include "util/error.h"
 #include "util/version.h"
@@ -133,9 +134,10 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   prepare
       ->add_option("--chat-template", prep.chat_template,
-                   "chat: chatml, qwen2.5, llama3, mistral or plain (default: the one the tokenizer's special "
-                   "tokens suggest)")
-      ->check(CLI::IsMember({"chatml", "qwen2.5", "llama3", "mistral", "plain"}));
+                   "chat: the template (docs/data.md; default: the one the tokenizer's special tokens suggest)")
+      ->check(CLI::IsMember(gputrain::chat_template_names()));
+  prepare->add_option("--chat-date", prep.chat_date,
+                      "chat, llama3.1: the system header's \"Today Date\" (default: 26 Jul 2024, its template's own)");
   prepare->add_flag("--skip-bad-rows", prep.skip_bad_rows,
                     "chat: skip rows with an unknown role or no assistant turn (counted) instead of stopping");
   prepare->add_option("--input-format", input_format, "text or jsonl; auto = jsonl for *.jsonl and *.json")

@@ -21,30 +21,52 @@ std::string trimmed(const std::string& s) {
   return s.substr(begin, end - begin);
 }
 
+struct NamedTemplate {
+  const char* name;
+  ChatTemplate t;
+};
+constexpr NamedTemplate kTemplates[] = {
+    {"chatml", ChatTemplate::kChatml},   {"qwen2.5", ChatTemplate::kQwen25},
+    {"llama3", ChatTemplate::kLlama3},   {"llama3.1", ChatTemplate::kLlama31},
+    {"mistral", ChatTemplate::kMistral}, {"mistral-v0.3", ChatTemplate::kMistralV03},
+    {"plain", ChatTemplate::kPlain}};
+
+// Mistral's templates (and mistral_common) take user, assistant, user, ... after the optional system
+// message, and refuse a conversation that does not alternate.
+void require_alternating(const std::vector<ChatMessage>& messages, const char* tmpl) {
+  auto a_turn = [](const std::string& role) { return (role == "assistant" ? "an " : "a ") + role + " turn"; };
+  size_t turn = 0;
+  for (size_t i = 0; i < messages.size(); ++i) {
+    if (messages[i].role == "system") continue;
+    const std::string want = turn++ % 2 == 0 ? "user" : "assistant";
+    if (messages[i].role != want)
+      throw data_error("messages[" + std::to_string(i) + "] is " + a_turn(messages[i].role) + " where the " + tmpl +
+                       " template needs " + a_turn(want) + " (user and assistant turns alternate)");
+  }
+}
+
 }  // namespace
 
+const std::vector<std::string>& chat_template_names() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> v;
+    for (const auto& n : kTemplates) v.emplace_back(n.name);
+    return v;
+  }();
+  return names;
+}
+
 ChatTemplate chat_template_named(const std::string& name) {
-  if (name == "chatml") return ChatTemplate::kChatml;
-  if (name == "qwen2.5") return ChatTemplate::kQwen25;
-  if (name == "llama3") return ChatTemplate::kLlama3;
-  if (name == "mistral") return ChatTemplate::kMistral;
-  if (name == "plain") return ChatTemplate::kPlain;
-  throw usage_error("unknown chat template '" + name + "'\n    fix: use chatml, qwen2.5, llama3, mistral or plain");
+  for (const auto& n : kTemplates)
+    if (name == n.name) return n.t;
+  std::string all;
+  for (const auto& n : kTemplates) all += std::string(all.empty() ? "" : ", ") + n.name;
+  throw usage_error("unknown chat template '" + name + "'\n    fix: use one of " + all);
 }
 
 const char* chat_template_name(ChatTemplate t) {
-  switch (t) {
-    case ChatTemplate::kChatml:
-      return "chatml";
-    case ChatTemplate::kQwen25:
-      return "qwen2.5";
-    case ChatTemplate::kLlama3:
-      return "llama3";
-    case ChatTemplate::kMistral:
-      return "mistral";
-    case ChatTemplate::kPlain:
-      break;
-  }
+  for (const auto& n : kTemplates)
+    if (n.t == t) return n.name;
   return "plain";
 }
 
@@ -87,14 +109,16 @@ std::vector<ChatMessage> parse_chat_row(std::string_view line) {
 }
 
 ChatTemplate default_chat_template(const std::function<bool(const std::string&)>& is_special) {
-  if (is_special("<|start_header_id|>")) return ChatTemplate::kLlama3;
+  if (is_special("<|start_header_id|>"))
+    return is_special("<|eom_id|>") ? ChatTemplate::kLlama31 : ChatTemplate::kLlama3;
   if (is_special("<|im_start|>")) return ChatTemplate::kChatml;
-  if (is_special("[INST]")) return ChatTemplate::kMistral;
+  if (is_special("[INST]")) return ChatTemplate::kMistralV03;
   return ChatTemplate::kPlain;
 }
 
 std::vector<ChatPiece> render_chat(ChatTemplate t, const std::vector<ChatMessage>& messages,
-                                   const std::function<bool(const std::string&)>& is_special) {
+                                   const std::function<bool(const std::string&)>& is_special,
+                                   const std::string& today) {
   using Kind = ChatPiece::Kind;
   std::vector<ChatPiece> p;
   auto text = [&](std::string s, bool trained = false) {
@@ -102,8 +126,17 @@ std::vector<ChatPiece> render_chat(ChatTemplate t, const std::vector<ChatMessage
   };
   auto special = [&](std::string s, bool trained = false) { p.push_back({Kind::kSpecial, std::move(s), trained}); };
   auto end_of_text = [&] { p.push_back({Kind::kEndOfText, "", true}); };
-  // A marker that is a special token where the tokenizer has one, else text.
-  auto marker = [&](const std::string& s) { is_special(s) ? special(s) : text(s); };
+  auto llama3_turns = [&](size_t from) {
+    for (size_t i = from; i < messages.size(); ++i) {
+      const bool a = messages[i].role == "assistant";
+      special("<|start_header_id|>");
+      text(messages[i].role);
+      special("<|end_header_id|>");
+      text("\n\n");
+      text(trimmed(messages[i].content), a);
+      special("<|eot_id|>", a);
+    }
+  };
   switch (t) {
     case ChatTemplate::kQwen25:  // ChatML; without a system message of its own, Qwen2.5's default one
       if (messages.front().role != "system") {
@@ -124,17 +157,21 @@ std::vector<ChatPiece> render_chat(ChatTemplate t, const std::vector<ChatMessage
       }
       break;
     case ChatTemplate::kLlama3:  // <|start_header_id|>role<|end_header_id|>\n\ncontent<|eot_id|>, content trimmed
-      for (const auto& m : messages) {
-        const bool a = m.role == "assistant";
-        special("<|start_header_id|>");
-        text(m.role);
-        special("<|end_header_id|>");
-        text("\n\n");
-        text(trimmed(m.content), a);
-        special("<|eot_id|>", a);
-      }
+      llama3_turns(0);
       break;
+    case ChatTemplate::kLlama31: {  // Llama 3.1's: llama3's turns after a system block that is always there
+      const bool system = messages.front().role == "system";
+      special("<|start_header_id|>");
+      text("system");
+      special("<|end_header_id|>");
+      text("\n\nCutting Knowledge Date: December 2023\nToday Date: " + today + "\n\n" +
+           (system ? trimmed(messages.front().content) : ""));
+      special("<|eot_id|>");
+      llama3_turns(system ? 1 : 0);
+      break;
+    }
     case ChatTemplate::kMistral: {  // Mistral-7B-Instruct-v0.2's: " [INST] (system\n\n)user [/INST]" " assistant</s>"
+      require_alternating(messages, "mistral");
       // One piece of text where the tokenizer has no [INST] token (what the template's string encodes to).
       const bool markers = is_special("[INST]");
       std::string system;
@@ -152,6 +189,31 @@ std::vector<ChatPiece> render_chat(ChatTemplate t, const std::vector<ChatMessage
           }
           system.clear();
         } else {
+          text(" " + m.content, true);
+          end_of_text();
+        }
+      }
+      break;
+    }
+    case ChatTemplate::kMistralV03: {  // mistral_common's v3: "[INST] user[/INST]" " assistant</s>"
+      // The system message goes before the last user message, as Mistral's own tokenizer library writes
+      // training and inference requests alike; [INST] and [/INST] are special tokens in this format.
+      require_alternating(messages, "mistral-v0.3");
+      std::string system;
+      size_t last_user = 0;
+      for (size_t i = 0; i < messages.size(); ++i) {
+        if (messages[i].role == "system" && !messages[i].content.empty()) system = messages[i].content + "\n\n";
+        if (messages[i].role == "user") last_user = i;
+      }
+      for (size_t i = 0; i < messages.size(); ++i) {
+        const ChatMessage& m = messages[i];
+        if (m.role == "user") {
+          special("[INST]");
+          std::string turn = " ";
+          if (i == last_user) turn += system;
+          text(turn + m.content);
+          special("[/INST]");
+        } else if (m.role == "assistant") {
           text(" " + m.content, true);
           end_of_text();
         }

@@ -85,9 +85,10 @@ class HfTokenizer : public Tokenizer {
     return cut_like_gpt2_ ? gputrain::safe_split_point(text, target, window) : std::string_view::npos;
   }
 
-  // Appends the ids of `text` (valid UTF-8) to `out`; `cache` keeps merged words.
+  // Appends the ids of `text` (valid UTF-8) to `out`; `cache` keeps merged words. `document_start`:
+  // the text begins a document (where Metaspace's "first" scheme prepends its marker).
   void encode(std::string_view text, std::vector<uint32_t>& out,
-              std::unordered_map<std::string, std::vector<uint32_t>>& cache) const;
+              std::unordered_map<std::string, std::vector<uint32_t>>& cache, bool document_start = true) const;
 
  private:
   std::optional<uint32_t> id_of(const std::string& token) const;
@@ -110,12 +111,15 @@ class HfTokenizer : public Tokenizer {
 class HfEncoder : public TokenEncoder {
  public:
   explicit HfEncoder(const HfTokenizer& t) : t_(t) {}
-  void encode(std::string_view text, std::vector<uint32_t>& out) override {
-    if (cache_.size() > (1 << 20)) cache_.clear();  // bounded memory on endless vocabularies
-    t_.encode(repair_utf8(text, scratch_), out, cache_);
-  }
+  void encode(std::string_view text, std::vector<uint32_t>& out) override { encode_at(text, out, true); }
+  void encode_continuation(std::string_view text, std::vector<uint32_t>& out) override { encode_at(text, out, false); }
 
  private:
+  void encode_at(std::string_view text, std::vector<uint32_t>& out, bool document_start) {
+    if (cache_.size() > (1 << 20)) cache_.clear();  // bounded memory on endless vocabularies
+    t_.encode(repair_utf8(text, scratch_), out, cache_, document_start);
+  }
+
   const HfTokenizer& t_;
   std::string scratch_;
   std::unordered_map<std::string, std::vector<uint32_t>> cache_;
@@ -227,7 +231,7 @@ void HfTokenizer::encode_text(std::string_view text, bool at_start, std::vector<
 }
 
 void HfTokenizer::encode(std::string_view text, std::vector<uint32_t>& out,
-                         std::unordered_map<std::string, std::vector<uint32_t>>& cache) const {
+                         std::unordered_map<std::string, std::vector<uint32_t>>& cache, bool document_start) const {
   std::vector<AddedTokenMatcher::Part> raw_parts, parts;
   raw_matcher_.split(text, raw_parts);
   for (const auto& rp : raw_parts) {
@@ -235,7 +239,7 @@ void HfTokenizer::encode(std::string_view text, std::vector<uint32_t>& out,
       out.push_back(static_cast<uint32_t>(rp.id));
       continue;
     }
-    const bool at_start = rp.text.data() == text.data();
+    const bool at_start = document_start && rp.text.data() == text.data();
     std::string normalized(rp.text);
     if (normalizer_) normalizer_->apply(normalized);
     parts.clear();

@@ -188,9 +188,11 @@ class ChunkEncoder {
  private:
   // One chat row: framing, then the template's pieces, with their loss flags.
   void chat_document(Encoded& out, std::string_view line, const std::function<std::string()>& place) {
-    std::vector<ChatMessage> messages;
+    auto is_special = [&](const std::string& s) { return tokenizer_.special_id(s).has_value(); };
+    std::vector<ChatPiece> pieces;
     try {
-      messages = parse_chat_row(line);
+      pieces = render_chat(*chat_, parse_chat_row(line), is_special,
+                           o_.chat_date.empty() ? kLlama31DefaultDate : o_.chat_date);
     } catch (const Error& e) {
       const std::string why = place() + ": " + e.what();
       if (!o_.skip_bad_rows)
@@ -201,10 +203,9 @@ class ChunkEncoder {
     out.document_starts.push_back(out.tokens.size());
     out.tokens.insert(out.tokens.end(), framing_.before.begin(), framing_.before.end());
     out.mask.resize(out.tokens.size(), 0);
-    auto is_special = [&](const std::string& s) { return tokenizer_.special_id(s).has_value(); };
-    for (const ChatPiece& p : render_chat(*chat_, messages, is_special)) {
+    for (const ChatPiece& p : pieces) {
       if (p.kind == ChatPiece::Kind::kText) {
-        enc_->encode(p.text, out.tokens);
+        enc_->encode_continuation(p.text, out.tokens);  // after the framing's BOS or a template's token
       } else if (p.kind == ChatPiece::Kind::kEndOfText) {
         out.tokens.push_back(static_cast<uint32_t>(framing_.eos >= 0 ? framing_.eos : framing_.before.front()));
       } else if (auto id = tokenizer_.special_id(p.text)) {
@@ -295,8 +296,9 @@ void check_options(const PrepareOptions& o) {
     throw usage_error("--shard-tokens must be in [1, 2^31 - 1], got " + std::to_string(o.shard_tokens));
   if (o.output_dir.empty()) throw usage_error("data prepare needs an output directory\n    fix: pass --output DIR");
   if (o.text_key.empty()) throw usage_error("--text-key must not be empty");
-  if (!o.chat && (!o.chat_template.empty() || o.skip_bad_rows))
-    throw usage_error("--chat-template and --skip-bad-rows apply to chat rows\n    fix: add --format chat");
+  if (!o.chat && (!o.chat_template.empty() || !o.chat_date.empty() || o.skip_bad_rows))
+    throw usage_error(
+        "--chat-template, --chat-date and --skip-bad-rows apply to chat rows\n    fix: add --format chat");
 }
 
 // Creates and locks the output directory (one writer at a time: util/dir_lock.h);
@@ -445,8 +447,15 @@ std::optional<ChatTemplate> chat_template_for(const PrepareOptions& o, const Tok
     if (!in.rows && in.format != InputFormat::kJsonl)
       throw usage_error("--format chat reads JSONL, Parquet or Arrow rows, but '" + in.file->path() +
                         "' is text\n    fix: write the chat rows as JSONL, one {\"messages\": [...]} per line");
-  if (!o.chat_template.empty()) return chat_template_named(o.chat_template);
-  return default_chat_template([&](const std::string& s) { return t.special_id(s).has_value(); });
+  const ChatTemplate chosen =
+      !o.chat_template.empty()
+          ? chat_template_named(o.chat_template)
+          : default_chat_template([&](const std::string& s) { return t.special_id(s).has_value(); });
+  if (!o.chat_date.empty() && chosen != ChatTemplate::kLlama31)
+    throw usage_error("--chat-date is the llama3.1 template's \"Today Date\", but these rows are rendered with the " +
+                      std::string(chat_template_name(chosen)) +
+                      " template, which writes no date\n    fix: drop --chat-date, or pass --chat-template llama3.1");
+  return chosen;
 }
 
 // What every shard's sidecar says (token_shard.h).

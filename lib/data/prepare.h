@@ -41,6 +41,7 @@ struct PrepareOptions {
   // (data/chat_format.h; "" = the one the tokenizer's special tokens suggest), with a loss mask.
   bool chat = false;
   std::string chat_template;
+  std::string chat_date;       // llama3.1's "Today Date" ("" = the template's own, 26 Jul 2024)
   bool skip_bad_rows = false;  // chat: skip malformed rows (counted) instead of stopping
 };
 

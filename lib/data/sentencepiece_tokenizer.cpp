@@ -26,6 +26,9 @@ class SentencePieceTokenizer : public Tokenizer {
       throw data_error("'" + path + "' is not a SentencePiece model (" + status.ToString() +
                        ")\n    fix: pass the tokenizer.model of a SentencePiece tokenizer, or a tokenizer.json (a Git "
                        "LFS pointer is not the file)");
+    // The normalizer's add_dummy_prefix, seen from outside (the model proto's type is not public).
+    std::vector<std::string> pieces;
+    dummy_prefix_ = sp_.Encode("a", &pieces).ok() && !pieces.empty() && pieces.front().starts_with("\u2581");
     const SpecialTokenTexts names = special_token_texts(path, spec);
     auto id = [&](const std::optional<std::string>& text, int own, const char* what) -> int64_t {
       if (!text) return own;
@@ -51,6 +54,7 @@ class SentencePieceTokenizer : public Tokenizer {
     return static_cast<uint32_t>(id);
   }
   std::unique_ptr<TokenEncoder> make_encoder() const override;
+  bool adds_dummy_prefix() const { return dummy_prefix_; }
   std::string decode(std::span<const uint32_t> ids) const override {
     std::vector<int> v;
     for (uint32_t id : ids) {
@@ -72,6 +76,7 @@ class SentencePieceTokenizer : public Tokenizer {
 
  private:
   std::string path_, crc_;
+  bool dummy_prefix_ = true;
   sentencepiece::SentencePieceProcessor sp_;
   DocumentFraming framing_;
 };
@@ -81,6 +86,12 @@ class SentencePieceEncoder : public TokenEncoder {
   explicit SentencePieceEncoder(const SentencePieceTokenizer& t) : t_(t) {}
   void encode(std::string_view text, std::vector<uint32_t>& out) override {
     t_.encode(repair_utf8(text, scratch_), out, ids_);
+  }
+  // SentencePiece always adds its dummy prefix (one "▁"), and its API cannot leave it out: a leading
+  // space in `text` is that prefix, the one case where the continuation's ids are the model's own.
+  void encode_continuation(std::string_view text, std::vector<uint32_t>& out) override {
+    if (t_.adds_dummy_prefix() && !text.empty() && text.front() == ' ') text.remove_prefix(1);
+    encode(text, out);
   }
 
  private:

