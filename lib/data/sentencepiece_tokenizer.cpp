@@ -29,6 +29,7 @@ class SentencePieceTokenizer : public Tokenizer {
     // The normalizer's add_dummy_prefix, seen from outside (the model proto's type is not public).
     std::vector<std::string> pieces;
     dummy_prefix_ = sp_.Encode("a", &pieces).ok() && !pieces.empty() && pieces.front().starts_with("\u2581");
+    if (const int space = sp_.PieceToId("\u2581"); sp_.IdToPiece(space) == "\u2581") space_piece_ = space;
     const SpecialTokenTexts names = special_token_texts(path, spec);
     auto id = [&](const std::optional<std::string>& text, int own, const char* what) -> int64_t {
       if (!text) return own;
@@ -55,6 +56,7 @@ class SentencePieceTokenizer : public Tokenizer {
   }
   std::unique_ptr<TokenEncoder> make_encoder() const override;
   bool adds_dummy_prefix() const { return dummy_prefix_; }
+  std::optional<uint32_t> space_piece() const { return space_piece_; }
   std::string decode(std::span<const uint32_t> ids) const override {
     std::vector<int> v;
     for (uint32_t id : ids) {
@@ -77,6 +79,7 @@ class SentencePieceTokenizer : public Tokenizer {
  private:
   std::string path_, crc_;
   bool dummy_prefix_ = true;
+  std::optional<uint32_t> space_piece_;
   sentencepiece::SentencePieceProcessor sp_;
   DocumentFraming framing_;
 };
@@ -88,9 +91,16 @@ class SentencePieceEncoder : public TokenEncoder {
     t_.encode(repair_utf8(text, scratch_), out, ids_);
   }
   // SentencePiece always adds its dummy prefix (one "▁"), and its API cannot leave it out: a leading
-  // space in `text` is that prefix, the one case where the continuation's ids are the model's own.
+  // space in `text` is that prefix, the one case where the continuation's ids are the model's own
+  // (a lone space is the "▁" piece itself).
   void encode_continuation(std::string_view text, std::vector<uint32_t>& out) override {
-    if (t_.adds_dummy_prefix() && !text.empty() && text.front() == ' ') text.remove_prefix(1);
+    if (t_.adds_dummy_prefix() && !text.empty() && text.front() == ' ') {
+      if (text.size() == 1 && t_.space_piece()) {
+        out.push_back(*t_.space_piece());
+        return;
+      }
+      text.remove_prefix(1);
+    }
     encode(text, out);
   }
 

@@ -65,6 +65,36 @@ TEST_CASE("SentencePiece model ids equal the sentencepiece library's", "[data][t
   }
 }
 
+TEST_CASE("text after a special token: no first-word prefix, as transformers encodes a SentencePiece model's",
+          "[data][tokenizer]") {
+  // What transformers' Llama tokenizer (legacy=False) and mistral_common encode after a special token:
+  // " x" is the library's ids of x, whose dummy prefix is the space.
+  const std::string path = reference_tokenizer("sentencepiece/mistral_instruct_tokenizer_240323.model.v3.model");
+  auto t = make_tokenizer({path});
+  const std::vector<std::string> texts = {"Bonjour ! Ça va ?", "  two spaces", "\nline", "x"};
+  const auto want = reference_token_ids(path, texts);
+  auto enc = t->make_encoder();
+  for (size_t i = 0; i < texts.size(); ++i) {
+    std::vector<uint32_t> got;
+    enc->encode_continuation(std::string(" ") + texts[i], got);
+    CHECK(got == want[i]);
+  }
+  std::vector<uint32_t> space;
+  enc->encode_continuation(" ", space);
+  CHECK(space == std::vector<uint32_t>{29473});  // the v3 model's piece "▁"
+  // tokenizer.json with Metaspace's "first" scheme: the marker only where a document starts, so that
+  // after a special token " Bonjour" is what "Bonjour" is at a document's start (HF tokenizers' ids).
+  const std::string mistral = reference_tokenizer("mistral");
+  auto hf = make_tokenizer({mistral});
+  std::vector<uint32_t> bare, spaced;
+  hf->make_encoder()->encode_continuation("Bonjour", bare);
+  hf->make_encoder()->encode_continuation(" Bonjour", spaced);
+  const auto at_start = reference_token_ids(mistral + "/tokenizer.json", {"Bonjour"})[0];
+  CHECK(spaced == at_start);
+  CHECK(bare != at_start);
+  CHECK(encode(*hf, "Bonjour") == at_start);
+}
+
 TEST_CASE("tokenizer files give the reference ids on all of tinyshakespeare", "[data][tokenizer]") {
   const std::string text = read_file(shared_data("tinyshakespeare.txt"));
   for (const char* name : {"llama3", "mistral"}) {
