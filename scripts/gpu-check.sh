@@ -83,7 +83,7 @@ fi
 QS=/tmp/gputrain-quickstart; qs=-1; rm -rf "$QS"  # a summary from an earlier call would pass for this one
 # STAGES picks the steps after the tests (one device call lasts at most 10 minutes): unset = all of
 # them, "none" (or empty) = none.
-STAGES="${STAGES-quickstart vs-pytorch profile kernels techniques batches optim}"
+STAGES="${STAGES-quickstart vs-pytorch profile kernels techniques batches optim fp8}"
 [[ "$STAGES" == none ]] && STAGES=""
 has() { [[ " $STAGES " == *" $1 "* ]]; }
 has quickstart && { timeout 120 ./$BUILD/gputrain run --output-dir $QS --overwrite --set metrics.progress=lines > "$OUT/quickstart.log" 2>&1; qs=$?; }
@@ -112,6 +112,8 @@ has optim && for mode in fp32 bf16-pure; do
   timeout 120 ./$BUILD/gputrain optim bench configs/gpt2-124m.yaml --steps 20 --set run.device=cuda \
     --set precision.mode=$mode >> "$OUT/optim.md" 2>&1
 done
+# FP8 against bf16 for each GEMM of GPT-2 124M's step, alone and with its input casts (issue 59).
+has fp8 && timeout 120 python3 bench/fp8_matmul.py > "$OUT/fp8.md" 2>&1
 # results.json (exit codes, Catch's summary, the failed tests' names, the quickstart) and its table.
 python3 scripts/gpu_check_results.py "$OUT" "$QS" "$BINARIES" "$build" "$tests" "$qs"
 # OUT_ARCHIVE=1: every file but results.json goes into $OUT/gpu-check.tar.gz, for callers that can take
