@@ -24,7 +24,7 @@ fi
 if [[ "${1:-}" == "--pack" ]]; then  # on a development machine, after building with CUDA
   # Our kernels must hold sm_90 code for the H100/H200 (the nvcc flags come from TORCH_CUDA_ARCH_LIST,
   # "8.0;9.0" unless set otherwise).
-  if ! grep -q 'code=sm_90' build/kernels/CMakeFiles/gputrain_kernels.dir/flags.make 2>/dev/null; then
+  if ! grep -qs 'code=sm_90' build/kernels/CMakeFiles/gputrain_kernels.dir/flags.make build/build.ninja; then
     echo "build/ has no CUDA kernels for sm_90: configure it with TORCH_CUDA_ARCH_LIST including 9.0" \
          "(the default) and GPUTRAIN_CUDA=auto or ON, rebuild, then --pack" >&2
     exit 1

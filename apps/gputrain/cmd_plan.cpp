@@ -1,6 +1,7 @@
 #include <fmt/format.h>
 
 #include <cstdio>
+#include <memory>
 
 #include "commands.h"
 #include "config/recipe.h"
@@ -44,7 +45,7 @@ void print_pipeline(const Settings& s, const Grid& g, const MemoryPlan& whole_mo
 
 }  // namespace
 
-int cmd_plan(const CommonArgs& a, int world_size) {
+int print_plan(const CommonArgs& a, int world_size) {
   Recipe recipe = load_recipe(a.recipe, a.overrides, architecture_rules());
   Settings s = recipe.settings;
   // The grid: for the world size asked for, else the one the recipe's degrees imply.
@@ -89,6 +90,21 @@ int cmd_plan(const CommonArgs& a, int world_size) {
     if (g.pp() > 1) print_pipeline(s, g, plan_memory(s, 1));
   }
   return 0;
+}
+
+void add_plan(CLI::App& cli, Commands& commands) {
+  struct PlanArgs {
+    CommonArgs common;
+    int world_size = 0;
+  };
+  auto p = std::make_shared<PlanArgs>();
+  auto* cmd = cli.add_subcommand("plan",
+                                 "parameters, FLOPs per token, estimated memory per component, and "
+                                 "the dp x pp x tp grid: which rank holds which layers and shards");
+  add_recipe_args(cmd, p->common, false);
+  cmd->add_option("--world-size", p->world_size, "processes to plan the grid for (default: the recipe's degrees)")
+      ->check(CLI::Range(1, 1 << 20));
+  commands.push_back({cmd, [p] { return print_plan(p->common, p->world_size); }});
 }
 
 }  // namespace gputrain::app

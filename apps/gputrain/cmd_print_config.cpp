@@ -1,4 +1,5 @@
 #include <cstdio>
+#include <memory>
 
 #include "commands.h"
 #include "config/json_schema.h"
@@ -8,20 +9,42 @@
 
 namespace gputrain::app {
 
-int cmd_print_config(const CommonArgs& a, const std::string& format, bool reference, bool json_schema) {
-  if (json_schema) {
+namespace {
+
+struct PrintConfigArgs {
+  CommonArgs common;
+  std::string format = "yaml";
+  bool reference = false;
+  bool json_schema = false;
+};
+
+int print_config(const PrintConfigArgs& p) {
+  if (p.json_schema) {
     std::fputs((recipe_json_schema().dump(2) + "\n").c_str(), stdout);
     return 0;
   }
-  if (reference) {
+  if (p.reference) {
     std::fputs(schema_reference_markdown().c_str(), stdout);
     return 0;
   }
-  Recipe recipe = load_recipe(a.recipe, a.overrides, architecture_rules());
+  Recipe recipe = load_recipe(p.common.recipe, p.common.overrides, architecture_rules());
   for (const auto& w : recipe.warnings) std::fprintf(stderr, "warning: %s\n", w.str().c_str());
-  std::string text = format == "json" ? recipe_to_json(recipe.settings) : recipe_to_yaml(recipe.settings);
+  std::string text = p.format == "json" ? recipe_to_json(recipe.settings) : recipe_to_yaml(recipe.settings);
   std::fputs(text.c_str(), stdout);
   return 0;
+}
+
+}  // namespace
+
+void add_print_config(CLI::App& cli, Commands& commands) {
+  auto p = std::make_shared<PrintConfigArgs>();
+  auto* cmd = cli.add_subcommand("print-config", "print the fully resolved recipe, defaults included");
+  add_recipe_args(cmd, p->common, false);
+  cmd->add_option("--format", p->format, "output format")->check(CLI::IsMember({"yaml", "json"}));
+  cmd->add_flag("--reference", p->reference, "print every key with its type, default and meaning (Markdown)");
+  cmd->add_flag("--schema", p->json_schema,
+                "print the recipe's JSON Schema (draft 2020-12) for editors: every key, type, range, default");
+  commands.push_back({cmd, [p] { return print_config(*p); }});
 }
 
 }  // namespace gputrain::app

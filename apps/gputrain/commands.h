@@ -1,53 +1,39 @@
-// One function per subcommand; each parses nothing itself (main.cpp owns the
-// CLI11 setup) and calls into the library. They return the exit code.
+// The commands of the command line. Each command's file adds its subcommand, its flags and what it
+// runs (add_<command>); main() parses, runs the chosen one and maps errors to exit codes. A new
+// command: its cmd_<name>.cpp, its add_<name> below, and one entry in main.cpp's list.
 #pragma once
-#include <cstdint>
-#include <string>
+#include <CLI/CLI.hpp>
+
+#include <functional>
 #include <vector>
 
-#include "data/prepare.h"
-#include "parallel/launcher.h"
-#include "train/evaluate_dataset.h"
-#include "train/generate.h"
-#include "train/sweep.h"
+#include "command_line.h"
 
 namespace gputrain::app {
 
-struct CommonArgs {
-  std::string recipe;  // empty = the built-in quickstart
-  std::vector<std::string> overrides;
+// A command as added to the command line and what runs it when it was given (returns the exit code).
+struct Command {
+  CLI::App* app;
+  std::function<int()> run;
 };
+using Commands = std::vector<Command>;
 
-// `run`'s launcher flags (parallel/launcher.h); 0/empty = not given.
-struct LaunchArgs {
-  int nproc_per_node = 0;
-  int nnodes = 0;
-  int node_rank = 0;
-  std::string master_addr;
-  int master_port = 0;
-  bool launching() const { return nproc_per_node > 0 || nnodes > 0; }
-};
+void add_run(CLI::App& cli, Commands& commands);
+void add_plan(CLI::App& cli, Commands& commands);
+void add_validate(CLI::App& cli, Commands& commands);
+void add_print_config(CLI::App& cli, Commands& commands);
+void add_data(CLI::App& cli, Commands& commands);     // data prepare, data bench
+void add_optim(CLI::App& cli, Commands& commands);    // optim bench
+void add_kernels(CLI::App& cli, Commands& commands);  // kernels bench
+void add_export(CLI::App& cli, Commands& commands);
+void add_generate(CLI::App& cli, Commands& commands);
+void add_eval(CLI::App& cli, Commands& commands);
+void add_sweep(CLI::App& cli, Commands& commands);
+void add_report(CLI::App& cli, Commands& commands);
+void add_completion(CLI::App& cli, Commands& commands);
 
-// The launcher's options from `run`'s or `eval`'s flags; the caller adds the workers' arguments.
-LaunchOptions launch_options(const LaunchArgs& l);
-
-int cmd_run(const CommonArgs& a, const std::string& output_dir, bool overwrite, bool dry_run, const LaunchArgs& launch);
-int cmd_validate(const CommonArgs& a);
-int cmd_print_config(const CommonArgs& a, const std::string& format, bool reference, bool json_schema);
-// world_size 0 = the recipe's own degrees (parallel.dp x tp x pp, dp auto counting as 1).
-int cmd_plan(const CommonArgs& a, int world_size);
-int cmd_data_prepare(const PrepareOptions& o);
-int cmd_data_bench(const CommonArgs& a, const std::vector<int64_t>& workers, int64_t batches);
-int cmd_optim_bench(const CommonArgs& a, int64_t steps);
-int cmd_kernels_bench(const CommonArgs& a, int64_t repeats);
-int cmd_export(const std::string& checkpoint, const std::string& format, const std::string& out, bool overwrite,
-               bool merge_lora, const std::string& max_shard_size, const std::string& dtype);
-
-// spdlog's messages to stderr, for commands whose stdout is their result (generate, eval).
-void messages_to_stderr();
-int cmd_generate(GenerateOptions o);
-int cmd_eval(const EvalCommandOptions& o, const LaunchArgs& launch);
-int cmd_sweep(SweepOptions o);
-int cmd_report(const std::vector<std::string>& run_dirs, const std::string& out);
+// `plan`'s output, which `run --dry-run` prints too. world_size 0 = the recipe's own degrees
+// (parallel.dp x tp x pp, dp auto counting as 1).
+int print_plan(const CommonArgs& a, int world_size);
 
 }  // namespace gputrain::app

@@ -13,13 +13,12 @@ namespace gputrain {
 namespace {
 
 namespace fs = std::filesystem;
-using json = nlohmann::json;
 
 constexpr const char* kIndexName = "model.safetensors.index.json";
 
 }  // namespace
 
-json read_hf_config(const fs::path& dir) {
+nlohmann::json read_hf_config(const fs::path& dir) {
   const fs::path file = dir / "config.json";
   if (!fs::exists(file))
     throw data_error("'" + dir.string() + "' has no config.json" +
@@ -44,7 +43,7 @@ void for_each_hf_tensor(const fs::path& dir,
   std::vector<std::string> order;
   std::map<std::string, std::vector<std::string>> by_shard;
   try {
-    const json map = json::parse(read_text_file(index)).at("weight_map");
+    const nlohmann::json map = nlohmann::json::parse(read_text_file(index)).at("weight_map");
     if (!map.is_object() || map.empty()) throw data_error("its weight_map is empty");
     for (const auto& [name, file] : map.items()) {
       const std::string shard = file.get<std::string>();
@@ -53,7 +52,7 @@ void for_each_hf_tensor(const fs::path& dir,
       if (!by_shard.count(shard)) order.push_back(shard);
       by_shard[shard].push_back(name);
     }
-  } catch (const json::exception& e) {
+  } catch (const nlohmann::json::exception& e) {
     throw data_error("'" + index.string() + "' has no valid weight_map: " + e.what() +
                      "\n    fix: use the index save_pretrained wrote");
   } catch (const Error& e) {

@@ -22,7 +22,6 @@ namespace gputrain {
 namespace {
 
 namespace fs = std::filesystem;
-using json = nlohmann::json;
 
 bool written_by_gputrain(const SafetensorsFile& f) {
   auto it = f.metadata.find("format");
@@ -49,7 +48,7 @@ std::string load_initial_weights(torch::nn::Module& model, const ModelSettings& 
   }
   const std::string source = "model.init_from '" + path + "'";
   const Architecture& arch = architecture(m);
-  const auto check_config = [&](const json& config, const std::string& file) {
+  const auto check_config = [&](const nlohmann::json& config, const std::string& file) {
     // The settings were made from this config.json when the recipe was loaded; a run's saved
     // recipe may meet a folder that changed since.
     ModelSettings copy = m;

@@ -585,6 +585,45 @@ void add_run_fields(std::vector<FieldSpec>& f) {
                   .resume(ResumePolicy::kReported));
 }
 
+// model.lora.* and model.moe.*: the adapters and the mixture of experts (resume as add_model_fields says).
+void add_adapter_and_expert_fields(std::vector<FieldSpec>& f) {
+  f.push_back(int_field(KEY(model.lora.rank), 0, 4096,
+                        "LoRA: adapters of this rank on model.lora.targets, every other weight frozen (no gradients, "
+                        "no optimizer state); 0 = off")
+                  .resume(ResumePolicy::kRefused));
+  f.push_back(
+      float_field(KEY(model.lora.alpha), FloatRange{0, INFINITY, true}, "LoRA: the update is scaled by alpha / rank")
+          .resume(ResumePolicy::kRefused));
+  f.push_back(float_field(KEY(model.lora.dropout), FloatRange{0, 1, false, true},
+                          "LoRA: dropout on the adapters' input (training only)"));
+  f.push_back(enum_list_field(KEY(model.lora.targets),
+                              EnumTable<LoraTarget>{{"qkv", LoraTarget::kQkv},
+                                                    {"proj", LoraTarget::kProj},
+                                                    {"mlp_up", LoraTarget::kMlpUp},
+                                                    {"mlp_down", LoraTarget::kMlpDown}},
+                              "LoRA: the layers adapted in every block: qkv = attn.c_attn, proj = attn.c_proj, mlp_up "
+                              "= mlp.c_fc (SwiGLU: gate and up), mlp_down = mlp.c_proj")
+                  .resume(ResumePolicy::kRefused));
+  f.push_back(enum_field(KEY(model.lora.save),
+                         EnumTable<LoraSave>{{"adapters", LoraSave::kAdapters}, {"full", LoraSave::kFull}},
+                         "LoRA: checkpoints hold the adapters only (the frozen base is model.init_from, checked on "
+                         "resume) or every weight"));
+  f.push_back(
+      int_field(KEY(model.moe.experts), 0, 1024, "mixture of experts: expert MLPs per mixture layer; 0 = dense MLPs")
+          .resume(ResumePolicy::kRefused));
+  f.push_back(int_field(KEY(model.moe.top_k), 1, 64, "mixture of experts: experts each token is routed to")
+                  .resume(ResumePolicy::kRefused));
+  f.push_back(int_field(KEY(model.moe.every), 1, 1024,
+                        "mixture of experts: every k-th block's MLP is a mixture (blocks k-1, 2k-1, ...); 1 = all")
+                  .resume(ResumePolicy::kRefused));
+  f.push_back(float_field(KEY(model.moe.capacity_factor), FloatRange{0, INFINITY},
+                          "mixture of experts: each expert takes at most ceil(factor x tokens x top_k / experts) "
+                          "tokens of a micro-batch, the rest are dropped (counted in metrics); 0 = no limit"));
+  f.push_back(float_field(KEY(model.moe.aux_loss_coef), FloatRange{0, INFINITY},
+                          "mixture of experts: weight of the load-balancing loss (Switch Transformer: experts x sum of "
+                          "routed fraction x mean probability; 1 when balanced)"));
+}
+
 void add_model_fields(std::vector<FieldSpec>& f) {
   // Resume: the model's shape is refused (the saved tensors depend on it). Dropout, attention, LoRA's
   // dropout and what it saves, and the mixture layers' capacity and balancing weight change the numbers
@@ -701,41 +740,7 @@ void add_model_fields(std::vector<FieldSpec>& f) {
                          "single .safetensors file in such a layout, or a gputrain checkpoint directory (relative to "
                          "the recipe file); empty = random init")
                   .resume(ResumePolicy::kReported));
-  f.push_back(int_field(KEY(model.lora.rank), 0, 4096,
-                        "LoRA: adapters of this rank on model.lora.targets, every other weight frozen (no gradients, "
-                        "no optimizer state); 0 = off")
-                  .resume(ResumePolicy::kRefused));
-  f.push_back(
-      float_field(KEY(model.lora.alpha), FloatRange{0, INFINITY, true}, "LoRA: the update is scaled by alpha / rank")
-          .resume(ResumePolicy::kRefused));
-  f.push_back(float_field(KEY(model.lora.dropout), FloatRange{0, 1, false, true},
-                          "LoRA: dropout on the adapters' input (training only)"));
-  f.push_back(enum_list_field(KEY(model.lora.targets),
-                              EnumTable<LoraTarget>{{"qkv", LoraTarget::kQkv},
-                                                    {"proj", LoraTarget::kProj},
-                                                    {"mlp_up", LoraTarget::kMlpUp},
-                                                    {"mlp_down", LoraTarget::kMlpDown}},
-                              "LoRA: the layers adapted in every block: qkv = attn.c_attn, proj = attn.c_proj, mlp_up "
-                              "= mlp.c_fc (SwiGLU: gate and up), mlp_down = mlp.c_proj")
-                  .resume(ResumePolicy::kRefused));
-  f.push_back(enum_field(KEY(model.lora.save),
-                         EnumTable<LoraSave>{{"adapters", LoraSave::kAdapters}, {"full", LoraSave::kFull}},
-                         "LoRA: checkpoints hold the adapters only (the frozen base is model.init_from, checked on "
-                         "resume) or every weight"));
-  f.push_back(
-      int_field(KEY(model.moe.experts), 0, 1024, "mixture of experts: expert MLPs per mixture layer; 0 = dense MLPs")
-          .resume(ResumePolicy::kRefused));
-  f.push_back(int_field(KEY(model.moe.top_k), 1, 64, "mixture of experts: experts each token is routed to")
-                  .resume(ResumePolicy::kRefused));
-  f.push_back(int_field(KEY(model.moe.every), 1, 1024,
-                        "mixture of experts: every k-th block's MLP is a mixture (blocks k-1, 2k-1, ...); 1 = all")
-                  .resume(ResumePolicy::kRefused));
-  f.push_back(float_field(KEY(model.moe.capacity_factor), FloatRange{0, INFINITY},
-                          "mixture of experts: each expert takes at most ceil(factor x tokens x top_k / experts) "
-                          "tokens of a micro-batch, the rest are dropped (counted in metrics); 0 = no limit"));
-  f.push_back(float_field(KEY(model.moe.aux_loss_coef), FloatRange{0, INFINITY},
-                          "mixture of experts: weight of the load-balancing loss (Switch Transformer: experts x sum of "
-                          "routed fraction x mean probability; 1 when balanced)"));
+  add_adapter_and_expert_fields(f);
 }
 
 void add_data_fields(std::vector<FieldSpec>& f) {

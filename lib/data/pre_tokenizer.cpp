@@ -189,9 +189,9 @@ class Metaspace : public PreTokenizer {
   bool split_;
 };
 
-class Sequence : public PreTokenizer {
+class PreTokenizerSequence : public PreTokenizer {
  public:
-  explicit Sequence(std::vector<std::unique_ptr<PreTokenizer>> parts) : parts_(std::move(parts)) {}
+  explicit PreTokenizerSequence(std::vector<std::unique_ptr<PreTokenizer>> parts) : parts_(std::move(parts)) {}
   void split(std::vector<TextSegment>& segments) const override {
     for (const auto& p : parts_) p->split(segments);
   }
@@ -258,7 +258,7 @@ std::unique_ptr<PreTokenizer> make_pre_tokenizer(const nlohmann::json& j, const 
     std::vector<std::unique_ptr<PreTokenizer>> parts;
     parts.push_back(whitespace_split());
     parts.push_back(punctuation(Behavior::kIsolated));
-    return std::make_unique<Sequence>(std::move(parts));
+    return std::make_unique<PreTokenizerSequence>(std::move(parts));
   }
   if (type == "Sequence") {
     std::vector<std::unique_ptr<PreTokenizer>> parts;
@@ -267,7 +267,7 @@ std::unique_ptr<PreTokenizer> make_pre_tokenizer(const nlohmann::json& j, const 
       auto p = make_pre_tokenizer(list[i], place.child(".pretokenizers[" + std::to_string(i) + "]"));
       if (p) parts.push_back(std::move(p));
     }
-    return std::make_unique<Sequence>(std::move(parts));
+    return std::make_unique<PreTokenizerSequence>(std::move(parts));
   }
   refuse_component(here, "pre-tokenizer",
                    "ByteLevel, Split, Metaspace, Digits, Punctuation, Whitespace, WhitespaceSplit, BertPreTokenizer, "

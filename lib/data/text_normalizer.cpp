@@ -108,9 +108,9 @@ class Prepend : public TextNormalizer {
   std::string prepend_;
 };
 
-class Sequence : public TextNormalizer {
+class NormalizerSequence : public TextNormalizer {
  public:
-  explicit Sequence(std::vector<std::unique_ptr<TextNormalizer>> parts) : parts_(std::move(parts)) {}
+  explicit NormalizerSequence(std::vector<std::unique_ptr<TextNormalizer>> parts) : parts_(std::move(parts)) {}
   void apply(std::string& s) const override {
     for (const auto& p : parts_) p->apply(s);
   }
@@ -142,7 +142,7 @@ std::unique_ptr<TextNormalizer> make_normalizer(const nlohmann::json& j, const J
       auto p = make_normalizer(list[i], place.child(".normalizers[" + std::to_string(i) + "]"));
       if (p) parts.push_back(std::move(p));
     }
-    return std::make_unique<Sequence>(std::move(parts));
+    return std::make_unique<NormalizerSequence>(std::move(parts));
   }
   refuse_component(here, "normalizer",
                    "NFC, NFD, NFKC, NFKD, Lowercase, Strip, StripAccents, Replace, Prepend, Sequence");

@@ -17,6 +17,7 @@
 
 namespace gputrain {
 namespace {
+namespace gpt2 {  // named: a unity build puts the module's files in one translation unit
 
 using json = nlohmann::ordered_json;
 
@@ -135,6 +136,7 @@ void check(const ModelSettings& m, std::vector<KeyProblem>& problems) {
                           std::string("remove ") + key + ", or use model.arch: llama"});
 }
 
+}  // namespace gpt2
 }  // namespace
 
 extern const Architecture kGpt2Architecture = {
@@ -146,16 +148,16 @@ extern const Architecture kGpt2Architecture = {
     .positions = PositionKind::kLearned,
     .default_bias = true,
     .default_tie_embeddings = true,
-    .mlp_width_from_ratio = mlp_width,
-    .check = check,
-    .biases = biases,
+    .mlp_width_from_ratio = gpt2::mlp_width,
+    .check = gpt2::check,
+    .biases = gpt2::biases,
     .hf = {.model_type = "gpt2",
            .class_name = "GPT2LMHeadModel",
            .family = "GPT-2",
-           .tensors = tensors,
-           .canonical_name = canonical_name,
-           .config = config,
-           .import_config = import_config},
+           .tensors = gpt2::tensors,
+           .canonical_name = gpt2::canonical_name,
+           .config = gpt2::config,
+           .import_config = gpt2::import_config},
 };
 
 }  // namespace gputrain

@@ -8,6 +8,7 @@
 
 namespace gputrain {
 namespace {
+namespace llama {  // named: a unity build puts the module's files in one translation unit
 
 nlohmann::ordered_json config(const ModelSettings& m) {
   auto c = llama_layout_config(m, "LlamaForCausalLM", "llama");
@@ -32,6 +33,7 @@ void check(const ModelSettings& m, std::vector<KeyProblem>& problems) {
                         "remove model.sliding_window, or set model.arch: mistral"});
 }
 
+}  // namespace llama
 }  // namespace
 
 extern const Architecture kLlamaArchitecture = {
@@ -44,15 +46,15 @@ extern const Architecture kLlamaArchitecture = {
     .default_bias = false,
     .default_tie_embeddings = false,
     .mlp_width_from_ratio = llama_mlp_width,
-    .check = check,
-    .biases = biases,
+    .check = llama::check,
+    .biases = llama::biases,
     .hf = {.model_type = "llama",
            .class_name = "LlamaForCausalLM",
            .family = "Llama",
            .tensors = llama_layout_tensors,
            .canonical_name = llama_layout_canonical_name,
-           .config = config,
-           .import_config = import_config},
+           .config = llama::config,
+           .import_config = llama::import_config},
 };
 
 }  // namespace gputrain

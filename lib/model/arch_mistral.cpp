@@ -7,6 +7,7 @@
 
 namespace gputrain {
 namespace {
+namespace mistral {  // named: a unity build puts the module's files in one translation unit
 
 nlohmann::ordered_json config(const ModelSettings& m) {
   auto c = llama_layout_config(m, "MistralForCausalLM", "mistral");
@@ -25,6 +26,7 @@ void import_config(HfConfigReader& r) {
 
 LinearBiases biases(const ModelSettings& m) { return {m.attention_biased(), m.attention_biased(), m.mlp_biased()}; }
 
+}  // namespace mistral
 }  // namespace
 
 extern const Architecture kMistralArchitecture = {
@@ -38,14 +40,14 @@ extern const Architecture kMistralArchitecture = {
     .default_tie_embeddings = false,
     .mlp_width_from_ratio = llama_mlp_width,
     .check = check_llama_layout,
-    .biases = biases,
+    .biases = mistral::biases,
     .hf = {.model_type = "mistral",
            .class_name = "MistralForCausalLM",
            .family = "Mistral",
            .tensors = llama_layout_tensors,
            .canonical_name = llama_layout_canonical_name,
-           .config = config,
-           .import_config = import_config},
+           .config = mistral::config,
+           .import_config = mistral::import_config},
 };
 
 }  // namespace gputrain

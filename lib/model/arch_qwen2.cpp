@@ -8,6 +8,7 @@
 
 namespace gputrain {
 namespace {
+namespace qwen2 {  // named: a unity build puts the module's files in one translation unit
 
 nlohmann::ordered_json config(const ModelSettings& m) {
   auto c = llama_layout_config(m, "Qwen2ForCausalLM", "qwen2");
@@ -40,6 +41,7 @@ void check(const ModelSettings& m, std::vector<KeyProblem>& problems) {
                         "remove it, or use model.arch: mistral"});
 }
 
+}  // namespace qwen2
 }  // namespace
 
 extern const Architecture kQwen2Architecture = {
@@ -52,15 +54,15 @@ extern const Architecture kQwen2Architecture = {
     .default_bias = false,
     .default_tie_embeddings = false,
     .mlp_width_from_ratio = llama_mlp_width,
-    .check = check,
-    .biases = biases,
+    .check = qwen2::check,
+    .biases = qwen2::biases,
     .hf = {.model_type = "qwen2",
            .class_name = "Qwen2ForCausalLM",
            .family = "Qwen2",
            .tensors = llama_layout_tensors,
            .canonical_name = llama_layout_canonical_name,
-           .config = config,
-           .import_config = import_config},
+           .config = qwen2::config,
+           .import_config = qwen2::import_config},
 };
 
 }  // namespace gputrain

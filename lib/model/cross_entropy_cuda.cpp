@@ -12,7 +12,8 @@
 namespace gputrain {
 namespace {
 
-kernels::CrossEntropyArgs args_for(const at::Tensor& logits, const at::Tensor& targets, int64_t ignore_index) {
+kernels::CrossEntropyArgs cross_entropy_args(const at::Tensor& logits, const at::Tensor& targets,
+                                             int64_t ignore_index) {
   kernels::CrossEntropyArgs a;
   a.logits = logits.data_ptr();
   a.rows = logits.size(0);
@@ -31,7 +32,7 @@ struct FusedCrossEntropy : torch::autograd::Function<FusedCrossEntropy> {
     const at::Tensor targets = targets_in.to(at::kLong).contiguous();
     const auto f32 = logits.options().dtype(at::kFloat);
     at::Tensor lse = at::empty({logits.size(0)}, f32), loss = at::empty({logits.size(0)}, f32);
-    kernels::launch_cross_entropy_forward(args_for(logits, targets, ignore_index), lse.data_ptr<float>(),
+    kernels::launch_cross_entropy_forward(cross_entropy_args(logits, targets, ignore_index), lse.data_ptr<float>(),
                                           loss.data_ptr<float>(), kernel_stream(logits));
     ctx->save_for_backward({logits, targets, lse});
     ctx->saved_data["ignore_index"] = ignore_index;
@@ -49,7 +50,7 @@ struct FusedCrossEntropy : torch::autograd::Function<FusedCrossEntropy> {
     at::Tensor grad = in_place ? logits : at::empty({logits.size(0), logits.size(1)}, logits.options());
     // Anything else that saved these logits now fails its version check rather than read the gradient.
     if (in_place) torch::autograd::impl::bump_version(logits);
-    kernels::launch_cross_entropy_backward(args_for(logits, targets, ignore_index), lse.data_ptr<float>(),
+    kernels::launch_cross_entropy_backward(cross_entropy_args(logits, targets, ignore_index), lse.data_ptr<float>(),
                                            scale.data_ptr<float>(), grad.data_ptr(), grad.stride(0),
                                            kernel_stream(logits));
     return {grad, at::Tensor(), at::Tensor(), at::Tensor()};

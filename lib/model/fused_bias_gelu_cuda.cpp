@@ -14,7 +14,7 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-kernels::BiasGeluArgs args_for(const at::Tensor& y, const at::Tensor& bias) {
+kernels::BiasGeluArgs bias_gelu_args(const at::Tensor& y, const at::Tensor& bias) {
   kernels::BiasGeluArgs a;
   a.y = y.data_ptr();
   a.bias = bias.data_ptr();
@@ -29,7 +29,7 @@ struct FusedBiasGelu : torch::autograd::Function<FusedBiasGelu> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& y, const at::Tensor& bias_in) {
     const at::Tensor bias = bias_in.contiguous();
     at::Tensor out = at::empty_like(y, at::MemoryFormat::Contiguous);
-    kernels::launch_bias_gelu_forward(args_for(y, bias), out.data_ptr(), kernel_stream(y));
+    kernels::launch_bias_gelu_forward(bias_gelu_args(y, bias), out.data_ptr(), kernel_stream(y));
     ctx->save_for_backward({y, bias});
     return out;
   }
@@ -38,7 +38,7 @@ struct FusedBiasGelu : torch::autograd::Function<FusedBiasGelu> {
     const at::Tensor &y = saved[0], &bias = saved[1];
     const at::Tensor grad_out = grads[0].to(y.scalar_type()).contiguous();
     at::Tensor grad_y = at::empty_like(y, at::MemoryFormat::Contiguous);
-    const auto a = args_for(y, bias);
+    const auto a = bias_gelu_args(y, bias);
     at::Tensor partial =
         at::empty({kernels::bias_gelu_backward_chunks(a.rows), a.width}, y.options().dtype(at::kFloat));
     kernels::launch_bias_gelu_backward(a, grad_out.data_ptr(), grad_y.data_ptr(), partial.data_ptr<float>(),

@@ -1,8 +1,11 @@
-#include "completion.h"
-
+// `gputrain completion bash|zsh`: shell completion for the commands, their flags and the recipe
+// keys --set takes, generated from the command line's own definition and the recipe schema.
+#include <cstdio>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "commands.h"
 #include "config/schema.h"
 
 namespace gputrain::app {
@@ -57,8 +60,7 @@ std::string pick_level(const std::vector<Level>& levels, const std::string& word
          cases + "  esac\n";
 }
 
-}  // namespace
-
+// The completion script for `shell` ("bash" or "zsh") of the command line `cli`.
 std::string completion_script(CLI::App& cli, const std::string& shell) {
   std::vector<Level> levels;
   collect(cli, "", levels);
@@ -98,6 +100,19 @@ std::string completion_script(CLI::App& cli, const std::string& shell) {
          "  fi\n"
          "}\n"
          "_gputrain \"$@\"\n";
+}
+
+}  // namespace
+
+void add_completion(CLI::App& cli, Commands& commands) {
+  auto shell = std::make_shared<std::string>();
+  auto* cmd = cli.add_subcommand(
+      "completion", "print shell completion (commands, flags, --set keys): source it, or see docs/install.md");
+  cmd->add_option("shell", *shell, "bash or zsh")->required()->check(CLI::IsMember({"bash", "zsh"}));
+  commands.push_back({cmd, [&cli, shell] {
+                        std::fputs(completion_script(cli, *shell).c_str(), stdout);
+                        return 0;
+                      }});
 }
 
 }  // namespace gputrain::app
