@@ -188,18 +188,10 @@ void check_train(Checker& c) {
   if (t.eval_every > 0 && c.s.data.eval.format == DataFormat::kNone)
     c.error("train.eval_every", "is " + str(t.eval_every) + " but data.eval is not set",
             "set data.eval (e.g. the same source with another span) or train.eval_every: 0");
-  if (t.spike_policy == SpikePolicy::kRollback) {
-    const ParallelSettings& p = c.s.parallel;
-    if (p.tp > 1 || p.pp > 1 || p.ep > 1 || p.offload_optimizer)
-      c.error("train.spike_policy",
-              "rollback restores whole weights and optimizer state in place, which tensor, pipeline and expert "
-              "parallelism and parallel.offload_optimizer hold in other forms",
-              "use train.spike_policy: skip with them");
-    if (c.s.checkpoint.every == 0)
-      c.warning("train.spike_policy",
-                "rollback needs checkpoints to go back to, and checkpoint.every is 0: spikes are skipped instead",
-                "set checkpoint.every");
-  }
+  if (t.spike_policy == SpikePolicy::kRollback && c.s.checkpoint.every == 0)
+    c.warning("train.spike_policy",
+              "rollback needs checkpoints to go back to, and checkpoint.every is 0: spikes are skipped instead",
+              "set checkpoint.every");
   if (t.eval_full && c.s.data.eval.format == DataFormat::kSynthetic)
     c.error("train.eval_full", "needs a dataset with an end, and data.eval is synthetic (endless)",
             "use text or token shards for data.eval, or train.eval_full: false (train.eval_steps batches)");

@@ -50,6 +50,13 @@ void CpuOffload::parameters_to_device() {
       device_groups_[g].params[i].detach().copy_(cpu_groups_[g].params[i], /*non_blocking=*/true);
 }
 
+void CpuOffload::parameters_to_host() {
+  torch::NoGradGuard no_grad;
+  for (size_t g = 0; g < device_groups_.size(); ++g)
+    for (size_t i = 0; i < device_groups_[g].params.size(); ++i)
+      cpu_groups_[g].params[i].copy_(device_groups_[g].params[i].detach());  // blocking: read before it returns
+}
+
 int64_t CpuOffload::host_bytes() const {
   int64_t n = 0;
   for (const auto& g : cpu_groups_)

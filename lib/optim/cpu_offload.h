@@ -24,6 +24,9 @@ class CpuOffload {
   void gradients_to_host();
   // Updated copies back into the device parameters.
   void parameters_to_device();
+  // The device parameters into the copies, after something other than the update changed them
+  // (a checkpoint loaded in place: resume, spike rollback).
+  void parameters_to_host();
   int64_t host_bytes() const;  // the copies and their gradients
 
  private:

@@ -14,8 +14,7 @@
 #include "checkpoint/checkpoint_dir.h"
 #include "checkpoint/checkpoint_part.h"
 #include "checkpoint/model_files.h"
-#include "checkpoint/module_weights.h"
-#include "checkpoint/tensor_parallel_state.h"
+#include "checkpoint/rank_snapshot.h"
 #include "checkpoint/training_checkpoint.h"
 #include "config/schema.h"
 #include "config/validate.h"
@@ -114,6 +113,7 @@ class Trainer {
     restore();
     build_model();
     build_optimizer();
+    restore_state();
     choose_batch_split();
     load_data();
     log_start();
@@ -136,6 +136,8 @@ class Trainer {
   void restore();
   void build_model();
   void build_optimizer();
+  void restore_state();
+  void apply_snapshot(TrainingSnapshot& snap, const fs::path& dir);
   void choose_batch_split();
   void load_data();
   void log_start() const;
@@ -276,19 +278,20 @@ void Trainer::build_model() {
                                /*skip_init_from=*/resumed_ && !adapters_only, &loaded);
   model_->train();
   if (!loaded.empty()) spdlog::info("model: {}", loaded);
-  if (resumed_) {
-    const std::string source = "checkpoint '" + resumed_->dir.string() + "'";
-    if (adapters_only)
-      check_lora_base(module_weights(*model_), resumed_->snapshot.lora_base, resumed_->dir.string(),
-                      s_.model.init_from);
-    load_module_weights(*model_, resumed_->snapshot.model, source,
-                        "resume with the model settings the checkpoint was saved with",
-                        adapters_only ? std::function<bool(const std::string&)>(is_lora_parameter) : nullptr);
+  if (adapters_only)
+    check_lora_base(module_weights(*model_), resumed_->snapshot.lora_base, resumed_->dir.string(), s_.model.init_from);
+  // Checkpoints of adapters only record the base's fingerprint (taken from the base as loaded, or
+  // from a resumed checkpoint of every weight, which restore_state loads), to resume on the same base.
+  if (s_.model.lora.rank > 0 && s_.model.lora.save == LoraSave::kAdapters) {
+    std::vector<NamedTensor> base = module_weights(*model_);
+    if (resumed_ && !adapters_only) {
+      std::map<std::string, torch::Tensor> saved;
+      for (const auto& w : resumed_->snapshot.model) saved[w.name] = w.tensor;
+      for (auto& w : base)
+        if (auto it = saved.find(w.name); it != saved.end()) w.tensor = it->second;
+    }
+    lora_base_ = lora_base_fingerprint(base);
   }
-  // Checkpoints of adapters only record the base's fingerprint (taken from the base as loaded, also
-  // from a checkpoint of every weight), to resume on the same base.
-  if (s_.model.lora.rank > 0 && s_.model.lora.save == LoraSave::kAdapters)
-    lora_base_ = lora_base_fingerprint(module_weights(*model_));
   n_params_ = model_->parameter_count();
   // TP -> PP -> EP -> activation checkpointing -> DP/ZeRO (parallel/parallelize.h).
   ParallelizedModel parallel = parallelize(model_, *par_, s_.train);
@@ -330,6 +333,27 @@ void Trainer::build_optimizer() {
   step_graph_ = make_step_graph(plan_.device, params_);
 }
 
+// A resumed run's weights, optimizer state and loss scale, into the parallelized model and its optimizer.
+void Trainer::restore_state() {
+  if (resumed_) apply_snapshot(resumed_->snapshot, resumed_->dir);
+}
+
+// A checkpoint's weights, optimizer state and fp16 loss scale into this rank's parts of the model and
+// the optimizer, in place (checkpoint/rank_snapshot.h): the one path of resume and spike rollback.
+void Trainer::apply_snapshot(TrainingSnapshot& snap, const fs::path& dir) {
+  // A checkpoint of LoRA adapters holds only them (its base is model.init_from's, checked in build_model).
+  const bool adapters_only = !snap.lora_base.empty();
+  load_rank_weights(model_, *par_, snap.model, "checkpoint '" + dir.string() + "'",
+                    "resume with the model settings the checkpoint was saved with",
+                    adapters_only ? std::function<bool(const std::string&)>(is_lora_parameter) : nullptr);
+  if (offload_) offload_->parameters_to_host();  // the optimizer updates the host copies
+  optimizer_->load_state(rank_optimizer_state(snap, *par_, *optimizer_, dir.string()));
+  if (precision_->scaler() && snap.scaler) precision_->scaler()->load_state(*snap.scaler);
+  refresh_weight_copies(model_);
+  // The model and the optimizer hold what was read: a second copy would stay in host memory all run.
+  snap.model = {}, snap.optimizer_state = {}, snap.optimizer_shards = {};
+}
+
 // train.per_device_batch_size: auto: the largest micro-batch of this rank's share of the global
 // batch that fits (train/batch_finder.h). The resolved recipe is written once the split is known.
 void Trainer::choose_batch_split() {
@@ -353,7 +377,7 @@ void Trainer::choose_batch_split() {
 }
 
 // The eval batches, the training stream (each replica reads its share of every global batch; its
-// tp ranks the same), and a resumed run's optimizer, scaler, counters and place in the data.
+// tp ranks the same), and a resumed run's counters and place in the data.
 void Trainer::load_data() {
   const auto seed = static_cast<uint64_t>(s_.run.seed);
   if (eval_source_ && !s_.train.eval_full) {
@@ -366,24 +390,10 @@ void Trainer::load_data() {
   options.shard = par_->dp_rank();
   options.shards = plan_.dp;
   if (resumed_) {
-    TrainingSnapshot& snap = resumed_->snapshot;
-    // This rank's tp shard of the state; under another parallel.tp than the checkpoint's, resharded.
-    const int tp = par_->groups().grid().tp();
-    const auto saved = snap.optimizer_shards.empty() ? std::vector<std::vector<NamedTensor>>{snap.optimizer_state}
-                                                     : snap.optimizer_shards;
-    std::map<std::string, torch::Tensor> state;
-    for (const auto& e : static_cast<int>(saved.size()) == tp
-                             ? saved.at(static_cast<size_t>(par_->tp_rank()))
-                             : reshard_tp_state(saved, snap.tp_split, snap.model, par_->tensor_split(), par_->tp_rank(),
-                                                tp, resumed_->dir.string()))
-      state[e.name] = e.tensor;
-    optimizer_->load_state(par_->owned_state(std::move(state), *optimizer_));
-    if (precision_->scaler() && snap.scaler) precision_->scaler()->load_state(*snap.scaler);
+    const TrainingSnapshot& snap = resumed_->snapshot;
     first_sample_ = train_sampler_->resume_sample(snap.sampler);  // O(1): no data is replayed
     static_cast<TrainingCounters&>(t_) = snap.counters;
     t_.resumed_from = snap.counters.step;
-    // The model and the optimizer hold what was read: a second copy would stay in host memory all run.
-    snap.model = {}, snap.optimizer_state = {}, snap.optimizer_shards = {};
   }
   last_saved_step_ = t_.step;  // a resumed run's step is on disk already
   train_loader_.emplace(*train_source_, *train_sampler_, options, first_sample_);
@@ -682,16 +692,7 @@ void Trainer::roll_back() {
   par_->groups().any_rank(false, "agreement on a rollback");
   const fs::path dir = ckpt_root_ / step_name(last_saved_step_);
   TrainingSnapshot snap = load_training_checkpoint(dir, optimizer_row_share());
-  if (FullyShardedModel* sharded = par_->fully_sharded()) sharded->load_whole(snap.model);  // ZeRO-3: its rows
-  else
-    load_module_weights(*model_, snap.model, "checkpoint '" + dir.string() + "'",
-                        "resume it with the model settings it was saved with",
-                        lora_base_.empty() ? nullptr : std::function<bool(const std::string&)>(is_lora_parameter));
-  std::map<std::string, torch::Tensor> state;
-  for (const auto& e : snap.optimizer_state) state[e.name] = e.tensor;
-  optimizer_->load_state(par_->owned_state(std::move(state), *optimizer_));
-  if (precision_->scaler() && snap.scaler) precision_->scaler()->load_state(*snap.scaler);
-  refresh_weight_copies(model_);
+  apply_snapshot(snap, dir);
 }
 
 std::optional<RowShare> Trainer::optimizer_row_share() const {

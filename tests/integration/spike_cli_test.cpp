@@ -1,7 +1,8 @@
 // train.spike_policy through the binary, with a poisoned batch injected at a chosen step
 // (GPUTRAIN_POISON_STEPS: its targets replaced by random ids): skip drops exactly that update,
-// rollback restores the last checkpoint's weights and optimizer state bit for bit, the rollbacks
-// are capped, and each event is logged, counted in metrics.jsonl and kept in the summary.
+// rollback restores the last checkpoint's weights and optimizer state bit for bit (one process,
+// ZeRO-1 and 3, tensor, pipeline and expert parallelism), the rollbacks are capped, and each event is logged, counted
+// in metrics.jsonl and kept in the summary.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -187,11 +188,46 @@ TEST_CASE("spike: rollback restores the last checkpoint's weights and optimizer 
   CHECK(read_json(dir.file("early/summary.json"))["spikes"]["skipped_steps"] == 1);
 }
 
-TEST_CASE("spike: rollback is refused with tensor parallelism, and a bad poison list is a usage error",
-          "[spike][cli]") {
+TEST_CASE("spike: rollback under tensor, pipeline and expert parallelism puts back each rank's part", "[spike][cli]") {
+  TempDir dir;
+  const std::string recipe =
+      write_recipe(dir, ", spike_policy: rollback, spike_max_rollbacks: 1", "{every: 10, keep_last: 0}");
+  const std::string experts =
+      "--set model.moe.experts=4 --set model.moe.top_k=2 --set model.moe.capacity_factor=0 --set parallel.ep=2";
+  for (const auto& [name, sets] :
+       std::vector<std::pair<std::string, std::string>>{{"tp2", "--set parallel.tp=2"},
+                                                        {"pp2", "--set parallel.pp=2 --set model.n_layer=2"},
+                                                        {"ep2", experts},
+                                                        {"ep2-zero3", experts + " --set parallel.zero=3"}}) {
+    INFO(name);
+    const std::string run = dir.file(name);
+    // (A mixture's router can make a gradient-norm spike of its own before step 23: rollbacks allowed for it.)
+    auto r = run_poisoned(recipe, run, "23",
+                          "--set train.max_steps=23 --set train.spike_max_rollbacks=5 --nproc-per-node 2 " + sets);
+    INFO(r.output);
+    REQUIRE(r.exit_code == 0);
+    CHECK_THAT(r.output, Contains("step 23: loss spike") && Contains("rolled back to the checkpoint of step 20"));
+    // Every rank's weights and optimizer state at the end are the checkpoint's, bit for bit (the
+    // rolled-back step's update dropped too).
+    int files = 0;
+    for (const auto& f : fs::directory_iterator(run + "/checkpoints/step_00000020")) {
+      const std::string file = f.path().filename().string();
+      if (file.rfind("model.", 0) != 0 && file.rfind("optimizer.", 0) != 0) continue;
+      INFO(file);
+      CHECK(checkpoint_file(run, 23, file) == checkpoint_file(run, 20, file));
+      ++files;
+    }
+    CHECK(files == 4);  // model and optimizer of each of the 2 ranks
+    const json events = read_json(run + "/summary.json")["spikes"]["events"];
+    REQUIRE(!events.empty());
+    CHECK(events.back()["step"] == 23);
+    CHECK(events.back()["rolled_back_to"] == 20);
+  }
+}
+
+TEST_CASE("spike: a bad poison list is a usage error", "[spike][cli]") {
   TempDir dir;
   const std::string recipe = write_recipe(dir, ", spike_policy: rollback", "{every: 10}");
-  CHECK_THAT(recipe_error(recipe, {"parallel.tp=2"}), Contains("train.spike_policy") && Contains("skip"));
   auto bad = run_poisoned(recipe, dir.file("bad"), "x");
   CHECK(bad.exit_code == 2);
   CHECK_THAT(bad.output, Contains("GPUTRAIN_POISON_STEPS"));

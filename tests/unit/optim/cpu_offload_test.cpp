@@ -46,3 +46,30 @@ TEST_CASE("cpu offload: steps through the host copies equal steps in place", "[o
     CHECK(torch::equal(direct->parameters()[i], offloaded->parameters()[i]));
   CHECK(offload.host_bytes() > 0);
 }
+
+TEST_CASE("cpu offload: weights loaded in place reach the host copies before the next update", "[optim]") {
+  OptimSettings o;
+  o.lr = 1e-2;
+  ModelSettings m = test::model_settings(64, 8, 1, 2, 16);
+  torch::manual_seed(4);
+  Gpt direct(m), offloaded(m);
+  CpuOffload offload(make_param_groups(*offloaded, o));
+  auto plain = make_optimizer(make_param_groups(*direct, o), o);
+  auto via_copies = make_optimizer(offload.cpu_groups(), o);
+  {
+    // A checkpoint loaded into the device parameters (resume, spike rollback): both models get direct's weights.
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < direct->parameters().size(); ++i) offloaded->parameters()[i].copy_(direct->parameters()[i]);
+  }
+  offload.parameters_to_host();
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(5);
+  auto tokens = torch::randint(0, 64, {2, 8}, gen, torch::kLong);
+  for (auto* model : {&direct, &offloaded}) (*model)->loss_sum(tokens, tokens).backward();
+  plain->step(o.lr);
+  offload.gradients_to_host();
+  via_copies->step(o.lr);
+  offload.parameters_to_device();
+  // Without parameters_to_host the update would start from the copies' old weights and write those back.
+  for (size_t i = 0; i < direct->parameters().size(); ++i)
+    CHECK(torch::equal(direct->parameters()[i], offloaded->parameters()[i]));
+}
