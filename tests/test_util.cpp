@@ -16,6 +16,7 @@
 
 #include "config/recipe.h"
 #include "model/architecture.h"
+#include "optim/optimizer_specs.h"
 #include "model/gpt_shapes.h"
 #include "optim/make_optimizer.h"
 #include "util/error.h"
@@ -231,7 +232,7 @@ std::vector<std::string> with(std::vector<std::string> a, const std::vector<std:
 
 std::string recipe_error(const std::string& path, const std::vector<std::string>& overrides) {
   try {
-    load_recipe(path, overrides, architecture_rules());
+    load_recipe(path, overrides, recipe_rules());
   } catch (const Error& e) {
     return e.what();
   }

@@ -9,6 +9,7 @@
 #include "data/loader_bench.h"
 #include "data/prepare.h"
 #include "model/architecture.h"
+#include "optim/optimizer_specs.h"
 
 namespace gputrain::app {
 
@@ -71,7 +72,7 @@ struct BenchArgs {
 
 int bench(const BenchArgs& b) {
   const CommonArgs& a = b.common;
-  Recipe recipe = load_recipe(a.recipe, a.overrides, architecture_rules());
+  Recipe recipe = load_recipe(a.recipe, a.overrides, recipe_rules());
   const Settings& s = recipe.settings;
   std::printf("loader of %s: batch %lld x seq_len %lld\n", recipe.source.c_str(),
               static_cast<long long>(s.train.per_device_batch_size), static_cast<long long>(s.model.seq_len));

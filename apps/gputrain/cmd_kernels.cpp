@@ -4,6 +4,7 @@
 #include "commands.h"
 #include "config/recipe.h"
 #include "model/architecture.h"
+#include "optim/optimizer_specs.h"
 #include "model/kernel_bench.h"
 
 namespace gputrain::app {
@@ -16,7 +17,7 @@ struct KernelsBenchArgs {
 };
 
 int kernels_bench(const KernelsBenchArgs& b) {
-  Recipe recipe = load_recipe(b.common.recipe, b.common.overrides, architecture_rules());
+  Recipe recipe = load_recipe(b.common.recipe, b.common.overrides, recipe_rules());
   KernelBenchResult r = bench_kernels(recipe.settings, b.repeats);
   std::printf(
       "fused kernels vs the ATen ops they replace, forward + backward, at the shapes of %s on %s, mean of %lld\n\n",

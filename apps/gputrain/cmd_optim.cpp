@@ -3,7 +3,7 @@
 
 #include "commands.h"
 #include "config/recipe.h"
-#include "model/architecture.h"
+#include "optim/optimizer_specs.h"
 #include "optim/optim_bench.h"
 
 namespace gputrain::app {
@@ -16,7 +16,7 @@ struct OptimBenchArgs {
 };
 
 int optim_bench(const OptimBenchArgs& b) {
-  Recipe recipe = load_recipe(b.common.recipe, b.common.overrides, architecture_rules());
+  Recipe recipe = load_recipe(b.common.recipe, b.common.overrides, recipe_rules());
   const Settings& s = recipe.settings;
   OptimBenchResult r = bench_optimizers(s, b.steps);
   std::printf("optimizer step of %s: %.1fM parameters (%s weights) on %s, %lld threads, mean of %lld steps\n\n",
@@ -30,7 +30,7 @@ int optim_bench(const OptimBenchArgs& b) {
 }  // namespace
 
 void add_optim(CLI::App& cli, Commands& commands) {
-  auto* optim = cli.add_subcommand("optim", "measure the optimizers");
+  auto* optim = cli.add_subcommand("optim", "list and measure the optimizers");
   optim->require_subcommand(1);
   auto b = std::make_shared<OptimBenchArgs>();
   auto* cmd = optim->add_subcommand(
@@ -41,6 +41,13 @@ void add_optim(CLI::App& cli, Commands& commands) {
       ->capture_default_str()
       ->check(kCount);
   commands.push_back({cmd, [b] { return optim_bench(*b); }});
+  auto* list = optim->add_subcommand(
+      "list",
+      "print the optimizers optim.name can name: state per parameter, kernels, keys (docs/training.md's table)");
+  commands.push_back({list, [] {
+                        std::printf("%s", optimizer_table_markdown().c_str());
+                        return 0;
+                      }});
 }
 
 }  // namespace gputrain::app

@@ -7,6 +7,7 @@
 #include "config/recipe.h"
 #include "config/validate.h"
 #include "model/architecture.h"
+#include "optim/optimizer_specs.h"
 #include "parallel/grid.h"
 #include "train/batch_finder.h"
 #include "train/memory_plan.h"
@@ -46,7 +47,7 @@ void print_pipeline(const Settings& s, const Grid& g, const MemoryPlan& whole_mo
 }  // namespace
 
 int print_plan(const CommonArgs& a, int world_size) {
-  Recipe recipe = load_recipe(a.recipe, a.overrides, architecture_rules());
+  Recipe recipe = load_recipe(a.recipe, a.overrides, recipe_rules());
   Settings s = recipe.settings;
   // The grid: for the world size asked for, else the one the recipe's degrees imply.
   const int64_t model_parallel = s.parallel.tp * s.parallel.pp;

@@ -6,6 +6,7 @@
 #include "config/recipe.h"
 #include "config/schema.h"
 #include "model/architecture.h"
+#include "optim/optimizer_specs.h"
 
 namespace gputrain::app {
 
@@ -27,7 +28,7 @@ int print_config(const PrintConfigArgs& p) {
     std::fputs(schema_reference_markdown().c_str(), stdout);
     return 0;
   }
-  Recipe recipe = load_recipe(p.common.recipe, p.common.overrides, architecture_rules());
+  Recipe recipe = load_recipe(p.common.recipe, p.common.overrides, recipe_rules());
   for (const auto& w : recipe.warnings) std::fprintf(stderr, "warning: %s\n", w.str().c_str());
   std::string text = p.format == "json" ? recipe_to_json(recipe.settings) : recipe_to_yaml(recipe.settings);
   std::fputs(text.c_str(), stdout);

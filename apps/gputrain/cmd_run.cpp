@@ -5,6 +5,7 @@
 #include "commands.h"
 #include "config/recipe.h"
 #include "model/architecture.h"
+#include "optim/optimizer_specs.h"
 #include "parallel/launcher.h"
 #include "train/trainer.h"
 
@@ -25,7 +26,7 @@ struct RunArgs {
 int launch(const RunArgs& r) {
   LaunchOptions o = launch_options(r.launch);
   const CommonArgs& a = r.common;
-  load_recipe(a.recipe, a.overrides, architecture_rules());  // a bad recipe fails once, here, not in every worker
+  load_recipe(a.recipe, a.overrides, recipe_rules());  // a bad recipe fails once, here, not in every worker
   o.worker_args = {"run"};
   if (!a.recipe.empty()) o.worker_args.push_back(a.recipe);
   for (const auto& s : a.overrides) o.worker_args.insert(o.worker_args.end(), {"--set", s});
@@ -45,7 +46,7 @@ int run(const RunArgs& r) {
     for (char c : r.output_dir) quoted += c == '\'' ? std::string("''") : std::string(1, c);
     overrides.push_back("run.output_dir=" + quoted + "'");
   }
-  Recipe recipe = load_recipe(r.common.recipe, overrides, architecture_rules());
+  Recipe recipe = load_recipe(r.common.recipe, overrides, recipe_rules());
   RunOutcome out = run_training(recipe, RunOptions{.overwrite = r.overwrite});
   if (out.status == "ok") return 0;
   // 143 (128 + SIGTERM) means "preempted, resume me", whichever signal (or

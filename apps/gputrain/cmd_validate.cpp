@@ -7,14 +7,15 @@
 #include "config/recipe.h"
 #include "data/window_source.h"
 #include "model/architecture.h"
+#include "optim/optimizer_specs.h"
 
 namespace gputrain::app {
 
 namespace {
 
 int validate(const CommonArgs& a) {
-  Recipe recipe = load_recipe(a.recipe, a.overrides, architecture_rules());  // throws with every problem listed
-  check_data_sources(recipe.settings);                                       // opens the data files as `run` would
+  Recipe recipe = load_recipe(a.recipe, a.overrides, recipe_rules());  // throws with every problem listed
+  check_data_sources(recipe.settings);                                 // opens the data files as `run` would
   for (const auto& w : recipe.warnings) std::fprintf(stderr, "warning: %s\n", w.str().c_str());
   std::printf("%s: ok (%zu file%s, %zu warning%s)\n", recipe.source.c_str(), recipe.files.size(),
               recipe.files.size() == 1 ? "" : "s", recipe.warnings.size(), recipe.warnings.size() == 1 ? "" : "s");

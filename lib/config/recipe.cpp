@@ -136,7 +136,7 @@ void bind_recipe(const ConfigNode& tree, const ModelRules& rules, Settings& sett
 
 }  // namespace
 
-Recipe load_recipe(const std::string& path, const std::vector<std::string>& overrides, const ModelRules& rules) {
+Recipe load_recipe(const std::string& path, const std::vector<std::string>& overrides, const RecipeRules& rules) {
   Recipe r;
   ConfigNode tree;
   if (path.empty()) {
@@ -153,7 +153,7 @@ Recipe load_recipe(const std::string& path, const std::vector<std::string>& over
   for (const auto& o : overrides) apply_override(tree, o);
 
   Diagnostics diag;
-  bind_recipe(tree, rules, r.settings, r.origins, diag, /*import_pretrained=*/true);
+  bind_recipe(tree, rules.model, r.settings, r.origins, diag, /*import_pretrained=*/true);
   diag.throw_if_errors();  // cross-field rules only make sense on well-typed values
   validate_settings(r.settings, r.origins, rules, diag);
   diag.throw_if_errors();

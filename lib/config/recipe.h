@@ -8,6 +8,7 @@
 
 #include "config/diagnostics.h"
 #include "config/model_rules.h"
+#include "config/recipe_rules.h"
 #include "config/settings.h"
 
 namespace gputrain {
@@ -20,13 +21,15 @@ struct Recipe {
   std::string source;              // what the user named ("<built-in quickstart>" for none)
 };
 
-// `path` empty = the built-in quickstart recipe. `rules`: what model.arch's architecture adds
-// (model/architecture.h architecture_rules()). Throws a config Error that lists every problem found.
-Recipe load_recipe(const std::string& path, const std::vector<std::string>& overrides, const ModelRules& rules);
+// `path` empty = the built-in quickstart recipe. `rules`: what model.arch's architecture and
+// optim.name's optimizer add (optim/optimizer_specs.h recipe_rules()). Throws a config Error that
+// lists every problem found.
+Recipe load_recipe(const std::string& path, const std::vector<std::string>& overrides, const RecipeRules& rules);
 
 // The settings of a resolved recipe saved earlier (a checkpoint's
 // recipe.yaml): typed, without the cross-field checks (its data files need
-// not exist here). Throws a config Error naming `source` when it does not bind.
+// not exist here); `rules`: model/architecture.h architecture_rules(). Throws a config Error naming `source` when it
+// does not bind.
 Settings settings_from_saved_recipe(const std::string& yaml, const std::string& source, const ModelRules& rules);
 
 // The YAML of the built-in quickstart recipe (configs/quickstart.yaml, embedded at build time).

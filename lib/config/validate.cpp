@@ -16,7 +16,7 @@ namespace fs = std::filesystem;
 struct Checker {
   const Settings& s;
   const std::map<std::string, Origin>& origins;
-  const ModelRules& rules;
+  const RecipeRules& rules;
   Diagnostics& diag;
 
   Origin at(const std::string& key) const {
@@ -52,7 +52,7 @@ void check_model(Checker& c) {
     c.error("model.n_head", "(" + str(m.n_head) + ") must divide model.d_model (" + str(m.d_model) + ")",
             "pick n_head among " + divisors + ", change d_model, or set model.head_dim (llama, qwen2, mistral)");
   }
-  const std::vector<KeyProblem> architecture_problems = c.rules.check(m);
+  const std::vector<KeyProblem> architecture_problems = c.rules.model.check(m);
   for (const KeyProblem& p : architecture_problems) c.error(p.key, p.problem, p.fix);
   // A key the architecture refuses outright (GPT-2's n_kv_head) gets no further check here.
   const auto reported = [&](const std::string& key) {
@@ -262,40 +262,19 @@ void check_alignment(Checker& c) {
               "set model.pad_vocab_to_multiple_of: 64 (GPT-2's 50257 becomes 50304)");
 }
 
-// Settings of one optimizer have no effect on another: say so instead of
-// ignoring them silently.
+// Settings of one optimizer have no effect on another (said, not ignored silently), and each
+// optimizer's own rules: both from the optimizers' files (optim/optimizer_spec.h).
 void check_optim(Checker& c) {
-  const OptimSettings& o = c.s.optim;
-  static const std::vector<std::pair<std::string, std::vector<OptimName>>> owners = {
-      {"optim.betas", {OptimName::kAdamW, OptimName::kAdamW8bit}},
-      {"optim.eps", {OptimName::kAdamW, OptimName::kAdamW8bit}},
-      {"optim.adamw8bit.", {OptimName::kAdamW8bit}},
-      {"optim.adafactor.", {OptimName::kAdafactor}},
-      {"optim.lion.", {OptimName::kLion}},
-      {"optim.sgd.", {OptimName::kSgd}}};
   const nlohmann::ordered_json current = settings_to_json(c.s), defaults = settings_to_json(Settings{});
-  const std::string name = current["optim"]["name"].get<std::string>();
   auto value_at = [](const nlohmann::ordered_json& j, std::string key) {
     std::replace(key.begin(), key.end(), '.', '/');
     return j.at(nlohmann::ordered_json::json_pointer("/" + key));
   };
-  for (const auto& [key, origin] : c.origins) {
-    // A resolved recipe spells out every key; only a changed value is a mistake.
-    if (origin.is_default() || !find_field(key) || value_at(current, key) == value_at(defaults, key)) continue;
-    for (const auto& [prefix, users] : owners) {
-      const bool match = prefix.back() == '.' ? key.compare(0, prefix.size(), prefix) == 0 : key == prefix;
-      if (match && std::find(users.begin(), users.end(), o.name) == users.end())
-        c.warning(key, "has no effect with optim.name: " + name, "remove it, or choose the optimizer it belongs to");
-    }
-  }
-  if (o.name == OptimName::kSgd && o.sgd.nesterov && (o.sgd.momentum == 0 || o.sgd.dampening != 0))
-    c.error("optim.sgd.nesterov",
-            "needs momentum > 0 and dampening 0 (momentum " + nlohmann::json(o.sgd.momentum).dump() + ", dampening " +
-                nlohmann::json(o.sgd.dampening).dump() + ")",
-            "set optim.sgd.momentum (e.g. 0.9) and optim.sgd.dampening: 0, or nesterov: false");
-  if (o.name == OptimName::kAdafactor && o.adafactor.relative_step && !c.at("optim.lr").is_default())
-    c.warning("optim.lr", "is ignored: optim.adafactor.relative_step sets the step size",
-              "remove optim.lr, or set optim.adafactor.relative_step: false");
+  const auto changed = [&](const std::string& key) {
+    return !c.at(key).is_default() && find_field(key) && value_at(current, key) != value_at(defaults, key);
+  };
+  for (const OptimizerProblem& p : c.rules.optimizer.check(c.s.optim, changed))
+    p.error ? c.error(p.key, p.problem, p.fix) : c.warning(p.key, p.problem, p.fix);
 }
 
 void check_checkpoint(Checker& c) {
@@ -368,7 +347,7 @@ void check_parallel(Checker& c) {
             "(" + str(p.tp) + ") must divide model.n_kv_head (" + str(m.kv_heads()) +
                 "): each rank computes whole key/value heads",
             "use one of " + divisors(m.kv_heads()));
-  else if (const int64_t width = c.rules.mlp_hidden(m); width % p.tp != 0)
+  else if (const int64_t width = c.rules.model.mlp_hidden(m); width % p.tp != 0)
     c.error(
         "parallel.tp",
         "(" + str(p.tp) + ") must divide the MLP width (" + str(width) + ", from model.mlp_ratio or model.mlp_width)",
@@ -448,7 +427,7 @@ void check_kernels(Checker& c) {
             "set kernels.cuda_graphs: false for multi-process runs");
 }
 
-void validate_settings(const Settings& s, const std::map<std::string, Origin>& origins, const ModelRules& rules,
+void validate_settings(const Settings& s, const std::map<std::string, Origin>& origins, const RecipeRules& rules,
                        Diagnostics& diag) {
   Checker c{s, origins, rules, diag};
   check_run(c);

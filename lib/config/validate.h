@@ -5,12 +5,12 @@
 #include <string>
 
 #include "config/diagnostics.h"
-#include "config/model_rules.h"
+#include "config/recipe_rules.h"
 #include "config/settings.h"
 
 namespace gputrain {
 
-void validate_settings(const Settings& s, const std::map<std::string, Origin>& origins, const ModelRules& rules,
+void validate_settings(const Settings& s, const std::map<std::string, Origin>& origins, const RecipeRules& rules,
                        Diagnostics& diag);
 
 // What a run knows only once it starts (train/run_plan.h): the checks against it live here.

@@ -259,4 +259,37 @@ void Adafactor::step(double lr) {
   }
 }
 
+// optim.name: adafactor (optim/optimizer_spec.h).
+const OptimizerSpec& adafactor_spec() {
+  static const OptimizerSpec spec{
+      .name = OptimName::kAdafactor,
+      .summary = "transformers' Adafactor: factored second moment",
+      .keys = {"optim.adafactor."},
+      .state_rule =
+          [](const OptimSettings& o) {
+            return std::string("4 bytes x (rows + cols) per matrix, 4 x size per vector") +
+                   (o.adafactor.beta1 > 0 ? ", + 4 bytes x parameters of momentum" : "");
+          },
+      .state_bytes =
+          [](const OptimSettings& o, const ParamShape& p) {
+            const int64_t n = p.numel();
+            int64_t bytes = 4 * n;  // a vector's second moment
+            if (p.sizes.size() >= 2) bytes = 4 * (n / p.sizes.back() + n / p.sizes[p.sizes.size() - 2]);
+            return bytes + (o.adafactor.beta1 > 0 ? 4 * n : 0);
+          },
+      .make = [](std::vector<ParamGroup> groups, const OptimSettings& o, UpdateKernel, const RowSharding*)
+          -> std::unique_ptr<Optimizer> { return std::make_unique<Adafactor>(std::move(groups), o.adafactor); },
+      .check =
+          [](const OptimSettings& o, const std::function<bool(const std::string&)>& changed) {
+            std::vector<OptimizerProblem> problems;
+            if (o.adafactor.relative_step && changed("optim.lr"))
+              problems.push_back({"optim.lr", "is ignored: optim.adafactor.relative_step sets the step size",
+                                  "remove optim.lr, or set optim.adafactor.relative_step: false"});
+            return problems;
+          },
+      .bench_variants = {{", beta1 0 (no momentum)", [](OptimSettings& o) { o.adafactor.beta1 = 0; }},
+                         {", beta1 0.9", [](OptimSettings& o) { o.adafactor.beta1 = 0.9; }}}};
+  return spec;
+}
+
 }  // namespace gputrain

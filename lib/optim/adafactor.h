@@ -19,6 +19,7 @@
 #pragma once
 #include "config/settings.h"
 #include "optim/optimizer.h"
+#include "optim/optimizer_spec.h"
 
 namespace gputrain {
 
@@ -37,5 +38,8 @@ class Adafactor : public Optimizer {
   AdafactorSettings opts_;
   std::vector<std::vector<Slot>> slots_;
 };
+
+// optim.name: adafactor, for the registry (optim/optimizer_specs.cpp).
+const OptimizerSpec& adafactor_spec();
 
 }  // namespace gputrain

@@ -90,4 +90,20 @@ void AdamW::step_foreach(const ParamGroup& g, std::vector<Slot>& slots, double l
       });
 }
 
+// optim.name: adamw (optim/optimizer_spec.h).
+const OptimizerSpec& adamw_spec() {
+  static const OptimizerSpec spec{
+      .name = OptimName::kAdamW,
+      .summary = "torch.optim.AdamW: decoupled weight decay, bias correction",
+      .keys = {"optim.betas", "optim.eps"},
+      .fused = [](const torch::Device& device) { return fused_update_available(device); },
+      .state_rule = [](const OptimSettings&) { return std::string("2 fp32 moments = 8 bytes x parameters"); },
+      .state_bytes = [](const OptimSettings&, const ParamShape& p) { return 8 * p.numel(); },
+      .make = [](std::vector<ParamGroup> groups, const OptimSettings& o, UpdateKernel kernel,
+                 const RowSharding*) -> std::unique_ptr<Optimizer> {
+        return std::make_unique<AdamW>(std::move(groups), AdamWOptions{o.betas[0], o.betas[1], o.eps}, kernel);
+      }};
+  return spec;
+}
+
 }  // namespace gputrain

@@ -9,6 +9,7 @@
 #pragma once
 #include "optim/fused_update.h"
 #include "optim/optimizer.h"
+#include "optim/optimizer_spec.h"
 
 namespace gputrain {
 
@@ -39,5 +40,8 @@ kernels::AdamWScalars adamw_scalars(const AdamWOptions& o, int64_t t, double lr,
 
 // Stochastic-rounding seed of one tensor's update: distinct per step and tensor, same on resume.
 uint64_t rounding_seed(int64_t step, size_t tensor_serial);
+
+// optim.name: adamw, for the registry (optim/optimizer_specs.cpp).
+const OptimizerSpec& adamw_spec();
 
 }  // namespace gputrain

@@ -89,4 +89,34 @@ void AdamW8bit::step(double lr) {
   fused_adamw8bit(quantized, maps_);
 }
 
+// optim.name: adamw8bit (optim/optimizer_spec.h): fused only (the quantized moments need the one pass).
+const OptimizerSpec& adamw8bit_spec() {
+  static const OptimizerSpec spec{
+      .name = OptimName::kAdamW8bit,
+      .summary = "bitsandbytes' AdamW8bit: both moments block-wise 8-bit",
+      .keys = {"optim.betas", "optim.eps", "optim.adamw8bit."},
+      .foreach = false,
+      .fused = [](const torch::Device&) { return true; },
+      .state_rule =
+          [](const OptimSettings& o) {
+            return "2 x (1 byte + 4/256) per parameter of tensors >= " + std::to_string(o.adamw8bit.min_8bit_size) +
+                   " elements" + (o.adamw8bit.embeddings_32bit ? " (not embeddings)" : "") + ", 8 bytes for the rest";
+          },
+      .state_bytes =
+          [](const OptimSettings& o, const ParamShape& p) {
+            const int64_t n = p.numel();
+            if (!adamw8bit_quantizes(p.name, n, o.adamw8bit)) return 8 * n;
+            return 2 * n + 2 * 4 * ((n + kernels::kQuantBlock - 1) / kernels::kQuantBlock);
+          },
+      .state_block = kernels::kQuantBlock,
+      .blocked = [](const OptimSettings& o, const std::string& parameter,
+                    int64_t numel) { return adamw8bit_quantizes(parameter, numel, o.adamw8bit); },
+      .make = [](std::vector<ParamGroup> groups, const OptimSettings& o, UpdateKernel,
+                 const RowSharding* sharding) -> std::unique_ptr<Optimizer> {
+        return std::make_unique<AdamW8bit>(std::move(groups), AdamWOptions{o.betas[0], o.betas[1], o.eps}, o.adamw8bit,
+                                           sharding);
+      }};
+  return spec;
+}
+
 }  // namespace gputrain

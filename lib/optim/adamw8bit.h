@@ -16,6 +16,7 @@
 #pragma once
 #include "config/settings.h"
 #include "optim/adamw.h"
+#include "optim/optimizer_spec.h"
 #include "optim/quantization.h"
 
 namespace gputrain {
@@ -43,5 +44,8 @@ class AdamW8bit : public Optimizer {
   std::vector<std::vector<Slot>> slots_;
   int64_t quantized_tensors_ = 0, quantized_elements_ = 0, total_elements_ = 0;
 };
+
+// optim.name: adamw8bit, for the registry (optim/optimizer_specs.cpp).
+const OptimizerSpec& adamw8bit_spec();
 
 }  // namespace gputrain

@@ -40,4 +40,17 @@ void Lion::step(double lr) {
   }
 }
 
+// optim.name: lion (optim/optimizer_spec.h).
+const OptimizerSpec& lion_spec() {
+  static const OptimizerSpec spec{
+      .name = OptimName::kLion,
+      .summary = "Lion (Chen et al. 2023): `p -= lr * sign(b1 m + (1-b1) g)`",
+      .keys = {"optim.lion."},
+      .state_rule = [](const OptimSettings&) { return std::string("1 fp32 momentum = 4 bytes x parameters"); },
+      .state_bytes = [](const OptimSettings&, const ParamShape& p) { return 4 * p.numel(); },
+      .make = [](std::vector<ParamGroup> groups, const OptimSettings& o, UpdateKernel, const RowSharding*)
+          -> std::unique_ptr<Optimizer> { return std::make_unique<Lion>(std::move(groups), o.lion); }};
+  return spec;
+}
+
 }  // namespace gputrain

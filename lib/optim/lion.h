@@ -7,6 +7,7 @@
 #pragma once
 #include "config/settings.h"
 #include "optim/optimizer.h"
+#include "optim/optimizer_spec.h"
 
 namespace gputrain {
 
@@ -20,5 +21,8 @@ class Lion : public Optimizer {
   LionSettings opts_;
   std::vector<std::vector<torch::Tensor>> step_, exp_avg_;  // [group][parameter]
 };
+
+// optim.name: lion, for the registry (optim/optimizer_specs.cpp).
+const OptimizerSpec& lion_spec();
 
 }  // namespace gputrain

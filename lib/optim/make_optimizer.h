@@ -1,7 +1,6 @@
 // Builds the optimizer a recipe names (optim.name) with the update kernel
 // optim.impl asks for, falling back with a notice where that kernel does not
-// exist: fused kernels exist for adamw and adamw8bit (CUDA, and a C++ loop
-// on CPU); adafactor, lion and sgd run foreach; adamw8bit runs fused only.
+// exist (each optimizer's spec says which it has: optim/optimizer_spec.h).
 // Also estimates the optimizer's state size from parameter shapes alone.
 #pragma once
 #include <torch/nn/module.h>

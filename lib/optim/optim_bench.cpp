@@ -6,6 +6,7 @@
 
 #include "model/gpt.h"
 #include "optim/make_optimizer.h"
+#include "optim/optimizer_specs.h"
 #include "precision/precision.h"
 #include "util/device.h"
 #include "util/timing.h"
@@ -38,25 +39,24 @@ OptimBenchResult bench_optimizers(const Settings& s, int64_t steps) {
     for (auto& p : model->parameters()) p.mutable_grad() = at::randn_like(p) * 1e-2;
   }
   const double lr = 1e-5;  // small: the weights barely move across configurations
-  struct Config {
-    OptimName name;
-    OptimImpl impl;
-    double adafactor_beta1 = 0;
-  };
-  for (Config c : {Config{OptimName::kAdamW, OptimImpl::kForeach}, Config{OptimName::kAdamW, OptimImpl::kFused},
-                   Config{OptimName::kAdamW8bit, OptimImpl::kFused}, Config{OptimName::kAdafactor, OptimImpl::kForeach},
-                   Config{OptimName::kAdafactor, OptimImpl::kForeach, 0.9},
-                   Config{OptimName::kLion, OptimImpl::kForeach}, Config{OptimName::kSgd, OptimImpl::kForeach}}) {
-    OptimSettings o = s.optim;
-    o.name = c.name;
-    o.impl = c.impl;
-    o.adafactor.beta1 = c.adafactor_beta1;
-    auto opt = make_optimizer(*model, o);
-    const double ms = mean_ms(device, steps, [&] { opt->step(lr); });
-    std::string kernel = kernel_of(*opt);
-    if (c.name == OptimName::kAdafactor) kernel += c.adafactor_beta1 > 0 ? ", beta1 0.9" : ", beta1 0 (no momentum)";
-    r.rows.push_back(
-        {optim_name(c.name), kernel, static_cast<double>(opt->state_bytes()) / static_cast<double>(r.parameters), ms});
+  // Each optimizer's kernels (optim/optimizer_spec.h), and its settings variants where it has some.
+  for (const OptimizerSpec* spec : optimizer_specs()) {
+    std::vector<OptimImpl> impls;
+    if (spec->foreach) impls.push_back(OptimImpl::kForeach);
+    if (spec->fused) impls.push_back(OptimImpl::kFused);
+    auto variants = spec->bench_variants;
+    if (variants.empty()) variants.push_back({"", [](OptimSettings&) {}});
+    for (OptimImpl impl : impls)
+      for (const auto& [label, vary] : variants) {
+        OptimSettings o = s.optim;
+        o.name = spec->name;
+        o.impl = impl;
+        vary(o);
+        auto opt = make_optimizer(*model, o);
+        const double ms = mean_ms(device, steps, [&] { opt->step(lr); });
+        r.rows.push_back({optim_name(spec->name), kernel_of(*opt) + label,
+                          static_cast<double>(opt->state_bytes()) / static_cast<double>(r.parameters), ms});
+      }
   }
   if (precision.weight_dtype() == at::kFloat) {
     // bf16 mixed precision's weight copies (train/weight_copies.h): the same fused pass also

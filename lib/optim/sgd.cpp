@@ -2,6 +2,8 @@
 
 #include <ATen/ATen.h>
 
+#include <nlohmann/json.hpp>
+
 namespace gputrain {
 
 Sgd::Sgd(std::vector<ParamGroup> groups, SgdSettings opts) : Optimizer(std::move(groups)), opts_(opts) {
@@ -53,6 +55,35 @@ void Sgd::step(double lr) {
           at::_foreach_add_(params, d, -group_lr);
         });
   }
+}
+
+// optim.name: sgd (optim/optimizer_spec.h).
+const OptimizerSpec& sgd_spec() {
+  static const OptimizerSpec spec{
+      .name = OptimName::kSgd,
+      .summary = "torch.optim.SGD: momentum, dampening, Nesterov",
+      .keys = {"optim.sgd."},
+      .state_rule =
+          [](const OptimSettings& o) {
+            return std::string(o.sgd.momentum > 0 ? "1 fp32 momentum buffer = 4 bytes x parameters" : "none");
+          },
+      .state_bytes = [](const OptimSettings& o,
+                        const ParamShape& p) { return o.sgd.momentum > 0 ? 4 * p.numel() : int64_t{0}; },
+      .make = [](std::vector<ParamGroup> groups, const OptimSettings& o, UpdateKernel, const RowSharding*)
+          -> std::unique_ptr<Optimizer> { return std::make_unique<Sgd>(std::move(groups), o.sgd); },
+      .check =
+          [](const OptimSettings& o, const std::function<bool(const std::string&)>&) {
+            std::vector<OptimizerProblem> problems;
+            if (o.sgd.nesterov && (o.sgd.momentum == 0 || o.sgd.dampening != 0))
+              problems.push_back({"optim.sgd.nesterov",
+                                  "needs momentum > 0 and dampening 0 (momentum " +
+                                      nlohmann::json(o.sgd.momentum).dump() + ", dampening " +
+                                      nlohmann::json(o.sgd.dampening).dump() + ")",
+                                  "set optim.sgd.momentum (e.g. 0.9) and optim.sgd.dampening: 0, or nesterov: false",
+                                  /*error=*/true});
+            return problems;
+          }};
+  return spec;
 }
 
 }  // namespace gputrain

@@ -6,6 +6,7 @@
 #pragma once
 #include "config/settings.h"
 #include "optim/optimizer.h"
+#include "optim/optimizer_spec.h"
 
 namespace gputrain {
 
@@ -19,5 +20,8 @@ class Sgd : public Optimizer {
   SgdSettings opts_;
   std::vector<std::vector<torch::Tensor>> step_, momentum_buffer_;  // [group][parameter]
 };
+
+// optim.name: sgd, for the registry (optim/optimizer_specs.cpp).
+const OptimizerSpec& sgd_spec();
 
 }  // namespace gputrain

@@ -7,7 +7,7 @@
 #include <stdexcept>
 #include <utility>
 
-#include "optim/adamw8bit.h"
+#include "optim/optimizer_specs.h"
 #include "util/error.h"
 #include "util/stopwatch.h"
 
@@ -341,9 +341,10 @@ void FullyShardedModel::load_whole(const std::vector<NamedTensor>& weights) {
 }
 
 ShardBlocks zero3_shard_blocks(const OptimSettings& o) {
-  if (o.name != OptimName::kAdamW8bit) return {};
-  return {kernels::kQuantBlock, [rule = o.adamw8bit](const std::string& parameter, int64_t numel) {
-            return adamw8bit_quantizes(parameter, numel, rule);
+  const OptimizerSpec& spec = optimizer_spec(o.name);
+  if (!spec.blocked) return {};
+  return {spec.state_block, [o, blocked = spec.blocked](const std::string& parameter, int64_t numel) {
+            return blocked(o, parameter, numel);
           }};
 }
 

@@ -41,8 +41,8 @@ struct ShardPlacement {
   ShardBlocks blocks;  // the parameters whose shards start on a block (zero3_shard_blocks)
 };
 
-// What `o`'s optimizer needs of the shards: adamw8bit's quantized parameters start each shard on
-// one of its quantization blocks; others need nothing.
+// What `o`'s optimizer needs of the shards (its spec's state blocks, optim/optimizer_spec.h):
+// adamw8bit's quantized parameters start each shard on one of its quantization blocks; others need nothing.
 ShardBlocks zero3_shard_blocks(const OptimSettings& o);
 
 // The group of ranks that hold the same parameter and so share its rows (expert parallelism: an

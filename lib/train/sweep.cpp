@@ -21,6 +21,7 @@
 #include "config/tree.h"
 #include "metrics/run_report.h"
 #include "model/architecture.h"
+#include "optim/optimizer_specs.h"
 #include "util/atomic_file.h"
 #include "util/device.h"
 #include "util/error.h"
@@ -264,7 +265,7 @@ int run_sweep(const SweepOptions& o) {
   // Every trial's recipe is checked before any starts: a bad key fails the sweep at once.
   std::string name;
   for (const SweepTrial& t : trials) {
-    const Recipe r = load_recipe(o.recipe, trial_sets(o, t), architecture_rules());
+    const Recipe r = load_recipe(o.recipe, trial_sets(o, t), recipe_rules());
     name = r.settings.run.name;
   }
   const fs::path root = o.out.empty() ? fs::path("sweeps") / name : fs::path(o.out);

@@ -18,6 +18,7 @@
 #include "config/recipe.h"
 #include "export_reference.h"
 #include "model/architecture.h"
+#include "optim/optimizer_specs.h"
 #include "test_util.h"
 #include "util/atomic_file.h"
 
@@ -91,7 +92,7 @@ Settings round_trip(const std::string& cls, const nlohmann::json& config, int64_
   TempDir dir;
   save_base(dir, cls, config, vocab);
   const std::string recipe = write_recipe(dir, extra_recipe);
-  const Settings s = load_recipe(recipe, {}, architecture_rules()).settings;
+  const Settings s = load_recipe(recipe, {}, recipe_rules()).settings;
   CHECK(architecture(s.model).hf.class_name == cls);
   check_import_logits(dir, s);
 

@@ -9,6 +9,7 @@
 #include "config/recipe.h"
 #include "config/schema.h"
 #include "model/architecture.h"
+#include "optim/optimizer_specs.h"
 #include "test_util.h"
 #include "util/error.h"
 
@@ -34,7 +35,7 @@ std::string load_error(const std::string& text, const std::vector<std::string>& 
   TempDir dir;
   write_file(dir.file("recipe.yaml"), text);
   try {
-    load_recipe(dir.file("recipe.yaml"), overrides, architecture_rules());
+    load_recipe(dir.file("recipe.yaml"), overrides, recipe_rules());
   } catch (const Error& e) {
     CHECK(exit_code_for(e.kind()) == 2);
     return std::string(e.what());
@@ -45,7 +46,7 @@ std::string load_error(const std::string& text, const std::vector<std::string>& 
 Recipe load_text(const std::string& text, const std::vector<std::string>& overrides = {}) {
   TempDir dir;
   write_file(dir.file("recipe.yaml"), text);
-  return load_recipe(dir.file("recipe.yaml"), overrides, architecture_rules());
+  return load_recipe(dir.file("recipe.yaml"), overrides, recipe_rules());
 }
 
 }  // namespace
@@ -265,7 +266,7 @@ TEST_CASE("data.path takes a list of files and globs, each relative to its recip
   write_file(dir.file("r.yaml"),
              "model: {vocab_size: 300, seq_len: 16, n_layer: 1, n_head: 1, d_model: 8}\n"
              "data: {train: {format: tokens, path: [a.bin, 'shards/train_*.bin'], eot_token: 7}}\n");
-  Recipe r = load_recipe(dir.file("r.yaml"), {}, architecture_rules());
+  Recipe r = load_recipe(dir.file("r.yaml"), {}, recipe_rules());
   CHECK(r.settings.data.train.paths == std::vector<std::string>{dir.file("a.bin"), dir.file("shards/train_*.bin")});
   CHECK(r.settings.data.train.eot_token == 7);
   CHECK(r.settings.data.eval.eot_token == -1);
@@ -273,7 +274,7 @@ TEST_CASE("data.path takes a list of files and globs, each relative to its recip
   CHECK_THAT(yaml, Contains("eot_token: auto"));
   // The dump loads back to the same settings (lists stay lists, one path stays a string).
   write_file(dir.file("dump.yaml"), yaml);
-  CHECK(recipe_hash(load_recipe(dir.file("dump.yaml"), {}, architecture_rules()).settings) == recipe_hash(r.settings));
+  CHECK(recipe_hash(load_recipe(dir.file("dump.yaml"), {}, recipe_rules()).settings) == recipe_hash(r.settings));
 }
 
 TEST_CASE("data paths are relative to the recipe file", "[config]") {
@@ -283,7 +284,7 @@ TEST_CASE("data paths are relative to the recipe file", "[config]") {
   write_file(dir.file("sub/r.yaml"),
              "model: {vocab_size: 256, seq_len: 8, n_layer: 1, n_head: 1, d_model: 8}\n"
              "data: {train: {format: text, path: corpus.txt}}\n");
-  Recipe r = load_recipe(dir.file("sub/r.yaml"), {}, architecture_rules());
+  Recipe r = load_recipe(dir.file("sub/r.yaml"), {}, recipe_rules());
   CHECK(r.settings.data.train.paths == std::vector<std::string>{dir.file("sub/corpus.txt")});
 }
 
@@ -292,7 +293,7 @@ TEST_CASE("extends merges bases under the recipe, in order", "[config]") {
   write_file(dir.file("a.yaml"), kMinimal + "optim: {lr: 1e-3, eps: 1e-6}\ntrain: {max_steps: 5}\n");
   write_file(dir.file("b.yaml"), "optim: {lr: 2e-3}\n");
   write_file(dir.file("r.yaml"), "extends: [a.yaml, b.yaml]\ntrain: {max_steps: 7}\n");
-  Recipe r = load_recipe(dir.file("r.yaml"), {"optim.eps=1e-7"}, architecture_rules());
+  Recipe r = load_recipe(dir.file("r.yaml"), {"optim.eps=1e-7"}, recipe_rules());
   CHECK(r.settings.optim.lr == Approx(2e-3));   // b over a
   CHECK(r.settings.train.max_steps == 7);       // recipe over bases
   CHECK(r.settings.optim.eps == Approx(1e-7));  // --set over everything
@@ -301,7 +302,7 @@ TEST_CASE("extends merges bases under the recipe, in order", "[config]") {
   CHECK_THAT(r.origins.at("optim.lr").str(), Contains("b.yaml:1:"));
 
   write_file(dir.file("single.yaml"), "extends: a.yaml\n");
-  CHECK(load_recipe(dir.file("single.yaml"), {}, architecture_rules()).settings.train.max_steps == 5);
+  CHECK(load_recipe(dir.file("single.yaml"), {}, recipe_rules()).settings.train.max_steps == 5);
 }
 
 TEST_CASE("extends errors: missing base and cycles", "[config]") {
@@ -334,7 +335,7 @@ TEST_CASE("the resolved recipe round-trips through YAML and JSON", "[config]") {
   Recipe r = load_text(kMinimal, {"optim.lr=3e-4", "run.threads=2"});
   TempDir dir;
   write_file(dir.file("resolved.yaml"), recipe_to_yaml(r.settings));
-  Recipe again = load_recipe(dir.file("resolved.yaml"), {}, architecture_rules());
+  Recipe again = load_recipe(dir.file("resolved.yaml"), {}, recipe_rules());
   CHECK(recipe_to_json(again.settings) == recipe_to_json(r.settings));
   CHECK(recipe_hash(again.settings) == recipe_hash(r.settings));
   CHECK_THAT(recipe_to_yaml(r.settings), Contains("lr: 3e-04"));
@@ -351,7 +352,7 @@ TEST_CASE("every recipe in configs/ validates", "[config]") {
     // the only error allowed is that base's absence, and with it supplied the recipe loads.
     std::string problem;
     try {
-      load_recipe(entry.path().string(), {}, architecture_rules());
+      load_recipe(entry.path().string(), {}, recipe_rules());
     } catch (const Error& e) {
       problem = e.what();
     }
@@ -359,10 +360,9 @@ TEST_CASE("every recipe in configs/ validates", "[config]") {
       CHECK_THAT(test::read_file(entry.path().string()), Contains("gputrain export"));
       // The base as `gputrain export` writes it: its config.json agrees with the recipe's model keys.
       TempDir base;
-      const Settings without = load_recipe(entry.path().string(), {"model.init_from="}, architecture_rules()).settings;
+      const Settings without = load_recipe(entry.path().string(), {"model.init_from="}, recipe_rules()).settings;
       test::write_file(base.file("config.json"), architecture(without.model).hf.config(without.model).dump());
-      CHECK_NOTHROW(
-          load_recipe(entry.path().string(), {"model.init_from=" + base.path().string()}, architecture_rules()));
+      CHECK_NOTHROW(load_recipe(entry.path().string(), {"model.init_from=" + base.path().string()}, recipe_rules()));
     } else {
       CHECK(problem.empty());
     }
@@ -372,8 +372,8 @@ TEST_CASE("every recipe in configs/ validates", "[config]") {
 }
 
 TEST_CASE("the built-in quickstart is configs/quickstart.yaml", "[config]") {
-  Recipe builtin = load_recipe("", {}, architecture_rules());
-  Recipe file = load_recipe(std::string(GPUTRAIN_SOURCE_DIR) + "/configs/quickstart.yaml", {}, architecture_rules());
+  Recipe builtin = load_recipe("", {}, recipe_rules());
+  Recipe file = load_recipe(std::string(GPUTRAIN_SOURCE_DIR) + "/configs/quickstart.yaml", {}, recipe_rules());
   CHECK(recipe_to_json(builtin.settings) == recipe_to_json(file.settings));
   CHECK(builtin.source == kBuiltinQuickstartName);
 }
@@ -411,7 +411,7 @@ TEST_CASE("precision, checkpointing and batch keys are typed and cross-checked",
                                      "precision: {mode: fp16, loss_scale: dynamic, growth_interval: 100}\n"
                                      "train: {gradient_checkpointing: selective, checkpoint_every: 3, "
                                      "per_device_batch_size: auto, global_batch_size: 64}\n");
-  Recipe r = load_recipe(dir.file("r.yaml"), {}, architecture_rules());
+  Recipe r = load_recipe(dir.file("r.yaml"), {}, recipe_rules());
   CHECK(r.settings.precision.mode == PrecisionMode::kFp16);
   CHECK(r.settings.precision.loss_scale == 0);
   CHECK(r.settings.train.gradient_checkpointing == CheckpointingPolicy::kSelective);
@@ -436,14 +436,14 @@ TEST_CASE("precision, checkpointing and batch keys are typed and cross-checked",
       Contains("(60) is not per_device_batch_size x grad_accum_steps (16) x a number of processes"));
   // Shapes that miss tensor cores are warnings with the fix.
   Recipe odd = load_recipe(dir.file("r.yaml"), {"model.vocab_size=50257", "model.d_model=100", "model.n_head=4"},
-                           architecture_rules());
+                           recipe_rules());
   std::string all;
   for (const auto& w : odd.warnings) all += w.str() + "\n";
   CHECK_THAT(all, Contains("model.vocab_size: (50257 embedding rows) is not a multiple of 8"));
   CHECK_THAT(all, Contains("pad_vocab_to_multiple_of: 64"));
   CHECK_THAT(all, Contains("model.d_model: (100) is not a multiple of 8"));
   CHECK_THAT(all, Contains("head dimension of 25"));
-  Recipe padded = load_recipe(dir.file("r.yaml"), {"model.vocab_size=50257", "model.pad_vocab_to_multiple_of=64"},
-                              architecture_rules());
+  Recipe padded =
+      load_recipe(dir.file("r.yaml"), {"model.vocab_size=50257", "model.pad_vocab_to_multiple_of=64"}, recipe_rules());
   for (const auto& w : padded.warnings) CHECK_THAT(w.str(), !Contains("model.vocab_size"));
 }
