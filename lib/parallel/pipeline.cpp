@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "data/target_count.h"
 #include "util/error.h"
 
 namespace gputrain {
@@ -126,7 +127,7 @@ class StageRunner {
   const PipelineStepStats& stats() const { return stats_; }
 
  private:
-  double inv_total() const { return 1.0 / static_cast<double>(std::max<int64_t>(o_.total_targets, 1)); }
+  double inv_total() const { return inverse_target_count(micro_, o_.total_targets); }
 
   Gpt& model_;
   StageLink link_;

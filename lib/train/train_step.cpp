@@ -1,18 +1,8 @@
 #include "train/train_step.h"
 
-#include "model/moe.h"
-#include "parallel/parallel_run.h"
 #include "util/error.h"
 
 namespace gputrain {
-
-double inverse_target_count(const std::vector<Batch>& micro_batches, int64_t total_targets) {
-  int64_t total = total_targets;
-  if (total == 0)
-    for (const auto& b : micro_batches) total += b.target_count;
-  // A step of prompts only (chat data, every target masked) adds nothing to the gradients.
-  return 1.0 / static_cast<double>(std::max<int64_t>(total, 1));
-}
 
 torch::Tensor accumulate_gradients(Gpt& model, const std::vector<Batch>& micro_batches, const Precision* precision,
                                    const AccumulateOptions& options) {
@@ -51,21 +41,6 @@ double evaluate(Gpt& model, const std::vector<Batch>& batches, const Precision* 
   }
   model->train(was_training);
   return loss / static_cast<double>(std::max<int64_t>(count, 1));
-}
-
-torch::Tensor forward_backward(ParallelRun& par, Gpt& model, const std::vector<Batch>& micro,
-                               const Precision& precision, int64_t global_targets) {
-  const auto n = static_cast<int64_t>(micro.size());
-  const int64_t forwards = par.pipelined() ? par.pipeline_micro_batches(n) : n;
-  if (model->moe)
-    model->moe->aux_grad_scale = moe_aux_grad_scale(model->cfg, forwards * par.replicas(), precision.loss_scale());
-  if (par.pipelined()) return par.pipeline_step(model, micro, precision, global_targets);
-  return accumulate_gradients(model, micro, &precision, AccumulateOptions{global_targets, par.backward_hook()});
-}
-
-double evaluate(ParallelRun& par, Gpt& model, const std::vector<Batch>& batches, const Precision& precision) {
-  if (par.pipelined()) return par.pipeline_evaluate(model, batches, precision);
-  return evaluate(model, batches, &precision);
 }
 
 }  // namespace gputrain

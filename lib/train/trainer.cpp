@@ -45,6 +45,7 @@
 #include "precision/precision.h"
 #include "train/batch_finder.h"
 #include "train/batch_trace.h"
+#include "train/forward_backward.h"
 #include "train/full_evaluation.h"
 #include "train/model_options_report.h"
 #include "train/nan_guard.h"
@@ -186,7 +187,7 @@ class Trainer {
   std::unique_ptr<Optimizer> optimizer_;
   WeightCopies copies_;
   std::optional<LrSchedule> schedule_;
-  std::unique_ptr<StepGraph> step_graph_;
+  std::optional<ForwardBackward> passes_;  // the step's forward and backward, and evaluation's
 
   std::vector<Batch> eval_batches_;
   std::optional<WindowSampler> train_sampler_;
@@ -320,17 +321,17 @@ void Trainer::build_optimizer() {
     spdlog::info("bf16 weight copies: {} weights ({:.1f} MiB) kept by the optimizer, so autocast casts none of them",
                  copies_.tensors, mib(static_cast<double>(copies_.bytes)));
   schedule_.emplace(s_.optim, s_.train.max_steps);
-  if (!s_.kernels.cuda_graphs) return;
-  if (!cuda) {
-    if (s_.run.device != "cpu")  // (validation warns for "cpu")
-      spdlog::warn("kernels.cuda_graphs has no effect on the CPU: training without CUDA graphs");
-    return;
+  std::unique_ptr<StepGraph> graph;
+  if (s_.kernels.cuda_graphs && !cuda && s_.run.device != "cpu")  // (validation warns for "cpu")
+    spdlog::warn("kernels.cuda_graphs has no effect on the CPU: training without CUDA graphs");
+  if (s_.kernels.cuda_graphs && cuda) {
+    spdlog::info(
+        "kernels.cuda_graphs: each step's forward and backward are captured as a CUDA graph after {} eager "
+        "steps, then replayed",
+        StepGraph::kWarmupSteps);
+    graph = make_step_graph(plan_.device, params_);
   }
-  spdlog::info(
-      "kernels.cuda_graphs: each step's forward and backward are captured as a CUDA graph after {} eager "
-      "steps, then replayed",
-      StepGraph::kWarmupSteps);
-  step_graph_ = make_step_graph(plan_.device, params_);
+  passes_.emplace(*par_, model_, *precision_, std::move(graph));
 }
 
 // A resumed run's weights, optimizer state and loss scale, into the parallelized model and its optimizer.
@@ -569,11 +570,9 @@ StepResult Trainer::step() {
         "nothing to the gradients. Many such steps: raise model.seq_len so windows reach the replies",
         t_.step + 1);
   }
-  const bool capture_now = step_graph_ && !step_graph_->keeps_gradients();
   StepResult r;
-  r.loss = step_graph_ ? step_graph_->accumulate(model_, micro, *precision_, step_tokens)
-                       : forward_backward(*par_, model_, micro, *precision_, step_tokens);
-  if (capture_now && step_graph_->keeps_gradients()) {
+  r.loss = passes_->step(micro, step_tokens);
+  if (passes_->captured_at_last_step()) {
     progress_->finish();
     spdlog::info("kernels.cuda_graphs: step {} captured ({} micro-batches); replayed from here on", t_.step + 1,
                  micro.size());
@@ -616,7 +615,7 @@ StepResult Trainer::step() {
   precision_->update(overflow);
   // Every parameter's, not just the optimizer's (under ZeRO it holds a share of them).
   // A captured step graph keeps them: they are its outputs, overwritten by the next replay.
-  if (!step_graph_ || !step_graph_->keeps_gradients())
+  if (!passes_->keeps_gradients())
     for (const auto& p : params_) p.mutable_grad() = torch::Tensor();
   t_.step = step;
   count_skips(overflow, nan_skip, spike_skip);
@@ -742,12 +741,9 @@ void Trainer::log_step(const StepResult& r, int64_t step, bool eval_now) {
 
 double Trainer::evaluate() {
   double l = 0;
-  auto run = [&] {
-    l = s_.train.eval_full ? evaluate_all_windows() : gputrain::evaluate(*par_, model_, eval_batches_, *precision_);
-  };
+  auto run = [&] { l = s_.train.eval_full ? evaluate_all_windows() : passes_->evaluate(eval_batches_); };
   // A captured step graph lends its memory pool, idle between replays (train/step_graph.h).
-  if (step_graph_) step_graph_->run_in_graph_memory(run);
-  else run();
+  passes_->run_in_step_memory(run);
   if (!std::isfinite(l)) throw runtime_error("evaluation loss is not finite at step " + std::to_string(t_.step));
   t_.last_eval = l;
   progress_->finish();
@@ -766,10 +762,7 @@ double Trainer::evaluate_all_windows() {
   const EvalTotals t = evaluate_windows(*eval_source_, s_.model.seq_len, batch, s_.data.eval.mask_document_boundaries,
                                         plan_.device, share, nullptr, [&](const Batch& b) {
                                           ++forwards;
-                                          const double mean = pipelined
-                                                                  ? gputrain::evaluate(*par_, model_, {b}, *precision_)
-                                                                  : gputrain::evaluate(model_, {b}, &*precision_);
-                                          return mean * static_cast<double>(b.target_count);
+                                          return passes_->evaluate({b}) * static_cast<double>(b.target_count);
                                         });
   if (pipelined) return t.loss();
   if (par_->fully_sharded()) {
@@ -845,7 +838,7 @@ json Trainer::summary(const std::string& status) const {
   add_mfu(j);
   if (s_.model.lora.rank > 0) j["lora"] = lora_report(s_, optimizer_->state_bytes());
   if (s_.model.moe.enabled()) j["moe"] = moe_metrics_.summary(s_.model);
-  if (step_graph_) j["cuda_graphs"] = step_graph_->report();
+  if (auto graph = passes_ ? passes_->graph_report() : std::nullopt) j["cuda_graphs"] = *graph;
   if (spike_guard_)
     j["spikes"] = {{"policy", s_.train.spike_policy == SpikePolicy::kSkip ? "skip" : "rollback"},
                    {"window", s_.train.spike_window},

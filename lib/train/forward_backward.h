@@ -1,0 +1,53 @@
+// A training step's forward and backward on this rank, and evaluation's forwards: the one place
+// that picks how they run. Through the pipeline's stages (pp > 1, parallel/pipeline.h); else over
+// the micro-batches (accumulate_gradients, train/train_step.h), captured once as a CUDA graph and
+// replayed with kernels.cuda_graphs (train/step_graph.h). Every path normalizes the loss by the
+// step's target count the same way (data/loader.h inverse_target_count).
+#pragma once
+#include <nlohmann/json.hpp>
+#include <torch/types.h>
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "data/loader.h"
+#include "model/gpt.h"
+#include "precision/precision.h"
+#include "train/step_graph.h"
+
+namespace gputrain {
+
+class ParallelRun;
+
+class ForwardBackward {
+ public:
+  // `graph`: kernels.cuda_graphs' step graph (null: eager steps).
+  ForwardBackward(ParallelRun& par, Gpt model, const Precision& precision, std::unique_ptr<StepGraph> graph);
+
+  // The step's gradients accumulated into the parameters (the gradient buckets' hook before each
+  // backward; the mixture layers' balancing loss weighted for the step's forwards on every replica).
+  // Returns this rank's share of the step's mean loss over `global_targets` targets.
+  torch::Tensor step(const std::vector<Batch>& micro, int64_t global_targets);
+  // Whether the last step() captured the graph (replayed from the next step on).
+  bool captured_at_last_step() const { return captured_now_; }
+  // Whether the gradients are the graph's outputs, kept between steps: the trainer must not free them.
+  bool keeps_gradients() const { return graph_ && graph_->keeps_gradients(); }
+
+  // The batches' mean loss, on this rank's model or through the pipeline.
+  double evaluate(const std::vector<Batch>& batches);
+  // Runs f in the captured graph's memory pool, idle between replays (plain f() without one).
+  void run_in_step_memory(const std::function<void()>& f);
+  // summary.json's "cuda_graphs"; none without a graph.
+  std::optional<nlohmann::ordered_json> graph_report() const;
+
+ private:
+  ParallelRun& par_;
+  Gpt model_;
+  const Precision& precision_;
+  std::unique_ptr<StepGraph> graph_;
+  bool captured_now_ = false;
+};
+
+}  // namespace gputrain
