@@ -265,13 +265,10 @@ void check_alignment(Checker& c) {
 // Settings of one optimizer have no effect on another (said, not ignored silently), and each
 // optimizer's own rules: both from the optimizers' files (optim/optimizer_spec.h).
 void check_optim(Checker& c) {
-  const nlohmann::ordered_json current = settings_to_json(c.s), defaults = settings_to_json(Settings{});
-  auto value_at = [](const nlohmann::ordered_json& j, std::string key) {
-    std::replace(key.begin(), key.end(), '.', '/');
-    return j.at(nlohmann::ordered_json::json_pointer("/" + key));
-  };
+  const Settings defaults;
   const auto changed = [&](const std::string& key) {
-    return !c.at(key).is_default() && find_field(key) && value_at(current, key) != value_at(defaults, key);
+    const FieldSpec* f = find_field(key);
+    return f && !c.at(key).is_default() && f->write(c.s) != f->write(defaults);
   };
   for (const OptimizerProblem& p : c.rules.optimizer.check(c.s.optim, changed))
     p.error ? c.error(p.key, p.problem, p.fix) : c.warning(p.key, p.problem, p.fix);

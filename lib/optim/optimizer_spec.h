@@ -23,6 +23,8 @@ struct OptimizerSpec {
   std::string summary;  // what it is, for the docs: "torch.optim.AdamW: decoupled weight decay, bias correction"
   // The optim.* keys only some optimizers read, that this one does: a key, or a prefix ending in '.'.
   std::vector<std::string> keys;
+  // Whether `key` is one of `keys` or lies under one of them (optimizer_specs.cpp).
+  bool reads(const std::string& key) const;
 
   // Its update kernels: foreach (ATen multi-tensor ops) where `foreach`; fused where `fused` says it
   // exists for the device (empty: no fused kernel at all).

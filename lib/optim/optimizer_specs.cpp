@@ -13,6 +13,12 @@
 
 namespace gputrain {
 
+bool OptimizerSpec::reads(const std::string& key) const {
+  for (const auto& claim : keys)
+    if (claim.back() == '.' ? key.compare(0, claim.size(), claim) == 0 : key == claim) return true;
+  return false;
+}
+
 const std::vector<const OptimizerSpec*>& optimizer_specs() {
   static const std::vector<const OptimizerSpec*> all = {
       &adamw_spec(), &adamw8bit_spec(), &adafactor_spec(), &lion_spec(), &sgd_spec(),
@@ -29,17 +35,6 @@ const OptimizerSpec& optimizer_spec(OptimName name) {
 
 namespace {
 
-// Whether `key` is `claim` (a key) or lies under it (a prefix ending in '.').
-bool key_claimed(const std::string& key, const std::string& claim) {
-  return claim.back() == '.' ? key.compare(0, claim.size(), claim) == 0 : key == claim;
-}
-
-bool reads_key(const OptimizerSpec& spec, const std::string& key) {
-  for (const auto& claim : spec.keys)
-    if (key_claimed(key, claim)) return true;
-  return false;
-}
-
 class SpecOptimizerRules : public OptimizerRules {
  public:
   std::vector<OptimizerProblem> check(const OptimSettings& o,
@@ -47,9 +42,9 @@ class SpecOptimizerRules : public OptimizerRules {
     const OptimizerSpec& chosen = optimizer_spec(o.name);
     std::vector<OptimizerProblem> problems;
     for (const FieldSpec& f : schema()) {
-      if (reads_key(chosen, f.path) || !changed(f.path)) continue;
+      if (chosen.reads(f.path) || !changed(f.path)) continue;
       for (const OptimizerSpec* other : optimizer_specs())
-        if (reads_key(*other, f.path)) {
+        if (other->reads(f.path)) {
           problems.push_back({f.path, "has no effect with optim.name: " + optim_name(o.name),
                               "remove it, or choose the optimizer it belongs to"});
           break;
@@ -70,7 +65,7 @@ const RecipeRules& recipe_rules() {
 }
 
 std::string optimizer_table_markdown() {
-  const nlohmann::ordered_json defaults = settings_to_json(Settings{});
+  const Settings defaults;
   std::string out =
       "| `optim.name` | state per parameter | update kernels | its own keys (defaults) | what it is |\n"
       "|---|---|---|---|---|\n";
@@ -79,13 +74,7 @@ std::string optimizer_table_markdown() {
     o.name = spec->name;
     std::string keys;
     for (const FieldSpec& f : schema())
-      if (reads_key(*spec, f.path)) {
-        std::string pointer = "/" + f.path;
-        for (char& c : pointer)
-          if (c == '.') c = '/';
-        keys += (keys.empty() ? "" : ", ") +
-                ("`" + f.path + "` " + defaults.at(nlohmann::ordered_json::json_pointer(pointer)).dump());
-      }
+      if (spec->reads(f.path)) keys += (keys.empty() ? "`" : ", `") + f.path + "` " + f.write(defaults).dump();
     const std::string kernels = spec->foreach && spec->fused ? "foreach, fused" : spec->fused ? "fused" : "foreach";
     out += "| `" + optim_name(spec->name) + "` | " + spec->state_rule(o) + " | " + kernels + " | " + keys + " | " +
            spec->summary + " |\n";

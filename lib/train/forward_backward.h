@@ -2,7 +2,7 @@
 // that picks how they run. Through the pipeline's stages (pp > 1, parallel/pipeline.h); else over
 // the micro-batches (accumulate_gradients, train/train_step.h), captured once as a CUDA graph and
 // replayed with kernels.cuda_graphs (train/step_graph.h). Every path normalizes the loss by the
-// step's target count the same way (data/loader.h inverse_target_count).
+// step's target count the same way (data/target_count.h inverse_target_count).
 #pragma once
 #include <nlohmann/json.hpp>
 #include <torch/types.h>

@@ -12,14 +12,36 @@
 
 using namespace gputrain;
 
+namespace {
+
+void copy_weights(Gpt& from, Gpt& to) {
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < from->parameters().size(); ++i) to->parameters()[i].copy_(from->parameters()[i]);
+}
+
+// One step of both models on the same tokens: `direct` in place, `offloaded` through the host copies.
+void step_both(Gpt& direct, Optimizer& plain, Gpt& offloaded, CpuOffload& offload, Optimizer& via_copies, uint64_t seed,
+               double lr) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  auto tokens = torch::randint(0, 64, {2, 8}, gen, torch::kLong);
+  for (auto* model : {&direct, &offloaded}) (*model)->loss_sum(tokens, tokens).backward();
+  plain.step(lr);
+  offload.gradients_to_host();
+  via_copies.step(lr);
+  offload.parameters_to_device();
+  plain.zero_grad();
+  for (auto& p : offloaded->parameters()) p.mutable_grad() = torch::Tensor();
+}
+
+}  // namespace
+
 TEST_CASE("cpu offload: steps through the host copies equal steps in place", "[optim]") {
   OptimSettings o;
   o.lr = 1e-2;
   ModelSettings m = test::model_settings(64, 8, 1, 2, 16);
   torch::manual_seed(3);
   Gpt direct(m), offloaded(m);
-  torch::NoGradGuard no_grad;
-  for (size_t i = 0; i < direct->parameters().size(); ++i) offloaded->parameters()[i].copy_(direct->parameters()[i]);
+  copy_weights(direct, offloaded);
 
   auto plain = make_optimizer(make_param_groups(*direct, o), o);
   CpuOffload offload(make_param_groups(*offloaded, o));
@@ -28,20 +50,7 @@ TEST_CASE("cpu offload: steps through the host copies equal steps in place", "[o
           make_param_groups(*offloaded, o).front().params.front().data_ptr());
   auto via_copies = make_optimizer(offload.cpu_groups(), o);
 
-  for (int step = 0; step < 3; ++step) {
-    auto gen = at::make_generator<at::CPUGeneratorImpl>(step);
-    auto tokens = torch::randint(0, 64, {2, 8}, gen, torch::kLong);
-    for (auto* model : {&direct, &offloaded}) {
-      torch::AutoGradMode grad(true);
-      (*model)->loss_sum(tokens, tokens).backward();
-    }
-    plain->step(o.lr);
-    offload.gradients_to_host();
-    via_copies->step(o.lr);
-    offload.parameters_to_device();
-    plain->zero_grad();
-    for (auto& p : offloaded->parameters()) p.mutable_grad() = torch::Tensor();
-  }
+  for (int step = 0; step < 3; ++step) step_both(direct, *plain, offloaded, offload, *via_copies, step, o.lr);
   for (size_t i = 0; i < direct->parameters().size(); ++i)
     CHECK(torch::equal(direct->parameters()[i], offloaded->parameters()[i]));
   CHECK(offload.host_bytes() > 0);
@@ -56,19 +65,10 @@ TEST_CASE("cpu offload: weights loaded in place reach the host copies before the
   CpuOffload offload(make_param_groups(*offloaded, o));
   auto plain = make_optimizer(make_param_groups(*direct, o), o);
   auto via_copies = make_optimizer(offload.cpu_groups(), o);
-  {
-    // A checkpoint loaded into the device parameters (resume, spike rollback): both models get direct's weights.
-    torch::NoGradGuard no_grad;
-    for (size_t i = 0; i < direct->parameters().size(); ++i) offloaded->parameters()[i].copy_(direct->parameters()[i]);
-  }
+  // A checkpoint loaded into the device parameters (resume, spike rollback): both models get direct's weights.
+  copy_weights(direct, offloaded);
   offload.parameters_to_host();
-  auto gen = at::make_generator<at::CPUGeneratorImpl>(5);
-  auto tokens = torch::randint(0, 64, {2, 8}, gen, torch::kLong);
-  for (auto* model : {&direct, &offloaded}) (*model)->loss_sum(tokens, tokens).backward();
-  plain->step(o.lr);
-  offload.gradients_to_host();
-  via_copies->step(o.lr);
-  offload.parameters_to_device();
+  step_both(direct, *plain, offloaded, offload, *via_copies, 5, o.lr);
   // Without parameters_to_host the update would start from the copies' old weights and write those back.
   for (size_t i = 0; i < direct->parameters().size(); ++i)
     CHECK(torch::equal(direct->parameters()[i], offloaded->parameters()[i]));
