@@ -31,24 +31,25 @@ void keep_own_parts(const FullyShardedModel& sharded, std::vector<NamedTensor>& 
 
 }  // namespace
 
-CheckpointPart checkpoint_part(const ParallelRun& par, const Optimizer& optimizer) {
-  const Grid& grid = par.groups().grid();
-  const GridCoord& at = par.groups().coord();
+CheckpointPart checkpoint_part(const ProcessGroups& groups, const RankShare& share, bool zero_state,
+                               const Optimizer& optimizer) {
+  const Grid& grid = groups.grid();
+  const GridCoord& at = groups.coord();
   CheckpointPart out;
-  out.rank = par.groups().world().rank;
+  out.rank = groups.world().rank;
   out.tp_rank = at.tp;
   out.tp_size = grid.tp();
   std::vector<NamedTensor> state;
   for (const auto& e : optimizer.state()) state.push_back({e.name, e.tensor});
-  if (const FullyShardedModel* sharded = par.fully_sharded()) {
+  if (const FullyShardedModel* sharded = share.fully_sharded.get()) {
     // The last stage's copy of a tied embedding is the first stage's: written once, by the first.
     auto counted = [&](std::vector<NamedTensor> v, bool state_names) {
       std::erase_if(v, [&](const NamedTensor& e) {
-        return !par.stage_counts(state_names ? e.name.substr(0, e.name.rfind('.')) : e.name);
+        return !share.stage_counts(state_names ? e.name.substr(0, e.name.rfind('.')) : e.name);
       });
       return v;
     };
-    out.model = counted(par.weights(), false);
+    out.model = counted(share.weights, false);
     out.optimizer = counted(std::move(state), true);
     const std::map<std::string, StateLayout> layouts = optimizer.state_following_parameters();
     keep_own_parts(*sharded, out.model, out.model_rows, nullptr,
@@ -62,14 +63,13 @@ CheckpointPart checkpoint_part(const ParallelRun& par, const Optimizer& optimize
   }
   // Past dp rank 0, a rank of the first ep run writes its experts' part (and, under ZeRO, the state of
   // whatever it owns).
-  const bool zero = par.shards_optimizer_state();
   const bool first_ep_run = at.dp < grid.ep();
   auto only_experts = [&](std::vector<NamedTensor> v) {
     if (at.dp > 0) std::erase_if(v, [](const NamedTensor& e) { return !is_expert_parameter(e.name); });
     return v;
   };
-  if (first_ep_run) out.model = only_experts(par.weights());
-  if (zero) out.optimizer = std::move(state);
+  if (first_ep_run) out.model = only_experts(share.weights);
+  if (zero_state) out.optimizer = std::move(state);
   else if (first_ep_run) out.optimizer = only_experts(std::move(state));
   return out;
 }

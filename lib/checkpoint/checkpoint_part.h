@@ -9,7 +9,8 @@
 #include <vector>
 
 #include "optim/optimizer.h"
-#include "parallel/parallel_run.h"
+#include "parallel/process_groups.h"
+#include "parallel/rank_share.h"
 #include "parallel/tensor_shard.h"
 #include "util/named_tensor.h"
 
@@ -23,6 +24,8 @@ struct CheckpointPart {
   std::map<std::string, RowSlice> model_rows, optimizer_rows, optimizer_blocks;
 };
 
-CheckpointPart checkpoint_part(const ParallelRun& par, const Optimizer& optimizer);
+// `zero_state`: ZeRO splits the optimizer state over the dp group (GradientReducer::shards_optimizer_state).
+CheckpointPart checkpoint_part(const ProcessGroups& groups, const RankShare& share, bool zero_state,
+                               const Optimizer& optimizer);
 
 }  // namespace gputrain

@@ -9,16 +9,16 @@
 
 namespace gputrain {
 
-void load_rank_weights(Gpt& model, const ParallelRun& par, const std::vector<NamedTensor>& whole,
-                       const std::string& source, const std::string& fix,
+void load_rank_weights(Gpt& model, const ProcessGroups& groups, const RankShare& share,
+                       const std::vector<NamedTensor>& whole, const std::string& source, const std::string& fix,
                        const std::function<bool(const std::string&)>& covers) {
   std::set<std::string> in_model, held;
   for (const auto& item : model->named_parameters()) in_model.insert(item.key());
-  for (const auto& w : par.weights()) held.insert(w.name);  // ZeRO-3: its shards' names
+  for (const auto& w : share.weights) held.insert(w.name);  // ZeRO-3: its shards' names
   std::map<std::string, const TensorShard*> split;
-  for (const auto& s : par.tensor_split())
+  for (const auto& s : share.tensor_split)
     if (s.dim >= 0) split[s.name] = &s;
-  const int tp_rank = par.tp_rank(), tp = par.groups().grid().tp();
+  const int tp_rank = groups.coord().tp, tp = groups.grid().tp();
   auto wanted = [&](const std::string& name) { return held.count(name) && (!covers || covers(name)); };
   std::vector<NamedTensor> mine;
   for (const auto& w : whole) {
@@ -28,7 +28,7 @@ void load_rank_weights(Gpt& model, const ParallelRun& par, const std::vector<Nam
     const bool cut = s != split.end() && w.tensor.dim() > s->second->dim;
     mine.push_back({w.name, cut ? shard_of(w.tensor, *s->second, tp_rank, tp) : w.tensor});
   }
-  FullyShardedModel* sharded = par.fully_sharded();
+  FullyShardedModel* sharded = share.fully_sharded.get();
   if (!sharded) return load_module_weights(*model, mine, source, fix, wanted);
   std::set<std::string> given;
   for (const auto& w : mine) given.insert(w.name);
@@ -37,18 +37,19 @@ void load_rank_weights(Gpt& model, const ParallelRun& par, const std::vector<Nam
   sharded->load_whole(mine);
 }
 
-std::map<std::string, torch::Tensor> rank_optimizer_state(const TrainingSnapshot& snap, const ParallelRun& par,
+std::map<std::string, torch::Tensor> rank_optimizer_state(const TrainingSnapshot& snap, const ProcessGroups& groups,
+                                                          const GradientReducer& gradients, const RankShare& share,
                                                           const Optimizer& optimizer, const std::string& checkpoint) {
-  const int tp = par.groups().grid().tp();
+  const int tp = groups.grid().tp(), tp_rank = groups.coord().tp;
   const auto saved = snap.optimizer_shards.empty() ? std::vector<std::vector<NamedTensor>>{snap.optimizer_state}
                                                    : snap.optimizer_shards;
   std::map<std::string, torch::Tensor> state;
   for (const auto& e :
        static_cast<int>(saved.size()) == tp
-           ? saved.at(static_cast<size_t>(par.tp_rank()))
-           : reshard_tp_state(saved, snap.tp_split, snap.model, par.tensor_split(), par.tp_rank(), tp, checkpoint))
+           ? saved.at(static_cast<size_t>(tp_rank))
+           : reshard_tp_state(saved, snap.tp_split, snap.model, share.tensor_split, tp_rank, tp, checkpoint))
     state[e.name] = e.tensor;
-  return par.owned_state(std::move(state), optimizer);
+  return gradients.owned_state(std::move(state), optimizer);
 }
 
 }  // namespace gputrain

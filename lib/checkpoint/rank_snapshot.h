@@ -14,7 +14,9 @@
 #include "checkpoint/training_checkpoint.h"
 #include "model/gpt.h"
 #include "optim/optimizer.h"
-#include "parallel/parallel_run.h"
+#include "parallel/gradient_reducer.h"
+#include "parallel/process_groups.h"
+#include "parallel/rank_share.h"
 #include "util/named_tensor.h"
 
 namespace gputrain {
@@ -23,14 +25,15 @@ namespace gputrain {
 // place. Every held parameter `covers` accepts must be there with its whole shape and no name may be
 // foreign to the model, else a DataError naming `source`, the first names and `fix`; nothing is
 // copied then (ZeRO-3: its shapes are checked as each is copied).
-void load_rank_weights(Gpt& model, const ParallelRun& par, const std::vector<NamedTensor>& whole,
-                       const std::string& source, const std::string& fix,
+void load_rank_weights(Gpt& model, const ProcessGroups& groups, const RankShare& share,
+                       const std::vector<NamedTensor>& whole, const std::string& source, const std::string& fix,
                        const std::function<bool(const std::string&)>& covers = {});
 
 // The snapshot's optimizer state for `optimizer` on this rank: its tp rank's (resharded when the
-// checkpoint was saved under another parallel.tp), cut to what it updates (ParallelRun::owned_state).
+// checkpoint was saved under another parallel.tp), cut to what it updates (GradientReducer::owned_state).
 // Reads snap.model (the whole weights) to reshard: call it before freeing them.
-std::map<std::string, torch::Tensor> rank_optimizer_state(const TrainingSnapshot& snap, const ParallelRun& par,
+std::map<std::string, torch::Tensor> rank_optimizer_state(const TrainingSnapshot& snap, const ProcessGroups& groups,
+                                                          const GradientReducer& gradients, const RankShare& share,
                                                           const Optimizer& optimizer, const std::string& checkpoint);
 
 }  // namespace gputrain

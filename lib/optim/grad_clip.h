@@ -15,7 +15,7 @@ namespace gputrain {
 torch::Tensor clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm, torch::Tensor* fold = nullptr);
 
 // The two halves, for callers that assemble the norm from parts held by
-// different processes (ParallelRun: ZeRO-2's and tensor parallelism's shards
+// different processes (GradientReducer: ZeRO-2's and tensor parallelism's shards
 // summed over their groups, replicated tensors counted once).
 // The sum of squares of the defined gradients of `params`: a 1-element float
 // tensor on `options`' device, 0 when there are none.

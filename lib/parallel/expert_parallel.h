@@ -11,7 +11,7 @@
 // everything they were sent, and a second all-to-all brings the outputs home.
 // Backward runs the two exchanges in reverse. An expert's gradient is then
 // its whole ep group's, and is summed over the dp / ep ranks that hold the
-// same expert (ParallelRun), not over the whole data-parallel group.
+// same expert (parallel/gradient_reducer.h), not over the whole data-parallel group.
 #pragma once
 #include <torch/types.h>
 

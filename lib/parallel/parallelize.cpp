@@ -1,18 +1,132 @@
 #include "parallel/parallelize.h"
 
+#include <fmt/format.h>
+
 #include "model/activation_checkpointing.h"
+#include "parallel/data_parallel.h"
+#include "parallel/expert_parallel.h"
+#include "parallel/fully_sharded.h"
+#include "parallel/pipeline.h"
+#include "parallel/tensor_parallel.h"
 
 namespace gputrain {
+namespace {
 
-ParallelizedModel parallelize(Gpt& model, ParallelRun& par, const TrainSettings& train) {
-  par.split_tensors(model);
-  par.keep_pipeline_stage(model);
-  par.keep_experts(model);
-  ParallelizedModel out;
-  out.recomputed_blocks = apply_activation_checkpointing(model, train.gradient_checkpointing, train.checkpoint_every);
-  par.attach(model, par.held(module_weights(*model)));
-  out.params = par.weights();  // ZeRO-3: the shards
+bool fully_shards(const ProcessGroups& groups, const ParallelPlan& plan) {
+  return plan.parallel.zero == 3 && groups.dp() != nullptr;
+}
+
+// ZeRO-3 on CUDA with parallel.offload_params: the shards live on the host.
+bool offloads_params(const ParallelPlan& plan) { return plan.parallel.offload_params && plan.device.is_cuda(); }
+
+// The pipeline stage's blocks (every rank knows every stage's layers, for the summary).
+void keep_pipeline_stage(Gpt& model, const ProcessGroups& groups, RankShare& share) {
+  share.stages = split_stages(model->cfg, groups.grid().pp());
+  share.stage = share.stages[static_cast<size_t>(groups.coord().pp)];
+  if (!groups.pp()) return;
+  share.holds_part = true;
+  for (auto& name : keep_stage(model, share.stage)) share.held.insert(std::move(name));
+  if (model->cfg.tie_embeddings && (share.stage.embeds || share.stage.has_head))
+    share.tied_weight = model->transformer->wte->weight;
+}
+
+void keep_experts(Gpt& model, const ProcessGroups& groups, RankShare& share) {
+  if (!groups.ep()) return;
+  share.local_experts = model->cfg.moe.experts / groups.ep()->size();
+  share.first_expert = groups.ep()->rank() * share.local_experts;
+  if (!groups.pp())
+    for (const auto& item : model->named_parameters()) share.held.insert(item.key());
+  share.holds_part = true;
+  for (const auto& name : parallelize_experts(model, *groups.ep())) share.held.erase(name);
+}
+
+// ZeRO-3: rank 0 of each group decides the weights (as the replicas' do otherwise), then each rank
+// keeps its rows (an expert's shared by its replicas; with none, ep = dp, it stays whole).
+void shard_fully(Gpt& model, const ProcessGroups& groups, const ParallelPlan& plan,
+                 const std::vector<NamedTensor>& held, RankShare& share) {
+  auto split_expert = [&](const std::string& name) { return groups.ep() && is_expert_parameter(name); };
+  std::vector<NamedTensor> dense, experts;
+  for (const auto& p : held) (split_expert(p.name) ? experts : dense).push_back(p);
+  broadcast_parameters(*groups.dp(), dense);
+  if (groups.expert_replicas()) broadcast_parameters(*groups.expert_replicas(), experts);
+  const ParallelSettings& p = plan.parallel;
+  ShardPlacement place{
+      plan.device, offloads_params(plan) ? torch::Device(torch::kCPU) : plan.device, p.reshard_after_forward,
+      p.gather_dtype == GatherDtype::kBf16 ? std::optional<torch::ScalarType>(torch::kBFloat16) : std::nullopt,
+      plan.shard_blocks};
+  share.fully_sharded = std::make_shared<FullyShardedModel>(
+      *groups.dp(), model, held, place, [&groups, split_expert](const std::string& name) {
+        return split_expert(name) ? groups.expert_replicas() : groups.dp();
+      });
+  model->unit_hooks = share.fully_sharded;
+  share.weights = share.fully_sharded->shards();
+  // The pipeline's ends sum the tied embedding's gradients shard by shard (the same rows at either end).
+  for (const auto& w : share.weights)
+    if (share.tied_weight.defined() && w.name == "transformer.wte.weight") share.tied_weight = w.tensor;
+}
+
+}  // namespace
+
+torch::Device build_device(const ProcessGroups& groups, const ParallelPlan& plan) {
+  return fully_shards(groups, plan) ? torch::Device(torch::kCPU) : plan.device;
+}
+
+ParallelModel parallelize(Gpt& model, const ProcessGroups& groups, const ParallelPlan& plan) {
+  ParallelModel out;
+  RankShare& share = out.share;
+  if (groups.tp()) share.tensor_split = parallelize_tensor(model, *groups.tp());
+  keep_pipeline_stage(model, groups, share);
+  keep_experts(model, groups, share);
+  share.recomputed_blocks = apply_activation_checkpointing(model, plan.checkpointing, plan.checkpoint_every);
+  std::vector<NamedTensor> held = share.held_of(module_weights(*model));
+  if (fully_shards(groups, plan)) shard_fully(model, groups, plan, held, share);
+  else share.weights = std::move(held);
+  out.gradients = std::make_unique<GradientReducer>(groups, plan.parallel, share);
+  if (groups.pp()) out.pipeline = std::make_unique<PipelineStages>(groups, plan.parallel, plan.device, share.stages);
   return out;
+}
+
+std::string describe_parallelism(const ProcessGroups& groups, const ParallelPlan& plan, const ParallelModel& par) {
+  if (!groups.distributed()) return "1 process";
+  const Grid& grid = groups.grid();
+  const GridCoord& at = groups.coord();
+  const RankShare& share = par.share;
+  std::string s = fmt::format("{} process(es) ({}), {}; grid dp {} x pp {} x tp {}, this rank dp {} pp {} tp {}",
+                              groups.world().size, groups.world_comm()->backend_name(), groups.world().describe(),
+                              grid.dp(), grid.pp(), grid.tp(), at.dp, at.pp, at.tp);
+  if (groups.tp()) {
+    int64_t split = 0;
+    for (const auto& t : share.tensor_split) split += t.dim >= 0 ? 1 : 0;
+    s += fmt::format("; tensor parallel: {} of {} parameter tensors split over {} ranks", split,
+                     share.tensor_split.size(), grid.tp());
+  }
+  if (groups.pp())
+    s += fmt::format("; pipeline: stage {} of {} runs blocks [{}, {}){}{}, {} schedule", at.pp, grid.pp(),
+                     share.stage.first, share.stage.last, share.stage.embeds ? " and the embeddings" : "",
+                     share.stage.has_head ? " and the head" : "",
+                     plan.parallel.pp_schedule == PipelineSchedule::kGpipe ? "gpipe" : "1f1b");
+  if (groups.ep())
+    s += fmt::format(
+        "; expert parallel: this rank holds experts {}-{} of each mixture layer's {} (ep {}), their "
+        "gradients reduced over {} replica(s)",
+        share.first_expert, share.first_expert + share.local_experts - 1, share.local_experts * grid.ep(), grid.ep(),
+        grid.dp() / grid.ep());
+  s += par.gradients->describe();
+  if (!share.fully_sharded) return s;
+  const int expert_replicas = grid.dp() / grid.ep();
+  const std::string part = !groups.ep() ? fmt::format(" ({:.1f}% of the values)", 100.0 / groups.dp()->size())
+                           : expert_replicas == 1
+                               ? " (its experts whole: no other rank holds them)"
+                               : fmt::format(" (its experts' 1/{}, over their replicas)", expert_replicas);
+  return s + fmt::format(
+                 "; ZeRO-3: this rank holds 1/{} of the rows of each of the {} parameter tensors{}, each unit's "
+                 "weights gathered only while in use{}{}{}",
+                 groups.dp()->size(), share.weights.size(), part,
+                 plan.parallel.reshard_after_forward ? "" : " (kept from forward to backward)",
+                 plan.parallel.gather_dtype == GatherDtype::kBf16 ? ", in bf16" : "",
+                 offloads_params(plan) ? "; the shards (pinned), their gradients and the optimizer state in host "
+                                         "memory, the update on the CPU (parallel.offload_params)"
+                                       : "");
 }
 
 }  // namespace gputrain

@@ -1,25 +1,51 @@
-// The one place parallelism is applied to a built model (its whole weights loaded), in a fixed
-// order, as torchtitan's parallelize_llama: tensor parallelism (each split layer keeps this rank's
-// slice), the pipeline stage (this rank's blocks), expert parallelism (its experts), activation
-// checkpointing (over the blocks this rank runs), then data parallelism (the replicas' weights made
-// equal, gradient buckets, ZeRO's ownership). Each step is a no-op where its degree is 1 or its
-// policy none. Model code knows nothing of ranks: everything rank-dependent happens here.
+// The one place parallelism is applied to a built model, in a fixed order, as torchtitan's
+// parallelize_llama: tensor parallelism (each split layer keeps this rank's slice), the pipeline stage
+// (this rank's blocks), expert parallelism (its experts), activation checkpointing (over the blocks
+// this rank runs), then data parallelism (the replicas' weights made equal; ZeRO-3: each rank keeps its
+// rows; gradient buckets and ZeRO's ownership). Each step is a no-op where its degree is 1 or its policy
+// none. Model code knows nothing of ranks: everything rank-dependent happens here, over the run's
+// process groups (parallel/process_groups.h). The trainer sees parallelism only through what this
+// returns, the groups and the world sums of parallel/replica_sums.h.
 #pragma once
-#include <cstdint>
-#include <vector>
+#include <torch/types.h>
+
+#include <memory>
+#include <string>
 
 #include "config/settings.h"
 #include "model/gpt.h"
-#include "parallel/parallel_run.h"
-#include "util/named_tensor.h"
+#include "parallel/gradient_reducer.h"
+#include "parallel/pipeline_stages.h"
+#include "parallel/process_groups.h"
+#include "parallel/rank_share.h"
+#include "parallel/tensor_shard.h"
 
 namespace gputrain {
 
-struct ParallelizedModel {
-  std::vector<NamedTensor> params;  // the parameters this rank holds, frozen ones included, in registration order
-  int64_t recomputed_blocks = 0;    // blocks that activation checkpointing recomputes in backward
+// What parallelize needs beyond the groups: the recipe's parallel and activation-checkpointing keys,
+// the run's device and what the optimizer needs of ZeRO-3's shards (zero3_shard_blocks).
+struct ParallelPlan {
+  ParallelSettings parallel;
+  CheckpointingPolicy checkpointing = CheckpointingPolicy::kNone;
+  int64_t checkpoint_every = 2;
+  torch::Device device = torch::kCPU;
+  ShardBlocks shard_blocks;
 };
 
-ParallelizedModel parallelize(Gpt& model, ParallelRun& par, const TrainSettings& train);
+struct ParallelModel {
+  RankShare share;                             // what this rank holds
+  std::unique_ptr<GradientReducer> gradients;  // the step's gradient reduction, clipping and ZeRO
+  std::unique_ptr<PipelineStages> pipeline;    // pp > 1; null otherwise
+};
+
+// Where the model is built (and a checkpoint's whole weights loaded into it): the run's device, or
+// the host under ZeRO-3 (parallelize moves only this rank's shards to the device).
+torch::Device build_device(const ProcessGroups& groups, const ParallelPlan& plan);
+
+// `model`: built on build_device with its whole weights (from the seed or model.init_from).
+ParallelModel parallelize(Gpt& model, const ProcessGroups& groups, const ParallelPlan& plan);
+
+// The grid and what this rank holds and does, for the log.
+std::string describe_parallelism(const ProcessGroups& groups, const ParallelPlan& plan, const ParallelModel& par);
 
 }  // namespace gputrain

@@ -1,7 +1,7 @@
 // The one object that knows the run's degrees and this rank's place in them: the world, its
 // dp x pp x tp grid (ep runs inside dp) and a communicator for each group this rank belongs to
 // (torchtitan's ParallelDims plays this part). What is done over the groups (sharding, gradient
-// reduction, ZeRO, the pipeline) is parallel/parallel_run.h's. A single process that no launcher
+// reduction, ZeRO, the pipeline) is parallel/parallelize.h's. A single process that no launcher
 // started has no communicators: every group is null and every collective returns its input.
 #pragma once
 #include <torch/types.h>

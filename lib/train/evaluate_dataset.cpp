@@ -8,7 +8,8 @@
 
 #include "checkpoint/inference_model.h"
 #include "checkpoint/model_tokenizer.h"
-#include "parallel/parallel_run.h"
+#include "parallel/process_groups.h"
+#include "parallel/replica_sums.h"
 #include "parallel/world.h"
 #include "train/full_evaluation.h"
 #include "train/train_step.h"
@@ -62,7 +63,7 @@ std::optional<json> evaluate_dataset(const EvalCommandOptions& o) {
   const World world = detect_world_from_environment();
   const torch::Device device = device_for_local_rank(resolve_device(o.device), world.local_rank);
   if (world.rank != 0) spdlog::set_level(spdlog::level::warn);
-  ParallelRun par(world, ParallelSettings{}, device);  // every process a data-parallel replica
+  const ProcessGroups groups(world, ParallelSettings{}, device);  // every process a data-parallel replica
   InferenceModel m = load_inference_model(o.where, device);
   const DataSourceSettings d = data_source(o, m.settings);
   const std::unique_ptr<WindowSource> source =
@@ -81,11 +82,12 @@ std::optional<json> evaluate_dataset(const EvalCommandOptions& o) {
                                   WindowShare{world.rank, world.size}, tokenizer.get(), [&](const Batch& b) {
                                     return evaluate(m.model, {b}, nullptr) * static_cast<double>(b.target_count);
                                   });
-  if (par.distributed()) {
-    t.loss_sum = par.sum_loss_and_any(torch::tensor(t.loss_sum, torch::kDouble).to(device), false).first.item<double>();
-    t.targets = par.global_targets(t.targets);
-    t.windows = par.global_targets(t.windows);
-    if (t.bytes >= 0) t.bytes = par.global_targets(t.bytes);
+  if (groups.distributed()) {
+    t.loss_sum =
+        sum_loss_and_any(groups, torch::tensor(t.loss_sum, torch::kDouble).to(device), false).first.item<double>();
+    t.targets = global_targets(groups, t.targets);
+    t.windows = global_targets(groups, t.windows);
+    if (t.bytes >= 0) t.bytes = global_targets(groups, t.bytes);
   }
   const double seconds = seconds_since(start);
   json j = {{"source", m.source.string()},

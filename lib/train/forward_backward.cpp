@@ -1,14 +1,21 @@
 #include "train/forward_backward.h"
 
 #include "model/moe.h"
-#include "parallel/parallel_run.h"
+#include "parallel/gradient_reducer.h"
+#include "parallel/pipeline_stages.h"
+#include "parallel/process_groups.h"
 #include "train/train_step.h"
 
 namespace gputrain {
 
-ForwardBackward::ForwardBackward(ParallelRun& par, Gpt model, const Precision& precision,
-                                 std::unique_ptr<StepGraph> graph)
-    : par_(par), model_(std::move(model)), precision_(precision), graph_(std::move(graph)) {}
+ForwardBackward::ForwardBackward(const ProcessGroups& groups, GradientReducer& gradients, PipelineStages* pipeline,
+                                 Gpt model, const Precision& precision, std::unique_ptr<StepGraph> graph)
+    : groups_(groups),
+      gradients_(gradients),
+      pipeline_(pipeline),
+      model_(std::move(model)),
+      precision_(precision),
+      graph_(std::move(graph)) {}
 
 torch::Tensor ForwardBackward::step(const std::vector<Batch>& micro, int64_t global_targets) {
   // (A step graph runs one process without mixture layers or a pipeline: validate says so.)
@@ -19,15 +26,17 @@ torch::Tensor ForwardBackward::step(const std::vector<Batch>& micro, int64_t glo
     return loss;
   }
   const auto n = static_cast<int64_t>(micro.size());
-  const int64_t forwards = par_.pipelined() ? par_.pipeline_micro_batches(n) : n;
+  const int64_t forwards = pipeline_ ? pipeline_->micro_batches(n) : n;
+  const int64_t replicas = groups_.dp() ? groups_.dp()->size() : 1;
   if (model_->moe)
-    model_->moe->aux_grad_scale = moe_aux_grad_scale(model_->cfg, forwards * par_.replicas(), precision_.loss_scale());
-  if (par_.pipelined()) return par_.pipeline_step(model_, micro, precision_, global_targets);
-  return accumulate_gradients(model_, micro, &precision_, AccumulateOptions{global_targets, par_.backward_hook()});
+    model_->moe->aux_grad_scale = moe_aux_grad_scale(model_->cfg, forwards * replicas, precision_.loss_scale());
+  if (pipeline_) return pipeline_->step(model_, micro, precision_, global_targets, gradients_.backward_hook());
+  return accumulate_gradients(model_, micro, &precision_,
+                              AccumulateOptions{global_targets, gradients_.backward_hook()});
 }
 
 double ForwardBackward::evaluate(const std::vector<Batch>& batches) {
-  if (par_.pipelined()) return par_.pipeline_evaluate(model_, batches, precision_);
+  if (pipeline_) return pipeline_->evaluate(model_, batches, precision_);
   return gputrain::evaluate(model_, batches, &precision_);
 }
 

@@ -19,12 +19,16 @@
 
 namespace gputrain {
 
-class ParallelRun;
+class GradientReducer;
+class PipelineStages;
+class ProcessGroups;
 
 class ForwardBackward {
  public:
-  // `graph`: kernels.cuda_graphs' step graph (null: eager steps).
-  ForwardBackward(ParallelRun& par, Gpt model, const Precision& precision, std::unique_ptr<StepGraph> graph);
+  // `pipeline`: pp > 1's stage (null without a pipeline); `graph`: kernels.cuda_graphs' step graph
+  // (null: eager steps).
+  ForwardBackward(const ProcessGroups& groups, GradientReducer& gradients, PipelineStages* pipeline, Gpt model,
+                  const Precision& precision, std::unique_ptr<StepGraph> graph);
 
   // The step's gradients accumulated into the parameters (the gradient buckets' hook before each
   // backward; the mixture layers' balancing loss weighted for the step's forwards on every replica).
@@ -43,7 +47,9 @@ class ForwardBackward {
   std::optional<nlohmann::ordered_json> graph_report() const;
 
  private:
-  ParallelRun& par_;
+  const ProcessGroups& groups_;
+  GradientReducer& gradients_;
+  PipelineStages* pipeline_;
   Gpt model_;
   const Precision& precision_;
   std::unique_ptr<StepGraph> graph_;

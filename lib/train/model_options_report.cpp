@@ -7,7 +7,7 @@
 #include "config/schema.h"
 #include "model/gpt_shapes.h"
 #include "optim/make_optimizer.h"
-#include "parallel/parallel_run.h"
+#include "parallel/process_groups.h"
 
 namespace gputrain {
 namespace {
@@ -60,10 +60,10 @@ std::string lora_log_line(const Settings& s) {
       s.model.lora.save == LoraSave::kAdapters ? "the adapters only" : "every weight");
 }
 
-void MoeMetrics::add_to(nlohmann::ordered_json& rec, Gpt& model, ParallelRun& par) {
+void MoeMetrics::add_to(nlohmann::ordered_json& rec, Gpt& model, const ProcessGroups& groups) {
   if (!model->moe) return;
   MoeContext& c = *model->moe;
-  const std::vector<double> sums = par.groups().sum_over_world(
+  const std::vector<double> sums = groups.sum_over_world(
       {c.aux_sum, static_cast<double>(c.aux_terms), static_cast<double>(c.assigned), static_cast<double>(c.dropped)},
       "mixture-of-experts statistics");
   c.reset_stats();

@@ -11,7 +11,7 @@
 
 namespace gputrain {
 
-class ParallelRun;
+class ProcessGroups;
 
 // summary.json's "lora" (null without LoRA); optimizer_state_bytes is the real optimizer's.
 nlohmann::ordered_json lora_report(const Settings& s, int64_t optimizer_state_bytes);
@@ -25,7 +25,7 @@ class MoeMetrics {
   // the last line) and moe_dropped_fraction to `rec`, summed over every rank
   // (a collective: every rank calls it at the same steps), and resets the
   // model's counters. Nothing without model.moe.
-  void add_to(nlohmann::ordered_json& rec, Gpt& model, ParallelRun& par);
+  void add_to(nlohmann::ordered_json& rec, Gpt& model, const ProcessGroups& groups);
   // summary.json's "moe" (null without model.moe).
   nlohmann::ordered_json summary(const ModelSettings& m) const;
 

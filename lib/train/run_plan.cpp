@@ -26,7 +26,7 @@ RunPlan plan_run(const Settings& recipe, const World& world, bool overwrite) {
 }
 
 RunWorld run_world(const RunPlan& p) {
-  // Process groups: any world of several, and a launcher's world of one (parallel/parallel_run.h).
+  // Process groups: any world of several, and a launcher's world of one (parallel/process_groups.h).
   const bool groups = p.group_world.distributed() || p.group_world.launched();
   return RunWorld{p.dp, p.world.size, p.world.describe(), p.device.is_cuda(), groups};
 }

@@ -37,9 +37,10 @@
 #include "optim/param_groups.h"
 #include "parallel/fully_sharded.h"
 #include "parallel/grid.h"
-#include "parallel/parallel_run.h"
 #include "parallel/parallelize.h"
 #include "parallel/pipeline.h"
+#include "parallel/process_groups.h"
+#include "parallel/replica_sums.h"
 #include "parallel/text_broadcast.h"
 #include "parallel/world.h"
 #include "precision/precision.h"
@@ -175,13 +176,13 @@ class Trainer {
   bool continuing_ = false;  // appending to the checkpoint run's own metrics
   fs::path out_dir_, ckpt_root_;
 
-  std::unique_ptr<ParallelRun> par_;
+  std::unique_ptr<ProcessGroups> groups_;  // the world, its grid and this rank's groups
+  ParallelPlan parallel_plan_;
+  ParallelModel par_;  // what parallelize kept on this rank, its gradient reducer and pipeline stage
   std::optional<Precision> precision_;
   Gpt model_{nullptr};
-  int64_t n_params_ = 0;  // the whole model's, before tensor parallelism keeps a shard
-  int64_t recomputed_blocks_ = 0;
+  int64_t n_params_ = 0;   // the whole model's, before tensor parallelism keeps a shard
   std::string lora_base_;  // model.lora.save: adapters: the base's fingerprint
-  std::vector<NamedTensor> named_params_;
   std::vector<torch::Tensor> params_;
   std::unique_ptr<CpuOffload> offload_;
   std::unique_ptr<Optimizer> optimizer_;
@@ -267,15 +268,17 @@ void Trainer::build_model() {
   if (plan_.world.launched() && !plan_.group_world.launched())
     spdlog::info("kernels.cuda_graphs: a world of one ({}) trains as a single process, without a process group",
                  plan_.world.describe());
-  par_ = std::make_unique<ParallelRun>(plan_.group_world, s_.parallel, plan_.device, zero3_shard_blocks(s_.optim));
-  if (par_->distributed())
-    save_writer_ = broadcast_text(*par_->groups().world_comm(), this_writer_id(), 0, "rank 0's checkpoint writer id");
+  groups_ = std::make_unique<ProcessGroups>(plan_.group_world, s_.parallel, plan_.device);
+  parallel_plan_ = ParallelPlan{s_.parallel, s_.train.gradient_checkpointing, s_.train.checkpoint_every, plan_.device,
+                                zero3_shard_blocks(s_.optim)};
+  if (groups_->distributed())
+    save_writer_ = broadcast_text(*groups_->world_comm(), this_writer_id(), 0, "rank 0's checkpoint writer id");
   t_.mem_start_mb = current_rss_mb();
   precision_.emplace(s_.precision, plan_.device);
   // A checkpoint of LoRA adapters only needs the frozen base built as the run built it (model.init_from).
   const bool adapters_only = resumed_ && !resumed_->snapshot.lora_base.empty();
   std::string loaded;
-  model_ = build_initial_model(s_, par_->build_device(), precision_->weight_dtype(),
+  model_ = build_initial_model(s_, build_device(*groups_, parallel_plan_), precision_->weight_dtype(),
                                /*skip_init_from=*/resumed_ && !adapters_only, &loaded);
   model_->train();
   if (!loaded.empty()) spdlog::info("model: {}", loaded);
@@ -295,15 +298,13 @@ void Trainer::build_model() {
   }
   n_params_ = model_->parameter_count();
   // TP -> PP -> EP -> activation checkpointing -> DP/ZeRO (parallel/parallelize.h).
-  ParallelizedModel parallel = parallelize(model_, *par_, s_.train);
-  named_params_ = std::move(parallel.params);
-  recomputed_blocks_ = parallel.recomputed_blocks;
+  par_ = parallelize(model_, *groups_, parallel_plan_);
 }
 
 // The optimizer over the parameters this rank updates, the schedule, the step graph.
 void Trainer::build_optimizer() {
-  for (const auto& p : named_params_) params_.push_back(p.tensor);
-  std::vector<ParamGroup> groups = par_->owned_groups(make_param_groups(*model_, s_.optim));
+  for (const auto& p : par_.share.weights) params_.push_back(p.tensor);
+  std::vector<ParamGroup> groups = par_.gradients->owned_groups(make_param_groups(*model_, s_.optim));
   const bool cuda = plan_.device.is_cuda();
   if (s_.parallel.offload_optimizer && cuda) {  // state and update on the CPU
     offload_ = std::make_unique<CpuOffload>(groups);
@@ -313,10 +314,10 @@ void Trainer::build_optimizer() {
     spdlog::warn("parallel.offload_optimizer has no effect on the CPU (the optimizer state is there already)");
   if (s_.parallel.offload_params && !cuda && s_.run.device != "cpu")
     spdlog::warn("parallel.offload_params has no effect on the CPU (the shards are there already)");
-  FullyShardedModel* sharded = par_->fully_sharded();
+  FullyShardedModel* sharded = par_.share.fully_sharded.get();
   optimizer_ = make_optimizer(groups, s_.optim, sharded ? std::optional(sharded->row_sharding()) : std::nullopt);
   // ZeRO-3's optimizer holds shards, not the weights the model multiplies by.
-  if (!sharded) copies_ = attach_weight_copies(model_, *optimizer_, *precision_, par_->runs_head());
+  if (!sharded) copies_ = attach_weight_copies(model_, *optimizer_, *precision_, par_.share.runs_head());
   if (copies_.tensors > 0)
     spdlog::info("bf16 weight copies: {} weights ({:.1f} MiB) kept by the optimizer, so autocast casts none of them",
                  copies_.tensors, mib(static_cast<double>(copies_.bytes)));
@@ -331,7 +332,7 @@ void Trainer::build_optimizer() {
         StepGraph::kWarmupSteps);
     graph = make_step_graph(plan_.device, params_);
   }
-  passes_.emplace(*par_, model_, *precision_, std::move(graph));
+  passes_.emplace(*groups_, *par_.gradients, par_.pipeline.get(), model_, *precision_, std::move(graph));
 }
 
 // A resumed run's weights, optimizer state and loss scale, into the parallelized model and its optimizer.
@@ -344,11 +345,11 @@ void Trainer::restore_state() {
 void Trainer::apply_snapshot(TrainingSnapshot& snap, const fs::path& dir) {
   // A checkpoint of LoRA adapters holds only them (its base is model.init_from's, checked in build_model).
   const bool adapters_only = !snap.lora_base.empty();
-  load_rank_weights(model_, *par_, snap.model, "checkpoint '" + dir.string() + "'",
+  load_rank_weights(model_, *groups_, par_.share, snap.model, "checkpoint '" + dir.string() + "'",
                     "resume with the model settings the checkpoint was saved with",
                     adapters_only ? std::function<bool(const std::string&)>(is_lora_parameter) : nullptr);
   if (offload_) offload_->parameters_to_host();  // the optimizer updates the host copies
-  optimizer_->load_state(rank_optimizer_state(snap, *par_, *optimizer_, dir.string()));
+  optimizer_->load_state(rank_optimizer_state(snap, *groups_, *par_.gradients, par_.share, *optimizer_, dir.string()));
   if (precision_->scaler() && snap.scaler) precision_->scaler()->load_state(*snap.scaler);
   refresh_weight_copies(model_);
   // The model and the optimizer hold what was read: a second copy would stay in host memory all run.
@@ -363,7 +364,7 @@ void Trainer::choose_batch_split() {
     const int64_t share = plan_.batch.global_batch_size / plan_.dp;  // split over the ranks first
     const double budget = cpu_memory_budget_bytes(s_);
     const bool cpu = plan_.device.is_cpu();
-    const BatchChoice choice = cpu ? find_batch_size_cpu(s_, par_->groups().grid(), share, budget)
+    const BatchChoice choice = cpu ? find_batch_size_cpu(s_, groups_->grid(), share, budget)
                                    : find_batch_size_on_device(model_, *precision_, s_.model, share, plan_.device);
     plan_.batch.per_device_batch_size = choice.batch;
     plan_.batch.grad_accum_steps = choice.grad_accum;
@@ -372,7 +373,7 @@ void Trainer::choose_batch_split() {
                  cpu ? fmt::format(" (CPU: memory plan against {:.0f} MiB)", mib(budget))
                      : std::string(" (trial steps on the GPU)"));
   }
-  if (par_->pipelined() && s_.parallel.pp_microbatches > 0)  // validate could not check it with batch size auto
+  if (par_.pipeline && s_.parallel.pp_microbatches > 0)  // validate could not check it with batch size auto
     check_micro_batch_split(plan_.sequences_per_rank(), s_.parallel.pp_microbatches);
   if (plan_.lead) write_file_atomic((out_dir_ / "recipe.resolved.yaml").string(), recipe_to_yaml(s_));
 }
@@ -388,7 +389,7 @@ void Trainer::load_data() {
   }
   train_sampler_.emplace(*train_source_, SamplerOptions{seed, kTrainStream});
   LoaderOptions options = loader_options(s_, s_.data.train, plan_.device, s_.data.num_workers);
-  options.shard = par_->dp_rank();
+  options.shard = groups_->coord().dp;
   options.shards = plan_.dp;
   if (resumed_) {
     const TrainingSnapshot& snap = resumed_->snapshot;
@@ -422,8 +423,9 @@ void Trainer::log_start() const {
   if (offload_)
     spdlog::info("optimizer: offloaded: state, update and a {:.1f} MiB copy of the parameters in pinned host memory",
                  mib(static_cast<double>(offload_->host_bytes())));
-  if (recomputed_blocks_ > 0)
-    spdlog::info("activation checkpointing: {} of {} blocks recomputed in backward", recomputed_blocks_, m.n_layer);
+  if (par_.share.recomputed_blocks > 0)
+    spdlog::info("activation checkpointing: {} of {} blocks recomputed in backward", par_.share.recomputed_blocks,
+                 m.n_layer);
   spdlog::info("data: {}", train_source_->describe());
   if (const int64_t per_epoch = train_sampler_->samples_per_epoch(); per_epoch > 0)
     spdlog::info("data: {} windows per epoch; {} steps read {:.2f} epochs", per_epoch, s_.train.max_steps,
@@ -434,7 +436,7 @@ void Trainer::log_start() const {
                s_.train.max_steps, s_.tokens_per_step() * dp,
                dp > 1 ? fmt::format("{} processes x ", dp) : std::string(), s_.train.grad_accum_steps,
                s_.train.per_device_batch_size, m.seq_len, out_dir_.string());
-  if (par_->distributed()) spdlog::info("parallel: {}", par_->describe());
+  if (groups_->distributed()) spdlog::info("parallel: {}", describe_parallelism(*groups_, parallel_plan_, par_));
   if (resumed_)
     spdlog::info(
         "resume: continuing from {} at step {} ({} tokens seen; verified and read in {:.2f} s); data from "
@@ -502,7 +504,7 @@ void Trainer::train() {
     const bool eval_now = (s_.train.eval_full ? eval_source_ != nullptr : !eval_batches_.empty()) &&
                           ((s_.train.eval_every > 0 && step % s_.train.eval_every == 0) || step == s_.train.max_steps);
     // One process looks at its signals as late as it can; ranks use the flag they agreed on.
-    const bool stop_now = par_->distributed() ? r.agreed_stop : StopSignals::requested() != 0;
+    const bool stop_now = groups_->distributed() ? r.agreed_stop : StopSignals::requested() != 0;
     if (step % s_.train.log_every == 0 || eval_now || step == s_.train.max_steps || stop_now)
       log_step(r, step, eval_now);
     if (stop_now) {
@@ -535,7 +537,7 @@ bool Trainer::stop_for_wall_time() {
     const double save_s = last_save_s_ > 0 ? last_save_s_.load() : 1.0 + checkpoint_mb_ / 200.0;
     near = seconds_since(t_start_) + 1.2 * (slowest_step_s_ + save_s) > limit;
   }
-  if (!par_->groups().any_rank(near, "agreement on max_wall_time")) return false;
+  if (!groups_->any_rank(near, "agreement on max_wall_time")) return false;
   t_.stop_reason = "max_wall_time";
   status_ = "preempted";
   progress_->finish();
@@ -550,8 +552,8 @@ StepResult Trainer::step() {
   // Distributed runs draw each step's random numbers (dropout) from a seed made of (run.seed, dp rank,
   // step): replicas differ, the tp ranks of one replica agree (their activations outside the split
   // layers are the same tensors), and a resumed run needs no other rank's generator state.
-  if (par_->distributed())
-    torch::manual_seed(mix_seed(static_cast<uint64_t>(s_.run.seed), static_cast<uint64_t>(par_->dp_rank()),
+  if (groups_->distributed())
+    torch::manual_seed(mix_seed(static_cast<uint64_t>(s_.run.seed), static_cast<uint64_t>(groups_->coord().dp),
                                 static_cast<uint64_t>(t_.step)));
   std::vector<Batch> micro;
   int64_t local_tokens = 0;
@@ -561,7 +563,7 @@ StepResult Trainer::step() {
     if (batch_trace_) batch_trace_->record(t_.step + 1, i, micro.back());
     local_tokens += micro.back().target_count;
   }
-  const int64_t step_tokens = par_->global_targets(local_tokens);
+  const int64_t step_tokens = global_targets(*groups_, local_tokens);
   if (step_tokens == 0 && !warned_no_targets_) {  // chat data: windows of prompt text only
     warned_no_targets_ = true;
     progress_->finish();
@@ -577,24 +579,24 @@ StepResult Trainer::step() {
     spdlog::info("kernels.cuda_graphs: step {} captured ({} micro-batches); replayed from here on", t_.step + 1,
                  micro.size());
   }
-  par_->finish_backward();  // every rank now holds the summed gradients (ZeRO-2: of its own parameters)
+  par_.gradients->finish();  // every rank now holds the summed gradients (ZeRO-2: of its own parameters)
   // The global batch's mean loss; and a stop signal on any rank stops every rank after this step
   // (a signal may reach them a step apart; one arriving later in this step counts at the next).
-  std::tie(r.loss, r.agreed_stop) = par_->sum_loss_and_any(r.loss, StopSignals::requested() != 0);
+  std::tie(r.loss, r.agreed_stop) = sum_loss_and_any(*groups_, r.loss, StopSignals::requested() != 0);
   bool overflow = precision_->unscale_and_check(params_);  // fp16: inf/nan gradients
-  if (precision_->has_scaler()) overflow = par_->overflow_on_any_rank(overflow);
+  if (precision_->has_scaler()) overflow = par_.gradients->overflow_on_any_rank(overflow);
   // Fused AdamW multiplies the gradients by the clipping coefficient as it reads them, which saves
   // a pass over every gradient (not under offload: its update runs on host copies).
   torch::Tensor clip_coef;
   const bool fold_clip = optimizer_->folds_grad_scale() && !offload_;
-  r.grad_norm = par_->clip_grad_norm(s_.train.max_grad_norm, fold_clip ? &clip_coef : nullptr);
+  r.grad_norm = par_.gradients->clip_grad_norm(s_.train.max_grad_norm, fold_clip ? &clip_coef : nullptr);
   optimizer_->set_grad_scale(clip_coef);
   r.lr = schedule_->at(t_.step);
   const int64_t step = t_.step + 1;
   bool nan_skip = false;
   if (!overflow && !step_is_finite(r.loss, r.grad_norm)) {
     const std::string message = non_finite_message(step, r.loss.item<double>(), r.grad_norm.item<double>(),
-                                                   first_non_finite(named_params_), s_.train.nan_policy);
+                                                   first_non_finite(par_.share.weights), s_.train.nan_policy);
     if (s_.train.nan_policy == NanPolicy::kAbort) throw runtime_error(message);
     progress_->finish();
     spdlog::warn("{}", message);
@@ -610,7 +612,7 @@ StepResult Trainer::step() {
     if (offload_) offload_->gradients_to_host();
     optimizer_->step(r.lr);
     if (offload_) offload_->parameters_to_device();
-    par_->after_optimizer_step();  // ZeRO: owners send their updated parameters
+    par_.gradients->after_optimizer_step();  // ZeRO: owners send their updated parameters
   }
   precision_->update(overflow);
   // Every parameter's, not just the optimizer's (under ZeRO it holds a share of them).
@@ -688,7 +690,7 @@ bool Trainer::on_spike(int64_t step, double loss, double grad_norm, const SpikeV
 // reads it once rank 0 has written it (the agreement below waits for rank 0, whose save came first).
 void Trainer::roll_back() {
   saver_.wait();
-  par_->groups().any_rank(false, "agreement on a rollback");
+  groups_->any_rank(false, "agreement on a rollback");
   const fs::path dir = ckpt_root_ / step_name(last_saved_step_);
   TrainingSnapshot snap = load_training_checkpoint(dir, optimizer_row_share());
   apply_snapshot(snap, dir);
@@ -730,7 +732,7 @@ void Trainer::log_step(const StepResult& r, int64_t step, bool eval_now) {
   if (t_.nan_skipped_steps > 0) rec["nan_skipped_steps"] = t_.nan_skipped_steps;
   if (t_.spike_skipped_steps > 0) rec["spike_skipped_steps"] = t_.spike_skipped_steps;
   if (t_.spike_rollbacks > 0) rec["spike_rollbacks"] = t_.spike_rollbacks;
-  moe_metrics_.add_to(rec, model_, *par_);  // model.moe: balancing loss, dropped tokens (a collective)
+  moe_metrics_.add_to(rec, model_, *groups_);  // model.moe: balancing loss, dropped tokens (a collective)
   if (eval_now) rec["eval_loss"] = round_to(evaluate(), 6);
   if (metrics_) metrics_->write(rec);
   if (tensorboard_) tensorboard_->scalars(rec);
@@ -755,8 +757,8 @@ double Trainer::evaluate() {
 // train.eval_full: every window of data.eval once. Each replica reads its share and the sums meet
 // (a pipeline's replicas each read them all: its evaluation already gathers over the world).
 double Trainer::evaluate_all_windows() {
-  const bool pipelined = par_->pipelined();
-  const WindowShare share = pipelined ? WindowShare{} : WindowShare{par_->dp_rank(), plan_.dp};
+  const bool pipelined = par_.pipeline != nullptr;
+  const WindowShare share = pipelined ? WindowShare{} : WindowShare{groups_->coord().dp, plan_.dp};
   const int64_t batch = s_.train.per_device_batch_size;
   int64_t forwards = 0;
   const EvalTotals t = evaluate_windows(*eval_source_, s_.model.seq_len, batch, s_.data.eval.mask_document_boundaries,
@@ -765,7 +767,7 @@ double Trainer::evaluate_all_windows() {
                                           return passes_->evaluate({b}) * static_cast<double>(b.target_count);
                                         });
   if (pipelined) return t.loss();
-  if (par_->fully_sharded()) {
+  if (par_.share.fully_sharded) {
     // ZeRO-3: each forward gathers every unit on every rank. A rank whose share took fewer forwards
     // (fewer windows, or batches without targets) runs forwards on a batch without targets until it
     // has run as many as the largest share's batches.
@@ -775,8 +777,8 @@ double Trainer::evaluate_all_windows() {
     for (; forwards < (most + batch - 1) / batch; ++forwards) gputrain::evaluate(model_, {empty}, &*precision_);
   }
   const torch::Tensor loss_sum = torch::tensor(t.loss_sum, torch::kDouble).to(plan_.device);
-  const double total = par_->sum_loss_and_any(loss_sum, false).first.item<double>();
-  return total / static_cast<double>(std::max<int64_t>(par_->global_targets(t.targets), 1));
+  const double total = sum_loss_and_any(*groups_, loss_sum, false).first.item<double>();
+  return total / static_cast<double>(std::max<int64_t>(global_targets(*groups_, t.targets), 1));
 }
 
 // A checkpoint of this step. A parallel run's ranks each write what they hold (no gathering), and
@@ -796,13 +798,13 @@ void Trainer::save() {
   snap->recipe_yaml = recipe_to_yaml(s_);
   snap->optimizer = optimizer_->describe();
   std::optional<CheckpointJoin> join;
-  if (par_->distributed()) {
-    snap->part = checkpoint_part(*par_, *optimizer_);
-    snap->tp_split = par_->tensor_split();
-    const World& world = par_->groups().world();
+  if (groups_->distributed()) {
+    snap->part = checkpoint_part(*groups_, par_.share, par_.gradients->shards_optimizer_state(), *optimizer_);
+    snap->tp_split = par_.share.tensor_split;
+    const World& world = groups_->world();
     join = CheckpointJoin{save_writer_, world.rank, world.size, s_.parallel.timeout_s, saver_.cancelled()};
   } else {
-    snap->model = par_->weights();
+    snap->model = par_.share.weights;
     for (const auto& e : optimizer_->state()) snap->optimizer_state.push_back({e.name, e.tensor});
   }
   if (!lora_base_.empty()) {  // model.lora.save: adapters
@@ -849,11 +851,11 @@ json Trainer::summary(const std::string& status) const {
   if (copies_.tensors > 0)
     j["bf16_weight_copies"] = {{"tensors", copies_.tensors},
                                {"mb", round_to(mib(static_cast<double>(copies_.bytes)), 3)}};
-  if (par_->distributed()) {
+  if (groups_->distributed()) {
     j["zero"] = s_.parallel.zero;
-    const Grid& grid = par_->groups().grid();
+    const Grid& grid = groups_->grid();
     j["grid"] = {{"dp", grid.dp()}, {"pp", grid.pp()}, {"tp", grid.tp()}};
-    if (par_->pipelined()) j["pipeline"] = pipeline_report(par_->pipeline_layout());
+    if (par_.pipeline) j["pipeline"] = pipeline_report(par_.pipeline->layout());
   }
   return j;
 }
@@ -868,10 +870,13 @@ void Trainer::write_summary(const json& j) {
 // summary.json, after the reports that need every rank (collectives: every rank gets here).
 RunOutcome Trainer::finish() {
   json j = summary(status_);
-  j["memory_per_rank"] = memory_per_rank_report(par_->memory_per_rank(*optimizer_));
-  if (par_->distributed()) j["grad_sync"] = grad_sync_report(par_->grad_sync_times());
-  if (const auto traffic = par_->shard_traffic())
-    j["zero3"] = shard_traffic_report(traffic, t_.step - std::max<int64_t>(t_.resumed_from, 0));
+  RankMemory mine = par_.gradients->memory(*optimizer_);
+  if (par_.pipeline) mine = par_.pipeline->with_stage_memory(mine);
+  j["memory_per_rank"] = memory_per_rank_report(memory_per_rank(*groups_, mine));
+  if (groups_->distributed()) j["grad_sync"] = grad_sync_report(par_.gradients->sync_times());
+  if (par_.share.fully_sharded)
+    j["zero3"] =
+        shard_traffic_report(par_.share.fully_sharded->traffic(), t_.step - std::max<int64_t>(t_.resumed_from, 0));
   write_summary(j);
   spdlog::info("{}: {} steps, {} tokens in {}, {:.0f} tokens/s; final loss {:.4f}{}", status_, t_.step, t_.tokens,
                format_duration(seconds_since(t_start_)), j["tokens_per_s"].get<double>(), t_.last_loss,

@@ -1,0 +1,50 @@
+#include "parallel/replica_sums.h"
+
+namespace gputrain {
+
+int64_t global_targets(const ProcessGroups& groups, int64_t local_targets) {
+  if (!groups.distributed()) return local_targets;
+  // The tp ranks and pipeline stages of a replica read the same batch: its first one counts it.
+  auto t = torch::tensor({groups.coord().tp == 0 && groups.coord().pp == 0 ? local_targets : 0},
+                         torch::TensorOptions().dtype(torch::kLong));
+  groups.world_comm()->all_reduce_sum_now(t, "sum of the step's target tokens");
+  return t.item<int64_t>();
+}
+
+std::pair<torch::Tensor, bool> sum_loss_and_any(const ProcessGroups& groups, const torch::Tensor& loss, bool flag) {
+  if (!groups.distributed()) return {loss, flag};
+  // Every tp rank of a replica computed the same loss: its first one counts it.
+  const torch::Tensor mine = groups.coord().tp == 0 ? loss.detach().reshape({}) : torch::zeros({}, loss.options());
+  torch::Tensor both = torch::stack({mine, torch::full({}, flag ? 1.0 : 0.0, loss.options())});
+  groups.world_comm()->all_reduce_sum_now(both, "sum of the step's loss and stop flags");
+  return {both[0].clone(), both[1].item<double>() > 0};
+}
+
+std::vector<RankMemory> memory_per_rank(const ProcessGroups& groups, const RankMemory& mine) {
+  const int size = groups.world().size, rank = groups.world().rank;
+  // One row per rank, each rank filling its own; the stage is stored plus one (0: none).
+  torch::Tensor table = torch::zeros({size, 6}, torch::TensorOptions().dtype(torch::kDouble));
+  table[rank][0] = mine.weights_mb;
+  table[rank][1] = mine.grads_mb;
+  table[rank][2] = mine.optimizer_state_mb;
+  table[rank][3] = mine.stage ? static_cast<double>(*mine.stage + 1) : 0.0;
+  table[rank][4] = static_cast<double>(mine.micro_batches_held);
+  table[rank][5] = mine.activations_mb;
+  if (groups.distributed()) groups.world_comm()->all_reduce_sum_now(table, "gathering per-rank memory for the summary");
+  std::vector<RankMemory> out;
+  for (int r = 0; r < size; ++r) {
+    RankMemory m;
+    m.weights_mb = table[r][0].item<double>();
+    m.grads_mb = table[r][1].item<double>();
+    m.optimizer_state_mb = table[r][2].item<double>();
+    if (const auto stage = static_cast<int64_t>(table[r][3].item<double>()); stage > 0) {
+      m.stage = stage - 1;
+      m.micro_batches_held = static_cast<int64_t>(table[r][4].item<double>());
+      m.activations_mb = table[r][5].item<double>();
+    }
+    out.push_back(m);
+  }
+  return out;
+}
+
+}  // namespace gputrain

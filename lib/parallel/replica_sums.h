@@ -1,0 +1,25 @@
+// What a step sums over the world, one all-reduce each. Quantities counted once per model replica
+// (the loss, its target tokens) are summed with only the ranks that hold them contributing (a
+// replica's first tp rank and first pipeline stage), so one all-reduce serves every grid. On a
+// single process each returns its input.
+#pragma once
+#include <torch/types.h>
+
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "metrics/parallel_reports.h"
+#include "parallel/process_groups.h"
+
+namespace gputrain {
+
+// The step's target-token count over every replica, for normalizing the loss.
+int64_t global_targets(const ProcessGroups& groups, int64_t local_targets);
+// The loss summed over the replicas (each rank's is already divided by the global count, so this is
+// the global mean), and whether any rank raised `flag` (a stop signal): one all-reduce for both.
+std::pair<torch::Tensor, bool> sum_loss_and_any(const ProcessGroups& groups, const torch::Tensor& loss, bool flag);
+// Every rank's memory (summary.json's "memory_per_rank"), in rank order: each rank gives its own.
+std::vector<RankMemory> memory_per_rank(const ProcessGroups& groups, const RankMemory& mine);
+
+}  // namespace gputrain
