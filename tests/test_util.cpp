@@ -143,7 +143,7 @@ std::string shell_quoted(const std::string& text) {
 }
 
 CommandResult run_shell(const std::string& command) {
-  return run_program("/bin/bash", {"-c", "GPUTRAIN='" GPUTRAIN_BINARY "'; " + command});
+  return run_program("/bin/bash", {"-c", std::string("GPUTRAIN='") + GPUTRAIN_BINARY + "'; " + command});
 }
 
 std::string shared_data(const std::string& name) { return std::string(GPUTRAIN_SHARED_DATA_DIR) + "/" + name; }

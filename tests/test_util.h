@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "config/settings.h"
+#include "test_paths.h"
 #include "util/error.h"
 
 namespace gputrain::test {
