@@ -98,6 +98,10 @@ torch::Tensor all_to_all_rows(const torch::Tensor& x, const std::vector<int64_t>
   return AllToAllRows::apply(x, send, recv, group_handle(group));
 }
 
+bool ep_splits(const ProcessGroups& groups, const std::string& name) {
+  return groups.ep() && is_expert_parameter(name);
+}
+
 std::set<std::string> parallelize_experts(Gpt& model, Communicator& ep) {
   const int64_t E = model->cfg.moe.experts, P = ep.size();
   if (!model->cfg.moe.enabled() || E % P != 0)  // validate refuses these first; this guards other callers

@@ -21,6 +21,7 @@
 
 #include "model/gpt.h"
 #include "parallel/communicator.h"
+#include "parallel/process_groups.h"
 
 namespace gputrain {
 
@@ -31,6 +32,8 @@ std::set<std::string> parallelize_experts(Gpt& model, Communicator& ep);
 
 // Whether a parameter belongs to one expert of a mixture layer.
 bool is_expert_parameter(const std::string& name);
+// Whether expert parallelism splits parameter `name` in this run (its replicas share it, not the dp group).
+bool ep_splits(const ProcessGroups& groups, const std::string& name);
 
 // The differentiable exchange (exposed for tests): send[r] rows of x (dim 0,
 // in rank order) go to rank r, recv[r] rows come from it. Its backward is the

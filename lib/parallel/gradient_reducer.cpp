@@ -12,7 +12,6 @@ namespace gputrain {
 
 GradientReducer::GradientReducer(const ProcessGroups& groups, const ParallelSettings& p, RankShare share)
     : groups_(groups), zero_(p.zero), bucket_mb_(p.bucket_mb), share_(std::move(share)) {
-  auto split_expert = [&](const std::string& name) { return groups_.ep() && is_expert_parameter(name); };
   // Frozen parameters (LoRA's base) have no gradients to reduce, clip or own.
   std::vector<NamedTensor> trainable;
   for (const auto& w : share_.weights)
@@ -23,12 +22,12 @@ GradientReducer::GradientReducer(const ProcessGroups& groups, const ParallelSett
   for (size_t i = 0; i < params_.size(); ++i) {
     for (const auto& t : share_.tensor_split)
       if (t.name == params_[i].name) sharded_[i] = t.dim >= 0;
-    expert_[i] = split_expert(params_[i].name);
+    expert_[i] = ep_splits(groups_, params_[i].name);
   }
   if (share_.fully_sharded || !groups_.dp()) return;  // ZeRO-3's shards reduce their own gradients
   // Dense parameters are replicated over the dp group; experts split by ep over their replicas.
   std::vector<NamedTensor> dense_named, expert_named;
-  for (const auto& w : share_.weights) (split_expert(w.name) ? expert_named : dense_named).push_back(w);
+  for (const auto& w : share_.weights) (ep_splits(groups_, w.name) ? expert_named : dense_named).push_back(w);
   for (size_t i = 0; i < params_.size(); ++i) (expert_[i] ? experts_ : dense_).params.push_back(params_[i]);
   dense_.group = groups_.dp();
   experts_.group = groups_.expert_replicas();

@@ -44,9 +44,8 @@ void keep_experts(Gpt& model, const ProcessGroups& groups, RankShare& share) {
 // keeps its rows (an expert's shared by its replicas; with none, ep = dp, it stays whole).
 void shard_fully(Gpt& model, const ProcessGroups& groups, const ParallelPlan& plan,
                  const std::vector<NamedTensor>& held, RankShare& share) {
-  auto split_expert = [&](const std::string& name) { return groups.ep() && is_expert_parameter(name); };
   std::vector<NamedTensor> dense, experts;
-  for (const auto& p : held) (split_expert(p.name) ? experts : dense).push_back(p);
+  for (const auto& p : held) (ep_splits(groups, p.name) ? experts : dense).push_back(p);
   broadcast_parameters(*groups.dp(), dense);
   if (groups.expert_replicas()) broadcast_parameters(*groups.expert_replicas(), experts);
   const ParallelSettings& p = plan.parallel;
@@ -55,9 +54,8 @@ void shard_fully(Gpt& model, const ProcessGroups& groups, const ParallelPlan& pl
       p.gather_dtype == GatherDtype::kBf16 ? std::optional<torch::ScalarType>(torch::kBFloat16) : std::nullopt,
       plan.shard_blocks};
   share.fully_sharded = std::make_shared<FullyShardedModel>(
-      *groups.dp(), model, held, place, [&groups, split_expert](const std::string& name) {
-        return split_expert(name) ? groups.expert_replicas() : groups.dp();
-      });
+      *groups.dp(), model, held, place,
+      [&groups](const std::string& name) { return ep_splits(groups, name) ? groups.expert_replicas() : groups.dp(); });
   model->unit_hooks = share.fully_sharded;
   share.weights = share.fully_sharded->shards();
   // The pipeline's ends sum the tied embedding's gradients shard by shard (the same rows at either end).
