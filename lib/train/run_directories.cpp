@@ -25,14 +25,38 @@ std::vector<DirectoryLock> lock_run_directories(const Settings& s) {
   return locks;
 }
 
+namespace {
+
+// Whether `path` is `dir` or lies below it (both resolved; false when either cannot be).
+bool is_within(const fs::path& path, const fs::path& dir) {
+  std::error_code ec1, ec2;
+  const fs::path p = fs::weakly_canonical(path, ec1), d = fs::weakly_canonical(dir, ec2);
+  if (ec1 || ec2) return false;
+  const fs::path relative = p.lexically_relative(d);
+  return !relative.empty() && *relative.begin() != "..";
+}
+
+}  // namespace
+
+SavedRun saved_run(const fs::path& checkpoint, const fs::path& saved_output_dir, const Settings& s) {
+  const fs::path out = s.resolved_output_dir();
+  return {checkpoint, saved_output_dir, is_within(checkpoint, out) || same_directory(saved_output_dir, out)};
+}
+
 // (Rank 0 created the directory when it locked it: lock_run_directories.)
-fs::path prepare_output_dir(const Settings& s, bool overwrite, bool continuing) {
+fs::path prepare_output_dir(const Settings& s, bool overwrite, const SavedRun* resumed) {
   fs::path dir = s.resolved_output_dir();
-  if (!continuing && !overwrite && (fs::exists(dir / "metrics.jsonl") || fs::exists(dir / "summary.json")))
-    throw usage_error("output directory '" + dir.string() + "' already holds a run (metrics.jsonl) and no checkpoint " +
-                      "to continue from (checkpoint.resume: " + s.checkpoint.resume + ")" +
-                      "\n    fix: choose another with --output-dir, or pass --overwrite to replace it");
-  return dir;
+  if ((resumed && resumed->continued) || overwrite) return dir;
+  if (!fs::exists(dir / "metrics.jsonl") && !fs::exists(dir / "summary.json")) return dir;
+  if (resumed)
+    throw usage_error(fmt::format(
+        "output directory '{}' already holds a run (metrics.jsonl), and the checkpoint '{}' belongs to another: the "
+        "run in '{}'\n    fix: continue that run with --output-dir {}, or start from its checkpoint in a new "
+        "--output-dir",
+        dir.string(), resumed->checkpoint.string(), resumed->output_dir.string(), resumed->output_dir.string()));
+  throw usage_error("output directory '" + dir.string() + "' already holds a run (metrics.jsonl) and no checkpoint " +
+                    "to continue from (checkpoint.resume: " + s.checkpoint.resume + ")" +
+                    "\n    fix: choose another with --output-dir, or pass --overwrite to replace it");
 }
 
 void remove_old_checkpoints(const Settings& s) {

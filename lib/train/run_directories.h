@@ -14,9 +14,22 @@ namespace gputrain {
 // Held, the lock proves every earlier save's writer gone.
 std::vector<DirectoryLock> lock_run_directories(const Settings& s);
 
+// The run a resumed checkpoint belongs to, as far as this run's output folder is concerned.
+struct SavedRun {
+  std::filesystem::path checkpoint;  // the checkpoint directory resumed from
+  std::filesystem::path output_dir;  // the output folder of the run that saved it
+  bool continued = false;            // this run continues it, appending to its metrics
+};
+
+// `continued` when the checkpoint lies inside this run's output folder (its checkpoints/, also after
+// the folder was moved or copied with its checkpoints) or when the saving run wrote to this folder.
+SavedRun saved_run(const std::filesystem::path& checkpoint, const std::filesystem::path& saved_output_dir,
+                   const Settings& s);
+
 // The output directory, checked: a directory holding an earlier run's metrics is refused unless
-// `overwrite`, or the run is `continuing` (a resumed run writing where its checkpoint's run did).
-std::filesystem::path prepare_output_dir(const Settings& s, bool overwrite, bool continuing);
+// `overwrite`, or the run continues the checkpoint's run (`resumed`, null for a fresh start); the
+// refusal names the folder a checkpoint of another run belongs to.
+std::filesystem::path prepare_output_dir(const Settings& s, bool overwrite, const SavedRun* resumed);
 
 // --overwrite starts afresh: the earlier run's checkpoints would otherwise be taken for this
 // run's by a later resume: auto.

@@ -172,8 +172,9 @@ class Trainer {
   std::unique_ptr<WindowSource> train_source_, eval_source_;
   std::vector<DirectoryLock> dir_locks_;
   std::optional<ResumePoint> resumed_;
-  double load_s_ = 0;        // reading the resumed checkpoint
-  bool continuing_ = false;  // appending to the checkpoint run's own metrics
+  double load_s_ = 0;                  // reading the resumed checkpoint
+  std::optional<SavedRun> saved_run_;  // the run the resumed checkpoint belongs to
+  bool continuing_ = false;            // appending to the checkpoint run's own metrics
   fs::path out_dir_, ckpt_root_;
 
   std::unique_ptr<ProcessGroups> groups_;  // the world, its grid and this rank's groups
@@ -256,9 +257,14 @@ void Trainer::restore() {
     for (const auto& c : changes.diverging)
       spdlog::warn("resume: {} changed from {} to {}; the run continues, but not as the saved one would have", c.key,
                    c.saved, c.now);
-    continuing_ = same_directory(snap.settings["run"]["output_dir"].get<std::string>(), s_.resolved_output_dir());
+    saved_run_ = saved_run(resumed_->dir, snap.settings["run"]["output_dir"].get<std::string>(), s_);
+    continuing_ = saved_run_->continued;
+    if (!continuing_)
+      spdlog::info("resume: the checkpoint belongs to the run in '{}'; this run writes its own metrics in '{}'",
+                   saved_run_->output_dir.string(), s_.resolved_output_dir());
   }
-  out_dir_ = plan_.lead ? prepare_output_dir(s_, options_.overwrite, continuing_) : fs::path(s_.resolved_output_dir());
+  out_dir_ = plan_.lead ? prepare_output_dir(s_, options_.overwrite, saved_run_ ? &*saved_run_ : nullptr)
+                        : fs::path(s_.resolved_output_dir());
   ckpt_root_ = s_.resolved_checkpoint_dir();
 }
 

@@ -162,6 +162,47 @@ TEST_CASE("checkpoint: resuming with a changed recipe refuses shape changes and 
   CHECK_FALSE(read_json(out + "/summary.json").contains("resumed_from_step"));
 }
 
+TEST_CASE(
+    "checkpoint: a run folder moved or copied with its checkpoints continues as the same run; a checkpoint "
+    "of another folder's run says so",
+    "[checkpoint][cli]") {
+  TempDir dir;
+  write_file(dir.file("r.yaml"), tiny_recipe());
+  const std::string straight = dir.file("straight"), first = dir.file("first"), copied = dir.file("copied"),
+                    moved = dir.file("moved");
+  REQUIRE(run_recipe(dir.file("r.yaml"), straight, {}).exit_code == 0);
+  REQUIRE(run_recipe(dir.file("r.yaml"), first, {"train.max_steps=5"}).exit_code == 0);
+  fs::copy(first, copied, fs::copy_options::recursive);  // cp -r
+  fs::rename(first, moved);                              // mv
+  for (const std::string& out : {copied, moved}) {
+    INFO(out);
+    auto resumed = run_recipe(dir.file("r.yaml"), out, {});
+    INFO(resumed.output);
+    REQUIRE(resumed.exit_code == 0);
+    CHECK_THAT(resumed.output, Contains("resume: continuing from") && Contains("at step 5"));
+    CHECK(step_records(out) == step_records(straight));  // the first 5 steps kept, 7 appended
+  }
+
+  // The moved run's last checkpoint, taken to a folder that holds another run: refused, nothing written.
+  const std::string theirs = "checkpoint.resume=" + newest_checkpoint(moved).string();
+  const auto copied_metrics = read_file(copied + "/metrics.jsonl");
+  auto clash = run_recipe(dir.file("r.yaml"), copied, {theirs, "train.max_steps=14"});
+  CHECK(clash.exit_code == 2);
+  CHECK_THAT(clash.output, Contains("already holds a run") && Contains("belongs to another: the run in '" + moved));
+  CHECK_THAT(clash.output, Contains("fix: continue that run with --output-dir " + moved));
+  CHECK(read_file(copied + "/metrics.jsonl") == copied_metrics);
+
+  // Into a new folder it branches: its own metrics from the checkpoint's step on, and it says whose it was.
+  const std::string branch = dir.file("branch");
+  auto branched = run_recipe(dir.file("r.yaml"), branch, {theirs, "train.max_steps=14"});
+  INFO(branched.output);
+  REQUIRE(branched.exit_code == 0);
+  CHECK_THAT(branched.output, Contains("resume: the checkpoint belongs to the run in '" + moved));
+  const auto records = step_records(branch);
+  REQUIRE(records.size() == 2);
+  CHECK(records.front()["step"] == 13);
+}
+
 TEST_CASE("checkpoint: SIGTERM and SIGUSR1 save, exit 143 and the resumed run ends as an uninterrupted one",
           "[checkpoint][cli]") {
   TempDir dir;
