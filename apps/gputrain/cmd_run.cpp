@@ -1,13 +1,16 @@
 #include <algorithm>
 #include <csignal>
+#include <cstdio>
 #include <memory>
 
 #include "commands.h"
+#include "checkpoint/checkpoint_dir.h"
 #include "config/recipe.h"
 #include "model/architecture.h"
 #include "optim/optimizer_specs.h"
 #include "parallel/launcher.h"
 #include "train/trainer.h"
+#include "util/error.h"
 
 namespace gputrain::app {
 
@@ -18,35 +21,66 @@ struct RunArgs {
   std::string output_dir;
   bool overwrite = false;
   bool dry_run = false;
+  int max_restarts = 0;
   LaunchArgs launch;
 };
 
-// Starts the workers: each runs this program's `run` with the same recipe and
-// overrides (and no launcher flags), with the torchrun variables set.
+// The overrides with --output-dir as run.output_dir: single-quoted YAML, so that any path (with ':',
+// '#', '[' ...) stays a plain string.
+std::vector<std::string> with_output_dir(std::vector<std::string> overrides, const std::string& dir) {
+  if (dir.empty()) return overrides;
+  std::string quoted = "'";
+  for (char c : dir) quoted += c == '\'' ? std::string("''") : std::string(1, c);
+  overrides.push_back("run.output_dir=" + quoted + "'");
+  return overrides;
+}
+
+// A worker's command: this program's `run` with the same recipe and overrides (no launcher flags).
+std::vector<std::string> worker_args(const RunArgs& r, bool overwrite, const std::vector<std::string>& more_sets) {
+  std::vector<std::string> args = {"run"};
+  if (!r.common.recipe.empty()) args.push_back(r.common.recipe);
+  for (const auto& s : r.common.overrides) args.insert(args.end(), {"--set", s});
+  for (const auto& s : more_sets) args.insert(args.end(), {"--set", s});
+  if (!r.output_dir.empty()) args.insert(args.end(), {"--output-dir", r.output_dir});
+  if (overwrite) args.push_back("--overwrite");
+  return args;
+}
+
+// A restart continues from the newest complete checkpoint in the run's checkpoint.dir (resume: auto,
+// without --overwrite, which would delete it); with none yet, it runs the first command again, replacing
+// what the failed attempt wrote.
+std::vector<std::string> restart_args(const RunArgs& r, const Settings& s) {
+  if (list_checkpoints(s.resolved_checkpoint_dir()).complete.empty()) return worker_args(r, true, {});
+  return worker_args(r, false, {"checkpoint.resume=auto"});
+}
+
+// Starts the workers, with the torchrun variables set; after a worker fails, all of them again, at
+// most --max-restarts times (torchrun's meaning).
 int launch(const RunArgs& r) {
   LaunchOptions o = launch_options(r.launch);
-  const CommonArgs& a = r.common;
-  load_recipe(a.recipe, a.overrides, recipe_rules());  // a bad recipe fails once, here, not in every worker
-  o.worker_args = {"run"};
-  if (!a.recipe.empty()) o.worker_args.push_back(a.recipe);
-  for (const auto& s : a.overrides) o.worker_args.insert(o.worker_args.end(), {"--set", s});
-  if (!r.output_dir.empty()) o.worker_args.insert(o.worker_args.end(), {"--output-dir", r.output_dir});
-  if (r.overwrite) o.worker_args.push_back("--overwrite");
-  return launch_workers(o);
+  if (r.max_restarts > 0 && o.nnodes > 1)
+    throw usage_error("--max-restarts restarts the workers of one node; with --nnodes " + std::to_string(o.nnodes) +
+                      " the other nodes would not restart with them\n    fix: drop --max-restarts and let the "
+                      "scheduler requeue the job (e.g. sbatch --requeue): a run continues from its newest checkpoint");
+  // A bad recipe fails once, here, not in every worker.
+  const Recipe recipe = load_recipe(r.common.recipe, with_output_dir(r.common.overrides, r.output_dir), recipe_rules());
+  o.worker_args = worker_args(r, r.overwrite, {});
+  for (int restarts = 0;; ++restarts) {
+    const int code = launch_workers(o);
+    const bool stopped = code == 0 || code == 128 + SIGTERM || code == 128 + SIGINT;  // done, or asked to stop
+    if (stopped || restarts == r.max_restarts) return code;
+    o.worker_args = restart_args(r, recipe.settings);
+    std::fprintf(
+        stderr, "gputrain launcher: restart %d of %d: starting the workers again (%s)\n", restarts + 1, r.max_restarts,
+        o.worker_args.back() == "--overwrite" ? "no checkpoint yet: from the start" : "from the newest checkpoint");
+  }
 }
 
 int run(const RunArgs& r) {
   const LaunchArgs& l = r.launch;
   if (r.dry_run) return print_plan(r.common, l.launching() ? l.nproc_per_node * std::max(l.nnodes, 1) : 0);
-  if (l.launching()) return launch(r);
-  std::vector<std::string> overrides = r.common.overrides;
-  if (!r.output_dir.empty()) {
-    // Single-quoted YAML, so that any path (with ':', '#', '[' ...) stays a plain string.
-    std::string quoted = "'";
-    for (char c : r.output_dir) quoted += c == '\'' ? std::string("''") : std::string(1, c);
-    overrides.push_back("run.output_dir=" + quoted + "'");
-  }
-  Recipe recipe = load_recipe(r.common.recipe, overrides, recipe_rules());
+  if (l.launching() || r.max_restarts > 0) return launch(r);
+  Recipe recipe = load_recipe(r.common.recipe, with_output_dir(r.common.overrides, r.output_dir), recipe_rules());
   RunOutcome out = run_training(recipe, RunOptions{.overwrite = r.overwrite});
   if (out.status == "ok") return 0;
   // 143 (128 + SIGTERM) means "preempted, resume me", whichever signal (or
@@ -64,6 +98,10 @@ void add_run(CLI::App& cli, Commands& commands) {
   cmd->add_flag("--overwrite", r->overwrite, "replace an earlier run's metrics in the output directory");
   cmd->add_flag("--dry-run", r->dry_run,
                 "print the plan (parameters, FLOPs, memory per component) and exit; same as `plan`");
+  cmd->add_option("--max-restarts", r->max_restarts,
+                  "when a worker fails, stop all and start them again from the newest checkpoint, at most N "
+                  "times (one node; through the launcher, also with one worker)")
+      ->check(CLI::Range(0, 1000000));
   LaunchArgs& l = r->launch;
   cmd->add_option("--nproc-per-node", l.nproc_per_node, "start this many workers here (one per GPU on CUDA)")
       ->check(CLI::Range(1, 1024));

@@ -147,6 +147,50 @@ TEST_CASE("parallel: a killed worker makes the launcher stop the others and name
   CHECK_THAT(output, Contains("peer rank 1 stopped responding"));  // rank 0's own error names it too
 }
 
+TEST_CASE(
+    "parallel: --max-restarts starts the workers again after one is SIGKILLed, and the run ends as an "
+    "uninterrupted one",
+    "[parallel][cli][slow]") {
+  TempDir dir;
+  write_file(dir.file("r.yaml"), dp_recipe());
+  const std::vector<std::string> sets = {"train.max_steps=10", "checkpoint.every=4"};
+  const std::string straight = dir.file("straight"), out = dir.file("o"), log = dir.file("log");
+  REQUIRE(train(dir.file("r.yaml"), straight, 2, sets).exit_code == 0);
+
+  // Both workers wait after their 6th step (a restarted one passes that point again, released by then).
+  ArmedFailpoints failpoints("train.step_done@6=pause");
+  std::vector<std::string> args = {
+      "run", dir.file("r.yaml"), "--output-dir", out, "--nproc-per-node", "2", "--max-restarts", "1"};
+  for (const auto& s : sets) args.insert(args.end(), {"--set", s});
+  const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  const int launcher = spawn_gputrain(args, fd);
+  close(fd);
+  KillOnExit guard({launcher});
+  const std::vector<int> paused = failpoints.wait_paused("train.step_done", launcher, 2);
+  REQUIRE(paused.size() == 2);
+  kill(paused[1], SIGKILL);
+  failpoints.release("train.step_done");
+  const int code = wait_exit_code(launcher);
+  const std::string output = read_file(log);
+  INFO(output);
+  CHECK(code == 0);
+  CHECK_THAT(output, Contains("failed (killed by signal 9"));
+  CHECK_THAT(output, Contains("restart 1 of 1: starting the workers again (from the newest checkpoint)"));
+  CHECK_THAT(output, Contains("resume: continuing from"));
+  // Every step once, as the uninterrupted run logged it.
+  CHECK(step_records(out) == step_records(straight));
+  CHECK(read_json(out + "/summary.json")["steps"] == 10);
+}
+
+TEST_CASE("parallel: --max-restarts is refused across nodes", "[parallel][cli]") {
+  TempDir dir;
+  write_file(dir.file("r.yaml"), dp_recipe());
+  auto r = run_gputrain({"run", dir.file("r.yaml"), "--nnodes", "2", "--node-rank", "0", "--master-addr", "127.0.0.1",
+                         "--max-restarts", "3"});
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.output, Contains("--max-restarts restarts the workers of one node") && Contains("sbatch --requeue"));
+}
+
 TEST_CASE("parallel: workers of a launcher killed with SIGKILL save and stop as preempted", "[parallel][cli][slow]") {
   TempDir dir;
   write_file(dir.file("r.yaml"), dp_recipe());
