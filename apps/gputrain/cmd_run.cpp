@@ -46,14 +46,6 @@ std::vector<std::string> worker_args(const RunArgs& r, bool overwrite, const std
   return args;
 }
 
-// A restart continues from the newest complete checkpoint in the run's checkpoint.dir (resume: auto,
-// without --overwrite, which would delete it); with none yet, it runs the first command again, replacing
-// what the failed attempt wrote.
-std::vector<std::string> restart_args(const RunArgs& r, const Settings& s) {
-  if (list_checkpoints(s.resolved_checkpoint_dir()).complete.empty()) return worker_args(r, true, {});
-  return worker_args(r, false, {"checkpoint.resume=auto"});
-}
-
 // Starts the workers, with the torchrun variables set; after a worker fails, all of them again, at
 // most --max-restarts times (torchrun's meaning).
 int launch(const RunArgs& r) {
@@ -69,10 +61,12 @@ int launch(const RunArgs& r) {
     const int code = launch_workers(o);
     const bool stopped = code == 0 || code == 128 + SIGTERM || code == 128 + SIGINT;  // done, or asked to stop
     if (stopped || restarts == r.max_restarts) return code;
-    o.worker_args = restart_args(r, recipe.settings);
-    std::fprintf(
-        stderr, "gputrain launcher: restart %d of %d: starting the workers again (%s)\n", restarts + 1, r.max_restarts,
-        o.worker_args.back() == "--overwrite" ? "no checkpoint yet: from the start" : "from the newest checkpoint");
+    // From the newest complete checkpoint in checkpoint.dir (resume: auto, without --overwrite, which would
+    // delete it); with none yet, the first command again, replacing what the failed attempt wrote.
+    const bool saved = !list_checkpoints(recipe.settings.resolved_checkpoint_dir()).complete.empty();
+    o.worker_args = saved ? worker_args(r, false, {"checkpoint.resume=auto"}) : worker_args(r, true, {});
+    std::fprintf(stderr, "gputrain launcher: restart %d of %d: starting the workers again (%s)\n", restarts + 1,
+                 r.max_restarts, saved ? "from the newest checkpoint" : "no checkpoint yet: from the start");
   }
 }
 

@@ -154,32 +154,37 @@ TEST_CASE(
   TempDir dir;
   write_file(dir.file("r.yaml"), dp_recipe());
   const std::vector<std::string> sets = {"train.max_steps=10", "checkpoint.every=4"};
-  const std::string straight = dir.file("straight"), out = dir.file("o"), log = dir.file("log");
+  const std::string straight = dir.file("straight");
   REQUIRE(train(dir.file("r.yaml"), straight, 2, sets).exit_code == 0);
 
-  // Both workers wait after their 6th step (a restarted one passes that point again, released by then).
-  ArmedFailpoints failpoints("train.step_done@6=pause");
-  std::vector<std::string> args = {
-      "run", dir.file("r.yaml"), "--output-dir", out, "--nproc-per-node", "2", "--max-restarts", "1"};
-  for (const auto& s : sets) args.insert(args.end(), {"--set", s});
-  const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  const int launcher = spawn_gputrain(args, fd);
-  close(fd);
-  KillOnExit guard({launcher});
-  const std::vector<int> paused = failpoints.wait_paused("train.step_done", launcher, 2);
-  REQUIRE(paused.size() == 2);
-  kill(paused[1], SIGKILL);
-  failpoints.release("train.step_done");
-  const int code = wait_exit_code(launcher);
-  const std::string output = read_file(log);
-  INFO(output);
-  CHECK(code == 0);
-  CHECK_THAT(output, Contains("failed (killed by signal 9"));
-  CHECK_THAT(output, Contains("restart 1 of 1: starting the workers again (from the newest checkpoint)"));
-  CHECK_THAT(output, Contains("resume: continuing from"));
-  // Every step once, as the uninterrupted run logged it.
-  CHECK(step_records(out) == step_records(straight));
-  CHECK(read_json(out + "/summary.json")["steps"] == 10);
+  // Both workers wait after their n-th step (a restarted one passes that point again, released by then),
+  // and one is killed there: after the step-4 checkpoint, and before any.
+  for (const auto& [step, how] :
+       {std::pair{6, "from the newest checkpoint"}, {2, "no checkpoint yet: from the start"}}) {
+    INFO(how);
+    const std::string out = dir.file("o" + std::to_string(step)), log = out + ".log";
+    ArmedFailpoints failpoints("train.step_done@" + std::to_string(step) + "=pause");
+    std::vector<std::string> args = {
+        "run", dir.file("r.yaml"), "--output-dir", out, "--nproc-per-node", "2", "--max-restarts", "1"};
+    for (const auto& s : sets) args.insert(args.end(), {"--set", s});
+    const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    const int launcher = spawn_gputrain(args, fd);
+    close(fd);
+    KillOnExit guard({launcher});
+    const std::vector<int> paused = failpoints.wait_paused("train.step_done", launcher, 2);
+    REQUIRE(paused.size() == 2);
+    kill(paused[1], SIGKILL);
+    failpoints.release("train.step_done");
+    const int code = wait_exit_code(launcher);
+    const std::string output = read_file(log);
+    INFO(output);
+    CHECK(code == 0);
+    CHECK_THAT(output, Contains("failed (killed by signal 9"));
+    CHECK_THAT(output, Contains(std::string("restart 1 of 1: starting the workers again (") + how + ")"));
+    // Every step once, as the uninterrupted run logged it.
+    CHECK(step_records(out) == step_records(straight));
+    CHECK(read_json(out + "/summary.json")["steps"] == 10);
+  }
 }
 
 TEST_CASE("parallel: --max-restarts is refused across nodes", "[parallel][cli]") {
