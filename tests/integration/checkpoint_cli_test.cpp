@@ -163,7 +163,7 @@ TEST_CASE("checkpoint: resuming with a changed recipe refuses shape changes and 
 }
 
 TEST_CASE(
-    "checkpoint: a run folder moved or copied with its checkpoints continues as the same run; a checkpoint "
+    "checkpoint: a run folder moved or copied with its checkpoints continues as the same run, and a checkpoint "
     "of another folder's run says so",
     "[checkpoint][cli]") {
   TempDir dir;
