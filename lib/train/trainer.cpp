@@ -174,7 +174,6 @@ class Trainer {
   std::optional<ResumePoint> resumed_;
   double load_s_ = 0;                  // reading the resumed checkpoint
   std::optional<SavedRun> saved_run_;  // the run the resumed checkpoint belongs to
-  bool continuing_ = false;            // appending to the checkpoint run's own metrics
   fs::path out_dir_, ckpt_root_;
 
   std::unique_ptr<ProcessGroups> groups_;  // the world, its grid and this rank's groups
@@ -258,8 +257,7 @@ void Trainer::restore() {
       spdlog::warn("resume: {} changed from {} to {}; the run continues, but not as the saved one would have", c.key,
                    c.saved, c.now);
     saved_run_ = saved_run(resumed_->dir, snap.settings["run"]["output_dir"].get<std::string>(), s_);
-    continuing_ = saved_run_->continued;
-    if (!continuing_)
+    if (!saved_run_->continued)
       spdlog::info("resume: the checkpoint belongs to the run in '{}'; this run writes its own metrics in '{}'",
                    saved_run_->output_dir.string(), s_.resolved_output_dir());
   }
@@ -455,10 +453,11 @@ void Trainer::log_start() const {
 // random generators, last: building the model and the batches drew from them.
 void Trainer::open_outputs() {
   const std::string metrics_path = (out_dir_ / "metrics.jsonl").string();
-  if (plan_.lead && continuing_) metrics_.emplace(metrics_path, t_.metrics_bytes);
-  if (plan_.lead && !continuing_) metrics_.emplace(metrics_path);
+  const bool continuing = saved_run_ && saved_run_->continued;  // appending to the checkpoint run's own metrics
+  if (plan_.lead && continuing) metrics_.emplace(metrics_path, t_.metrics_bytes);
+  if (plan_.lead && !continuing) metrics_.emplace(metrics_path);
   if (plan_.lead && s_.metrics.tensorboard) {
-    tensorboard_.emplace(out_dir_ / "tensorboard", continuing_ ? std::optional<int64_t>(t_.step) : std::nullopt);
+    tensorboard_.emplace(out_dir_ / "tensorboard", continuing ? std::optional<int64_t>(t_.step) : std::nullopt);
     tensorboard_->text("recipe", recipe_to_yaml(s_), t_.step);
   }
   progress_.emplace(plan_.lead ? s_.metrics.progress : ProgressStyle::kOff, s_.train.max_steps);

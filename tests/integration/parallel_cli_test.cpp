@@ -164,12 +164,7 @@ TEST_CASE(
     INFO(how);
     const std::string out = dir.file("o" + std::to_string(step)), log = out + ".log";
     ArmedFailpoints failpoints("train.step_done@" + std::to_string(step) + "=pause");
-    std::vector<std::string> args = {
-        "run", dir.file("r.yaml"), "--output-dir", out, "--nproc-per-node", "2", "--max-restarts", "1"};
-    for (const auto& s : sets) args.insert(args.end(), {"--set", s});
-    const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    const int launcher = spawn_gputrain(args, fd);
-    close(fd);
+    const int launcher = spawn_launcher(dir.file("r.yaml"), out, 2, sets, log, {"--max-restarts", "1"});
     KillOnExit guard({launcher});
     const std::vector<int> paused = failpoints.wait_paused("train.step_done", launcher, 2);
     REQUIRE(paused.size() == 2);

@@ -40,8 +40,9 @@ CommandResult train_like_one_process(const TempDir& dir, const std::string& reci
 
 // Starts the launcher in the background, its output in `log`.
 int spawn_launcher(const std::string& recipe, const std::string& out, int nproc, const std::vector<std::string>& sets,
-                   const std::string& log) {
+                   const std::string& log, const std::vector<std::string>& flags) {
   std::vector<std::string> args = {"run", recipe, "--output-dir", out, "--nproc-per-node", std::to_string(nproc)};
+  args.insert(args.end(), flags.begin(), flags.end());
   for (const auto& s : sets) args.insert(args.end(), {"--set", s});
   const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   const int pid = spawn_gputrain(args, fd);

@@ -25,9 +25,9 @@ CommandResult train_like_one_process(const TempDir& dir, const std::string& reci
                                      const std::vector<double>& loss1, const std::vector<double>& norm1,
                                      double tolerance);
 
-// Starts the launcher in the background, its output in `log`.
+// Starts the launcher in the background, its output in `log`; `flags` go to `run` as well.
 int spawn_launcher(const std::string& recipe, const std::string& out, int nproc, const std::vector<std::string>& sets,
-                   const std::string& log);
+                   const std::string& log, const std::vector<std::string>& flags = {});
 
 // The pid of the launcher's worker with RANK=`rank`, or -1.
 int worker_pid(int launcher, int rank);
