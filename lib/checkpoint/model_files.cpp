@@ -13,6 +13,7 @@
 #include "model/gpt.h"
 #include "model/hf_mapping.h"
 #include "model/lora.h"
+#include "model/meta_build.h"
 #include "util/atomic_file.h"
 #include "util/dir_lock.h"
 #include "util/error.h"
@@ -89,6 +90,14 @@ Gpt build_initial_model(const Settings& s, torch::Device device, torch::ScalarTy
     const std::string what = load_initial_weights(*model, s.model, s.model.init_from);
     if (described) *described = what;
   }
+  return model;
+}
+
+Gpt build_model_on_meta(const Settings& s, torch::ScalarType dtype) {
+  torch::manual_seed(static_cast<uint64_t>(s.run.seed));  // the model's init_seed
+  MetaBuild meta;
+  Gpt model(s.model);
+  model->to(dtype);
   return model;
 }
 

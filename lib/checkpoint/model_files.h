@@ -30,6 +30,10 @@ std::string load_initial_weights(torch::nn::Module& model, const ModelSettings& 
 Gpt build_initial_model(const Settings& s, torch::Device device, torch::ScalarType dtype, bool skip_init_from = false,
                         std::string* described = nullptr);
 
+// The same model on the meta device (shapes only, in `dtype`): parallelize gives each rank's part
+// storage and the values build_initial_model's would have there (parallel/initial_parts.h).
+Gpt build_model_on_meta(const Settings& s, torch::ScalarType dtype);
+
 // `where` may be a checkpoint, a directory of step_<N> checkpoints or a run's
 // output directory (its checkpoints/ is used); the newest complete one is chosen.
 std::filesystem::path find_checkpoint(const std::filesystem::path& where);

@@ -1,6 +1,7 @@
 #include "model/gpt.h"
 
 #include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
 
 #include <cmath>
 #include <limits>
@@ -10,7 +11,9 @@
 #include "model/cross_entropy.h"
 #include "model/fused_bias_gelu.h"
 #include "model/gpt_shapes.h"
+#include "model/initial_values.h"
 #include "model/lora.h"
+#include "model/meta_build.h"
 #include "model/weight_copy.h"
 
 namespace gputrain {
@@ -169,10 +172,16 @@ torch::Tensor BlockImpl::forward(const torch::Tensor& x) {
   return h + branch;
 }
 
+// An embedding table whose weight is made as the model's other parameters are (model/meta_build.h),
+// left for GptImpl::reset_parameters to fill.
+static nn::Embedding make_embedding(int64_t rows, int64_t width) {
+  return nn::Embedding(nn::EmbeddingOptions(rows, width)._weight(torch::empty({rows, width}, parameter_options())));
+}
+
 GptBodyImpl::GptBodyImpl(const ModelSettings& cfg, const std::shared_ptr<MoeContext>& moe) {
-  wte = register_module("wte", nn::Embedding(cfg.padded_vocab(), cfg.d_model));
+  wte = register_module("wte", make_embedding(cfg.padded_vocab(), cfg.d_model));
   const bool rotary = architecture(cfg).positions == PositionKind::kRotary;
-  if (!rotary) wpe = register_module("wpe", nn::Embedding(cfg.seq_len, cfg.d_model));
+  if (!rotary) wpe = register_module("wpe", make_embedding(cfg.seq_len, cfg.d_model));
   drop = register_module("drop", nn::Dropout(cfg.dropout));
   h = register_module("h", nn::ModuleList());
   auto rotation = rotary ? std::make_shared<RotaryEmbedding>(cfg) : nullptr;
@@ -180,13 +189,12 @@ GptBodyImpl::GptBodyImpl(const ModelSettings& cfg, const std::shared_ptr<MoeCont
   ln_f = register_module("ln_f", make_norm(cfg));
 }
 
-GptImpl::GptImpl(const ModelSettings& c) : cfg(c) {
+GptImpl::GptImpl(const ModelSettings& c) : cfg(c), init_seed(at::detail::getDefaultCPUGenerator().current_seed()) {
   if (cfg.moe.enabled()) moe = std::make_shared<MoeContext>();
   transformer = register_module("transformer", GptBody(cfg, moe));
   if (!cfg.tie_embeddings) lm_head = register_module("lm_head", Linear(cfg.d_model, cfg.padded_vocab(), false));
-  reset_parameters();
-  if (cfg.lora.rank > 0)
-    add_lora_adapters(*this, cfg.lora);  // after the base's initialization: its random numbers stay
+  if (cfg.lora.rank > 0) add_lora_adapters(*this, cfg.lora);
+  if (!transformer->wte->weight.is_meta()) reset_parameters();  // built on meta: filled where kept
 }
 
 torch::Tensor GptImpl::embed(const torch::Tensor& tokens) {
@@ -283,19 +291,10 @@ torch::Tensor GptImpl::loss_sum(const torch::Tensor& tokens, const torch::Tensor
 }
 
 void GptImpl::reset_parameters() {
-  torch::NoGradGuard no_grad;
-  const double std = 0.02;
-  const double proj_std = std / std::sqrt(2.0 * static_cast<double>(cfg.n_layer));
   for (const auto& item : named_parameters(/*recurse=*/true)) {
-    const std::string& name = item.key();
-    torch::Tensor p = item.value();
-    auto ends_with = [&name](const std::string& s) {
-      return name.size() >= s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0;
-    };
-    if (ends_with("c_proj.weight")) p.normal_(0.0, proj_std);
-    else if (p.dim() >= 2) p.normal_(0.0, std);  // Linear and Embedding weights
-    else if (ends_with(".bias")) p.zero_();
-    else p.fill_(1.0);  // norm scales
+    const torch::Tensor& p = item.value();
+    fill_initial(p.detach(), item.key(), initial_distribution(item.key(), p.sizes(), cfg), init_seed,
+                 whole_index(p.sizes()));
   }
 }
 

@@ -140,10 +140,8 @@ struct GptImpl : torch::nn::Module {
   torch::Tensor run_blocks(torch::Tensor x, int64_t first, int64_t last);
   torch::Tensor head_loss_sum(const torch::Tensor& x, const torch::Tensor& targets);
 
-  // GPT-2 initialization (for both architectures): N(0, 0.02), zero biases,
-  // norm scales 1, residual projections (attn.c_proj, mlp.c_proj, experts'
-  // c_proj) scaled by 1/sqrt(2 * n_layer). Deterministic given the global
-  // torch seed. Called before LoRA adapters exist (they initialize themselves).
+  // Every parameter (LoRA's adapters included) to its initial value under init_seed
+  // (model/initial_values.h): the same numbers any part of it gets where a process keeps only that part.
   void reset_parameters();
 
   int64_t parameter_count() const;  // unique parameters (tied weights once), frozen ones included
@@ -151,6 +149,9 @@ struct GptImpl : torch::nn::Module {
   std::vector<std::vector<std::string>> unit_parameter_names() const;
 
   ModelSettings cfg;
+  // The global torch seed when the model was built (torch::manual_seed): what its initial weights
+  // are a function of, with each parameter's name and shape.
+  uint64_t init_seed = 0;
   GptBody transformer{nullptr};
   Linear lm_head{nullptr};  // only when embeddings are untied
   // Tied embeddings: the output head's bf16 copy of wte's weight, as LinearImpl::weight_copy.

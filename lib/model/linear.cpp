@@ -6,13 +6,14 @@
 #include <cmath>
 
 #include "model/linear_bias_grad.h"
+#include "model/meta_build.h"
 #include "model/weight_copy.h"
 
 namespace gputrain {
 
 LinearImpl::LinearImpl(int64_t in_features, int64_t out_features, bool with_bias) {
-  weight = register_parameter("weight", torch::empty({out_features, in_features}));
-  if (with_bias) bias = register_parameter("bias", torch::empty({out_features}));
+  weight = register_parameter("weight", torch::empty({out_features, in_features}, parameter_options()));
+  if (with_bias) bias = register_parameter("bias", torch::empty({out_features}, parameter_options()));
   torch::NoGradGuard no_grad;
   torch::nn::init::kaiming_uniform_(weight, std::sqrt(5.0));
   if (with_bias) {

@@ -3,12 +3,13 @@
 #include <ATen/ATen.h>
 
 #include "model/fused_norm.h"
+#include "model/meta_build.h"
 
 namespace gputrain {
 
 NormImpl::NormImpl(NormKind k, int64_t n, double e) : kind(k), size(n), eps(e) {
-  weight = register_parameter("weight", torch::ones({n}));
-  if (kind == NormKind::kLayerNorm) bias = register_parameter("bias", torch::zeros({n}));
+  weight = register_parameter("weight", torch::ones({n}, parameter_options()));
+  if (kind == NormKind::kLayerNorm) bias = register_parameter("bias", torch::zeros({n}, parameter_options()));
 }
 
 static FusedNormParams fused_params(const NormImpl& n) {

@@ -9,6 +9,7 @@
 
 #include "optim/optimizer_specs.h"
 #include "util/error.h"
+#include "util/replace_data.h"
 #include "util/stopwatch.h"
 
 namespace gputrain {
@@ -43,7 +44,7 @@ torch::Tensor writable_alias(const torch::Tensor& t) {
 }  // namespace
 
 FullyShardedModel::FullyShardedModel(Communicator& dp, Gpt& model, const std::vector<NamedTensor>& held,
-                                     const ShardPlacement& place, ShardGroupOf group_of)
+                                     const ShardPlacement& place, ShardGroupOf group_of, const ShardFill& fill)
     : compute_(place.compute),
       offloaded_(place.shards != place.compute),
       reshard_after_forward_(place.reshard_after_forward),
@@ -73,7 +74,7 @@ FullyShardedModel::FullyShardedModel(Communicator& dp, Gpt& model, const std::ve
       q.shard_rows = rank_rows(q.rows, rank_in(q.group), static_cast<int>(size_of(q.group)),
                                place.blocks.row_multiple(name, q.rows, q.row_numel))
                          .shard_rows;
-      q.shard = cut(p.detach(), own_part(q, StateLayout::kRows)).to(place.shards);
+      q.shard = first_shard(q, p, place.shards, fill);
       if (offloaded_) q.shard = q.shard.pin_memory();
       q.shard.set_requires_grad(p.requires_grad());
       // The parameter moves to the device, in the dtype units are computed in (floating weights
@@ -81,7 +82,7 @@ FullyShardedModel::FullyShardedModel(Communicator& dp, Gpt& model, const std::ve
       const torch::ScalarType dtype =
           place.gather_dtype && p.is_floating_point() ? *place.gather_dtype : p.scalar_type();
       if (p.device() != compute_ || p.scalar_type() != dtype)
-        q.whole.set_data(torch::empty(p.sizes(), p.options().device(compute_).dtype(dtype)));
+        replace_data(q.whole, torch::empty(p.sizes(), p.options().device(compute_).dtype(dtype)));
       free_storage(q.whole);
       auto [it, added] = pack_of.emplace(std::pair(q.whole.scalar_type(), q.group), units_[u].packs.size());
       if (added) units_[u].packs.emplace_back().group = q.group;
@@ -287,6 +288,18 @@ torch::Tensor FullyShardedModel::cut(const torch::Tensor& whole, const Part& p, 
                                                   /*copy=*/true)
                             : torch::zeros(shape, whole.options().requires_grad(false));
   if (p.count > 0) shard.narrow(0, 0, p.count).copy_(whole.narrow(0, p.first, p.count));
+  return shard;
+}
+
+torch::Tensor FullyShardedModel::first_shard(const Param& q, const torch::Tensor& p, torch::Device device,
+                                             const ShardFill& fill) const {
+  const Part part = own_part(q, StateLayout::kRows);
+  if (!p.is_meta()) return cut(p.detach(), part).to(device);
+  if (!fill) throw std::logic_error("ZeRO-3: parameter '" + q.name + "' has no values and nothing fills it");
+  std::vector<int64_t> shape = p.sizes().vec();
+  shape[0] = part.shard;
+  torch::Tensor shard = torch::empty(shape, p.options().device(device).requires_grad(false));
+  fill(q.name, shard, part.first, part.count);
   return shard;
 }
 

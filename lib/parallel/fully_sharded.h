@@ -49,6 +49,10 @@ ShardBlocks zero3_shard_blocks(const OptimSettings& o);
 // expert's replicas), or nullptr where this rank holds it alone (its shard is then the whole).
 using ShardGroupOf = std::function<Communicator*(const std::string& parameter)>;
 
+// For a model built on the meta device: fills `shard` (on its device) with rows [first, first + count)
+// of parameter `name`, and zeros after them (parallel/initial_parts.h).
+using ShardFill = std::function<void(const std::string& name, torch::Tensor& shard, int64_t first, int64_t count)>;
+
 class FullyShardedModel : public UnitHooks {
  public:
   // `model`'s parameters (whole and equal on every rank of their group: `dp`, or `group_of`'s where
@@ -56,8 +60,9 @@ class FullyShardedModel : public UnitHooks {
   // while gathered, a unit's weights reach the device, so a model larger than one device's memory
   // trains. The caller installs it as the model's unit hooks.
   // `held`: the parameters this rank holds (a pipeline stage's; frozen ones included), registration order.
+  // Those on the meta device (no values yet) get their shards from `fill`.
   FullyShardedModel(Communicator& dp, Gpt& model, const std::vector<NamedTensor>& held, const ShardPlacement& place,
-                    ShardGroupOf group_of = {});
+                    ShardGroupOf group_of = {}, const ShardFill& fill = {});
   ~FullyShardedModel() override;
 
   // This rank's shards, named as the parameters, frozen ones included, in registration order.
@@ -126,6 +131,8 @@ class FullyShardedModel : public UnitHooks {
   Part own_part(const Param& q, StateLayout layout) const;
   // This rank's part of `whole` (p.whole units long), padded to p.shard with `padding`'s (see shard_of).
   static torch::Tensor cut(const torch::Tensor& whole, const Part& p, const torch::Tensor& padding = {});
+  // q's shard of parameter p on `device`: cut from p's values, or from `fill` where p is on meta.
+  torch::Tensor first_shard(const Param& q, const torch::Tensor& p, torch::Device device, const ShardFill& fill) const;
   void start_gather(int64_t unit);
   void gather(int64_t unit);  // waits for a prefetch, or gathers now
   void reshard(int64_t unit);

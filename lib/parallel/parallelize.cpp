@@ -2,10 +2,13 @@
 
 #include <fmt/format.h>
 
+#include <optional>
+
 #include "model/activation_checkpointing.h"
 #include "parallel/data_parallel.h"
 #include "parallel/expert_parallel.h"
 #include "parallel/fully_sharded.h"
+#include "parallel/initial_parts.h"
 #include "parallel/pipeline.h"
 #include "parallel/tensor_parallel.h"
 
@@ -42,12 +45,15 @@ void keep_experts(Gpt& model, const ProcessGroups& groups, RankShare& share) {
 
 // ZeRO-3: rank 0 of each group decides the weights (as the replicas' do otherwise), then each rank
 // keeps its rows (an expert's shared by its replicas; with none, ep = dp, it stays whole).
+// Built on meta, each rank computes its own rows (`initial`): the same numbers rank 0 would have sent.
 void shard_fully(Gpt& model, const ProcessGroups& groups, const ParallelPlan& plan,
-                 const std::vector<NamedTensor>& held, RankShare& share) {
-  std::vector<NamedTensor> dense, experts;
-  for (const auto& p : held) (ep_splits(groups, p.name) ? experts : dense).push_back(p);
-  broadcast_parameters(*groups.dp(), dense);
-  if (groups.expert_replicas()) broadcast_parameters(*groups.expert_replicas(), experts);
+                 const std::vector<NamedTensor>& held, const InitialParts* initial, RankShare& share) {
+  if (!initial) {
+    std::vector<NamedTensor> dense, experts;
+    for (const auto& p : held) (ep_splits(groups, p.name) ? experts : dense).push_back(p);
+    broadcast_parameters(*groups.dp(), dense);
+    if (groups.expert_replicas()) broadcast_parameters(*groups.expert_replicas(), experts);
+  }
   const ParallelSettings& p = plan.parallel;
   ShardPlacement place{
       plan.device, offloads_params(plan) ? torch::Device(torch::kCPU) : plan.device, p.reshard_after_forward,
@@ -55,7 +61,11 @@ void shard_fully(Gpt& model, const ProcessGroups& groups, const ParallelPlan& pl
       plan.shard_blocks};
   share.fully_sharded = std::make_shared<FullyShardedModel>(
       *groups.dp(), model, held, place,
-      [&groups](const std::string& name) { return ep_splits(groups, name) ? groups.expert_replicas() : groups.dp(); });
+      [&groups](const std::string& name) { return ep_splits(groups, name) ? groups.expert_replicas() : groups.dp(); },
+      initial ? ShardFill([initial](const std::string& name, torch::Tensor& shard, int64_t first, int64_t count) {
+        initial->fill_rows(name, shard, first, count);
+      })
+              : ShardFill());
   model->unit_hooks = share.fully_sharded;
   share.weights = share.fully_sharded->shards();
   // The pipeline's ends sum the tied embedding's gradients shard by shard (the same rows at either end).
@@ -72,13 +82,20 @@ torch::Device build_device(const ProcessGroups& groups, const ParallelPlan& plan
 ParallelModel parallelize(Gpt& model, const ProcessGroups& groups, const ParallelPlan& plan) {
   ParallelModel out;
   RankShare& share = out.share;
-  if (groups.tp()) share.tensor_split = parallelize_tensor(model, *groups.tp());
+  // Built on meta: the whole shapes, before this rank keeps its slices, say which elements it fills.
+  std::optional<InitialParts> initial;
+  if (built_on_meta(model)) initial.emplace(model);
+  if (groups.tp()) {
+    share.tensor_split = parallelize_tensor(model, *groups.tp());
+    if (initial) initial->set_tensor_split(share.tensor_split, groups.tp()->rank(), groups.tp()->size());
+  }
   keep_pipeline_stage(model, groups, share);
   keep_experts(model, groups, share);
   share.recomputed_blocks = apply_activation_checkpointing(model, plan.checkpointing, plan.checkpoint_every);
   std::vector<NamedTensor> held = share.held_of(module_weights(*model));
-  if (fully_shards(groups, plan)) shard_fully(model, groups, plan, held, share);
+  if (fully_shards(groups, plan)) shard_fully(model, groups, plan, held, initial ? &*initial : nullptr, share);
   else share.weights = std::move(held);
+  if (initial) share.initialized_bytes = initial->materialize(model, share.weights, plan.device);
   out.gradients = std::make_unique<GradientReducer>(groups, plan.parallel, share);
   if (groups.pp()) out.pipeline = std::make_unique<PipelineStages>(groups, plan.parallel, plan.device, share.stages);
   return out;

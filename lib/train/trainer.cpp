@@ -282,8 +282,12 @@ void Trainer::build_model() {
   // A checkpoint of LoRA adapters only needs the frozen base built as the run built it (model.init_from).
   const bool adapters_only = resumed_ && !resumed_->snapshot.lora_base.empty();
   std::string loaded;
-  model_ = build_initial_model(s_, build_device(*groups_, parallel_plan_), precision_->weight_dtype(),
-                               /*skip_init_from=*/resumed_ && !adapters_only, &loaded);
+  const bool loads_init_from = !s_.model.init_from.empty() && (!resumed_ || adapters_only);
+  // Adapters saved alone record their base's fingerprint, taken from the whole base.
+  const bool whole = loads_init_from || (s_.model.lora.rank > 0 && s_.model.lora.save == LoraSave::kAdapters);
+  model_ = whole ? build_initial_model(s_, build_device(*groups_, parallel_plan_), precision_->weight_dtype(),
+                                       /*skip_init_from=*/!loads_init_from, &loaded)
+                 : build_model_on_meta(s_, precision_->weight_dtype());
   model_->train();
   if (!loaded.empty()) spdlog::info("model: {}", loaded);
   if (adapters_only)
@@ -303,6 +307,12 @@ void Trainer::build_model() {
   n_params_ = model_->parameter_count();
   // TP -> PP -> EP -> activation checkpointing -> DP/ZeRO (parallel/parallelize.h).
   par_ = parallelize(model_, *groups_, parallel_plan_);
+  if (par_.share.initialized_bytes > 0)
+    spdlog::info(
+        "model: built on the meta device; this rank gave storage and initial values only to its part, "
+        "{:.1f} MiB of the {:.1f} MiB of weights",
+        mib(static_cast<double>(par_.share.initialized_bytes)),
+        mib(static_cast<double>(n_params_ * c10::elementSize(precision_->weight_dtype()))));
 }
 
 // The optimizer over the parameters this rank updates, the schedule, the step graph.

@@ -1,0 +1,65 @@
+#include "parallel/initial_parts.h"
+
+#include <ATen/ATen.h>
+
+#include <set>
+#include <stdexcept>
+
+#include "util/replace_data.h"
+
+namespace gputrain {
+
+InitialParts::InitialParts(const Gpt& model) : seed_(model->init_seed) {
+  for (const auto& item : model->named_parameters(/*recurse=*/true)) {
+    const at::IntArrayRef shape = item.value().sizes();
+    params_[item.key()] = {shape.vec(), initial_distribution(item.key(), shape, model->cfg), whole_index(shape)};
+  }
+}
+
+void InitialParts::set_tensor_split(const std::vector<TensorShard>& split, int rank, int size) {
+  for (const TensorShard& s : split) {
+    if (s.dim < 0) continue;
+    Parameter& p = params_.at(s.name);
+    // The slice's rows (or columns) are those shard_of cuts from an index along that dimension.
+    if (s.dim == 0) p.index.rows = shard_of(p.index.rows.view({-1, 1}), s, rank, size).reshape({-1});
+    else p.index.cols = shard_of(p.index.cols.view({1, -1}), s, rank, size).reshape({-1});
+  }
+}
+
+const InitialParts::Parameter& InitialParts::parameter(const std::string& name) const {
+  const auto it = params_.find(name);
+  if (it == params_.end()) throw std::logic_error("InitialParts: no parameter " + name);
+  return it->second;
+}
+
+void InitialParts::fill_rows(const std::string& name, torch::Tensor& out, int64_t first, int64_t count) const {
+  const Parameter& p = parameter(name);
+  const int64_t rows = out.dim() == 0 ? 1 : out.size(0);
+  WholeIndex index = p.index;
+  index.rows = at::cat({p.index.rows.narrow(0, first, count), at::full({rows - count}, -1, at::kLong)});
+  fill_initial(out, name, p.distribution, seed_, index);
+}
+
+int64_t InitialParts::materialize(Gpt& model, const std::vector<NamedTensor>& held, torch::Device device) const {
+  torch::NoGradGuard no_grad;
+  int64_t bytes = 0;
+  std::set<std::string> filled;
+  for (const auto& h : held) {
+    if (!h.tensor.is_meta()) continue;
+    const Parameter& p = parameter(h.name);
+    // Filled on the host a piece at a time, so a device parameter needs no whole host copy.
+    torch::Tensor data = torch::empty(h.tensor.sizes(), h.tensor.options().device(device));
+    fill_initial(data, h.name, p.distribution, seed_, p.index);
+    replace_data(h.tensor, data);
+    filled.insert(h.name);
+  }
+  for (const auto& h : held) bytes += static_cast<int64_t>(h.tensor.nbytes());
+  for (auto& item : model->named_parameters(/*recurse=*/true))
+    if (item.value().is_meta() && !filled.count(item.key()))
+      replace_data(item.value(), torch::empty({0}, item.value().options().device(device)));
+  return bytes;
+}
+
+bool built_on_meta(const Gpt& model) { return model->transformer->wte->weight.is_meta(); }
+
+}  // namespace gputrain

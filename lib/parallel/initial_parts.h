@@ -1,0 +1,51 @@
+// A model built on the meta device (model/meta_build.h) gets storage only for what this rank keeps,
+// filled with the initial values of exactly those elements of the whole parameters
+// (model/initial_values.h): its tensor-parallel slices, its stage's and experts' parameters, under
+// ZeRO-3 its rows of them. No rank computes, or holds, any other part.
+#pragma once
+#include <torch/types.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "model/gpt.h"
+#include "model/initial_values.h"
+#include "parallel/tensor_shard.h"
+#include "util/named_tensor.h"
+
+namespace gputrain {
+
+class InitialParts {
+ public:
+  // Of `model` as built, before any rank keeps its part: each parameter's whole shape.
+  explicit InitialParts(const Gpt& model);
+
+  // After tensor parallelism kept this rank's slices (rank `rank` of `size`; `split` empty for tp 1).
+  void set_tensor_split(const std::vector<TensorShard>& split, int rank, int size);
+
+  // Fills `out` with rows [first, first + count) of this rank's (tensor-parallel) parameter `name`,
+  // its further rows (ZeRO-3's padding) with zeros.
+  void fill_rows(const std::string& name, torch::Tensor& out, int64_t first, int64_t count) const;
+
+  // Each of `held` still on the meta device gets storage on `device`, filled; every other parameter of
+  // the model left on the meta device (one a stage or another rank holds) becomes empty on `device`.
+  // Returns the bytes given.
+  int64_t materialize(Gpt& model, const std::vector<NamedTensor>& held, torch::Device device) const;
+
+ private:
+  struct Parameter {
+    std::vector<int64_t> whole_shape;
+    InitialDistribution distribution;
+    WholeIndex index;  // this rank's slice of the whole
+  };
+  const Parameter& parameter(const std::string& name) const;
+
+  uint64_t seed_;
+  std::map<std::string, Parameter> params_;
+};
+
+// Whether `model` was built on the meta device (its parameters have no storage yet).
+bool built_on_meta(const Gpt& model);
+
+}  // namespace gputrain
