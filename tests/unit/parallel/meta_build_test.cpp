@@ -1,0 +1,149 @@
+// A model built on the meta device and parallelized: each rank's parameters (tp slices, its stage's,
+// its experts, ZeRO-3 rows) hold exactly, bit for bit, the same elements of one process's model built
+// whole from the same seed, and no rank was given storage for another's part. Four ranks are threads
+// of this process over Gloo on loopback.
+#include <catch2/catch.hpp>
+#include <ATen/ATen.h>
+
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "model/meta_build.h"
+#include "parallel/fully_sharded.h"
+#include "parallel/launcher.h"
+#include "parallel/parallelize.h"
+#include "parallel/process_groups.h"
+#include "test_util.h"
+
+using namespace gputrain;
+
+namespace {
+
+constexpr uint64_t kSeed = 1234;
+std::mutex seed_lock;  // the global seed is the build's, and the ranks share it
+
+Gpt build(const ModelSettings& m, bool meta) {
+  std::lock_guard<std::mutex> lock(seed_lock);
+  torch::manual_seed(kSeed);
+  if (!meta) return Gpt(m);
+  MetaBuild on_meta;
+  return Gpt(m);
+}
+
+// Of this rank's tensor-parallel part of `whole`, the piece its held tensor `t` should be.
+torch::Tensor tp_part(const RankShare& share, const ProcessGroups& groups, const std::string& name,
+                      const torch::Tensor& whole) {
+  for (const TensorShard& s : share.tensor_split)
+    if (s.name == name && s.dim >= 0) return shard_of(whole, s, groups.tp()->rank(), groups.tp()->size());
+  return whole;
+}
+
+// Checks every parameter of this rank against `reference` (name -> whole tensor); returns how many it holds.
+size_t check_rank(const ProcessGroups& groups, const ParallelModel& par, Gpt& model,
+                  const std::map<std::string, torch::Tensor>& reference) {
+  const RankShare& share = par.share;
+  for (const auto& w : share.weights) {
+    INFO(w.name);
+    REQUIRE(!w.tensor.is_meta());
+    const torch::Tensor expected = tp_part(share, groups, w.name, reference.at(w.name));
+    if (!share.fully_sharded) {
+      CHECK(torch::equal(w.tensor, expected));
+      continue;
+    }
+    const auto piece = share.fully_sharded->own_rows(w.name, w.tensor);
+    REQUIRE(piece);
+    const int64_t n = piece->rows.size(0);
+    CHECK(torch::equal(piece->rows, expected.narrow(0, piece->slice.first, n)));
+    CHECK(w.tensor.narrow(0, n, w.tensor.size(0) - n).count_nonzero().item<int64_t>() == 0);  // padding
+  }
+  // What the rank does not hold has no storage (ZeRO-3's gathered parameters are freed between uses).
+  int64_t bytes = 0;
+  for (const auto& p : model->parameters()) {
+    REQUIRE(!p.is_meta());
+    bytes += static_cast<int64_t>(p.storage().nbytes());
+  }
+  int64_t held_bytes = 0;
+  for (const auto& w : share.weights) held_bytes += static_cast<int64_t>(w.tensor.nbytes());
+  CHECK(bytes == (share.fully_sharded ? 0 : held_bytes));
+  return share.weights.size();
+}
+
+// Builds `m` on meta on `world` ranks under `p`, parallelizes, and checks each against one process's
+// whole model. Returns the parameter tensors each rank holds.
+std::vector<size_t> check_layout(const ModelSettings& m, ParallelSettings p, int world) {
+  std::map<std::string, torch::Tensor> reference;
+  for (const auto& item : build(m, /*meta=*/false)->named_parameters()) reference[item.key()] = item.value().detach();
+  setenv("TORCH_FR_BUFFER_SIZE", "0", 1);  // as thread_ranks.h: one flight recorder is not thread-safe
+  p.backend = CommBackend::kGloo;
+  const int port = free_tcp_port();
+  std::vector<size_t> held(static_cast<size_t>(world));
+  std::mutex report;
+  auto rank_main = [&](int rank) {
+    World w;
+    w.rank = rank, w.size = w.local_size = world, w.local_rank = rank, w.master_port = port, w.source = "test";
+    ProcessGroups groups(w, p, torch::kCPU);
+    Gpt model = build(m, /*meta=*/true);
+    ParallelPlan plan{p, CheckpointingPolicy::kNone, 2, torch::kCPU, ShardBlocks{}};
+    ParallelModel par = parallelize(model, groups, plan);
+    std::lock_guard<std::mutex> lock(report);  // Catch2's assertions are not thread-safe
+    INFO("rank " << rank);
+    held[static_cast<size_t>(rank)] = check_rank(groups, par, model, reference);
+  };
+  std::vector<std::thread> threads;
+  for (int r = 1; r < world; ++r) threads.emplace_back(rank_main, r);
+  rank_main(0);
+  for (auto& t : threads) t.join();
+  return held;
+}
+
+ModelSettings llama() {
+  ModelSettings m = test::model_settings(64, 16, 2, 4, 32);
+  m.arch = ModelArch::kLlama;
+  m.n_kv_head = 2;
+  m.bias = true;
+  return m;
+}
+
+}  // namespace
+
+TEST_CASE("meta build: each rank's initial weights are one process's, bit for bit, under every layout",
+          "[parallel][meta]") {
+  at::set_num_threads(1);
+  const ModelSettings gpt2 = test::model_settings(64, 16, 2, 4, 32);
+  ParallelSettings p;
+  SECTION("ZeRO-3 over 4 ranks, tied embeddings") {
+    p.zero = 3;
+    check_layout(gpt2, p, 4);
+  }
+  SECTION("ZeRO-3 over dp 2 x tp 2, grouped-query Llama with biases") {
+    p.zero = 3, p.tp = 2;
+    check_layout(llama(), p, 4);
+  }
+  SECTION("tp 2 x dp 2 and pp 2 x tp 2 without ZeRO") {
+    p.tp = 2;
+    check_layout(llama(), p, 4);
+    p.pp = 2;
+    const size_t all = build(llama(), false)->parameters().size();
+    for (size_t held : check_layout(llama(), p, 4)) CHECK(held < all);  // a stage's parameters, not the other's
+  }
+  SECTION("ZeRO-3 under a pipeline, dp 2 x pp 2, untied") {
+    ModelSettings m = gpt2;
+    m.tie_embeddings = false;
+    p.zero = 3, p.pp = 2;
+    check_layout(m, p, 4);
+  }
+  SECTION("ZeRO-3 with expert parallelism: 4 experts over ep 2, each expert over its 2 replicas") {
+    ModelSettings m = gpt2;
+    m.moe.experts = 4;
+    p.zero = 3, p.ep = 2;
+    const auto held = check_layout(m, p, 4);
+    CHECK(held[0] == held[1]);
+  }
+  SECTION("ZeRO-3 with LoRA adapters on a frozen base") {
+    ModelSettings m = gpt2;
+    m.lora.rank = 4;
+    p.zero = 3;
+    check_layout(m, p, 4);
+  }
+}
