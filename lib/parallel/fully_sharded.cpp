@@ -179,11 +179,17 @@ void FullyShardedModel::reduce_gradients(int64_t unit) {
     torch::Tensor in =
         torch::zeros({n, pack.grad_numel}, params_[pack.params.front()].shard.options().device(compute_));
     for (size_t i : pack.params) {
-      const Param& q = params_[i];
+      Param& q = params_[i];
       if (q.grad_offset < 0 || !q.whole.grad().defined()) continue;
-      torch::Tensor g = q.whole.grad().reshape({q.rows, q.row_numel});
-      g = torch::constant_pad_nd(g, {0, 0, 0, n * q.shard_rows - q.rows});
-      in.narrow(1, q.grad_offset, q.shard_numel()).copy_(g.view({n, q.shard_numel()}));
+      const torch::Tensor g = q.whole.grad().reshape({q.rows, q.row_numel});
+      // Rank r's rows into its part (no padded copy of the whole gradient), which is then freed: a
+      // unit's reduction holds its gradients once, not twice.
+      for (int64_t r = 0; r < n; ++r) {
+        const int64_t first = std::min(r * q.shard_rows, q.rows), count = std::min(q.shard_rows, q.rows - first);
+        if (count > 0)
+          in[r].narrow(0, q.grad_offset, count * q.row_numel).copy_(g.narrow(0, first, count).reshape({-1}));
+      }
+      q.whole.mutable_grad() = torch::Tensor();
     }
     torch::Tensor flat = in.view({-1});
     torch::Tensor out = flat;  // this rank's alone: the sum is its own
@@ -201,7 +207,6 @@ void FullyShardedModel::reduce_gradients(int64_t unit) {
       torch::Tensor& grad = q.shard.mutable_grad();
       if (grad.defined()) grad.add_(part);
       else grad = part.clone();
-      q.whole.mutable_grad() = torch::Tensor();
     }
   }
   traffic_.reduce_s += seconds_since(t0);
@@ -211,10 +216,12 @@ void FullyShardedModel::finish_units_after(int64_t unit) {
   for (int64_t v = static_cast<int64_t>(units_.size()) - 1; v > unit; --v) {
     Unit& u = units_[static_cast<size_t>(v)];
     if (!u.backward_pending) continue;
+    // Freed before the reduction, which needs the gradients only: the two are not held at once.
+    // Unit 0 (the tied embedding, which the head uses too) comes here only once the whole backward is done.
+    reshard(v);
     reduce_gradients(v);
     u.backward_pending = false;
     u.awaits_backward = false;
-    reshard(v);  // unit 0 (the tied embedding, which the head uses too) only once the whole backward is done
   }
 }
 
