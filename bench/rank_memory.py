@@ -22,7 +22,7 @@ from bench_args import provenance
 RECIPE = """model: {{vocab_size: 50304, seq_len: 64, n_layer: {layers}, n_head: {heads}, d_model: {d}}}
 data: {{train: {{format: synthetic, synthetic: {{kind: uniform}}}}}}
 train: {{per_device_batch_size: 1, max_steps: 3, log_every: 1, eval_every: 0}}
-optim: {{name: {optim}, lr: 0.001}}
+optim: {{name: {optim}, lr: 0.001, sgd: {{momentum: 0}}}}
 parallel: {{zero: 3}}
 checkpoint: {{every: 0, at_end: false}}
 run: {{threads: 1, cpu_malloc_cache: false}}
