@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Each rank's peak resident memory over its whole life (start-up included) under ZeRO-3, against the
 model's fp32 size: what issue 56 asks ("no rank ever holds the whole model"). Runs `gputrain run
---nproc-per-node N` of a GPT-2-shaped model (--layers x --d, vocabulary 50304) for 3 steps, and the
+--nproc-per-node N` of a GPT-2-shaped model (--layers x --d, --vocab 50304) for 3 steps, and the
 same run with a 1-block, 16-wide model; each worker pauses at the failpoint train.done, where the
 kernel's VmHWM (its peak resident set since it started) is read from /proc, then goes on. Start-up
 is process start to the first step (the failpoint train.start, passed as each worker reaches it).
@@ -19,7 +19,7 @@ from pathlib import Path
 
 from bench_args import provenance
 
-RECIPE = """model: {{vocab_size: 50304, seq_len: 64, n_layer: {layers}, n_head: {heads}, d_model: {d}}}
+RECIPE = """model: {{vocab_size: {vocab}, seq_len: 64, n_layer: {layers}, n_head: {heads}, d_model: {d}}}
 data: {{train: {{format: synthetic, synthetic: {{kind: uniform}}}}}}
 train: {{per_device_batch_size: 1, max_steps: 3, log_every: 1, eval_every: 0}}
 optim: {{name: {optim}, lr: 0.001, sgd: {{momentum: 0}}}}
@@ -74,10 +74,10 @@ def measure(binary, recipe, nproc, out, sets):
     return peak, startup, statistics.median(steps)
 
 
-def hf_folder(tmp, layers, d, heads):
+def hf_folder(tmp, vocab, layers, d, heads):
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel
-    config = GPT2Config(vocab_size=50304, n_positions=64, n_embd=d, n_layer=layers, n_head=heads)
+    config = GPT2Config(vocab_size=vocab, n_positions=64, n_embd=d, n_layer=layers, n_head=heads)
     torch.manual_seed(0)
     folder = Path(tmp) / "hf"
     GPT2LMHeadModel(config).save_pretrained(folder, max_shard_size="400MB")
@@ -90,12 +90,13 @@ def main():
     ap.add_argument("--nproc", type=int, nargs="+", default=[4])
     ap.add_argument("--layers", type=int, default=24)
     ap.add_argument("--d", type=int, default=1024)
+    ap.add_argument("--vocab", type=int, default=50304)
     ap.add_argument("--optim", nargs="+", default=["sgd"])
     ap.add_argument("--hf", action="store_true", help="also start from a Hugging Face folder (model.init_from)")
     a = ap.parse_args()
     heads = a.d // 64
     print(provenance(a.binary))
-    print(f"GPT {a.layers} layers, d_model {a.d}, vocabulary 50304, seq_len 64, batch 1, ZeRO-3 over Gloo; "
+    print(f"GPT {a.layers} layers, d_model {a.d}, vocabulary {a.vocab}, seq_len 64, batch 1, ZeRO-3 over Gloo; "
           "peak = the largest rank's VmHWM over its life; 'above' = minus the same run's with a 1-block, "
           "16-wide model\n")
     print("| init | optimizer | processes | parameters | fp32 model MiB | peak MiB/rank | tiny run MiB/rank | "
@@ -104,13 +105,13 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         inits = [("random", [])]
         if a.hf:
-            inits.append(("HF folder", [f"model.init_from={hf_folder(tmp, a.layers, a.d, heads)}"]))
+            inits.append(("HF folder", [f"model.init_from={hf_folder(tmp, a.vocab, a.layers, a.d, heads)}"]))
         for optim in a.optim:
             for nproc in a.nproc:
                 recipe = Path(tmp) / "r.yaml"
-                recipe.write_text(RECIPE.format(layers=a.layers, heads=heads, d=a.d, optim=optim))
+                recipe.write_text(RECIPE.format(vocab=a.vocab, layers=a.layers, heads=heads, d=a.d, optim=optim))
                 tiny = Path(tmp) / "tiny.yaml"
-                tiny.write_text(RECIPE.format(layers=1, heads=1, d=16, optim=optim))
+                tiny.write_text(RECIPE.format(vocab=a.vocab, layers=1, heads=1, d=16, optim=optim))
                 base, _, _ = measure(a.binary, tiny, nproc, Path(tmp) / "tiny", [])
                 for name, sets in inits:
                     out = Path(tmp) / f"run-{nproc}"
