@@ -33,6 +33,8 @@ struct KvCache {
 // Called around each unit of a training or evaluation forward pass, in order: the embeddings
 // (unit 0), each block (1..n_layer), the head (n_layer + 1, ln_f and lm_head). Whoever keeps the
 // weights elsewhere between uses installs them (parallel/fully_sharded.h); the model knows not why.
+// Unit 0's backward reads none of its weights (an embedding lookup's gradient needs only the token
+// ids), so its weights need not be there for it; a tied head's backward does read the embedding.
 struct UnitHooks {
   virtual ~UnitHooks() = default;
   virtual void before_forward(int64_t unit) = 0;

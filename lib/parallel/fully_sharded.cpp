@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <sstream>
 #include <stdexcept>
+#include <tuple>
 #include <utility>
 
 #include "optim/optimizer_specs.h"
@@ -56,7 +57,7 @@ FullyShardedModel::FullyShardedModel(Communicator& dp, Gpt& model, const std::ve
   const auto unit_names = model->unit_parameter_names();
   units_.resize(unit_names.size());  // a pipeline stage's other units stay empty
   for (size_t u = 0; u < unit_names.size(); ++u) {
-    std::map<std::pair<torch::ScalarType, Communicator*>, size_t> pack_of;
+    std::map<std::tuple<torch::ScalarType, Communicator*, size_t>, size_t> pack_of;
     for (const auto& name : unit_names[u]) {
       if (!registered.count(name)) continue;
       const torch::Tensor& p = registered.at(name);
@@ -84,7 +85,9 @@ FullyShardedModel::FullyShardedModel(Communicator& dp, Gpt& model, const std::ve
       if (p.device() != compute_ || p.scalar_type() != dtype)
         replace_data(q.whole, torch::empty(p.sizes(), p.options().device(compute_).dtype(dtype)));
       free_storage(q.whole);
-      auto [it, added] = pack_of.emplace(std::pair(q.whole.scalar_type(), q.group), units_[u].packs.size());
+      // A large parameter (an embedding table) is a pack of its own, reduced straight from its gradient.
+      const size_t own = q.whole.numel() * q.whole.element_size() >= kOwnPackBytes ? params_.size() + 1 : 0;
+      auto [it, added] = pack_of.emplace(std::tuple(q.whole.scalar_type(), q.group, own), units_[u].packs.size());
       if (added) units_[u].packs.emplace_back().group = q.group;
       Pack& pack = units_[u].packs[it->second];
       q.packed_offset = pack.numel;
@@ -118,7 +121,13 @@ void FullyShardedModel::start_gather(int64_t unit) {
       pack.gather_out = pack.gather_in;
       continue;
     }
-    pack.gather_out = torch::empty({pack.group->size() * pack.numel}, pack.gather_in.options());
+    if (gathers_in_place(pack)) {  // the gather writes the parameter's own memory: no copy after it
+      const Param& q = params_[pack.params.front()];
+      allocate_storage(q.whole);
+      pack.gather_out = writable_alias(q.whole).view({-1});
+    } else {
+      pack.gather_out = torch::empty({pack.group->size() * pack.numel}, pack.gather_in.options());
+    }
     pack.gathering = pack.group->all_gather(pack.gather_out, pack.gather_in, "gathering unit " + std::to_string(unit));
     ++traffic_.gathers;
     traffic_.gathered_mb += static_cast<double>(pack.gather_out.nbytes()) / (1024.0 * 1024.0);
@@ -137,7 +146,7 @@ void FullyShardedModel::gather(int64_t unit) {
   for (Pack& pack : u.packs) {
     const int64_t n = size_of(pack.group);
     const torch::Tensor ranks = pack.gather_out.view({n, pack.numel});
-    for (size_t i : pack.params) {
+    for (size_t i : gathers_in_place(pack) ? std::vector<size_t>{} : pack.params) {
       const Param& q = params_[i];
       allocate_storage(q.whole);
       const torch::Tensor rows = ranks.narrow(1, q.packed_offset, q.shard_numel())
@@ -159,6 +168,7 @@ void FullyShardedModel::reshard(int64_t unit) {
       pack.gathering.wait();
       pack.gather_in = torch::Tensor();
       pack.gather_out = torch::Tensor();
+      if (gathers_in_place(pack)) free_storage(params_[pack.params.front()].whole);
     }
     u.in_flight = false;
   }
@@ -175,10 +185,14 @@ void FullyShardedModel::reduce_gradients(int64_t unit) {
     if (pack.grad_numel == 0) continue;
     const int64_t n = size_of(pack.group);
     // Rank r's part holds rows [r*c, (r+1)*c) of each gradient; missing gradients (an expert no
-    // token reached) and the padding are zeros.
-    torch::Tensor in =
-        torch::zeros({n, pack.grad_numel}, params_[pack.params.front()].shard.options().device(compute_));
-    for (size_t i : pack.params) {
+    // token reached) and the padding are zeros. A pack of one gradient without padding is that already.
+    const Param& first = params_[pack.params.front()];
+    const torch::Tensor& alone = first.whole.grad();
+    const bool direct = pack.params.size() == 1 && first.grad_offset == 0 && first.rows == n * first.shard_rows &&
+                        alone.defined() && alone.is_contiguous() && alone.scalar_type() == first.shard.scalar_type();
+    torch::Tensor in = direct ? alone.view({n, pack.grad_numel})
+                              : torch::zeros({n, pack.grad_numel}, first.shard.options().device(compute_));
+    for (size_t i : direct ? std::vector<size_t>{} : pack.params) {
       Param& q = params_[i];
       if (q.grad_offset < 0 || !q.whole.grad().defined()) continue;
       const torch::Tensor g = q.whole.grad().reshape({q.rows, q.row_numel});
@@ -191,6 +205,7 @@ void FullyShardedModel::reduce_gradients(int64_t unit) {
       }
       q.whole.mutable_grad() = torch::Tensor();
     }
+    if (direct) params_[pack.params.front()].whole.mutable_grad() = torch::Tensor();  // `in` holds it
     torch::Tensor flat = in.view({-1});
     torch::Tensor out = flat;  // this rank's alone: the sum is its own
     if (pack.group) {
@@ -264,10 +279,23 @@ std::vector<torch::Tensor> FullyShardedModel::after_forward(int64_t unit, std::v
 void FullyShardedModel::before_backward(int64_t unit) {
   finish_units_after(unit);
   units_[static_cast<size_t>(unit)].backward_pending = true;
-  // The tied head's backward adds to the embedding's gradient: reduced with unit 0's, at the end.
-  if (tied_ && unit == head()) units_[0].backward_pending = true;
-  gather(unit);
-  if (valid(unit - 1) && units_[static_cast<size_t>(unit - 1)].awaits_backward) start_gather(unit - 1);
+  if (tied_ && unit == head()) {
+    // The tied head's backward multiplies by the embedding and adds to its gradient (reduced with unit
+    // 0's, at the end); a pipeline's other micro-batches may have freed it since the head's forward.
+    units_[0].backward_pending = true;
+    gather(0);
+  } else if (tied_) {
+    reshard(0);  // past the head's backward: no backward reads the embedding's weights any more
+  }
+  // Unit 0's backward reads none of its weights (model/gpt.h UnitHooks): it is not gathered for it.
+  if (unit != 0) gather(unit);
+  if (unit - 1 > 0 && units_[static_cast<size_t>(unit - 1)].awaits_backward) start_gather(unit - 1);
+}
+
+bool FullyShardedModel::gathers_in_place(const Pack& pack) const {
+  if (!pack.group || pack.params.size() != 1) return false;
+  const Param& q = params_[pack.params.front()];
+  return q.rows == pack.group->size() * q.shard_rows;  // no padding: the ranks' shards laid end to end are it
 }
 
 FullyShardedModel::Part FullyShardedModel::own_part(const Param& q, StateLayout layout) const {

@@ -133,6 +133,8 @@ class FullyShardedModel : public UnitHooks {
   static torch::Tensor cut(const torch::Tensor& whole, const Part& p, const torch::Tensor& padding = {});
   // q's shard of parameter p on `device`: cut from p's values, or from `fill` where p is on meta.
   torch::Tensor first_shard(const Param& q, const torch::Tensor& p, torch::Device device, const ShardFill& fill) const;
+  // A pack of one parameter whose rows the ranks split without padding: gathered into its own memory.
+  bool gathers_in_place(const Pack& pack) const;
   void start_gather(int64_t unit);
   void gather(int64_t unit);  // waits for a prefetch, or gathers now
   void reshard(int64_t unit);
@@ -142,6 +144,8 @@ class FullyShardedModel : public UnitHooks {
   int64_t head() const { return static_cast<int64_t>(units_.size()) - 1; }
   static int rank_in(const Communicator* group) { return group ? group->rank() : 0; }
   static int64_t size_of(const Communicator* group) { return group ? group->size() : 1; }
+
+  static constexpr int64_t kOwnPackBytes = 32 << 20;  // a parameter this large is gathered and reduced alone
 
   torch::Device compute_;
   bool offloaded_;  // shards on the host, computing on a device

@@ -305,11 +305,13 @@ TEST_CASE("parallel: Adafactor under ZeRO-3 sums its statistics over the ranks' 
   TempDir dir;
   write_file(dir.file("r.yaml"), dp_recipe());
   // 3 ranks: most row counts (vocab 256, MLP 128, 4 experts) leave the last shard padded.
+  // 15 steps: past them rounding differences grow past 1e-5 (plain data parallelism over 3 processes
+  // too: 2.4e-4 in the gradient norm at step 16 from 1e-6 at step 3, with the 2026-11-28 initialization).
   const std::vector<std::pair<const char*, std::vector<std::string>>> models = {
-      {"adafactor", {"optim.name=adafactor"}},
+      {"adafactor", {"optim.name=adafactor", "train.max_steps=15"}},
       {"scaled",
        {"optim.name=adafactor", "optim.adafactor.scale_parameter=true", "optim.adafactor.relative_step=true",
-        "optim.adafactor.beta1=0.9", "optim.weight_decay=0.1"}},
+        "optim.adafactor.beta1=0.9", "optim.weight_decay=0.1", "train.max_steps=15"}},
       // Experts stack 3-D weights sharded by expert (the third rank holds none): their statistics stay
       // local. (At step 17 a near tie tips the gradient norm by 2e-3 between 1 and 3 processes, ZeRO-0 too.)
       {"moe",
@@ -318,9 +320,9 @@ TEST_CASE("parallel: Adafactor under ZeRO-3 sums its statistics over the ranks' 
   };
   for (const auto& [name, sets] : models) {
     SECTION(name) {
-      // The mixture's gradient norms: 3 processes of plain data parallelism differ from one by 1.3e-5
-      // on an AVX-512 machine (2026-11-26), ZeRO-3 by 1.8e-5.
-      const double tolerance = std::string(name) == "moe" ? 5e-5 : 1e-5;
+      // Gradient norms: 3 processes of plain data parallelism differ from one by up to 2.1e-5 in the
+      // first 15 steps (2026-11-28 initialization; the mixture's 1.3e-5 on an AVX-512 machine), ZeRO-3 by 1.8e-5.
+      const double tolerance = 5e-5;
       CHECK_THAT(one_and_three(dir, name, sets, tolerance).output, Contains("ZeRO-3: this rank holds 1/3"));
       // Its checkpoint (each rank's rows of the row statistics; the column statistics whole) resumes.
       check_resumes_of_three(dir, name, sets);
@@ -389,13 +391,15 @@ TEST_CASE("parallel: ZeRO-3 with expert parallelism shards each expert over its 
     CHECK(differ("no-ep", ep, "grad_norm") < 1e-5);
   }
   // Adafactor's statistics of an expert are summed over its replicas (ep 2) or its rank's alone
-  // (ep 4). Its near-zero rows amplify rounding after some steps, so the first 12 are compared.
+  // (ep 4). Its near-zero rows amplify rounding after some steps, so the first 12 are compared, within
+  // 1e-4: a near tie at step 9 tips the gradient norm by 7.2e-5 (2026-11-28 initialization), after
+  // which the runs agree within 2e-6 again.
   run("adafactor", {"optim.name=adafactor"});
   for (const char* ep : {"2", "4"}) {
     const std::string name = std::string("adafactor-ep") + ep;
     run(name, {"optim.name=adafactor", std::string("parallel.ep=") + ep});
-    CHECK(differ("adafactor", name, "loss", 12) < 5e-5);
-    CHECK(differ("adafactor", name, "grad_norm", 12) < 5e-5);
+    CHECK(differ("adafactor", name, "loss", 12) < 1e-4);
+    CHECK(differ("adafactor", name, "grad_norm", 12) < 1e-4);
   }
   // 8-bit AdamW (the router's 4 rows of 32 pad their shard within one block): resumed on the same
   // ranks the files end byte for byte the same; on one process it continues within the ep tests' 1e-4.
