@@ -6,7 +6,8 @@
 // block, the head) whose memory exists only while the unit is in use: all-gathered just before its
 // forward (the next unit's gather already in flight), freed after it (parallel.reshard_after_forward),
 // gathered again before its backward, and freed once its gradients are reduce-scattered to their
-// owners (added to the shards' .grad). Tied embeddings keep unit 0 whole until the step's backward ends.
+// owners (added to the shards' .grad). Tied embeddings keep unit 0 whole until the head's backward is
+// done; unit 0 is not gathered for its own backward (model/gpt.h UnitHooks: it reads no weights).
 #pragma once
 #include <torch/types.h>
 
