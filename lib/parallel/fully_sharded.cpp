@@ -199,9 +199,9 @@ void FullyShardedModel::reduce_gradients(int64_t unit) {
       // Rank r's rows into its part (no padded copy of the whole gradient), which is then freed: a
       // unit's reduction holds its gradients once, not twice.
       for (int64_t r = 0; r < n; ++r) {
-        const int64_t first = std::min(r * q.shard_rows, q.rows), count = std::min(q.shard_rows, q.rows - first);
+        const int64_t from = std::min(r * q.shard_rows, q.rows), count = std::min(q.shard_rows, q.rows - from);
         if (count > 0)
-          in[r].narrow(0, q.grad_offset, count * q.row_numel).copy_(g.narrow(0, first, count).reshape({-1}));
+          in[r].narrow(0, q.grad_offset, count * q.row_numel).copy_(g.narrow(0, from, count).reshape({-1}));
       }
       q.whole.mutable_grad() = torch::Tensor();
     }
