@@ -101,8 +101,10 @@ Communicator::Communicator(const World& world, CommBackend backend, torch::Devic
   hb.isServer = false;
   hb.numWorkers = std::nullopt;
   hb.waitWorkers = false;
-  hb.timeout = milliseconds(5000);
+  // Connecting may wait as long as the rendezvous did (a loaded machine can starve the store's accept
+  // thread for seconds); each heartbeat after that gives up within 5 s, so a dead rank 0 ends it soon.
   shared_->heartbeat_store = c10::make_intrusive<c10d::TCPStore>(world.master_addr, hb);
+  shared_->heartbeat_store->setTimeout(milliseconds(5000));
   shared_->heartbeat = std::thread([sh = shared_.get(), key = heartbeat_key(world.rank)] {
     while (!sh->stop.load()) {
       try {
