@@ -194,7 +194,7 @@ GptImpl::GptImpl(const ModelSettings& c) : cfg(c), init_seed(at::detail::getDefa
   transformer = register_module("transformer", GptBody(cfg, moe));
   if (!cfg.tie_embeddings) lm_head = register_module("lm_head", Linear(cfg.d_model, cfg.padded_vocab(), false));
   if (cfg.lora.rank > 0) add_lora_adapters(*this, cfg.lora);
-  if (!transformer->wte->weight.is_meta()) reset_parameters();  // built on meta: filled where kept
+  if (!built_on_meta()) reset_parameters();  // built on meta: filled where kept
 }
 
 torch::Tensor GptImpl::embed(const torch::Tensor& tokens) {
@@ -304,6 +304,8 @@ std::vector<std::vector<std::string>> GptImpl::unit_parameter_names() const {
     units[static_cast<size_t>(unit_of_parameter(item.key(), cfg.n_layer))].push_back(item.key());
   return units;
 }
+
+bool GptImpl::built_on_meta() const { return transformer->wte->weight.is_meta(); }
 
 int64_t GptImpl::parameter_count() const {
   int64_t n = 0;

@@ -146,6 +146,8 @@ struct GptImpl : torch::nn::Module {
   // (model/initial_values.h): the same numbers any part of it gets where a process keeps only that part.
   void reset_parameters();
 
+  // Whether the parameters were made on the meta device (model/meta_build.h): shapes, no storage yet.
+  bool built_on_meta() const;
   int64_t parameter_count() const;  // unique parameters (tied weights once), frozen ones included
   // The parameter names of each unit of UnitHooks (a tied head's weight is unit 0's wte).
   std::vector<std::vector<std::string>> unit_parameter_names() const;

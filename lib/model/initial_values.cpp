@@ -48,19 +48,15 @@ double random_value(InitialDistribution::Kind kind, uint64_t key, uint64_t index
   return std::sqrt(-2 * std::log(1 - u)) * std::cos(2 * std::numbers::pi * unit_interval(x[2], x[3]));
 }
 
-bool ends_with(const std::string& s, const std::string& tail) {
-  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
-}
-
 }  // namespace
 
 InitialDistribution initial_distribution(const std::string& name, at::IntArrayRef shape, const ModelSettings& cfg) {
   using Kind = InitialDistribution::Kind;
   const double std = 0.02;
-  if (ends_with(name, ".lora_A"))
+  if (name.ends_with(".lora_A"))
     return {Kind::kUniform, shape.size() == 2 && shape[1] > 0 ? 1.0 / std::sqrt(static_cast<double>(shape[1])) : 0.0};
-  if (ends_with(name, ".lora_B") || ends_with(name, ".bias")) return {Kind::kConstant, 0.0};
-  if (ends_with(name, "c_proj.weight")) return {Kind::kNormal, std / std::sqrt(2.0 * static_cast<double>(cfg.n_layer))};
+  if (name.ends_with(".lora_B") || name.ends_with(".bias")) return {Kind::kConstant, 0.0};
+  if (name.ends_with("c_proj.weight")) return {Kind::kNormal, std / std::sqrt(2.0 * static_cast<double>(cfg.n_layer))};
   if (shape.size() >= 2) return {Kind::kNormal, std};  // linear and embedding weights
   return {Kind::kConstant, 1.0};                       // norm scales
 }

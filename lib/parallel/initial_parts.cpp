@@ -12,7 +12,7 @@ namespace gputrain {
 InitialParts::InitialParts(const Gpt& model) : seed_(model->init_seed) {
   for (const auto& item : model->named_parameters(/*recurse=*/true)) {
     const at::IntArrayRef shape = item.value().sizes();
-    params_[item.key()] = {shape.vec(), initial_distribution(item.key(), shape, model->cfg), whole_index(shape)};
+    params_[item.key()] = {initial_distribution(item.key(), shape, model->cfg), whole_index(shape)};
   }
 }
 
@@ -59,7 +59,5 @@ int64_t InitialParts::materialize(Gpt& model, const std::vector<NamedTensor>& he
       replace_data(item.value(), torch::empty({0}, item.value().options().device(device)));
   return bytes;
 }
-
-bool built_on_meta(const Gpt& model) { return model->transformer->wte->weight.is_meta(); }
 
 }  // namespace gputrain

@@ -18,7 +18,7 @@ namespace gputrain {
 
 class InitialParts {
  public:
-  // Of `model` as built, before any rank keeps its part: each parameter's whole shape.
+  // Of `model` as built, before any rank keeps its part: each parameter's distribution and whole index.
   explicit InitialParts(const Gpt& model);
 
   // After tensor parallelism kept this rank's slices (rank `rank` of `size`; `split` empty for tp 1).
@@ -35,7 +35,6 @@ class InitialParts {
 
  private:
   struct Parameter {
-    std::vector<int64_t> whole_shape;
     InitialDistribution distribution;
     WholeIndex index;  // this rank's slice of the whole
   };
@@ -44,8 +43,5 @@ class InitialParts {
   uint64_t seed_;
   std::map<std::string, Parameter> params_;
 };
-
-// Whether `model` was built on the meta device (its parameters have no storage yet).
-bool built_on_meta(const Gpt& model);
 
 }  // namespace gputrain

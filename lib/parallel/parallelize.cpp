@@ -84,7 +84,7 @@ ParallelModel parallelize(Gpt& model, const ProcessGroups& groups, const Paralle
   RankShare& share = out.share;
   // Built on meta: the whole shapes, before this rank keeps its slices, say which elements it fills.
   std::optional<InitialParts> initial;
-  if (built_on_meta(model)) initial.emplace(model);
+  if (model->built_on_meta()) initial.emplace(model);
   if (groups.tp()) {
     share.tensor_split = parallelize_tensor(model, *groups.tp());
     if (initial) initial->set_tensor_split(share.tensor_split, groups.tp()->rank(), groups.tp()->size());
