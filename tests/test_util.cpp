@@ -14,7 +14,9 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "checkpoint/hf_folder.h"
 #include "config/recipe.h"
+#include "model/hf_mapping.h"
 #include "model/architecture.h"
 #include "optim/optimizer_specs.h"
 #include "model/gpt_shapes.h"
@@ -196,6 +198,13 @@ ModelSettings model_settings(int64_t vocab_size, int64_t seq_len, int64_t n_laye
   m.n_head = n_head;
   m.d_model = d_model;
   return m;
+}
+
+void write_hf_folder(const std::vector<NamedTensor>& weights, const ModelSettings& m, torch::ScalarType dtype,
+                     const std::filesystem::path& dir, uint64_t shard_bytes) {
+  std::filesystem::create_directories(dir);
+  write_file((dir / "config.json").string(), architecture(m).hf.config(m).dump(2));
+  write_hf_weights(dir, to_hf_tensors(weights, m, dtype), shard_bytes);
 }
 
 std::string shape_list_mismatch(const ModelSettings& m, const torch::nn::Module& model) {

@@ -12,6 +12,7 @@
 
 #include "config/settings.h"
 #include "test_paths.h"
+#include "util/named_tensor.h"
 #include "util/error.h"
 
 namespace gputrain::test {
@@ -126,6 +127,11 @@ void check_precisions_track_fp32(const std::map<std::string, std::vector<nlohman
 
 // A GPT shape for tests; other model settings keep their defaults.
 ModelSettings model_settings(int64_t vocab_size, int64_t seq_len, int64_t n_layer, int64_t n_head, int64_t d_model);
+
+// `weights` (a plain model's module_weights) as a Hugging Face folder of `m`'s architecture in `dtype`:
+// config.json and the weights in shards of about `shard_bytes` (export's layout).
+void write_hf_folder(const std::vector<NamedTensor>& weights, const ModelSettings& m, torch::ScalarType dtype,
+                     const std::filesystem::path& dir, uint64_t shard_bytes);
 
 // "" when the shape list the plan uses (model/gpt_shapes.h) names `model`'s
 // parameters in order, with their sizes and trainability; else the first difference.

@@ -26,13 +26,10 @@ nlohmann::json read_hf_config(const fs::path& dir) {
   return parse_json_file(file, "model config", "use the config.json save_pretrained wrote");
 }
 
-void for_each_hf_tensor(const fs::path& dir,
-                        const std::function<void(const std::string&, const torch::Tensor&, const std::string&)>& each) {
+std::vector<HfWeightFile> hf_weight_files(const fs::path& dir) {
   if (fs::exists(dir / "model.safetensors")) {
     const std::string file = (dir / "model.safetensors").string();
-    const SafetensorsFile f = read_safetensors(file);
-    for (const auto& [name, t] : f.tensors) each(name, t, file);
-    return;
+    return {{file, read_safetensors_header(file)}};
   }
   const fs::path index = dir / kIndexName;
   if (!fs::exists(index))
@@ -63,15 +60,17 @@ void for_each_hf_tensor(const fs::path& dir,
       throw data_error("'" + index.string() + "' puts " + std::to_string(by_shard[shard].size()) +
                        " tensors (the first: " + by_shard[shard].front() + ") in '" + shard +
                        "', which is not in the folder\n    fix: download every shard the index names");
+  std::vector<HfWeightFile> files;
   for (const std::string& shard : order) {
     const std::string file = (dir / shard).string();
-    const SafetensorsFile f = read_safetensors(file);  // one shard in memory at a time
+    SafetensorsHeader header = read_safetensors_header(file);
     for (const std::string& name : by_shard[shard])
-      if (!f.find(name))
+      if (!header.find(name))
         throw data_error("'" + index.string() + "' puts " + name + " in '" + shard + "', which does not hold it" +
                          "\n    fix: use the index that came with these shards, or download them again");
-    for (const auto& [name, t] : f.tensors) each(name, t, file);
+    files.push_back({file, std::move(header)});
   }
+  return files;
 }
 
 std::vector<std::string> write_hf_weights(const fs::path& dir, const std::vector<NamedTensor>& tensors,

@@ -1,12 +1,11 @@
 // A Hugging Face model folder's files: config.json, and the weights as model.safetensors or as
-// shards named by model.safetensors.index.json. Read one shard at a time (a model's import peaks at
-// the model plus its largest shard), and written sharded at a size limit with the index beside.
+// shards named by model.safetensors.index.json. Listed with their headers (checkpoint/stored_weights.h
+// reads the byte ranges it needs), and written sharded at a size limit with the index beside.
 #pragma once
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
 #include <filesystem>
-#include <functional>
 #include <string>
 #include <vector>
 
@@ -17,11 +16,14 @@ namespace gputrain {
 // config.json of `dir` (DataError naming the file when it is missing or not JSON).
 nlohmann::json read_hf_config(const std::filesystem::path& dir);
 
-// Calls `each(tensor name, tensor, file)` for every tensor of the folder's weights, reading one
-// file at a time. The index is checked as it is used: a shard it names that is missing, or that
-// lacks a tensor the index puts in it, is a DataError naming both files.
-void for_each_hf_tensor(const std::filesystem::path& dir,
-                        const std::function<void(const std::string&, const torch::Tensor&, const std::string&)>& each);
+// The folder's weight files (model.safetensors, or the shards its index names, in the index's order),
+// each with its header; no tensor data is read. The index is checked: a shard it names that is
+// missing, or that lacks a tensor the index puts in it, is a DataError naming both files.
+struct HfWeightFile {
+  std::string path;
+  SafetensorsHeader header;
+};
+std::vector<HfWeightFile> hf_weight_files(const std::filesystem::path& dir);
 
 // Writes `tensors` to `dir` as model.safetensors, or, past `max_shard_bytes`, as
 // model-0000K-of-0000N.safetensors with model.safetensors.index.json (save_pretrained's layout).

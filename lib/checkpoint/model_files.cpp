@@ -1,17 +1,10 @@
 #include "checkpoint/model_files.h"
 
-#include <fmt/format.h>
-
-#include <map>
-
 #include "checkpoint/checkpoint_dir.h"
-#include "checkpoint/hf_folder.h"
 #include "checkpoint/module_weights.h"
+#include "checkpoint/stored_weights.h"
 #include "checkpoint/training_checkpoint.h"
-#include "config/recipe.h"
-#include "model/architecture.h"
 #include "model/gpt.h"
-#include "model/hf_mapping.h"
 #include "model/lora.h"
 #include "model/meta_build.h"
 #include "util/atomic_file.h"
@@ -20,65 +13,17 @@
 #include "util/text_file.h"
 
 namespace gputrain {
-namespace {
 
 namespace fs = std::filesystem;
 
-bool written_by_gputrain(const SafetensorsFile& f) {
-  auto it = f.metadata.find("format");
-  return it != f.metadata.end() && it->second == "gputrain";
-}
-
-}  // namespace
-
 std::string load_initial_weights(torch::nn::Module& model, const ModelSettings& m, const std::string& path) {
-  const std::string fix = "start from weights of a model with this recipe's model.* settings";
   // A LoRA model starts its base from the weights; its adapters keep their initialization.
-  const auto base = [](const std::string& name) { return !is_lora_parameter(name); };
-  const fs::path p(path);
-  if (fs::is_directory(p) && is_training_checkpoint(p)) {
-    if (auto problem = checkpoint_problem(p))
-      throw data_error("model.init_from: checkpoint '" + path + "' is not usable: " + *problem +
-                       "\n    fix: name a complete checkpoint");
-    // A tensor-parallel checkpoint's shards are joined: the weights start a run at any parallel.tp.
-    const Settings saved = settings_from_saved_recipe(read_text_file(p / "recipe.yaml"), (p / "recipe.yaml").string(),
-                                                      architecture_rules());
-    load_module_weights(model, checkpoint_plain_weights(p, saved), "model.init_from checkpoint '" + path + "'", fix,
-                        base);
-    return "weights of gputrain checkpoint " + path;
-  }
-  const std::string source = "model.init_from '" + path + "'";
-  const Architecture& arch = architecture(m);
-  const auto check_config = [&](const nlohmann::json& config, const std::string& file) {
-    // The settings were made from this config.json when the recipe was loaded; a run's saved
-    // recipe may meet a folder that changed since.
-    ModelSettings copy = m;
-    HfConfigReader r(config, file, copy, [](const std::string&) { return true; });
-    import_hf_config(r);
-    r.throw_if_problems(source);
-  };
-  std::map<std::string, torch::Tensor> targets;
-  for (auto& [name, t] : module_weights(model))
-    if (base(name)) targets[name] = t;
-  HfWeightImport import(m, std::move(targets), source);
-  const auto take = [&](const std::string& name, const torch::Tensor& t, const std::string& file) {
-    import.take(name, t, file);
-  };
-  if (fs::is_directory(p)) {
-    check_config(read_hf_config(p), (p / "config.json").string());
-    for_each_hf_tensor(p, take);  // one shard at a time
-  } else {
-    SafetensorsFile f = read_safetensors(path);
-    if (written_by_gputrain(f)) {
-      load_module_weights(model, f.tensors, "model.init_from '" + path + "'", fix, base);
-      return "gputrain weights from " + path;
-    }
-    if (fs::exists(p.parent_path() / "config.json"))
-      check_config(read_hf_config(p.parent_path()), (p.parent_path() / "config.json").string());
-    for (const auto& [name, t] : f.tensors) take(name, t, path);
-  }
-  import.finish();
-  return std::string("Hugging Face ") + arch.hf.family + " weights from " + path;
+  std::vector<NamedTensor> base;
+  for (auto& w : module_weights(model))
+    if (!is_lora_parameter(w.name)) base.push_back(std::move(w));
+  const auto files = StoredWeights::init_from(path, m, base);
+  files->read_whole(base);
+  return files->description();
 }
 
 Gpt build_initial_model(const Settings& s, torch::Device device, torch::ScalarType dtype, bool skip_init_from,

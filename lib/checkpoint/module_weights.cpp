@@ -7,9 +7,6 @@
 #include "util/tensor_text.h"
 
 namespace gputrain {
-namespace {
-
-// "a, b, c and 4 more"
 std::string first_names(const std::vector<std::string>& names) {
   std::string s;
   const size_t shown = std::min<size_t>(names.size(), 4);
@@ -17,8 +14,6 @@ std::string first_names(const std::vector<std::string>& names) {
   if (names.size() > shown) s += " and " + std::to_string(names.size() - shown) + " more";
   return s;
 }
-
-}  // namespace
 
 void load_module_weights(torch::nn::Module& m, const std::vector<NamedTensor>& weights, const std::string& source,
                          const std::string& fix, const std::function<bool(const std::string&)>& covers) {

@@ -20,4 +20,7 @@ namespace gputrain {
 void load_module_weights(torch::nn::Module& m, const std::vector<NamedTensor>& weights, const std::string& source,
                          const std::string& fix, const std::function<bool(const std::string&)>& covers = {});
 
+// "a, b, c, d and 4 more": the first names of a list, for messages.
+std::string first_names(const std::vector<std::string>& names);
+
 }  // namespace gputrain

@@ -37,6 +37,11 @@ void load_rank_weights(Gpt& model, const ProcessGroups& groups, const RankShare&
   sharded->load_whole(mine);
 }
 
+bool reshards_over_tp(const TrainingSnapshot& snap, const ProcessGroups& groups) {
+  const size_t saved = snap.optimizer_shards.empty() ? 1 : snap.optimizer_shards.size();
+  return saved != static_cast<size_t>(groups.grid().tp());
+}
+
 std::map<std::string, torch::Tensor> rank_optimizer_state(const TrainingSnapshot& snap, const ProcessGroups& groups,
                                                           const GradientReducer& gradients, const RankShare& share,
                                                           const Optimizer& optimizer, const std::string& checkpoint) {
@@ -45,7 +50,7 @@ std::map<std::string, torch::Tensor> rank_optimizer_state(const TrainingSnapshot
                                                    : snap.optimizer_shards;
   std::map<std::string, torch::Tensor> state;
   for (const auto& e :
-       static_cast<int>(saved.size()) == tp
+       !reshards_over_tp(snap, groups)
            ? saved.at(static_cast<size_t>(tp_rank))
            : reshard_tp_state(saved, snap.tp_split, snap.model, share.tensor_split, tp_rank, tp, checkpoint))
     state[e.name] = e.tensor;

@@ -29,6 +29,9 @@ void load_rank_weights(Gpt& model, const ProcessGroups& groups, const RankShare&
                        const std::vector<NamedTensor>& whole, const std::string& source, const std::string& fix,
                        const std::function<bool(const std::string&)>& covers = {});
 
+// Whether rank_optimizer_state needs the snapshot's whole model (the state was saved under another parallel.tp).
+bool reshards_over_tp(const TrainingSnapshot& snap, const ProcessGroups& groups);
+
 // The snapshot's optimizer state for `optimizer` on this rank: its tp rank's (resharded when the
 // checkpoint was saved under another parallel.tp), cut to what it updates (GradientReducer::owned_state).
 // Reads snap.model (the whole weights) to reshard: call it before freeing them.

@@ -16,6 +16,7 @@
 #include "util/failpoint.h"
 #include "util/fsync.h"
 #include "util/mapped_file.h"
+#include "util/read_only_file.h"
 
 namespace gputrain {
 namespace {
@@ -127,29 +128,30 @@ WrittenFile write_safetensors(const std::string& path, const std::vector<NamedTe
   return written;
 }
 
-SafetensorsFile read_safetensors(const std::string& path) {
-  MappedFile file(path);
+const SafetensorsEntry* SafetensorsHeader::find(const std::string& name) const {
+  for (const auto& e : entries)
+    if (e.name == name) return &e;
+  return nullptr;
+}
+
+namespace {
+
+// The header's JSON (`text`, of a file of `file_size` bytes) checked and listed: known dtypes, each
+// byte range matching its shape, the ranges tiling the data exactly once.
+SafetensorsHeader parse_header(const std::string& path, const char* text, uint64_t len, uint64_t file_size) {
   auto bad = [&](const std::string& what) {
     return data_error("'" + path + "' is not a valid safetensors file: " + what +
                       "\n    fix: the file is truncated or corrupt; use another copy or checkpoint");
   };
-  if (file.size() < 8)
-    throw bad("it has " + std::to_string(file.size()) + " bytes, fewer than the 8-byte header length");
-  uint64_t len = 0;
-  for (int i = 7; i >= 0; --i) len = (len << 8) | file.data()[i];
-  if (len > file.size() - 8)
-    throw bad("the header claims " + std::to_string(len) + " bytes but the file has " + std::to_string(file.size()));
   json header;
   try {
-    header = json::parse(file.data() + 8, file.data() + 8 + len);
+    header = json::parse(text, text + len);
   } catch (const json::exception& e) {
     throw bad(std::string("its header is not JSON (") + e.what() + ")");
   }
   if (!header.is_object()) throw bad("its header is not a JSON object");
-  const uint8_t* data = file.data() + 8 + len;
-  const uint64_t data_size = file.size() - 8 - len;
-  SafetensorsFile out;
-  std::vector<std::pair<uint64_t, uint64_t>> ranges;
+  const uint64_t data_start = 8 + len, data_size = file_size - data_start;
+  SafetensorsHeader out;
   for (const auto& [name, entry] : header.items()) {
     try {
       if (name == "__metadata__") {
@@ -176,29 +178,73 @@ SafetensorsFile read_safetensors(const std::string& path) {
       if (offsets[1] - offsets[0] != expected)
         throw bad("tensor '" + name + "' has " + std::to_string(offsets[1] - offsets[0]) +
                   " bytes but its shape needs " + std::to_string(expected));
-      at::Tensor t = at::empty(shape, at::TensorOptions().dtype(it->second));
-      if (expected > 0) std::memcpy(t.data_ptr(), data + offsets[0], expected);
-      out.tensors.push_back({name, t});
-      ranges.emplace_back(offsets[0], offsets[1]);
+      out.entries.push_back({name, it->second, shape, data_start + offsets[0], expected});
     } catch (const json::exception& e) {
       throw bad("the header entry of '" + name + "' is malformed (" + e.what() + ")");
     }
   }
   // The ranges must tile the data exactly: no holes, no overlaps, nothing left over.
-  std::vector<size_t> order(ranges.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return ranges[a] < ranges[b]; });
-  uint64_t end = 0;
-  std::vector<NamedTensor> sorted;
-  for (size_t i : order) {
-    if (ranges[i].first != end)
-      throw bad("tensor '" + out.tensors[i].name + "' starts at byte " + std::to_string(ranges[i].first) + ", not " +
-                std::to_string(end) + " (a hole or an overlap)");
-    end = ranges[i].second;
-    sorted.push_back(out.tensors[i]);
+  std::stable_sort(out.entries.begin(), out.entries.end(),
+                   [](const SafetensorsEntry& a, const SafetensorsEntry& b) {
+                     return std::pair(a.offset, a.bytes) < std::pair(b.offset, b.bytes);
+                   });
+  uint64_t end = data_start;
+  for (const auto& e : out.entries) {
+    if (e.offset != end)
+      throw bad("tensor '" + e.name + "' starts at byte " + std::to_string(e.offset - data_start) + ", not " +
+                std::to_string(end - data_start) + " (a hole or an overlap)");
+    end = e.offset + e.bytes;
   }
-  if (end != data_size) throw bad(std::to_string(data_size - end) + " bytes after the last tensor");
-  out.tensors = std::move(sorted);
+  if (end != file_size) throw bad(std::to_string(file_size - end) + " bytes after the last tensor");
+  return out;
+}
+
+[[noreturn]] void too_short(const std::string& path, uint64_t size) {
+  throw data_error("'" + path + "' is not a valid safetensors file: it has " + std::to_string(size) +
+                   " bytes, fewer than the 8-byte header length\n    fix: the file is truncated or corrupt; use "
+                   "another copy or checkpoint");
+}
+
+[[noreturn]] void header_too_long(const std::string& path, uint64_t len, uint64_t size) {
+  throw data_error("'" + path + "' is not a valid safetensors file: the header claims " + std::to_string(len) +
+                   " bytes but the file has " + std::to_string(size) +
+                   "\n    fix: the file is truncated or corrupt; use another copy or checkpoint");
+}
+
+uint64_t header_length(const uint8_t* first8) {
+  uint64_t len = 0;
+  for (int i = 7; i >= 0; --i) len = (len << 8) | first8[i];
+  return len;
+}
+
+}  // namespace
+
+SafetensorsHeader read_safetensors_header(const std::string& path) {
+  const ReadOnlyFile file(path);
+  if (file.size() < 8) too_short(path, file.size());
+  uint8_t first8[8];
+  file.read(first8, 8, 0);
+  const uint64_t len = header_length(first8);
+  if (len > file.size() - 8) header_too_long(path, len, file.size());
+  std::string text(len, '\0');
+  file.read(text.data(), len, 8);
+  return parse_header(path, text.data(), len, file.size());
+}
+
+SafetensorsFile read_safetensors(const std::string& path) {
+  MappedFile file(path);
+  if (file.size() < 8) too_short(path, file.size());
+  const uint64_t len = header_length(file.data());
+  if (len > file.size() - 8) header_too_long(path, len, file.size());
+  const SafetensorsHeader header =
+      parse_header(path, reinterpret_cast<const char*>(file.data()) + 8, len, static_cast<uint64_t>(file.size()));
+  SafetensorsFile out;
+  out.metadata = header.metadata;
+  for (const auto& e : header.entries) {
+    at::Tensor t = at::empty(e.shape, at::TensorOptions().dtype(e.dtype));
+    if (e.bytes > 0) std::memcpy(t.data_ptr(), file.data() + e.offset, e.bytes);
+    out.tensors.push_back({e.name, t});
+  }
   return out;
 }
 

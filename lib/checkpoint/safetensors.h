@@ -34,6 +34,23 @@ struct SafetensorsFile {
   const torch::Tensor* find(const std::string& name) const;
 };
 
+// A tensor's place in a safetensors file, as its header says.
+struct SafetensorsEntry {
+  std::string name;
+  torch::ScalarType dtype = torch::kFloat;
+  std::vector<int64_t> shape;
+  uint64_t offset = 0, bytes = 0;  // its data's first byte, from the start of the file, and length
+};
+struct SafetensorsHeader {
+  std::vector<SafetensorsEntry> entries;  // in file order (by offset)
+  std::map<std::string, std::string> metadata;
+  const SafetensorsEntry* find(const std::string& name) const;
+};
+
+// The header alone (its 8 + length bytes are all that is read), validated as read_safetensors does:
+// readers of parts of tensors (checkpoint/stored_weights.h) read their byte ranges themselves.
+SafetensorsHeader read_safetensors_header(const std::string& path);
+
 // Reads and validates a whole file: header size within the file, valid JSON,
 // known dtypes, each byte range matching its shape, ranges covering the data
 // exactly once (no holes, no overlaps, nothing after). Any violation is a

@@ -123,6 +123,29 @@ std::optional<RowPiece> kept_rows(const std::string& name, const RowPiece& piece
   return std::nullopt;
 }
 
+// A per-rank file's metadata: its tp rank (returned) and the rows (or blocks) of its row pieces.
+size_t rank_file_metadata(const fs::path& path, const std::map<std::string, std::string>& metadata,
+                          const FileLayout& l, std::map<std::string, RowSlice>& rows,
+                          std::map<std::string, RowSlice>& blocks) {
+  size_t tp_rank = 0;
+  try {
+    tp_rank = std::stoul(metadata.at("tp_rank"));
+    for (auto [key, slices] : {std::pair("rows", &rows), std::pair("blocks", &blocks)})
+      if (const auto it = metadata.find(key); it != metadata.end()) {
+        const json listed = json::parse(it->second);
+        for (const auto& [name, r] : listed.items())
+          (*slices)[name] = RowSlice{r.at(0).get<int64_t>(), r.at(1).get<int64_t>()};
+      }
+  } catch (const std::exception& e) {
+    throw data_error("'" + path.string() + "': its metadata is malformed (" + e.what() +
+                     ")\n    fix: resume from another checkpoint");
+  }
+  if (tp_rank >= l.tp)
+    throw data_error("'" + path.string() + "' is of tp rank " + std::to_string(tp_rank) + ", trainer.json says " +
+                     std::to_string(l.tp) + " tp ranks\n    fix: resume from another checkpoint");
+  return tp_rank;
+}
+
 // Per-rank files <stem>.rank<r>.safetensors joined: one list per tp rank, each tensor once (a tied
 // embedding two stages hold is in both files), ZeRO-3's row pieces joined into whole tensors, or
 // into the rows `keep` keeps (then only its tp rank's list is filled, when the tp degree matches).
@@ -140,23 +163,8 @@ std::vector<std::vector<NamedTensor>> read_rank_files(const fs::path& dir, const
     const fs::path path = dir / rank_file(stem, r);
     if (!fs::exists(path)) continue;  // a rank that held nothing to write
     SafetensorsFile f = read_safetensors(path.string());
-    size_t tp_rank = 0;
     std::map<std::string, RowSlice> rows, blocks;  // blocks: joined whole (a rank keeps all its parameters' scales)
-    try {
-      tp_rank = std::stoul(f.metadata.at("tp_rank"));
-      for (auto [key, slices] : {std::pair("rows", &rows), std::pair("blocks", &blocks)})
-        if (const auto it = f.metadata.find(key); it != f.metadata.end()) {
-          const json listed = json::parse(it->second);
-          for (const auto& [name, r] : listed.items())
-            (*slices)[name] = RowSlice{r.at(0).get<int64_t>(), r.at(1).get<int64_t>()};
-        }
-    } catch (const std::exception& e) {
-      throw data_error("'" + path.string() + "': its metadata is malformed (" + e.what() +
-                       ")\n    fix: resume from another checkpoint");
-    }
-    if (tp_rank >= l.tp)
-      throw data_error("'" + path.string() + "' is of tp rank " + std::to_string(tp_rank) + ", trainer.json says " +
-                       std::to_string(l.tp) + " tp ranks\n    fix: resume from another checkpoint");
+    const size_t tp_rank = rank_file_metadata(path, f.metadata, l, rows, blocks);
     if (keep && tp_rank != keep->tp_rank) continue;
     Joined& j = by_tp[tp_rank];
     for (auto& e : f.tensors) {
@@ -252,6 +260,29 @@ std::vector<NamedTensor> read_checkpoint_model(const fs::path& dir) {
   return read_model_files(dir, layout_of(read_json_file(dir / "trainer.json")));
 }
 
+StoredModel checkpoint_model_files(const fs::path& dir) {
+  const FileLayout l = layout_of(read_json_file(dir / "trainer.json"));
+  StoredModel out{l.tp, l.split, {}};
+  auto add = [&](const fs::path& path, size_t tp_rank) {
+    out.files.push_back({path.string(), read_safetensors_header(path.string()), tp_rank, {}});
+  };
+  if (l.ranks > 0) {
+    for (int r = 0; r < l.ranks; ++r) {
+      const fs::path path = dir / rank_file("model", r);
+      if (!fs::exists(path)) continue;  // a rank that held nothing to write
+      add(path, 0);
+      std::map<std::string, RowSlice> blocks;
+      StoredModelFile& f = out.files.back();
+      f.tp_rank = rank_file_metadata(path, f.header.metadata, l, f.rows, blocks);
+    }
+  } else if (l.tp == 1) {
+    add(dir / "model.safetensors", 0);
+  } else {
+    for (size_t r = 0; r < l.tp; ++r) add(dir / shard_file("model", r), r);
+  }
+  return out;
+}
+
 fs::path save_training_checkpoint(const fs::path& root, const TrainingSnapshot& s, std::optional<CheckpointJoin> join) {
   const int ranks = join ? join->ranks : 0;
   CheckpointWriter w(root, s.counters.step, std::move(join));
@@ -316,7 +347,7 @@ bool is_training_checkpoint(const fs::path& dir) {
           fs::is_regular_file(dir / shard_file("model", 0), ec));
 }
 
-TrainingSnapshot load_training_checkpoint(const fs::path& dir, const std::optional<RowShare>& keep) {
+TrainingSnapshot load_training_checkpoint(const fs::path& dir, const std::optional<RowShare>& keep, bool with_model) {
   if (auto problem = checkpoint_problem(dir))
     throw data_error(
         "checkpoint '" + dir.string() + "' is not usable: " + *problem +
@@ -357,7 +388,7 @@ TrainingSnapshot load_training_checkpoint(const fs::path& dir, const std::option
                      "\n    fix: resume from another checkpoint");
   }
   s.recipe_yaml = read_text_file(dir / "recipe.yaml", "checkpoint file", "resume from another checkpoint");
-  s.model = read_model_files(dir, layout);
+  if (with_model) s.model = read_model_files(dir, layout);
   // The state of a split parameter stays split; under `keep` a ZeRO-3 rank's rows only.
   auto state = read_tp_lists(dir, "optimizer", layout, keep ? &*keep : nullptr, &s);
   if (layout.tp == 1) s.optimizer_state = std::move(state.front());

@@ -20,6 +20,7 @@
 #include <cmath>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -95,8 +96,10 @@ struct RowShare {
 // Reads a checkpoint directory written by save_training_checkpoint, after
 // verifying its manifest. A missing, incomplete or corrupt checkpoint is a
 // DataError naming the directory and what is wrong. `keep`: see RowShare.
+// `with_model` false leaves `model` empty: a rank reads its part of the weights itself
+// (checkpoint/stored_weights.h), or read_checkpoint_model reads them whole.
 TrainingSnapshot load_training_checkpoint(const std::filesystem::path& dir,
-                                          const std::optional<RowShare>& keep = std::nullopt);
+                                          const std::optional<RowShare>& keep = std::nullopt, bool with_model = true);
 
 // Whether `dir` looks like a gputrain checkpoint (has trainer.json and model weights).
 bool is_training_checkpoint(const std::filesystem::path& dir);
@@ -104,5 +107,20 @@ bool is_training_checkpoint(const std::filesystem::path& dir);
 // The whole model of a checkpoint directory (tensor-parallel shards joined), without
 // verifying the manifest (the caller has: checkpoint_problem).
 std::vector<NamedTensor> read_checkpoint_model(const std::filesystem::path& dir);
+
+// Where a checkpoint's model tensors are, from its files' headers alone (no tensor data is read):
+// each file with its tp rank and, for ZeRO-3's row pieces, their rows of that tp rank's tensor.
+struct StoredModelFile {
+  std::string path;
+  SafetensorsHeader header;
+  size_t tp_rank = 0;
+  std::map<std::string, RowSlice> rows;
+};
+struct StoredModel {
+  size_t tp = 1;
+  std::vector<TensorShard> split;  // how the tp ranks' tensors are cut from the whole
+  std::vector<StoredModelFile> files;
+};
+StoredModel checkpoint_model_files(const std::filesystem::path& dir);
 
 }  // namespace gputrain

@@ -39,7 +39,8 @@ std::vector<NamedTensor> to_hf_tensors(const std::vector<NamedTensor>& ours, con
   return out;
 }
 
-HfWeightImport::HfWeightImport(const ModelSettings& m, std::map<std::string, torch::Tensor> targets, std::string source)
+HfWeightImport::HfWeightImport(const ModelSettings& m, std::map<std::string, std::vector<int64_t>> targets,
+                               std::string source)
     : m_(m), targets_(std::move(targets)), source_(std::move(source)) {
   const Architecture& a = architecture(m);
   family_ = a.hf.family;
@@ -47,13 +48,15 @@ HfWeightImport::HfWeightImport(const ModelSettings& m, std::map<std::string, tor
   for (HfTensor& e : a.hf.tensors(m)) table_[e.hf] = std::move(e);
 }
 
-void HfWeightImport::take(const std::string& file_name, const torch::Tensor& t, const std::string& file) {
+std::optional<HfPlacement> HfWeightImport::place(const std::string& file_name, at::IntArrayRef shape,
+                                                 const std::string& file, bool& must_be_zero) {
+  must_be_zero = false;
   const Architecture& a = architecture(m_);
   const std::string name = a.hf.canonical_name(file_name);
-  if (name.empty()) return;  // a buffer, not a weight
+  if (name.empty()) return std::nullopt;  // a buffer, not a weight
   auto it = table_.find(name);
   if (it == table_.end()) {
-    if (name == "lm_head.weight" && m_.tie_embeddings) return;  // a tied head written out: the embedding is it
+    if (name == "lm_head.weight" && m_.tie_embeddings) return std::nullopt;  // a tied head written out: the embedding is it
     throw data_error(source_ + ": '" + file + "' holds " + file_name + ", which this " + family_ +
                      " model does not have" + fix_);
   }
@@ -61,34 +64,42 @@ void HfWeightImport::take(const std::string& file_name, const torch::Tensor& t, 
   if (!done_.insert(name).second)
     throw data_error(source_ + ": " + name + " is in more than one file ('" + file + "' again)" +
                      "\n    fix: use a checkpoint whose shards hold each tensor once");
-  torch::NoGradGuard no_grad;
   if (e.ours.empty()) {
-    if (t.sizes() != c10::IntArrayRef(e.zero_shape) || at::any(t != 0).item<bool>())
-      throw data_error(source_ + ": '" + file + "' holds " + name + " (" + shape_str(t) +
-                       ") with values other than zero, but this model has no such bias" +
-                       "\n    fix: set model.bias: true");
-    return;
+    if (shape != c10::IntArrayRef(e.zero_shape))
+      throw data_error(source_ + ": '" + file + "' holds " + name + " (" + shape_str(shape) +
+                       "), but this model has no such bias\n    fix: set model.bias: true");
+    must_be_zero = true;
+    return std::nullopt;
   }
   auto target_it = targets_.find(e.ours);
   if (target_it == targets_.end()) throw runtime_error("HfWeightImport: no parameter " + e.ours);
-  torch::Tensor target = target_it->second;
-  if (e.rows > 0) target = target.narrow(0, e.row_offset, e.rows);
-  if (e.transposed) target = target.t();
-  torch::Tensor source = t;
+  std::vector<int64_t> target = target_it->second;  // the part of ours it fills, in its stored orientation
+  if (e.rows > 0) target.at(0) = e.rows;
+  if (e.transposed) std::swap(target.at(0), target.at(1));
+  std::vector<int64_t> source = shape.vec();
+  HfPlacement out{e.ours, e.row_offset, target.at(0), e.transposed};
   const bool positions = e.ours == "transformer.wpe.weight";
-  if (is_vocab_matrix(e.ours) && t.dim() == 2 && t.size(0) == m_.vocab_size && t.size(1) == target.size(1)) {
-    target = target.narrow(0, 0, m_.vocab_size);  // our padding rows keep their initialization
-  } else if (positions && t.dim() == 2 && t.size(0) >= target.size(0) && t.size(1) == target.size(1)) {
-    source = t.narrow(0, 0, target.size(0));  // a shorter context: the first model.seq_len positions
+  if (is_vocab_matrix(e.ours) && shape.size() == 2 && shape[0] == m_.vocab_size && shape[1] == target.at(1)) {
+    target.at(0) = out.rows = m_.vocab_size;  // our padding rows keep their initialization
+  } else if (positions && shape.size() == 2 && shape[0] >= target.at(0) && shape[1] == target.at(1)) {
+    source.at(0) = target.at(0);  // a shorter context: the first model.seq_len positions
   }
-  if (source.sizes() != target.sizes())
-    throw data_error(source_ + ": '" + file + "' holds " + name + " as " + shape_str(t) + ", but this model's is " +
-                     shape_str(target) +
+  if (e.transposed) out.rows = e.rows > 0 ? e.rows : target_it->second.at(0);
+  if (source != target)
+    throw data_error(source_ + ": '" + file + "' holds " + name + " as " + shape_str(shape) +
+                     ", but this model's is " + shape_str(target) +
                      (is_vocab_matrix(e.ours) ? " (model.vocab_size rows)"
                       : positions             ? " (at least model.seq_len positions)"
                                               : "") +
                      fix_);
-  target.copy_(source);
+  return out;
+}
+
+void HfWeightImport::check_zero(const std::string& name, const torch::Tensor& t, const std::string& file) const {
+  if (at::any(t != 0).item<bool>())
+    throw data_error(source_ + ": '" + file + "' holds " + name + " (" + shape_str(t) +
+                     ") with values other than zero, but this model has no such bias" +
+                     "\n    fix: set model.bias: true");
 }
 
 void HfWeightImport::finish() const {

@@ -7,6 +7,7 @@
 #pragma once
 #include <nlohmann/json.hpp>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -22,19 +23,33 @@ namespace gputrain {
 std::vector<NamedTensor> to_hf_tensors(const std::vector<NamedTensor>& ours, const ModelSettings& m,
                                        torch::ScalarType dtype);
 
+// Where one tensor of a Hugging Face file goes in ours: its stored element (i, j) (a tensor of more
+// dimensions seen as [its first, the rest]) is our element (row_offset + i, j), or, transposed,
+// (row_offset + j, i); only `rows` of our rows come from it (a longer position table's first ones).
+struct HfPlacement {
+  std::string ours;
+  int64_t row_offset = 0, rows = 0;
+  bool transposed = false;
+};
+
 class HfWeightImport {
  public:
-  // `targets`: the parameters to fill, by our name (a LoRA model's base only). `source` names
-  // model.init_from in messages.
-  HfWeightImport(const ModelSettings& m, std::map<std::string, torch::Tensor> targets, std::string source);
-  // One tensor of `file`: copied (dtype and device converted) into its place.
-  void take(const std::string& name, const torch::Tensor& t, const std::string& file);
+  // `targets`: the whole shapes of the parameters to fill, by our name (a LoRA model's base only).
+  // `source` names model.init_from in messages.
+  HfWeightImport(const ModelSettings& m, std::map<std::string, std::vector<int64_t>> targets, std::string source);
+  // Where the tensor `name` of `shape` in `file` goes; nullopt for one ours passes over (a buffer, a
+  // tied head written out) or lacks (a bias: `must_be_zero` is set, check it with check_zero).
+  // DataError for a tensor this model lacks, one in two files, or a shape that is not ours.
+  std::optional<HfPlacement> place(const std::string& name, at::IntArrayRef shape, const std::string& file,
+                                   bool& must_be_zero);
+  // DataError unless `t`, the tensor `name` of `file` that place said ours lacks, is all zero.
+  void check_zero(const std::string& name, const torch::Tensor& t, const std::string& file) const;
   // DataError unless every weight came.
   void finish() const;
 
  private:
   const ModelSettings& m_;
-  std::map<std::string, torch::Tensor> targets_;
+  std::map<std::string, std::vector<int64_t>> targets_;
   std::string source_, family_, fix_;
   std::map<std::string, HfTensor> table_;  // by Hugging Face name
   std::set<std::string> done_;

@@ -9,7 +9,7 @@
 
 namespace gputrain {
 
-InitialParts::InitialParts(const Gpt& model) : seed_(model->init_seed) {
+InitialParts::InitialParts(const Gpt& model, const PartReader* files) : seed_(model->init_seed), files_(files) {
   for (const auto& item : model->named_parameters(/*recurse=*/true)) {
     const at::IntArrayRef shape = item.value().sizes();
     params_[item.key()] = {initial_distribution(item.key(), shape, model->cfg), whole_index(shape)};
@@ -20,9 +20,7 @@ void InitialParts::set_tensor_split(const std::vector<TensorShard>& split, int r
   for (const TensorShard& s : split) {
     if (s.dim < 0) continue;
     Parameter& p = params_.at(s.name);
-    // The slice's rows (or columns) are those shard_of cuts from an index along that dimension.
-    if (s.dim == 0) p.index.rows = shard_of(p.index.rows.view({-1, 1}), s, rank, size).reshape({-1});
-    else p.index.cols = shard_of(p.index.cols.view({1, -1}), s, rank, size).reshape({-1});
+    p.index = shard_index(p.index, s, rank, size);
   }
 }
 
@@ -32,12 +30,18 @@ const InitialParts::Parameter& InitialParts::parameter(const std::string& name) 
   return it->second;
 }
 
+void InitialParts::fill(torch::Tensor& out, const std::string& name, const WholeIndex& at) const {
+  const PartReader::Coverage from_files = files_ ? files_->covers(name) : PartReader::Coverage::kNone;
+  if (from_files != PartReader::Coverage::kAll) fill_initial(out, name, parameter(name).distribution, seed_, at);
+  if (from_files != PartReader::Coverage::kNone) files_->read(out, name, at);
+}
+
 void InitialParts::fill_rows(const std::string& name, torch::Tensor& out, int64_t first, int64_t count) const {
   const Parameter& p = parameter(name);
   const int64_t rows = out.dim() == 0 ? 1 : out.size(0);
   WholeIndex index = p.index;
   index.rows = at::cat({p.index.rows.narrow(0, first, count), at::full({rows - count}, -1, at::kLong)});
-  fill_initial(out, name, p.distribution, seed_, index);
+  fill(out, name, index);
 }
 
 int64_t InitialParts::materialize(Gpt& model, const std::vector<NamedTensor>& held, torch::Device device) const {
@@ -46,10 +50,9 @@ int64_t InitialParts::materialize(Gpt& model, const std::vector<NamedTensor>& he
   std::set<std::string> filled;
   for (const auto& h : held) {
     if (!h.tensor.is_meta()) continue;
-    const Parameter& p = parameter(h.name);
     // Filled on the host a piece at a time, so a device parameter needs no whole host copy.
     torch::Tensor data = torch::empty(h.tensor.sizes(), h.tensor.options().device(device));
-    fill_initial(data, h.name, p.distribution, seed_, p.index);
+    fill(data, h.name, parameter(h.name).index);
     replace_data(h.tensor, data);
     filled.insert(h.name);
   }

@@ -1,7 +1,9 @@
 // A model built on the meta device (model/meta_build.h) gets storage only for what this rank keeps,
-// filled with the initial values of exactly those elements of the whole parameters
-// (model/initial_values.h): its tensor-parallel slices, its stage's and experts' parameters, under
-// ZeRO-3 its rows of them. No rank computes, or holds, any other part.
+// filled with exactly those elements of the whole parameters: their initial values
+// (model/initial_values.h), or what files hold of them (model/part_reader.h: model.init_from, a
+// resumed checkpoint), read piece by piece. What a rank keeps: its tensor-parallel slices, its
+// stage's and experts' parameters, under ZeRO-3 its rows of them. No rank computes, reads or holds
+// any other part.
 #pragma once
 #include <torch/types.h>
 
@@ -11,6 +13,7 @@
 
 #include "model/gpt.h"
 #include "model/initial_values.h"
+#include "model/part_reader.h"
 #include "parallel/tensor_shard.h"
 #include "util/named_tensor.h"
 
@@ -18,8 +21,9 @@ namespace gputrain {
 
 class InitialParts {
  public:
-  // Of `model` as built, before any rank keeps its part: each parameter's distribution and whole index.
-  explicit InitialParts(const Gpt& model);
+  // Of `model` as built, before any rank keeps its part: each parameter's distribution and whole
+  // index. `files` (outliving this), when given, has the values of the parameters it covers.
+  explicit InitialParts(const Gpt& model, const PartReader* files = nullptr);
 
   // After tensor parallelism kept this rank's slices (rank `rank` of `size`; `split` empty for tp 1).
   void set_tensor_split(const std::vector<TensorShard>& split, int rank, int size);
@@ -39,8 +43,10 @@ class InitialParts {
     WholeIndex index;  // this rank's slice of the whole
   };
   const Parameter& parameter(const std::string& name) const;
+  void fill(torch::Tensor& out, const std::string& name, const WholeIndex& at) const;
 
   uint64_t seed_;
+  const PartReader* files_;
   std::map<std::string, Parameter> params_;
 };
 

@@ -79,12 +79,12 @@ torch::Device build_device(const ProcessGroups& groups, const ParallelPlan& plan
   return fully_shards(groups, plan) ? torch::Device(torch::kCPU) : plan.device;
 }
 
-ParallelModel parallelize(Gpt& model, const ProcessGroups& groups, const ParallelPlan& plan) {
+ParallelModel parallelize(Gpt& model, const ProcessGroups& groups, const ParallelPlan& plan, const PartReader* files) {
   ParallelModel out;
   RankShare& share = out.share;
   // Built on meta: the whole shapes, before this rank keeps its slices, say which elements it fills.
   std::optional<InitialParts> initial;
-  if (model->built_on_meta()) initial.emplace(model);
+  if (model->built_on_meta()) initial.emplace(model, files);
   if (groups.tp()) {
     share.tensor_split = parallelize_tensor(model, *groups.tp());
     if (initial) initial->set_tensor_split(share.tensor_split, groups.tp()->rank(), groups.tp()->size());

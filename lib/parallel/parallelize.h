@@ -17,6 +17,7 @@
 #include "parallel/gradient_reducer.h"
 #include "parallel/pipeline_stages.h"
 #include "parallel/process_groups.h"
+#include "model/part_reader.h"
 #include "parallel/rank_share.h"
 #include "parallel/tensor_shard.h"
 
@@ -42,8 +43,11 @@ struct ParallelModel {
 // the host under ZeRO-3 (parallelize moves only this rank's shards to the device).
 torch::Device build_device(const ProcessGroups& groups, const ParallelPlan& plan);
 
-// `model`: built on build_device with its whole weights (from the seed or model.init_from).
-ParallelModel parallelize(Gpt& model, const ProcessGroups& groups, const ParallelPlan& plan);
+// `model`: built on build_device with its whole weights (from the seed or model.init_from), or on the
+// meta device (model/meta_build.h): then each rank's part gets storage and its values, from `files`
+// for the parameters they cover (model.init_from, a resumed checkpoint), else from the seed.
+ParallelModel parallelize(Gpt& model, const ProcessGroups& groups, const ParallelPlan& plan,
+                          const PartReader* files = nullptr);
 
 // The grid and what this rank holds and does, for the log.
 std::string describe_parallelism(const ProcessGroups& groups, const ParallelPlan& plan, const ParallelModel& par);

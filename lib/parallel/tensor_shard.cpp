@@ -80,4 +80,11 @@ torch::Tensor join_rows(std::vector<RowPiece> pieces, std::string* problem) {
   return parts.size() == 1 ? parts.front() : torch::cat(parts, 0);
 }
 
+WholeIndex shard_index(const WholeIndex& whole, const TensorShard& s, int rank, int size) {
+  WholeIndex out = whole;
+  if (s.dim == 0) out.rows = shard_of(whole.rows.view({-1, 1}), s, rank, size).reshape({-1});
+  else if (s.dim > 0) out.cols = shard_of(whole.cols.view({1, -1}), s, rank, size).reshape({-1});
+  return out;
+}
+
 }  // namespace gputrain

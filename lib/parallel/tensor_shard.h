@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "model/initial_values.h"
+
 namespace gputrain {
 
 // dim -1 = replicated (every rank holds the whole tensor).
@@ -26,6 +28,8 @@ struct TensorShard {
 // (in rank order): the inverse pair the checkpoint and export use.
 torch::Tensor shard_of(const torch::Tensor& whole, const TensorShard& s, int rank, int size);
 torch::Tensor unshard(const std::vector<torch::Tensor>& shards, const TensorShard& s);
+// Which elements of the whole (`whole`'s) that slice holds: shard_of run over the index.
+WholeIndex shard_index(const WholeIndex& whole, const TensorShard& s, int rank, int size);
 
 // Rows [first, first + rows of the piece) of a whole tensor of `whole_rows` rows along dim 0: what a
 // ZeRO-3 rank writes of each tensor into a checkpoint (its shard without the padding).

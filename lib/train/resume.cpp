@@ -46,10 +46,11 @@ std::vector<fs::path> resume_candidates(const Settings& s) {
   return {l.complete.rbegin(), l.complete.rend()};
 }
 
-std::optional<ResumePoint> load_resume_checkpoint(const Settings& s, const std::optional<RowShare>& keep) {
+std::optional<ResumePoint> load_resume_checkpoint(const Settings& s, const std::optional<RowShare>& keep,
+                                                  bool with_model) {
   for (const fs::path& dir : resume_candidates(s)) {
     try {
-      return ResumePoint{dir, load_training_checkpoint(dir, keep)};
+      return ResumePoint{dir, load_training_checkpoint(dir, keep, with_model)};
     } catch (const Error& e) {
       if (s.checkpoint.resume != "auto") throw;
       spdlog::warn("checkpoint: passing over {}: {}", dir.string(), e.what());

@@ -31,9 +31,11 @@ struct ResumePoint {
 
 // The checkpoint this run continues from, loaded; none when there is none to continue from.
 // auto passes over a checkpoint that fails to load, with a warning; a named one is an error.
-// `keep`: a ZeRO-3 rank's share of the optimizer state (checkpoint/training_checkpoint.h).
+// `keep`: a ZeRO-3 rank's share of the optimizer state; `with_model`: whether the snapshot holds the
+// whole model (checkpoint/training_checkpoint.h).
 std::optional<ResumePoint> load_resume_checkpoint(const Settings& s,
-                                                  const std::optional<RowShare>& keep = std::nullopt);
+                                                  const std::optional<RowShare>& keep = std::nullopt,
+                                                  bool with_model = true);
 
 struct RecipeChange {
   std::string key;  // "train.max_steps"

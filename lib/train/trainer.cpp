@@ -15,6 +15,7 @@
 #include "checkpoint/checkpoint_part.h"
 #include "checkpoint/model_files.h"
 #include "checkpoint/rank_snapshot.h"
+#include "checkpoint/stored_weights.h"
 #include "checkpoint/training_checkpoint.h"
 #include "config/schema.h"
 #include "config/validate.h"
@@ -58,6 +59,7 @@
 #include "train/step_graph.h"
 #include "train/train_step.h"
 #include "train/weight_copies.h"
+#include "train/weights_read_report.h"
 #include "util/atomic_file.h"
 #include "util/cpu_memory.h"
 #include "util/device.h"
@@ -140,6 +142,7 @@ class Trainer {
   void build_optimizer();
   void restore_state();
   void apply_snapshot(TrainingSnapshot& snap, const fs::path& dir);
+  std::unique_ptr<StoredWeights> weights_to_read(bool loads_init_from, bool adapters_only) const;
   void choose_batch_split();
   void load_data();
   void log_start() const;
@@ -241,7 +244,8 @@ void Trainer::set_up() {
 void Trainer::restore() {
   if (plan_.lead && options_.overwrite && recipe_.settings.checkpoint.resume == "auto") remove_old_checkpoints(s_);
   const auto t_load = Clock::now();
-  resumed_ = load_resume_checkpoint(s_, optimizer_row_share());
+  // Its weights are read in build_model: each rank its own part (checkpoint/stored_weights.h).
+  resumed_ = load_resume_checkpoint(s_, optimizer_row_share(), /*with_model=*/false);
   load_s_ = seconds_since(t_load);
   if (resumed_) {
     const TrainingSnapshot& snap = resumed_->snapshot;
@@ -284,11 +288,15 @@ void Trainer::build_model() {
   std::string loaded;
   const bool loads_init_from = !s_.model.init_from.empty() && (!resumed_ || adapters_only);
   // Adapters saved alone record their base's fingerprint, taken from the whole base.
-  const bool whole = loads_init_from || (s_.model.lora.rank > 0 && s_.model.lora.save == LoraSave::kAdapters);
+  const bool whole = s_.model.lora.rank > 0 && s_.model.lora.save == LoraSave::kAdapters;
+  // A checkpoint of adapters only, or one whose weights the whole base's fingerprint needs, is read whole.
+  if (resumed_ && (whole || adapters_only)) resumed_->snapshot.model = read_checkpoint_model(resumed_->dir);
   model_ = whole ? build_initial_model(s_, build_device(*groups_, parallel_plan_), precision_->weight_dtype(),
                                        /*skip_init_from=*/!loads_init_from, &loaded)
                  : build_model_on_meta(s_, precision_->weight_dtype());
   model_->train();
+  const std::unique_ptr<StoredWeights> files = whole ? nullptr : weights_to_read(loads_init_from, adapters_only);
+  if (files && loads_init_from) loaded = files->description();
   if (!loaded.empty()) spdlog::info("model: {}", loaded);
   if (adapters_only)
     check_lora_base(module_weights(*model_), resumed_->snapshot.lora_base, resumed_->dir.string(), s_.model.init_from);
@@ -306,13 +314,32 @@ void Trainer::build_model() {
   }
   n_params_ = model_->parameter_count();
   // TP -> PP -> EP -> activation checkpointing -> DP/ZeRO (parallel/parallelize.h).
-  par_ = parallelize(model_, *groups_, parallel_plan_);
+  par_ = parallelize(model_, *groups_, parallel_plan_, files.get());
   if (par_.share.initialized_bytes > 0)
     spdlog::info(
-        "model: built on the meta device; this rank gave storage and initial values only to its part, "
-        "{:.1f} MiB of the {:.1f} MiB of weights",
-        mib(static_cast<double>(par_.share.initialized_bytes)),
+        "model: built on the meta device; this rank gave storage and {} only to its part, {:.1f} MiB of the {:.1f} "
+        "MiB of weights",
+        files ? "values" : "initial values", mib(static_cast<double>(par_.share.initialized_bytes)),
         mib(static_cast<double>(n_params_ * c10::elementSize(precision_->weight_dtype()))));
+  if (files)
+    spdlog::info(weights_read_line(
+        *groups_, files->bytes_read(), files->bytes_stored(),
+        loads_init_from ? s_.model.init_from + " (model.init_from)" : "checkpoint " + resumed_->dir.string()));
+}
+
+// A model built on meta takes its weights, each rank its part, from model.init_from's files or the
+// resumed checkpoint's (one of adapters only gives them alone: its base is model.init_from's or the
+// seed's); null: from the seed.
+std::unique_ptr<StoredWeights> Trainer::weights_to_read(bool loads_init_from, bool adapters_only) const {
+  if (loads_init_from) {
+    std::vector<NamedTensor> base;
+    for (auto& w : module_weights(*model_))
+      if (!is_lora_parameter(w.name)) base.push_back(std::move(w));
+    return StoredWeights::init_from(s_.model.init_from, s_.model, base);
+  }
+  if (!resumed_ || adapters_only) return nullptr;
+  return StoredWeights::checkpoint(resumed_->dir, module_weights(*model_), "checkpoint '" + resumed_->dir.string() + "'",
+                                   "resume with the model settings the checkpoint was saved with");
 }
 
 // The optimizer over the parameters this rank updates, the schedule, the step graph.
@@ -359,9 +386,12 @@ void Trainer::restore_state() {
 void Trainer::apply_snapshot(TrainingSnapshot& snap, const fs::path& dir) {
   // A checkpoint of LoRA adapters holds only them (its base is model.init_from's, checked in build_model).
   const bool adapters_only = !snap.lora_base.empty();
-  load_rank_weights(model_, *groups_, par_.share, snap.model, "checkpoint '" + dir.string() + "'",
-                    "resume with the model settings the checkpoint was saved with",
-                    adapters_only ? std::function<bool(const std::string&)>(is_lora_parameter) : nullptr);
+  // Resumed on a meta build, each rank has read its part of the weights already (build_model).
+  if (!snap.model.empty() || adapters_only)
+    load_rank_weights(model_, *groups_, par_.share, snap.model, "checkpoint '" + dir.string() + "'",
+                      "resume with the model settings the checkpoint was saved with",
+                      adapters_only ? std::function<bool(const std::string&)>(is_lora_parameter) : nullptr);
+  if (snap.model.empty() && reshards_over_tp(snap, *groups_)) snap.model = read_checkpoint_model(dir);
   if (offload_) offload_->parameters_to_host();  // the optimizer updates the host copies
   optimizer_->load_state(rank_optimizer_state(snap, *groups_, *par_.gradients, par_.share, *optimizer_, dir.string()));
   if (precision_->scaler() && snap.scaler) precision_->scaler()->load_state(*snap.scaler);

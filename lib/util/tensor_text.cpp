@@ -2,10 +2,12 @@
 
 namespace gputrain {
 
-std::string shape_str(const torch::Tensor& t) {
+std::string shape_str(at::IntArrayRef shape) {
   std::string s = "[";
-  for (int64_t i = 0; i < t.dim(); ++i) s += (i ? ", " : "") + std::to_string(t.size(i));
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
   return s + "]";
 }
+
+std::string shape_str(const torch::Tensor& t) { return shape_str(t.sizes()); }
 
 }  // namespace gputrain

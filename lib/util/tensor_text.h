@@ -8,6 +8,7 @@
 namespace gputrain {
 
 // "[3, 4]"; "[]" for a scalar.
+std::string shape_str(at::IntArrayRef shape);
 std::string shape_str(const torch::Tensor& t);
 
 }  // namespace gputrain

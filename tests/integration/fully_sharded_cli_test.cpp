@@ -173,7 +173,7 @@ TEST_CASE("parallel: no ZeRO-3 rank ever holds the whole model, building it incl
   INFO("fp32 model: " << model_mb << " MiB");
   CHECK(model_mb > 140);
   for (size_t r = 0; r < ranks.size(); ++r) {
-    // Up to the first step: its shards (a quarter) and a piece being filled. Measured 0.27 of the
+    // Up to the first step: its shards (a quarter) and a piece being filled. Measured 0.26 of the
     // model (2026-11-28); built whole and then cut, as before, 1.00.
     INFO("ZeRO-3 rank: +" << built[r] - built_base << " MiB until its first step, +" << ranks[r] - base
                           << " MiB over its life");
@@ -181,6 +181,33 @@ TEST_CASE("parallel: no ZeRO-3 rank ever holds the whole model, building it incl
     CHECK(built[r] - built_base > 0.2 * model_mb);
     // Training adds the gradients' quarter and the units gathered and reduced: measured 0.84.
     CHECK(ranks[r] - base < 1.05 * model_mb);
+  }
+  // The same model from files: model.init_from a Hugging Face folder (this run's export), and this
+  // run resumed from its checkpoint. Each rank reads only its rows' bytes, so its start stays as low.
+  REQUIRE(run_gputrain({"export", dir.file("zero3"), "--out", dir.file("hf")}).exit_code == 0);
+  std::vector<double> from_hf, resumed;
+  training_peak_mb(dir, "zero3-hf", 4, with(big, {"model.init_from=" + dir.file("hf")}), &from_hf);
+  training_peak_mb(dir, "zero3", 4, with(big, {"train.max_steps=3"}), &resumed);
+  for (const char* run : {"zero3-hf", "zero3"}) {
+    const std::string log = read_file(dir.file(std::string(run) + ".log"));
+    INFO(log);
+    std::smatch read;
+    REQUIRE(std::regex_search(log, read, std::regex(R"(the 4 ranks read ([0-9., ]+) MiB of the ([0-9.]+) MiB of weights)")));
+    const std::string list = read[1].str();
+    const std::regex number("[0-9.]+");
+    int ranks_listed = 0;
+    for (auto it = std::sregex_iterator(list.begin(), list.end(), number); it != std::sregex_iterator(); ++it) {
+      ++ranks_listed;
+      CHECK(std::stod(it->str()) < 0.3 * std::stod(read[2]));  // about a quarter
+    }
+    CHECK(ranks_listed == 4);
+  }
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    // Measured 0.31 (init_from) and 0.33 (resume) of the model (2026-11-28); read whole before, 1.0 or more.
+    INFO("ZeRO-3 rank until its first step: +" << from_hf[r] - built_base << " MiB from Hugging Face files, +"
+                                               << resumed[r] - built_base << " MiB resumed");
+    CHECK(from_hf[r] - built_base < 0.45 * model_mb);
+    CHECK(resumed[r] - built_base < 0.45 * model_mb);
   }
 }
 

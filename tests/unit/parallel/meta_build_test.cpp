@@ -9,6 +9,10 @@
 #include <mutex>
 #include <thread>
 
+#include "checkpoint/model_files.h"
+#include "checkpoint/module_weights.h"
+#include "checkpoint/stored_weights.h"
+#include "model/lora.h"
 #include "model/meta_build.h"
 #include "parallel/fully_sharded.h"
 #include "parallel/launcher.h"
@@ -69,11 +73,23 @@ size_t check_rank(const ProcessGroups& groups, const ParallelModel& par, Gpt& mo
   return share.weights.size();
 }
 
-// Builds `m` on meta on `world` ranks under `p`, parallelizes, and checks each against one process's
-// whole model. Returns the parameter tensors each rank holds.
-std::vector<size_t> check_layout(const ModelSettings& m, ParallelSettings p, int world) {
+// The base weights of `model` (a LoRA model's frozen ones: those model.init_from gives).
+std::vector<NamedTensor> base_of(Gpt& model) {
+  std::vector<NamedTensor> base;
+  for (auto& w : module_weights(*model))
+    if (!is_lora_parameter(w.name)) base.push_back(std::move(w));
+  return base;
+}
+
+// Builds `m` on meta on `world` ranks under `p`, parallelizes (with `init_from`'s weights, each rank
+// reading its part), and checks each against one process's whole model (the same weights loaded
+// whole). Returns the parameter tensors each rank holds.
+std::vector<size_t> check_layout(const ModelSettings& m, ParallelSettings p, int world,
+                                 const std::string& init_from = "") {
   std::map<std::string, torch::Tensor> reference;
-  for (const auto& item : build(m, /*meta=*/false)->named_parameters()) reference[item.key()] = item.value().detach();
+  Gpt whole = build(m, /*meta=*/false);
+  if (!init_from.empty()) load_initial_weights(*whole, m, init_from);
+  for (const auto& item : whole->named_parameters()) reference[item.key()] = item.value().detach();
   setenv("TORCH_FR_BUFFER_SIZE", "0", 1);  // as thread_ranks.h: one flight recorder is not thread-safe
   p.backend = CommBackend::kGloo;
   const int port = free_tcp_port();
@@ -84,8 +100,10 @@ std::vector<size_t> check_layout(const ModelSettings& m, ParallelSettings p, int
     w.rank = rank, w.size = w.local_size = world, w.local_rank = rank, w.master_port = port, w.source = "test";
     ProcessGroups groups(w, p, torch::kCPU);
     Gpt model = build(m, /*meta=*/true);
+    std::unique_ptr<StoredWeights> files;
+    if (!init_from.empty()) files = StoredWeights::init_from(init_from, m, base_of(model));
     ParallelPlan plan{p, CheckpointingPolicy::kNone, 2, torch::kCPU, ShardBlocks{}};
-    ParallelModel par = parallelize(model, groups, plan);
+    ParallelModel par = parallelize(model, groups, plan, files.get());
     std::lock_guard<std::mutex> lock(report);  // Catch2's assertions are not thread-safe
     INFO("rank " << rank);
     held[static_cast<size_t>(rank)] = check_rank(groups, par, model, reference);
@@ -145,5 +163,41 @@ TEST_CASE("meta build: each rank's initial weights are one process's, bit for bi
     m.lora.rank = 4;
     p.zero = 3;
     check_layout(m, p, 4);
+  }
+}
+
+TEST_CASE("meta build from files: each rank's part of model.init_from's weights is one process's, bit for bit",
+          "[parallel][meta]") {
+  at::set_num_threads(1);
+  test::TempDir dir;
+  // Weights unlike the seed's (another seed, biases and norms random too), in shards of Hugging Face files.
+  auto write_random = [&](const ModelSettings& m, torch::ScalarType dtype, const std::string& name) {
+    torch::manual_seed(99);
+    Gpt source(m);
+    torch::NoGradGuard no_grad;
+    for (auto& t : source->parameters()) t.normal_(0.0, 0.05);
+    test::write_hf_folder(base_of(source), m, dtype, dir.path() / name, 20000);
+    return dir.file(name);
+  };
+  const ModelSettings gpt2 = test::model_settings(64, 16, 2, 4, 32);
+  ParallelSettings p;
+  SECTION("GPT-2 (transposed Conv1D) under ZeRO-3 over 4 ranks") {
+    p.zero = 3;
+    check_layout(gpt2, p, 4, write_random(gpt2, torch::kFloat, "gpt2"));
+  }
+  SECTION("Llama (q, k, v bands) in bf16 under ZeRO-3 over dp 2 x tp 2") {
+    p.zero = 3, p.tp = 2;
+    check_layout(llama(), p, 4, write_random(llama(), torch::kBFloat16, "llama"));
+  }
+  SECTION("Llama under pp 2 x tp 2 without ZeRO") {
+    p.tp = 2, p.pp = 2;
+    check_layout(llama(), p, 4, write_random(llama(), torch::kFloat, "llama"));
+  }
+  SECTION("LoRA under ZeRO-3: the base from the files, the adapters from the seed") {
+    ModelSettings m = gpt2;
+    const std::string files = write_random(m, torch::kFloat, "base");
+    m.lora.rank = 4;
+    p.zero = 3;
+    check_layout(m, p, 4, files);
   }
 }
