@@ -49,10 +49,9 @@ std::map<std::string, torch::Tensor> rank_optimizer_state(const TrainingSnapshot
   const auto saved = snap.optimizer_shards.empty() ? std::vector<std::vector<NamedTensor>>{snap.optimizer_state}
                                                    : snap.optimizer_shards;
   std::map<std::string, torch::Tensor> state;
-  for (const auto& e :
-       !reshards_over_tp(snap, groups)
-           ? saved.at(static_cast<size_t>(tp_rank))
-           : reshard_tp_state(saved, snap.tp_split, snap.model, share.tensor_split, tp_rank, tp, checkpoint))
+  for (const auto& e : !reshards_over_tp(snap, groups) ? saved.at(static_cast<size_t>(tp_rank))
+                                                       : reshard_tp_state(saved, snap.tp_split, snap.model,
+                                                                          share.tensor_split, tp_rank, tp, checkpoint))
     state[e.name] = e.tensor;
   return gradients.owned_state(std::move(state), optimizer);
 }

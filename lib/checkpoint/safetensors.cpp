@@ -184,10 +184,9 @@ SafetensorsHeader parse_header(const std::string& path, const char* text, uint64
     }
   }
   // The ranges must tile the data exactly: no holes, no overlaps, nothing left over.
-  std::stable_sort(out.entries.begin(), out.entries.end(),
-                   [](const SafetensorsEntry& a, const SafetensorsEntry& b) {
-                     return std::pair(a.offset, a.bytes) < std::pair(b.offset, b.bytes);
-                   });
+  std::stable_sort(out.entries.begin(), out.entries.end(), [](const SafetensorsEntry& a, const SafetensorsEntry& b) {
+    return std::pair(a.offset, a.bytes) < std::pair(b.offset, b.bytes);
+  });
   uint64_t end = data_start;
   for (const auto& e : out.entries) {
     if (e.offset != end)

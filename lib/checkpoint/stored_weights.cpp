@@ -36,7 +36,8 @@ std::pair<int64_t, int64_t> as_matrix(at::IntArrayRef shape) {
 
 // Of `want` (whole indices; < 0 = padding), those a stored axis mapping stored -> whole (`stored_to_whole`)
 // holds: their positions in `want` and their stored indices, in stored order.
-std::pair<at::Tensor, at::Tensor> held_positions(const at::Tensor& want, const at::Tensor& stored_to_whole, int64_t whole_n) {
+std::pair<at::Tensor, at::Tensor> held_positions(const at::Tensor& want, const at::Tensor& stored_to_whole,
+                                                 int64_t whole_n) {
   at::Tensor inverse = at::full({whole_n}, -1, at::kLong);
   const at::Tensor valid = (stored_to_whole >= 0) & (stored_to_whole < whole_n);
   inverse.index_put_({stored_to_whole.masked_select(valid)},
@@ -233,8 +234,7 @@ std::unique_ptr<StoredWeights> StoredWeights::init_from(const std::string& path,
     // recipe may meet a folder that changed since.
     ModelSettings copy = m;
     const nlohmann::json config = read_hf_config(folder);  // the reader keeps a reference
-    HfConfigReader r(config, (folder / "config.json").string(), copy,
-                     [](const std::string&) { return true; });
+    HfConfigReader r(config, (folder / "config.json").string(), copy, [](const std::string&) { return true; });
     import_hf_config(r);
     r.throw_if_problems(source);
   };
@@ -266,8 +266,15 @@ std::unique_ptr<StoredWeights> StoredWeights::init_from(const std::string& path,
       row_map.masked_fill_(at::arange(ours_rows, at::kLong) >= place->rows, -1);
       const at::Tensor other = at::arange(place->transposed ? a : b, at::kLong);
       out->add_piece(place->ours,
-                     Piece{file, {}, e.dtype, e.offset, a, b, place->transposed ? other : row_map,
-                           place->transposed ? row_map : other, place->transposed},
+                     Piece{file,
+                           {},
+                           e.dtype,
+                           e.offset,
+                           a,
+                           b,
+                           place->transposed ? other : row_map,
+                           place->transposed ? row_map : other,
+                           place->transposed},
                      e.bytes);
     }
   }

@@ -124,9 +124,8 @@ std::optional<RowPiece> kept_rows(const std::string& name, const RowPiece& piece
 }
 
 // A per-rank file's metadata: its tp rank (returned) and the rows (or blocks) of its row pieces.
-size_t rank_file_metadata(const fs::path& path, const std::map<std::string, std::string>& metadata,
-                          const FileLayout& l, std::map<std::string, RowSlice>& rows,
-                          std::map<std::string, RowSlice>& blocks) {
+size_t rank_file_metadata(const fs::path& path, const std::map<std::string, std::string>& metadata, const FileLayout& l,
+                          std::map<std::string, RowSlice>& rows, std::map<std::string, RowSlice>& blocks) {
   size_t tp_rank = 0;
   try {
     tp_rank = std::stoul(metadata.at("tp_rank"));

@@ -56,7 +56,8 @@ std::optional<HfPlacement> HfWeightImport::place(const std::string& file_name, a
   if (name.empty()) return std::nullopt;  // a buffer, not a weight
   auto it = table_.find(name);
   if (it == table_.end()) {
-    if (name == "lm_head.weight" && m_.tie_embeddings) return std::nullopt;  // a tied head written out: the embedding is it
+    if (name == "lm_head.weight" && m_.tie_embeddings)
+      return std::nullopt;  // a tied head written out: the embedding is it
     throw data_error(source_ + ": '" + file + "' holds " + file_name + ", which this " + family_ +
                      " model does not have" + fix_);
   }
@@ -86,8 +87,8 @@ std::optional<HfPlacement> HfWeightImport::place(const std::string& file_name, a
   }
   if (e.transposed) out.rows = e.rows > 0 ? e.rows : target_it->second.at(0);
   if (source != target)
-    throw data_error(source_ + ": '" + file + "' holds " + name + " as " + shape_str(shape) +
-                     ", but this model's is " + shape_str(target) +
+    throw data_error(source_ + ": '" + file + "' holds " + name + " as " + shape_str(shape) + ", but this model's is " +
+                     shape_str(target) +
                      (is_vocab_matrix(e.ours) ? " (model.vocab_size rows)"
                       : positions             ? " (at least model.seq_len positions)"
                                               : "") +

@@ -33,8 +33,7 @@ struct ResumePoint {
 // auto passes over a checkpoint that fails to load, with a warning; a named one is an error.
 // `keep`: a ZeRO-3 rank's share of the optimizer state; `with_model`: whether the snapshot holds the
 // whole model (checkpoint/training_checkpoint.h).
-std::optional<ResumePoint> load_resume_checkpoint(const Settings& s,
-                                                  const std::optional<RowShare>& keep = std::nullopt,
+std::optional<ResumePoint> load_resume_checkpoint(const Settings& s, const std::optional<RowShare>& keep = std::nullopt,
                                                   bool with_model = true);
 
 struct RecipeChange {

@@ -338,7 +338,8 @@ std::unique_ptr<StoredWeights> Trainer::weights_to_read(bool loads_init_from, bo
     return StoredWeights::init_from(s_.model.init_from, s_.model, base);
   }
   if (!resumed_ || adapters_only) return nullptr;
-  return StoredWeights::checkpoint(resumed_->dir, module_weights(*model_), "checkpoint '" + resumed_->dir.string() + "'",
+  return StoredWeights::checkpoint(resumed_->dir, module_weights(*model_),
+                                   "checkpoint '" + resumed_->dir.string() + "'",
                                    "resume with the model settings the checkpoint was saved with");
 }
 

@@ -17,7 +17,8 @@ std::string weights_read_line(const ProcessGroups& groups, uint64_t bytes_read, 
   std::vector<double> read(static_cast<size_t>(many ? groups.world().size : 1), 0.0);
   read[static_cast<size_t>(many ? groups.world().rank : 0)] = static_cast<double>(bytes_read);
   read = groups.sum_over_world(read, "the bytes of weights each rank read");
-  const std::string of = fmt::format("MiB of the {:.1f} MiB of weights in {}", static_cast<double>(bytes_stored) / kMiB, where);
+  const std::string of =
+      fmt::format("MiB of the {:.1f} MiB of weights in {}", static_cast<double>(bytes_stored) / kMiB, where);
   if (read.size() == 1) return fmt::format("model: this process read {:.1f} {}", read[0] / kMiB, of);
   if (read.size() <= 16) {
     std::string list;

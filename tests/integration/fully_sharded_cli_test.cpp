@@ -192,7 +192,8 @@ TEST_CASE("parallel: no ZeRO-3 rank ever holds the whole model, building it incl
     const std::string log = read_file(dir.file(std::string(run) + ".log"));
     INFO(log);
     std::smatch read;
-    REQUIRE(std::regex_search(log, read, std::regex(R"(the 4 ranks read ([0-9., ]+) MiB of the ([0-9.]+) MiB of weights)")));
+    REQUIRE(std::regex_search(log, read,
+                              std::regex(R"(the 4 ranks read ([0-9., ]+) MiB of the ([0-9.]+) MiB of weights)")));
     const std::string list = read[1].str();
     const std::regex number("[0-9.]+");
     int ranks_listed = 0;
