@@ -5,7 +5,9 @@ model's fp32 size: what issue 56 asks ("no rank ever holds the whole model"). Ru
 same run with a 1-block, 16-wide model; each worker pauses at the failpoint train.done, where the
 kernel's VmHWM (its peak resident set since it started) is read from /proc, then goes on. Start-up
 is process start to the first step (the failpoint train.start, passed as each worker reaches it).
-Random init, and model.init_from of a Hugging Face folder saved by transformers (--hf). Prints a
+The peak up to the first step (building and reading the weights) is read there too. Random init,
+model.init_from of a Hugging Face folder saved by transformers (--hf), and the random run resumed
+from its checkpoint (--resume). Prints a
 Markdown table (docs/benchmarks.md). Run from the repo root with the test venv's python.
 """
 import argparse
@@ -48,20 +50,23 @@ def vm_hwm_mb(pid):
     raise RuntimeError(f"no VmHWM for {pid}")
 
 
-def measure(binary, recipe, nproc, out, sets):
-    """Max over the ranks of the lifetime peak RSS (MiB), seconds from launch to every rank's first step,
-    the median step time (s), and the log."""
+def measure(binary, recipe, nproc, out, sets, overwrite=True):
+    """Max over the ranks of the peak RSS (MiB) up to the first step and over the whole life, seconds from
+    launch to every rank's first step, and the median step time (s)."""
     with tempfile.TemporaryDirectory() as fp:
         env = dict(os.environ, GPUTRAIN_FAILPOINTS="train.start=pause;train.done=pause", GPUTRAIN_FAILPOINT_DIR=fp)
-        args = [binary, "run", str(recipe), "--output-dir", str(out), "--overwrite", "--nproc-per-node", str(nproc)]
+        args = [binary, "run", str(recipe), "--output-dir", str(out), "--nproc-per-node", str(nproc)]
+        args += ["--overwrite"] if overwrite else []
         for s in sets:
             args += ["--set", s]
         t0 = time.monotonic()
         log = open(f"{out}.log", "w")
         proc = subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT)
-        if wait_reached(Path(fp), "train.start", nproc, proc) is None:
+        started = wait_reached(Path(fp), "train.start", nproc, proc)
+        if started is None:
             raise SystemExit(Path(f"{out}.log").read_text())
         startup = time.monotonic() - t0
+        start_peak = max(vm_hwm_mb(p) for p in started)
         (Path(fp) / "train.start.release").touch()
         pids = wait_reached(Path(fp), "train.done", nproc, proc)
         if pids is None:
@@ -71,7 +76,7 @@ def measure(binary, recipe, nproc, out, sets):
         if proc.wait() != 0:
             raise SystemExit(Path(f"{out}.log").read_text())
     steps = [json.loads(line)["step_ms"] / 1000 for line in Path(out, "metrics.jsonl").read_text().splitlines()]
-    return peak, startup, statistics.median(steps)
+    return start_peak, peak, startup, statistics.median(steps[-3:])
 
 
 def hf_folder(tmp, vocab, layers, d, heads):
@@ -93,6 +98,7 @@ def main():
     ap.add_argument("--vocab", type=int, default=50304)
     ap.add_argument("--optim", nargs="+", default=["sgd"])
     ap.add_argument("--hf", action="store_true", help="also start from a Hugging Face folder (model.init_from)")
+    ap.add_argument("--resume", action="store_true", help="also resume the random run from its checkpoint")
     a = ap.parse_args()
     heads = a.d // 64
     print(provenance(a.binary))
@@ -100,8 +106,8 @@ def main():
           "peak = the largest rank's VmHWM over its life; 'above' = minus the same run's with a 1-block, "
           "16-wide model\n")
     print("| init | optimizer | processes | parameters | fp32 model MiB | peak MiB/rank | tiny run MiB/rank | "
-          "above / fp32 model | start-up s | step s |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "above / fp32 model | until step 1: above / fp32 model | start-up s | step s |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     with tempfile.TemporaryDirectory() as tmp:
         inits = [("random", [])]
         if a.hf:
@@ -112,14 +118,19 @@ def main():
                 recipe.write_text(RECIPE.format(vocab=a.vocab, layers=a.layers, heads=heads, d=a.d, optim=optim))
                 tiny = Path(tmp) / "tiny.yaml"
                 tiny.write_text(RECIPE.format(vocab=a.vocab, layers=1, heads=1, d=16, optim=optim))
-                base, _, _ = measure(a.binary, tiny, nproc, Path(tmp) / "tiny", [])
-                for name, sets in inits:
-                    out = Path(tmp) / f"run-{nproc}"
-                    peak, startup, step = measure(a.binary, recipe, nproc, out, sets)
+                base_start, base, _, _ = measure(a.binary, tiny, nproc, Path(tmp) / "tiny", [])
+                runs = list(inits)
+                if a.resume:  # the random run again, then resumed from the checkpoint it ends with
+                    runs = [("random", ["checkpoint.at_end=true"]), *inits[1:],
+                            ("resumed", ["train.max_steps=6"])]
+                for name, sets in runs:
+                    out = Path(tmp) / f"run-{nproc}" if name != "HF folder" else Path(tmp) / f"hf-{nproc}"
+                    start, peak, startup, step = measure(a.binary, recipe, nproc, out, sets, name != "resumed")
                     params = int(json.loads((out / "summary.json").read_text()).get("parameters", 0))
                     model_mb = params * 4 / 2**20
                     print(f"| {name} | {optim} | {nproc} | {params / 1e6:.0f}M | {model_mb:.0f} | {peak:.0f} | "
-                          f"{base:.0f} | {(peak - base) / model_mb:.2f} | {startup:.1f} | {step:.1f} |", flush=True)
+                          f"{base:.0f} | {(peak - base) / model_mb:.2f} | {(start - base_start) / model_mb:.2f} | "
+                          f"{startup:.1f} | {step:.1f} |", flush=True)
 
 
 if __name__ == "__main__":

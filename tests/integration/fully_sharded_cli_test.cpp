@@ -419,15 +419,18 @@ TEST_CASE("parallel: ZeRO-3 with expert parallelism shards each expert over its 
     CHECK(differ("no-ep", ep, "grad_norm") < 1e-5);
   }
   // Adafactor's statistics of an expert are summed over its replicas (ep 2) or its rank's alone
-  // (ep 4). Its near-zero rows amplify rounding after some steps, so the first 12 are compared, within
-  // 1e-4: a near tie at step 9 tips the gradient norm by 7.2e-5 (2026-11-28 initialization), after
-  // which the runs agree within 2e-6 again.
+  // (ep 4). Its near-zero rows amplify rounding: a near tie at step 9 tips the gradient norm by up
+  // to 1.7e-4 (7.2e-5 on another machine), and the runs agree within 2e-6 again from step 13. Losses
+  // stay within 1e-5 (2026-11-29).
   run("adafactor", {"optim.name=adafactor"});
+  const auto last_steps = [](std::vector<double> v) { return std::vector<double>(v.begin() + 12, v.end()); };
   for (const char* ep : {"2", "4"}) {
     const std::string name = std::string("adafactor-ep") + ep;
     run(name, {"optim.name=adafactor", std::string("parallel.ep=") + ep});
-    CHECK(differ("adafactor", name, "loss", 12) < 1e-4);
-    CHECK(differ("adafactor", name, "grad_norm", 12) < 1e-4);
+    CHECK(differ("adafactor", name, "loss") < 5e-5);
+    CHECK(differ("adafactor", name, "grad_norm", 12) < 5e-4);
+    CHECK(max_abs_diff(last_steps(column(dir.file("adafactor"), "grad_norm")),
+                       last_steps(column(dir.file(name), "grad_norm")), 0) < 2e-5);
   }
   // 8-bit AdamW (the router's 4 rows of 32 pad their shard within one block): resumed on the same
   // ranks the files end byte for byte the same; on one process it continues within the ep tests' 1e-4.
