@@ -14,10 +14,10 @@
 
 #include "config/settings.h"
 #include "model/gpt.h"
+#include "model/part_reader.h"
 #include "parallel/gradient_reducer.h"
 #include "parallel/pipeline_stages.h"
 #include "parallel/process_groups.h"
-#include "model/part_reader.h"
 #include "parallel/rank_share.h"
 #include "parallel/tensor_shard.h"
 
