@@ -136,13 +136,15 @@ const SafetensorsEntry* SafetensorsHeader::find(const std::string& name) const {
 
 namespace {
 
+Error not_safetensors(const std::string& path, const std::string& what) {
+  return data_error("'" + path + "' is not a valid safetensors file: " + what +
+                    "\n    fix: the file is truncated or corrupt; use another copy or checkpoint");
+}
+
 // The header's JSON (`text`, of a file of `file_size` bytes) checked and listed: known dtypes, each
 // byte range matching its shape, the ranges tiling the data exactly once.
 SafetensorsHeader parse_header(const std::string& path, const char* text, uint64_t len, uint64_t file_size) {
-  auto bad = [&](const std::string& what) {
-    return data_error("'" + path + "' is not a valid safetensors file: " + what +
-                      "\n    fix: the file is truncated or corrupt; use another copy or checkpoint");
-  };
+  auto bad = [&](const std::string& what) { return not_safetensors(path, what); };
   json header;
   try {
     header = json::parse(text, text + len);
@@ -198,21 +200,18 @@ SafetensorsHeader parse_header(const std::string& path, const char* text, uint64
   return out;
 }
 
-[[noreturn]] void too_short(const std::string& path, uint64_t size) {
-  throw data_error("'" + path + "' is not a valid safetensors file: it has " + std::to_string(size) +
-                   " bytes, fewer than the 8-byte header length\n    fix: the file is truncated or corrupt; use "
-                   "another copy or checkpoint");
+void check_holds_length(const std::string& path, uint64_t size) {
+  if (size < 8)
+    throw not_safetensors(path, "it has " + std::to_string(size) + " bytes, fewer than the 8-byte header length");
 }
 
-[[noreturn]] void header_too_long(const std::string& path, uint64_t len, uint64_t size) {
-  throw data_error("'" + path + "' is not a valid safetensors file: the header claims " + std::to_string(len) +
-                   " bytes but the file has " + std::to_string(size) +
-                   "\n    fix: the file is truncated or corrupt; use another copy or checkpoint");
-}
-
-uint64_t header_length(const uint8_t* first8) {
+// The header's length from a file's first 8 bytes (little-endian), checked against its `size`.
+uint64_t header_length(const std::string& path, const uint8_t* first8, uint64_t size) {
   uint64_t len = 0;
   for (int i = 7; i >= 0; --i) len = (len << 8) | first8[i];
+  if (len > size - 8)
+    throw not_safetensors(
+        path, "the header claims " + std::to_string(len) + " bytes but the file has " + std::to_string(size));
   return len;
 }
 
@@ -220,11 +219,10 @@ uint64_t header_length(const uint8_t* first8) {
 
 SafetensorsHeader read_safetensors_header(const std::string& path) {
   const ReadOnlyFile file(path);
-  if (file.size() < 8) too_short(path, file.size());
+  check_holds_length(path, file.size());
   uint8_t first8[8];
   file.read(first8, 8, 0);
-  const uint64_t len = header_length(first8);
-  if (len > file.size() - 8) header_too_long(path, len, file.size());
+  const uint64_t len = header_length(path, first8, file.size());
   std::string text(len, '\0');
   file.read(text.data(), len, 8);
   return parse_header(path, text.data(), len, file.size());
@@ -232,9 +230,8 @@ SafetensorsHeader read_safetensors_header(const std::string& path) {
 
 SafetensorsFile read_safetensors(const std::string& path) {
   MappedFile file(path);
-  if (file.size() < 8) too_short(path, file.size());
-  const uint64_t len = header_length(file.data());
-  if (len > file.size() - 8) header_too_long(path, len, file.size());
+  check_holds_length(path, file.size());
+  const uint64_t len = header_length(path, file.data(), file.size());
   const SafetensorsHeader header =
       parse_header(path, reinterpret_cast<const char*>(file.data()) + 8, len, static_cast<uint64_t>(file.size()));
   SafetensorsFile out;
