@@ -160,6 +160,9 @@ void Communicator::connect() {
       options->threads = 2;
       impl_->backend = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank_, size(), options);
       impl_->backend_name = "gloo";
+      // Gloo's full mesh is connected on one side of a pair before the other: a rank that went on and
+      // closed the group (done, or failed) would break its peer's connecting. None leaves until all have.
+      impl_->backend->barrier()->wait();
     }
   } catch (const Error&) {
     throw;

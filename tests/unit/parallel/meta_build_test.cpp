@@ -7,7 +7,6 @@
 
 #include <map>
 #include <mutex>
-#include <thread>
 
 #include "checkpoint/model_files.h"
 #include "checkpoint/module_weights.h"
@@ -19,6 +18,7 @@
 #include "parallel/parallelize.h"
 #include "parallel/process_groups.h"
 #include "test_util.h"
+#include "thread_ranks.h"
 
 using namespace gputrain;
 
@@ -90,7 +90,6 @@ std::vector<size_t> check_layout(const ModelSettings& m, ParallelSettings p, int
   Gpt whole = build(m, /*meta=*/false);
   if (!init_from.empty()) load_initial_weights(*whole, m, init_from);
   for (const auto& item : whole->named_parameters()) reference[item.key()] = item.value().detach();
-  setenv("TORCH_FR_BUFFER_SIZE", "0", 1);  // as thread_ranks.h: one flight recorder is not thread-safe
   p.backend = CommBackend::kGloo;
   const int port = free_tcp_port();
   std::vector<size_t> held(static_cast<size_t>(world));
@@ -108,10 +107,7 @@ std::vector<size_t> check_layout(const ModelSettings& m, ParallelSettings p, int
     INFO("rank " << rank);
     held[static_cast<size_t>(rank)] = check_rank(groups, par, model, reference);
   };
-  std::vector<std::thread> threads;
-  for (int r = 1; r < world; ++r) threads.emplace_back(rank_main, r);
-  rank_main(0);
-  for (auto& t : threads) t.join();
+  test::run_ranks_as_threads(world, rank_main);
   return held;
 }
 
