@@ -7,7 +7,8 @@ kernel's VmHWM (its peak resident set since it started) is read from /proc, then
 is process start to the first step (the failpoint train.start, passed as each worker reaches it).
 The peak up to the first step (building and reading the weights) is read there too. Random init,
 model.init_from of a Hugging Face folder saved by transformers (--hf), and the random run resumed
-from its checkpoint (--resume). Prints a
+from its checkpoint (--resume); and the random run with its optimizer state in a file
+(--nvme also|only: parallel.offload_optimizer nvme). Prints a
 Markdown table (docs/benchmarks.md). Run from the repo root with the test venv's python.
 """
 import argparse
@@ -99,6 +100,8 @@ def main():
     ap.add_argument("--optim", nargs="+", default=["sgd"])
     ap.add_argument("--hf", action="store_true", help="also start from a Hugging Face folder (model.init_from)")
     ap.add_argument("--resume", action="store_true", help="also resume the random run from its checkpoint")
+    ap.add_argument("--nvme", choices=["also", "only"],
+                    help="the random run with the optimizer state in a file too, or that run only")
     a = ap.parse_args()
     heads = a.d // 64
     print(provenance(a.binary))
@@ -123,8 +126,13 @@ def main():
                 if a.resume:  # the random run again, then resumed from the checkpoint it ends with
                     runs = [("random", ["checkpoint.at_end=true"]), *inits[1:],
                             ("resumed", ["train.max_steps=6"])]
+                if a.nvme:
+                    nvme = ("random, state on disk", ["parallel.offload_optimizer=nvme",
+                                                       f"parallel.offload_dir={tmp}/state"])
+                    runs = [nvme] if a.nvme == "only" else [*runs, nvme]
+                folders = {"HF folder": "hf", "random, state on disk": "nvme"}
                 for name, sets in runs:
-                    out = Path(tmp) / f"run-{nproc}" if name != "HF folder" else Path(tmp) / f"hf-{nproc}"
+                    out = Path(tmp) / f"{folders.get(name, 'run')}-{nproc}"
                     start, peak, startup, step = measure(a.binary, recipe, nproc, out, sets, name != "resumed")
                     params = int(json.loads((out / "summary.json").read_text()).get("parameters", 0))
                     model_mb = params * 4 / 2**20

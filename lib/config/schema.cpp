@@ -133,7 +133,11 @@ E read_enum(const ConfigNode& n, const EnumTable<E>& t) {
 template <class E>
 json enum_schema(const EnumTable<E>& t) {
   json names = json::array();
-  for (const auto& [name, _] : t) names.push_back(name);
+  // YAML's true and false are booleans; validation reads them as the words, quoted or not.
+  for (const auto& [name, _] : t) {
+    if (name == "true" || name == "false") names.push_back(name == "true");
+    names.push_back(name);
+  }
   return {{"enum", names}};
 }
 
@@ -963,8 +967,18 @@ void add_parallel_fields(std::vector<FieldSpec>& f) {
                  "optimizer and the gradient reduction stay fp32. auto = bf16 under precision.mode bf16 (half "
                  "the traffic and gathered memory), else the weights' own; weights = always the weights' own")
           .resume(ResumePolicy::kReported));
-  f.push_back(bool_field(KEY(parallel.offload_optimizer),
-                         "CUDA: keep optimizer state and run the update on the CPU (pinned memory)")
+  f.push_back(enum_field(KEY(parallel.offload_optimizer),
+                         EnumTable<OptimizerOffload>{{"false", OptimizerOffload::kNone},
+                                                     {"cpu", OptimizerOffload::kCpu},
+                                                     {"nvme", OptimizerOffload::kNvme},
+                                                     {"true", OptimizerOffload::kCpu}},
+                         "where the optimizer state lives. false = with the weights; cpu (or true) = CUDA runs: the "
+                         "state and the update in host memory (pinned); nvme = zero 3: the state in files under "
+                         "parallel.offload_dir, streamed one unit at a time through the update (on the host)")
+                  .resume(ResumePolicy::kReported));
+  f.push_back(path_field(KEY(parallel.offload_dir),
+                         "offload_optimizer nvme: the directory (on a local disk) for the state files, reserved "
+                         "in full at start and removed at exit; empty = run.output_dir")
                   .resume(ResumePolicy::kReported));
   f.push_back(bool_field(KEY(parallel.offload_params),
                          "zero 3 on CUDA: keep each rank's weight shards (pinned), their gradients and the optimizer "

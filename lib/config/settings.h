@@ -266,6 +266,8 @@ enum class CommBackend { kAuto, kNccl, kGloo };
 // ZeRO-3's units gathered (and computed) in: auto = bf16 under precision.mode bf16, else the weights' dtype.
 enum class GatherDtype { kAuto, kWeights, kBf16 };
 enum class PipelineSchedule { kOneFOneB, kGpipe };
+// Where the optimizer state lives: with the shards; host memory (CUDA runs); files (zero 3).
+enum class OptimizerOffload { kNone, kCpu, kNvme };
 
 // How the processes of a run share the work (parallel/). The world itself
 // (rank, size, rendezvous) comes from the environment (parallel/world.h).
@@ -281,7 +283,8 @@ struct ParallelSettings {
   int64_t zero = 0;                   // 0 = replicated; 1 = shard optimizer state; 2 = also gradients; 3 = also weights
   bool reshard_after_forward = true;  // zero 3: free a unit's gathered weights after its forward
   GatherDtype gather_dtype = GatherDtype::kAuto;  // zero 3: the dtype units are gathered in (fp32 shards stay)
-  bool offload_optimizer = false;                 // optimizer state and update on the CPU (CUDA runs)
+  OptimizerOffload offload_optimizer = OptimizerOffload::kNone;  // cpu: state and update on the host (CUDA runs)
+  std::string offload_dir;      // offload_optimizer nvme: where the state files go (a local disk); empty = output_dir
   bool offload_params = false;  // zero 3 on CUDA: shards, their gradients and the optimizer state in host memory
   double timeout_s = 300;       // a collective (or the rendezvous) that takes longer ends the run
 };

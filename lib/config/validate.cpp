@@ -307,7 +307,12 @@ void check_fully_sharded(Checker& c) {
     if (p.offload_params)
       c.error("parallel.offload_params",
               "offloads the weight shards of parallel.zero: 3, and parallel.zero is " + str(p.zero),
-              "set parallel.zero: 3 with it, or use parallel.offload_optimizer: true (the optimizer state alone)");
+              "set parallel.zero: 3 with it, or use parallel.offload_optimizer: cpu (the optimizer state alone)");
+    if (p.offload_optimizer == OptimizerOffload::kNvme)
+      c.error("parallel.offload_optimizer",
+              "nvme streams the optimizer state of parallel.zero: 3's units through files, and parallel.zero is " +
+                  str(p.zero),
+              "set parallel.zero: 3 with it, or use parallel.offload_optimizer: cpu");
     return;
   }
   if (p.offload_params && c.s.run.device == "cpu")
@@ -318,11 +323,11 @@ void check_fully_sharded(Checker& c) {
     c.error("parallel.gather_dtype",
             "bf16 computes each gathered unit in bf16, which needs bf16 autocast around it (precision.mode: bf16)",
             "use precision.mode: bf16 with it, or parallel.gather_dtype: auto");
-  if (p.offload_optimizer)
+  if (p.offload_optimizer == OptimizerOffload::kCpu)
     c.error("parallel.offload_optimizer",
-            "offloads whole parameters' optimizer state, and parallel.zero: 3 keeps it sharded with the weights",
+            "cpu offloads whole parameters' optimizer state, and parallel.zero: 3 keeps it sharded with the weights",
             "use parallel.offload_params: true with parallel.zero: 3 (shards, gradients and optimizer state in "
-            "host memory)");
+            "host memory), or parallel.offload_optimizer: nvme (the state in files under parallel.offload_dir)");
 }
 
 void check_parallel(Checker& c) {
@@ -391,9 +396,16 @@ void check_parallel(Checker& c) {
   check_fully_sharded(c);
   if (p.pp == 1 && p.pp_microbatches > 0)
     c.warning("parallel.pp_microbatches", "has no effect without pipeline parallelism (parallel.pp: 1)", "remove it");
-  if (p.offload_optimizer && c.s.run.device == "cpu")
-    c.warning("parallel.offload_optimizer", "has no effect when training on the CPU (the state is there already)",
-              "remove it");
+  if (p.offload_optimizer == OptimizerOffload::kCpu && c.s.run.device == "cpu")
+    c.warning("parallel.offload_optimizer", "cpu has no effect when training on the CPU (the state is there already)",
+              "remove it, or use nvme with parallel.zero: 3 (the state in files)");
+  if (!p.offload_dir.empty() && p.offload_optimizer != OptimizerOffload::kNvme)
+    c.warning("parallel.offload_dir", "has no effect without parallel.offload_optimizer: nvme", "remove it");
+  if (p.offload_optimizer == OptimizerOffload::kNvme && c.s.checkpoint.async)
+    c.warning("checkpoint.async",
+              "copies each rank's whole optimizer state into host memory at every save, which "
+              "parallel.offload_optimizer: nvme keeps in a file",
+              "use checkpoint.async: false where the state does not fit in memory");
 }
 
 }  // namespace

@@ -18,7 +18,7 @@ AdamW8bit::AdamW8bit(std::vector<ParamGroup> groups, AdamWOptions opts, AdamW8bi
   const torch::Device device = device_of(groups_);
   if (!fused_update_available(device))
     throw runtime_error("adamw8bit has no kernel for device " + device.str() + " in this build");
-  maps_ = make_quant_maps(device);
+  maps_ = make_quant_maps(device.is_meta() ? torch::Device(torch::kCPU) : device);  // (meta: shapes alone)
   const uint8_t zero_m = zero_code(maps_.signed_code.cpu()), zero_v = zero_code(maps_.unsigned_code.cpu());
   for (const auto& g : groups_) {
     std::vector<Slot> slots;

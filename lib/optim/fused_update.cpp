@@ -9,6 +9,8 @@
 namespace gputrain {
 
 bool fused_update_available(const torch::Device& device) {
+  // Meta: shapes alone, never stepped, chosen for as the host's (optim/streamed_optimizer.h's description).
+  if (device.is_meta()) return true;
 #ifdef GPUTRAIN_WITH_CUDA
   return device.is_cpu() || device.is_cuda();
 #else

@@ -87,6 +87,8 @@ class Optimizer {
   void zero_grad();  // frees the gradients (set_to_none)
   const std::vector<ParamGroup>& groups() const { return groups_; }
   int64_t state_bytes() const;
+  // Of it, what stays in memory between steps (less where it lives in a file: optim/streamed_optimizer.h).
+  virtual int64_t resident_state_bytes() const { return state_bytes(); }
 
   // Checkpoint hooks. state() lists every state tensor (moments, step counts,
   // quantization scales) in a stable order. load_state() copies saved tensors

@@ -135,6 +135,16 @@ void FullyShardedModel::start_gather(int64_t unit) {
   u.in_flight = true;
 }
 
+std::vector<std::vector<std::string>> FullyShardedModel::unit_parameters() const {
+  std::vector<std::vector<std::string>> out;
+  for (const Unit& u : units_) {
+    out.emplace_back();
+    for (const Pack& pack : u.packs)
+      for (size_t i : pack.params) out.back().push_back(params_[i].name);
+  }
+  return out;
+}
+
 void FullyShardedModel::gather(int64_t unit) {
   Unit& u = units_[static_cast<size_t>(unit)];
   if (u.gathered) return;

@@ -68,6 +68,8 @@ class FullyShardedModel : public UnitHooks {
 
   // This rank's shards, named as the parameters, frozen ones included, in registration order.
   const std::vector<NamedTensor>& shards() const { return shards_; }
+  // The names of each unit's parameters, unit by unit (what an optimizer streamed per unit splits by).
+  std::vector<std::vector<std::string>> unit_parameters() const;
   // This rank's part of a tensor laid out as `layout` along parameter `name` (optim/optimizer.h:
   // rows [rank*c, (rank+1)*c), or the blocks of those rows), padded: for optimizer state saved
   // whole, or already cut to this rank's part as it was read (then only padded). The padding is

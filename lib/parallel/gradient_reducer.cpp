@@ -169,7 +169,7 @@ RankMemory GradientReducer::memory(const Optimizer& optimizer) const {
   RankMemory m;
   m.weights_mb = static_cast<double>(weights) / mib;
   m.grads_mb = static_cast<double>(grad_bytes_) / mib;
-  m.optimizer_state_mb = static_cast<double>(optimizer.state_bytes()) / mib;
+  m.optimizer_state_mb = static_cast<double>(optimizer.resident_state_bytes()) / mib;
   return m;
 }
 

@@ -19,8 +19,12 @@ bool fully_shards(const ProcessGroups& groups, const ParallelPlan& plan) {
   return plan.parallel.zero == 3 && groups.dp() != nullptr;
 }
 
-// ZeRO-3 on CUDA with parallel.offload_params: the shards live on the host.
-bool offloads_params(const ParallelPlan& plan) { return plan.parallel.offload_params && plan.device.is_cuda(); }
+// ZeRO-3 on CUDA with parallel.offload_params: the shards live on the host; so with the optimizer state
+// in files (offload_optimizer nvme), whose update runs on the host.
+bool offloads_params(const ParallelPlan& plan) {
+  return (plan.parallel.offload_params || plan.parallel.offload_optimizer == OptimizerOffload::kNvme) &&
+         plan.device.is_cuda();
+}
 
 // The pipeline stage's blocks (every rank knows every stage's layers, for the summary).
 void keep_pipeline_stage(Gpt& model, const ProcessGroups& groups, RankShare& share) {

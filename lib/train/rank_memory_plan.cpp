@@ -114,6 +114,11 @@ std::string rank_memory_table(const Settings& s, const Grid& g) {
     out +=
         "\nparallel.offload_params: on a CUDA run the weights, gradients and optimizer state above are in host memory "
         "(the weights pinned); the GPU holds only the units in use and the activations.\n";
+  if (zero == 3 && s.parallel.offload_optimizer == OptimizerOffload::kNvme)
+    out +=
+        "\nparallel.offload_optimizer nvme: the optimizer state above is in a file of each rank under "
+        "parallel.offload_dir (its disk needs that much free per rank on the machine); memory holds about two "
+        "units' state during the update.\n";
   return out;
 }
 

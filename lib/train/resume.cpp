@@ -22,6 +22,10 @@ void flatten(const json& j, const std::string& prefix, std::map<std::string, jso
   }
 }
 
+// A boolean as the word an enum writes: a key that became one of true | false | ... (e.g.
+// parallel.offload_optimizer) reads the same in older checkpoints.
+json as_word(const json& j) { return j.is_boolean() ? json(j.get<bool>() ? "true" : "false") : j; }
+
 // The schema's policy for `key` (config/schema.h); a key the schema no longer has diverges.
 ResumePolicy policy_of(const std::string& key) {
   const FieldSpec* f = find_field(key);
@@ -78,7 +82,7 @@ ResumeChanges compare_for_resume(const json& saved, const json& now, const fs::p
   for (const auto& [key, now_value] : b) {
     auto it = a.find(key);
     const json saved_value = it == a.end() ? json(nullptr) : it->second;
-    if (saved_value == now_value) continue;
+    if (as_word(saved_value) == as_word(now_value)) continue;
     RecipeChange c{key, saved_value.dump(), now_value.dump()};
     ResumePolicy p = policy_of(key);
     if (p == ResumePolicy::kWeightDtype)

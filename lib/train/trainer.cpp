@@ -35,6 +35,7 @@
 #include "optim/cpu_offload.h"
 #include "optim/lr_schedule.h"
 #include "optim/make_optimizer.h"
+#include "optim/streamed_optimizer.h"
 #include "optim/param_groups.h"
 #include "parallel/fully_sharded.h"
 #include "parallel/grid.h"
@@ -348,16 +349,26 @@ void Trainer::build_optimizer() {
   for (const auto& p : par_.share.weights) params_.push_back(p.tensor);
   std::vector<ParamGroup> groups = par_.gradients->owned_groups(make_param_groups(*model_, s_.optim));
   const bool cuda = plan_.device.is_cuda();
-  if (s_.parallel.offload_optimizer && cuda) {  // state and update on the CPU
+  const OptimizerOffload offload = s_.parallel.offload_optimizer;
+  if (offload == OptimizerOffload::kCpu && cuda) {  // state and update on the CPU
     offload_ = std::make_unique<CpuOffload>(groups);
     groups = offload_->cpu_groups();
   }
-  if (s_.parallel.offload_optimizer && !cuda && s_.run.device != "cpu")  // (validation warns for "cpu")
+  if (offload == OptimizerOffload::kCpu && !cuda && s_.run.device != "cpu")  // (validation warns for "cpu")
     spdlog::warn("parallel.offload_optimizer has no effect on the CPU (the optimizer state is there already)");
   if (s_.parallel.offload_params && !cuda && s_.run.device != "cpu")
     spdlog::warn("parallel.offload_params has no effect on the CPU (the shards are there already)");
   FullyShardedModel* sharded = par_.share.fully_sharded.get();
-  optimizer_ = make_optimizer(groups, s_.optim, sharded ? std::optional(sharded->row_sharding()) : std::nullopt);
+  const std::optional<RowSharding> rows = sharded ? std::optional(sharded->row_sharding()) : std::nullopt;
+  if (offload == OptimizerOffload::kNvme) {  // (validation: zero 3) the state in a file, a unit at a time
+    const std::string& dir = s_.parallel.offload_dir.empty() ? out_dir_.string() : s_.parallel.offload_dir;
+    optimizer_ = std::make_unique<StreamedOptimizer>(
+        groups, sharded ? sharded->unit_parameters() : std::vector<std::vector<std::string>>{},
+        [&](std::vector<ParamGroup> unit) { return make_optimizer(std::move(unit), s_.optim, rows); },
+        std::make_unique<OffloadFile>(dir, "parallel.offload_dir"));
+  } else {
+    optimizer_ = make_optimizer(groups, s_.optim, rows);
+  }
   // ZeRO-3's optimizer holds shards, not the weights the model multiplies by.
   if (!sharded) copies_ = attach_weight_copies(model_, *optimizer_, *precision_, par_.share.runs_head());
   if (copies_.tensors > 0)
@@ -468,6 +479,12 @@ void Trainer::log_start() const {
   if (offload_)
     spdlog::info("optimizer: offloaded: state, update and a {:.1f} MiB copy of the parameters in pinned host memory",
                  mib(static_cast<double>(offload_->host_bytes())));
+  if (const auto* streamed = dynamic_cast<const StreamedOptimizer*>(optimizer_.get()))
+    spdlog::info(
+        "optimizer: the state in a {:.1f} MiB file in {} (reserved at start, gone at exit), streamed "
+        "through each update a unit at a time ({} units, the largest {:.1f} MiB)",
+        mib(static_cast<double>(streamed->file_bytes())), streamed->dir(), streamed->units(),
+        mib(static_cast<double>(streamed->largest_unit_bytes())));
   if (par_.share.recomputed_blocks > 0)
     spdlog::info("activation checkpointing: {} of {} blocks recomputed in backward", par_.share.recomputed_blocks,
                  m.n_layer);

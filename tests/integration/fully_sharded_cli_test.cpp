@@ -800,7 +800,9 @@ TEST_CASE("parallel: ZeRO-3 refuses what it is not combined with yet, naming the
       {{"parallel.zero=4"}, "parallel.zero"},
       // The offloads: each for its own stage.
       {{"parallel.zero=3", "parallel.offload_optimizer=true"}, "use parallel.offload_params: true"},
+      {{"parallel.zero=3", "parallel.offload_optimizer=cpu"}, "or parallel.offload_optimizer: nvme"},
       {{"parallel.zero=2", "parallel.offload_params=true"}, "parallel.offload_params: offloads the weight shards"},
+      {{"parallel.zero=2", "parallel.offload_optimizer=nvme"}, "nvme streams the optimizer state of parallel.zero: 3"},
   };
   for (const auto& [sets, message] : cases) {
     std::vector<std::string> args = {"validate", dir.file("r.yaml")};

@@ -59,6 +59,16 @@ TEST_CASE("resume: each key's schema policy decides what a changed recipe does",
   CHECK(verdict("model.init_from", "x") == "reported");
   CHECK(verdict("parallel.zero", 2) == "reported");
   CHECK(verdict("parallel.pp", 2) == "reported");
+  CHECK(verdict("parallel.offload_optimizer", "nvme") == "reported");
+  // A key that was a boolean and became an enum (parallel.offload_optimizer): an older checkpoint's
+  // false is the word false, not a change.
+  const json now_words = settings_to_json(Settings{});
+  json saved_bool = now_words;
+  REQUIRE(now_words["parallel"]["offload_optimizer"] == "false");
+  saved_bool["parallel"]["offload_optimizer"] = false;
+  const ResumeChanges unchanged = compare_for_resume(saved_bool, now_words, "ckpt");
+  CHECK(unchanged.reported.empty());
+  CHECK(unchanged.diverging.empty());
   // precision.mode: the saved weights' dtype only changes to or from bf16-pure.
   CHECK(verdict("precision.mode", "bf16") == "diverging");
   CHECK(verdict("precision.mode", "bf16-pure") == "refused");

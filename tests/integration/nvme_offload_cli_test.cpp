@@ -1,0 +1,93 @@
+// parallel.offload_optimizer nvme on this machine (Gloo, 2 ZeRO-3 processes): the losses of the state
+// in memory for AdamW, 8-bit AdamW and Adafactor, checkpoints byte for byte, an exact resume, no file
+// left behind, and a full disk (a tiny tmpfs) refused before the first step with nothing written.
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "parallel_runs.h"
+#include "same_tensors.h"
+#include "test_util.h"
+
+using namespace gputrain::test;
+using Catch::Contains;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string step(const std::string& out, int n) {
+  return out + "/checkpoints/step_000000" + (n < 10 ? "0" : "") + std::to_string(n);
+}
+
+}  // namespace
+
+TEST_CASE("parallel: NVMe offload trains as in memory with AdamW, 8-bit AdamW and Adafactor, and resumes exactly",
+          "[parallel][cli][slow][nvme]") {
+  TempDir dir;
+  write_file(dir.file("r.yaml"), dp_recipe());
+  const std::vector<std::pair<const char*, std::vector<std::string>>> optimizers = {
+      {"adamw", {"optim.name=adamw"}},
+      {"8bit", {"optim.name=adamw8bit", "optim.adamw8bit.min_8bit_size=100"}},
+      {"adafactor", {"optim.name=adafactor"}},
+  };
+  for (const auto& [name, optim] : optimizers) {
+    SECTION(name) {
+      std::vector<std::string> in_memory = optim;
+      in_memory.insert(in_memory.end(), {"parallel.zero=3", "checkpoint.every=10"});
+      const std::string memory_out = dir.file(std::string(name) + "-memory");
+      const auto m = train(dir.file("r.yaml"), memory_out, 2, in_memory);
+      INFO(m.output);
+      REQUIRE(m.exit_code == 0);
+
+      const std::string offload_dir = dir.file(std::string(name) + "-state");
+      std::vector<std::string> nvme = in_memory;
+      nvme.insert(nvme.end(), {"parallel.offload_optimizer=nvme", "parallel.offload_dir=" + offload_dir});
+      const std::string out = dir.file(name);
+      const auto r = train(dir.file("r.yaml"), out, 2, nvme);
+      INFO(r.output);
+      REQUIRE(r.exit_code == 0);
+      CHECK_THAT(r.output, Contains("streamed through each update a unit at a time (4 units"));
+      CHECK(max_abs_diff(column(memory_out, "loss"), column(out, "loss")) <= 1e-6);
+      CHECK(max_abs_diff(column(memory_out, "grad_norm"), column(out, "grad_norm")) <= 1e-6);
+      CHECK(fs::is_empty(offload_dir));  // the state's file is gone with the run
+      // Its checkpoints are the in-memory run's (the state read back through the file's views).
+      check_same_state_files(step(memory_out, 20), step(out, 20));
+
+      // Resumed at step 10 it ends where the uninterrupted run did, byte for byte.
+      const std::string resumed = dir.file(std::string(name) + "-resumed");
+      const auto again = train(dir.file("r.yaml"), resumed, 2, with_resume(nvme, step(out, 10)));
+      INFO(again.output);
+      REQUIRE(again.exit_code == 0);
+      check_continues(column(out, "loss"), column(resumed, "loss"), 10, 0);
+      check_same_state_files(step(out, 20), step(resumed, 20));
+      CHECK(fs::is_empty(offload_dir));
+    }
+  }
+}
+
+TEST_CASE("parallel: NVMe offload on a full disk stops before the first step, naming the directory and the fix",
+          "[parallel][cli][nvme]") {
+  TempDir dir;
+  write_file(dir.file("r.yaml"), dp_recipe());
+  const std::string small = dir.file("small"), out = dir.file("out");
+  fs::create_directories(small);
+  // A 16 KiB tmpfs in a mount namespace of the run's own: no privileges needed where user namespaces are allowed.
+  const auto r = run_shell("export GPUTRAIN; unshare -rm sh -c 'mount -t tmpfs -o size=16k gputrain-test " + small +
+                           " && exec \"$GPUTRAIN\" run " + dir.file("r.yaml") + " --output-dir " + out +
+                           " --nproc-per-node 2 --set parallel.zero=3 --set parallel.offload_optimizer=nvme"
+                           " --set parallel.offload_dir=" +
+                           small + "' 2>&1");
+  INFO(r.output);
+  if (r.output.find("unshare:") != std::string::npos || r.output.find("mount:") != std::string::npos) {
+    WARN("no mount namespace here (unshare or mount refused): the full-disk case was not run");
+    return;
+  }
+  CHECK(r.exit_code != 0);
+  CHECK_THAT(r.output, Contains("parallel.offload_dir '" + small + "': cannot reserve the optimizer state's file"));
+  CHECK_THAT(r.output, Contains("No space left on device"));
+  CHECK_THAT(r.output, Contains("fix: point it at a local disk with room"));
+  CHECK((!fs::exists(out + "/metrics.jsonl") || column(out, "loss").empty()));  // not a step was taken
+  CHECK(!fs::exists(out + "/checkpoints/step_00000001"));
+}
