@@ -105,7 +105,8 @@ uint64_t StreamedOptimizer::largest_unit_bytes() const {
 std::future<void> StreamedOptimizer::start_reading(size_t k, std::vector<torch::Tensor>& buffers) {
   for (const Streamed& s : units_[k].state) buffers.push_back(torch::empty(s.view.sizes(), s.view.options()));
   return file_->submit([this, k, bufs = buffers] {
-    for (size_t i = 0; i < bufs.size(); ++i) file_->read(units_[k].state[i].offset, bufs[i].data_ptr(), bufs[i].nbytes());
+    for (size_t i = 0; i < bufs.size(); ++i)
+      file_->read(units_[k].state[i].offset, bufs[i].data_ptr(), bufs[i].nbytes());
   });
 }
 

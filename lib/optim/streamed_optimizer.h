@@ -8,6 +8,7 @@
 // views as it would any state.
 #pragma once
 #include <functional>
+#include <future>
 #include <memory>
 #include <string>
 #include <vector>
@@ -51,7 +52,7 @@ class StreamedOptimizer : public Optimizer {
   };
   // Reads unit k's state into fresh buffers on the I/O thread.
   std::future<void> start_reading(size_t k, std::vector<torch::Tensor>& buffers);
-  std::unique_ptr<OffloadFile> file_;  // declared first: it outlives the views below
+  std::unique_ptr<OffloadFile> file_;  // declared first: its I/O thread outlives the units
   std::vector<Unit> units_;
   std::string description_;
 };

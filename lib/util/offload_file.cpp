@@ -44,8 +44,8 @@ OffloadFile::OffloadFile(std::string dir, std::string key) : dir_(std::move(dir)
   std::filesystem::create_directories(dir_, ec);
   fd_ = ec ? -1 : open_unnamed(dir_);
   if (fd_ < 0)
-    throw runtime_error(key_ + ": cannot create a file in '" + dir_ + "': " +
-                        (ec ? ec.message() : std::string(std::strerror(errno))) +
+    throw runtime_error(key_ + ": cannot create a file in '" + dir_ +
+                        "': " + (ec ? ec.message() : std::string(std::strerror(errno))) +
                         "\n    fix: point it at a writable directory on a local disk");
   io_ = std::thread([this] { io_loop(); });
 }
@@ -68,8 +68,11 @@ uint64_t OffloadFile::add_region(uint64_t bytes) {
     const std::string free =
         ::statvfs(dir_.c_str(), &fs) == 0 ? size_text(uint64_t{fs.f_bavail} * fs.f_frsize) : "unknown";
     throw runtime_error(key_ + " '" + dir_ + "': cannot reserve the optimizer state's file: " + std::strerror(err) +
-                        " (" + size_text(offset) + " reserved, " + size_text(padded) + " more needed for the next "
-                        "unit, " + free + " free)\n    fix: point it at a local disk with room for each rank's "
+                        " (" + size_text(offset) + " reserved, " + size_text(padded) +
+                        " more needed for the next "
+                        "unit, " +
+                        free +
+                        " free)\n    fix: point it at a local disk with room for each rank's "
                         "optimizer state on this machine (`gputrain plan` says how much a rank holds), or "
                         "use more ranks");
   }

@@ -248,8 +248,9 @@ TEST_CASE("gpu: parallel.offload_optimizer nvme under ZeRO-3 trains as offload_p
           "[gpu][zero3][nvme]") {
   TempDir dir;
   write_file(dir.file("r.yaml"), recipe());
-  const std::vector<std::string> model = {"model.d_model=256", "model.n_layer=4", "model.n_head=4",
-                                          "train.per_device_batch_size=2", "parallel.zero=3", "checkpoint.every=10"};
+  const std::vector<std::string> model = {"model.d_model=256", "model.n_layer=4",
+                                          "model.n_head=4",    "train.per_device_batch_size=2",
+                                          "parallel.zero=3",   "checkpoint.every=10"};
   // Both update on the host (the state in a file implies the shards there): the same arithmetic.
   std::vector<std::string> host = model, nvme = model;
   host.push_back("parallel.offload_params=true");
