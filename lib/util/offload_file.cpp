@@ -11,6 +11,7 @@
 #include <filesystem>
 
 #include "util/error.h"
+#include "util/positioned_io.h"
 
 namespace gputrain {
 namespace {
@@ -67,14 +68,12 @@ uint64_t OffloadFile::add_region(uint64_t bytes) {
     struct statvfs fs {};
     const std::string free =
         ::statvfs(dir_.c_str(), &fs) == 0 ? size_text(uint64_t{fs.f_bavail} * fs.f_frsize) : "unknown";
+    const std::string sizes =
+        size_text(offset) + " reserved, " + size_text(padded) + " more needed for the next unit, " + free + " free";
     throw runtime_error(key_ + " '" + dir_ + "': cannot reserve the optimizer state's file: " + std::strerror(err) +
-                        " (" + size_text(offset) + " reserved, " + size_text(padded) +
-                        " more needed for the next "
-                        "unit, " +
-                        free +
-                        " free)\n    fix: point it at a local disk with room for each rank's "
-                        "optimizer state on this machine (`gputrain plan` says how much a rank holds), or "
-                        "use more ranks");
+                        " (" + sizes +
+                        ")\n    fix: point it at a local disk with room for each rank's optimizer state on this "
+                        "machine (`gputrain plan` says how much a rank holds), or use more ranks");
   }
   void* base = ::mmap(nullptr, padded, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, static_cast<off_t>(offset));
   if (base == MAP_FAILED)
@@ -99,28 +98,19 @@ void OffloadFile::drop_mapped_pages() const {
 }
 
 void OffloadFile::read(uint64_t offset, void* to, size_t n) const {
-  auto* p = static_cast<char*>(to);
-  while (n > 0) {
-    const ssize_t got = ::pread(fd_, p, n, static_cast<off_t>(offset));
-    if (got < 0 && errno == EINTR) continue;
-    if (got <= 0)
-      throw runtime_error(key_ + " '" + dir_ + "': cannot read the optimizer state's file at byte " +
-                          std::to_string(offset) + ": " + (got == 0 ? "it ends there" : std::strerror(errno)));
-    p += got, offset += static_cast<uint64_t>(got), n -= static_cast<size_t>(got);
-  }
+  IoFailure failed;
+  if (!pread_all(fd_, to, n, offset, failed))
+    throw runtime_error(key_ + " '" + dir_ + "': cannot read the optimizer state's file at byte " +
+                        std::to_string(failed.at) + ": " +
+                        (failed.error == 0 ? "it ends there" : std::strerror(failed.error)));
 }
 
 void OffloadFile::write(uint64_t offset, const void* from, size_t n) const {
-  const auto* p = static_cast<const char*>(from);
-  while (n > 0) {
-    const ssize_t put = ::pwrite(fd_, p, n, static_cast<off_t>(offset));
-    if (put < 0 && errno == EINTR) continue;
-    if (put <= 0)
-      throw runtime_error(key_ + " '" + dir_ + "': cannot write the optimizer state's file at byte " +
-                          std::to_string(offset) + ": " + std::strerror(put == 0 ? EIO : errno) +
-                          "\n    fix: check the disk (its space was reserved when the run started)");
-    p += put, offset += static_cast<uint64_t>(put), n -= static_cast<size_t>(put);
-  }
+  IoFailure failed;
+  if (!pwrite_all(fd_, from, n, offset, failed))
+    throw runtime_error(key_ + " '" + dir_ + "': cannot write the optimizer state's file at byte " +
+                        std::to_string(failed.at) + ": " + std::strerror(failed.error) +
+                        "\n    fix: check the disk (its space was reserved when the run started)");
 }
 
 std::future<void> OffloadFile::submit(std::function<void()> job) {

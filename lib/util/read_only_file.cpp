@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "util/error.h"
+#include "util/positioned_io.h"
 
 namespace gputrain {
 
@@ -25,16 +26,12 @@ ReadOnlyFile::~ReadOnlyFile() {
 }
 
 void ReadOnlyFile::read(void* to, size_t n, uint64_t offset) const {
-  auto* p = static_cast<char*>(to);
-  while (n > 0) {
-    const ssize_t got = ::pread(fd_, p, n, static_cast<off_t>(offset));
-    if (got < 0 && errno == EINTR) continue;
-    if (got <= 0)
-      throw data_error("cannot read '" + path_ + "' at byte " + std::to_string(offset) + ": " +
-                       (got == 0 ? std::string("the file ends there (truncated?)") : std::strerror(errno)) +
-                       "\n    fix: use another copy of the file");
-    p += got, offset += static_cast<uint64_t>(got), n -= static_cast<size_t>(got);
-  }
+  IoFailure failed;
+  if (!pread_all(fd_, to, n, offset, failed))
+    throw data_error(
+        "cannot read '" + path_ + "' at byte " + std::to_string(failed.at) + ": " +
+        (failed.error == 0 ? std::string("the file ends there (truncated?)") : std::strerror(failed.error)) +
+        "\n    fix: use another copy of the file");
 }
 
 }  // namespace gputrain
