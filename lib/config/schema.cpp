@@ -957,7 +957,9 @@ void add_parallel_fields(std::vector<FieldSpec>& f) {
                   .resume(ResumePolicy::kReported));
   f.push_back(bool_field(KEY(parallel.reshard_after_forward),
                          "zero 3: free each unit's gathered weights after its forward and gather them again for "
-                         "its backward (false: keep them until the backward, more memory, less communication)")
+                         "its backward, and compute the output head from each rank's vocabulary rows in turn "
+                         "(false: keep units gathered until their backward and gather the head's weight whole: "
+                         "more memory, less communication)")
                   .resume(ResumePolicy::kReported));
   f.push_back(
       enum_field(KEY(parallel.gather_dtype),

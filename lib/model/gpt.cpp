@@ -201,7 +201,8 @@ torch::Tensor GptImpl::embed(const torch::Tensor& tokens) {
   const int64_t T = tokens.size(1);
   TORCH_CHECK(T <= cfg.seq_len, "sequence of ", T, " tokens exceeds model.seq_len ", cfg.seq_len);
   if (unit_hooks) unit_hooks->before_forward(0);
-  torch::Tensor x = transformer->wte(tokens);
+  torch::Tensor x = unit_hooks ? unit_hooks->embedding_lookup(tokens) : torch::Tensor();
+  if (!x.defined()) x = transformer->wte(tokens);
   if (transformer->wpe) x = x + transformer->wpe(at::arange(T, tokens.options().dtype(at::kLong)));
   x = apply_dropout(transformer->drop, x);
   return unit_hooks ? unit_hooks->after_forward(0, {x})[0] : x;
@@ -237,13 +238,27 @@ torch::Tensor GptImpl::run_blocks(torch::Tensor x, int64_t first, int64_t last) 
   return pending.defined() ? stream + pending : stream;
 }
 
+// The whole head's logits of y = ln_f(stream).
+static torch::Tensor head_product(GptImpl& m, const torch::Tensor& y) {
+  return m.cfg.tie_embeddings ? at::linear(y, autocast_weight(m.transformer->wte->weight, m.head_weight_copy))
+                              : m.lm_head(y);
+}
+
 // ln_f of the stream x + pending, then the output head.
 static torch::Tensor logits_of(GptImpl& m, const torch::Tensor& x, const torch::Tensor& pending = {}) {
   const int64_t unit = m.cfg.n_layer + 1;
   if (m.unit_hooks) m.unit_hooks->before_forward(unit);
   auto y = m.transformer->ln_f->add_forward(x, pending).second;
-  auto logits = m.cfg.tie_embeddings ? at::linear(y, autocast_weight(m.transformer->wte->weight, m.head_weight_copy))
-                                     : m.lm_head(y);
+  torch::Tensor logits;
+  if (m.unit_hooks) {
+    logits = m.unit_hooks->head_logits(y.reshape({-1, y.size(-1)}));
+    if (logits.defined()) {
+      std::vector<int64_t> shape = y.sizes().vec();
+      shape.back() = logits.size(-1);
+      logits = logits.view(shape);
+    }
+  }
+  if (!logits.defined()) logits = head_product(m, y);
   return m.unit_hooks ? m.unit_hooks->after_forward(unit, {logits})[0] : logits;
 }
 
@@ -253,6 +268,19 @@ static torch::Tensor loss_of_logits(const torch::Tensor& logits, const torch::Te
   // input and weight, not its output).
   return cross_entropy_sum(logits.view({-1, logits.size(-1)}), targets.reshape({-1}), kIgnoreIndex,
                            LogitsAfterLoss::kReuseForGradient);
+}
+
+// ln_f of the stream x + pending, the output head and the loss sum against targets: computed by the
+// unit hooks where they keep the head's weight in parts, else from the whole head's logits.
+static torch::Tensor head_loss(GptImpl& m, const torch::Tensor& x, const torch::Tensor& pending,
+                               const torch::Tensor& targets) {
+  const int64_t unit = m.cfg.n_layer + 1;
+  if (m.unit_hooks) m.unit_hooks->before_forward(unit);
+  auto y = m.transformer->ln_f->add_forward(x, pending).second;
+  torch::Tensor loss;
+  if (m.unit_hooks) loss = m.unit_hooks->head_loss_sum(y.reshape({-1, y.size(-1)}), targets.reshape({-1}));
+  if (!loss.defined()) loss = loss_of_logits(head_product(m, y), targets);
+  return m.unit_hooks ? m.unit_hooks->after_forward(unit, {loss})[0] : loss;
 }
 
 torch::Tensor GptImpl::forward(const torch::Tensor& tokens) {
@@ -283,11 +311,12 @@ int64_t GptImpl::context_length() const {
 }
 
 torch::Tensor GptImpl::head_loss_sum(const torch::Tensor& x, const torch::Tensor& targets) {
-  return loss_of_logits(logits_of(*this, x), targets);
+  return head_loss(*this, x, {}, targets);
 }
 
 torch::Tensor GptImpl::loss_sum(const torch::Tensor& tokens, const torch::Tensor& targets) {
-  return loss_of_logits(forward(tokens), targets);
+  auto [x, pending] = run_blocks_deferred(*this, embed(tokens), 0, cfg.n_layer);
+  return head_loss(*this, x, pending, targets);
 }
 
 void GptImpl::reset_parameters() {

@@ -41,6 +41,14 @@ struct UnitHooks {
   // The unit's outputs (some may be undefined); returns them, maybe rerouted through autograd so
   // that backward can ask for the weights again.
   virtual std::vector<torch::Tensor> after_forward(int64_t unit, std::vector<torch::Tensor> outputs) = 0;
+  // Whoever keeps a vocabulary table in parts (its rows spread over ranks) may use it from them, never
+  // installing it whole (between before_forward and after_forward of its unit): the embedding of
+  // tokens [B, T] -> [B, T, d_model]; the head's loss sum of y = ln_f(stream) [N, d_model] against
+  // targets [N]; the head's logits [N, padded vocab] (without gradients: throws under them).
+  // Undefined: the model uses the installed weights.
+  virtual torch::Tensor embedding_lookup(const torch::Tensor& /*tokens*/) { return {}; }
+  virtual torch::Tensor head_loss_sum(const torch::Tensor& /*y*/, const torch::Tensor& /*targets*/) { return {}; }
+  virtual torch::Tensor head_logits(const torch::Tensor& /*y*/) { return {}; }
 };
 
 struct CausalSelfAttentionImpl : torch::nn::Module {

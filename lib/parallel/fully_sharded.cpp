@@ -56,6 +56,15 @@ FullyShardedModel::FullyShardedModel(Communicator& dp, Gpt& model, const std::ve
   for (const auto& e : held) registered[e.name] = e.tensor;
   const auto unit_names = model->unit_parameter_names();
   units_.resize(unit_names.size());  // a pipeline stage's other units stay empty
+  // The vocabulary tables used part by part (parallel/vocabulary_parts.h) where their rows are spread
+  // over other ranks too: the embedding, and the head where this rank runs it (tied: the same table).
+  auto spread = [&](const std::string& name) {
+    return place.reshard_after_forward && registered.count(name) > 0 && size_of(group_of ? group_of(name) : &dp) > 1;
+  };
+  const std::string embedding = "transformer.wte.weight", head_weight = tied_ ? embedding : "lm_head.weight";
+  const bool runs_head = std::any_of(unit_names.back().begin(), unit_names.back().end(),
+                                     [&](const std::string& name) { return registered.count(name) > 0; });
+  const bool head_by_parts = runs_head && spread(head_weight), embedding_by_parts = spread(embedding);
   for (size_t u = 0; u < unit_names.size(); ++u) {
     std::map<std::tuple<torch::ScalarType, Communicator*, size_t>, size_t> pack_of;
     for (const auto& name : unit_names[u]) {
@@ -85,11 +94,14 @@ FullyShardedModel::FullyShardedModel(Communicator& dp, Gpt& model, const std::ve
       if (p.device() != compute_ || p.scalar_type() != dtype)
         replace_data(q.whole, torch::empty(p.sizes(), p.options().device(compute_).dtype(dtype)));
       free_storage(q.whole);
-      // A large parameter (an embedding table) is a pack of its own, reduced straight from its gradient.
-      const size_t own = q.whole.numel() * q.whole.element_size() >= kOwnPackBytes ? params_.size() + 1 : 0;
+      // A large parameter is a pack of its own, reduced straight from its gradient; a table used by parts too.
+      const bool by_parts = (head_by_parts && name == head_weight) || (embedding_by_parts && name == embedding);
+      const bool alone = by_parts || q.whole.numel() * q.whole.element_size() >= kOwnPackBytes;
+      const size_t own = alone ? params_.size() + 1 : 0;
       auto [it, added] = pack_of.emplace(std::tuple(q.whole.scalar_type(), q.group, own), units_[u].packs.size());
       if (added) units_[u].packs.emplace_back().group = q.group;
       Pack& pack = units_[u].packs[it->second];
+      pack.by_parts = by_parts;
       q.packed_offset = pack.numel;
       pack.numel += q.shard_numel();
       if (p.requires_grad()) {
@@ -103,6 +115,14 @@ FullyShardedModel::FullyShardedModel(Communicator& dp, Gpt& model, const std::ve
   }
   for (auto& b : model->buffers(/*recurse=*/true)) b.set_data(b.to(compute_));
   for (const auto& e : held) shards_.push_back({e.name, params_[by_name_.at(e.name)].shard});
+  auto parts_of = [&](bool used, const std::string& name) -> std::optional<TableParts> {
+    if (!used) return std::nullopt;
+    const size_t i = by_name_.at(name);
+    const Param& q = params_[i];
+    return TableParts{i, VocabularyRows{q.group, q.rows, q.shard_rows, q.whole.scalar_type(), compute_, &traffic_}};
+  };
+  head_parts_ = parts_of(head_by_parts, head_weight);
+  embedding_parts_ = parts_of(embedding_by_parts, embedding);
 }
 
 FullyShardedModel::~FullyShardedModel() = default;
@@ -111,6 +131,7 @@ void FullyShardedModel::start_gather(int64_t unit) {
   Unit& u = units_[static_cast<size_t>(unit)];
   if (u.gathered || u.in_flight) return;
   for (Pack& pack : u.packs) {
+    if (pack.by_parts) continue;
     std::vector<torch::Tensor> mine;
     for (size_t i : pack.params) mine.push_back(params_[i].shard.detach().reshape({-1}));
     pack.gather_in = torch::cat(mine).to(params_[pack.params.front()].whole.scalar_type());
@@ -154,6 +175,7 @@ void FullyShardedModel::gather(int64_t unit) {
   for (Pack& pack : u.packs) pack.gathering.wait();
   traffic_.gather_wait_s += seconds_since(t0);
   for (Pack& pack : u.packs) {
+    if (pack.by_parts) continue;
     const int64_t n = size_of(pack.group);
     const torch::Tensor ranks = pack.gather_out.view({n, pack.numel});
     for (size_t i : gathers_in_place(pack) ? std::vector<size_t>{} : pack.params) {
@@ -192,7 +214,7 @@ void FullyShardedModel::reduce_gradients(int64_t unit) {
   torch::NoGradGuard no_grad;
   const auto t0 = Clock::now();
   for (Pack& pack : units_[static_cast<size_t>(unit)].packs) {
-    if (pack.grad_numel == 0) continue;
+    if (pack.grad_numel == 0 || pack.by_parts) continue;  // by parts: its gradient went to its shard
     const int64_t n = size_of(pack.group);
     // Rank r's part holds rows [r*c, (r+1)*c) of each gradient; missing gradients (an expert no
     // token reached) and the padding are zeros. A pack of one gradient without padding is that already.
@@ -260,7 +282,7 @@ void FullyShardedModel::before_forward(int64_t unit) {
   if (unit == 0 && torch::GradMode::is_enabled()) finish_units_after(-1);
   gather(unit);
   // A tied head multiplies by unit 0's embedding (on a last pipeline stage, unit 0 is that alone).
-  if (tied_ && unit == head()) gather(0);
+  if (head_reads_embedding() && unit == head()) gather(0);
   if (valid(unit + 1)) start_gather(unit + 1);
 }
 
@@ -268,13 +290,13 @@ std::vector<torch::Tensor> FullyShardedModel::after_forward(int64_t unit, std::v
   const bool grad = torch::GradMode::is_enabled();
   const int64_t head = this->head();
   if (!grad) {  // evaluation: nothing comes back for these weights
-    if (unit == head || !(unit == 0 && tied_)) reshard(unit);
-    if (unit == head && tied_) reshard(0);
+    if (unit == head || !(unit == 0 && head_reads_embedding())) reshard(unit);
+    if (unit == head && head_reads_embedding()) reshard(0);
     return outputs;
   }
   units_[static_cast<size_t>(unit)].awaits_backward = true;
   // The head's backward usually follows at once (a pipeline's may run other micro-batches' first).
-  if (unit != head && reshard_after_forward_ && !(unit == 0 && tied_)) reshard(unit);
+  if (unit != head && reshard_after_forward_ && !(unit == 0 && head_reads_embedding())) reshard(unit);
   // A hook on each output runs before the node that made it, so the first to fire comes before any
   // of the unit's backward (as FSDP's pre-backward hooks); before_backward's work is idempotent.
   for (auto& t : outputs)
@@ -289,7 +311,7 @@ std::vector<torch::Tensor> FullyShardedModel::after_forward(int64_t unit, std::v
 void FullyShardedModel::before_backward(int64_t unit) {
   finish_units_after(unit);
   units_[static_cast<size_t>(unit)].backward_pending = true;
-  if (tied_ && unit == head()) {
+  if (head_reads_embedding() && unit == head()) {
     // The tied head's backward multiplies by the embedding and adds to its gradient (reduced with unit
     // 0's, at the end); a pipeline's other micro-batches may have freed it since the head's forward.
     units_[0].backward_pending = true;
@@ -300,6 +322,23 @@ void FullyShardedModel::before_backward(int64_t unit) {
   // Unit 0's backward reads none of its weights (model/gpt.h UnitHooks): it is not gathered for it.
   if (unit != 0) gather(unit);
   if (unit - 1 > 0 && units_[static_cast<size_t>(unit - 1)].awaits_backward) start_gather(unit - 1);
+}
+
+torch::Tensor FullyShardedModel::head_loss_sum(const torch::Tensor& y, const torch::Tensor& targets) {
+  if (!head_parts_) return {};
+  return sharded_head_loss_sum(y, params_[head_parts_->param].shard, targets, head_parts_->rows, kIgnoreIndex);
+}
+
+torch::Tensor FullyShardedModel::head_logits(const torch::Tensor& y) {
+  if (!head_parts_) return {};
+  if (torch::GradMode::is_enabled())
+    throw std::logic_error("ZeRO-3 keeps the head's weight in parts: its whole logits are computed without gradients");
+  return sharded_head_logits(y, params_[head_parts_->param].shard, head_parts_->rows);
+}
+
+torch::Tensor FullyShardedModel::embedding_lookup(const torch::Tensor& tokens) {
+  if (!embedding_parts_) return {};
+  return sharded_embedding(tokens, params_[embedding_parts_->param].shard, embedding_parts_->rows);
 }
 
 bool FullyShardedModel::gathers_in_place(const Pack& pack) const {

@@ -6,8 +6,12 @@
 // block, the head) whose memory exists only while the unit is in use: all-gathered just before its
 // forward (the next unit's gather already in flight), freed after it (parallel.reshard_after_forward),
 // gathered again before its backward, and freed once its gradients are reduce-scattered to their
-// owners (added to the shards' .grad). Tied embeddings keep unit 0 whole until the head's backward is
-// done; unit 0 is not gathered for its own backward (model/gpt.h UnitHooks: it reads no weights).
+// owners (added to the shards' .grad). Unit 0 is not gathered for its own backward (model/gpt.h
+// UnitHooks: it reads no weights). The vocabulary tables (the embedding, the head's weight) are never
+// gathered: their rows stay spread and the lookup and the head are computed part by part
+// (parallel/vocabulary_parts.h). Unless parallel.reshard_after_forward is off (memory traded for
+// speed): they are then gathered as units are, and tied embeddings keep unit 0 whole until the head's
+// backward is done.
 #pragma once
 #include <torch/types.h>
 
@@ -23,6 +27,7 @@
 #include "model/gpt.h"
 #include "optim/optimizer.h"
 #include "parallel/communicator.h"
+#include "parallel/vocabulary_parts.h"
 #include "parallel/tensor_shard.h"
 #include "util/named_tensor.h"
 
@@ -96,6 +101,9 @@ class FullyShardedModel : public UnitHooks {
   // UnitHooks
   void before_forward(int64_t unit) override;
   std::vector<torch::Tensor> after_forward(int64_t unit, std::vector<torch::Tensor> outputs) override;
+  torch::Tensor head_loss_sum(const torch::Tensor& y, const torch::Tensor& targets) override;
+  torch::Tensor head_logits(const torch::Tensor& y) override;
+  torch::Tensor embedding_lookup(const torch::Tensor& tokens) override;
   // Called by autograd before unit `unit`'s backward (maybe more than once): the units after it are
   // done (reduced, freed), this one is gathered, and the one before it starts gathering.
   void before_backward(int64_t unit);
@@ -117,6 +125,7 @@ class FullyShardedModel : public UnitHooks {
     std::vector<size_t> params;
     int64_t numel = 0, grad_numel = 0;
     PendingCollective gathering;  // a gather in flight
+    bool by_parts = false;        // a vocabulary table used part by part: never gathered or reduced here
     torch::Tensor gather_in, gather_out;
   };
   struct Unit {
@@ -145,6 +154,8 @@ class FullyShardedModel : public UnitHooks {
   void finish_units_after(int64_t unit);  // units > unit whose backward ran
   bool valid(int64_t unit) const { return unit >= 0 && unit < static_cast<int64_t>(units_.size()); }
   int64_t head() const { return static_cast<int64_t>(units_.size()) - 1; }
+  // Whether the head multiplies by unit 0's gathered embedding (tied, and not computed by parts).
+  bool head_reads_embedding() const { return tied_ && !head_parts_; }
   static int rank_in(const Communicator* group) { return group ? group->rank() : 0; }
   static int64_t size_of(const Communicator* group) { return group ? group->size() : 1; }
 
@@ -159,6 +170,12 @@ class FullyShardedModel : public UnitHooks {
   std::map<std::string, size_t> by_name_;
   std::vector<Unit> units_;
   std::vector<NamedTensor> shards_;
+  // A vocabulary table used part by part: its parameter in params_, and how its rows are spread.
+  struct TableParts {
+    size_t param;
+    VocabularyRows rows;
+  };
+  std::optional<TableParts> head_parts_, embedding_parts_;
   ShardTraffic traffic_;
 };
 
