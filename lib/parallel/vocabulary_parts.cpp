@@ -37,8 +37,8 @@ std::vector<Piece> pieces_of(const VocabularyRows& rows, int64_t width) {
   return pieces;
 }
 
-// The pieces' rows on the compute device in `dtype`, one after another: the next piece's broadcast is
-// in flight while the current one is used, so at most two pieces are held.
+// The pieces' rows on the compute device in `dtype`, one after another (sent in the rows' dtype): the
+// next piece's broadcast is in flight while the current one is used, so at most two pieces are held.
 class PieceStream {
  public:
   PieceStream(const torch::Tensor& shard, const VocabularyRows& rows, torch::ScalarType dtype)
@@ -51,7 +51,7 @@ class PieceStream {
     Pending current = i == 0 ? start(0) : std::move(next_);
     if (i + 1 < pieces_.size()) next_ = start(i + 1);
     current.broadcast.wait();
-    return current.rows;
+    return current.rows.to(dtype_);  // sent in the gather dtype, used in the product's
   }
 
  private:
@@ -64,9 +64,9 @@ class PieceStream {
     Pending out;
     out.rows = p.j == rows_.group->rank()
                    ? shard_.narrow(0, p.offset, p.count)
-                         .to(rows_.compute, dtype_, /*non_blocking=*/false, /*copy=*/true)
+                         .to(rows_.compute, rows_.dtype, /*non_blocking=*/false, /*copy=*/true)
                          .contiguous()
-                   : torch::empty({p.count, shard_.size(1)}, shard_.options().device(rows_.compute).dtype(dtype_));
+                   : torch::empty({p.count, shard_.size(1)}, shard_.options().device(rows_.compute).dtype(rows_.dtype));
     out.broadcast =
         rows_.group->broadcast(out.rows, p.j, "broadcasting rank " + std::to_string(p.j) + "'s vocabulary rows");
     if (rows_.traffic) {
@@ -187,11 +187,13 @@ struct ShardedHeadLoss : torch::autograd::Function<ShardedHeadLoss> {
       d.scatter_add_(1, column.unsqueeze(1), -(valid & inside).to(torch::kFloat).unsqueeze(1));
       d.mul_(scale.unsqueeze(1));
       const torch::Tensor dc = d.to(dtype);
-      grad_y.add_(at::matmul(dc, w));
+      // Summed over the pieces in fp32 and rounded to `dtype` once at the end, as the whole head's
+      // product over the vocabulary would be (a rounding per piece drifts from it under fp16).
+      grad_y.add_(dtype == torch::kFloat ? at::matmul(dc, w) : at::matmul(dc.to(torch::kFloat), w.to(torch::kFloat)));
       if (reducer) reducer->add(p, at::matmul(dc.t(), yc));
     }
     if (reducer) reducer->finish();
-    return {grad_y.to(y_dtype), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    return {grad_y.to(dtype).to(y_dtype), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
 
