@@ -437,6 +437,15 @@ void FullyShardedModel::load_whole(const std::vector<NamedTensor>& weights) {
   }
 }
 
+void FullyShardedModel::refill(const ShardFill& fill) {
+  torch::NoGradGuard no_grad;
+  for (const Param& q : params_) {
+    const Part part = own_part(q, StateLayout::kRows);
+    torch::Tensor shard = q.shard.detach();
+    fill(q.name, shard, part.first, part.count);
+  }
+}
+
 ShardBlocks zero3_shard_blocks(const OptimSettings& o) {
   const OptimizerSpec& spec = optimizer_spec(o.name);
   if (!spec.blocked) return {};

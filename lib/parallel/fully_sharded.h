@@ -85,6 +85,8 @@ class FullyShardedModel : public UnitHooks {
   // Whole weights (a checkpoint's, for a spike rollback) copied into this rank's shards: each
   // parameter's rows (a LoRA checkpoint of adapters alone sets those). Throws for a wrong shape.
   void load_whole(const std::vector<NamedTensor>& weights);
+  // Every shard filled again in place by `fill` (its rows, as when the model was built on meta).
+  void refill(const ShardFill& fill);
   // A tensor laid out as `layout` along parameter `name`'s shard without its padding, and which rows
   // (or blocks) of the whole it is (no communication: each rank writes its own part into a
   // checkpoint). nullopt for others.

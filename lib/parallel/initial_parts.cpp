@@ -63,4 +63,18 @@ int64_t InitialParts::materialize(Gpt& model, const std::vector<NamedTensor>& he
   return bytes;
 }
 
+InitialParts InitialParts::with_files(const PartReader* files) const {
+  InitialParts parts = *this;
+  parts.files_ = files;
+  return parts;
+}
+
+void InitialParts::refill(const std::vector<NamedTensor>& held) const {
+  torch::NoGradGuard no_grad;
+  for (const auto& h : held) {
+    torch::Tensor out = h.tensor.detach();
+    fill(out, h.name, parameter(h.name).index);
+  }
+}
+
 }  // namespace gputrain

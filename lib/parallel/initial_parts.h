@@ -37,6 +37,11 @@ class InitialParts {
   // Returns the bytes given.
   int64_t materialize(Gpt& model, const std::vector<NamedTensor>& held, torch::Device device) const;
 
+  // The same parts, their values read from `files` (outliving the copy; null: from the seed alone).
+  InitialParts with_files(const PartReader* files) const;
+  // Each of `held` (with storage) filled again, in place, with its part.
+  void refill(const std::vector<NamedTensor>& held) const;
+
  private:
   struct Parameter {
     InitialDistribution distribution;

@@ -87,8 +87,8 @@ ParallelModel parallelize(Gpt& model, const ProcessGroups& groups, const Paralle
   ParallelModel out;
   RankShare& share = out.share;
   // Built on meta: the whole shapes, before this rank keeps its slices, say which elements it fills.
-  std::optional<InitialParts> initial;
-  if (model->built_on_meta()) initial.emplace(model, files);
+  std::unique_ptr<InitialParts> initial;
+  if (model->built_on_meta()) initial = std::make_unique<InitialParts>(model, files);
   if (groups.tp()) {
     share.tensor_split = parallelize_tensor(model, *groups.tp());
     if (initial) initial->set_tensor_split(share.tensor_split, groups.tp()->rank(), groups.tp()->size());
@@ -97,12 +97,27 @@ ParallelModel parallelize(Gpt& model, const ProcessGroups& groups, const Paralle
   keep_experts(model, groups, share);
   share.recomputed_blocks = apply_activation_checkpointing(model, plan.checkpointing, plan.checkpoint_every);
   std::vector<NamedTensor> held = share.held_of(module_weights(*model));
-  if (fully_shards(groups, plan)) shard_fully(model, groups, plan, held, initial ? &*initial : nullptr, share);
+  if (fully_shards(groups, plan)) shard_fully(model, groups, plan, held, initial.get(), share);
   else share.weights = std::move(held);
-  if (initial) share.initialized_bytes = initial->materialize(model, share.weights, plan.device);
+  if (initial) {
+    share.initialized_bytes = initial->materialize(model, share.weights, plan.device);
+    out.parts = std::make_unique<InitialParts>(initial->with_files(nullptr));  // `files` go with the build
+  }
   out.gradients = std::make_unique<GradientReducer>(groups, plan.parallel, share);
   if (groups.pp()) out.pipeline = std::make_unique<PipelineStages>(groups, plan.parallel, plan.device, share.stages);
   return out;
+}
+
+bool reread_parts(ParallelModel& par, const PartReader& files) {
+  if (!par.parts) return false;
+  for (const auto& w : par.share.weights)
+    if (files.covers(w.name) != PartReader::Coverage::kAll) return false;
+  const InitialParts parts = par.parts->with_files(&files);
+  if (par.share.fully_sharded)
+    par.share.fully_sharded->refill([&parts](const std::string& name, torch::Tensor& shard, int64_t first,
+                                             int64_t count) { parts.fill_rows(name, shard, first, count); });
+  else parts.refill(par.share.weights);
+  return true;
 }
 
 std::string describe_parallelism(const ProcessGroups& groups, const ParallelPlan& plan, const ParallelModel& par) {

@@ -16,6 +16,7 @@
 #include "model/gpt.h"
 #include "model/part_reader.h"
 #include "parallel/gradient_reducer.h"
+#include "parallel/initial_parts.h"
 #include "parallel/pipeline_stages.h"
 #include "parallel/process_groups.h"
 #include "parallel/rank_share.h"
@@ -37,6 +38,8 @@ struct ParallelModel {
   RankShare share;                             // what this rank holds
   std::unique_ptr<GradientReducer> gradients;  // the step's gradient reduction, clipping and ZeRO
   std::unique_ptr<PipelineStages> pipeline;    // pp > 1; null otherwise
+  // Built on meta: what each of this rank's parameters is a part of, to read it again (no files kept).
+  std::unique_ptr<InitialParts> parts;
 };
 
 // Where the model is built (and a checkpoint's whole weights loaded into it): the run's device, or
@@ -48,6 +51,11 @@ torch::Device build_device(const ProcessGroups& groups, const ParallelPlan& plan
 // for the parameters they cover (model.init_from, a resumed checkpoint), else from the seed.
 ParallelModel parallelize(Gpt& model, const ProcessGroups& groups, const ParallelPlan& plan,
                           const PartReader* files = nullptr);
+
+// A model built on meta: this rank's parts read again from `files` (a checkpoint of this run, for a
+// spike rollback), in place, each rank reading only its part. False, with nothing read, where the model
+// was built whole or `files` lack some weight this rank holds.
+bool reread_parts(ParallelModel& par, const PartReader& files);
 
 // The grid and what this rank holds and does, for the log.
 std::string describe_parallelism(const ProcessGroups& groups, const ParallelPlan& plan, const ParallelModel& par);

@@ -755,8 +755,17 @@ void Trainer::roll_back() {
   saver_.wait();
   groups_->any_rank(false, "agreement on a rollback");
   const fs::path dir = ckpt_root_ / step_name(last_saved_step_);
-  TrainingSnapshot snap = load_training_checkpoint(dir, optimizer_row_share());
+  // Built on meta, each rank reads back only its part of the weights, as a resume does (the files'
+  // headers are checked against the whole shapes, which a model built on meta again gives).
+  std::unique_ptr<StoredWeights> files;
+  if (par_.parts)
+    files = StoredWeights::checkpoint(dir, module_weights(*build_model_on_meta(s_, precision_->weight_dtype())),
+                                      "checkpoint '" + dir.string() + "'", "delete the damaged checkpoint");
+  const bool by_parts = files && reread_parts(par_, *files);
+  TrainingSnapshot snap = load_training_checkpoint(dir, optimizer_row_share(), /*with_model=*/!by_parts);
   apply_snapshot(snap, dir);
+  if (by_parts)
+    spdlog::info(weights_read_line(*groups_, files->bytes_read(), files->bytes_stored(), "checkpoint " + dir.string()));
 }
 
 std::optional<RowShare> Trainer::optimizer_row_share() const {
