@@ -13,7 +13,7 @@
 namespace gputrain {
 
 // `saved[r]`: tp rank r's state ("<parameter>.<slot>") under `saved_split`; `whole_model`: the
-// checkpoint's joined weights. Returns rank `rank` of `size`'s state under `split`. Throws a
+// parameters at their whole shapes (only their shapes are read: a model built on meta gives them). Returns rank `rank` of `size`'s state under `split`. Throws a
 // DataError naming the tensor and `checkpoint` where a state tensor cannot be resharded.
 std::vector<NamedTensor> reshard_tp_state(const std::vector<std::vector<NamedTensor>>& saved,
                                           const std::vector<TensorShard>& saved_split,

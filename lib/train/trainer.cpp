@@ -403,7 +403,10 @@ void Trainer::apply_snapshot(TrainingSnapshot& snap, const fs::path& dir) {
     load_rank_weights(model_, *groups_, par_.share, snap.model, "checkpoint '" + dir.string() + "'",
                       "resume with the model settings the checkpoint was saved with",
                       adapters_only ? std::function<bool(const std::string&)>(is_lora_parameter) : nullptr);
-  if (snap.model.empty() && reshards_over_tp(snap, *groups_)) snap.model = read_checkpoint_model(dir);
+  // Another parallel.tp: the optimizer state is split again by the parameters' whole shapes, which a
+  // model built on meta gives without any storage (the weights were read per rank).
+  if (snap.model.empty() && reshards_over_tp(snap, *groups_))
+    snap.model = module_weights(*build_model_on_meta(s_, precision_->weight_dtype()));
   if (offload_) offload_->parameters_to_host();  // the optimizer updates the host copies
   optimizer_->load_state(rank_optimizer_state(snap, *groups_, *par_.gradients, par_.share, *optimizer_, dir.string()));
   if (precision_->scaler() && snap.scaler) precision_->scaler()->load_state(*snap.scaler);
