@@ -13,9 +13,9 @@
 namespace gputrain {
 
 // `saved[r]`: tp rank r's state ("<parameter>.<slot>") under `saved_split`; `whole_model`: the
-// parameters at their whole shapes (only their shapes are read: a model built on meta gives them). Returns rank `rank`
-// of `size`'s state under `split`. Throws a DataError naming the tensor and `checkpoint` where a state tensor cannot be
-// resharded.
+// parameters at their whole shapes (only the shapes are read: a model built on meta gives them).
+// Returns rank `rank` of `size`'s state under `split`. Throws a DataError naming the tensor and
+// `checkpoint` where a state tensor cannot be resharded.
 std::vector<NamedTensor> reshard_tp_state(const std::vector<std::vector<NamedTensor>>& saved,
                                           const std::vector<TensorShard>& saved_split,
                                           const std::vector<NamedTensor>& whole_model,
