@@ -108,16 +108,19 @@ ParallelModel parallelize(Gpt& model, const ProcessGroups& groups, const Paralle
   return out;
 }
 
-bool reread_parts(ParallelModel& par, const PartReader& files) {
+bool rereads_parts(const ParallelModel& par, const PartReader& files) {
   if (!par.parts) return false;
   for (const auto& w : par.share.weights)
     if (files.covers(w.name) != PartReader::Coverage::kAll) return false;
+  return true;
+}
+
+void reread_parts(ParallelModel& par, const PartReader& files) {
   const InitialParts parts = par.parts->with_files(&files);
   if (par.share.fully_sharded)
     par.share.fully_sharded->refill([&parts](const std::string& name, torch::Tensor& shard, int64_t first,
                                              int64_t count) { parts.fill_rows(name, shard, first, count); });
   else parts.refill(par.share.weights);
-  return true;
 }
 
 std::string describe_parallelism(const ProcessGroups& groups, const ParallelPlan& plan, const ParallelModel& par) {

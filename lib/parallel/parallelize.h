@@ -52,10 +52,11 @@ torch::Device build_device(const ProcessGroups& groups, const ParallelPlan& plan
 ParallelModel parallelize(Gpt& model, const ProcessGroups& groups, const ParallelPlan& plan,
                           const PartReader* files = nullptr);
 
-// A model built on meta: this rank's parts read again from `files` (a checkpoint of this run, for a
-// spike rollback), in place, each rank reading only its part. False, with nothing read, where the model
-// was built whole or `files` lack some weight this rank holds.
-bool reread_parts(ParallelModel& par, const PartReader& files);
+// A model built on meta: whether `files` (a checkpoint of this run) hold every weight this rank holds,
+// so that reread_parts can read this rank's parts of them again in place (a spike rollback), each
+// rank reading only its part. False where the model was built whole.
+bool rereads_parts(const ParallelModel& par, const PartReader& files);
+void reread_parts(ParallelModel& par, const PartReader& files);
 
 // The grid and what this rank holds and does, for the log.
 std::string describe_parallelism(const ProcessGroups& groups, const ParallelPlan& plan, const ParallelModel& par);

@@ -764,8 +764,10 @@ void Trainer::roll_back() {
   if (par_.parts)
     files = StoredWeights::checkpoint(dir, module_weights(*build_model_on_meta(s_, precision_->weight_dtype())),
                                       "checkpoint '" + dir.string() + "'", "delete the damaged checkpoint");
-  const bool by_parts = files && reread_parts(par_, *files);
+  const bool by_parts = files && rereads_parts(par_, *files);
+  // Verified (manifest, checksums) before any weight is put back.
   TrainingSnapshot snap = load_training_checkpoint(dir, optimizer_row_share(), /*with_model=*/!by_parts);
+  if (by_parts) reread_parts(par_, *files);
   apply_snapshot(snap, dir);
   if (by_parts)
     spdlog::info(weights_read_line(*groups_, files->bytes_read(), files->bytes_stored(), "checkpoint " + dir.string()));
