@@ -206,9 +206,9 @@ struct ShardedEmbedding : torch::autograd::Function<ShardedEmbedding> {
     PieceStream stream(shard, *rows, rows->dtype);
     for (size_t i = 0; i < stream.pieces().size(); ++i) {
       const torch::Tensor w = stream.rows(i);
+      // Masks rather than the tokens' indices (nonzero): no wait for the device to count them.
       auto [local, inside] = in_piece(ids, stream.pieces()[i]);
-      const torch::Tensor hits = inside.nonzero().squeeze(1);
-      out.index_copy_(0, hits, w.index_select(0, local.index_select(0, hits)));
+      out = at::where(inside.unsqueeze(1), w.index_select(0, local), out);
     }
     ctx->save_for_backward({ids, shard});
     ctx->saved_data["rows"] = reinterpret_cast<int64_t>(rows);
@@ -228,9 +228,8 @@ struct ShardedEmbedding : torch::autograd::Function<ShardedEmbedding> {
     PieceReducer reducer(shard, *rows);
     for (const Piece& p : pieces_of(*rows, shard.size(1))) {
       auto [local, inside] = in_piece(ids, p);
-      const torch::Tensor hits = inside.nonzero().squeeze(1);
       torch::Tensor part = torch::zeros({p.count, shard.size(1)}, g.options());
-      part.index_add_(0, local.index_select(0, hits), g.index_select(0, hits));
+      part.index_add_(0, local, at::where(inside.unsqueeze(1), g, 0.0));
       reducer.add(p, part);
     }
     reducer.finish();
