@@ -89,6 +89,8 @@ class Optimizer {
   int64_t state_bytes() const;
   // Of it, what stays in memory between steps (less where it lives in a file: optim/streamed_optimizer.h).
   virtual int64_t resident_state_bytes() const { return state_bytes(); }
+  // What memory holds of its parameters, whose bytes are `held` (less where they live in a file).
+  virtual int64_t resident_parameter_bytes(int64_t held) const { return held; }
 
   // Checkpoint hooks. state() lists every state tensor (moments, step counts,
   // quantization scales) in a stable order. load_state() copies saved tensors

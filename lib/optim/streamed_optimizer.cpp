@@ -26,7 +26,8 @@ std::vector<ParamGroup> groups_of(const std::vector<ParamGroup>& groups, const s
 }  // namespace
 
 StreamedOptimizer::StreamedOptimizer(std::vector<ParamGroup> groups, const std::vector<std::vector<std::string>>& units,
-                                     const MakeOptimizer& make, std::unique_ptr<OffloadFile> file)
+                                     const MakeOptimizer& make, std::unique_ptr<OffloadFile> file,
+                                     const std::map<std::string, torch::Tensor>& copies)
     : Optimizer(std::move(groups)), file_(std::move(file)) {
   torch::NoGradGuard no_grad;
   std::vector<std::set<std::string>> sets;
@@ -49,22 +50,32 @@ StreamedOptimizer::StreamedOptimizer(std::vector<ParamGroup> groups, const std::
   for (const auto& names : sets) {
     std::vector<ParamGroup> mine = groups_of(groups_, names);
     if (mine.empty()) continue;
-    Unit u{make(std::move(mine)), {}};
-    uint64_t bytes = 0;
-    for (const StateEntry& e : u.optimizer->state())
-      if (e.tensor.dim() > 0) bytes = aligned(bytes) + e.tensor.nbytes();
-    uint64_t at = file_->add_region(bytes);
+    Unit u{make(mine), {}};
+    // What goes to the file: the state tensors (step counters stay in memory), then the parameters with copies.
+    std::vector<Streamed> filed;
     for (const StateEntry& e : u.optimizer->state()) {
       by_parameter[e.name.substr(0, e.name.rfind('.'))].push_back(e);
-      if (e.tensor.dim() == 0) continue;  // step counters stay in memory
-      at = aligned(at);
-      const torch::Tensor values = e.tensor.contiguous();
+      if (e.tensor.dim() > 0) filed.push_back({e.tensor, {}, 0, {}});
+    }
+    for (const ParamGroup& g : mine)
+      for (size_t i = 0; i < g.params.size(); ++i)
+        if (const auto c = copies.find(g.names[i]); c != copies.end()) {
+          if (c->second.sizes() != g.params[i].sizes())
+            throw std::invalid_argument("StreamedOptimizer: the copy of '" + g.names[i] + "' is not shaped as it");
+          filed.push_back({g.params[i], {}, 0, c->second});
+        }
+    uint64_t bytes = 0;
+    for (const Streamed& s : filed) bytes = aligned(bytes) + s.live.nbytes();
+    uint64_t at = file_->add_region(bytes);
+    for (Streamed& s : filed) {
+      s.offset = at = aligned(at);
+      const torch::Tensor values = s.live.contiguous();
       file_->write(at, values.data_ptr(), values.nbytes());  // not through the mapping: no page of it stays resident
-      Streamed s{e.tensor, file_->view(at, e.tensor.sizes(), e.tensor.scalar_type()), at};
+      s.view = file_->view(at, s.live.sizes(), s.live.scalar_type());
       s.live.set_(s.view);
-      u.state.push_back(std::move(s));
       at += values.nbytes();
     }
+    u.state = std::move(filed);
     units_.push_back(std::move(u));
   }
   if (units_.empty()) throw std::invalid_argument("StreamedOptimizer: no parameters");
@@ -90,6 +101,21 @@ int64_t StreamedOptimizer::resident_state_bytes() const {
   for (const StateEntry& e : state())
     if (e.tensor.dim() == 0) n += static_cast<int64_t>(e.tensor.nbytes());
   return n;
+}
+
+int64_t StreamedOptimizer::filed_parameter_bytes() const {
+  int64_t n = 0;
+  for (const Unit& u : units_)
+    for (const Streamed& s : u.state)
+      if (s.copy.defined()) n += static_cast<int64_t>(s.view.nbytes());
+  return n;
+}
+
+int64_t StreamedOptimizer::resident_parameter_bytes(int64_t held) const {
+  for (const Unit& u : units_)
+    for (const Streamed& s : u.state)
+      if (s.copy.defined()) held += static_cast<int64_t>(s.copy.nbytes()) - static_cast<int64_t>(s.view.nbytes());
+  return held;
 }
 
 uint64_t StreamedOptimizer::largest_unit_bytes() const {
@@ -124,7 +150,10 @@ void StreamedOptimizer::step(double lr) {
       if (k + 1 < n) reading = start_reading(k + 1, buffers[k + 1]);
       u.optimizer->set_grad_scale(grad_scale_);
       u.optimizer->step(lr);
-      for (Streamed& s : u.state) s.live.set_(s.view);  // current once the write below has run
+      for (Streamed& s : u.state) {
+        if (s.copy.defined()) s.copy.copy_(s.live);  // rounded to nearest, as a cast of it would be
+        s.live.set_(s.view);                         // current once the write below has run
+      }
       writing = file_->submit([this, k, bufs = std::move(buffers[k])] {
         for (size_t i = 0; i < bufs.size(); ++i)
           file_->write(units_[k].state[i].offset, bufs[i].data_ptr(), bufs[i].nbytes());

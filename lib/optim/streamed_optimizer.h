@@ -8,6 +8,7 @@
 // views as it would any state.
 #pragma once
 #include <functional>
+#include <map>
 #include <future>
 #include <memory>
 #include <string>
@@ -23,28 +24,34 @@ class StreamedOptimizer : public Optimizer {
   using MakeOptimizer = std::function<std::unique_ptr<Optimizer>(std::vector<ParamGroup>)>;
   // `units`: the parameter names of each unit, in the order the step visits them (ZeRO-3's; the
   // parameters of `groups` in none follow in units of about kRestUnitBytes). `make` builds the
-  // optimizer of one unit's groups.
+  // optimizer of one unit's groups. `copies`: by parameter name, a tensor shaped as it in a lower
+  // precision that stays in memory in its place (the parameter's values move to the file).
   StreamedOptimizer(std::vector<ParamGroup> groups, const std::vector<std::vector<std::string>>& units,
-                    const MakeOptimizer& make, std::unique_ptr<OffloadFile> file);
+                    const MakeOptimizer& make, std::unique_ptr<OffloadFile> file,
+                    const std::map<std::string, torch::Tensor>& copies = {});
   ~StreamedOptimizer() override;
 
   void step(double lr) override;
   std::string describe() const override;
-  int64_t resident_state_bytes() const override;  // the step counters (the rest is in the file)
+  int64_t resident_state_bytes() const override;                  // the step counters (the rest is in the file)
+  int64_t resident_parameter_bytes(int64_t held) const override;  // the copies in place of the parameters filed
   bool folds_grad_scale() const override { return units_.front().optimizer->folds_grad_scale(); }
   static constexpr int64_t kRestUnitBytes = 64 << 20;
 
   uint64_t file_bytes() const { return file_->size(); }
   const std::string& dir() const { return file_->dir(); }
   size_t units() const { return units_.size(); }
-  // The most bytes of state one unit passes through memory with (about two are in memory at once).
+  int64_t filed_parameter_bytes() const;  // of the parameters in the file
+  // The most bytes of state (and filed parameters) one unit passes through memory with (about two at once).
   uint64_t largest_unit_bytes() const;
 
  private:
   struct Streamed {
-    torch::Tensor live;  // the unit optimizer's state tensor: a view of the file, or a buffer while updating
+    // The unit optimizer's state tensor or parameter: a view of the file, or a buffer while updating.
+    torch::Tensor live;
     torch::Tensor view;  // of the file
     uint64_t offset = 0;
+    torch::Tensor copy;  // a parameter's copy, set from it after each update
   };
   struct Unit {
     std::unique_ptr<Optimizer> optimizer;

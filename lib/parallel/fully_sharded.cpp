@@ -133,7 +133,7 @@ void FullyShardedModel::start_gather(int64_t unit) {
   for (Pack& pack : u.packs) {
     if (pack.by_parts) continue;
     std::vector<torch::Tensor> mine;
-    for (size_t i : pack.params) mine.push_back(params_[i].shard.detach().reshape({-1}));
+    for (size_t i : pack.params) mine.push_back(gathered_from(params_[i]).detach().reshape({-1}));
     pack.gather_in = torch::cat(mine).to(params_[pack.params.front()].whole.scalar_type());
     // Offloaded: through pinned memory, so the host queues the copy without waiting for it (it runs
     // on the compute stream, after the kernels queued before it).
@@ -444,6 +444,22 @@ void FullyShardedModel::refill(const ShardFill& fill) {
     torch::Tensor shard = q.shard.detach();
     fill(q.name, shard, part.first, part.count);
   }
+}
+
+torch::Tensor FullyShardedModel::keep_gather_copy(const std::string& name) {
+  torch::NoGradGuard no_grad;
+  Param& q = params_.at(by_name_.at(name));
+  if (q.whole.scalar_type() == q.shard.scalar_type()) return {};
+  if (!q.copy.defined()) q.copy = q.shard.detach().to(q.whole.scalar_type());
+  for (auto* table : {&head_parts_, &embedding_parts_})  // a table's pieces are sent from it too
+    if (*table && params_[(*table)->param].name == name) (*table)->rows.values = q.copy;
+  return q.copy;
+}
+
+void FullyShardedModel::refresh_gather_copies() {
+  torch::NoGradGuard no_grad;
+  for (Param& q : params_)
+    if (q.copy.defined()) q.copy.copy_(q.shard);
 }
 
 ShardBlocks zero3_shard_blocks(const OptimSettings& o) {

@@ -87,6 +87,13 @@ class FullyShardedModel : public UnitHooks {
   void load_whole(const std::vector<NamedTensor>& weights);
   // Every shard filled again in place by `fill` (its rows, as when the model was built on meta).
   void refill(const ShardFill& fill);
+  // Parameter `name`'s shard in the dtype units are gathered in, kept in memory from now on: the gathers
+  // read it, so the fp32 shard itself may live elsewhere (parallel.offload_optimizer nvme files it with
+  // the optimizer state, whose update keeps this copy current). Undefined where the dtypes are the same.
+  torch::Tensor keep_gather_copy(const std::string& name);
+  // Every such copy set from its shard again, after something other than the update changed the
+  // shards (a resume, a rollback).
+  void refresh_gather_copies();
   // A tensor laid out as `layout` along parameter `name`'s shard without its padding, and which rows
   // (or blocks) of the whole it is (no communication: each rank writes its own part into a
   // checkpoint). nullopt for others.
@@ -116,6 +123,7 @@ class FullyShardedModel : public UnitHooks {
     Communicator* group = nullptr;  // the ranks sharing its rows (nullptr: this rank alone)
     torch::Tensor whole;            // the model's parameter: its storage is freed while resharded
     torch::Tensor shard;            // [c, ...]: this rank's rows
+    torch::Tensor copy;             // the shard in the gather dtype, where kept (keep_gather_copy): gathered from
     int64_t rows = 0, shard_rows = 0, row_numel = 0;
     int64_t packed_offset = 0;  // in a rank's packed shards of its pack
     int64_t grad_offset = -1;   // in a rank's packed gradient shards (trainable only)
@@ -158,6 +166,7 @@ class FullyShardedModel : public UnitHooks {
   int64_t head() const { return static_cast<int64_t>(units_.size()) - 1; }
   // Whether the head multiplies by unit 0's gathered embedding (tied, and not computed by parts).
   bool head_reads_embedding() const { return tied_ && !head_parts_; }
+  static const torch::Tensor& gathered_from(const Param& q) { return q.copy.defined() ? q.copy : q.shard; }
   static int rank_in(const Communicator* group) { return group ? group->rank() : 0; }
   static int64_t size_of(const Communicator* group) { return group ? group->size() : 1; }
 

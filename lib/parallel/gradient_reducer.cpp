@@ -167,7 +167,7 @@ RankMemory GradientReducer::memory(const Optimizer& optimizer) const {
   int64_t weights = 0;
   for (const auto& p : params_) weights += static_cast<int64_t>(p.tensor.nbytes());
   RankMemory m;
-  m.weights_mb = static_cast<double>(weights) / mib;
+  m.weights_mb = static_cast<double>(optimizer.resident_parameter_bytes(weights)) / mib;
   m.grads_mb = static_cast<double>(grad_bytes_) / mib;
   m.optimizer_state_mb = static_cast<double>(optimizer.resident_state_bytes()) / mib;
   return m;

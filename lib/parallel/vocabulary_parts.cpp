@@ -42,7 +42,10 @@ std::vector<Piece> pieces_of(const VocabularyRows& rows, int64_t width) {
 class PieceStream {
  public:
   PieceStream(const torch::Tensor& shard, const VocabularyRows& rows, torch::ScalarType dtype)
-      : shard_(shard.detach()), rows_(rows), dtype_(dtype), pieces_(pieces_of(rows, shard.size(1))) {}
+      : shard_(rows.values.defined() ? rows.values : shard.detach()),
+        rows_(rows),
+        dtype_(dtype),
+        pieces_(pieces_of(rows, shard.size(1))) {}
 
   const std::vector<Piece>& pieces() const { return pieces_; }
 

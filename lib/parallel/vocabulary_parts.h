@@ -22,6 +22,9 @@ struct VocabularyRows {
   torch::Device compute = torch::kCPU;
   ShardTraffic* traffic = nullptr;  // where the broadcasts and reductions are counted (may be null)
   int64_t piece_rows = 0;           // rows sent at a time; 0: chosen as above
+  // This rank's rows in `dtype` where they are kept apart from its shard (ZeRO-3's gather copy, the
+  // fp32 shard living in a file): the pieces are sent from them. Undefined: from the shard.
+  torch::Tensor values;
 };
 
 // `shard` is this rank's rows of the table (a leaf): backward adds its gradient (this rank's rows of

@@ -362,10 +362,16 @@ void Trainer::build_optimizer() {
   const std::optional<RowSharding> rows = sharded ? std::optional(sharded->row_sharding()) : std::nullopt;
   if (offload == OptimizerOffload::kNvme) {  // (validation: zero 3) the state in a file, a unit at a time
     const std::string& dir = s_.parallel.offload_dir.empty() ? out_dir_.string() : s_.parallel.offload_dir;
+    // Gathered in bf16, the fp32 shards go to the file too: memory keeps their bf16 copies, which the gathers read.
+    std::map<std::string, torch::Tensor> copies;
+    for (const ParamGroup& g : groups)
+      for (const auto& name : g.names)
+        if (torch::Tensor c = sharded ? sharded->keep_gather_copy(name) : torch::Tensor(); c.defined())
+          copies.emplace(name, std::move(c));
     optimizer_ = std::make_unique<StreamedOptimizer>(
         groups, sharded ? sharded->unit_parameters() : std::vector<std::vector<std::string>>{},
         [&](std::vector<ParamGroup> unit) { return make_optimizer(std::move(unit), s_.optim, rows); },
-        std::make_unique<OffloadFile>(dir, "parallel.offload_dir"));
+        std::make_unique<OffloadFile>(dir, "parallel.offload_dir"), copies);
   } else {
     optimizer_ = make_optimizer(groups, s_.optim, rows);
   }
@@ -411,6 +417,7 @@ void Trainer::apply_snapshot(TrainingSnapshot& snap, const fs::path& dir) {
   optimizer_->load_state(rank_optimizer_state(snap, *groups_, *par_.gradients, par_.share, *optimizer_, dir.string()));
   if (precision_->scaler() && snap.scaler) precision_->scaler()->load_state(*snap.scaler);
   refresh_weight_copies(model_);
+  if (par_.share.fully_sharded) par_.share.fully_sharded->refresh_gather_copies();
   // The model and the optimizer hold what was read: a second copy would stay in host memory all run.
   snap.model = {}, snap.optimizer_state = {}, snap.optimizer_shards = {};
 }
@@ -484,8 +491,12 @@ void Trainer::log_start() const {
                  mib(static_cast<double>(offload_->host_bytes())));
   if (const auto* streamed = dynamic_cast<const StreamedOptimizer*>(optimizer_.get()))
     spdlog::info(
-        "optimizer: the state in a {:.1f} MiB file in {} (reserved at start, gone at exit), streamed "
+        "optimizer: the state{} in a {:.1f} MiB file in {} (reserved at start, gone at exit), streamed "
         "through each update a unit at a time ({} units, the largest {:.1f} MiB)",
+        streamed->filed_parameter_bytes() > 0
+            ? fmt::format(" and the fp32 weight shards ({:.1f} MiB; memory keeps their bf16 copies for the gathers)",
+                          mib(static_cast<double>(streamed->filed_parameter_bytes())))
+            : "",
         mib(static_cast<double>(streamed->file_bytes())), streamed->dir(), streamed->units(),
         mib(static_cast<double>(streamed->largest_unit_bytes())));
   if (par_.share.recomputed_blocks > 0)

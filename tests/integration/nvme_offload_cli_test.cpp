@@ -1,5 +1,6 @@
 // parallel.offload_optimizer nvme on this machine (Gloo, 2 ZeRO-3 processes): the losses of the state
-// in memory for AdamW, 8-bit AdamW and Adafactor, checkpoints byte for byte, an exact resume, no file
+// in memory for AdamW, 8-bit AdamW and Adafactor (and with the fp32 weight shards in the file too, under
+// bf16), checkpoints byte for byte, an exact resume, no file
 // left behind, and a full disk (a tiny tmpfs) refused before the first step with nothing written.
 #include <catch2/catch.hpp>
 
@@ -31,6 +32,8 @@ TEST_CASE("parallel: NVMe offload trains as in memory with AdamW, 8-bit AdamW an
       {"adamw", {"optim.name=adamw"}},
       {"8bit", {"optim.name=adamw8bit", "optim.adamw8bit.min_8bit_size=100"}},
       {"adafactor", {"optim.name=adafactor"}},
+      // Gathered in bf16: the fp32 weight shards live in the file too, memory keeps their bf16 copies.
+      {"adamw-bf16", {"optim.name=adamw", "precision.mode=bf16"}},
   };
   for (const auto& [name, optim] : optimizers) {
     SECTION(name) {
@@ -49,6 +52,8 @@ TEST_CASE("parallel: NVMe offload trains as in memory with AdamW, 8-bit AdamW an
       INFO(r.output);
       REQUIRE(r.exit_code == 0);
       CHECK_THAT(r.output, Contains("streamed through each update a unit at a time (4 units"));
+      const bool bf16 = std::string(name) == "adamw-bf16";
+      CHECK((r.output.find("and the fp32 weight shards") != std::string::npos) == bf16);
       CHECK(max_abs_diff(column(memory_out, "loss"), column(out, "loss")) <= 1e-6);
       CHECK(max_abs_diff(column(memory_out, "grad_norm"), column(out, "grad_norm")) <= 1e-6);
       CHECK(fs::is_empty(offload_dir));  // the state's file is gone with the run

@@ -185,6 +185,23 @@ TEST_CASE("spike: rollback restores the last checkpoint's weights and optimizer 
     CHECK(checkpoint_file(zero3, 23, f) == checkpoint_file(zero3, 20, f));
   }
 
+  // With the state and the fp32 shards in files (nvme under bf16) the rollback writes the shards there
+  // and sets their bf16 copies, which the gathers read, again: the steps after it are the in-memory run's.
+  const std::string bf16 =
+      "--set train.max_steps=26 --set parallel.zero=3 --nproc-per-node 2 --set model.d_model=256 "
+      "--set model.n_head=4 --set train.spike_max_rollbacks=3 --set precision.mode=bf16";
+  auto in_memory = run_poisoned(recipe, dir.file("bf16-memory"), "23", bf16);
+  auto filed = run_poisoned(recipe, dir.file("bf16-nvme"), "23", bf16 + " --set parallel.offload_optimizer=nvme");
+  INFO(in_memory.output << filed.output);
+  REQUIRE(in_memory.exit_code == 0);
+  REQUIRE(filed.exit_code == 0);
+  CHECK_THAT(filed.output,
+             Contains("and the fp32 weight shards") && Contains("rolled back to the checkpoint of step 20"));
+  for (int64_t step = 20; step <= 26; ++step) {
+    INFO("step " << step);
+    CHECK(line_of_step(dir.file("bf16-nvme"), step)["loss"] == line_of_step(dir.file("bf16-memory"), step)["loss"]);
+  }
+
   // A second spike past train.spike_max_rollbacks (1) stops the run, saying what to do.
   auto capped = run_poisoned(recipe, dir.file("capped"), "22,24");
   INFO(capped.output);

@@ -38,11 +38,20 @@ std::vector<std::vector<std::string>> block_units(const Gpt& model, int64_t bloc
   return units;
 }
 
-std::unique_ptr<StreamedOptimizer> streamed_over(Gpt& model, const OptimSettings& o, const std::string& dir) {
+std::unique_ptr<StreamedOptimizer> streamed_over(Gpt& model, const OptimSettings& o, const std::string& dir,
+                                                 const std::map<std::string, torch::Tensor>& copies = {}) {
   return std::make_unique<StreamedOptimizer>(
       make_param_groups(*model, o), block_units(model, model->cfg.n_layer),
       [&o](std::vector<ParamGroup> unit) { return make_optimizer(std::move(unit), o); },
-      std::make_unique<OffloadFile>(dir, "parallel.offload_dir"));
+      std::make_unique<OffloadFile>(dir, "parallel.offload_dir"), copies);
+}
+
+// bf16 copies of the model's matrices (what ZeRO-3 gathers under parallel.gather_dtype bf16).
+std::map<std::string, torch::Tensor> bf16_copies(Gpt& model) {
+  std::map<std::string, torch::Tensor> out;
+  for (const auto& item : model->named_parameters())
+    if (item.value().dim() == 2) out[item.key()] = item.value().detach().to(torch::kBFloat16);
+  return out;
 }
 
 void step_all(std::vector<std::pair<Gpt*, Optimizer*>> runs, uint64_t seed, double lr) {
@@ -117,6 +126,54 @@ TEST_CASE("streamed optimizer: AdamW, 8-bit AdamW and Adafactor update as in mem
   for (uint64_t s = 4; s < 6; ++s) step_all({{&plain_model, plain.get()}, {&loaded_model, loaded.get()}}, s, o.lr);
   check_same(plain_model, loaded_model);
   CHECK(entries(dir.path()) == 0);
+}
+
+TEST_CASE("streamed optimizer: parameters handed with copies live in the file and their copies follow each update",
+          "[optim][nvme]") {
+  const OptimName name = GENERATE(OptimName::kAdamW, OptimName::kAdafactor);
+  const OptimSettings o = settings_of(name);
+  const ModelSettings m = test::model_settings(64, 8, 3, 2, 16);
+  test::TempDir dir;
+  torch::manual_seed(5);
+  Gpt plain_model(m), streamed_model(m), loaded_model(m);
+  {
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < plain_model->parameters().size(); ++i)
+      streamed_model->parameters()[i].copy_(plain_model->parameters()[i]);
+  }
+  auto plain = make_optimizer(make_param_groups(*plain_model, o), o);
+  const auto copies = bf16_copies(streamed_model);
+  int64_t held = 0, matrices = 0, copy_bytes = 0;
+  for (const auto& p : streamed_model->parameters()) held += static_cast<int64_t>(p.nbytes());
+  for (const auto& [n, c] : copies) matrices += 2 * static_cast<int64_t>(c.nbytes()), copy_bytes += c.nbytes();
+  const auto before = streamed_model->named_parameters()["transformer.h.0.mlp.c_fc.weight"].data_ptr();
+  auto streamed = streamed_over(streamed_model, o, dir.path().string(), copies);
+  // The matrices' values moved to the file: memory keeps the copies in their place.
+  CHECK(streamed->filed_parameter_bytes() == matrices);
+  CHECK(streamed->resident_parameter_bytes(held) == held - matrices + copy_bytes);
+  CHECK(streamed_model->named_parameters()["transformer.h.0.mlp.c_fc.weight"].data_ptr() != before);
+  CHECK(entries(dir.path()) == 0);
+
+  auto check_copies = [&] {
+    for (const auto& [n, c] : copies) {
+      INFO(n);
+      CHECK(torch::equal(c, streamed_model->named_parameters()[n].detach().to(torch::kBFloat16)));
+    }
+  };
+  for (uint64_t s = 0; s < 4; ++s) step_all({{&plain_model, plain.get()}, {&streamed_model, streamed.get()}}, s, o.lr);
+  check_same(plain_model, streamed_model);  // read through the file's views
+  check_copies();
+
+  // Resumed: the weights loaded into the views, the state loaded, and on as the plain run goes.
+  {
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < plain_model->parameters().size(); ++i)
+      loaded_model->parameters()[i].copy_(plain_model->parameters()[i]);
+  }
+  auto loaded = streamed_over(loaded_model, o, dir.path().string(), bf16_copies(loaded_model));
+  loaded->load_state(state_of(*plain));
+  for (uint64_t s = 4; s < 6; ++s) step_all({{&plain_model, plain.get()}, {&loaded_model, loaded.get()}}, s, o.lr);
+  check_same(plain_model, loaded_model);
 }
 
 TEST_CASE("offload file: a directory that cannot hold a file is an error naming the key and the fix", "[optim][nvme]") {
