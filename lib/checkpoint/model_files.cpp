@@ -54,7 +54,7 @@ std::vector<NamedTensor> checkpoint_plain_weights(const fs::path& checkpoint, co
     // Adapters only: the base is rebuilt as the run built it, on the CPU.
     const torch::ScalarType dtype = saved.precision.mode == PrecisionMode::kBf16Pure ? torch::kBFloat16 : torch::kFloat;
     Gpt model = build_initial_model(saved, torch::kCPU, dtype);
-    check_lora_base(module_weights(*model), base, checkpoint.string(), saved.model.init_from);
+    check_lora_base(lora_base_fingerprint(module_weights(*model)), base, checkpoint.string(), saved.model.init_from);
     load_module_weights(*model, weights, "checkpoint '" + checkpoint.string() + "'", "use a checkpoint of this run",
                         is_lora_parameter);
     weights = module_weights(*model);
@@ -62,9 +62,8 @@ std::vector<NamedTensor> checkpoint_plain_weights(const fs::path& checkpoint, co
   return saved.model.lora.rank > 0 ? merge_lora(weights, saved.model.lora) : weights;
 }
 
-void check_lora_base(const std::vector<NamedTensor>& weights, const std::string& expected,
-                     const std::string& checkpoint, const std::string& init_from) {
-  const std::string got = lora_base_fingerprint(weights);
+void check_lora_base(const std::string& got, const std::string& expected, const std::string& checkpoint,
+                     const std::string& init_from) {
   if (got == expected) return;
   throw data_error(
       "checkpoint '" + checkpoint + "' holds LoRA adapters trained on another base model (fingerprint " + expected +

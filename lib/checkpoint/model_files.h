@@ -45,9 +45,9 @@ std::filesystem::path find_checkpoint(const std::filesystem::path& where);
 // the checkpoint recorded; and LoRA adapters merged into the weights they adapt.
 std::vector<NamedTensor> checkpoint_plain_weights(const std::filesystem::path& checkpoint, const Settings& saved);
 
-// DataError unless the base weights among `weights` have the LoRA fingerprint `expected`
-// (checkpoint and init_from name the files in the message).
-void check_lora_base(const std::vector<NamedTensor>& weights, const std::string& expected,
-                     const std::string& checkpoint, const std::string& init_from);
+// DataError unless the recipe's LoRA base has the fingerprint `expected` (`got`: its fingerprint, model/lora.h;
+// checkpoint and init_from name the files in the message).
+void check_lora_base(const std::string& got, const std::string& expected, const std::string& checkpoint,
+                     const std::string& init_from);
 
 }  // namespace gputrain

@@ -49,6 +49,7 @@
 #include "train/batch_finder.h"
 #include "train/batch_trace.h"
 #include "train/forward_backward.h"
+#include "train/lora_base_fingerprint.h"
 #include "train/full_evaluation.h"
 #include "train/model_options_report.h"
 #include "train/nan_guard.h"
@@ -284,34 +285,23 @@ void Trainer::build_model() {
     save_writer_ = broadcast_text(*groups_->world_comm(), this_writer_id(), 0, "rank 0's checkpoint writer id");
   t_.mem_start_mb = current_rss_mb();
   precision_.emplace(s_.precision, plan_.device);
-  // A checkpoint of LoRA adapters only needs the frozen base built as the run built it (model.init_from).
+  // A checkpoint of LoRA adapters only holds them alone (read whole: they are small); its frozen base
+  // is built as the run built it (the seed, then model.init_from).
   const bool adapters_only = resumed_ && !resumed_->snapshot.lora_base.empty();
-  std::string loaded;
   const bool loads_init_from = !s_.model.init_from.empty() && (!resumed_ || adapters_only);
-  // Adapters saved alone record their base's fingerprint, taken from the whole base.
-  const bool whole = s_.model.lora.rank > 0 && s_.model.lora.save == LoraSave::kAdapters;
-  // A checkpoint of adapters only, or one whose weights the whole base's fingerprint needs, is read whole.
-  if (resumed_ && (whole || adapters_only)) resumed_->snapshot.model = read_checkpoint_model(resumed_->dir);
-  model_ = whole ? build_initial_model(s_, build_device(*groups_, parallel_plan_), precision_->weight_dtype(),
-                                       /*skip_init_from=*/!loads_init_from, &loaded)
-                 : build_model_on_meta(s_, precision_->weight_dtype());
+  if (adapters_only) resumed_->snapshot.model = read_checkpoint_model(resumed_->dir);
+  model_ = build_model_on_meta(s_, precision_->weight_dtype());
   model_->train();
-  const std::unique_ptr<StoredWeights> files = whole ? nullptr : weights_to_read(loads_init_from, adapters_only);
-  if (files && loads_init_from) loaded = files->description();
-  if (!loaded.empty()) spdlog::info("model: {}", loaded);
-  if (adapters_only)
-    check_lora_base(module_weights(*model_), resumed_->snapshot.lora_base, resumed_->dir.string(), s_.model.init_from);
-  // Checkpoints of adapters only record the base's fingerprint (taken from the base as loaded, or
-  // from a resumed checkpoint of every weight, which restore_state loads), to resume on the same base.
-  if (s_.model.lora.rank > 0 && s_.model.lora.save == LoraSave::kAdapters) {
-    std::vector<NamedTensor> base = module_weights(*model_);
-    if (resumed_ && !adapters_only) {
-      std::map<std::string, torch::Tensor> saved;
-      for (const auto& w : resumed_->snapshot.model) saved[w.name] = w.tensor;
-      for (auto& w : base)
-        if (auto it = saved.find(w.name); it != saved.end()) w.tensor = it->second;
-    }
-    lora_base_ = lora_base_fingerprint(base);
+  const std::unique_ptr<StoredWeights> files = weights_to_read(loads_init_from, adapters_only);
+  if (files && loads_init_from) spdlog::info("model: {}", files->description());
+  // The frozen base's fingerprint, taken by parts from where its values come from: checkpoints of
+  // adapters alone record it, and resume only on the base that has it.
+  const bool saves_adapters = s_.model.lora.rank > 0 && s_.model.lora.save == LoraSave::kAdapters;
+  if (saves_adapters || adapters_only) {
+    const std::string base =
+        lora_base_fingerprint_by_parts(model_, InitialParts(model_, files.get()), groups_->world_comm());
+    if (adapters_only) check_lora_base(base, resumed_->snapshot.lora_base, resumed_->dir.string(), s_.model.init_from);
+    if (saves_adapters) lora_base_ = base;
   }
   n_params_ = model_->parameter_count();
   // TP -> PP -> EP -> activation checkpointing -> DP/ZeRO (parallel/parallelize.h).

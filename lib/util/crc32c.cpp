@@ -45,7 +45,42 @@ bool cpu_has_sse42() {
 }
 #endif
 
+constexpr uint32_t kPolynomial = 0x82f63b78u;  // reflected
+
+// a * b modulo the polynomial, in the reflected bit order (x^0 is the top bit), as zlib's multmodp.
+uint32_t multiply_mod_p(uint32_t a, uint32_t b) {
+  uint32_t m = 1u << 31, p = 0;
+  for (;;) {
+    if (a & m) {
+      p ^= b;
+      if ((a & (m - 1)) == 0) break;
+    }
+    m >>= 1;
+    b = (b & 1) ? (b >> 1) ^ kPolynomial : b >> 1;
+  }
+  return p;
+}
+
+// x^(n * 2^k) modulo the polynomial, from the powers x^(2^i) (zlib's x2nmodp).
+uint32_t x_power_mod_p(uint64_t n, unsigned k) {
+  static const std::array<uint32_t, 32> x2n = [] {
+    std::array<uint32_t, 32> out{};
+    uint32_t p = 1u << 30;  // x^1
+    out[0] = p;
+    for (size_t i = 1; i < out.size(); ++i) out[i] = p = multiply_mod_p(p, p);
+    return out;
+  }();
+  uint32_t p = 1u << 31;  // x^0
+  for (; n != 0; n >>= 1, ++k)
+    if (n & 1) p = multiply_mod_p(x2n[k & 31], p);
+  return p;
+}
+
 }  // namespace
+
+uint32_t crc32c_combine(uint32_t crc_a, uint32_t crc_b, uint64_t length_b) {
+  return multiply_mod_p(x_power_mod_p(length_b, 3), crc_a) ^ crc_b;  // A shifted past B's 8 * length_b bits
+}
 
 uint32_t crc32c_update_bytewise(uint32_t crc, const void* data, size_t n) {
   const auto& t = table();
@@ -64,9 +99,11 @@ void Crc32c::update(const void* data, size_t n) {
   state_ = crc32c_update_bytewise(state_, data, n);
 }
 
-std::string Crc32c::hex() const {
+std::string Crc32c::hex() const { return crc32c_hex(value()); }
+
+std::string crc32c_hex(uint32_t crc) {
   char out[9];
-  std::snprintf(out, sizeof out, "%08x", value());
+  std::snprintf(out, sizeof out, "%08x", crc);
   return out;
 }
 

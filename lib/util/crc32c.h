@@ -20,6 +20,13 @@ class Crc32c {
   uint32_t state_ = 0xffffffffu;
 };
 
+// `crc` as 8 lowercase hex digits.
+std::string crc32c_hex(uint32_t crc);
+
+// The CRC-32C of A followed by B from A's and B's (B `length_b` bytes long), as zlib's crc32_combine
+// does for CRC-32: checksums of pieces taken apart (by different processes) join into the whole's.
+uint32_t crc32c_combine(uint32_t crc_a, uint32_t crc_b, uint64_t length_b);
+
 // The byte-at-a-time table version of Crc32c::update's inner step (the
 // reference the fast path is tested against): the new raw state.
 uint32_t crc32c_update_bytewise(uint32_t state, const void* data, size_t n);

@@ -57,6 +57,27 @@ TEST_CASE("CRC-32C's fast path equals the table loop at every alignment and spli
   }
 }
 
+TEST_CASE("CRC-32C of pieces taken apart combines into the whole's", "[checkpoint]") {
+  std::mt19937 rng(11);
+  std::vector<uint8_t> bytes(5000);
+  for (auto& b : bytes) b = static_cast<uint8_t>(rng());
+  auto crc_of = [&](size_t from, size_t n) {
+    Crc32c c;
+    c.update(bytes.data() + from, n);
+    return c.value();
+  };
+  for (size_t split : {0, 1, 7, 64, 2500, 4999, 5000}) {
+    INFO("split " << split);
+    CHECK(crc32c_combine(crc_of(0, split), crc_of(split, bytes.size() - split), bytes.size() - split) ==
+          crc_of(0, bytes.size()));
+  }
+  // Three pieces, joined left to right (as ranks' rows are); the empty prefix's CRC is 0.
+  uint32_t joined = 0;
+  for (auto [from, n] : {std::pair<size_t, size_t>{0, 1234}, {1234, 3000}, {4234, 766}})
+    joined = crc32c_combine(joined, crc_of(from, n), n);
+  CHECK(joined == crc_of(0, bytes.size()));
+}
+
 TEST_CASE("checkpoint: a committed directory verifies and holds what was added", "[checkpoint]") {
   TempDir dir;
   const fs::path p = save(dir.path() / "ckpt", 100, 1.5f);

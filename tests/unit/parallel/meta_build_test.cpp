@@ -12,6 +12,7 @@
 #include "checkpoint/module_weights.h"
 #include "checkpoint/stored_weights.h"
 #include "model/lora.h"
+#include "train/lora_base_fingerprint.h"
 #include "model/meta_build.h"
 #include "parallel/fully_sharded.h"
 #include "parallel/launcher.h"
@@ -195,5 +196,43 @@ TEST_CASE("meta build from files: each rank's part of model.init_from's weights 
     m.lora.rank = 4;
     p.zero = 3;
     check_layout(m, p, 4, files);
+  }
+}
+
+TEST_CASE("LoRA base fingerprint: taken by parts over any number of ranks, it is the whole base's",
+          "[parallel][meta][lora]") {
+  at::set_num_threads(1);
+  test::TempDir dir;
+  ModelSettings m = test::model_settings(64, 16, 2, 4, 32);
+  {
+    torch::manual_seed(99);
+    Gpt source(m);
+    torch::NoGradGuard no_grad;
+    for (auto& t : source->parameters()) t.normal_(0.0, 0.05);
+    test::write_hf_folder(base_of(source), m, torch::kFloat, dir.path() / "base", 20000);
+  }
+  m.lora.rank = 4;
+  for (const std::string init_from : {std::string(), dir.file("base")}) {
+    Gpt whole = build(m, /*meta=*/false);
+    if (!init_from.empty()) load_initial_weights(*whole, m, init_from);
+    const std::string expected = lora_base_fingerprint(module_weights(*whole));  // what checkpoints record
+    for (int world : {1, 3, 4}) {
+      INFO((init_from.empty() ? "from the seed" : "from model.init_from") << ", " << world << " ranks");
+      std::vector<std::string> got(static_cast<size_t>(world));
+      const int port = free_tcp_port();
+      test::run_ranks_as_threads(world, [&](int rank) {
+        World w;
+        w.rank = rank, w.size = w.local_size = world, w.local_rank = rank, w.master_port = port, w.source = "test";
+        ParallelSettings p;
+        p.backend = CommBackend::kGloo;
+        ProcessGroups groups(w, p, torch::kCPU);
+        Gpt model = build(m, /*meta=*/true);
+        std::unique_ptr<StoredWeights> files;
+        if (!init_from.empty()) files = StoredWeights::init_from(init_from, m, base_of(model));
+        got[static_cast<size_t>(rank)] =
+            lora_base_fingerprint_by_parts(model, InitialParts(model, files.get()), groups.world_comm());
+      });
+      for (const auto& g : got) CHECK(g == expected);
+    }
   }
 }
