@@ -8,7 +8,8 @@ is process start to the first step (the failpoint train.start, passed as each wo
 The peak up to the first step (building and reading the weights) is read there too. Random init,
 model.init_from of a Hugging Face folder saved by transformers (--hf), and the random run resumed
 from its checkpoint (--resume); and the random run with its optimizer state in a file
-(--nvme also|only: parallel.offload_optimizer nvme). Prints a
+(--nvme also|only: parallel.offload_optimizer nvme; under --precision bf16 the fp32 weight shards go
+to that file too). Prints a
 Markdown table (docs/benchmarks.md). Run from the repo root with the test venv's python.
 """
 import argparse
@@ -100,12 +101,15 @@ def main():
     ap.add_argument("--optim", nargs="+", default=["sgd"])
     ap.add_argument("--hf", action="store_true", help="also start from a Hugging Face folder (model.init_from)")
     ap.add_argument("--resume", action="store_true", help="also resume the random run from its checkpoint")
+    ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"],
+                    help="precision.mode (bf16: units gathered in bf16, and under --nvme the fp32 shards filed)")
     ap.add_argument("--nvme", choices=["also", "only"],
                     help="the random run with the optimizer state in a file too, or that run only")
     a = ap.parse_args()
     heads = a.d // 64
     print(provenance(a.binary))
-    print(f"GPT {a.layers} layers, d_model {a.d}, vocabulary {a.vocab}, seq_len 64, batch 1, ZeRO-3 over Gloo; "
+    print(f"GPT {a.layers} layers, d_model {a.d}, vocabulary {a.vocab}, seq_len 64, batch 1, ZeRO-3 over Gloo, "
+          f"precision {a.precision}; "
           "peak = the largest rank's VmHWM over its life; 'above' = minus the same run's with a 1-block, "
           "16-wide model\n")
     print("| init | optimizer | processes | parameters | fp32 model MiB | peak MiB/rank | tiny run MiB/rank | "
@@ -121,7 +125,8 @@ def main():
                 recipe.write_text(RECIPE.format(vocab=a.vocab, layers=a.layers, heads=heads, d=a.d, optim=optim))
                 tiny = Path(tmp) / "tiny.yaml"
                 tiny.write_text(RECIPE.format(vocab=a.vocab, layers=1, heads=1, d=16, optim=optim))
-                base_start, base, _, _ = measure(a.binary, tiny, nproc, Path(tmp) / "tiny", [])
+                precision = [f"precision.mode={a.precision}"]
+                base_start, base, _, _ = measure(a.binary, tiny, nproc, Path(tmp) / "tiny", precision)
                 runs = list(inits)
                 if a.resume:  # the random run again, then resumed from the checkpoint it ends with
                     runs = [("random", ["checkpoint.at_end=true"]), *inits[1:],
@@ -133,7 +138,8 @@ def main():
                 folders = {"HF folder": "hf", "random, state on disk": "nvme"}
                 for name, sets in runs:
                     out = Path(tmp) / f"{folders.get(name, 'run')}-{nproc}"
-                    start, peak, startup, step = measure(a.binary, recipe, nproc, out, sets, name != "resumed")
+                    start, peak, startup, step = measure(a.binary, recipe, nproc, out, precision + sets,
+                                                         name != "resumed")
                     params = int(json.loads((out / "summary.json").read_text()).get("parameters", 0))
                     model_mb = params * 4 / 2**20
                     print(f"| {name} | {optim} | {nproc} | {params / 1e6:.0f}M | {model_mb:.0f} | {peak:.0f} | "

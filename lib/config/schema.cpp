@@ -976,7 +976,8 @@ void add_parallel_fields(std::vector<FieldSpec>& f) {
                                                      {"true", OptimizerOffload::kCpu}},
                          "where the optimizer state lives. false = with the weights; cpu (or true) = CUDA runs: the "
                          "state and the update in host memory (pinned); nvme = zero 3: the state in files under "
-                         "parallel.offload_dir, streamed one unit at a time through the update (on the host)")
+                         "parallel.offload_dir, streamed one unit at a time through the update (on the host); "
+                         "with units gathered in bf16, the fp32 weight shards too (memory keeps bf16 copies)")
                   .resume(ResumePolicy::kReported));
   f.push_back(path_field(KEY(parallel.offload_dir),
                          "offload_optimizer nvme: the directory (on a local disk) for the state files, reserved "

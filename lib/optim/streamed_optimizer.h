@@ -8,8 +8,8 @@
 // views as it would any state.
 #pragma once
 #include <functional>
-#include <map>
 #include <future>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>

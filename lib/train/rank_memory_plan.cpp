@@ -23,12 +23,15 @@ bool split_by_tp(const std::string& name) {
          contains(name, ".mlp.c_proj.weight");
 }
 
+// Each weight's bytes as the optimizer keeps it (bf16-pure: bf16, else fp32).
+double bytes_of_weights(const Settings& s) { return s.precision.mode == PrecisionMode::kBf16Pure ? 2 : 4; }
+
 }  // namespace
 
 std::vector<RankHoldings> plan_rank_memory(const Settings& s, const Grid& g) {
   const ModelSettings& m = s.model;
   const auto stages = split_stages(m, g.pp());
-  const double bytes = s.precision.mode == PrecisionMode::kBf16Pure ? 2 : 4;
+  const double bytes = bytes_of_weights(s);
   const double gathered_bytes = s.resolved_gather_dtype() == GatherDtype::kBf16 ? 2 : bytes;  // ZeRO-3's units
   const int64_t zero = g.dp() > 1 ? s.parallel.zero : 0;
   struct Held {
@@ -118,7 +121,11 @@ std::string rank_memory_table(const Settings& s, const Grid& g) {
     out +=
         "\nparallel.offload_optimizer nvme: the optimizer state above is in a file of each rank under "
         "parallel.offload_dir (its disk needs that much free per rank on the machine); memory holds about two "
-        "units' state during the update.\n";
+        "units' state during the update." +
+        std::string(s.resolved_gather_dtype() == GatherDtype::kBf16 && bytes_of_weights(s) == 4
+                        ? " Units gathered in bf16: the fp32 weights above are in that file too, and memory holds "
+                          "their bf16 copies (half the weights column).\n"
+                        : "\n");
   return out;
 }
 

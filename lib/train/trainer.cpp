@@ -761,8 +761,9 @@ void Trainer::roll_back() {
   const fs::path dir = ckpt_root_ / step_name(last_saved_step_);
   // Built on meta, each rank reads back only its part of the weights, as a resume does (the files'
   // headers are checked against the whole shapes, which a model built on meta again gives).
+  // (Adapters saved alone: the checkpoint holds them only, read with the snapshot; the frozen base stays.)
   std::unique_ptr<StoredWeights> files;
-  if (par_.parts)
+  if (par_.parts && lora_base_.empty())
     files = StoredWeights::checkpoint(dir, module_weights(*build_model_on_meta(s_, precision_->weight_dtype())),
                                       "checkpoint '" + dir.string() + "'", "delete the damaged checkpoint");
   const bool by_parts = files && rereads_parts(par_, *files);

@@ -210,6 +210,14 @@ TEST_CASE("parallel: no ZeRO-3 rank ever holds the whole model, building it incl
     CHECK(from_hf[r] - built_base < 0.45 * model_mb);
     CHECK(resumed[r] - built_base < 0.45 * model_mb);
   }
+  // LoRA on those files with the adapters saved alone (model.lora.save: adapters, the default): the
+  // frozen base's fingerprint is taken by parts too. Every rank built the whole base for it before.
+  std::vector<double> lora;
+  training_peak_mb(dir, "zero3-lora", 4, with(big, {"model.init_from=" + dir.file("hf"), "model.lora.rank=8"}), &lora);
+  for (size_t r = 0; r < lora.size(); ++r) {
+    INFO("LoRA rank until its first step: +" << lora[r] - built_base << " MiB");
+    CHECK(lora[r] - built_base < 0.45 * model_mb);
+  }
 }
 
 TEST_CASE("parallel: ZeRO-3 never puts a large vocabulary's table or its gradient together on one rank",
@@ -791,6 +799,17 @@ TEST_CASE("parallel: plan --world-size gives the memory each rank holds, as runs
   REQUIRE(offload.exit_code == 0);
   CHECK_THAT(offload.output, Contains("parallel.offload_params: on a CUDA run the weights, gradients and optimizer "
                                       "state above are in host memory"));
+  // parallel.offload_optimizer nvme under bf16: the fp32 weights go to the state's file too.
+  for (const char* mode : {"bf16", "fp32"}) {
+    const auto nvme =
+        run_gputrain({"plan", dir.file("r.yaml"), "--world-size", "2", "--set", "parallel.zero=3", "--set",
+                      "parallel.offload_optimizer=nvme", "--set", std::string("precision.mode=") + mode});
+    INFO(nvme.output);
+    REQUIRE(nvme.exit_code == 0);
+    CHECK_THAT(nvme.output, Contains("the optimizer state above is in a file of each rank"));
+    CHECK((nvme.output.find("the fp32 weights above are in that file too") != std::string::npos) ==
+          (std::string(mode) == "bf16"));
+  }
 }
 
 TEST_CASE("parallel: batch size auto fits each rank's share under ZeRO-1 and 3, as plan --world-size says",

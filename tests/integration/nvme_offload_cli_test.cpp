@@ -54,6 +54,10 @@ TEST_CASE("parallel: NVMe offload trains as in memory with AdamW, 8-bit AdamW an
       CHECK_THAT(r.output, Contains("streamed through each update a unit at a time (4 units"));
       const bool bf16 = std::string(name) == "adamw-bf16";
       CHECK((r.output.find("and the fp32 weight shards") != std::string::npos) == bf16);
+      // What each rank keeps of its weights in memory (summary.json): their bf16 copies under bf16.
+      const double kept = read_json(out + "/summary.json")["memory_per_rank"][0]["weights_mb"].get<double>(),
+                   whole = read_json(memory_out + "/summary.json")["memory_per_rank"][0]["weights_mb"].get<double>();
+      CHECK(kept == Approx(bf16 ? whole / 2 : whole).epsilon(1e-6));
       CHECK(max_abs_diff(column(memory_out, "loss"), column(out, "loss")) <= 1e-6);
       CHECK(max_abs_diff(column(memory_out, "grad_norm"), column(out, "grad_norm")) <= 1e-6);
       CHECK(fs::is_empty(offload_dir));  // the state's file is gone with the run

@@ -217,7 +217,8 @@ TEST_CASE("spike: rollback restores the last checkpoint's weights and optimizer 
   CHECK(read_json(dir.file("early/summary.json"))["spikes"]["skipped_steps"] == 1);
 }
 
-TEST_CASE("spike: rollback under tensor, pipeline and expert parallelism puts back each rank's part", "[spike][cli]") {
+TEST_CASE("spike: rollback under tensor, pipeline and expert parallelism and LoRA puts back each rank's part",
+          "[spike][cli]") {
   TempDir dir;
   const std::string recipe =
       write_recipe(dir, ", spike_policy: rollback, spike_max_rollbacks: 1", "{every: 10, keep_last: 0}");
@@ -227,7 +228,12 @@ TEST_CASE("spike: rollback under tensor, pipeline and expert parallelism puts ba
        std::vector<std::pair<std::string, std::string>>{{"tp2", "--set parallel.tp=2"},
                                                         {"pp2", "--set parallel.pp=2 --set model.n_layer=2"},
                                                         {"ep2", experts},
-                                                        {"ep2-zero3", experts + " --set parallel.zero=3"}}) {
+                                                        {"ep2-zero3", experts + " --set parallel.zero=3"},
+                                                        // LoRA saving adapters alone: they come back, the base stays
+                                                        // (a higher lr and a lower threshold make step 23 a spike).
+                                                        {"lora-zero3",
+                                                         "--set model.lora.rank=4 --set parallel.zero=3 --set "
+                                                         "optim.lr=3e-2 --set train.spike_threshold=1.5"}}) {
     INFO(name);
     const std::string run = dir.file(name);
     // (A mixture's router can make a gradient-norm spike of its own before step 23: rollbacks allowed for it.)
