@@ -26,15 +26,11 @@ std::string load_initial_weights(torch::nn::Module& model, const ModelSettings& 
   return files->description();
 }
 
-Gpt build_initial_model(const Settings& s, torch::Device device, torch::ScalarType dtype, bool skip_init_from,
-                        std::string* described) {
+Gpt build_initial_model(const Settings& s, torch::Device device, torch::ScalarType dtype) {
   torch::manual_seed(static_cast<uint64_t>(s.run.seed));
   Gpt model(s.model);  // initialized in fp32, then cast: bf16-pure starts from the same weights rounded
   model->to(device, dtype);
-  if (!skip_init_from && !s.model.init_from.empty()) {
-    const std::string what = load_initial_weights(*model, s.model, s.model.init_from);
-    if (described) *described = what;
-  }
+  if (!s.model.init_from.empty()) load_initial_weights(*model, s.model, s.model.init_from);
   return model;
 }
 

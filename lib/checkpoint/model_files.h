@@ -23,12 +23,9 @@ namespace gputrain {
 // Returns a one-line description for the log. DataError on mismatch.
 std::string load_initial_weights(torch::nn::Module& model, const ModelSettings& m, const std::string& path);
 
-// The model a run starts from: the seed's initialization (run.seed), in
-// `dtype` on `device`, then model.init_from's weights unless `skip_init_from`
-// (a resumed run whose checkpoint holds every weight). `described` gets the
-// log line of what init_from loaded.
-Gpt build_initial_model(const Settings& s, torch::Device device, torch::ScalarType dtype, bool skip_init_from = false,
-                        std::string* described = nullptr);
+// The model a run starts from, whole (inference, export): the seed's initialization (run.seed), in
+// `dtype` on `device`, then model.init_from's weights.
+Gpt build_initial_model(const Settings& s, torch::Device device, torch::ScalarType dtype);
 
 // The same model on the meta device (shapes only, in `dtype`): parallelize gives each rank's part
 // storage and the values build_initial_model's would have there (parallel/initial_parts.h).

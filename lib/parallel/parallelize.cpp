@@ -79,10 +79,6 @@ void shard_fully(Gpt& model, const ProcessGroups& groups, const ParallelPlan& pl
 
 }  // namespace
 
-torch::Device build_device(const ProcessGroups& groups, const ParallelPlan& plan) {
-  return fully_shards(groups, plan) ? torch::Device(torch::kCPU) : plan.device;
-}
-
 ParallelModel parallelize(Gpt& model, const ProcessGroups& groups, const ParallelPlan& plan, const PartReader* files) {
   ParallelModel out;
   RankShare& share = out.share;

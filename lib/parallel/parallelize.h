@@ -42,13 +42,10 @@ struct ParallelModel {
   std::unique_ptr<InitialParts> parts;
 };
 
-// Where the model is built (and a checkpoint's whole weights loaded into it): the run's device, or
-// the host under ZeRO-3 (parallelize moves only this rank's shards to the device).
-torch::Device build_device(const ProcessGroups& groups, const ParallelPlan& plan);
-
-// `model`: built on build_device with its whole weights (from the seed or model.init_from), or on the
-// meta device (model/meta_build.h): then each rank's part gets storage and its values, from `files`
-// for the parameters they cover (model.init_from, a resumed checkpoint), else from the seed.
+// `model`: built on the meta device (model/meta_build.h, as runs build it): each rank's part gets
+// storage and its values, from `files` for the parameters they cover (model.init_from, a resumed
+// checkpoint), else from the seed. Or built with its whole weights (tests; on the host under ZeRO-3,
+// which moves only this rank's shards to the device).
 ParallelModel parallelize(Gpt& model, const ProcessGroups& groups, const ParallelPlan& plan,
                           const PartReader* files = nullptr);
 
