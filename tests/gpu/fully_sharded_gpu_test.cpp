@@ -246,11 +246,18 @@ TEST_CASE(
 
 TEST_CASE("gpu: parallel.offload_optimizer nvme under ZeRO-3 trains as offload_params does, and resumes exactly",
           "[gpu][zero3][nvme]") {
+  // bf16: the fp32 weight shards are in the file too, and the gathers send their bf16 copies.
+  const std::string precision = GENERATE(std::string("fp32"), std::string("bf16"));
+  INFO("precision " << precision);
   TempDir dir;
   write_file(dir.file("r.yaml"), recipe());
-  const std::vector<std::string> model = {"model.d_model=256", "model.n_layer=4",
-                                          "model.n_head=4",    "train.per_device_batch_size=2",
-                                          "parallel.zero=3",   "checkpoint.every=10"};
+  const std::vector<std::string> model = {"model.d_model=256",
+                                          "model.n_layer=4",
+                                          "model.n_head=4",
+                                          "train.per_device_batch_size=2",
+                                          "parallel.zero=3",
+                                          "checkpoint.every=10",
+                                          "precision.mode=" + precision};
   // Both update on the host (the state in a file implies the shards there): the same arithmetic.
   std::vector<std::string> host = model, nvme = model;
   host.push_back("parallel.offload_params=true");
@@ -262,6 +269,7 @@ TEST_CASE("gpu: parallel.offload_optimizer nvme under ZeRO-3 trains as offload_p
   INFO(b.output);
   REQUIRE(b.exit_code == 0);
   CHECK_THAT(b.output, Catch::Contains("streamed through each update a unit at a time"));
+  CHECK((b.output.find("and the fp32 weight shards") != std::string::npos) == (precision == "bf16"));
   CHECK(max_abs_diff(column(dir.file("host"), "loss"), column(dir.file("nvme"), "loss")) <= 1e-6);
   CHECK(max_abs_diff(column(dir.file("host"), "grad_norm"), column(dir.file("nvme"), "grad_norm")) <= 1e-6);
   // Resumed at step 10, the losses continue exactly.
