@@ -47,7 +47,8 @@ bool cpu_has_sse42() {
 
 constexpr uint32_t kPolynomial = 0x82f63b78u;  // reflected
 
-// a * b modulo the polynomial, in the reflected bit order (x^0 is the top bit), as zlib's multmodp.
+// a * b modulo the polynomial, in the reflected bit order (x^0 is the top bit), as zlib's multmodp;
+// `a` is never 0 here (powers of x), where the loop would not end.
 uint32_t multiply_mod_p(uint32_t a, uint32_t b) {
   uint32_t m = 1u << 31, p = 0;
   for (;;) {
