@@ -22,6 +22,9 @@ Share share_of(int64_t rows, int64_t r, int64_t n) {
   return {r * base + std::min(r, extra), base + (r < extra ? 1 : 0)};
 }
 
+// The bytes of one row of `w` as float32, as the fingerprint reads them.
+int64_t float_row_bytes(const torch::Tensor& w) { return w.size(0) > 0 ? w.numel() / w.size(0) * 4 : 0; }
+
 }  // namespace
 
 std::string lora_base_fingerprint_by_parts(const Gpt& model, const InitialParts& parts, Communicator* world) {
@@ -34,9 +37,8 @@ std::string lora_base_fingerprint_by_parts(const Gpt& model, const InitialParts&
   for (size_t i = 0; i < base.size(); ++i) {
     const torch::Tensor& w = base[i].tensor;
     if (w.dim() == 0) throw std::logic_error("LoRA base fingerprint: '" + base[i].name + "' is a scalar");
-    const int64_t rows = w.size(0), row_bytes = rows > 0 ? w.numel() / rows * 4 : 0;
-    const Share s = share_of(rows, me, n);
-    const int64_t at_once = std::max<int64_t>(1, kPieceBytes / std::max<int64_t>(1, row_bytes));
+    const Share s = share_of(w.size(0), me, n);
+    const int64_t at_once = std::max<int64_t>(1, kPieceBytes / std::max<int64_t>(1, float_row_bytes(w)));
     Crc32c crc;
     for (int64_t r = s.first; r < s.first + s.count; r += at_once) {
       std::vector<int64_t> shape = w.sizes().vec();
@@ -56,6 +58,7 @@ std::string lora_base_fingerprint_by_parts(const Gpt& model, const InitialParts&
     all = out.to(torch::kCPU).view({n, -1});
   }
   // Joined as one pass over every name and tensor in order would have read them.
+  const auto crcs = all.accessor<int64_t, 2>();
   uint32_t whole = 0;
   for (size_t i = 0; i < base.size(); ++i) {
     const std::string& name = base[i].name;
@@ -63,10 +66,9 @@ std::string lora_base_fingerprint_by_parts(const Gpt& model, const InitialParts&
     name_crc.update(name.data(), name.size());
     whole = crc32c_combine(whole, name_crc.value(), name.size());
     const torch::Tensor& w = base[i].tensor;
-    const int64_t rows = w.size(0), row_bytes = rows > 0 ? w.numel() / rows * 4 : 0;
     for (int64_t r = 0; r < n; ++r)
-      whole = crc32c_combine(whole, static_cast<uint32_t>(all[r][static_cast<int64_t>(i)].item<int64_t>()),
-                             static_cast<uint64_t>(share_of(rows, r, n).count * row_bytes));
+      whole = crc32c_combine(whole, static_cast<uint32_t>(crcs[r][static_cast<int64_t>(i)]),
+                             static_cast<uint64_t>(share_of(w.size(0), r, n).count * float_row_bytes(w)));
   }
   return "crc32c:" + crc32c_hex(whole);
 }

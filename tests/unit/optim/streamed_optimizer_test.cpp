@@ -70,6 +70,11 @@ std::map<std::string, torch::Tensor> state_of(const Optimizer& o) {
   return out;
 }
 
+void copy_weights(Gpt& from, Gpt& to) {
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < from->parameters().size(); ++i) to->parameters()[i].copy_(from->parameters()[i]);
+}
+
 void check_same(Gpt& a, Gpt& b) {
   for (size_t i = 0; i < a->parameters().size(); ++i) CHECK(torch::equal(a->parameters()[i], b->parameters()[i]));
 }
@@ -88,13 +93,7 @@ TEST_CASE("streamed optimizer: AdamW, 8-bit AdamW and Adafactor update as in mem
   test::TempDir dir;
   torch::manual_seed(3);
   Gpt plain_model(m), streamed_model(m), loaded_model(m);
-  {
-    torch::NoGradGuard no_grad;
-    for (size_t i = 0; i < plain_model->parameters().size(); ++i) {
-      streamed_model->parameters()[i].copy_(plain_model->parameters()[i]);
-      loaded_model->parameters()[i].copy_(plain_model->parameters()[i]);
-    }
-  }
+  copy_weights(plain_model, streamed_model);
   auto plain = make_optimizer(make_param_groups(*plain_model, o), o);
   auto streamed = streamed_over(streamed_model, o, dir.path().string());
   // 3 blocks, then the embeddings, final norm and head in one unit of their own.
@@ -116,11 +115,7 @@ TEST_CASE("streamed optimizer: AdamW, 8-bit AdamW and Adafactor update as in mem
   }
 
   // What a resume does: a fresh streamed optimizer loads the saved state and goes on as the plain one.
-  {
-    torch::NoGradGuard no_grad;
-    for (size_t i = 0; i < plain_model->parameters().size(); ++i)
-      loaded_model->parameters()[i].copy_(plain_model->parameters()[i]);
-  }
+  copy_weights(plain_model, loaded_model);
   auto loaded = streamed_over(loaded_model, o, dir.path().string());
   loaded->load_state(want);
   for (uint64_t s = 4; s < 6; ++s) step_all({{&plain_model, plain.get()}, {&loaded_model, loaded.get()}}, s, o.lr);
@@ -136,11 +131,7 @@ TEST_CASE("streamed optimizer: parameters handed with copies live in the file an
   test::TempDir dir;
   torch::manual_seed(5);
   Gpt plain_model(m), streamed_model(m), loaded_model(m);
-  {
-    torch::NoGradGuard no_grad;
-    for (size_t i = 0; i < plain_model->parameters().size(); ++i)
-      streamed_model->parameters()[i].copy_(plain_model->parameters()[i]);
-  }
+  copy_weights(plain_model, streamed_model);
   auto plain = make_optimizer(make_param_groups(*plain_model, o), o);
   const auto copies = bf16_copies(streamed_model);
   int64_t held = 0, matrices = 0, copy_bytes = 0;
@@ -165,11 +156,7 @@ TEST_CASE("streamed optimizer: parameters handed with copies live in the file an
   check_copies();
 
   // Resumed: the weights loaded into the views, the state loaded, and on as the plain run goes.
-  {
-    torch::NoGradGuard no_grad;
-    for (size_t i = 0; i < plain_model->parameters().size(); ++i)
-      loaded_model->parameters()[i].copy_(plain_model->parameters()[i]);
-  }
+  copy_weights(plain_model, loaded_model);
   auto loaded = streamed_over(loaded_model, o, dir.path().string(), bf16_copies(loaded_model));
   loaded->load_state(state_of(*plain));
   for (uint64_t s = 4; s < 6; ++s) step_all({{&plain_model, plain.get()}, {&loaded_model, loaded.get()}}, s, o.lr);
