@@ -529,14 +529,23 @@ void add_data_source(std::vector<FieldSpec>& f, const std::string& which) {
                   .resume(on_resume));
   f.push_back(enum_field(
                   p + "packing", [=](auto& s) -> auto& { return src(s).packing; },
-                  EnumTable<Packing>{{"stream", Packing::kStream}, {"documents", Packing::kDocuments}},
+                  EnumTable<Packing>{
+                      {"stream", Packing::kStream}, {"documents", Packing::kDocuments}, {"padded", Packing::kPadded}},
                   "tokens: stream = fixed windows over the token stream; documents = windows start at a document and "
-                  "hold whole documents (padding masked)")
+                  "hold whole documents (padding masked); padded = one document per window, the rest padding (as "
+                  "unpacked fine-tuning batches are)")
                   .resume(on_resume));
   f.push_back(bool_field(
                   p + "mask_document_boundaries", [=](auto& s) -> auto& { return src(s).mask_document_boundaries; },
                   "tokens: no loss where the input is an end-of-document token with an earlier document before it in "
                   "the window")
+                  .resume(on_resume));
+  f.push_back(bool_field(
+                  p + "document_attention", [=](auto& s) -> auto& { return src(s).document_attention; },
+                  "tokens: each token attends only to earlier tokens of its own document (a document begins at "
+                  "eot_token, and where a window begins), and positions restart at 0 there, as if each document "
+                  "ran alone; with packing: documents, a window of many short documents trains as they would one "
+                  "by one (docs/data.md, \"Packed documents\")")
                   .resume(on_resume));
   f.push_back(
       auto_id_field(

@@ -119,7 +119,7 @@ struct ModelSettings {
 enum class DataFormat { kNone, kSynthetic, kTokens, kText };
 enum class TokenDtype { kAuto, kUint16, kUint32 };
 // How windows are cut from a token stream (data/token_windows.h).
-enum class Packing { kStream, kDocuments };
+enum class Packing { kStream, kDocuments, kPadded };
 enum class SyntheticKind { kMarkov, kUniform };
 
 // A learnable synthetic language: an order-n Markov chain over the vocabulary
@@ -147,6 +147,7 @@ struct DataSourceSettings {
   std::array<double, 2> span = {0.0, 1.0};  // fraction of the windows used: [start, end)
   Packing packing = Packing::kStream;
   bool mask_document_boundaries = false;  // no loss on a prediction made from an end-of-document input
+  bool document_attention = false;        // attention and positions stay inside each document
   int64_t eot_token = -1;                 // end-of-document id; -1 = auto (from the shards' sidecar)
   SyntheticSettings synthetic;
   // tokens: several sources sampled in proportion to their weights (instead of `paths`); the other

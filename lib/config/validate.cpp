@@ -107,6 +107,11 @@ void check_paths(Checker& c, const std::vector<std::string>& paths, const std::s
 void check_source(Checker& c, const DataSourceSettings& d, const std::string& which) {
   const std::string p = "data." + which + ".";
   const ModelSettings& m = c.s.model;
+  if (d.document_attention && (d.format == DataFormat::kText || d.format == DataFormat::kSynthetic))
+    c.error(p + "document_attention",
+            "needs token shards, whose document-start id (eot_token) says where each document begins, but format is " +
+                std::string(d.format == DataFormat::kText ? "text" : "synthetic"),
+            "prepare the data with `gputrain data prepare` and use format: tokens, or remove document_attention");
   switch (d.format) {
     case DataFormat::kNone:
       if (which == "train") c.error(p + "format", "is none, but training needs data", "use synthetic, tokens or text");

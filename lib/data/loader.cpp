@@ -16,15 +16,21 @@ LoaderOptions loader_options(const Settings& s, const DataSourceSettings& d, tor
   o.prefetch = s.data.prefetch;
   o.pin_memory = s.data.pin_memory;
   o.device = device;
-  o.mask_document_boundaries = d.mask_document_boundaries;
+  o.documents = document_options(d);
   return o;
+}
+
+DocumentOptions document_options(const DataSourceSettings& d) {
+  return {d.mask_document_boundaries, d.document_attention};
 }
 
 BatchLoader::BatchLoader(const WindowSource& source, const WindowSampler& sampler, LoaderOptions opts,
                          int64_t first_sample)
     : source_(source), sampler_(sampler), opts_(opts), first_sample_(first_sample) {
-  if (opts_.mask_document_boundaries && !source.eot_token())
-    throw data_error("mask_document_boundaries needs the data's end-of-document id\n    fix: set data.*.eot_token");
+  if ((opts_.documents.mask_boundaries || opts_.documents.attention) && !source.eot_token())
+    throw data_error(
+        "mask_document_boundaries and document_attention need the data's document-start id\n    fix: set "
+        "data.*.eot_token");
   for (int64_t i = 0; i < opts_.num_workers; ++i) workers_.emplace_back([this] { worker_loop(); });
 }
 
@@ -44,10 +50,20 @@ Batch BatchLoader::make_host_batch(int64_t index) const {
   for (int64_t r = 0; r < opts_.batch_size; ++r)
     keys[static_cast<size_t>(r)] =
         sampler_.window(first_sample_ + (index * opts_.shards + opts_.shard) * opts_.batch_size + r);
-  return window_batch(source_, keys, opts_.seq_len, opts_.mask_document_boundaries, options);
+  return window_batch(source_, keys, opts_.seq_len, opts_.documents, options);
 }
 
-Batch window_batch(const WindowSource& source, std::span<const uint64_t> keys, int64_t T, bool mask_document_boundaries,
+// Each token's place in its document: 0 at the row's start, at every document-start id `start` and
+// where the padding begins (t == real; one more document, taking no loss), counting up between.
+static void number_document_positions(const int64_t* x, int64_t T, int64_t real, int64_t start, int64_t* out) {
+  int64_t position = 0;
+  for (int64_t t = 0; t < T; ++t) {
+    if (t > 0 && (t == real || (t < real && x[t] == start))) position = 0;
+    out[t] = position++;
+  }
+}
+
+Batch window_batch(const WindowSource& source, std::span<const uint64_t> keys, int64_t T, DocumentOptions documents,
                    torch::TensorOptions options) {
   const auto B = static_cast<int64_t>(keys.size());
   Batch b;
@@ -58,6 +74,7 @@ Batch window_batch(const WindowSource& source, std::span<const uint64_t> keys, i
   std::vector<uint8_t> mask(masked ? T + 1 : 0);
   int64_t* in = b.input.data_ptr<int64_t>();
   int64_t* tg = b.target.data_ptr<int64_t>();
+  torch::Tensor positions = documents.attention ? torch::empty({B, T}, options) : torch::Tensor();
   const int64_t eot = source.eot_token().value_or(-1);
   const int64_t pad_token = source.eot_token().value_or(0);  // inputs of padding positions
   int64_t counted = 0;
@@ -73,12 +90,14 @@ Batch window_batch(const WindowSource& source, std::span<const uint64_t> keys, i
       y[t] = is_real ? window[t + 1] : kIgnoreIndex;
       // A prediction made from an end-of-document input with an earlier
       // document in view crosses a boundary (Megatron's eod_mask_loss).
-      if (is_real && mask_document_boundaries && t > 0 && x[t] == eot) y[t] = kIgnoreIndex;
+      if (is_real && documents.mask_boundaries && t > 0 && x[t] == eot) y[t] = kIgnoreIndex;
       if (is_real && masked && mask[t + 1] == 0) y[t] = kIgnoreIndex;  // chat: a prompt token takes no loss
       counted += y[t] != kIgnoreIndex;
     }
+    if (positions.defined()) number_document_positions(x, T, real, eot, positions.data_ptr<int64_t>() + r * T);
   }
   b.target_count = counted;
+  if (positions.defined()) b.documents = document_layout(positions);
   return b;
 }
 
@@ -87,6 +106,7 @@ Batch BatchLoader::to_device(Batch b) const {
   const bool async = b.input.is_pinned();
   b.input = b.input.to(opts_.device, /*non_blocking=*/async);
   b.target = b.target.to(opts_.device, /*non_blocking=*/async);
+  b.documents = b.documents.to(opts_.device);
   return b;
 }
 

@@ -18,6 +18,7 @@
 
 #include "data/sampler.h"
 #include "data/window_source.h"
+#include "util/document_layout.h"
 
 namespace gputrain {
 
@@ -25,7 +26,16 @@ struct Batch {
   torch::Tensor input;       // [B, T] int64
   torch::Tensor target;      // [B, T] int64, kIgnoreIndex where no loss is taken
   int64_t target_count = 0;  // targets that count toward the loss
+  DocumentLayout documents;  // data.*.document_attention: where each document starts (else undefined)
 };
+
+// What a batch does at document boundaries; both need the source's document-start id.
+struct DocumentOptions {
+  bool mask_boundaries = false;  // data.*.mask_document_boundaries
+  bool attention = false;        // data.*.document_attention: Batch::documents
+};
+// The document options of data.train or data.eval.
+DocumentOptions document_options(const DataSourceSettings& d);
 
 struct LoaderOptions {
   int64_t batch_size = 1;
@@ -34,7 +44,7 @@ struct LoaderOptions {
   int64_t prefetch = 2;
   bool pin_memory = false;  // only used when device is CUDA
   torch::Device device = torch::kCPU;
-  bool mask_document_boundaries = false;  // needs the source's end-of-document id
+  DocumentOptions documents;
   // Data parallelism: of each run of `shards` consecutive batches of samples,
   // this loader reads number `shard` (rank r of a world of n reads its share
   // of every global batch). The sample position stays global.
@@ -47,9 +57,11 @@ struct LoaderOptions {
 LoaderOptions loader_options(const Settings& s, const DataSourceSettings& d, torch::Device device, int64_t num_workers);
 
 // The batch of windows `keys` of `source` (inputs the first T tokens of each, targets the next T;
-// padding, chat prompts and, with `mask_document_boundaries`, cross-document predictions take no
-// loss), on the host. What every loader batch is, and what whole-dataset evaluation reads.
-Batch window_batch(const WindowSource& source, std::span<const uint64_t> keys, int64_t T, bool mask_document_boundaries,
+// padding, chat prompts and, with documents.mask_boundaries, cross-document predictions take no
+// loss), on the host. With documents.attention, each document starts at the source's document-start
+// id (and at a row's start; a row's padding is one more). What every loader batch is, and what
+// whole-dataset evaluation reads.
+Batch window_batch(const WindowSource& source, std::span<const uint64_t> keys, int64_t T, DocumentOptions documents,
                    torch::TensorOptions options = torch::kLong);
 
 class BatchLoader {

@@ -9,11 +9,15 @@
 namespace gputrain {
 
 TokenWindows::TokenWindows(const DataSourceSettings& d, const ModelSettings& m, const std::string& key)
-    : data_(d, m.vocab_size, key), format_(d.format), packing_(d.packing), T_(m.seq_len) {
+    : data_(d, m.vocab_size, key),
+      format_(d.format),
+      packing_(d.packing),
+      document_attention_(d.document_attention),
+      T_(m.seq_len) {
   const auto& shards = data_.shards();
-  if ((d.packing == Packing::kDocuments || d.mask_document_boundaries) && !data_.eot_token())
-    throw data_error(key + ": packing documents and mask_document_boundaries need the end-of-document id, and no " +
-                     "sidecar gives it\n    fix: set " + key +
+  if ((d.packing != Packing::kStream || d.mask_document_boundaries || d.document_attention) && !data_.eot_token())
+    throw data_error(key + ": packing documents or padded, mask_document_boundaries and document_attention need the " +
+                     "end-of-document (document-start) id, and no sidecar gives it\n    fix: set " + key +
                      ".eot_token (GPT-2: 50256), or prepare the data with "
                      "`gputrain data prepare`");
   int64_t total = 0;
@@ -30,10 +34,16 @@ TokenWindows::TokenWindows(const DataSourceSettings& d, const ModelSettings& m, 
       const std::vector<int64_t> starts = data_.eot_positions(static_cast<int64_t>(si));
       int64_t p = starts.empty() ? 0 : starts.front();  // tokens before the first document start are skipped
       while (p < n - 1) {
-        // The last document start that leaves room for its own end-of-document
-        // token as the window's final target.
-        auto it = std::upper_bound(starts.begin(), starts.end(), std::min(p + T_, n - 1));
-        const int64_t b = it == starts.begin() ? -1 : *std::prev(it);
+        // documents: the last document start that leaves room for its own end-of-document token as the
+        // window's final target; padded: the next one, if it does.
+        const int64_t reach = std::min(p + T_, n - 1);
+        int64_t b = -1;
+        if (packing_ == Packing::kPadded) {
+          const auto next = std::upper_bound(starts.begin(), starts.end(), p);
+          if (next != starts.end() && *next <= reach) b = *next;
+        } else if (auto it = std::upper_bound(starts.begin(), starts.end(), reach); it != starts.begin()) {
+          b = *std::prev(it);
+        }
         Window w{p, static_cast<int32_t>(si), 0};
         if (b > p) {
           w.length = static_cast<int32_t>(b + 1 - p);
@@ -60,7 +70,7 @@ TokenWindows::TokenWindows(const DataSourceSettings& d, const ModelSettings& m, 
 }
 
 TokenWindows::Window TokenWindows::window(int64_t g) const {
-  if (packing_ == Packing::kDocuments) return packed_[static_cast<size_t>(g)];
+  if (packing_ != Packing::kStream) return packed_[static_cast<size_t>(g)];
   const auto it = std::upper_bound(first_window_.begin(), first_window_.end(), g);
   const auto si = static_cast<int32_t>(std::distance(first_window_.begin(), it) - 1);
   return Window{(g - first_window_[static_cast<size_t>(si)]) * T_, si, static_cast<int32_t>(T_ + 1)};
@@ -87,12 +97,14 @@ std::string TokenWindows::describe() const {
                           : std::to_string(shards.size()) + " files ('" + shards.front().path() + "', ...)";
   std::string s = what + " from " + files + ": " + std::to_string(data_.total_tokens()) + " tokens, " +
                   std::to_string(window_count()) + " windows";
-  if (packing_ == Packing::kDocuments) {
+  if (packing_ != Packing::kStream) {
     char buf[64];
     std::snprintf(buf, sizeof(buf), "%.1f%%", 100.0 * fill_);
-    s += " packed by document (" + std::string(buf) + " real tokens)";
+    s += (packing_ == Packing::kPadded ? " one document each (" : " packed by document (") + std::string(buf) +
+         " real tokens)";
   }
   if (data_.has_loss_mask()) s += ", loss on the masked-in (assistant) tokens only";
+  if (document_attention_) s += ", each document attending only to itself";
   return s;
 }
 

@@ -8,6 +8,8 @@
 //                       the next document's end-of-document token as the last
 //                       target; the rest is padding, which takes no loss. A
 //                       document longer than a window continues in the next.
+//   packing: padded     the same with one document per window (as unpacked
+//                       fine-tuning batches are; what packing is measured against).
 // data.*.span keeps the [start, end) fraction of the windows, in file order.
 #pragma once
 #include <memory>
@@ -44,11 +46,12 @@ class TokenWindows : public WindowSource {
   TokenDataset data_;
   DataFormat format_;
   Packing packing_;
+  bool document_attention_;  // data.*.document_attention (for describe())
   int64_t T_;
   std::vector<int64_t> first_window_;  // stream: index of each shard's first window, plus the total
-  std::vector<Window> packed_;         // documents: every window
+  std::vector<Window> packed_;         // documents, padded: every window
   int64_t begin_ = 0, end_ = 0;        // the span, in global window indices
-  double fill_ = 1.0;                  // documents: real tokens / window capacity
+  double fill_ = 1.0;                  // documents, padded: real tokens / window capacity
 };
 
 }  // namespace gputrain

@@ -35,23 +35,26 @@ bool draws_random_numbers(const BlockImpl& block) {
 // What backward needs besides the saved input. Held by the autograd context
 // as a capsule, so it is freed with the graph even if backward never runs.
 struct Replay : torch::CustomClassHolder {
-  Replay(BlockImpl* b, std::optional<RngSnapshot> r, AutocastState a, torch::Device d)
-      : block(b), rng(std::move(r)), autocast(a), device(d) {}
+  Replay(BlockImpl* b, std::shared_ptr<const DocumentAttention> docs, std::optional<RngSnapshot> r, AutocastState a,
+         torch::Device d)
+      : block(b), documents(std::move(docs)), rng(std::move(r)), autocast(a), device(d) {}
   BlockImpl* block;
-  std::optional<RngSnapshot> rng;  // the forward's random state, where it drew random numbers
+  std::shared_ptr<const DocumentAttention> documents;  // the forward's packed documents, or null
+  std::optional<RngSnapshot> rng;                      // the forward's random state, where it drew random numbers
   AutocastState autocast;
   torch::Device device;
 };
 
 struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
-  static torch::Tensor forward(AutogradContext* ctx, torch::Tensor x, BlockImpl* block) {
+  static torch::Tensor forward(AutogradContext* ctx, torch::Tensor x, BlockImpl* block,
+                               std::shared_ptr<const DocumentAttention> documents) {
     const torch::Device device = x.device();
     std::optional<RngSnapshot> rng;
     if (draws_random_numbers(*block)) rng = capture_rng(device);
     ctx->saved_data["replay"] = c10::IValue::make_capsule(
-        c10::make_intrusive<Replay>(block, std::move(rng), current_autocast(device.type()), device));
+        c10::make_intrusive<Replay>(block, documents, std::move(rng), current_autocast(device.type()), device));
     ctx->save_for_backward({x});
-    return block->forward(x);  // Function::apply runs this without recording a graph
+    return block->forward(x, documents.get());  // Function::apply runs this without recording a graph
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
@@ -69,7 +72,7 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
       AutocastGuard autocast(replay->autocast.enabled, replay->autocast.device, replay->autocast.dtype);
       replaying = true;
       try {
-        y = replay->block->forward(x);
+        y = replay->block->forward(x, replay->documents.get());
       } catch (...) {
         replaying = false;
         throw;
@@ -79,15 +82,16 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
     if (outer) restore_rng(*outer);
     // backward (not grad) also accumulates the block's parameter gradients.
     torch::autograd::backward({y}, {grads[0]});
-    return {x.grad(), torch::Tensor()};
+    return {x.grad(), torch::Tensor(), torch::Tensor()};
   }
 };
 
 }  // namespace
 
-torch::Tensor checkpointed_block_forward(BlockImpl& block, const torch::Tensor& x) {
+torch::Tensor checkpointed_block_forward(BlockImpl& block, const torch::Tensor& x,
+                                         std::shared_ptr<const DocumentAttention> documents) {
   // Without grad mode (evaluation) there is nothing to save or recompute.
-  if (!torch::GradMode::is_enabled()) return block.forward(x);
+  if (!torch::GradMode::is_enabled()) return block.forward(x, documents.get());
   // Autograd calls backward (the recomputation, which also makes the block's parameter
   // gradients) only for an output that requires grad, and the function's output does only if
   // its input does. Under LoRA the first block's input comes from frozen embeddings: an input
@@ -96,9 +100,9 @@ torch::Tensor checkpointed_block_forward(BlockImpl& block, const torch::Tensor& 
   if (!x.requires_grad()) {
     const auto params = block.parameters();
     if (std::any_of(params.begin(), params.end(), [](const torch::Tensor& p) { return p.requires_grad(); }))
-      return CheckpointFunction::apply(x.detach().requires_grad_(true), &block);
+      return CheckpointFunction::apply(x.detach().requires_grad_(true), &block, documents);
   }
-  return CheckpointFunction::apply(x, &block);
+  return CheckpointFunction::apply(x, &block, std::move(documents));
 }
 
 bool recomputing_activations() { return replaying; }

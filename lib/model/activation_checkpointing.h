@@ -17,8 +17,10 @@ namespace gputrain {
 // Marks the blocks to recompute; returns how many.
 int64_t apply_activation_checkpointing(Gpt& model, CheckpointingPolicy policy, int64_t every);
 
-// y = block(x) without saving the block's activations.
-torch::Tensor checkpointed_block_forward(BlockImpl& block, const torch::Tensor& x);
+// y = block(x) without saving the block's activations; `documents` (packed batches; may be null)
+// is kept for the recomputation.
+torch::Tensor checkpointed_block_forward(BlockImpl& block, const torch::Tensor& x,
+                                         std::shared_ptr<const DocumentAttention> documents = nullptr);
 
 // True while this thread replays a checkpointed block's forward in backward:
 // code that counts forwards (mixture-of-experts statistics) skips the replay.

@@ -24,31 +24,6 @@ namespace nn = torch::nn;
 // training mode; skip it. One rule for every dropout site in the model.
 static torch::Tensor apply_dropout(nn::Dropout& d, const torch::Tensor& x) { return d->options.p() > 0 ? d(x) : x; }
 
-// The positions a query may see under a sliding window of `window` (model.sliding_window):
-// itself and the window - 1 before it. [T, T] bool, true = attend.
-static torch::Tensor sliding_window_mask(int64_t T, int64_t window, const torch::Tensor& like) {
-  auto ones = at::ones({T, T}, like.options().dtype(at::kBool));
-  return ones.tril().logical_and(ones.triu(-(window - 1)));
-}
-
-// softmax(Q K^T / sqrt(D) + mask) V, spelled out: the reference the fused
-// kernels are compared with, and a fallback where they misbehave. It
-// materializes the [B, H, T, T] scores, so it needs far more memory. Grouped
-// keys/values are repeated to one per query head. `allowed` (optional) replaces the causal mask.
-static torch::Tensor math_attention(const torch::Tensor& q, torch::Tensor k, torch::Tensor v, double dropout_p,
-                                    const torch::Tensor& allowed) {
-  const int64_t T = q.size(-2), group = q.size(1) / k.size(1);
-  if (group > 1) {
-    k = k.repeat_interleave(group, 1);
-    v = v.repeat_interleave(group, 1);
-  }
-  auto scores = at::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(q.size(-1))));
-  auto hidden = allowed.defined() ? allowed.logical_not() : at::ones({T, T}, q.options().dtype(at::kBool)).triu(1);
-  auto att = at::softmax(scores.masked_fill(hidden, -std::numeric_limits<double>::infinity()), -1);
-  if (dropout_p > 0) att = at::dropout(att, dropout_p, /*train=*/true);
-  return at::matmul(att, v);
-}
-
 CausalSelfAttentionImpl::CausalSelfAttentionImpl(const ModelSettings& cfg, std::shared_ptr<RotaryEmbedding> r)
     : n_head(cfg.n_head),
       n_kv_head(cfg.kv_heads()),
@@ -62,7 +37,8 @@ CausalSelfAttentionImpl::CausalSelfAttentionImpl(const ModelSettings& cfg, std::
   resid_dropout = register_module("resid_dropout", nn::Dropout(cfg.dropout));
 }
 
-CausalSelfAttentionImpl::Heads CausalSelfAttentionImpl::project(const torch::Tensor& x, int64_t offset) {
+CausalSelfAttentionImpl::Heads CausalSelfAttentionImpl::project(const torch::Tensor& x, int64_t offset,
+                                                                const torch::Tensor& positions) {
   const int64_t B = x.size(0), T = x.size(1);
   auto qkv = c_attn(x);
   // This module's share of the columns: n_head (n_kv_head) heads of D each.
@@ -74,17 +50,24 @@ CausalSelfAttentionImpl::Heads CausalSelfAttentionImpl::project(const torch::Ten
   const std::vector<torch::Tensor> parts = qkv.split_with_sizes({width, kv, kv}, -1);
   auto heads = [&](const torch::Tensor& t, int64_t h) { return t.view({B, T, h, D}).transpose(1, 2); };
   Heads out{heads(parts[0], n_head), heads(parts[1], n_kv_head), heads(parts[2], n_kv_head), width};
-  if (rotary) {
+  if (rotary && positions.defined()) {
+    out.q = rotary->apply(out.q, positions);
+    out.k = rotary->apply(out.k, positions);
+  } else if (rotary) {
     out.q = rotary->apply(out.q, offset);
     out.k = rotary->apply(out.k, offset);
   }
   return out;
 }
 
-torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
+torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x, const DocumentAttention* documents) {
   const int64_t B = x.size(0), T = x.size(1);
-  auto [q, k, v, width] = project(x, 0);
+  auto [q, k, v, width] = project(x, 0, documents ? documents->layout().positions : torch::Tensor());
   const double p = is_training() ? dropout : 0.0;
+  if (documents) {
+    auto y = attend_documents(q, k, v, *documents, sliding_window, p, impl);
+    return apply_dropout(resid_dropout, c_proj(y.transpose(1, 2).reshape({B, T, width})));
+  }
   // A window shorter than the sequence needs an explicit mask (no flash kernel); otherwise plain causal.
   const torch::Tensor allowed =
       sliding_window > 0 && T > sliding_window ? sliding_window_mask(T, sliding_window, q) : torch::Tensor();
@@ -155,9 +138,10 @@ BlockImpl::BlockImpl(const ModelSettings& cfg, std::shared_ptr<RotaryEmbedding> 
 }
 
 std::pair<torch::Tensor, torch::Tensor> BlockImpl::forward_deferred(const torch::Tensor& x,
-                                                                    const torch::Tensor& pending) {
+                                                                    const torch::Tensor& pending,
+                                                                    const DocumentAttention* documents) {
   auto [stream, normed] = ln_1->add_forward(x, pending);
-  auto [h, normed_h] = ln_2->add_forward(stream, attn(normed));
+  auto [h, normed_h] = ln_2->add_forward(stream, attn->forward(normed, documents));
   return {h, moe ? moe(normed_h) : mlp(normed_h)};
 }
 
@@ -167,8 +151,8 @@ torch::Tensor BlockImpl::forward_cached(const torch::Tensor& x, KvCache& cache, 
   return h + (moe ? moe(normed) : mlp(normed));
 }
 
-torch::Tensor BlockImpl::forward(const torch::Tensor& x) {
-  auto [h, branch] = forward_deferred(x, {});
+torch::Tensor BlockImpl::forward(const torch::Tensor& x, const DocumentAttention* documents) {
+  auto [h, branch] = forward_deferred(x, {}, documents);
   return h + branch;
 }
 
@@ -197,13 +181,15 @@ GptImpl::GptImpl(const ModelSettings& c) : cfg(c), init_seed(at::detail::getDefa
   if (!built_on_meta()) reset_parameters();  // built on meta: filled where kept
 }
 
-torch::Tensor GptImpl::embed(const torch::Tensor& tokens) {
+torch::Tensor GptImpl::embed(const torch::Tensor& tokens, const DocumentLayout& documents) {
   const int64_t T = tokens.size(1);
   TORCH_CHECK(T <= cfg.seq_len, "sequence of ", T, " tokens exceeds model.seq_len ", cfg.seq_len);
   if (unit_hooks) unit_hooks->before_forward(0);
   torch::Tensor x = unit_hooks ? unit_hooks->embedding_lookup(tokens) : torch::Tensor();
   if (!x.defined()) x = transformer->wte(tokens);
-  if (transformer->wpe) x = x + transformer->wpe(at::arange(T, tokens.options().dtype(at::kLong)));
+  if (transformer->wpe)
+    x = x +
+        transformer->wpe(documents.defined() ? documents.positions : at::arange(T, tokens.options().dtype(at::kLong)));
   x = apply_dropout(transformer->drop, x);
   return unit_hooks ? unit_hooks->after_forward(0, {x})[0] : x;
 }
@@ -211,19 +197,21 @@ torch::Tensor GptImpl::embed(const torch::Tensor& tokens) {
 // Blocks [first, last) with each block's last residual add deferred into the
 // next one's ln_1: returns {x, pending}, the stream being x + pending.
 // A checkpointed block takes (and gives) the stream whole: its recomputation
-// replays BlockImpl::forward.
+// replays BlockImpl::forward (with the documents, which it keeps until then).
 static std::pair<torch::Tensor, torch::Tensor> run_blocks_deferred(GptImpl& m, torch::Tensor x, int64_t first,
-                                                                   int64_t last) {
+                                                                   int64_t last, const DocumentLayout& layout) {
+  // The documents' form attention reads, made once for all the blocks.
+  const auto documents = layout.defined() ? std::make_shared<const DocumentAttention>(layout) : nullptr;
   torch::Tensor pending;
   for (int64_t i = first; i < last; ++i) {
     auto* block = (*m.transformer->h)[static_cast<size_t>(i)]->as<Block>();
     if (m.unit_hooks) m.unit_hooks->before_forward(i + 1);
     if (block->checkpoint) {
       if (pending.defined()) x = x + pending;
-      x = checkpointed_block_forward(*block, x);
+      x = checkpointed_block_forward(*block, x, documents);
       pending = torch::Tensor();
     } else {
-      std::tie(x, pending) = block->forward_deferred(x, pending);
+      std::tie(x, pending) = block->forward_deferred(x, pending, documents.get());
     }
     if (m.unit_hooks) {
       auto out = m.unit_hooks->after_forward(i + 1, {x, pending});
@@ -233,8 +221,8 @@ static std::pair<torch::Tensor, torch::Tensor> run_blocks_deferred(GptImpl& m, t
   return {x, pending};
 }
 
-torch::Tensor GptImpl::run_blocks(torch::Tensor x, int64_t first, int64_t last) {
-  auto [stream, pending] = run_blocks_deferred(*this, std::move(x), first, last);
+torch::Tensor GptImpl::run_blocks(torch::Tensor x, int64_t first, int64_t last, const DocumentLayout& documents) {
+  auto [stream, pending] = run_blocks_deferred(*this, std::move(x), first, last, documents);
   return pending.defined() ? stream + pending : stream;
 }
 
@@ -283,8 +271,8 @@ static torch::Tensor head_loss(GptImpl& m, const torch::Tensor& x, const torch::
   return m.unit_hooks ? m.unit_hooks->after_forward(unit, {loss})[0] : loss;
 }
 
-torch::Tensor GptImpl::forward(const torch::Tensor& tokens) {
-  auto [x, pending] = run_blocks_deferred(*this, embed(tokens), 0, cfg.n_layer);
+torch::Tensor GptImpl::forward(const torch::Tensor& tokens, const DocumentLayout& documents) {
+  auto [x, pending] = run_blocks_deferred(*this, embed(tokens, documents), 0, cfg.n_layer, documents);
   return logits_of(*this, x, pending);
 }
 
@@ -314,8 +302,9 @@ torch::Tensor GptImpl::head_loss_sum(const torch::Tensor& x, const torch::Tensor
   return head_loss(*this, x, {}, targets);
 }
 
-torch::Tensor GptImpl::loss_sum(const torch::Tensor& tokens, const torch::Tensor& targets) {
-  auto [x, pending] = run_blocks_deferred(*this, embed(tokens), 0, cfg.n_layer);
+torch::Tensor GptImpl::loss_sum(const torch::Tensor& tokens, const torch::Tensor& targets,
+                                const DocumentLayout& documents) {
+  auto [x, pending] = run_blocks_deferred(*this, embed(tokens, documents), 0, cfg.n_layer, documents);
   return head_loss(*this, x, pending, targets);
 }
 

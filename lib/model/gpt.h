@@ -15,10 +15,12 @@
 #include <memory>
 
 #include "config/settings.h"
+#include "model/attention.h"
 #include "model/linear.h"
 #include "model/moe.h"
 #include "model/norm.h"
 #include "model/rotary.h"
+#include "util/document_layout.h"
 #include "util/ignore_index.h"
 
 namespace gputrain {
@@ -54,7 +56,9 @@ struct UnitHooks {
 struct CausalSelfAttentionImpl : torch::nn::Module {
   // `rotary` (rotary positions) is shared by all blocks; null for learned positions.
   CausalSelfAttentionImpl(const ModelSettings& cfg, std::shared_ptr<RotaryEmbedding> rotary);
-  torch::Tensor forward(const torch::Tensor& x);
+  // `documents` (packed documents; null: one sequence per row): attention stays inside each
+  // document and rotary positions restart at each.
+  torch::Tensor forward(const torch::Tensor& x, const DocumentAttention* documents = nullptr);
   // Inference on new tokens x at positions offset.. attending to themselves and to `keys`/`values`
   // (undefined when empty), which get the new keys and values appended.
   torch::Tensor forward_cached(const torch::Tensor& x, torch::Tensor& keys, torch::Tensor& values, int64_t offset);
@@ -71,13 +75,13 @@ struct CausalSelfAttentionImpl : torch::nn::Module {
   torch::nn::Dropout resid_dropout{nullptr};
 
  private:
-  // q, k and v [B, H, T, D] of x (rotated for positions offset.. with rotary positions), and the
-  // query width n_head x D.
+  // q, k and v [B, H, T, D] of x (rotated for positions offset.., or `positions` [B, T] where
+  // defined, with rotary positions), and the query width n_head x D.
   struct Heads {
     torch::Tensor q, k, v;
     int64_t width;
   };
-  Heads project(const torch::Tensor& x, int64_t offset);
+  Heads project(const torch::Tensor& x, int64_t offset, const torch::Tensor& positions = {});
 };
 TORCH_MODULE(CausalSelfAttention);
 
@@ -96,13 +100,14 @@ TORCH_MODULE(Mlp);
 struct BlockImpl : torch::nn::Module {
   // `moe`: this block's MLP is a mixture of experts sharing that context (null: dense).
   BlockImpl(const ModelSettings& cfg, std::shared_ptr<RotaryEmbedding> rotary, std::shared_ptr<MoeContext> moe);
-  torch::Tensor forward(const torch::Tensor& x);
+  torch::Tensor forward(const torch::Tensor& x, const DocumentAttention* documents = nullptr);
   // The same block with its last residual add left to the caller: given the
   // stream as x + pending (pending undefined: x), returns {h, branch} whose
   // sum is forward(x + pending). The caller fuses that add with the next
   // norm (NormImpl::add_forward), as this block fuses its own adds with ln_1
   // and ln_2.
-  std::pair<torch::Tensor, torch::Tensor> forward_deferred(const torch::Tensor& x, const torch::Tensor& pending);
+  std::pair<torch::Tensor, torch::Tensor> forward_deferred(const torch::Tensor& x, const torch::Tensor& pending,
+                                                           const DocumentAttention* documents = nullptr);
   // Inference with block `layer`'s keys and values in `cache` (KvCache).
   torch::Tensor forward_cached(const torch::Tensor& x, KvCache& cache, size_t layer);
 
@@ -130,11 +135,14 @@ TORCH_MODULE(GptBody);
 struct GptImpl : torch::nn::Module {
   explicit GptImpl(const ModelSettings& cfg);
 
-  // tokens [B, T] int64 -> logits [B, T, padded_vocab()].
-  torch::Tensor forward(const torch::Tensor& tokens);
+  // tokens [B, T] int64 -> logits [B, T, padded_vocab()]. With `documents` (a packed batch's layout,
+  // data.*.document_attention) each token sees only its own document, at positions counted from
+  // that document's start: the logits each document would have alone.
+  torch::Tensor forward(const torch::Tensor& tokens, const DocumentLayout& documents = {});
   // Sum (not mean) of the cross-entropy over targets != kIgnoreIndex, so that
   // callers can normalize by the token count of a whole accumulated step.
-  torch::Tensor loss_sum(const torch::Tensor& tokens, const torch::Tensor& targets);
+  torch::Tensor loss_sum(const torch::Tensor& tokens, const torch::Tensor& targets,
+                         const DocumentLayout& documents = {});
   // Inference (no dropout, no gradients needed): logits [B, T, padded_vocab()] of tokens [B, T] at
   // positions cache.length.., seeing the earlier tokens through `cache`, which then holds these too.
   torch::Tensor forward_cached(const torch::Tensor& tokens, KvCache& cache);
@@ -145,9 +153,10 @@ struct GptImpl : torch::nn::Module {
   // The three parts forward and loss_sum are made of, for running the model
   // in pieces (pipeline stages, parallel/pipeline.h): the residual stream
   // [B, T, d_model] from tokens, through blocks [first, last), and from the
-  // stream to the loss sum (ln_f, the output head, cross-entropy).
-  torch::Tensor embed(const torch::Tensor& tokens);
-  torch::Tensor run_blocks(torch::Tensor x, int64_t first, int64_t last);
+  // stream to the loss sum (ln_f, the output head, cross-entropy). Each stage of a packed batch
+  // takes its layout.
+  torch::Tensor embed(const torch::Tensor& tokens, const DocumentLayout& documents = {});
+  torch::Tensor run_blocks(torch::Tensor x, int64_t first, int64_t last, const DocumentLayout& documents = {});
   torch::Tensor head_loss_sum(const torch::Tensor& x, const torch::Tensor& targets);
 
   // Every parameter (LoRA's adapters included) to its initial value under init_seed

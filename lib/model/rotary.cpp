@@ -31,9 +31,22 @@ std::pair<torch::Tensor, torch::Tensor> RotaryEmbedding::tables(int64_t T, const
 }
 
 torch::Tensor RotaryEmbedding::apply(const torch::Tensor& x, int64_t offset) {
-  const int64_t T = x.size(-2), half = x.size(-1) / 2;
+  const int64_t T = x.size(-2);
   auto [all_cos, all_sin] = tables(offset + T, x);
-  auto cos = all_cos.narrow(0, offset, T), sin = all_sin.narrow(0, offset, T);
+  return rotate(x, all_cos.narrow(0, offset, T), all_sin.narrow(0, offset, T));
+}
+
+torch::Tensor RotaryEmbedding::apply(const torch::Tensor& x, const torch::Tensor& positions) {
+  const int64_t B = x.size(0), T = x.size(-2), half = x.size(-1) / 2;
+  auto [all_cos, all_sin] = tables(T, x);
+  const torch::Tensor flat = positions.reshape({-1});
+  // [B, 1, T, D/2]: one row of angles per token, shared by the heads.
+  auto per_token = [&](const torch::Tensor& table) { return table.index_select(0, flat).view({B, 1, T, half}); };
+  return rotate(x, per_token(all_cos), per_token(all_sin));
+}
+
+torch::Tensor RotaryEmbedding::rotate(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
+  const int64_t half = x.size(-1) / 2;
   auto x1 = x.narrow(-1, 0, half), x2 = x.narrow(-1, half, half);
   return at::cat({x1 * cos - x2 * sin, x2 * cos + x1 * sin}, -1);
 }

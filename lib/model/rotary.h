@@ -19,11 +19,15 @@ class RotaryEmbedding {
   // x [B, H, T, D] at positions offset..offset+T-1 -> the rotated x (same dtype). A nonzero
   // offset: the new tokens of a generation step (model/gpt.h KvCache).
   torch::Tensor apply(const torch::Tensor& x, int64_t offset = 0);
+  // x [B, H, T, D] at positions [B, T] int64 (each below T: packed documents restart at 0).
+  torch::Tensor apply(const torch::Tensor& x, const torch::Tensor& positions);
 
  private:
   // cos and sin [T, D/2] in x's dtype on x's device. Not thread-safe: one
   // model (all its blocks share this object) runs on one thread.
   std::pair<torch::Tensor, torch::Tensor> tables(int64_t T, const torch::Tensor& like);
+  // x rotated by the angles' cos and sin (broadcast to x).
+  static torch::Tensor rotate(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
 
   int64_t head_dim_;
   double theta_;

@@ -74,10 +74,11 @@ class StageRunner {
     const Batch& b = micro_[m];
     InFlight f;
     torch::Tensor x;
+    const DocumentLayout documents = b.documents.to(device_);
     {
       AutocastGuard autocast = autocast_for(o_.precision);
       if (first()) {
-        x = model_->embed(b.input.to(device_));
+        x = model_->embed(b.input.to(device_), documents);
       } else {
         f.input = torch::empty({b.input.size(0), b.input.size(1), model_->cfg.d_model},
                                torch::TensorOptions().dtype(dtype_).device(device_));
@@ -85,7 +86,7 @@ class StageRunner {
         f.input.requires_grad_(true);
         x = f.input;
       }
-      x = model_->run_blocks(x, o_.stage.first, o_.stage.last);
+      x = model_->run_blocks(x, o_.stage.first, o_.stage.last, documents);
       if (last()) {
         torch::Tensor loss = model_->head_loss_sum(x, b.target.to(device_));
         loss_sum_ = loss_sum_.defined() ? loss_sum_ + loss.detach() : loss.detach();
@@ -213,13 +214,14 @@ double pipeline_eval_loss_sum(Gpt& model, Communicator& pp, const std::vector<Ba
     const Batch& b = batches[i];
     const std::string what = "evaluation activations of batch " + std::to_string(i);
     torch::Tensor x;
+    const DocumentLayout documents = b.documents.to(stream.device());
     if (first) {
-      x = model->embed(b.input.to(stream.device()));
+      x = model->embed(b.input.to(stream.device()), documents);
     } else {
       x = torch::empty({b.input.size(0), b.input.size(1), model->cfg.d_model}, stream.options());
       link.receive(x, pp.rank() - 1, kActivationTag, what);
     }
-    x = model->run_blocks(x, stage.first, stage.last);
+    x = model->run_blocks(x, stage.first, stage.last, documents);
     if (last) {
       loss_sum += model->head_loss_sum(x, b.target.to(stream.device())).to(torch::kDouble);
     } else {
@@ -242,12 +244,14 @@ void check_micro_batch_split(int64_t sequences, int64_t parts) {
 }
 
 std::vector<Batch> split_micro_batches(const std::vector<Batch>& micro, int64_t parts) {
-  std::vector<torch::Tensor> inputs, targets;
+  std::vector<torch::Tensor> inputs, targets, positions;
   for (const auto& b : micro) {
     inputs.push_back(b.input);
     targets.push_back(b.target);
+    if (b.documents.defined()) positions.push_back(b.documents.positions);
   }
   const torch::Tensor input = torch::cat(inputs), target = torch::cat(targets);
+  const torch::Tensor position = positions.empty() ? torch::Tensor() : torch::cat(positions);
   const int64_t sequences = input.size(0);
   check_micro_batch_split(sequences, parts);
   std::vector<Batch> out;
@@ -257,6 +261,7 @@ std::vector<Batch> split_micro_batches(const std::vector<Batch>& micro, int64_t 
     b.input = input.narrow(0, i * rows, rows);
     b.target = target.narrow(0, i * rows, rows);
     b.target_count = b.target.ne(kIgnoreIndex).sum().item<int64_t>();
+    if (position.defined()) b.documents = document_layout(position.narrow(0, i * rows, rows));
     out.push_back(std::move(b));
   }
   return out;

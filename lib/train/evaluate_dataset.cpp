@@ -36,6 +36,14 @@ DataSourceSettings data_source(const EvalCommandOptions& o, const Settings& save
   const bool shards = o.format == "tokens" || (o.format == "auto" && o.data.ends_with(".bin"));
   d.format = shards ? DataFormat::kTokens : DataFormat::kText;
   d.paths = {o.data};
+  // Token shards are read as the run read its own: packing, boundary masking and document attention.
+  const DataSourceSettings& run = saved.data.eval.format == DataFormat::kTokens ? saved.data.eval : saved.data.train;
+  if (shards && run.format == DataFormat::kTokens) {
+    d.packing = run.packing;
+    d.mask_document_boundaries = run.mask_document_boundaries;
+    d.document_attention = run.document_attention;
+    d.eot_token = run.eot_token;
+  }
   return d;
 }
 
@@ -78,7 +86,7 @@ std::optional<json> evaluate_dataset(const EvalCommandOptions& o) {
                world.size > 1 ? fmt::format(", {} processes", world.size) : "");
 
   const auto start = SteadyClock::now();
-  EvalTotals t = evaluate_windows(*source, m.settings.model.seq_len, batch, d.mask_document_boundaries, device,
+  EvalTotals t = evaluate_windows(*source, m.settings.model.seq_len, batch, document_options(d), device,
                                   WindowShare{world.rank, world.size}, tokenizer.get(), [&](const Batch& b) {
                                     return evaluate(m.model, {b}, nullptr) * static_cast<double>(b.target_count);
                                   });

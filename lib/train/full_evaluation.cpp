@@ -40,19 +40,20 @@ std::optional<double> EvalTotals::bits_per_byte() const {
   return loss_sum / std::log(2.0) / static_cast<double>(bytes);
 }
 
-EvalTotals evaluate_windows(const WindowSource& source, int64_t seq_len, int64_t batch_size,
-                            bool mask_document_boundaries, torch::Device device, WindowShare share,
-                            const Tokenizer* tokenizer, const std::function<double(const Batch&)>& loss_sum) {
+EvalTotals evaluate_windows(const WindowSource& source, int64_t seq_len, int64_t batch_size, DocumentOptions documents,
+                            torch::Device device, WindowShare share, const Tokenizer* tokenizer,
+                            const std::function<double(const Batch&)>& loss_sum) {
   EvalTotals totals;
   totals.bytes = tokenizer ? 0 : -1;
   const int64_t n = source.window_count();
   std::vector<uint64_t> keys;
   auto flush = [&] {
     if (keys.empty()) return;
-    Batch b = window_batch(source, keys, seq_len, mask_document_boundaries);
+    Batch b = window_batch(source, keys, seq_len, documents);
     if (tokenizer) totals.bytes += target_bytes(b, *tokenizer);
     b.input = b.input.to(device);
     b.target = b.target.to(device);
+    b.documents = b.documents.to(device);
     totals.loss_sum += b.target_count > 0 ? loss_sum(b) : 0.0;
     totals.targets += b.target_count;
     totals.windows += static_cast<int64_t>(keys.size());

@@ -30,8 +30,8 @@ struct WindowShare {
 // This process's share of the windows of `source`, in batches of `batch_size` on `device`;
 // `loss_sum(batch)` is the batch's summed loss (the caller's model, precision and parallelism).
 // With `tokenizer`, the targets' bytes are counted too.
-EvalTotals evaluate_windows(const WindowSource& source, int64_t seq_len, int64_t batch_size,
-                            bool mask_document_boundaries, torch::Device device, WindowShare share,
-                            const Tokenizer* tokenizer, const std::function<double(const Batch&)>& loss_sum);
+EvalTotals evaluate_windows(const WindowSource& source, int64_t seq_len, int64_t batch_size, DocumentOptions documents,
+                            torch::Device device, WindowShare share, const Tokenizer* tokenizer,
+                            const std::function<double(const Batch&)>& loss_sum);
 
 }  // namespace gputrain

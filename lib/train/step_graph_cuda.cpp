@@ -104,7 +104,13 @@ class CudaStepGraph final : public StepGraph {
 
   void capture(Gpt& model, const std::vector<Batch>& micro, const Precision& precision) {
     // The static inputs: allocated outside the graph, refilled before every replay.
-    for (const Batch& b : micro) static_.push_back(Batch{torch::empty_like(b.input), torch::empty_like(b.target), 0});
+    for (const Batch& b : micro) {
+      Batch fixed{torch::empty_like(b.input), torch::empty_like(b.target), 0};
+      // Packed documents: their positions alone (how many documents a batch holds varies), from
+      // which the captured attention builds its mask (model/attention.h).
+      if (b.documents.defined()) fixed.documents.positions = torch::empty_like(b.documents.positions);
+      static_.push_back(std::move(fixed));
+    }
     inv_total_ = torch::empty({}, micro.front().input.options().dtype(torch::kFloat));
     c10::cuda::device_synchronize();
     // Freed here, the gradients are allocated by the captured backward in the graph's pool.
@@ -157,6 +163,8 @@ class CudaStepGraph final : public StepGraph {
               i, shape_str(now), shape_str(fixed)));
       static_[i].input.copy_(micro[i].input, /*non_blocking=*/true);
       static_[i].target.copy_(micro[i].target, /*non_blocking=*/true);
+      if (static_[i].documents.defined())
+        static_[i].documents.positions.copy_(micro[i].documents.positions, /*non_blocking=*/true);
     }
     inv_total_.fill_(inv_total);
   }

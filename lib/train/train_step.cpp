@@ -16,7 +16,7 @@ torch::Tensor accumulate_gradients(Gpt& model, const std::vector<Batch>& micro_b
     torch::Tensor loss;
     {
       AutocastGuard autocast = autocast_for(precision);
-      loss = model->loss_sum(b.input, b.target);
+      loss = model->loss_sum(b.input, b.target, b.documents);
     }
     // Backward outside autocast, as torch.autocast recommends: it replays the forward's dtypes.
     const torch::Tensor scaled = normalize(loss);
@@ -36,7 +36,7 @@ double evaluate(Gpt& model, const std::vector<Batch>& batches, const Precision* 
   double loss = 0;
   int64_t count = 0;
   for (const auto& b : batches) {
-    loss += model->loss_sum(b.input, b.target).item<double>();
+    loss += model->loss_sum(b.input, b.target, b.documents).item<double>();
     count += b.target_count;
   }
   model->train(was_training);

@@ -840,7 +840,7 @@ double Trainer::evaluate_all_windows() {
   const WindowShare share = pipelined ? WindowShare{} : WindowShare{groups_->coord().dp, plan_.dp};
   const int64_t batch = s_.train.per_device_batch_size;
   int64_t forwards = 0;
-  const EvalTotals t = evaluate_windows(*eval_source_, s_.model.seq_len, batch, s_.data.eval.mask_document_boundaries,
+  const EvalTotals t = evaluate_windows(*eval_source_, s_.model.seq_len, batch, document_options(s_.data.eval),
                                         plan_.device, share, nullptr, [&](const Batch& b) {
                                           ++forwards;
                                           return passes_->evaluate({b}) * static_cast<double>(b.target_count);

@@ -19,6 +19,10 @@ usage:
       "max_shard_size": "200KB"}. Builds that model with its real config class, random
       (vectors too), casts it to dtype, saves it sharded at max_shard_size, and writes the
       logits of the saved folder (loaded back in float32, eager attention) on TOKENS to OUT.
+  hf_interop.py documents MODEL_DIR TOKENS OUT SPEC_JSON
+      As save, but TOKENS also holds "lengths" (int64): the int64 "tokens" [1, N] are documents of
+      those lengths back to back, and OUT gets the "logits" [1, N, vocab] of each document run
+      alone (a batch of one, positions from 0), concatenated.
   hf_interop.py rope - - OUT SPEC_JSON
       Writes transformers' inverse frequencies and attention scaling for the config of
       SPEC_JSON ("inv_freq", "attention_scaling") to OUT.
@@ -66,7 +70,7 @@ mode = sys.argv[1]
 model_dir, tokens_file, out = sys.argv[2:5]
 args = sys.argv[5:]
 torch.manual_seed(0)
-if mode == "save":
+if mode in ("save", "documents"):
     import transformers
     spec = json.loads(args[0])
     cls = getattr(transformers, spec["class"])
@@ -78,7 +82,16 @@ if mode == "save":
     model.save_pretrained(model_dir, max_shard_size=spec.get("max_shard_size", "5GB"))
     reloaded = AutoModelForCausalLM.from_pretrained(model_dir, attn_implementation="eager", dtype=torch.float32)
     print(type(reloaded).__name__)
-    logits_of(reloaded, tokens_file, out)
+    if mode == "save":
+        logits_of(reloaded, tokens_file, out)
+        sys.exit(0)
+    inputs = load_file(tokens_file)
+    reloaded.eval()
+    pieces = []
+    with torch.no_grad():
+        for document in inputs["tokens"][0].split(inputs["lengths"].tolist()):
+            pieces.append(reloaded(document.unsqueeze(0)).logits.float())
+    save_file({"logits": torch.cat(pieces, 1).contiguous()}, out)
     sys.exit(0)
 if mode == "rope":
     import transformers

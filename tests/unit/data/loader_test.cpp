@@ -161,7 +161,7 @@ TEST_CASE("packing by document: windows start at a document and hold whole docum
   LoaderOptions o;
   o.batch_size = 4;
   o.seq_len = 9;
-  o.mask_document_boundaries = true;
+  o.documents.mask_boundaries = true;
   BatchLoader loader(*masked, sampler, o);
   Batch b = loader.next();  // one epoch: every window once, in shuffled order
   int64_t with_loss = 0;
@@ -196,7 +196,7 @@ TEST_CASE("stream packing with boundary masking masks only mid-window EOT inputs
   LoaderOptions o;
   o.batch_size = 1;
   o.seq_len = 6;
-  o.mask_document_boundaries = true;
+  o.documents.mask_boundaries = true;
   BatchLoader loader(*src, sampler, o);
   for (int i = 0; i < 2; ++i) {
     Batch b = loader.next();
@@ -206,4 +206,54 @@ TEST_CASE("stream packing with boundary masking masks only mid-window EOT inputs
       CHECK((y[t].item<int64_t>() == kIgnoreIndex) == (eot_input && t > 0));
     }
   }
+}
+
+TEST_CASE("document attention: positions restart at every document start and at the padding", "[data][documents]") {
+  TempDir dir;
+  const std::string path = write_documents(dir, {5, 4, 7, 2});
+  DataSourceSettings d = documents_source(path, Packing::kDocuments, false);
+  d.document_attention = true;
+  auto src = make_window_source(d, model_settings(100, 10, 1, 1, 8), "data.train");
+  const std::vector<uint64_t> keys = {0, 1, 2};  // [E1234E123E], [E123456E|pad pad], [E1|pad...]
+  const Batch b = window_batch(*src, keys, 10, document_options(d));
+  REQUIRE(b.documents.defined());
+  const std::vector<int64_t> expected = {0, 1, 2, 3, 4, 0, 1, 2, 3, 0,   // two documents, then the next one's start
+                                         0, 1, 2, 3, 4, 5, 6, 0, 0, 1,   // the next start, then the padding
+                                         0, 1, 0, 1, 2, 3, 4, 5, 6, 7};  // [E 1], then the padding
+  const torch::Tensor positions = b.documents.positions.reshape({-1});
+  CHECK(std::vector<int64_t>(positions.data_ptr<int64_t>(), positions.data_ptr<int64_t>() + 30) == expected);
+  const torch::Tensor offsets = b.documents.offsets.to(torch::kLong);
+  CHECK(std::vector<int64_t>(offsets.data_ptr<int64_t>(), offsets.data_ptr<int64_t>() + offsets.numel()) ==
+        std::vector<int64_t>{0, 5, 9, 10, 17, 18, 20, 22, 30});
+  CHECK(b.documents.longest == 8);
+  // Without the option there is no layout; the same batch through the loader has it.
+  CHECK(!window_batch(*src, keys, 10, {}).documents.defined());
+  WindowSampler sampler(src->window_count(), SamplerOptions{});
+  LoaderOptions o;
+  o.batch_size = 3;
+  o.seq_len = 10;
+  o.documents = document_options(d);
+  BatchLoader loader(*src, sampler, o);
+  CHECK(loader.next().documents.defined());
+}
+
+TEST_CASE("padded packing: one document per window, each with the next one's start as its last target", "[data]") {
+  TempDir dir;
+  const std::string path = write_documents(dir, {5, 4, 12, 2});
+  auto src = make_window_source(documents_source(path, Packing::kPadded, false), model_settings(100, 10, 1, 1, 8),
+                                "data.train");
+  // [E1234|E], [E123|E], [E12345678910] and its last two tokens again: [10 11|E], then [E1].
+  REQUIRE(src->window_count() == 5);
+  std::vector<int64_t> w(11);
+  CHECK(src->fill_window(0, 11, w.data()) == 6);
+  CHECK(w[0] == kEot);
+  CHECK(w[5] == kEot);
+  CHECK(src->fill_window(1, 11, w.data()) == 5);
+  CHECK(src->fill_window(2, 11, w.data()) == 11);  // a document longer than a window continues in the next
+  CHECK(w[10] == 10);
+  CHECK(src->fill_window(3, 11, w.data()) == 3);
+  CHECK(w[0] == 10);
+  CHECK(w[2] == kEot);
+  CHECK(src->fill_window(4, 11, w.data()) == 2);
+  CHECK_THAT(src->describe(), Catch::Matchers::Contains("one document each"));
 }

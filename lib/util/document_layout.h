@@ -1,0 +1,29 @@
+// Where the documents of a packed batch are (data.*.document_attention): what the data loader
+// writes and the model's attention and positions read, so that each token sees only its own
+// document and counts its position from that document's start. Shared by data/ and model/,
+// which cannot include each other.
+#pragma once
+#include <torch/types.h>
+
+namespace gputrain {
+
+struct DocumentLayout {
+  // [B, T] int64: each token's place in its document, 0 where one starts (every row starts one).
+  torch::Tensor positions;
+  // The documents of the flattened batch (B x T tokens, row after row): int32 [documents + 1], each
+  // one's first token and then B x T (flash attention's cumulative sequence lengths), on the
+  // positions' device; and the longest document's length. Undefined where only the positions are
+  // kept (a CUDA graph's static copy): attention then builds its mask from them.
+  torch::Tensor offsets;
+  int64_t longest = 0;
+
+  bool defined() const { return positions.defined(); }
+  // The same layout on `device` (asynchronous copies from page-locked memory).
+  DocumentLayout to(torch::Device device) const;
+};
+
+// The layout of `positions` [B, T] (offsets where a position is 0). Reads them on the host: a
+// synchronizing copy where they are on a device.
+DocumentLayout document_layout(const torch::Tensor& positions);
+
+}  // namespace gputrain
