@@ -5,10 +5,10 @@ the same number of trained tokens (docs/benchmarks.md, "Packed documents").
 
 The conversations are tinyshakespeare's paragraphs in pairs (the user says one, the assistant answers
 with the next), prepared with `gputrain data prepare --format chat` and a Qwen2-style tokenizer (ChatML).
-The packed run trains --steps steps; the padded run as many steps as it needs to read as many trained
-tokens (measured by a short probe of it first). Both evaluate the same held-out conversations the same
+Both take --steps steps over about the same trained tokens: the packed run --batch windows per step,
+the padded run as many windows as hold as many trained tokens (measured by short probes first). Both evaluate the same held-out conversations the same
 way (`gputrain eval`: every window, packed with document attention, so each conversation alone).
-Usage: packed_documents.py [--binary build/gputrain] [--tokenizer DIR] [--steps 60] [--seq 512]
+Usage: packed_documents.py [--binary build/gputrain] [--tokenizer DIR] [--steps 60] [--batch 2] [--seq 512]
 """
 import argparse
 import glob
@@ -33,9 +33,9 @@ def conversations(text, pairs):
 
 
 def run(binary, args):
-    r = subprocess.run([binary] + args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    r = subprocess.run([binary] + args, capture_output=True, text=True)
     if r.returncode != 0:
-        raise SystemExit(f"gputrain {args[0]} failed ({r.returncode}):\n{r.stdout[-3000:]}")
+        raise SystemExit(f"gputrain {args[0]} failed ({r.returncode}):\n{r.stderr[-3000:]}")
     return r.stdout
 
 
@@ -50,10 +50,10 @@ def train(binary, recipe, out, sets):
 
 
 def main():
-    ap = add_model_args(argparse.ArgumentParser(), vocab=130072, seq=512, layers=2, heads=4, d=64)
+    ap = add_model_args(argparse.ArgumentParser(), vocab=130112, seq=512, layers=2, heads=4, d=64)
     ap.add_argument("--tokenizer", help="a folder with a Qwen2-style tokenizer.json (default: the tests' cache)")
-    ap.add_argument("--steps", type=int, default=60, help="steps of the packed run")
-    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--steps", type=int, default=60, help="steps of each run")
+    ap.add_argument("--batch", type=int, default=2, help="windows per step of the packed run")
     ap.add_argument("--pairs", type=int, default=3000, help="conversations to prepare")
     a = ap.parse_args()
     tokenizer = a.tokenizer or next(iter(sorted(glob.glob("build/tests/cache/reference_tokenizers-*/qwen2"))), None)
@@ -77,28 +77,35 @@ def main():
         packed_sets = {"data.train.packing": "documents", "data.train.document_attention": "true"}
         padded_sets = {"data.train.packing": "padded"}
 
-        def measured(name, sets, steps):
-            lines, summary = train(a.binary, recipe, tmp / name,
-                                   dict(sets, **{"train.max_steps": steps, "optim.schedule.decay_steps": steps}))
-            timed = lines[len(lines) // 5:]  # past the warm-up
-            seconds = sum(l["step_ms"] for l in timed) / 1000.0
-            tokens = lines[-1]["tokens"] - lines[len(lines) // 5 - 1]["tokens"]
-            loss = json.loads(run(a.binary, ["eval", str(tmp / name)]))["loss"]
-            return {"steps": steps, "tokens": lines[-1]["tokens"], "rate": tokens / seconds, "eval": loss,
-                    "step_s": seconds / len(timed)}
+        def tokens_per_window(sets):
+            lines, _ = train(a.binary, recipe, tmp / "probe", dict(sets, **{"train.max_steps": 4, "optim.schedule.warmup_steps": 0}))
+            return lines[-1]["tokens"] / (4.0 * a.batch)
 
-        probe, _ = train(a.binary, recipe, tmp / "probe", dict(padded_sets, **{"train.max_steps": 5}))
-        packed = measured("packed", packed_sets, a.steps)
-        per_padded_step = probe[-1]["tokens"] / 5.0
-        padded = measured("padded", padded_sets, max(1, round(packed["tokens"] / per_padded_step)))
+        # The padded run takes as many windows per step as hold the packed run's trained tokens, so both
+        # take the same steps over the same tokens (as a padded fine-tune's batch of conversations would).
+        padded_batch = max(1, round(a.batch * tokens_per_window(packed_sets) / tokens_per_window(padded_sets)))
+
+        def measured(name, sets):
+            lines, summary = train(a.binary, recipe, tmp / name,
+                                   dict(sets, **{"train.max_steps": a.steps, "optim.schedule.decay_steps": a.steps}))
+            warm = len(lines) // 5  # past the warm-up
+            seconds = sum(l["step_ms"] for l in lines[warm:]) / 1000.0
+            loss = json.loads(run(a.binary, ["eval", str(tmp / name)]))["loss"]
+            return {"batch": sets.get("train.per_device_batch_size", a.batch), "tokens": lines[-1]["tokens"],
+                    "rate": (lines[-1]["tokens"] - lines[warm - 1]["tokens"]) / seconds, "eval": loss,
+                    "step_s": seconds / (len(lines) - warm)}
+
+        packed = measured("packed", packed_sets)
+        padded = measured("padded", dict(padded_sets, **{"train.per_device_batch_size": padded_batch}))
     print(provenance(a.binary))
-    print(f"qwen2 {a.layers} x {a.d}, vocab {a.vocab}, {a.batch} x {a.seq}, fp32, CPU, {a.pairs} conversations")
+    print(f"qwen2 {a.layers} x {a.d}, vocab {a.vocab}, seq_len {a.seq}, fp32, CPU, {a.pairs} conversations, "
+          f"{a.steps} steps")
     print()
-    print("| windows | steps | trained tokens | s/step | trained tokens/s | eval loss (whole set) |")
+    print("| windows | windows per step | trained tokens | s/step | trained tokens/s | eval loss (whole set) |")
     print("|---|---|---|---|---|---|")
     for name, r in [("one conversation each (`packing: padded`)", padded),
                     ("packed, document attention", packed)]:
-        print(f"| {name} | {r['steps']} | {r['tokens']:,} | {r['step_s']:.2f} | {r['rate']:,.0f} | {r['eval']:.4f} |")
+        print(f"| {name} | {r['batch']} | {r['tokens']:,} | {r['step_s']:.2f} | {r['rate']:,.0f} | {r['eval']:.4f} |")
     print()
     print(f"packed / padded trained tokens/s: {packed['rate'] / padded['rate']:.2f}x")
 
