@@ -49,6 +49,12 @@ const torch::Tensor& DocumentAttention::allowed(int64_t window) const {
 
 namespace {
 
+// Whether flash attention takes q [.., D] (bf16/fp16, a head width it supports) on a CUDA device.
+bool flash_applies(const torch::Tensor& q) {
+  const int64_t D = q.size(-1);
+  return q.is_cuda() && (q.scalar_type() == at::kBFloat16 || q.scalar_type() == at::kHalf) && D % 8 == 0 && D <= 256;
+}
+
 // [B, H, T, D] -> [B x T, H, D] (a view where the heads are views of one projection, as model/gpt.h's are).
 torch::Tensor flat_tokens(const torch::Tensor& x) {
   return x.transpose(1, 2).reshape({x.size(0) * x.size(2), x.size(1), x.size(3)});
@@ -89,8 +95,7 @@ torch::Tensor attend_each_document(const torch::Tensor& q, const torch::Tensor& 
 torch::Tensor attend_documents_varlen(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                       const DocumentLayout& layout, int64_t window, double dropout_p) {
   const int64_t D = q.size(-1);
-  const bool half = q.scalar_type() == at::kBFloat16 || q.scalar_type() == at::kHalf;
-  if (half && D % 8 == 0 && D <= 256) {
+  if (flash_applies(q)) {
     std::optional<int64_t> left, right;
     if (window > 0) left = window - 1, right = 0;
     auto out = at::_flash_attention_forward(flat_tokens(q), flat_tokens(k), flat_tokens(v), layout.offsets,
@@ -112,6 +117,25 @@ torch::Tensor attend_documents_varlen(const torch::Tensor& q, const torch::Tenso
 }
 
 }  // namespace
+
+torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, int64_t window,
+                               double dropout_p, AttentionImpl impl) {
+  const int64_t T = q.size(2);
+  const bool windowed = window > 0 && T > window;
+  if (windowed && impl == AttentionImpl::kSdpa && flash_applies(q)) {
+    // [B, T, H, D] views, as the kernel takes them; keys window - 1 back to the query itself.
+    auto out = at::_flash_attention_forward(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), std::nullopt,
+                                            std::nullopt, T, T, dropout_p, /*is_causal=*/true,
+                                            /*return_debug_mask=*/false, std::nullopt, window - 1, 0);
+    return std::get<0>(out).transpose(1, 2);
+  }
+  const torch::Tensor allowed = windowed ? sliding_window_mask(T, window, q) : torch::Tensor();
+  if (impl == AttentionImpl::kMath) return math_attention(q, k, v, dropout_p, allowed);
+  return at::scaled_dot_product_attention(q, k, v,
+                                          allowed.defined() ? std::optional<at::Tensor>(allowed) : std::nullopt,
+                                          dropout_p, /*is_causal=*/!allowed.defined(), std::nullopt,
+                                          /*enable_gqa=*/q.size(1) != k.size(1));
+}
 
 torch::Tensor attend_documents(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                const DocumentAttention& documents, int64_t window, double dropout_p,

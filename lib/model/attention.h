@@ -24,8 +24,8 @@ torch::Tensor sliding_window_mask(int64_t T, int64_t window, const torch::Tensor
 torch::Tensor math_attention(const torch::Tensor& q, torch::Tensor k, torch::Tensor v, double dropout_p,
                              const torch::Tensor& allowed);
 
-// A packed batch's documents as every layer's attention reads them, made once per forward
-// (prepare_document_attention). How a layer then attends (attend_documents):
+// A packed batch's documents as every layer's attention reads them, made once per forward (by
+// model/gpt.cpp's run of the blocks). How a layer then attends (attend_documents):
 // - CUDA, with the documents' offsets: variable-length flash attention over the flattened batch
 //   (bf16/fp16; the memory-efficient kernel in fp32): no [T, T] mask, no work across documents.
 // - CPU, with the offsets: each document's own causal attention, one after another; faster than
@@ -48,6 +48,13 @@ class DocumentAttention {
   std::vector<int64_t> starts_;
   mutable torch::Tensor allowed_;
 };
+
+// A layer's causal attention: q [B, H, T, D], k and v [B, Hkv, T, D] (H a multiple of Hkv) ->
+// [B, H, T, D], each query seeing the keys at or before it, within `window` of it when window > 0
+// (model.sliding_window). Under a window shorter than T: flash attention's own window on CUDA
+// (bf16/fp16), else a [T, T] mask.
+torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, int64_t window,
+                               double dropout_p, AttentionImpl impl);
 
 // The attention of one layer over packed documents: q [B, H, T, D], k and v [B, Hkv, T, D] (H a
 // multiple of Hkv) -> [B, H, T, D], each query attending to its document's keys at or before it

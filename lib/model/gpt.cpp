@@ -64,21 +64,9 @@ torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x, const Doc
   const int64_t B = x.size(0), T = x.size(1);
   auto [q, k, v, width] = project(x, 0, documents ? documents->layout().positions : torch::Tensor());
   const double p = is_training() ? dropout : 0.0;
-  if (documents) {
-    auto y = attend_documents(q, k, v, *documents, sliding_window, p, impl);
-    return apply_dropout(resid_dropout, c_proj(y.transpose(1, 2).reshape({B, T, width})));
-  }
-  // A window shorter than the sequence needs an explicit mask (no flash kernel); otherwise plain causal.
-  const torch::Tensor allowed =
-      sliding_window > 0 && T > sliding_window ? sliding_window_mask(T, sliding_window, q) : torch::Tensor();
-  auto y = impl == AttentionImpl::kSdpa
-               ? at::scaled_dot_product_attention(q, k, v,
-                                                  allowed.defined() ? std::optional<at::Tensor>(allowed) : std::nullopt,
-                                                  p, /*is_causal=*/!allowed.defined(),
-                                                  /*scale=*/std::nullopt, /*enable_gqa=*/n_kv_head != n_head)
-               : math_attention(q, k, v, p, allowed);
-  y = c_proj(y.transpose(1, 2).reshape({B, T, width}));
-  return apply_dropout(resid_dropout, y);
+  const torch::Tensor y = documents ? attend_documents(q, k, v, *documents, sliding_window, p, impl)
+                                    : causal_attention(q, k, v, sliding_window, p, impl);
+  return apply_dropout(resid_dropout, c_proj(y.transpose(1, 2).reshape({B, T, width})));
 }
 
 torch::Tensor CausalSelfAttentionImpl::forward_cached(const torch::Tensor& x, torch::Tensor& keys,

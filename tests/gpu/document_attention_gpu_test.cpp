@@ -1,13 +1,15 @@
 // GPU checks of packed documents' attention (the gpu suite, which skips itself without a CUDA device):
 // variable-length flash attention (bf16, a Mistral window too) and the memory-efficient kernel (fp32)
 // give each document's own causal attention and its gradients; a CUDA graph's positions-only layout
-// (the block mask) gives the same; and a packed model on CUDA gives each document's logits alone.
+// (the block mask) gives the same; Mistral's window alone uses flash's window; and a packed model on
+// CUDA gives each document's logits alone.
 #include <catch2/catch.hpp>
 #include <ATen/ATen.h>
 #include <torch/autograd.h>
 
 #include "model/attention.h"
 #include "model/gpt.h"
+#include "precision/autocast_guard.h"
 #include "test_util.h"
 #include "util/document_layout.h"
 
@@ -87,6 +89,25 @@ TEST_CASE("gpu: packed documents' varlen attention is each document's own, forwa
   }
 }
 
+TEST_CASE("gpu: a sliding window without documents runs through flash's own window, as the mask does", "[gpu]") {
+  torch::manual_seed(2);
+  auto make = [](int64_t heads) {
+    return at::randn({2, heads, 256, 64}, at::TensorOptions().device(torch::kCUDA).dtype(at::kBFloat16))
+        .requires_grad_(true);
+  };
+  const torch::Tensor q = make(8), k = make(2), v = make(2);
+  const torch::Tensor flash = causal_attention(q, k, v, 32, 0.0, AttentionImpl::kSdpa);
+  const torch::Tensor masked =
+      math_attention(q.to(at::kFloat), k.to(at::kFloat), v.to(at::kFloat), 0.0, sliding_window_mask(256, 32, q));
+  CHECK((flash.to(at::kFloat) - masked).abs().max().item<double>() < 2e-2);
+  const torch::Tensor g = at::randn_like(flash);
+  const auto grads = torch::autograd::grad({flash}, {q, k, v}, {g});
+  const auto reference = torch::autograd::grad({masked}, {q, k, v}, {g.to(at::kFloat)});
+  for (size_t i = 0; i < 3; ++i)
+    CHECK((grads[i].to(at::kFloat) - reference[i]).abs().max().item<double>() <
+          0.1 * std::max(1.0, reference[i].abs().max().item<double>()));
+}
+
 TEST_CASE("gpu: a packed model on CUDA gives each document the logits it has alone (bf16 autocast)", "[gpu]") {
   ModelSettings m = model_settings(128, 64, 2, 4, 64);
   m.arch = ModelArch::kLlama;
@@ -99,8 +120,7 @@ TEST_CASE("gpu: a packed model on CUDA gives each document the logits it has alo
   const torch::Tensor tokens = at::randint(0, 128, {2, 64}, at::TensorOptions().device(torch::kCUDA).dtype(at::kLong));
   const DocumentLayout layout = document_layout(positions_of(rows, 64)).to(torch::kCUDA);
   torch::NoGradGuard no_grad;
-  at::autocast::set_autocast_enabled(at::kCUDA, true);
-  at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);
+  AutocastGuard autocast(true, torch::kCUDA, torch::kBFloat16);
   const torch::Tensor packed = model->forward(tokens, layout).to(at::kFloat);
   double worst = 0;
   int64_t t = 0;
@@ -109,7 +129,5 @@ TEST_CASE("gpu: a packed model on CUDA gives each document the logits it has alo
     worst = std::max(worst, (packed[0].narrow(0, t, len) - alone[0]).abs().max().item<double>());
     t += len;
   }
-  at::autocast::set_autocast_enabled(at::kCUDA, false);
-  at::autocast::clear_cache();
   CHECK(worst < 5e-2);  // bf16 matmuls: flash and the causal kernel round differently
 }
