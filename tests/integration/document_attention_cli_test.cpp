@@ -120,8 +120,9 @@ TEST_CASE("document attention: the whole-set eval loss does not depend on the do
   CHECK(std::abs(plain_a - plain_b) > 1e-4);
 }
 
-TEST_CASE("document attention: 2 processes (ZeRO-3 too), tp 2 and pp 2 match 1 process; a resume continues exactly",
-          "[cli][documents][parallel][slow]") {
+TEST_CASE(
+    "document attention: 2 processes (ZeRO-3, ep 2 too), tp 2 and pp 2 match 1 process; a resume continues exactly",
+    "[cli][documents][parallel][slow]") {
   TempDir dir;
   const std::string recipe = write_recipe(dir);
   REQUIRE(train(recipe, dir.file("one"), 0, {}).exit_code == 0);
@@ -134,6 +135,13 @@ TEST_CASE("document attention: 2 processes (ZeRO-3 too), tp 2 and pp 2 match 1 p
   train_like_one_process(
       dir, recipe, Variant{"pp2", {"parallel.pp=2", "train.per_device_batch_size=1", "train.grad_accum_steps=4"}, 2},
       loss1, norm1, 1e-4);
+  // Experts split over 2 processes (ep 2) against the same mixture in one (no capacity limit and no
+  // balancing loss: both depend on how the batch is split).
+  const std::vector<std::string> experts = {"model.moe.experts=4", "model.moe.top_k=2", "model.moe.capacity_factor=0",
+                                            "model.moe.aux_loss_coef=0"};
+  REQUIRE(train(recipe, dir.file("one-moe"), 0, experts).exit_code == 0);
+  train_like_one_process(dir, recipe, Variant{"ep2", with(experts, with(halves, {"parallel.ep=2"})), 2},
+                         column(dir.file("one-moe"), "loss"), column(dir.file("one-moe"), "grad_norm"), 1e-4);
   // Checkpointed blocks replay their documents' attention in backward.
   train_like_one_process(dir, recipe, Variant{"recompute", {"train.gradient_checkpointing=full"}, 0}, loss1, norm1,
                          1e-5);
