@@ -121,7 +121,7 @@ TEST_CASE("document attention: the whole-set eval loss does not depend on the do
 }
 
 TEST_CASE(
-    "document attention: 2 processes (ZeRO-3, ep 2 too), tp 2 and pp 2 match 1 process; a resume continues exactly",
+    "document attention: 2 processes (ZeRO-3, ep 2 too), tp 2 and pp 2 match 1 process, and a resume continues exactly",
     "[cli][documents][parallel][slow]") {
   TempDir dir;
   const std::string recipe = write_recipe(dir);

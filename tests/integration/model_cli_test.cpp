@@ -398,6 +398,7 @@ TEST_CASE("cli: configs/chat-lora.yaml fine-tunes the exported base on chat rows
   INFO(r.output);
   REQUIRE(r.exit_code == 0);
   CHECK_THAT(r.output, Contains("loss on the masked-in (assistant) tokens only"));
+  CHECK_THAT(r.output, Contains("packed by document") && Contains("each document attending only to itself"));
   const auto eval = column(dir.file("lora"), "eval_loss");
   REQUIRE(eval.size() == 2);
   const auto loss = losses(dir.file("lora"));
