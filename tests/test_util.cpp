@@ -253,6 +253,13 @@ std::string recipe_error(const std::string& path, const std::vector<std::string>
 
 nlohmann::json read_json(const std::string& path) { return nlohmann::json::parse(read_file(path)); }
 
+nlohmann::json eval_json(const TempDir& dir, const std::string& args) {
+  const CommandResult r = run_shell("\"$GPUTRAIN\" eval " + args + " > '" + dir.file("eval.out") + "'");
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  return nlohmann::json::parse(read_file(dir.file("eval.out")));
+}
+
 std::vector<nlohmann::json> read_jsonl(const std::string& path) {
   std::vector<nlohmann::json> out;
   std::istringstream in(read_file(path));

@@ -66,6 +66,9 @@ int spawn_gputrain(const std::vector<std::string>& args, int out_fd);
 int wait_exit_code(int pid);
 
 nlohmann::json read_json(const std::string& path);
+// `gputrain eval ARGS` (quoted by the caller), its JSON on stdout kept in dir/eval.out: REQUIREs
+// success and returns it.
+nlohmann::json eval_json(const TempDir& dir, const std::string& args);
 
 // Processes a test started that must not outlive it: those still running are SIGKILLed when the
 // guard dies, also when a failed REQUIRE ends the test early.

@@ -50,12 +50,12 @@ CausalSelfAttentionImpl::Heads CausalSelfAttentionImpl::project(const torch::Ten
   const std::vector<torch::Tensor> parts = qkv.split_with_sizes({width, kv, kv}, -1);
   auto heads = [&](const torch::Tensor& t, int64_t h) { return t.view({B, T, h, D}).transpose(1, 2); };
   Heads out{heads(parts[0], n_head), heads(parts[1], n_kv_head), heads(parts[2], n_kv_head), width};
-  if (rotary && positions.defined()) {
-    out.q = rotary->apply(out.q, positions);
-    out.k = rotary->apply(out.k, positions);
-  } else if (rotary) {
-    out.q = rotary->apply(out.q, offset);
-    out.k = rotary->apply(out.k, offset);
+  if (rotary) {
+    auto rotated = [&](const torch::Tensor& t) {
+      return positions.defined() ? rotary->apply(t, positions) : rotary->apply(t, offset);
+    };
+    out.q = rotated(out.q);
+    out.k = rotated(out.k);
   }
   return out;
 }

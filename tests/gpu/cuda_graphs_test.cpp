@@ -55,6 +55,15 @@ std::vector<Batch> batches_for(int64_t s, const ModelSettings& m, const torch::D
   return micro;
 }
 
+// Model `m` on `device` in training mode, from seed 1: the same weights for every run a case compares.
+Gpt seeded_model(const ModelSettings& m, const torch::Device& device) {
+  torch::manual_seed(1);
+  Gpt model(m);
+  model->to(device);
+  model->train();
+  return model;
+}
+
 // `steps` steps of 2 micro-batches, each followed by an SGD update so the
 // weights change between replays; through `graph` when given.
 std::vector<StepRecord> train(Gpt& model, const Precision& precision, StepGraph* graph, int64_t steps,
@@ -90,13 +99,7 @@ TEST_CASE("gpu: a captured step graph replays the eager step's loss and gradient
   PrecisionSettings ps;
   ps.mode = PrecisionMode::kBf16;
   Precision precision(ps, cuda);
-  auto build = [&] {
-    torch::manual_seed(1);
-    Gpt model(m);
-    model->to(cuda);
-    model->train();
-    return model;
-  };
+  auto build = [&] { return seeded_model(m, cuda); };
   constexpr int64_t kSteps = 9;
   Gpt eager_model = build();
   const auto eager = train(eager_model, precision, nullptr, kSteps, cuda);
@@ -165,13 +168,7 @@ TEST_CASE("gpu: a captured step graph replays packed documents' steps, whose lay
   PrecisionSettings ps;
   ps.mode = PrecisionMode::kBf16;
   Precision precision(ps, cuda);
-  auto build = [&] {
-    torch::manual_seed(1);
-    Gpt model(m);
-    model->to(cuda);
-    model->train();
-    return model;
-  };
+  auto build = [&] { return seeded_model(m, cuda); };
   constexpr int64_t kSteps = 7;
   Gpt eager_model = build();
   const auto eager = train(eager_model, precision, nullptr, kSteps, cuda, true);
@@ -201,10 +198,7 @@ TEST_CASE("gpu: a captured step graph holds activation checkpointing's recomputa
   ps.mode = PrecisionMode::kBf16;
   Precision precision(ps, cuda);
   auto build = [&](CheckpointingPolicy policy) {
-    torch::manual_seed(1);
-    Gpt model(m);
-    model->to(cuda);
-    model->train();
+    Gpt model = seeded_model(m, cuda);
     apply_activation_checkpointing(model, policy, 1);
     return model;
   };

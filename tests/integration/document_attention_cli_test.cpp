@@ -73,13 +73,6 @@ std::string write_recipe(const TempDir& dir) {
   return dir.file("r.yaml");
 }
 
-json eval_json(const TempDir& dir, const std::string& args) {
-  const CommandResult r = run_shell("\"$GPUTRAIN\" eval " + args + " > '" + dir.file("eval.out") + "'");
-  INFO(r.output);
-  REQUIRE(r.exit_code == 0);
-  return json::parse(read_file(dir.file("eval.out")));
-}
-
 }  // namespace
 
 TEST_CASE("document attention: the whole-set eval loss does not depend on the documents' order, and does without it",

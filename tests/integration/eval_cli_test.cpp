@@ -36,13 +36,6 @@ std::string tiny_llama_recipe(const TempDir& dir, const std::string& eval = "",
   return path;
 }
 
-json eval_json(const TempDir& dir, const std::string& args) {
-  const CommandResult r = run_shell("\"$GPUTRAIN\" eval " + args + " > '" + dir.file("eval.out") + "'");
-  INFO(r.output);
-  REQUIRE(r.exit_code == 0);
-  return json::parse(read_file(dir.file("eval.out")));
-}
-
 }  // namespace
 
 TEST_CASE("eval: the loss over every window of a file equals transformers' on the export, in one process or two",
