@@ -50,7 +50,7 @@ int print_plan(const CommonArgs& a, int world_size) {
   Recipe recipe = load_recipe(a.recipe, a.overrides, recipe_rules());
   Settings s = recipe.settings;
   // The grid: for the world size asked for, else the one the recipe's degrees imply.
-  const int64_t model_parallel = s.parallel.tp * s.parallel.pp;
+  const int64_t model_parallel = s.parallel.tp * s.parallel.pp * s.parallel.cp;
   // (dp auto: the smallest, ep replicas of the model-parallel group).
   const int world = world_size > 0
                         ? world_size
@@ -82,6 +82,15 @@ int print_plan(const CommonArgs& a, int world_size) {
   if (world > 1) {
     std::printf("\n%s", grid_table(s, g).c_str());
     std::printf("\n%s", rank_memory_table(s, g).c_str());
+    if (g.cp() > 1) {
+      Settings whole = s;  // one rank holding whole sequences, for comparison
+      whole.parallel.cp = 1;
+      const MemoryPlan alone = plan_memory(whole, s.train.per_device_batch_size);
+      std::printf(
+          "activations per rank under cp %d: %.1f MiB (one micro-batch, with the recipe's checkpointing); "
+          "a rank holding whole sequences: %.1f MiB\n",
+          g.cp(), p.activations / (1024.0 * 1024.0), alone.activations / (1024.0 * 1024.0));
+    }
     if (s.parallel.zero > 0 && g.dp() > 1)
       std::printf("one rank with micro-batch %lld (%s, activations, logits): %.1f MiB\n",
                   static_cast<long long>(s.train.per_device_batch_size),

@@ -62,8 +62,8 @@ CheckpointPart checkpoint_part(const ProcessGroups& groups, const RankShare& sha
     return out;
   }
   // Past dp rank 0, a rank of the first ep run writes its experts' part (and, under ZeRO, the state of
-  // whatever it owns).
-  const bool first_ep_run = at.dp < grid.ep();
+  // whatever it owns). The cp ranks of a replica hold the same weights: its first writes them.
+  const bool first_ep_run = at.dp < grid.ep() && at.cp == 0;
   auto only_experts = [&](std::vector<NamedTensor> v) {
     if (at.dp > 0) std::erase_if(v, [](const NamedTensor& e) { return !is_expert_parameter(e.name); });
     return v;

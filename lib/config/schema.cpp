@@ -924,7 +924,7 @@ void add_optim_fields(std::vector<FieldSpec>& f) {
 
 void add_parallel_fields(std::vector<FieldSpec>& f) {
   // Resume: a checkpoint's files join into the whole model and state (checkpoint/training_checkpoint.h),
-  // and the data position is global, so dp, tp, pp, ep and the ZeRO stage may change (dp as a batch
+  // and the data position is global, so dp, tp, pp, ep, cp and the ZeRO stage may change (dp as a batch
   // split; tp where the optimizer state is elementwise: checkpoint/tensor_parallel_state.h).
   f.push_back(auto_int_field(KEY(parallel.dp), 1, 65536, "data-parallel degree; auto = the number of processes")
                   .resume(ResumePolicy::kBatchSplit));
@@ -952,6 +952,12 @@ void add_parallel_fields(std::vector<FieldSpec>& f) {
                 "expert-parallel degree: each mixture layer's experts split over this many data-parallel ranks, tokens "
                 "sent to their experts with all-to-all; must divide parallel.dp and model.moe.experts")
           .resume(ResumePolicy::kReported));
+  f.push_back(int_field(KEY(parallel.cp), 1, 65536,
+                        "context-parallel degree: each sequence split over this many ranks (adjacent, next to tp): "
+                        "it is cut into 2 cp chunks and the rank at place r holds chunks r and 2 cp - 1 - r; every "
+                        "layer but attention works on those tokens alone, attention gathers the keys and values of "
+                        "the others; model.seq_len must divide by 2 cp")
+                  .resume(ResumePolicy::kReported));
   f.push_back(enum_field(KEY(parallel.backend),
                          EnumTable<CommBackend>{
                              {"auto", CommBackend::kAuto}, {"nccl", CommBackend::kNccl}, {"gloo", CommBackend::kGloo}},

@@ -279,6 +279,7 @@ struct ParallelSettings {
   PipelineSchedule pp_schedule = PipelineSchedule::kOneFOneB;
   int64_t pp_microbatches = 0;  // 0 = train.grad_accum_steps micro-batches per step
   int64_t ep = 1;  // expert-parallel degree: each mixture layer's experts split over ep data-parallel ranks
+  int64_t cp = 1;  // context-parallel degree: each sequence split over cp ranks (parallel/context_parallel.h)
   CommBackend backend = CommBackend::kAuto;  // auto = NCCL on CUDA, Gloo on the CPU
   double bucket_mb = 25;                     // gradients are all-reduced in buckets of about this size, during backward
   int64_t zero = 0;                   // 0 = replicated; 1 = shard optimizer state; 2 = also gradients; 3 = also weights

@@ -380,6 +380,16 @@ void check_parallel(Checker& c) {
             "(" + str(p.ep) + ") must divide parallel.dp (" + str(p.dp) +
                 "): the experts are split over ep of the data-parallel ranks",
             "use one of " + divisors(p.dp) + ", or parallel.dp: auto");
+  if (p.cp > 1 && m.seq_len % (2 * p.cp) != 0) {
+    std::string works;  // the degrees that cut this seq_len into equal chunks
+    for (int64_t k = 1; k <= 64 && 2 * k <= m.seq_len; ++k)
+      if (m.seq_len % (2 * k) == 0) works += (works.empty() ? "" : ", ") + str(k);
+    c.error("parallel.cp",
+            "(" + str(p.cp) + ") needs model.seq_len (" + str(m.seq_len) + ") to divide into 2 x " + str(p.cp) +
+                " equal chunks: each rank holds two of them",
+            (works.empty() ? std::string("use parallel.cp: 1") : "use one of " + works) +
+                ", or a model.seq_len that is a multiple of " + str(2 * p.cp));
+  }
   if (p.pp > m.n_layer)
     c.error("parallel.pp",
             "(" + str(p.pp) + ") exceeds model.n_layer (" + str(m.n_layer) + "): every stage needs a block",
@@ -434,10 +444,10 @@ void check_kernels(Checker& c) {
             "is above 0 (the recomputation restores the random generators' state for the dropout masks "
             "inside the step, which a graph cannot capture)",
             "set the dropout to 0, train.gradient_checkpointing: none, or kernels.cuda_graphs: false");
-  if (p.tp > 1 || p.pp > 1 || p.ep > 1 || p.dp > 1)
+  if (p.tp > 1 || p.pp > 1 || p.ep > 1 || p.cp > 1 || p.dp > 1)
     c.error(key,
             "captures the step of a single process; this recipe splits the run over several "
-            "(parallel.dp, tp, pp or ep > 1)",
+            "(parallel.dp, tp, pp, ep or cp > 1)",
             "set kernels.cuda_graphs: false for multi-process runs");
 }
 

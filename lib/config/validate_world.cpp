@@ -28,10 +28,10 @@ void validate_batch_auto(const Settings& s, const RunWorld& w) {
                        " data-parallel processes\n    fix: make it a multiple of " + std::to_string(w.dp));
   // Trial steps would run collectives that an out-of-memory error on one rank leaves hanging.
   const ParallelSettings& p = s.parallel;
-  if (w.on_gpu && (p.tp > 1 || p.pp > 1 || p.ep > 1))
+  if (w.on_gpu && (p.tp > 1 || p.pp > 1 || p.ep > 1 || p.cp > 1))
     throw config_error(
-        "train.per_device_batch_size: auto tries batch sizes on the GPU, which a tensor-, pipeline- "
-        "or expert-parallel run (parallel.tp, pp or ep > 1) cannot do\n    fix: set "
+        "train.per_device_batch_size: auto tries batch sizes on the GPU, which a tensor-, pipeline-, "
+        "expert- or context-parallel run (parallel.tp, pp, ep or cp > 1) cannot do\n    fix: set "
         "train.per_device_batch_size (`gputrain plan` estimates what fits)");
   if (w.on_gpu && p.zero == 3 && w.dp > 1)
     throw config_error(

@@ -64,8 +64,11 @@ torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x, const Doc
   const int64_t B = x.size(0), T = x.size(1);
   auto [q, k, v, width] = project(x, 0, documents ? documents->layout().positions : torch::Tensor());
   const double p = is_training() ? dropout : 0.0;
-  const torch::Tensor y = documents ? attend_documents(q, k, v, *documents, sliding_window, p, impl)
-                                    : causal_attention(q, k, v, sliding_window, p, impl);
+  if (attention_tap && !documents)
+    throw std::logic_error("an attention tap (context parallelism) needs the batch's positions");
+  const torch::Tensor y = attention_tap ? attention_tap(q, k, v, documents->layout(), sliding_window, p)
+                          : documents   ? attend_documents(q, k, v, *documents, sliding_window, p, impl)
+                                        : causal_attention(q, k, v, sliding_window, p, impl);
   return apply_dropout(resid_dropout, c_proj(y.transpose(1, 2).reshape({B, T, width})));
 }
 

@@ -12,6 +12,7 @@
 #include <torch/nn/modules/dropout.h>
 #include <torch/nn/modules/embedding.h>
 
+#include <functional>
 #include <memory>
 
 #include "config/settings.h"
@@ -70,6 +71,12 @@ struct CausalSelfAttentionImpl : torch::nn::Module {
   double dropout;
   AttentionImpl impl;
   std::shared_ptr<RotaryEmbedding> rotary;
+  // Where set, computes attention instead (context parallelism's gathering attention,
+  // parallel/context_parallel.h): q, k, v of this module's tokens, which `layout`'s positions place.
+  using AttentionTap =
+      std::function<torch::Tensor(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                  const DocumentLayout& layout, int64_t window, double dropout_p)>;
+  AttentionTap attention_tap;
   // c_attn's rows are [q (n_head x D); k (n_kv_head x D); v (n_kv_head x D)].
   Linear c_attn{nullptr}, c_proj{nullptr};
   torch::nn::Dropout resid_dropout{nullptr};

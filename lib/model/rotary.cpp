@@ -1,5 +1,7 @@
 #include "model/rotary.h"
 
+#include <algorithm>
+
 #include <ATen/ATen.h>
 
 #include "model/rope_scaling.h"
@@ -7,7 +9,11 @@
 namespace gputrain {
 
 RotaryEmbedding::RotaryEmbedding(const ModelSettings& m)
-    : head_dim_(m.head_width()), theta_(m.rope_theta), scaling_(m.rope_scaling), max_positions_(m.position_limit()) {}
+    : head_dim_(m.head_width()),
+      theta_(m.rope_theta),
+      scaling_(m.rope_scaling),
+      max_positions_(m.position_limit()),
+      seq_len_(m.seq_len) {}
 
 std::pair<torch::Tensor, torch::Tensor> RotaryEmbedding::tables(int64_t T, const torch::Tensor& like) {
   const auto key = std::make_tuple(like.device().type(), static_cast<int>(like.device().index()), like.scalar_type());
@@ -38,7 +44,7 @@ torch::Tensor RotaryEmbedding::apply(const torch::Tensor& x, int64_t offset) {
 
 torch::Tensor RotaryEmbedding::apply(const torch::Tensor& x, const torch::Tensor& positions) {
   const int64_t B = x.size(0), T = x.size(-2), half = x.size(-1) / 2;
-  auto [all_cos, all_sin] = tables(T, x);
+  auto [all_cos, all_sin] = tables(std::max(T, seq_len_), x);
   const torch::Tensor flat = positions.reshape({-1});
   // [B, 1, T, D/2]: one row of angles per token, shared by the heads.
   auto per_token = [&](const torch::Tensor& table) { return table.index_select(0, flat).view({B, 1, T, half}); };

@@ -19,7 +19,8 @@ class RotaryEmbedding {
   // x [B, H, T, D] at positions offset..offset+T-1 -> the rotated x (same dtype). A nonzero
   // offset: the new tokens of a generation step (model/gpt.h KvCache).
   torch::Tensor apply(const torch::Tensor& x, int64_t offset = 0);
-  // x [B, H, T, D] at positions [B, T] int64 (each below T: packed documents restart at 0).
+  // x [B, H, T, D] at positions [B, T] int64 of a sequence of max(T, model.seq_len) tokens (packed
+  // documents restart at 0; context parallelism's chunks are at their places in the whole sequence).
   torch::Tensor apply(const torch::Tensor& x, const torch::Tensor& positions);
 
  private:
@@ -33,6 +34,7 @@ class RotaryEmbedding {
   double theta_;
   RopeScalingSettings scaling_;
   int64_t max_positions_;
+  int64_t seq_len_;  // model.seq_len: the sequence length positions count in
   // Per device and dtype: the tables and the length they were made for.
   struct Tables {
     torch::Tensor cos, sin;

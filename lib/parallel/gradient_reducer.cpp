@@ -187,7 +187,7 @@ std::string GradientReducer::describe() const {
   if (dense_.sync)
     s += fmt::format(
         "; data parallel: {} gradient bucket(s) of up to {:g} MiB, reduced over {} replica(s) during backward",
-        dense_.sync->bucket_count(), bucket_mb_, groups_.grid().dp());
+        dense_.sync->bucket_count(), bucket_mb_, groups_.grid().replicas());
   if (!owns_whole_parameters()) return s;
   int64_t mine = 0, total = 0, mine_tensors = 0;
   for (const auto& p : params_) {

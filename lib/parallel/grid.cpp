@@ -10,40 +10,46 @@
 
 namespace gputrain {
 
-Grid::Grid(int dp, int pp, int tp, int ep) : dp_(dp), pp_(pp), tp_(tp), ep_(ep) {}
+Grid::Grid(int dp, int pp, int tp, int ep, int cp) : dp_(dp), pp_(pp), tp_(tp), ep_(ep), cp_(cp) {}
 
 Grid::Grid(const ParallelSettings& p, int world_size)
-    : pp_(static_cast<int>(p.pp)), tp_(static_cast<int>(p.tp)), ep_(static_cast<int>(p.ep)) {
-  const int64_t model_parallel = p.tp * p.pp;
+    : pp_(static_cast<int>(p.pp)),
+      tp_(static_cast<int>(p.tp)),
+      ep_(static_cast<int>(p.ep)),
+      cp_(static_cast<int>(p.cp)) {
+  const int64_t model_parallel = p.tp * p.pp * p.cp;
+  const std::string degrees = p.cp > 1 ? fmt::format("tp ({}) x pp ({}) x cp ({})", p.tp, p.pp, p.cp)
+                                       : fmt::format("tp ({}) x pp ({})", p.tp, p.pp);
   if (p.dp == 0 && world_size % model_parallel != 0)
     throw config_error(
-        fmt::format("parallel.tp ({}) x pp ({}) = {} does not divide the number of processes ({}), so "
+        fmt::format("parallel.{} = {} does not divide the number of processes ({}), so "
                     "parallel.dp: auto has no whole value\n    fix: start a multiple of {} processes, "
-                    "or change parallel.tp / parallel.pp",
-                    p.tp, p.pp, model_parallel, world_size, model_parallel));
+                    "or change parallel.tp / parallel.pp{}",
+                    degrees, model_parallel, world_size, model_parallel, p.cp > 1 ? " / parallel.cp" : ""));
   dp_ = static_cast<int>(p.dp == 0 ? world_size / model_parallel : p.dp);
   if (static_cast<int64_t>(dp_) * model_parallel != world_size)
     throw config_error(
-        fmt::format("parallel.dp ({}) x tp ({}) x pp ({}) = {} must equal the number of processes ({})"
+        fmt::format("parallel.dp ({}) x {} = {} must equal the number of processes ({})"
                     "\n    fix: set parallel.dp: auto, or start {} processes (--nproc-per-node)",
-                    dp_, p.tp, p.pp, dp_ * model_parallel, world_size, dp_ * model_parallel));
+                    dp_, degrees, dp_ * model_parallel, world_size, dp_ * model_parallel));
   if (dp_ % ep_ != 0)
     throw config_error(
-        fmt::format("parallel.ep ({}) must divide the data-parallel degree ({} = {} process(es) / (tp {} x "
-                    "pp {})): the experts are split over ep of the data-parallel ranks\n    fix: start a "
+        fmt::format("parallel.ep ({}) must divide the data-parallel degree ({} = {} process(es) / ({})): the "
+                    "experts are split over ep of the data-parallel ranks\n    fix: start a "
                     "multiple of {} processes, or use a parallel.ep that divides {}",
-                    ep_, dp_, world_size, p.tp, p.pp, ep_ * model_parallel, dp_));
+                    ep_, dp_, world_size, degrees, ep_ * model_parallel, dp_));
 }
 
 GridCoord Grid::coord(int rank) const {
   GridCoord c;
   c.tp = rank % tp_;
-  c.dp = (rank / tp_) % dp_;
-  c.pp = rank / (tp_ * dp_);
+  c.cp = (rank / tp_) % cp_;
+  c.dp = (rank / (tp_ * cp_)) % dp_;
+  c.pp = rank / (tp_ * cp_ * dp_);
   return c;
 }
 
-int Grid::rank_of(const GridCoord& c) const { return (c.pp * dp_ + c.dp) * tp_ + c.tp; }
+int Grid::rank_of(const GridCoord& c) const { return ((c.pp * dp_ + c.dp) * cp_ + c.cp) * tp_ + c.tp; }
 
 std::vector<int> Grid::tp_group(int rank) const {
   GridCoord c = coord(rank);
@@ -52,10 +58,18 @@ std::vector<int> Grid::tp_group(int rank) const {
   return g;
 }
 
+std::vector<int> Grid::cp_group(int rank) const {
+  GridCoord c = coord(rank);
+  std::vector<int> g;
+  for (c.cp = 0; c.cp < cp_; ++c.cp) g.push_back(rank_of(c));
+  return g;
+}
+
 std::vector<int> Grid::dp_group(int rank) const {
   GridCoord c = coord(rank);
   std::vector<int> g;
-  for (c.dp = 0; c.dp < dp_; ++c.dp) g.push_back(rank_of(c));
+  for (c.dp = 0; c.dp < dp_; ++c.dp)
+    for (c.cp = 0; c.cp < cp_; ++c.cp) g.push_back(rank_of(c));
   return g;
 }
 
@@ -77,7 +91,8 @@ std::vector<int> Grid::ep_group(int rank) const {
 std::vector<int> Grid::expert_replica_group(int rank) const {
   GridCoord c = coord(rank);
   std::vector<int> g;
-  for (c.dp = c.dp % ep_; c.dp < dp_; c.dp += ep_) g.push_back(rank_of(c));
+  for (c.dp = c.dp % ep_; c.dp < dp_; c.dp += ep_)
+    for (c.cp = 0; c.cp < cp_; ++c.cp) g.push_back(rank_of(c));
   return g;
 }
 
@@ -137,25 +152,46 @@ int64_t peak_micro_batches_held(PipelineSchedule schedule, int64_t pp, int64_t s
 std::string grid_table(const Settings& s, const Grid& g) {
   const auto stages = split_stages(s.model, g.pp());
   const int64_t H = s.model.n_head, F = mlp_hidden(s.model);
-  std::string out = fmt::format(
-      "parallel grid: dp {} x pp {} x tp {} = {} processes (rank = (pp x {} + dp) x {} + tp: tensor-parallel peers "
-      "are adjacent ranks, keep them on one node)\n\n",
-      g.dp(), g.pp(), g.tp(), g.size(), g.dp(), g.tp());
-  out += "| stage (pp) | tp shard | ranks (one per dp replica) | layers | holds |\n|---|---|---|---|---|\n";
+  const bool cp = g.cp() > 1;
+  std::string out =
+      cp ? fmt::format(
+               "parallel grid: dp {} x pp {} x cp {} x tp {} = {} processes (rank = ((pp x {} + dp) x {} + cp) x {} + "
+               "tp: tensor- and context-parallel peers are adjacent ranks, keep them on one node)\n\n",
+               g.dp(), g.pp(), g.cp(), g.tp(), g.size(), g.dp(), g.cp(), g.tp())
+         : fmt::format(
+               "parallel grid: dp {} x pp {} x tp {} = {} processes (rank = (pp x {} + dp) x {} + tp: tensor-parallel "
+               "peers are adjacent ranks, keep them on one node)\n\n",
+               g.dp(), g.pp(), g.tp(), g.size(), g.dp(), g.tp());
+  out += cp ? "| stage (pp) | cp place | tp shard | ranks (one per dp replica) | layers | holds "
+              "|\n|---|---|---|---|---|---|\n"
+            : "| stage (pp) | tp shard | ranks (one per dp replica) | layers | holds |\n|---|---|---|---|---|\n";
   for (int pp = 0; pp < g.pp(); ++pp) {
     const StageLayers& st = stages[static_cast<size_t>(pp)];
     std::string layers = fmt::format("blocks {}-{}", st.first, st.last - 1);
     if (st.embeds) layers = "embeddings, " + layers;
     if (st.has_head) layers += ", ln_f, head + loss";
-    for (int tp = 0; tp < g.tp(); ++tp) {
-      std::vector<int> ranks;
-      for (int dp = 0; dp < g.dp(); ++dp) ranks.push_back(g.rank_of({dp, pp, tp}));
-      const int64_t h = H / g.tp(), f = F / g.tp();
-      const std::string holds = g.tp() == 1 ? std::string("whole layers")
-                                            : fmt::format("heads {}-{} of {}, MLP columns {}-{} of {}", tp * h,
-                                                          (tp + 1) * h - 1, H, tp * f, (tp + 1) * f - 1, F);
-      out += fmt::format("| {} | {} | {} | {} | {} |\n", pp, tp, fmt::join(ranks, ", "), layers, holds);
-    }
+    for (int c = 0; c < g.cp(); ++c)
+      for (int tp = 0; tp < g.tp(); ++tp) {
+        std::vector<int> ranks;
+        for (int dp = 0; dp < g.dp(); ++dp) ranks.push_back(g.rank_of({dp, pp, tp, c}));
+        const int64_t h = H / g.tp(), f = F / g.tp();
+        const std::string holds = g.tp() == 1 ? std::string("whole layers")
+                                              : fmt::format("heads {}-{} of {}, MLP columns {}-{} of {}", tp * h,
+                                                            (tp + 1) * h - 1, H, tp * f, (tp + 1) * f - 1, F);
+        out += fmt::format("| {} |{} {} | {} | {} | {} |\n", pp, cp ? fmt::format(" {} |", c) : "", tp,
+                           fmt::join(ranks, ", "), layers, holds);
+      }
+  }
+  if (cp) {
+    const int64_t T = s.model.seq_len, chunk = T / (2 * g.cp());
+    out += fmt::format(
+        "\ncontext parallel: cp {} cuts each {}-token sequence into {} chunks of {}; the rank at cp place c holds "
+        "chunks c and {}-c (place 0: tokens 0-{} and {}-{}), and attention gathers the others' keys and values. "
+        "cp groups (one per dp replica, stage and tp shard):",
+        g.cp(), T, 2 * g.cp(), chunk, 2 * g.cp() - 1, chunk - 1, T - chunk, T - 1);
+    for (int r = 0; r < g.size(); ++r)
+      if (g.coord(r).cp == 0) out += fmt::format(" [{}]", fmt::join(g.cp_group(r), ", "));
+    out += "\n";
   }
   if (g.ep() > 1) {
     const int64_t local = s.model.moe.experts / g.ep();
@@ -163,7 +199,7 @@ std::string grid_table(const Settings& s, const Grid& g) {
         "\nexpert parallel: ep {} splits each mixture layer's {} experts over runs of {} consecutive dp ranks: "
         "the rank at place j of a run holds experts {}j to {}j+{}; each expert has {} holder(s), whose "
         "gradients are summed\n",
-        g.ep(), s.model.moe.experts, g.ep(), local, local, local - 1, g.dp() / g.ep());
+        g.ep(), s.model.moe.experts, g.ep(), local, local, local - 1, g.replicas() / g.ep());
   }
   if (g.pp() > 1) {
     out += "\nstage compute (block units, the last stage includes the output head): ";

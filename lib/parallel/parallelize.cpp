@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "model/activation_checkpointing.h"
+#include "parallel/context_parallel.h"
 #include "parallel/data_parallel.h"
 #include "parallel/expert_parallel.h"
 #include "parallel/fully_sharded.h"
@@ -89,6 +90,7 @@ ParallelModel parallelize(Gpt& model, const ProcessGroups& groups, const Paralle
     share.tensor_split = parallelize_tensor(model, *groups.tp());
     if (initial) initial->set_tensor_split(share.tensor_split, groups.tp()->rank(), groups.tp()->size());
   }
+  if (groups.cp()) parallelize_context(model, *groups.cp());
   keep_pipeline_stage(model, groups, share);
   keep_experts(model, groups, share);
   share.recomputed_blocks = apply_activation_checkpointing(model, plan.checkpointing, plan.checkpoint_every);
@@ -124,15 +126,21 @@ std::string describe_parallelism(const ProcessGroups& groups, const ParallelPlan
   const Grid& grid = groups.grid();
   const GridCoord& at = groups.coord();
   const RankShare& share = par.share;
-  std::string s = fmt::format("{} process(es) ({}), {}; grid dp {} x pp {} x tp {}, this rank dp {} pp {} tp {}",
-                              groups.world().size, groups.world_comm()->backend_name(), groups.world().describe(),
-                              grid.dp(), grid.pp(), grid.tp(), at.dp, at.pp, at.tp);
+  std::string s =
+      fmt::format("{} process(es) ({}), {}; grid dp {} x pp {} x cp {} x tp {}, this rank dp {} pp {} cp {} tp {}",
+                  groups.world().size, groups.world_comm()->backend_name(), groups.world().describe(), grid.dp(),
+                  grid.pp(), grid.cp(), grid.tp(), at.dp, at.pp, at.cp, at.tp);
   if (groups.tp()) {
     int64_t split = 0;
     for (const auto& t : share.tensor_split) split += t.dim >= 0 ? 1 : 0;
     s += fmt::format("; tensor parallel: {} of {} parameter tensors split over {} ranks", split,
                      share.tensor_split.size(), grid.tp());
   }
+  if (groups.cp())
+    s += fmt::format(
+        "; context parallel: this rank holds chunks {} and {} of each sequence's {} (cp {}), attention gathers the "
+        "others' keys and values",
+        at.cp, 2 * grid.cp() - 1 - at.cp, 2 * grid.cp(), grid.cp());
   if (groups.pp())
     s += fmt::format("; pipeline: stage {} of {} runs blocks [{}, {}){}{}, {} schedule", at.pp, grid.pp(),
                      share.stage.first, share.stage.last, share.stage.embeds ? " and the embeddings" : "",
@@ -143,10 +151,10 @@ std::string describe_parallelism(const ProcessGroups& groups, const ParallelPlan
         "; expert parallel: this rank holds experts {}-{} of each mixture layer's {} (ep {}), their "
         "gradients reduced over {} replica(s)",
         share.first_expert, share.first_expert + share.local_experts - 1, share.local_experts * grid.ep(), grid.ep(),
-        grid.dp() / grid.ep());
+        grid.replicas() / grid.ep());
   s += par.gradients->describe();
   if (!share.fully_sharded) return s;
-  const int expert_replicas = grid.dp() / grid.ep();
+  const int expert_replicas = grid.replicas() / grid.ep();
   const std::string part = !groups.ep() ? fmt::format(" ({:.1f}% of the values)", 100.0 / groups.dp()->size())
                            : expert_replicas == 1
                                ? " (its experts whole: no other rank holds them)"

@@ -1,5 +1,6 @@
 // The one place parallelism is applied to a built model, in a fixed order, as torchtitan's
-// parallelize_llama: tensor parallelism (each split layer keeps this rank's slice), the pipeline stage
+// parallelize_llama: tensor parallelism (each split layer keeps this rank's slice), context
+// parallelism (attention gathers the sequence's other chunks), the pipeline stage
 // (this rank's blocks), expert parallelism (its experts), activation checkpointing (over the blocks
 // this rank runs), then data parallelism (the replicas' weights made equal; ZeRO-3: each rank keeps its
 // rows; gradient buckets and ZeRO's ownership). Each step is a no-op where its degree is 1 or its policy

@@ -1,5 +1,7 @@
 #include "parallel/pipeline_stages.h"
 
+#include <algorithm>
+
 #include "util/device.h"
 
 namespace gputrain {
@@ -38,11 +40,12 @@ double PipelineStages::evaluate(Gpt& model, const std::vector<Batch>& batches, c
   const double sum = pipeline_eval_loss_sum(model, *groups_.pp(), batches, stage_, &precision);
   int64_t count = 0;
   for (const auto& b : batches) count += b.target_count;
-  // The last stage has the sum; one of its ranks (dp 0, tp 0) tells the world (rank 0 writes the metrics).
+  // The last stage has the sum; its ranks of dp 0 and tp 0 (one per cp chunk) tell the world (rank 0
+  // writes the metrics).
   const bool speaks = stage_.has_head && groups_.coord().dp == 0 && groups_.coord().tp == 0;
-  auto t = torch::tensor({speaks ? sum : 0.0}, torch::kDouble);
+  auto t = torch::tensor({speaks ? sum : 0.0, speaks ? static_cast<double>(count) : 0.0}, torch::kDouble);
   groups_.world_comm()->all_reduce_sum_now(t, "sum of the pipeline's evaluation loss");
-  return t.item<double>() / static_cast<double>(std::max<int64_t>(count, 1));
+  return t[0].item<double>() / std::max(t[1].item<double>(), 1.0);
 }
 
 PipelineLayout PipelineStages::layout() const {

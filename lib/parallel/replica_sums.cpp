@@ -4,8 +4,9 @@ namespace gputrain {
 
 int64_t global_targets(const ProcessGroups& groups, int64_t local_targets) {
   if (!groups.distributed()) return local_targets;
-  // The tp ranks and pipeline stages of a replica read the same batch: its first one counts it.
-  auto t = torch::tensor({groups.coord().tp == 0 && groups.coord().pp == 0 ? local_targets : 0},
+  // The tp and cp ranks and pipeline stages of a replica read the same batch: its first one counts it.
+  const GridCoord& at = groups.coord();
+  auto t = torch::tensor({at.tp == 0 && at.cp == 0 && at.pp == 0 ? local_targets : 0},
                          torch::TensorOptions().dtype(torch::kLong));
   groups.world_comm()->all_reduce_sum_now(t, "sum of the step's target tokens");
   return t.item<int64_t>();
@@ -13,8 +14,9 @@ int64_t global_targets(const ProcessGroups& groups, int64_t local_targets) {
 
 std::pair<torch::Tensor, bool> sum_loss_and_any(const ProcessGroups& groups, const torch::Tensor& loss, bool flag) {
   if (!groups.distributed()) return {loss, flag};
-  // Every tp rank of a replica computed the same loss: its first one counts it.
-  const torch::Tensor mine = groups.coord().tp == 0 ? loss.detach().reshape({}) : torch::zeros({}, loss.options());
+  // Every tp and cp rank of a replica has the same loss (cp's summed over its chunks): its first one counts it.
+  const bool counts = groups.coord().tp == 0 && groups.coord().cp == 0;
+  const torch::Tensor mine = counts ? loss.detach().reshape({}) : torch::zeros({}, loss.options());
   torch::Tensor both = torch::stack({mine, torch::full({}, flag ? 1.0 : 0.0, loss.options())});
   groups.world_comm()->all_reduce_sum_now(both, "sum of the step's loss and stop flags");
   return {both[0].clone(), both[1].item<double>() > 0};

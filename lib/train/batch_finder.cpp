@@ -53,7 +53,7 @@ std::string BatchChoice::describe() const {
 
 double rank_step_bytes(const Settings& s, const Grid& g, int64_t batch) {
   const MemoryPlan p = plan_memory(s, batch);
-  if (s.parallel.zero == 0 || g.dp() < 2) return p.total();
+  if (s.parallel.zero == 0 || g.replicas() < 2) return p.total();
   if (s.parallel.zero < 3) {
     // Whole weights, and every gradient until its bucket is reduced; the optimizer state of the
     // rank owning the most (whole parameters go to owners, so shares differ).

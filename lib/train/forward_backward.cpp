@@ -1,6 +1,9 @@
 #include "train/forward_backward.h"
 
+#include <algorithm>
+
 #include "model/moe.h"
+#include "parallel/context_parallel.h"
 #include "parallel/gradient_reducer.h"
 #include "parallel/pipeline_stages.h"
 #include "parallel/process_groups.h"
@@ -25,19 +28,34 @@ torch::Tensor ForwardBackward::step(const std::vector<Batch>& micro, int64_t glo
     captured_now_ = !captured_before && graph_->keeps_gradients();
     return loss;
   }
-  const auto n = static_cast<int64_t>(micro.size());
+  // Context parallelism: this rank runs its chunks of every sequence; the loss sums over the cp group.
+  Communicator* cp = groups_.cp();
+  const std::vector<Batch> mine = cp ? context_parts(micro, *cp) : micro;
+  const auto n = static_cast<int64_t>(mine.size());
   const int64_t forwards = pipeline_ ? pipeline_->micro_batches(n) : n;
   const int64_t replicas = groups_.dp() ? groups_.dp()->size() : 1;
   if (model_->moe)
     model_->moe->aux_grad_scale = moe_aux_grad_scale(model_->cfg, forwards * replicas, precision_.loss_scale());
-  if (pipeline_) return pipeline_->step(model_, micro, precision_, global_targets, gradients_.backward_hook());
-  return accumulate_gradients(model_, micro, &precision_,
-                              AccumulateOptions{global_targets, gradients_.backward_hook()});
+  torch::Tensor loss = pipeline_ ? pipeline_->step(model_, mine, precision_, global_targets, gradients_.backward_hook())
+                                 : accumulate_gradients(model_, mine, &precision_,
+                                                        AccumulateOptions{global_targets, gradients_.backward_hook()});
+  if (cp) {
+    loss = loss.detach().clone();
+    cp->all_reduce_sum_now(loss, "sum of the context-parallel chunks' loss");
+  }
+  return loss;
 }
 
 double ForwardBackward::evaluate(const std::vector<Batch>& batches) {
-  if (pipeline_) return pipeline_->evaluate(model_, batches, precision_);
-  return gputrain::evaluate(model_, batches, &precision_);
+  Communicator* cp = groups_.cp();
+  const std::vector<Batch> mine = cp ? context_parts(batches, *cp) : batches;
+  // (The pipeline's evaluation sums over the world, the cp ranks' chunks included.)
+  if (pipeline_) return pipeline_->evaluate(model_, mine, precision_);
+  if (!cp) return gputrain::evaluate(model_, batches, &precision_);
+  const LossSum part = evaluate_sum(model_, mine, &precision_);
+  torch::Tensor sum = torch::tensor({part.loss, static_cast<double>(part.targets)}, torch::kDouble);
+  cp->all_reduce_sum_now(sum, "sum of the context-parallel chunks' evaluation loss");
+  return sum[0].item<double>() / std::max(sum[1].item<double>(), 1.0);
 }
 
 void ForwardBackward::run_in_step_memory(const std::function<void()>& f) {

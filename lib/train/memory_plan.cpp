@@ -61,7 +61,12 @@ MemoryPlan plan_memory(const Settings& s, int64_t batch) {
   double per_block = mixed ? 2 * d * 4 + inner * e : (2 * d + inner) * e;
   if (m.attention == AttentionImpl::kMath) per_block += H * T * (2 * e + 1);  // scores, probabilities, mask
   if (m.dropout > 0) per_block += 3 * d + h;                                  // bool masks (bytes)
-  const double tokens = static_cast<double>(batch) * T;
+  // Context parallelism: this rank's T / cp tokens; each block also keeps the keys and values it
+  // gathered from the other ranks, and the forward keeps one [T / cp, T] mask (bytes).
+  const double cp = static_cast<double>(s.parallel.cp);
+  const double tokens = static_cast<double>(batch) * T / cp;
+  const double gathered = static_cast<double>(batch) * 2 * kv * T * (cp - 1) / cp * e;
+  const double mask = cp > 1 ? static_cast<double>(batch) * T / cp * T : 0.0;
   const double blocks_plain = L * per_block;
   // A checkpointed block keeps only its input; in backward one block at a time is recomputed in full.
   double recomputed = 0;
@@ -72,8 +77,9 @@ MemoryPlan plan_memory(const Settings& s, int64_t batch) {
   const double outside = (3 * d) * e;  // embeddings sum and the final LayerNorm's input/output
   // In backward, the gradients flowing through one block need about that
   // block's activations again as working space.
-  p.activations_plain = tokens * (blocks_plain + outside + per_block);
-  p.activations = tokens * (blocks_ckpt + outside + per_block);
+  p.activations_plain = tokens * (blocks_plain + outside + per_block) + (L + 1) * gathered + mask;
+  p.activations =
+      tokens * (blocks_ckpt + outside + per_block) + (L - recomputed + (recomputed > 0 ? 1 : 0) + 1) * gathered + mask;
   // The loss. On CUDA the fused cross-entropy (model/cross_entropy.h) keeps
   // only the logits in the compute dtype, and backward writes their gradient
   // over them. Elsewhere fp32 logits and their log-softmax are kept; at the
@@ -109,11 +115,16 @@ std::string memory_plan_table(const Settings& s, const MemoryPlan& p) {
   const std::string optim_how =
       optim_name(s.optim.name) + ": " + optimizer_state_rule(s.optim) + (lora ? " (LoRA: of the adapters only)" : "");
   out += row("optimizer state", p.optimizer, optim_how.c_str());
-  out += row("activations", p.activations, "kept for backward, one micro-batch, with the recipe's checkpointing");
+  out +=
+      row("activations", p.activations,
+          s.parallel.cp > 1 ? "kept for backward, one micro-batch (this rank's seq_len / cp tokens, the keys and "
+                              "values gathered from the cp group, the attention mask), with the recipe's checkpointing"
+                            : "kept for backward, one micro-batch, with the recipe's checkpointing");
   out += row("activations without checkpointing", p.activations_plain, "(for comparison; not in the total)");
-  out += row("logits and loss", p.logits,
-             "micro-batch x seq_len x vocab x 16-18 bytes at the peak of backward (CUDA, fused loss: 2-4, the gradient "
-             "written over the logits)");
+  out += row(
+      "logits and loss", p.logits,
+      "micro-batch x seq_len (/ cp) x vocab x 16-18 bytes at the peak of backward (CUDA, fused loss: 2-4, the gradient "
+      "written over the logits)");
   out += row("total (estimate)", p.total(), "weights + gradients + optimizer + activations + logits");
   return out;
 }

@@ -33,7 +33,7 @@ std::vector<RankHoldings> plan_rank_memory(const Settings& s, const Grid& g) {
   const auto stages = split_stages(m, g.pp());
   const double bytes = bytes_of_weights(s);
   const double gathered_bytes = s.resolved_gather_dtype() == GatherDtype::kBf16 ? 2 : bytes;  // ZeRO-3's units
-  const int64_t zero = g.dp() > 1 ? s.parallel.zero : 0;
+  const int64_t zero = g.replicas() > 1 ? s.parallel.zero : 0;
   struct Held {
     double numel, state;  // this rank's share before ZeRO; its optimizer state bytes
     bool trainable, expert;
@@ -57,11 +57,11 @@ std::vector<RankHoldings> plan_rank_memory(const Settings& s, const Grid& g) {
     RankHoldings& r = out[st];
     r.stage = static_cast<int64_t>(st);
     for (const auto& [unit, b] : units) r.largest_unit = std::max(r.largest_unit, b);
-    // ZeRO-1/2 give whole parameters to owners (parallel/data_parallel.h), dense ones over the dp
-    // group and experts over their replicas, in gradient order; rank 0 owns the first run.
+    // ZeRO-1/2 give whole parameters to owners (parallel/data_parallel.h), dense ones over the
+    // replicas (dp x cp) and experts over their holders, in gradient order; rank 0 owns the first run.
     std::vector<double> owned_state[2];  // [experts][owner]: the optimizer state each owner holds
     for (const bool experts : {false, true}) {
-      const int replicas = experts ? g.dp() / g.ep() : g.dp();
+      const int replicas = experts ? g.replicas() / g.ep() : g.replicas();
       owned_state[experts].assign(static_cast<size_t>(replicas), 0.0);
       std::vector<const Held*> group;
       for (auto it = held.rbegin(); it != held.rend(); ++it)
@@ -83,25 +83,27 @@ std::vector<RankHoldings> plan_rank_memory(const Settings& s, const Grid& g) {
       }
     }
     r.largest_optimizer = r.optimizer;
-    // ZeRO-1/2: dp rank d owns dense run d and its experts' run d / ep (an expert's replicas are
-    // every ep-th dp rank, the same place in each run of ep ranks).
+    // ZeRO-1/2: the replica at (dp d, cp c) owns dense run d x cp + c and its experts' run
+    // (d / ep) x cp + c (an expert's holders are every ep-th dp rank's cp ranks).
     if (zero == 1 || zero == 2)
       for (int d = 0; d < g.dp(); ++d)
-        r.largest_optimizer = std::max(r.largest_optimizer, owned_state[0][static_cast<size_t>(d)] +
-                                                                owned_state[1][static_cast<size_t>(d / g.ep())]);
+        for (int c = 0; c < g.cp(); ++c)
+          r.largest_optimizer =
+              std::max(r.largest_optimizer, owned_state[0][static_cast<size_t>(d * g.cp() + c)] +
+                                                owned_state[1][static_cast<size_t>(d / g.ep() * g.cp() + c)]);
   }
   return out;
 }
 
 std::string rank_memory_table(const Settings& s, const Grid& g) {
   const double MiB = 1024.0 * 1024.0;
-  const int64_t zero = g.dp() > 1 ? s.parallel.zero : 0;
+  const int64_t zero = g.replicas() > 1 ? s.parallel.zero : 0;
   std::string out = fmt::format(
-      "memory per rank between steps (parallel.zero {} over dp {}, tp {}, pp {}, ep {}; what summary.json's "
+      "memory per rank between steps (parallel.zero {} over dp {}{}, tp {}, pp {}, ep {}; what summary.json's "
       "memory_per_rank reports)\n\n| stage | weights MiB | gradients MiB | optimizer MiB | sum MiB "
       "|{}\n|---|---:|---:|---:|---:|{}\n",
-      zero, g.dp(), g.tp(), g.pp(), g.ep(), zero == 3 ? " largest unit, gathered, MiB |" : "",
-      zero == 3 ? "---:|" : "");
+      zero, g.dp(), g.cp() > 1 ? fmt::format(" x cp {}", g.cp()) : "", g.tp(), g.pp(), g.ep(),
+      zero == 3 ? " largest unit, gathered, MiB |" : "", zero == 3 ? "---:|" : "");
   for (const RankHoldings& r : plan_rank_memory(s, g)) {
     out += fmt::format("| {} | {:.1f} | {:.1f} | {:.1f} | {:.1f} |", r.stage, r.weights / MiB, r.gradients / MiB,
                        r.optimizer / MiB, (r.weights + r.gradients + r.optimizer) / MiB);

@@ -28,19 +28,23 @@ torch::Tensor accumulate_gradients(Gpt& model, const std::vector<Batch>& micro_b
   return normalize(loss_sum);
 }
 
-double evaluate(Gpt& model, const std::vector<Batch>& batches, const Precision* precision) {
+LossSum evaluate_sum(Gpt& model, const std::vector<Batch>& batches, const Precision* precision) {
   torch::NoGradGuard no_grad;
   AutocastGuard autocast = autocast_for(precision);
   const bool was_training = model->is_training();
   model->eval();
-  double loss = 0;
-  int64_t count = 0;
+  LossSum sum;
   for (const auto& b : batches) {
-    loss += model->loss_sum(b.input, b.target, b.documents).item<double>();
-    count += b.target_count;
+    sum.loss += model->loss_sum(b.input, b.target, b.documents).item<double>();
+    sum.targets += b.target_count;
   }
   model->train(was_training);
-  return loss / static_cast<double>(std::max<int64_t>(count, 1));
+  return sum;
+}
+
+double evaluate(Gpt& model, const std::vector<Batch>& batches, const Precision* precision) {
+  const LossSum sum = evaluate_sum(model, batches, precision);
+  return sum.loss / static_cast<double>(std::max<int64_t>(sum.targets, 1));
 }
 
 }  // namespace gputrain

@@ -37,7 +37,13 @@ struct AccumulateOptions {
 torch::Tensor accumulate_gradients(Gpt& model, const std::vector<Batch>& micro_batches,
                                    const Precision* precision = nullptr, const AccumulateOptions& options = {});
 
-// Mean per-token loss over `batches`, without gradients, in eval mode.
+// The summed per-token loss over `batches` and their target count, without gradients, in eval mode.
+struct LossSum {
+  double loss = 0;
+  int64_t targets = 0;
+};
+LossSum evaluate_sum(Gpt& model, const std::vector<Batch>& batches, const Precision* precision = nullptr);
+// Their mean per-token loss.
 double evaluate(Gpt& model, const std::vector<Batch>& batches, const Precision* precision = nullptr);
 
 }  // namespace gputrain

@@ -778,10 +778,12 @@ void Trainer::roll_back() {
 std::optional<RowShare> Trainer::optimizer_row_share() const {
   // (Under expert parallelism an expert's rows are shared by its replicas, not by the dp group: the
   // state is read whole and cut as it loads.)
-  if (s_.parallel.zero != 3 || plan_.dp < 2 || s_.parallel.ep > 1) return std::nullopt;
   const Grid g(s_.parallel, plan_.group_world.size);
+  if (s_.parallel.zero != 3 || g.replicas() < 2 || s_.parallel.ep > 1) return std::nullopt;
   const GridCoord c = g.coord(plan_.group_world.rank);
-  return RowShare{c.dp, g.dp(), static_cast<size_t>(c.tp), static_cast<size_t>(g.tp()), zero3_shard_blocks(s_.optim)};
+  // ZeRO-3 shards over the replicas (every dp rank's cp ranks), in (dp, cp) order.
+  return RowShare{c.dp * g.cp() + c.cp, g.replicas(), static_cast<size_t>(c.tp), static_cast<size_t>(g.tp()),
+                  zero3_shard_blocks(s_.optim)};
 }
 
 // A line of metrics.jsonl (the metrics contract) and the progress line, for the steps since the last.
@@ -853,7 +855,7 @@ double Trainer::evaluate_all_windows() {
     const int64_t most = (eval_source_->window_count() + plan_.dp - 1) / plan_.dp;
     const Batch empty{torch::zeros({1, s_.model.seq_len}, torch::kLong).to(plan_.device),
                       torch::full({1, s_.model.seq_len}, kIgnoreIndex, torch::kLong).to(plan_.device), 0};
-    for (; forwards < (most + batch - 1) / batch; ++forwards) gputrain::evaluate(model_, {empty}, &*precision_);
+    for (; forwards < (most + batch - 1) / batch; ++forwards) passes_->evaluate({empty});
   }
   const torch::Tensor loss_sum = torch::tensor(t.loss_sum, torch::kDouble).to(plan_.device);
   const double total = sum_loss_and_any(*groups_, loss_sum, false).first.item<double>();
@@ -933,7 +935,7 @@ json Trainer::summary(const std::string& status) const {
   if (groups_->distributed()) {
     j["zero"] = s_.parallel.zero;
     const Grid& grid = groups_->grid();
-    j["grid"] = {{"dp", grid.dp()}, {"pp", grid.pp()}, {"tp", grid.tp()}};
+    j["grid"] = {{"dp", grid.dp()}, {"pp", grid.pp()}, {"tp", grid.tp()}, {"cp", grid.cp()}};
     if (par_.pipeline) j["pipeline"] = pipeline_report(par_.pipeline->layout());
   }
   return j;

@@ -116,3 +116,38 @@ TEST_CASE("grid: bubble fraction and the micro-batches a stage holds under each 
   CHECK(peak_micro_batches_held(PipelineSchedule::kOneFOneB, 4, 0, 2) == 2);
   CHECK(peak_micro_batches_held(PipelineSchedule::kGpipe, 4, 3, 8) == 8);
 }
+
+TEST_CASE("grid: context-parallel peers sit next to tensor-parallel ones, and replicas span dp and cp", "[parallel]") {
+  const Grid g(2, 2, 2, 1, 2);  // dp, pp, tp, ep, cp: rank = ((pp x 2 + dp) x 2 + cp) x 2 + tp
+  CHECK(g.size() == 16);
+  CHECK(g.replicas() == 4);
+  std::set<int> seen;
+  for (int r = 0; r < 16; ++r) {
+    const GridCoord c = g.coord(r);
+    CHECK(g.rank_of(c) == r);
+    seen.insert(((c.pp * 2 + c.dp) * 2 + c.cp) * 2 + c.tp);
+  }
+  CHECK(seen.size() == 16);
+  const GridCoord c = g.coord(7);  // pp 0, dp 1, cp 1, tp 1
+  CHECK((c.pp == 0 && c.dp == 1 && c.cp == 1 && c.tp == 1));
+  CHECK(g.tp_group(7) == std::vector<int>{6, 7});
+  CHECK(g.cp_group(7) == std::vector<int>{5, 7});
+  CHECK(g.dp_group(7) == std::vector<int>{1, 3, 5, 7});  // (dp, cp) order: the ZeRO shards' order
+  CHECK(g.pp_group(7) == std::vector<int>{7, 15});
+  // The degrees checked against the world name cp too.
+  ParallelSettings p;
+  p.cp = 2;
+  p.tp = 2;
+  CHECK(Grid(p, 8).dp() == 2);
+  p.dp = 3;
+  CHECK_THAT(test::error_message(ErrorKind::kConfig, [&] { Grid bad(p, 8); }),
+             Contains("parallel.dp (3) x tp (2) x pp (1) x cp (2) = 12 must equal the number of processes (8)"));
+}
+
+TEST_CASE("grid: expert parallelism runs over the dp ranks of one cp place, expert holders over every cp place",
+          "[parallel]") {
+  const Grid g(4, 1, 1, 2, 2);                                       // dp 4, ep 2, cp 2: rank = dp x 2 + cp
+  CHECK(g.ep_group(0) == std::vector<int>{0, 2});                    // dp 0 and 1 at cp 0
+  CHECK(g.ep_group(3) == std::vector<int>{1, 3});                    // dp 0 and 1 at cp 1
+  CHECK(g.expert_replica_group(0) == std::vector<int>{0, 1, 4, 5});  // dp 0 and 2, both cp places
+}

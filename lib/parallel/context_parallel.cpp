@@ -1,0 +1,167 @@
+#include "parallel/context_parallel.h"
+
+#include <ATen/ATen.h>
+#include <torch/autograd.h>
+
+#include <memory>
+
+#include "parallel/group_handle.h"
+#include "util/ignore_index.h"
+
+namespace gputrain {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// Runs `collective` on flat copies (Gloo wants the ranks' parts joined along dim 0) on the
+// communicator's device, where `in` lives elsewhere (ranks sharing one GPU over Gloo), and hands
+// `out` back in `out_shape` on `in`'s device.
+template <typename Collective>
+torch::Tensor through_wire(Communicator& cp, torch::Tensor in, const std::vector<int64_t>& out_shape,
+                           Collective collective) {
+  const torch::Device home = in.device(), wire = cp.tensor_device();
+  in = in.to(wire).contiguous().view({-1});
+  int64_t numel = 1;
+  for (int64_t n : out_shape) numel *= n;
+  torch::Tensor out = torch::empty({numel}, in.options());
+  collective(out, in).wait();
+  return out.view(out_shape).to(home);
+}
+
+// x [..., Tl, D] -> [..., size x Tl, D]: every rank's tokens, in rank order. Backward: each rank's
+// part of the gradient, summed over the ranks whose queries read it.
+struct GatherSequence : torch::autograd::Function<GatherSequence> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, int64_t group) {
+    ctx->saved_data["group"] = group;
+    Communicator& cp = group_from_handle(group);
+    std::vector<int64_t> shape = x.sizes().vec();
+    shape.insert(shape.begin(), cp.size());
+    const torch::Tensor all = through_wire(cp, x, shape, [&](torch::Tensor& out, torch::Tensor& in) {
+      return cp.all_gather(out, in, "context-parallel keys and values");
+    });
+    std::vector<int64_t> joined = x.sizes().vec();
+    joined[joined.size() - 2] *= cp.size();
+    return all.movedim(0, -3).reshape(joined);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list g) {
+    Communicator& cp = group_from_handle(ctx->saved_data["group"].toInt());
+    std::vector<int64_t> parts = g[0].sizes().vec();
+    const int64_t Tl = parts[parts.size() - 2] / cp.size();
+    parts[parts.size() - 2] = cp.size();
+    parts.insert(parts.end() - 1, Tl);  // [..., size, Tl, D]
+    const torch::Tensor by_rank = g[0].reshape(parts).movedim(-3, 0);
+    std::vector<int64_t> mine = by_rank.sizes().vec();
+    mine.erase(mine.begin());
+    torch::Tensor grad = through_wire(cp, by_rank, mine, [&](torch::Tensor& out, torch::Tensor& in) {
+      return cp.reduce_scatter_sum(out, in, "context-parallel key and value gradients");
+    });
+    return {grad, torch::Tensor()};
+  }
+};
+
+// [B, 1, Tl, T]: which of every rank's keys (in rank order) each of this rank's queries sees: at or
+// before its place in the window, in its document (positions restart at 0 in each), within `window`.
+torch::Tensor visible_keys(const torch::Tensor& positions, int64_t window, Communicator& cp) {
+  torch::NoGradGuard no_grad;
+  const int n = cp.size();
+  const int64_t B = positions.size(0), Tl = positions.size(1), T = Tl * n;
+  const torch::Tensor gathered = through_wire(cp, positions.to(torch::kLong), {n, B, Tl},
+                                              [&](torch::Tensor& out, torch::Tensor& in) {
+                                                return cp.all_gather(out, in, "context-parallel positions");
+                                              })
+                                     .movedim(0, 1)
+                                     .reshape({B, T});
+  std::vector<torch::Tensor> each;
+  for (int r = 0; r < n; ++r) each.push_back(context_places(T, r, n, positions.device()));
+  const torch::Tensor key_places = torch::cat(each), query_places = each[static_cast<size_t>(cp.rank())];
+  torch::Tensor in_window = torch::empty({B, T}, gathered.options());
+  in_window.index_copy_(1, key_places, gathered);
+  const torch::Tensor document = (in_window == 0).cumsum(1);  // a document's tokens share the count of starts
+  const torch::Tensor distance = query_places.unsqueeze(1) - key_places.unsqueeze(0);  // [Tl, T]
+  torch::Tensor seen = distance >= 0;
+  if (window > 0) seen = seen.logical_and(distance < window);
+  const torch::Tensor same_document =
+      document.index_select(1, query_places).unsqueeze(2) == document.index_select(1, key_places).unsqueeze(1);
+  return same_document.logical_and(seen.unsqueeze(0)).unsqueeze(1);
+}
+
+torch::Tensor attend_gathered(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                              const torch::Tensor& visible, double dropout_p, AttentionImpl impl, Communicator& cp) {
+  // Keys and values travel together: one gather per layer.
+  const torch::Tensor kv = GatherSequence::apply(torch::stack({k, v}), group_handle(cp));
+  const torch::Tensor keys = kv[0], values = kv[1];
+  if (impl == AttentionImpl::kMath) return math_attention(q, keys, values, dropout_p, visible);
+  return at::scaled_dot_product_attention(q, keys, values, visible, dropout_p, /*is_causal=*/false,
+                                          /*scale=*/std::nullopt, /*enable_gqa=*/q.size(1) != k.size(1));
+}
+
+// One per model, shared by its blocks: the forward's mask is made at the first block and kept for
+// the others (and for a checkpointed block's recomputation while no other batch came between).
+class ContextAttention {
+ public:
+  explicit ContextAttention(Communicator& cp) : cp_(cp) {}
+  torch::Tensor operator()(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                           const DocumentLayout& layout, int64_t window, double dropout_p, AttentionImpl impl) {
+    // Holding the positions keeps their storage from being reused by another batch's.
+    if (!positions_.is_same(layout.positions) || window != window_) {
+      visible_ = visible_keys(layout.positions, window, cp_);
+      positions_ = layout.positions;
+      window_ = window;
+    }
+    return attend_gathered(q, k, v, visible_, dropout_p, impl, cp_);
+  }
+
+ private:
+  Communicator& cp_;
+  torch::Tensor positions_, visible_;
+  int64_t window_ = -1;
+};
+
+}  // namespace
+
+torch::Tensor context_places(int64_t T, int place, int size, torch::Device device) {
+  const int64_t chunk = T / (2 * size);
+  const auto opts = torch::TensorOptions().dtype(torch::kLong).device(device);
+  return torch::cat({torch::arange(place * chunk, (place + 1) * chunk, opts),
+                     torch::arange((2 * size - 1 - place) * chunk, (2 * size - place) * chunk, opts)});
+}
+
+Batch context_part(const Batch& b, int place, int size) {
+  const int64_t B = b.input.size(0), T = b.input.size(1);
+  const torch::Tensor places = context_places(T, place, size, b.input.device());
+  Batch out;
+  out.input = b.input.index_select(1, places);
+  out.target = b.target.index_select(1, places);
+  out.target_count = out.target.ne(kIgnoreIndex).sum().item<int64_t>();
+  // (No document offsets: the gathering attention masks by the positions.)
+  out.documents.positions = b.documents.defined() ? b.documents.positions.index_select(1, places)
+                                                  : places.unsqueeze(0).expand({B, places.size(0)}).contiguous();
+  return out;
+}
+
+std::vector<Batch> context_parts(const std::vector<Batch>& batches, const Communicator& cp) {
+  std::vector<Batch> out;
+  for (const auto& b : batches) out.push_back(context_part(b, cp.rank(), cp.size()));
+  return out;
+}
+
+void parallelize_context(Gpt& model, Communicator& cp) {
+  auto shared = std::make_shared<ContextAttention>(cp);
+  for (size_t i = 0; i < model->transformer->h->size(); ++i) {
+    auto& attn = *(*model->transformer->h)[i]->as<Block>()->attn;
+    attn.attention_tap = [shared, impl = attn.impl](const torch::Tensor& q, const torch::Tensor& k,
+                                                    const torch::Tensor& v, const DocumentLayout& layout,
+                                                    int64_t window, double dropout_p) {
+      return (*shared)(q, k, v, layout, window, dropout_p, impl);
+    };
+  }
+}
+
+torch::Tensor context_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                const torch::Tensor& positions, int64_t window, double dropout_p, AttentionImpl impl,
+                                Communicator& cp) {
+  return attend_gathered(q, k, v, visible_keys(positions, window, cp), dropout_p, impl, cp);
+}
+
+}  // namespace gputrain

@@ -1,0 +1,121 @@
+// parallel.cp through the binary: 2 and 4 processes splitting each sequence give one process's
+// per-step losses and gradient norms, also combined with dp, tp, pp and ZeRO-3, with rotary
+// positions, grouped-query attention, recomputation and a sliding window; a cp 2 checkpoint holds
+// the one-process model and resumes with one process; `gputrain plan` shows the cp groups; and
+// sequence lengths cp cannot cut are exit-2 errors naming the key.
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+
+#include "parallel_runs.h"
+#include "same_tensors.h"
+#include "test_util.h"
+
+using namespace gputrain::test;
+using Catch::Contains;
+namespace fs = std::filesystem;
+
+TEST_CASE("context parallel: cp 2 and 4, and cp with dp, tp, pp and ZeRO-3, match 1 process", "[parallel][cli][slow]") {
+  TempDir dir;
+  write_file(dir.file("r.yaml"), dp_recipe());  // GPT-2 (learned positions), seq_len 32
+  REQUIRE(train(dir.file("r.yaml"), dir.file("one"), 0, {}).exit_code == 0);
+  const auto loss1 = column(dir.file("one"), "loss");
+  const auto norm1 = column(dir.file("one"), "grad_norm");
+  const std::vector<Variant> variants = {
+      {"cp2", {"parallel.cp=2"}, 2},
+      {"cp4", {"parallel.cp=4"}, 4},
+      {"dp2-cp2", {"parallel.cp=2", "train.per_device_batch_size=2"}, 4},
+      {"tp2-cp2", {"parallel.cp=2", "parallel.tp=2"}, 4},
+      {"pp2-cp2", {"parallel.cp=2", "parallel.pp=2", "train.per_device_batch_size=2", "train.grad_accum_steps=2"}, 4},
+      {"zero3-cp2", {"parallel.cp=2", "parallel.zero=3"}, 2},
+      {"zero2-dp2-cp2", {"parallel.cp=2", "parallel.zero=2", "train.per_device_batch_size=2"}, 4},
+  };
+  for (const auto& v : variants) {
+    SECTION(v.name) {
+      // Tolerance 1e-5 (1e-4 where tp's partial sums add in another order).
+      const auto r = train_like_one_process(dir, dir.file("r.yaml"), v, loss1, norm1,
+                                            std::string(v.name).find("tp") == 0 ? 1e-4 : 1e-5);
+      INFO(r.output);
+      CHECK_THAT(r.output, Contains("context parallel: this rank holds chunks"));
+      const auto s = read_json(dir.file(v.name) + "/summary.json");
+      CHECK(s["grid"]["cp"] == (std::string(v.name) == "cp4" ? 4 : 2));
+    }
+  }
+}
+
+TEST_CASE(
+    "context parallel: rotary positions, grouped-query attention and recomputation under cp 2, a sliding "
+    "window under cp 4, and experts under ep 2 x cp 2 match 1 process",
+    "[parallel][cli][slow]") {
+  TempDir dir;
+  write_file(dir.file("r.yaml"), dp_recipe());
+  // Llama: rotary positions, 4 query heads over 2 key/value heads. (Packed documents under cp:
+  // document_attention_cli_test.cpp.)
+  const std::vector<std::string> llama = {"model.arch=llama", "model.n_head=4", "model.n_kv_head=2"};
+  REQUIRE(train(dir.file("r.yaml"), dir.file("one"), 0, llama).exit_code == 0);
+  train_like_one_process(
+      dir, dir.file("r.yaml"),
+      Variant{"cp2-recompute", with(llama, {"parallel.cp=2", "train.gradient_checkpointing=full"}), 2},
+      column(dir.file("one"), "loss"), column(dir.file("one"), "grad_norm"), 1e-5);
+  // Mistral's sliding window (8 of the 32 positions).
+  const std::vector<std::string> mistral = {"model.arch=mistral", "model.n_head=4", "model.n_kv_head=2",
+                                            "model.sliding_window=8"};
+  REQUIRE(train(dir.file("r.yaml"), dir.file("one-window"), 0, mistral).exit_code == 0);
+  train_like_one_process(dir, dir.file("r.yaml"), Variant{"cp4-window", with(mistral, {"parallel.cp=4"}), 4},
+                         column(dir.file("one-window"), "loss"), column(dir.file("one-window"), "grad_norm"), 1e-5);
+  // Experts split over ep 2 of dp 2, each sequence over cp 2 (no capacity limit and no balancing
+  // loss: both depend on how the tokens are split over ranks).
+  const std::vector<std::string> experts = {"model.moe.experts=4", "model.moe.top_k=2", "model.moe.capacity_factor=0",
+                                            "model.moe.aux_loss_coef=0"};
+  REQUIRE(train(dir.file("r.yaml"), dir.file("one-moe"), 0, experts).exit_code == 0);
+  train_like_one_process(
+      dir, dir.file("r.yaml"),
+      Variant{"ep2-dp2-cp2", with(experts, {"parallel.cp=2", "parallel.ep=2", "train.per_device_batch_size=2"}), 4},
+      column(dir.file("one-moe"), "loss"), column(dir.file("one-moe"), "grad_norm"), 1e-5);
+}
+
+TEST_CASE("context parallel: a cp 2 checkpoint holds the one-process model and resumes exactly, and with 1 process",
+          "[parallel][cli][slow]") {
+  TempDir dir;
+  write_file(dir.file("r.yaml"), dp_recipe());
+  const std::vector<std::string> sets = {"checkpoint.every=10"};
+  REQUIRE(train(dir.file("r.yaml"), dir.file("one"), 0, sets).exit_code == 0);
+  const std::vector<std::string> cp2 = with(sets, {"parallel.cp=2"});
+  auto r = train(dir.file("r.yaml"), dir.file("cp2"), 2, cp2);
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  const fs::path ckpt = fs::path(dir.file("cp2")) / "checkpoints/step_00000010";
+  check_same_model(fs::path(dir.file("one")) / "checkpoints/step_00000010", ckpt, 1e-5);
+
+  const auto straight = column(dir.file("cp2"), "loss");
+  auto same = train(dir.file("r.yaml"), dir.file("same"), 2, with_resume(cp2, ckpt.string()));
+  INFO(same.output);
+  REQUIRE(same.exit_code == 0);
+  check_continues(straight, column(dir.file("same"), "loss"), 10, 0);
+  auto single = train(dir.file("r.yaml"), dir.file("single"), 0, with_resume(sets, ckpt.string()));
+  INFO(single.output);
+  REQUIRE(single.exit_code == 0);
+  check_continues(straight, column(dir.file("single"), "loss"), 10, 1e-5);
+}
+
+TEST_CASE("context parallel: plan shows the cp groups and each rank's activations; lengths cp cannot cut are refused",
+          "[parallel][cli]") {
+  auto r = run_gputrain(
+      {"plan", "--world-size", "8", "--set", "parallel.cp=2", "--set", "parallel.tp=2", "--set", "model.seq_len=1024"});
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.output, Contains("parallel grid: dp 2 x pp 1 x cp 2 x tp 2 = 8 processes"));
+  CHECK_THAT(r.output, Contains("| 0 | 1 | 0 | 2, 6 |"));  // stage 0, cp place 1, tp shard 0: ranks 2 and 6
+  CHECK_THAT(r.output, Contains("cp groups (one per dp replica, stage and tp shard): [0, 2] [1, 3] [4, 6] [5, 7]"));
+  CHECK_THAT(r.output, Contains("chunks c and 3-c (place 0: tokens 0-255 and 768-1023)"));
+  CHECK_THAT(r.output, Contains("activations per rank under cp 2:"));
+
+  auto odd = run_gputrain({"plan", "--set", "parallel.cp=3", "--set", "model.seq_len=64"});
+  CHECK(odd.exit_code == 2);
+  CHECK_THAT(odd.output, Contains("parallel.cp: (3) needs model.seq_len (64) to divide into 2 x 3 equal chunks"));
+  CHECK_THAT(odd.output, Contains("use one of 1, 2, 4, 8, 16, 32"));
+  auto world = run_gputrain({"plan", "--world-size", "6", "--set", "parallel.cp=4"});
+  CHECK(world.exit_code == 2);
+  CHECK_THAT(world.output,
+             Contains("parallel.tp (1) x pp (1) x cp (4) = 4 does not divide the number of processes (6)"));
+}

@@ -1,0 +1,168 @@
+// Context parallelism (parallel/context_parallel.h): which tokens each rank holds, and the
+// gathering attention and a whole model split over 2 and 4 ranks (threads over Gloo) against
+// references that hold the whole sequence: float64 attention, and the model in one process.
+#include <catch2/catch.hpp>
+#include <ATen/ATen.h>
+
+#include <mutex>
+
+#include "model/attention.h"
+#include "parallel/context_parallel.h"
+#include "test_util.h"
+#include "thread_ranks.h"
+#include "util/document_layout.h"
+
+using namespace gputrain;
+
+namespace {
+
+// Each token's place in its document, for documents starting at `starts` of every row.
+torch::Tensor document_positions(int64_t B, int64_t T, const std::vector<int64_t>& starts) {
+  std::vector<int64_t> p(static_cast<size_t>(T));
+  for (int64_t i = 0, last = 0; i < T; ++i) {
+    for (int64_t s : starts)
+      if (s == i) last = i;
+    p[static_cast<size_t>(i)] = i - last;
+  }
+  return torch::tensor(p, torch::kLong).unsqueeze(0).repeat({B, 1});
+}
+
+// The one-process attention in float64: each query sees the keys at or before it in its document,
+// within `window`.
+torch::Tensor reference_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                  const torch::Tensor& positions, int64_t window) {
+  const int64_t T = q.size(2);
+  const torch::Tensor document = (positions == 0).cumsum(1);
+  const torch::Tensor i = torch::arange(T).unsqueeze(1), j = torch::arange(T).unsqueeze(0);
+  torch::Tensor seen = (j <= i);
+  if (window > 0) seen = seen.logical_and(i - j < window);
+  const torch::Tensor allowed = seen.unsqueeze(0).logical_and(document.unsqueeze(2) == document.unsqueeze(1));
+  return math_attention(q, k, v, 0.0, allowed.unsqueeze(1));
+}
+
+}  // namespace
+
+TEST_CASE("context parallel: rank r of cp holds chunks r and 2 cp - 1 - r, every token once", "[parallel]") {
+  CHECK(context_places(16, 1, 2, torch::kCPU).equal(torch::tensor({4, 5, 6, 7, 8, 9, 10, 11}, torch::kLong)));
+  CHECK(context_places(16, 0, 4, torch::kCPU).equal(torch::tensor({0, 1, 14, 15}, torch::kLong)));
+  for (const int cp : {2, 4}) {
+    std::vector<torch::Tensor> all;
+    for (int r = 0; r < cp; ++r) all.push_back(context_places(32, r, cp, torch::kCPU));
+    CHECK(std::get<0>(torch::cat(all).sort()).equal(torch::arange(32)));
+  }
+  Batch b;
+  b.input = torch::arange(16).view({2, 8});
+  b.target = b.input + 100;
+  b.target.index_put_({0, 7}, kIgnoreIndex);  // in rank 0's second chunk (places 6, 7)
+  const Batch mine = context_part(b, 0, 2);
+  CHECK(mine.input.equal(torch::tensor({{0, 1, 6, 7}, {8, 9, 14, 15}}, torch::kLong)));
+  CHECK(mine.target_count == 7);
+  CHECK(mine.documents.positions.equal(torch::tensor({{0, 1, 6, 7}, {0, 1, 6, 7}}, torch::kLong)));
+  // With documents, the positions are the documents' own.
+  b.documents = document_layout(document_positions(2, 8, {0, 5}));
+  CHECK(context_part(b, 0, 2).documents.positions.equal(torch::tensor({{0, 1, 1, 2}, {0, 1, 1, 2}}, torch::kLong)));
+}
+
+TEST_CASE(
+    "context parallel: the gathering attention's forward and backward match float64 attention over the whole "
+    "sequence",
+    "[parallel]") {
+  at::set_num_threads(1);
+  const int cp = GENERATE(2, 4);
+  const int kind = GENERATE(0, 1, 2);  // plain causal, packed documents, documents under a sliding window
+  CAPTURE(cp, kind);
+  const int64_t B = 2, H = 4, Hkv = 2, T = 384, D = 16;
+  const int64_t window = kind == 2 ? 40 : 0;
+  torch::manual_seed(3);
+  const auto f64 = torch::TensorOptions().dtype(torch::kDouble);
+  const torch::Tensor q = torch::randn({B, H, T, D}, f64), k = torch::randn({B, Hkv, T, D}, f64),
+                      v = torch::randn({B, Hkv, T, D}, f64), upstream = torch::randn({B, H, T, D}, f64);
+  const torch::Tensor positions =
+      kind == 0 ? torch::arange(T).unsqueeze(0).repeat({B, 1}) : document_positions(B, T, {0, 37, 90, 200, 201, 333});
+  // The reference and its gradients, in float64.
+  const torch::Tensor rq = q.clone().requires_grad_(), rk = k.clone().requires_grad_(), rv = v.clone().requires_grad_();
+  const torch::Tensor ref = reference_attention(rq, rk, rv, positions, window);
+  ref.backward(upstream);
+
+  std::vector<torch::Tensor> out(cp), dq(cp), dk(cp), dv(cp);
+  test::run_thread_ranks(cp, [&](int rank, Communicator& world) {
+    auto group = test::whole_group(world, "cp");
+    const torch::Tensor places = context_places(T, rank, cp, torch::kCPU);
+    auto mine = [&](const torch::Tensor& t) { return t.index_select(2, places).to(torch::kFloat).requires_grad_(); };
+    const torch::Tensor lq = mine(q), lk = mine(k), lv = mine(v);
+    const torch::Tensor y =
+        context_attention(lq, lk, lv, positions.index_select(1, places), window, 0.0, AttentionImpl::kSdpa, *group);
+    y.backward(upstream.index_select(2, places).to(torch::kFloat));
+    out[rank] = y.detach(), dq[rank] = lq.grad(), dk[rank] = lk.grad(), dv[rank] = lv.grad();
+  });
+  for (int r = 0; r < cp; ++r) {
+    CAPTURE(r);
+    const torch::Tensor places = context_places(T, r, cp, torch::kCPU);
+    auto theirs = [&](const torch::Tensor& t) { return t.index_select(2, places).to(torch::kFloat); };
+    CHECK(test::relative_error(out[r], theirs(ref.detach())) < 1e-5);
+    CHECK(test::relative_error(dq[r], theirs(rq.grad())) < 1e-5);
+    CHECK(test::relative_error(dk[r], theirs(rk.grad())) < 1e-5);
+    CHECK(test::relative_error(dv[r], theirs(rv.grad())) < 1e-5);
+  }
+  // Masking matters: without the documents, the first rank's output would differ.
+  if (kind == 1)
+    CHECK(test::relative_error(reference_attention(q, k, v, torch::arange(T).unsqueeze(0).repeat({B, 1}), 0)
+                                   .index_select(2, context_places(T, 0, cp, torch::kCPU))
+                                   .to(torch::kFloat),
+                               out[0]) > 1e-2);
+}
+
+namespace {
+
+std::mutex build_lock;  // the ranks (threads) share one generator: build one at a time, from one seed
+
+Gpt make_model(ModelArch arch) {
+  std::lock_guard<std::mutex> lock(build_lock);
+  torch::manual_seed(11);
+  ModelSettings m = test::model_settings(64, 32, 2, 4, 32);
+  m.arch = arch;
+  if (arch != ModelArch::kGpt) m.n_kv_head = 2;
+  if (arch == ModelArch::kMistral) m.sliding_window = 6;
+  return Gpt(m);
+}
+
+}  // namespace
+
+TEST_CASE("context parallel: a model split over 2 and 4 ranks gives one process's loss and gradients", "[parallel]") {
+  at::set_num_threads(1);
+  const int cp = GENERATE(2, 4);
+  const ModelArch arch = GENERATE(ModelArch::kGpt, ModelArch::kLlama, ModelArch::kMistral);
+  const bool documents = GENERATE(false, true);
+  CAPTURE(cp, static_cast<int>(arch), documents);
+  torch::manual_seed(5);
+  Batch b;
+  b.input = torch::randint(0, 64, {2, 32}, torch::kLong);
+  b.target = torch::randint(0, 64, {2, 32}, torch::kLong);
+  b.target_count = 64;
+  if (documents) b.documents = document_layout(document_positions(2, 32, {0, 9, 10, 23}));
+  Gpt whole = make_model(arch);
+  const torch::Tensor ref = whole->loss_sum(b.input, b.target, b.documents);
+  ref.backward();
+
+  std::vector<double> losses(cp);
+  std::vector<std::map<std::string, torch::Tensor>> grads(cp);
+  test::run_thread_ranks(cp, [&](int rank, Communicator& world) {
+    auto group = test::whole_group(world, "cp");
+    Gpt model = make_model(arch);
+    parallelize_context(model, *group);
+    const Batch mine = context_part(b, rank, cp);
+    const torch::Tensor loss = model->loss_sum(mine.input, mine.target, mine.documents);
+    loss.backward();
+    losses[rank] = loss.item<double>();
+    for (const auto& p : model->named_parameters()) grads[rank][p.key()] = p.value().grad().clone();
+  });
+  double total = 0;
+  for (double l : losses) total += l;
+  CHECK(total == Approx(ref.item<double>()).epsilon(1e-5));
+  for (const auto& p : whole->named_parameters()) {
+    INFO(p.key());
+    torch::Tensor sum = torch::zeros_like(p.value());
+    for (const auto& g : grads) sum += g.at(p.key());
+    CHECK(test::relative_error(sum, p.value().grad()) < 1e-5);
+  }
+}
