@@ -91,7 +91,7 @@ int print_plan(const CommonArgs& a, int world_size) {
           "a rank holding whole sequences: %.1f MiB\n",
           g.cp(), p.activations / (1024.0 * 1024.0), alone.activations / (1024.0 * 1024.0));
     }
-    if (s.parallel.zero > 0 && g.dp() > 1)
+    if (s.parallel.zero > 0 && g.replicas() > 1)
       std::printf("one rank with micro-batch %lld (%s, activations, logits): %.1f MiB\n",
                   static_cast<long long>(s.train.per_device_batch_size),
                   s.parallel.zero == 3 ? "its shards, three units' whole tensors"

@@ -91,12 +91,13 @@ torch::Tensor GradientReducer::clip_grad_norm(double max_norm, torch::Tensor* fo
   // each pipeline stage its own parameters (the tied embedding on the first
   // stage), split parameters by every tp rank (each holds its own slice),
   // replicated ones by tp rank 0; ZeRO-2 and 3 spread the gradients over the
-  // replicas (each rank holds its own parameters'), otherwise dp rank 0 speaks
-  // for the replicas, and for experts each rank of the first ep run for its own.
+  // replicas (each rank holds its own parameters'), otherwise dp rank 0 (its cp
+  // rank 0) speaks for the replicas, and for experts each rank of the first ep run
+  // for its own.
   const GridCoord& at = groups_.coord();
   std::vector<torch::Tensor> counted;
   for (size_t i = 0; i < params_.size(); ++i) {
-    const bool replica_speaks = zero_ >= 2 || (expert_[i] ? at.dp < groups_.grid().ep() : at.dp == 0);
+    const bool replica_speaks = zero_ >= 2 || (at.cp == 0 && (expert_[i] ? at.dp < groups_.grid().ep() : at.dp == 0));
     if (replica_speaks && (sharded_[i] || at.tp == 0) && share_.stage_counts(params_[i].name))
       counted.push_back(params_[i].tensor);
   }

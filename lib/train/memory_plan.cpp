@@ -62,11 +62,12 @@ MemoryPlan plan_memory(const Settings& s, int64_t batch) {
   if (m.attention == AttentionImpl::kMath) per_block += H * T * (2 * e + 1);  // scores, probabilities, mask
   if (m.dropout > 0) per_block += 3 * d + h;                                  // bool masks (bytes)
   // Context parallelism: this rank's T / cp tokens; each block also keeps the keys and values it
-  // gathered from the other ranks, and the forward keeps one [T / cp, T] mask (bytes).
+  // gathered from the other ranks, and the forward keeps one [T / cp, T] mask: booleans and the
+  // additive copy attention makes of them in the compute dtype.
   const double cp = static_cast<double>(s.parallel.cp);
   const double tokens = static_cast<double>(batch) * T / cp;
   const double gathered = static_cast<double>(batch) * 2 * kv * T * (cp - 1) / cp * e;
-  const double mask = cp > 1 ? static_cast<double>(batch) * T / cp * T : 0.0;
+  const double mask = cp > 1 ? static_cast<double>(batch) * T / cp * T * (1 + e) : 0.0;
   const double blocks_plain = L * per_block;
   // A checkpointed block keeps only its input; in backward one block at a time is recomputed in full.
   double recomputed = 0;
