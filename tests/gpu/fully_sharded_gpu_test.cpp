@@ -107,6 +107,18 @@ TEST_CASE("gpu: ZeRO-3 over 2, 4 and 6 ranks sharing the GPU trains like one pro
        {"train.per_device_batch_size=1", "train.grad_accum_steps=2", "parallel.zero=3", "parallel.pp=2"},
        4,
        1e-4},
+      // Context parallelism (parallel/context_parallel.h) on CUDA: each sequence over cp 2, the keys
+      // and values of a grouped-query Llama gathered through the host (Gloo), its mask on the GPU.
+      {"context-parallel",
+       {"model.arch=llama", "model.n_head=4", "model.n_kv_head=2"},
+       {"parallel.cp=2", "parallel.zero=3"},
+       2,
+       1e-4},
+      {"context-parallel-bf16",
+       {"model.arch=llama", "model.n_head=4", "model.n_kv_head=2", "precision.mode=bf16"},
+       {"train.per_device_batch_size=2", "parallel.cp=2", "parallel.zero=3"},
+       4,
+       2e-2},
       // dp 2 x pp 3 gathering bf16: the middle stage's stream is bf16 on the GPU.
       {"pipeline-bf16",
        {"model.tie_embeddings=false", "model.n_layer=3", "precision.mode=bf16"},

@@ -144,3 +144,47 @@ TEST_CASE("context parallel: every precision mode and LoRA under cp 2 follow 1 p
     CHECK_THAT(r.output, Contains("LoRA"));
   }
 }
+
+TEST_CASE(
+    "context parallel: evaluation under cp 2 (eval batches, the whole eval set, through a pipeline, under "
+    "ZeRO-3) gives 1 process's eval loss",
+    "[parallel][cli][slow]") {
+  TempDir dir;
+  std::string recipe = dp_recipe();
+  recipe.insert(recipe.find("train: {per_device_batch_size"),  // data.eval, before the train section
+                "  eval: {format: text, path: " + shared_data("tinyshakespeare.txt") + ", span: [0.5, 0.505]}\n");
+  write_file(dir.file("r.yaml"), recipe);
+  auto eval_losses = [](const std::string& out) {
+    std::vector<double> v;
+    for (const auto& line : read_jsonl(out + "/metrics.jsonl"))
+      if (line.contains("eval_loss")) v.push_back(line["eval_loss"].get<double>());
+    return v;
+  };
+  const std::vector<std::string> eval = {"train.eval_every=10", "train.eval_steps=3"};
+  for (const bool full : {false, true}) {
+    CAPTURE(full);
+    const std::vector<std::string> sets = with(eval, {full ? "train.eval_full=true" : "train.eval_full=false"});
+    const std::string suffix = full ? "-full" : "";
+    REQUIRE(train(dir.file("r.yaml"), dir.file("one" + suffix), 0, sets).exit_code == 0);
+    const auto eval1 = eval_losses(dir.file("one" + suffix));
+    REQUIRE(eval1.size() == 2);  // steps 10 and 20
+    std::vector<Variant> variants = {{"cp2", with(sets, {"parallel.cp=2"}), 2},
+                                     {"pp2-cp2", with(sets, {"parallel.cp=2", "parallel.pp=2"}), 4},
+                                     {"zero3-cp2", with(sets, {"parallel.cp=2", "parallel.zero=3"}), 2}};
+    // The whole eval set is the same for any batch split (eval batches are per_device_batch_size
+    // sequences each): there, dp 2 too, whose replicas each read half the windows.
+    if (full)
+      variants.push_back(
+          {"zero3-dp2-cp2", with(sets, {"parallel.cp=2", "parallel.zero=3", "train.per_device_batch_size=2"}), 4});
+    for (const auto& v : variants) {
+      CAPTURE(v.name);
+      const std::string out = dir.file(v.name + suffix);
+      const auto r = train(dir.file("r.yaml"), out, v.nproc, v.sets);
+      INFO(r.output);
+      REQUIRE(r.exit_code == 0);
+      const auto got = eval_losses(out);
+      REQUIRE(got.size() == eval1.size());
+      for (size_t i = 0; i < got.size(); ++i) CHECK(got[i] == Approx(eval1[i]).epsilon(1e-5));
+    }
+  }
+}
