@@ -126,10 +126,12 @@ std::string describe_parallelism(const ProcessGroups& groups, const ParallelPlan
   const Grid& grid = groups.grid();
   const GridCoord& at = groups.coord();
   const RankShare& share = par.share;
-  std::string s =
-      fmt::format("{} process(es) ({}), {}; grid dp {} x pp {} x cp {} x tp {}, this rank dp {} pp {} cp {} tp {}",
-                  groups.world().size, groups.world_comm()->backend_name(), groups.world().describe(), grid.dp(),
-                  grid.pp(), grid.cp(), grid.tp(), at.dp, at.pp, at.cp, at.tp);
+  // cp is named where it splits sequences.
+  const std::string cp = grid.cp() > 1 ? fmt::format(" x cp {}", grid.cp()) : "";
+  const std::string cp_at = grid.cp() > 1 ? fmt::format(" cp {}", at.cp) : "";
+  std::string s = fmt::format("{} process(es) ({}), {}; grid dp {} x pp {}{} x tp {}, this rank dp {} pp {}{} tp {}",
+                              groups.world().size, groups.world_comm()->backend_name(), groups.world().describe(),
+                              grid.dp(), grid.pp(), cp, grid.tp(), at.dp, at.pp, cp_at, at.tp);
   if (groups.tp()) {
     int64_t split = 0;
     for (const auto& t : share.tensor_split) split += t.dim >= 0 ? 1 : 0;

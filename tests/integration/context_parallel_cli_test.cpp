@@ -98,7 +98,7 @@ TEST_CASE("context parallel: a cp 2 checkpoint holds the one-process model and r
   check_continues(straight, column(dir.file("single"), "loss"), 10, 1e-5);
 }
 
-TEST_CASE("context parallel: plan shows the cp groups and each rank's activations; lengths cp cannot cut are refused",
+TEST_CASE("context parallel: plan shows the cp groups and each rank's activations, and refuses lengths cp cannot cut",
           "[parallel][cli]") {
   auto r = run_gputrain(
       {"plan", "--world-size", "8", "--set", "parallel.cp=2", "--set", "parallel.tp=2", "--set", "model.seq_len=1024"});
