@@ -44,8 +44,8 @@ TEST_CASE("context parallel: cp 2 and 4, and cp with dp, tp, pp and ZeRO-3, matc
 }
 
 TEST_CASE(
-    "context parallel: rotary positions, grouped-query attention and recomputation under cp 2, a sliding "
-    "window under cp 4, and experts under ep 2 x cp 2 match 1 process",
+    "context parallel: rotary positions, grouped-query attention and full or selective recomputation under cp 2, a "
+    "sliding window under cp 4, and experts under ep 2 x cp 2 match 1 process",
     "[parallel][cli][slow]") {
   TempDir dir;
   write_file(dir.file("r.yaml"), dp_recipe());
@@ -56,6 +56,10 @@ TEST_CASE(
   train_like_one_process(
       dir, dir.file("r.yaml"),
       Variant{"cp2-recompute", with(llama, {"parallel.cp=2", "train.gradient_checkpointing=full"}), 2},
+      column(dir.file("one"), "loss"), column(dir.file("one"), "grad_norm"), 1e-5);
+  train_like_one_process(
+      dir, dir.file("r.yaml"),
+      Variant{"cp2-selective", with(llama, {"parallel.cp=2", "train.gradient_checkpointing=selective"}), 2},
       column(dir.file("one"), "loss"), column(dir.file("one"), "grad_norm"), 1e-5);
   // Mistral's sliding window (8 of the 32 positions).
   const std::vector<std::string> mistral = {"model.arch=mistral", "model.n_head=4", "model.n_kv_head=2",
@@ -74,8 +78,10 @@ TEST_CASE(
       column(dir.file("one-moe"), "loss"), column(dir.file("one-moe"), "grad_norm"), 1e-5);
 }
 
-TEST_CASE("context parallel: a cp 2 checkpoint holds the one-process model and resumes exactly, and with 1 process",
-          "[parallel][cli][slow]") {
+TEST_CASE(
+    "context parallel: a cp 2 checkpoint holds the one-process model and resumes exactly and with 1 process, "
+    "and a 1-process checkpoint resumes under cp 2",
+    "[parallel][cli][slow]") {
   TempDir dir;
   write_file(dir.file("r.yaml"), dp_recipe());
   const std::vector<std::string> sets = {"checkpoint.every=10"};
@@ -96,6 +102,12 @@ TEST_CASE("context parallel: a cp 2 checkpoint holds the one-process model and r
   INFO(single.output);
   REQUIRE(single.exit_code == 0);
   check_continues(straight, column(dir.file("single"), "loss"), 10, 1e-5);
+  // And the other way: the one-process checkpoint resumed under cp 2.
+  const std::string one_ckpt = dir.file("one") + "/checkpoints/step_00000010";
+  auto split = train(dir.file("r.yaml"), dir.file("split"), 2, with_resume(cp2, one_ckpt));
+  INFO(split.output);
+  REQUIRE(split.exit_code == 0);
+  check_continues(column(dir.file("one"), "loss"), column(dir.file("split"), "loss"), 10, 1e-5);
 }
 
 TEST_CASE("context parallel: plan shows the cp groups and each rank's activations, and refuses lengths cp cannot cut",
