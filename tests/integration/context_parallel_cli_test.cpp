@@ -94,20 +94,12 @@ TEST_CASE(
   check_same_model(fs::path(dir.file("one")) / "checkpoints/step_00000010", ckpt, 1e-5);
 
   const auto straight = column(dir.file("cp2"), "loss");
-  auto same = train(dir.file("r.yaml"), dir.file("same"), 2, with_resume(cp2, ckpt.string()));
-  INFO(same.output);
-  REQUIRE(same.exit_code == 0);
-  check_continues(straight, column(dir.file("same"), "loss"), 10, 0);
-  auto single = train(dir.file("r.yaml"), dir.file("single"), 0, with_resume(sets, ckpt.string()));
-  INFO(single.output);
-  REQUIRE(single.exit_code == 0);
-  check_continues(straight, column(dir.file("single"), "loss"), 10, 1e-5);
+  train_resumed(dir.file("r.yaml"), dir.file("same"), 2, with_resume(cp2, ckpt.string()), straight, 10, 0);
+  train_resumed(dir.file("r.yaml"), dir.file("single"), 0, with_resume(sets, ckpt.string()), straight, 10, 1e-5);
   // And the other way: the one-process checkpoint resumed under cp 2.
   const std::string one_ckpt = dir.file("one") + "/checkpoints/step_00000010";
-  auto split = train(dir.file("r.yaml"), dir.file("split"), 2, with_resume(cp2, one_ckpt));
-  INFO(split.output);
-  REQUIRE(split.exit_code == 0);
-  check_continues(column(dir.file("one"), "loss"), column(dir.file("split"), "loss"), 10, 1e-5);
+  train_resumed(dir.file("r.yaml"), dir.file("split"), 2, with_resume(cp2, one_ckpt), column(dir.file("one"), "loss"),
+                10, 1e-5);
 }
 
 TEST_CASE("context parallel: plan shows the cp groups and each rank's activations, and refuses lengths cp cannot cut",

@@ -689,14 +689,8 @@ TEST_CASE("parallel: a pipeline-parallel checkpoint holds the whole model, expor
 
   // Resumed at step 10: at the same pp exactly; with one process (pp 1), within float32 noise.
   const auto straight = column(dir.file("pp2"), "loss");
-  auto same = train(dir.file("r.yaml"), dir.file("same"), 2, with_resume(pp2, ckpt.string()));
-  INFO(same.output);
-  REQUIRE(same.exit_code == 0);
-  check_continues(straight, column(dir.file("same"), "loss"), 10, 0);
-  auto single = train(dir.file("r.yaml"), dir.file("single"), 0, with_resume(sets, ckpt.string()));
-  INFO(single.output);
-  REQUIRE(single.exit_code == 0);
-  check_continues(straight, column(dir.file("single"), "loss"), 10, 1e-4);
+  train_resumed(dir.file("r.yaml"), dir.file("same"), 2, with_resume(pp2, ckpt.string()), straight, 10, 0);
+  train_resumed(dir.file("r.yaml"), dir.file("single"), 0, with_resume(sets, ckpt.string()), straight, 10, 1e-4);
 
   // With batch size auto, validate cannot check parallel.pp_microbatches; the run does, before training.
   auto recut = train(

@@ -81,6 +81,16 @@ void check_continues(const std::vector<double>& straight, const std::vector<doub
   }
 }
 
+CommandResult train_resumed(const std::string& recipe, const std::string& out, int nproc,
+                            const std::vector<std::string>& sets, const std::vector<double>& straight, size_t steps,
+                            double tolerance) {
+  CommandResult r = train(recipe, out, nproc, sets);
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  check_continues(straight, column(out, "loss"), steps, tolerance);
+  return r;
+}
+
 std::vector<std::string> with_resume(std::vector<std::string> sets, const std::string& checkpoint) {
   sets.push_back("checkpoint.resume=" + checkpoint);
   return sets;

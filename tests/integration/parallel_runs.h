@@ -37,6 +37,12 @@ int worker_pid(int launcher, int rank);
 void check_continues(const std::vector<double>& straight, const std::vector<double>& resumed, size_t steps,
                      double tolerance);
 
+// Trains `sets` (a resume) into `out` as `nproc` processes (0: one plain process), requires it to
+// succeed and checks that its losses continue `straight`'s last `steps` (check_continues); returns it.
+CommandResult train_resumed(const std::string& recipe, const std::string& out, int nproc,
+                            const std::vector<std::string>& sets, const std::vector<double>& straight, size_t steps,
+                            double tolerance);
+
 // `sets` plus checkpoint.resume=`checkpoint`.
 std::vector<std::string> with_resume(std::vector<std::string> sets, const std::string& checkpoint);
 
