@@ -958,6 +958,15 @@ void add_parallel_fields(std::vector<FieldSpec>& f) {
                         "layer but attention works on those tokens alone, attention gathers the keys and values of "
                         "the others; model.seq_len must divide by 2 cp")
                   .resume(ResumePolicy::kReported));
+  f.push_back(
+      enum_field(KEY(parallel.cp_method),
+                 EnumTable<ContextMethod>{{"allgather", ContextMethod::kAllGather}, {"ring", ContextMethod::kRing}},
+                 "cp > 1: how attention meets the other ranks' keys and values. allgather = gather them all "
+                 "(one exchange per layer, every key and a [T / cp, T] mask held per rank); ring = pass them "
+                 "round the cp group one rank's block at a time, each exchange overlapping the previous "
+                 "block's attention, merged by exact log-sum-exp (memory bounded by one block; no attention "
+                 "dropout)")
+          .resume(ResumePolicy::kReported));
   f.push_back(enum_field(KEY(parallel.backend),
                          EnumTable<CommBackend>{
                              {"auto", CommBackend::kAuto}, {"nccl", CommBackend::kNccl}, {"gloo", CommBackend::kGloo}},

@@ -269,6 +269,8 @@ enum class GatherDtype { kAuto, kWeights, kBf16 };
 enum class PipelineSchedule { kOneFOneB, kGpipe };
 // Where the optimizer state lives: with the shards; host memory (CUDA runs); files (zero 3).
 enum class OptimizerOffload { kNone, kCpu, kNvme };
+// How context-parallel attention meets the other ranks' keys and values.
+enum class ContextMethod { kAllGather, kRing };
 
 // How the processes of a run share the work (parallel/). The world itself
 // (rank, size, rendezvous) comes from the environment (parallel/world.h).
@@ -280,6 +282,7 @@ struct ParallelSettings {
   int64_t pp_microbatches = 0;  // 0 = train.grad_accum_steps micro-batches per step
   int64_t ep = 1;  // expert-parallel degree: each mixture layer's experts split over ep data-parallel ranks
   int64_t cp = 1;  // context-parallel degree: each sequence split over cp ranks (parallel/context_parallel.h)
+  ContextMethod cp_method = ContextMethod::kAllGather;
   CommBackend backend = CommBackend::kAuto;  // auto = NCCL on CUDA, Gloo on the CPU
   double bucket_mb = 25;                     // gradients are all-reduced in buckets of about this size, during backward
   int64_t zero = 0;                   // 0 = replicated; 1 = shard optimizer state; 2 = also gradients; 3 = also weights

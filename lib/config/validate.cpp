@@ -390,6 +390,13 @@ void check_parallel(Checker& c) {
             (works.empty() ? std::string("use parallel.cp: 1") : "use one of " + works) +
                 ", or a model.seq_len that is a multiple of " + str(2 * p.cp));
   }
+  if (p.cp_method == ContextMethod::kRing && p.cp > 1 && m.dropout > 0)
+    c.error("parallel.cp_method",
+            "ring cannot drop attention weights (model.dropout is above 0): its backward recomputes each "
+            "block's attention from the saved log-sum-exp",
+            "set model.dropout: 0, or parallel.cp_method: allgather");
+  if (p.cp_method == ContextMethod::kRing && p.cp == 1)
+    c.warning("parallel.cp_method", "ring has no effect with parallel.cp: 1", "remove it, or set parallel.cp above 1");
   if (p.pp > m.n_layer)
     c.error("parallel.pp",
             "(" + str(p.pp) + ") exceeds model.n_layer (" + str(m.n_layer) + "): every stage needs a block",

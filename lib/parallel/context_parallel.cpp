@@ -6,6 +6,8 @@
 #include <memory>
 
 #include "parallel/group_handle.h"
+#include "parallel/ring_attention.h"
+#include "util/error.h"
 #include "util/ignore_index.h"
 
 namespace gputrain {
@@ -60,32 +62,6 @@ struct GatherSequence : torch::autograd::Function<GatherSequence> {
   }
 };
 
-// [B, 1, Tl, T]: which of every rank's keys (in rank order) each of this rank's queries sees: at or
-// before its place in the window, in its document (positions restart at 0 in each), within `window`.
-torch::Tensor visible_keys(const torch::Tensor& positions, int64_t window, Communicator& cp) {
-  torch::NoGradGuard no_grad;
-  const int n = cp.size();
-  const int64_t B = positions.size(0), Tl = positions.size(1), T = Tl * n;
-  const torch::Tensor gathered = through_wire(cp, positions.to(torch::kLong), {n, B, Tl},
-                                              [&](torch::Tensor& out, torch::Tensor& in) {
-                                                return cp.all_gather(out, in, "context-parallel positions");
-                                              })
-                                     .movedim(0, 1)
-                                     .reshape({B, T});
-  std::vector<torch::Tensor> each;
-  for (int r = 0; r < n; ++r) each.push_back(context_places(T, r, n, positions.device()));
-  const torch::Tensor key_places = torch::cat(each), query_places = each[static_cast<size_t>(cp.rank())];
-  torch::Tensor in_window = torch::empty({B, T}, gathered.options());
-  in_window.index_copy_(1, key_places, gathered);
-  const torch::Tensor document = (in_window == 0).cumsum(1);  // a document's tokens share the count of starts
-  const torch::Tensor distance = query_places.unsqueeze(1) - key_places.unsqueeze(0);  // [Tl, T]
-  torch::Tensor seen = distance >= 0;
-  if (window > 0) seen = seen.logical_and(distance < window);
-  const torch::Tensor same_document =
-      document.index_select(1, query_places).unsqueeze(2) == document.index_select(1, key_places).unsqueeze(1);
-  return same_document.logical_and(seen.unsqueeze(0)).unsqueeze(1);
-}
-
 torch::Tensor attend_gathered(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                               const torch::Tensor& visible, double dropout_p, AttentionImpl impl, Communicator& cp) {
   // Keys and values travel together: one gather per layer.
@@ -96,36 +72,39 @@ torch::Tensor attend_gathered(const torch::Tensor& q, const torch::Tensor& k, co
                                           /*scale=*/std::nullopt, /*enable_gqa=*/q.size(1) != k.size(1));
 }
 
-// One per model, shared by its blocks: the forward's mask is made at the first block and kept for
-// the others (and for a checkpointed block's recomputation while no other batch came between).
+torch::Tensor attend_ring(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                          const ContextLayout& layout, double dropout_p, Communicator& cp) {
+  if (dropout_p > 0)  // validate.cpp refuses the recipe; this guards other callers
+    throw config_error("parallel.cp_method: ring cannot drop attention weights; set model.dropout: 0 or use allgather");
+  return ring_attention(q, k, v, layout, cp);
+}
+
+// One per model, shared by its blocks: the forward's layout (and the gathering method's mask) is
+// made at the first block and kept for the others, and for a checkpointed block's recomputation
+// while no other batch came between.
 class ContextAttention {
  public:
-  explicit ContextAttention(Communicator& cp) : cp_(cp) {}
+  ContextAttention(Communicator& cp, ContextMethod method) : cp_(cp), method_(method) {}
   torch::Tensor operator()(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                            const DocumentLayout& layout, int64_t window, double dropout_p, AttentionImpl impl) {
     // Holding the positions keeps their storage from being reused by another batch's.
-    if (!positions_.is_same(layout.positions) || window != window_) {
-      visible_ = visible_keys(layout.positions, window, cp_);
+    if (!positions_.is_same(layout.positions) || window != layout_.window) {
+      layout_ = context_layout(layout.positions, window, cp_);
+      visible_ = method_ == ContextMethod::kAllGather ? layout_.visible_all(cp_.rank()) : torch::Tensor();
       positions_ = layout.positions;
-      window_ = window;
     }
+    if (method_ == ContextMethod::kRing) return attend_ring(q, k, v, layout_, dropout_p, cp_);
     return attend_gathered(q, k, v, visible_, dropout_p, impl, cp_);
   }
 
  private:
   Communicator& cp_;
+  ContextMethod method_;
+  ContextLayout layout_{torch::Tensor(), torch::Tensor(), -1};
   torch::Tensor positions_, visible_;
-  int64_t window_ = -1;
 };
 
 }  // namespace
-
-torch::Tensor context_places(int64_t T, int place, int size, torch::Device device) {
-  const int64_t chunk = T / (2 * size);
-  const auto opts = torch::TensorOptions().dtype(torch::kLong).device(device);
-  return torch::cat({torch::arange(place * chunk, (place + 1) * chunk, opts),
-                     torch::arange((2 * size - 1 - place) * chunk, (2 * size - place) * chunk, opts)});
-}
 
 Batch context_part(const Batch& b, int place, int size) {
   const int64_t B = b.input.size(0), T = b.input.size(1);
@@ -146,8 +125,8 @@ std::vector<Batch> context_parts(const std::vector<Batch>& batches, const Commun
   return out;
 }
 
-void parallelize_context(Gpt& model, Communicator& cp) {
-  auto shared = std::make_shared<ContextAttention>(cp);
+void parallelize_context(Gpt& model, Communicator& cp, ContextMethod method) {
+  auto shared = std::make_shared<ContextAttention>(cp, method);
   for (size_t i = 0; i < model->transformer->h->size(); ++i) {
     auto& attn = *(*model->transformer->h)[i]->as<Block>()->attn;
     attn.attention_tap = [shared, impl = attn.impl](const torch::Tensor& q, const torch::Tensor& k,
@@ -160,8 +139,10 @@ void parallelize_context(Gpt& model, Communicator& cp) {
 
 torch::Tensor context_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                 const torch::Tensor& positions, int64_t window, double dropout_p, AttentionImpl impl,
-                                Communicator& cp) {
-  return attend_gathered(q, k, v, visible_keys(positions, window, cp), dropout_p, impl, cp);
+                                ContextMethod method, Communicator& cp) {
+  const ContextLayout layout = context_layout(positions, window, cp);
+  if (method == ContextMethod::kRing) return attend_ring(q, k, v, layout, dropout_p, cp);
+  return attend_gathered(q, k, v, layout.visible_all(cp.rank()), dropout_p, impl, cp);
 }
 
 }  // namespace gputrain

@@ -90,7 +90,7 @@ ParallelModel parallelize(Gpt& model, const ProcessGroups& groups, const Paralle
     share.tensor_split = parallelize_tensor(model, *groups.tp());
     if (initial) initial->set_tensor_split(share.tensor_split, groups.tp()->rank(), groups.tp()->size());
   }
-  if (groups.cp()) parallelize_context(model, *groups.cp());
+  if (groups.cp()) parallelize_context(model, *groups.cp(), plan.parallel.cp_method);
   keep_pipeline_stage(model, groups, share);
   keep_experts(model, groups, share);
   share.recomputed_blocks = apply_activation_checkpointing(model, plan.checkpointing, plan.checkpoint_every);
@@ -139,10 +139,10 @@ std::string describe_parallelism(const ProcessGroups& groups, const ParallelPlan
                      share.tensor_split.size(), grid.tp());
   }
   if (groups.cp())
-    s += fmt::format(
-        "; context parallel: this rank holds chunks {} and {} of each sequence's {} (cp {}), attention gathers the "
-        "others' keys and values",
-        at.cp, 2 * grid.cp() - 1 - at.cp, 2 * grid.cp(), grid.cp());
+    s += fmt::format("; context parallel: this rank holds chunks {} and {} of each sequence's {} (cp {}), attention {}",
+                     at.cp, 2 * grid.cp() - 1 - at.cp, 2 * grid.cp(), grid.cp(),
+                     plan.parallel.cp_method == ContextMethod::kRing ? "passes keys and values round the ring"
+                                                                     : "gathers the others' keys and values");
   if (groups.pp())
     s += fmt::format("; pipeline: stage {} of {} runs blocks [{}, {}){}{}, {} schedule", at.pp, grid.pp(),
                      share.stage.first, share.stage.last, share.stage.embeds ? " and the embeddings" : "",

@@ -8,6 +8,7 @@
 #include "model/architecture.h"
 #include "model/gpt_shapes.h"
 #include "optim/make_optimizer.h"
+#include "parallel/ring_attention.h"
 
 namespace gputrain {
 namespace {
@@ -58,16 +59,22 @@ MemoryPlan plan_memory(const Settings& s, int64_t batch) {
       4 * d + 2 * kv + (rotary ? d + kv : 0) + moe_factor * mlp_values +
       (m.moe.enabled() ? 2.0 * static_cast<double>(m.moe.experts) : 0.0);  // besides the norms' 2 d inputs
   const double e = (mixed || pure) ? 2 : 4;
-  double per_block = mixed ? 2 * d * 4 + inner * e : (2 * d + inner) * e;
-  if (m.attention == AttentionImpl::kMath) per_block += H * T * (2 * e + 1);  // scores, probabilities, mask
-  if (m.dropout > 0) per_block += 3 * d + h;                                  // bool masks (bytes)
-  // Context parallelism: this rank's T / cp tokens; each block also keeps the keys and values it
-  // gathered from the other ranks, and the forward keeps one [T / cp, T] mask: booleans and the
-  // additive copy attention makes of them in the compute dtype.
   const double cp = static_cast<double>(s.parallel.cp);
+  const bool ring = cp > 1 && s.parallel.cp_method == ContextMethod::kRing;  // keeps no [., T] scores
+  double per_block = mixed ? 2 * d * 4 + inner * e : (2 * d + inner) * e;
+  if (m.attention == AttentionImpl::kMath && !ring) per_block += H * T * (2 * e + 1);  // scores, probabilities, mask
+  if (m.dropout > 0) per_block += 3 * d + h;                                           // bool masks (bytes)
+  // Context parallelism: this rank's T / cp tokens. allgather: each block also keeps the keys and
+  // values it gathered, and the forward keeps one [T / cp, T] mask (booleans and attention's additive
+  // copy in the compute dtype). ring: each block keeps its float32 log-sum-exp (its output is
+  // attention's, counted above); the working space is two key/value blocks (at hand and on the
+  // wire) and one tile's float32 scores, weights and their gradient.
   const double tokens = static_cast<double>(batch) * T / cp;
-  const double gathered = static_cast<double>(batch) * 2 * kv * T * (cp - 1) / cp * e;
-  const double mask = cp > 1 ? static_cast<double>(batch) * T / cp * T * (1 + e) : 0.0;
+  const double cp_kept = ring ? tokens * 4 * H : static_cast<double>(batch) * 2 * kv * T * (cp - 1) / cp * e;
+  const double tile = static_cast<double>(ring_tile_rows(batch, m.n_head, m.seq_len / s.parallel.cp));
+  const double exchange = !(cp > 1) ? 0.0
+                          : ring    ? tokens * 2 * kv * e * 2 + static_cast<double>(batch) * H * tile * (T / cp) * 4 * 3
+                                    : tokens * T * (1 + e);
   const double blocks_plain = L * per_block;
   // A checkpointed block keeps only its input; in backward one block at a time is recomputed in full.
   double recomputed = 0;
@@ -78,9 +85,9 @@ MemoryPlan plan_memory(const Settings& s, int64_t batch) {
   const double outside = (3 * d) * e;  // embeddings sum and the final LayerNorm's input/output
   // In backward, the gradients flowing through one block need about that
   // block's activations again as working space.
-  p.activations_plain = tokens * (blocks_plain + outside + per_block) + (L + 1) * gathered + mask;
-  p.activations =
-      tokens * (blocks_ckpt + outside + per_block) + (L - recomputed + (recomputed > 0 ? 1 : 0) + 1) * gathered + mask;
+  p.activations_plain = tokens * (blocks_plain + outside + per_block) + (L + 1) * cp_kept + exchange;
+  p.activations = tokens * (blocks_ckpt + outside + per_block) +
+                  (L - recomputed + (recomputed > 0 ? 1 : 0) + 1) * cp_kept + exchange;
   // The loss. On CUDA the fused cross-entropy (model/cross_entropy.h) keeps
   // only the logits in the compute dtype, and backward writes their gradient
   // over them. Elsewhere fp32 logits and their log-softmax are kept; at the
@@ -116,11 +123,13 @@ std::string memory_plan_table(const Settings& s, const MemoryPlan& p) {
   const std::string optim_how =
       optim_name(s.optim.name) + ": " + optimizer_state_rule(s.optim) + (lora ? " (LoRA: of the adapters only)" : "");
   out += row("optimizer state", p.optimizer, optim_how.c_str());
-  out +=
-      row("activations", p.activations,
-          s.parallel.cp > 1 ? "kept for backward, one micro-batch (this rank's seq_len / cp tokens, the keys and "
-                              "values gathered from the cp group, the attention mask), with the recipe's checkpointing"
-                            : "kept for backward, one micro-batch, with the recipe's checkpointing");
+  out += row("activations", p.activations,
+             s.parallel.cp == 1 ? "kept for backward, one micro-batch, with the recipe's checkpointing"
+             : s.parallel.cp_method == ContextMethod::kRing
+                 ? "kept for backward, one micro-batch (this rank's seq_len / cp tokens, each block's float32 "
+                   "log-sum-exp, one ring step's working space), with the recipe's checkpointing"
+                 : "kept for backward, one micro-batch (this rank's seq_len / cp tokens, the keys and values gathered "
+                   "from the cp group, the attention mask), with the recipe's checkpointing");
   out += row("activations without checkpointing", p.activations_plain, "(for comparison; not in the total)");
   out += row(
       "logits and loss", p.logits,

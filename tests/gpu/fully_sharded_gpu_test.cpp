@@ -114,6 +114,12 @@ TEST_CASE("gpu: ZeRO-3 over 2, 4 and 6 ranks sharing the GPU trains like one pro
        {"parallel.cp=2", "parallel.zero=3"},
        2,
        1e-4},
+      // The ring method: blocks passed through the host, float32 block attention on the GPU.
+      {"context-parallel-ring",
+       {"model.arch=llama", "model.n_head=4", "model.n_kv_head=2"},
+       {"parallel.cp=2", "parallel.cp_method=ring", "parallel.zero=3"},
+       2,
+       1e-4},
       {"context-parallel-bf16",
        {"model.arch=llama", "model.n_head=4", "model.n_kv_head=2", "precision.mode=bf16"},
        {"train.per_device_batch_size=2", "parallel.cp=2", "parallel.zero=3"},

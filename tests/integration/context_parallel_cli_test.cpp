@@ -1,11 +1,13 @@
 // parallel.cp through the binary: 2 and 4 processes splitting each sequence give one process's
 // per-step losses and gradient norms, also combined with dp, tp, pp and ZeRO-3, with rotary
-// positions, grouped-query attention, recomputation and a sliding window; a cp 2 checkpoint holds
+// positions, grouped-query attention, recomputation and a sliding window, by either method of
+// parallel.cp_method; a cp 2 checkpoint holds
 // the one-process model and resumes with one process; `gputrain plan` shows the cp groups; and
 // sequence lengths cp cannot cut are exit-2 errors naming the key.
 #include <catch2/catch.hpp>
 
 #include <filesystem>
+#include <tuple>
 
 #include "parallel_runs.h"
 #include "same_tensors.h"
@@ -79,6 +81,47 @@ TEST_CASE(
 }
 
 TEST_CASE(
+    "context parallel: the ring method matches 1 process under cp 2 and 4, with dp, tp, pp and ZeRO-3, with "
+    "rotary recomputation, a sliding window and bf16",
+    "[parallel][cli][slow]") {
+  TempDir dir;
+  write_file(dir.file("r.yaml"), dp_recipe());
+  REQUIRE(train(dir.file("r.yaml"), dir.file("one"), 0, {}).exit_code == 0);
+  const std::vector<std::string> ring = {"parallel.cp_method=ring", "parallel.cp=2"};
+  const std::vector<Variant> variants = {
+      {"cp2", ring, 2},
+      {"cp4", {"parallel.cp_method=ring", "parallel.cp=4"}, 4},
+      {"dp2-cp2", with(ring, {"train.per_device_batch_size=2"}), 4},
+      {"tp2-cp2", with(ring, {"parallel.tp=2"}), 4},
+      {"pp2-cp2", with(ring, {"parallel.pp=2", "train.per_device_batch_size=2", "train.grad_accum_steps=2"}), 4},
+      {"zero3-cp2", with(ring, {"parallel.zero=3"}), 2},
+  };
+  for (const auto& v : variants) {
+    CAPTURE(v.name);
+    const auto r =
+        train_like_one_process(dir, dir.file("r.yaml"), v, column(dir.file("one"), "loss"),
+                               column(dir.file("one"), "grad_norm"), std::string(v.name).find("tp") == 0 ? 1e-4 : 1e-5);
+    CHECK_THAT(r.output, Contains("attention passes keys and values round the ring"));
+  }
+  // Each against its own one-process run: rotary positions over grouped-query heads, recomputed;
+  // Mistral's window (blocks wholly outside it are skipped); bf16 autocast (float32 inside the ring).
+  const std::vector<std::string> llama = {"model.arch=llama", "model.n_head=4", "model.n_kv_head=2"};
+  const std::vector<std::string> mistral = {"model.arch=mistral", "model.n_head=4", "model.n_kv_head=2",
+                                            "model.sliding_window=8"};
+  const std::vector<std::tuple<const char*, std::vector<std::string>, std::vector<std::string>, int, double>> own = {
+      {"llama-recompute", llama, with(ring, {"train.gradient_checkpointing=full"}), 2, 1e-5},
+      {"mistral-window", mistral, {"parallel.cp_method=ring", "parallel.cp=4"}, 4, 1e-5},
+      {"bf16", {"precision.mode=bf16"}, ring, 2, 5e-3}};
+  for (const auto& [name, model, sets, nproc, tolerance] : own) {
+    CAPTURE(name);
+    const std::string one = dir.file(std::string("one-") + name);
+    REQUIRE(train(dir.file("r.yaml"), one, 0, model).exit_code == 0);
+    train_like_one_process(dir, dir.file("r.yaml"), Variant{name, with(model, sets), nproc}, column(one, "loss"),
+                           column(one, "grad_norm"), tolerance);
+  }
+}
+
+TEST_CASE(
     "context parallel: a cp 2 checkpoint holds the one-process model and resumes exactly and with 1 process, "
     "and a 1-process checkpoint resumes under cp 2",
     "[parallel][cli][slow]") {
@@ -114,10 +157,32 @@ TEST_CASE("context parallel: plan shows the cp groups and each rank's activation
   CHECK_THAT(r.output, Contains("chunks c and 3-c (place 0: tokens 0-255 and 768-1023)"));
   CHECK_THAT(r.output, Contains("activations per rank under cp 2:"));
 
+  // The ring keeps no gathered keys and values and no [T / cp, T] mask: less at 8192 tokens.
+  auto activations = [](const std::vector<std::string>& method) {
+    std::vector<std::string> args = {"plan",  "--world-size",      "2", "--set", "parallel.cp=2",
+                                     "--set", "model.seq_len=8192"};
+    args.insert(args.end(), method.begin(), method.end());
+    const auto p = run_gputrain(args);
+    INFO(p.output);
+    REQUIRE(p.exit_code == 0);
+    CHECK_THAT(p.output, Contains(method.empty() ? "the attention mask" : "one ring step's working space"));
+    const std::string key = "activations per rank under cp 2: ";
+    const size_t at = p.output.find(key);
+    REQUIRE(at != std::string::npos);
+    return std::stod(p.output.substr(at + key.size()));
+  };
+  const double gathering = activations({}), ring = activations({"--set", "parallel.cp_method=ring"});
+  CAPTURE(gathering, ring);
+  CHECK(ring < gathering);
   auto odd = run_gputrain({"plan", "--set", "parallel.cp=3", "--set", "model.seq_len=64"});
   CHECK(odd.exit_code == 2);
   CHECK_THAT(odd.output, Contains("parallel.cp: (3) needs model.seq_len (64) to divide into 2 x 3 equal chunks"));
   CHECK_THAT(odd.output, Contains("use one of 1, 2, 4, 8, 16, 32"));
+  auto dropout = run_gputrain(
+      {"plan", "--set", "parallel.cp=2", "--set", "parallel.cp_method=ring", "--set", "model.dropout=0.1"});
+  CHECK(dropout.exit_code == 2);
+  CHECK_THAT(dropout.output, Contains("parallel.cp_method: ring cannot drop attention weights"));
+  CHECK_THAT(dropout.output, Contains("set model.dropout: 0, or parallel.cp_method: allgather"));
   auto world = run_gputrain({"plan", "--world-size", "6", "--set", "parallel.cp=4"});
   CHECK(world.exit_code == 2);
   CHECK_THAT(world.output,

@@ -114,7 +114,8 @@ TEST_CASE("document attention: the whole-set eval loss does not depend on the do
 }
 
 TEST_CASE(
-    "document attention: 2 processes (ZeRO-3, ep 2 too), tp 2, cp 2 and 4, and pp 2 match 1 process, and a resume "
+    "document attention: 2 processes (ZeRO-3, ep 2 too), tp 2, cp 2 and 4 (all-gather and ring), and pp 2 match 1 "
+    "process, and a resume "
     "continues exactly",
     "[cli][documents][parallel][slow]") {
   TempDir dir;
@@ -129,6 +130,8 @@ TEST_CASE(
   // Each sequence split over 2 and 4 ranks: the chunks' documents meet in the gathered attention.
   train_like_one_process(dir, recipe, Variant{"cp2", {"parallel.cp=2"}, 2}, loss1, norm1, 1e-5);
   train_like_one_process(dir, recipe, Variant{"cp4", {"parallel.cp=4"}, 4}, loss1, norm1, 1e-5);
+  train_like_one_process(dir, recipe, Variant{"cp4-ring", {"parallel.cp=4", "parallel.cp_method=ring"}, 4}, loss1,
+                         norm1, 1e-5);
   train_like_one_process(
       dir, recipe, Variant{"pp2", {"parallel.pp=2", "train.per_device_batch_size=1", "train.grad_accum_steps=4"}, 2},
       loss1, norm1, 1e-4);

@@ -8,6 +8,7 @@
 
 #include "model/attention.h"
 #include "parallel/context_parallel.h"
+#include "parallel/ring_attention.h"
 #include "test_util.h"
 #include "thread_ranks.h"
 #include "util/document_layout.h"
@@ -64,13 +65,14 @@ TEST_CASE("context parallel: rank r of cp holds chunks r and 2 cp - 1 - r, every
 }
 
 TEST_CASE(
-    "context parallel: the gathering attention's forward and backward match float64 attention over the whole "
-    "sequence",
+    "context parallel: the gathering and the ring attention's forward and backward match float64 attention over "
+    "the whole sequence",
     "[parallel]") {
   at::set_num_threads(1);
   const int cp = GENERATE(2, 4);
   const int kind = GENERATE(0, 1, 2);  // plain causal, packed documents, documents under a sliding window
-  CAPTURE(cp, kind);
+  const int how = GENERATE(0, 1, 2);   // all-gather; ring; ring scoring 50 query rows at a time (a short last tile)
+  CAPTURE(cp, kind, how);
   const int64_t B = 2, H = 4, Hkv = 2, T = 384, D = 16;
   const int64_t window = kind == 2 ? 40 : 0;
   torch::manual_seed(3);
@@ -90,8 +92,11 @@ TEST_CASE(
     const torch::Tensor places = context_places(T, rank, cp, torch::kCPU);
     auto mine = [&](const torch::Tensor& t) { return t.index_select(2, places).to(torch::kFloat).requires_grad_(); };
     const torch::Tensor lq = mine(q), lk = mine(k), lv = mine(v);
+    const torch::Tensor mine_positions = positions.index_select(1, places);
     const torch::Tensor y =
-        context_attention(lq, lk, lv, positions.index_select(1, places), window, 0.0, AttentionImpl::kSdpa, *group);
+        how == 2 ? ring_attention(lq, lk, lv, context_layout(mine_positions, window, *group), *group, 50)
+                 : context_attention(lq, lk, lv, mine_positions, window, 0.0, AttentionImpl::kSdpa,
+                                     how == 0 ? ContextMethod::kAllGather : ContextMethod::kRing, *group);
     y.backward(upstream.index_select(2, places).to(torch::kFloat));
     out[rank] = y.detach(), dq[rank] = lq.grad(), dk[rank] = lk.grad(), dv[rank] = lv.grad();
   });
@@ -133,7 +138,8 @@ TEST_CASE("context parallel: a model split over 2 and 4 ranks gives one process'
   const int cp = GENERATE(2, 4);
   const ModelArch arch = GENERATE(ModelArch::kGpt, ModelArch::kLlama, ModelArch::kMistral);
   const bool documents = GENERATE(false, true);
-  CAPTURE(cp, static_cast<int>(arch), documents);
+  const ContextMethod method = GENERATE(ContextMethod::kAllGather, ContextMethod::kRing);
+  CAPTURE(cp, static_cast<int>(arch), documents, static_cast<int>(method));
   torch::manual_seed(5);
   Batch b;
   b.input = torch::randint(0, 64, {2, 32}, torch::kLong);
@@ -149,7 +155,7 @@ TEST_CASE("context parallel: a model split over 2 and 4 ranks gives one process'
   test::run_thread_ranks(cp, [&](int rank, Communicator& world) {
     auto group = test::whole_group(world, "cp");
     Gpt model = make_model(arch);
-    parallelize_context(model, *group);
+    parallelize_context(model, *group, method);
     const Batch mine = context_part(b, rank, cp);
     const torch::Tensor loss = model->loss_sum(mine.input, mine.target, mine.documents);
     loss.backward();

@@ -1,0 +1,52 @@
+#include "parallel/context_layout.h"
+
+#include <ATen/ATen.h>
+
+#include <vector>
+
+namespace gputrain {
+
+torch::Tensor context_places(int64_t T, int place, int size, torch::Device device) {
+  const int64_t chunk = T / (2 * size);
+  const auto opts = torch::TensorOptions().dtype(torch::kLong).device(device);
+  return torch::cat({torch::arange(place * chunk, (place + 1) * chunk, opts),
+                     torch::arange((2 * size - 1 - place) * chunk, (2 * size - place) * chunk, opts)});
+}
+
+torch::Tensor ContextLayout::visible(int64_t queries, int64_t keys) const {
+  torch::NoGradGuard no_grad;
+  const torch::Tensor distance = places[queries].unsqueeze(1) - places[keys].unsqueeze(0);  // [Tl, Tl]
+  torch::Tensor seen = distance >= 0;
+  if (window > 0) seen = seen.logical_and(distance < window);
+  const torch::Tensor same_document = documents[queries].unsqueeze(2) == documents[keys].unsqueeze(1);
+  return same_document.logical_and(seen.unsqueeze(0)).unsqueeze(1);
+}
+
+torch::Tensor ContextLayout::visible_all(int64_t queries) const {
+  std::vector<torch::Tensor> each;
+  for (int64_t r = 0; r < places.size(0); ++r) each.push_back(visible(queries, r));
+  return torch::cat(each, -1);
+}
+
+ContextLayout context_layout(const torch::Tensor& positions, int64_t window, Communicator& cp) {
+  torch::NoGradGuard no_grad;
+  const int n = cp.size();
+  const int64_t B = positions.size(0), Tl = positions.size(1), T = Tl * n;
+  const torch::Device home = positions.device();
+  torch::Tensor mine = positions.to(cp.tensor_device(), torch::kLong).contiguous().view({-1});  // flat for Gloo
+  torch::Tensor all = torch::empty({n * B * Tl}, mine.options());
+  cp.all_gather(all, mine, "context-parallel positions").wait();
+  ContextLayout out;
+  std::vector<torch::Tensor> each;
+  for (int r = 0; r < n; ++r) each.push_back(context_places(T, r, n, home));
+  out.places = torch::stack(each);
+  // The window in order of places, where a document starts at each position 0.
+  torch::Tensor in_window = torch::empty({B, T}, positions.options().dtype(torch::kLong));
+  in_window.index_copy_(1, out.places.view({-1}), all.view({n, B, Tl}).movedim(0, 1).reshape({B, T}).to(home));
+  const torch::Tensor document = (in_window == 0).cumsum(1);
+  out.documents = document.index_select(1, out.places.view({-1})).view({B, n, Tl}).movedim(1, 0).contiguous();
+  out.window = window;
+  return out;
+}
+
+}  // namespace gputrain

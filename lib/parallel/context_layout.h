@@ -1,0 +1,32 @@
+// Where the tokens of a context-parallel window are (parallel.cp): which places each rank of the
+// cp group holds, each token's document, and from those which keys each query may see. Both
+// attention methods (context_parallel.h) mask by it.
+#pragma once
+#include <torch/types.h>
+
+#include "parallel/communicator.h"
+
+namespace gputrain {
+
+// The places in a window of T tokens that the rank at `place` of `size` holds: [T / size] int64,
+// chunk `place` and then chunk 2 size - 1 - place (every rank gets the same causal work).
+torch::Tensor context_places(int64_t T, int place, int size, torch::Device device);
+
+// One forward's layout over a cp group of n ranks holding Tl tokens each of B windows.
+struct ContextLayout {
+  torch::Tensor places;     // [n, Tl]: context_places of each rank
+  torch::Tensor documents;  // [n, B, Tl]: each token's document in its window (the count of starts up to it)
+  int64_t window = 0;       // model.sliding_window; 0 = none
+
+  // [B, 1, Tl, Tl]: which of the keys held by rank `keys` the queries of rank `queries` see: at or
+  // before the query's place, in its document, within `window`.
+  torch::Tensor visible(int64_t queries, int64_t keys) const;
+  // [B, 1, Tl, n Tl]: the same for every rank's keys, in rank order.
+  torch::Tensor visible_all(int64_t queries) const;
+};
+
+// The layout of tokens at `positions` [B, Tl] (context_part's: the window's places, or their
+// documents' positions), from every rank's positions (one small all-gather).
+ContextLayout context_layout(const torch::Tensor& positions, int64_t window, Communicator& cp);
+
+}  // namespace gputrain

@@ -1,0 +1,26 @@
+// The ring method of context-parallel attention (parallel.cp_method: ring). Each rank's keys and
+// values travel round the cp group one rank's block at a time; while the next block is on the wire
+// the queries attend to the one at hand, and the partial results merge exactly through their
+// log-sum-exp (running max and sum). Backward recomputes each block's weights from the final
+// log-sum-exp, and the blocks' key and value gradients travel the ring back to their owners. Nothing
+// whole-sequence is held: memory per rank is the local tokens and one block of scores, cut into
+// tiles of query rows.
+#pragma once
+#include <torch/types.h>
+
+#include "parallel/communicator.h"
+#include "parallel/context_layout.h"
+
+namespace gputrain {
+
+// Query rows scored at a time against a block of Tl keys: as many as keep one tile's float32
+// [B, H, rows, Tl] scores within 64 MiB (at least 16, at most Tl).
+int64_t ring_tile_rows(int64_t B, int64_t H, int64_t Tl);
+
+// q [B, H, Tl, D], k and v [B, Hkv, Tl, D] of this rank's tokens -> [B, H, Tl, D] in q's dtype;
+// the exact attention of `layout` over the whole window (computed in float32). tile_rows 0 =
+// ring_tile_rows.
+torch::Tensor ring_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                             const ContextLayout& layout, Communicator& cp, int64_t tile_rows = 0);
+
+}  // namespace gputrain
