@@ -59,6 +59,7 @@ MemoryPlan plan_memory(const Settings& s, int64_t batch) {
       4 * d + 2 * kv + (rotary ? d + kv : 0) + moe_factor * mlp_values +
       (m.moe.enabled() ? 2.0 * static_cast<double>(m.moe.experts) : 0.0);  // besides the norms' 2 d inputs
   const double e = (mixed || pure) ? 2 : 4;
+  const bool on_gpu = s.run.device.rfind("cuda", 0) == 0 || (s.run.device == "auto" && torch::cuda::is_available());
   const double cp = static_cast<double>(s.parallel.cp);
   const bool ring = cp > 1 && s.parallel.cp_method == ContextMethod::kRing;  // keeps no [., T] scores
   double per_block = mixed ? 2 * d * 4 + inner * e : (2 * d + inner) * e;
@@ -68,13 +69,14 @@ MemoryPlan plan_memory(const Settings& s, int64_t batch) {
   // values it gathered, and the forward keeps one [T / cp, T] mask (booleans and attention's additive
   // copy in the compute dtype). ring: each block keeps its float32 log-sum-exp (its output is
   // attention's, counted above); the working space is two key/value blocks (at hand and on the
-  // wire) and one tile's float32 scores, weights and their gradient.
+  // wire) and one block's mask (booleans and the fused CPU kernel's additive copy) or, on GPUs, one
+  // tile's float32 scores, weights and their gradient.
   const double tokens = static_cast<double>(batch) * T / cp;
   const double cp_kept = ring ? tokens * 4 * H : static_cast<double>(batch) * 2 * kv * T * (cp - 1) / cp * e;
   const double tile = static_cast<double>(ring_tile_rows(batch, m.n_head, m.seq_len / s.parallel.cp));
-  const double exchange = !(cp > 1) ? 0.0
-                          : ring    ? tokens * 2 * kv * e * 2 + static_cast<double>(batch) * H * tile * (T / cp) * 4 * 3
-                                    : tokens * T * (1 + e);
+  const double ring_block =
+      on_gpu ? static_cast<double>(batch) * H * tile * (T / cp) * 4 * 3 : tokens * T / cp * (1 + e);
+  const double exchange = !(cp > 1) ? 0.0 : ring ? tokens * 2 * kv * e * 2 + ring_block : tokens * T * (1 + e);
   const double blocks_plain = L * per_block;
   // A checkpointed block keeps only its input; in backward one block at a time is recomputed in full.
   double recomputed = 0;
@@ -93,7 +95,6 @@ MemoryPlan plan_memory(const Settings& s, int64_t batch) {
   // over them. Elsewhere fp32 logits and their log-softmax are kept; at the
   // start of backward the loss's gradient and the logits' gradient join them
   // (plus the low-precision logits under autocast).
-  const bool on_gpu = s.run.device.rfind("cuda", 0) == 0 || (s.run.device == "auto" && torch::cuda::is_available());
   const double logit_bytes = mode == PrecisionMode::kFp32 || mode == PrecisionMode::kTf32 ? 4 : 2;
   p.logits = on_gpu ? tokens * V * logit_bytes : tokens * V * (4 * 4 + (mixed ? 2 : 0));
   // A low-precision copy of every weight: autocast's casts for the step, or the bf16 weight copies
