@@ -1,10 +1,10 @@
 """The longest Llama 3.1 8B sequence that fits 80 GiB per GPU, by `gputrain plan`, on 8 and 64 GPUs
-with parallel.cp from 1 up (ZeRO-3 over the other ranks, bf16 mixed precision, full activation
+with parallel.cp from 1 up by each parallel.cp_method (ZeRO-3 over the other ranks, bf16 mixed precision, full activation
 checkpointing, one sequence per rank), as a Markdown table (docs/benchmarks.md). The plan's
 per-rank total (ZeRO-3's shards and three units' whole tensors, activations, logits) is an estimate:
 real runs add the framework's memory and allocator slack.
 
-Usage: context_parallel_plan.py --binary build/gputrain [--gib 80]
+Usage: context_parallel_plan.py --binary build/gputrain [--gib 80] [--methods allgather,ring]
 """
 import argparse
 import re
@@ -18,8 +18,8 @@ LLAMA_31_8B = {
 }
 
 
-def rank_mib(binary, world, cp, seq):
-    sets = {**LLAMA_31_8B, "parallel.cp": cp, "model.seq_len": seq}
+def rank_mib(binary, world, cp, seq, method):
+    sets = {**LLAMA_31_8B, "parallel.cp": cp, "parallel.cp_method": method, "model.seq_len": seq}
     args = [binary, "plan", "--world-size", str(world)]
     for key, value in sets.items():
         args += ["--set", f"{key}={value}"]
@@ -32,17 +32,17 @@ def rank_mib(binary, world, cp, seq):
 LIMIT = 1 << 20  # model.seq_len's largest value
 
 
-def longest(binary, world, cp, budget_mib):
+def longest(binary, world, cp, method, budget_mib):
     """The largest seq_len (a multiple of 2 cp x 1024, at most LIMIT) whose plan fits the budget."""
     step = 2 * cp * 1024
     lo, hi = 0, step
-    while rank_mib(binary, world, cp, hi)[0] <= budget_mib:
+    while rank_mib(binary, world, cp, hi, method)[0] <= budget_mib:
         if hi == LIMIT:
             return LIMIT
         lo, hi = hi, min(hi * 2, LIMIT)
     while hi - lo > step:
         mid = (lo + hi) // 2 // step * step
-        if rank_mib(binary, world, cp, mid)[0] <= budget_mib:
+        if rank_mib(binary, world, cp, mid, method)[0] <= budget_mib:
             lo = mid
         else:
             hi = mid
@@ -54,21 +54,24 @@ def main():
     ap.add_argument("--binary", default="build/gputrain")
     ap.add_argument("--gib", type=float, default=80)
     ap.add_argument("--worlds", default="8,64")
+    ap.add_argument("--methods", default="allgather,ring")
     a = ap.parse_args()
     print(subprocess.run([a.binary, "--version"], capture_output=True, text=True).stdout.strip())
     print(f"Llama 3.1 8B, ZeRO-3 over every rank, bf16 mixed, full checkpointing, batch 1; budget {a.gib:g} GiB "
           "per GPU (the plan's estimate)\n")
-    print("| GPUs | parallel.cp | longest seq_len | tokens per rank | rank total MiB | of which activations MiB |")
-    print("|---:|---:|---:|---:|---:|---:|")
+    print("| GPUs | parallel.cp | cp_method | longest seq_len | tokens per rank | rank total MiB | "
+          "of which activations MiB |")
+    print("|---:|---:|---|---:|---:|---:|---:|")
     for world in (int(w) for w in a.worlds.split(",")):
         cp = 1
         while cp <= world:
-            seq = longest(a.binary, world, cp, a.gib * 1024)
-            total, act = rank_mib(a.binary, world, cp, seq) if seq else (0.0, 0.0)
-            shown = f"{seq:,}" + (" (the key's limit)" if seq == LIMIT else "")
-            print(f"| {world} | {cp} | {shown} | {seq // cp:,} | {total:,.0f} | {act:,.0f} |", flush=True)
+            for method in a.methods.split(",") if cp > 1 else ["allgather"]:
+                seq = longest(a.binary, world, cp, method, a.gib * 1024)
+                total, act = rank_mib(a.binary, world, cp, seq, method) if seq else (0.0, 0.0)
+                shown = f"{seq:,}" + (" (the key's limit)" if seq == LIMIT else "")
+                print(f"| {world} | {cp} | {method if cp > 1 else '-'} | {shown} | {seq // cp:,} | {total:,.0f} | "
+                      f"{act:,.0f} |", flush=True)
             cp *= 2
-
 
 if __name__ == "__main__":
     main()
