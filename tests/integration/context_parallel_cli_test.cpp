@@ -82,7 +82,7 @@ TEST_CASE(
 
 TEST_CASE(
     "context parallel: the ring method matches 1 process under cp 2 and 4, with dp, tp, pp and ZeRO-3, with "
-    "rotary recomputation, a sliding window and bf16",
+    "rotary recomputation, a sliding window, bf16, fp16 and LoRA",
     "[parallel][cli][slow]") {
   TempDir dir;
   write_file(dir.file("r.yaml"), dp_recipe());
@@ -104,14 +104,16 @@ TEST_CASE(
     CHECK_THAT(r.output, Contains("attention passes keys and values round the ring"));
   }
   // Each against its own one-process run: rotary positions over grouped-query heads, recomputed;
-  // Mistral's window (blocks wholly outside it are skipped); bf16 autocast (float32 inside the ring).
+  // Mistral's window (blocks wholly outside it are skipped); autocast (merged in float32); LoRA.
   const std::vector<std::string> llama = {"model.arch=llama", "model.n_head=4", "model.n_kv_head=2"};
   const std::vector<std::string> mistral = {"model.arch=mistral", "model.n_head=4", "model.n_kv_head=2",
                                             "model.sliding_window=8"};
   const std::vector<std::tuple<const char*, std::vector<std::string>, std::vector<std::string>, int, double>> own = {
       {"llama-recompute", llama, with(ring, {"train.gradient_checkpointing=full"}), 2, 1e-5},
       {"mistral-window", mistral, {"parallel.cp_method=ring", "parallel.cp=4"}, 4, 1e-5},
-      {"bf16", {"precision.mode=bf16"}, ring, 2, 5e-3}};
+      {"bf16", {"precision.mode=bf16"}, ring, 2, 5e-3},
+      {"fp16", {"precision.mode=fp16"}, ring, 2, 5e-3},
+      {"lora", {"model.lora.rank=4", "model.lora.alpha=8"}, ring, 2, 1e-5}};
   for (const auto& [name, model, sets, nproc, tolerance] : own) {
     CAPTURE(name);
     const std::string one = dir.file(std::string("one-") + name);
@@ -216,7 +218,7 @@ TEST_CASE("context parallel: every precision mode and LoRA under cp 2 follow 1 p
 
 TEST_CASE(
     "context parallel: evaluation under cp 2 (eval batches, the whole eval set, through a pipeline, under "
-    "ZeRO-3) gives 1 process's eval loss",
+    "ZeRO-3, by the ring) gives 1 process's eval loss",
     "[parallel][cli][slow]") {
   TempDir dir;
   std::string recipe = dp_recipe();
@@ -239,7 +241,8 @@ TEST_CASE(
     REQUIRE(eval1.size() == 2);  // steps 10 and 20
     std::vector<Variant> variants = {{"cp2", with(sets, {"parallel.cp=2"}), 2},
                                      {"pp2-cp2", with(sets, {"parallel.cp=2", "parallel.pp=2"}), 4},
-                                     {"zero3-cp2", with(sets, {"parallel.cp=2", "parallel.zero=3"}), 2}};
+                                     {"zero3-cp2", with(sets, {"parallel.cp=2", "parallel.zero=3"}), 2},
+                                     {"ring-cp2", with(sets, {"parallel.cp=2", "parallel.cp_method=ring"}), 2}};
     // The whole eval set is the same for any batch split (eval batches are per_device_batch_size
     // sequences each): there, dp 2 too, whose replicas each read half the windows.
     if (full)
