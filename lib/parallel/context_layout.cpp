@@ -13,12 +13,15 @@ torch::Tensor context_places(int64_t T, int place, int size, torch::Device devic
                      torch::arange((2 * size - 1 - place) * chunk, (2 * size - place) * chunk, opts)});
 }
 
-torch::Tensor ContextLayout::visible(int64_t queries, int64_t keys) const {
+torch::Tensor ContextLayout::visible(int64_t queries, int64_t keys, int64_t first_row, int64_t rows) const {
   torch::NoGradGuard no_grad;
-  const torch::Tensor distance = places[queries].unsqueeze(1) - places[keys].unsqueeze(0);  // [Tl, Tl]
+  if (rows < 0) rows = places.size(1) - first_row;
+  const torch::Tensor query_places = places[queries].narrow(0, first_row, rows);
+  const torch::Tensor distance = query_places.unsqueeze(1) - places[keys].unsqueeze(0);  // [rows, Tl]
   torch::Tensor seen = distance >= 0;
   if (window > 0) seen = seen.logical_and(distance < window);
-  const torch::Tensor same_document = documents[queries].unsqueeze(2) == documents[keys].unsqueeze(1);
+  const torch::Tensor same_document =
+      documents[queries].narrow(1, first_row, rows).unsqueeze(2) == documents[keys].unsqueeze(1);
   return same_document.logical_and(seen.unsqueeze(0)).unsqueeze(1);
 }
 

@@ -18,9 +18,10 @@ struct ContextLayout {
   torch::Tensor documents;  // [n, B, Tl]: each token's document in its window (the count of starts up to it)
   int64_t window = 0;       // model.sliding_window; 0 = none
 
-  // [B, 1, Tl, Tl]: which of the keys held by rank `keys` the queries of rank `queries` see: at or
-  // before the query's place, in its document, within `window`.
-  torch::Tensor visible(int64_t queries, int64_t keys) const;
+  // [B, 1, rows, Tl]: which of the keys held by rank `keys` the queries of rank `queries` (its rows
+  // first_row.. first_row + rows; rows -1 = all) see: at or before the query's place, in its
+  // document, within `window`.
+  torch::Tensor visible(int64_t queries, int64_t keys, int64_t first_row = 0, int64_t rows = -1) const;
   // [B, 1, Tl, n Tl]: the same for every rank's keys, in rank order.
   torch::Tensor visible_all(int64_t queries) const;
 };

@@ -9,6 +9,8 @@
 #include <limits>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "parallel/group_handle.h"
 #include "util/error.h"
@@ -63,108 +65,86 @@ torch::Tensor per_kv_head(const torch::Tensor& g, int64_t kv_heads) {
 torch::Tensor finite(const torch::Tensor& lse) { return lse.masked_fill(lse.isinf(), 0.0); }
 
 // [B, H, rows, Tl] float32 scores of query rows against a block's keys; -inf where not visible.
-torch::Tensor block_scores(const torch::Tensor& q_rows, const torch::Tensor& keys, const torch::Tensor& visible_rows) {
+torch::Tensor block_scores(const torch::Tensor& q_rows, const torch::Tensor& keys, const torch::Tensor& visible) {
   const double scale = 1.0 / std::sqrt(static_cast<double>(q_rows.size(-1)));
-  return at::matmul(q_rows, keys.transpose(-2, -1))
+  return at::matmul(q_rows.to(torch::kFloat), keys.transpose(-2, -1))
       .mul_(scale)
-      .masked_fill_(visible_rows.logical_not(), -std::numeric_limits<float>::infinity());
+      .masked_fill_(visible.logical_not(), -std::numeric_limits<float>::infinity());
 }
 
-// A block's float32 output and log-sum-exp ([B, H, Tl, D], [B, H, Tl]; -inf where a row sees none of it).
-struct BlockResult {
+// One tile's float32 output and log-sum-exp against a block ([B, H, rows, D], [B, H, rows]; -inf
+// where a row sees none of the block).
+struct TileResult {
   torch::Tensor out, lse;
 };
 
-// How one block's attention and its gradients are computed (RingKernel). q, the block's keys and
-// values kv [2, B, Hkv, Tl, D] and the output y are in the compute dtype; gradients in float32.
-struct BlockAttention {
-  RingKernel kernel;
-  int64_t tile_rows;
+// A block's keys and values repeated for every query head, in the kernel's dtype.
+struct BlockKeys {
+  torch::Tensor keys, values;
+};
 
-  BlockResult forward(const torch::Tensor& q, const torch::Tensor& kv, const torch::Tensor& visible) const {
-    return kernel == RingKernel::kFused ? fused(q, kv, visible) : tiled(q, kv, visible);
+// How a tile of query rows attends to one block and gets its gradients (RingKernel). q, the
+// block's keys and values and the output y are in the compute dtype; gradients in float32.
+struct TileAttention {
+  RingKernel kernel;
+
+  BlockKeys keys_of(const torch::Tensor& kv, int64_t heads) const {
+    if (kernel == RingKernel::kFused) return {per_query_head(kv[0], heads), per_query_head(kv[1], heads)};
+    return {per_query_head(kv[0].to(torch::kFloat), heads), per_query_head(kv[1].to(torch::kFloat), heads)};
   }
-  // Adds the queries' gradients into dq; returns the block's keys' and values' [2, B, Hkv, Tl, D]. The
+  TileResult forward(const torch::Tensor& q, const BlockKeys& b, const torch::Tensor& visible) const {
+    if (kernel == RingKernel::kFused) {  // ATen's CPU flash kernel (a row that sees nothing gets lse 0 from it)
+      auto [out, lse] =
+          at::_scaled_dot_product_flash_attention_for_cpu(q, b.keys, b.values, 0.0, false, additive(visible, q));
+      return {out.to(torch::kFloat),
+              lse.masked_fill(visible.any(-1).logical_not(), -std::numeric_limits<float>::infinity())};
+    }
+    const torch::Tensor scores = block_scores(q, b.keys, visible);
+    const torch::Tensor lse = scores.logsumexp(-1);
+    return {at::matmul((scores - finite(lse).unsqueeze(-1)).exp_(), b.values), lse};
+  }
+  // Adds the rows' query gradients into dq and the block's (per query head) into dk and dv. The
   // weights are recomputed from the whole window's log-sum-exp, so each block's share is exact.
-  torch::Tensor backward(const torch::Tensor& q, const torch::Tensor& kv, const torch::Tensor& visible,
-                         const torch::Tensor& dout, const torch::Tensor& y, const torch::Tensor& lse,
-                         torch::Tensor& dq) const {
-    return kernel == RingKernel::kFused ? fused_gradients(q, kv, visible, dout, y, lse, dq)
-                                        : tiled_gradients(q, kv, visible, dout, y, lse, dq);
+  void backward(const torch::Tensor& q, const BlockKeys& b, const torch::Tensor& visible, const torch::Tensor& dout,
+                const torch::Tensor& y, const torch::Tensor& lse, torch::Tensor dq, torch::Tensor& dk,
+                torch::Tensor& dv) const {
+    if (kernel == RingKernel::kFused) {
+      auto [gq, gk, gv] = at::_scaled_dot_product_flash_attention_for_cpu_backward(
+          dout.to(q.scalar_type()), q, b.keys, b.values, y, lse, 0.0, false, additive(visible, q));
+      dq.add_(gq);
+      dk.add_(gk);
+      dv.add_(gv);
+      return;
+    }
+    const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
+    const torch::Tensor delta = (dout * y.to(torch::kFloat)).sum(-1);  // each row's sum of weight x its gradient
+    const torch::Tensor weights = (block_scores(q, b.keys, visible) - finite(lse).unsqueeze(-1)).exp_();
+    dv.add_(at::matmul(weights.transpose(-2, -1), dout));
+    const torch::Tensor dscores =
+        weights.mul_(at::matmul(dout, b.values.transpose(-2, -1)).sub_(delta.unsqueeze(-1))).mul_(scale);
+    dq.add_(at::matmul(dscores, b.keys));
+    dk.add_(at::matmul(dscores.transpose(-2, -1), q.to(torch::kFloat)));
   }
 
  private:
-  // ATen's CPU flash kernel, which returns the log-sum-exp (a row that sees nothing gets 0 from it).
   static torch::Tensor additive(const torch::Tensor& visible, const torch::Tensor& like) {
     return torch::zeros(visible.sizes(), like.options())
         .masked_fill_(visible.logical_not(), -std::numeric_limits<float>::infinity());
   }
-  static BlockResult fused(const torch::Tensor& q, const torch::Tensor& kv, const torch::Tensor& visible) {
-    const int64_t H = q.size(1);
-    auto [out, lse] = at::_scaled_dot_product_flash_attention_for_cpu(
-        q, per_query_head(kv[0], H), per_query_head(kv[1], H), 0.0, false, additive(visible, q));
-    return {out.to(torch::kFloat),
-            lse.masked_fill(visible.any(-1).logical_not(), -std::numeric_limits<float>::infinity())};
-  }
-  static torch::Tensor fused_gradients(const torch::Tensor& q, const torch::Tensor& kv, const torch::Tensor& visible,
-                                       const torch::Tensor& dout, const torch::Tensor& y, const torch::Tensor& lse,
-                                       torch::Tensor& dq) {
-    const int64_t H = q.size(1), Hkv = kv.size(2);
-    auto [gq, gk, gv] = at::_scaled_dot_product_flash_attention_for_cpu_backward(
-        dout.to(q.scalar_type()), q, per_query_head(kv[0], H), per_query_head(kv[1], H), y, lse, 0.0, false,
-        additive(visible, q));
-    dq.add_(gq);
-    return torch::stack({per_kv_head(gk, Hkv), per_kv_head(gv, Hkv)}).to(torch::kFloat);
-  }
-
-  // Float32 matmuls over tiles of query rows (any device): the transient scores are [B, H, tile_rows, Tl].
-  BlockResult tiled(const torch::Tensor& q, const torch::Tensor& kv, const torch::Tensor& visible) const {
-    const int64_t H = q.size(1), Tl = q.size(2);
-    const torch::Tensor q32 = q.to(torch::kFloat);
-    const torch::Tensor keys = per_query_head(kv[0].to(torch::kFloat), H);
-    const torch::Tensor values = per_query_head(kv[1].to(torch::kFloat), H);
-    BlockResult r{torch::empty_like(q32), torch::empty({q.size(0), H, Tl}, q32.options())};
-    for (int64_t r0 = 0; r0 < Tl; r0 += tile_rows) {
-      const int64_t rows = std::min(tile_rows, Tl - r0);
-      const torch::Tensor scores = block_scores(q32.narrow(2, r0, rows), keys, visible.narrow(2, r0, rows));
-      const torch::Tensor lse = scores.logsumexp(-1);
-      r.lse.narrow(2, r0, rows).copy_(lse);
-      r.out.narrow(2, r0, rows).copy_(at::matmul((scores - finite(lse).unsqueeze(-1)).exp_(), values));
-    }
-    return r;
-  }
-  torch::Tensor tiled_gradients(const torch::Tensor& q, const torch::Tensor& kv, const torch::Tensor& visible,
-                                const torch::Tensor& dout, const torch::Tensor& y, const torch::Tensor& lse,
-                                torch::Tensor& dq) const {
-    const int64_t H = q.size(1), Tl = q.size(2), Hkv = kv.size(2);
-    const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
-    const torch::Tensor q32 = q.to(torch::kFloat);
-    const torch::Tensor delta = (dout * y.to(torch::kFloat)).sum(-1);  // each row's sum of weight x its gradient
-    const torch::Tensor keys = per_query_head(kv[0].to(torch::kFloat), H);
-    const torch::Tensor values = per_query_head(kv[1].to(torch::kFloat), H);
-    torch::Tensor dk = torch::zeros_like(keys), dv = torch::zeros_like(values);
-    for (int64_t r0 = 0; r0 < Tl; r0 += tile_rows) {
-      const int64_t rows = std::min(tile_rows, Tl - r0);
-      const torch::Tensor q_rows = q32.narrow(2, r0, rows), dout_rows = dout.narrow(2, r0, rows);
-      const torch::Tensor weights =
-          (block_scores(q_rows, keys, visible.narrow(2, r0, rows)) - finite(lse.narrow(2, r0, rows)).unsqueeze(-1))
-              .exp_();
-      dv.add_(at::matmul(weights.transpose(-2, -1), dout_rows));
-      const torch::Tensor dscores =
-          weights.mul_(at::matmul(dout_rows, values.transpose(-2, -1)).sub_(delta.narrow(2, r0, rows).unsqueeze(-1)))
-              .mul_(scale);
-      dq.narrow(2, r0, rows).add_(at::matmul(dscores, keys));
-      dk.add_(at::matmul(dscores.transpose(-2, -1), q_rows));
-    }
-    return torch::stack({per_kv_head(dk, Hkv), per_kv_head(dv, Hkv)});
-  }
 };
 
-// Merges a block's attention into the running output and log-sum-exp (the exact softmax over both).
-void merge(torch::Tensor& out, torch::Tensor& lse, const BlockResult& block) {
-  const torch::Tensor merged = at::logaddexp(lse, block.lse), base = finite(merged);
-  out.mul_((lse - base).exp_().unsqueeze(-1)).add_(block.out * (block.lse - base).exp_().unsqueeze(-1));
-  lse = merged;
+// Merges a tile's attention into the running output and log-sum-exp rows (the exact softmax over both).
+void merge(torch::Tensor out, torch::Tensor lse, const TileResult& tile) {
+  const torch::Tensor merged = at::logaddexp(lse, tile.lse), base = finite(merged);
+  out.mul_((lse - base).exp_().unsqueeze(-1)).add_(tile.out * (tile.lse - base).exp_().unsqueeze(-1));
+  lse.copy_(merged);
+}
+
+// The tiles of Tl query rows, `rows` at a time: (first row, rows) pairs.
+std::vector<std::pair<int64_t, int64_t>> tiles(int64_t Tl, int64_t rows) {
+  std::vector<std::pair<int64_t, int64_t>> out;
+  for (int64_t r0 = 0; r0 < Tl; r0 += rows) out.emplace_back(r0, std::min(rows, Tl - r0));
+  return out;
 }
 
 struct RingAttention : torch::autograd::Function<RingAttention> {
@@ -174,7 +154,7 @@ struct RingAttention : torch::autograd::Function<RingAttention> {
     c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);  // the merges stay float32
     Communicator& cp = group_from_handle(group);
     const ContextLayout layout{places, documents, window};
-    const BlockAttention block{static_cast<RingKernel>(kernel), tile_rows};
+    const TileAttention attend{static_cast<RingKernel>(kernel)};
     const int n = cp.size(), me = cp.rank();
     torch::Tensor out = torch::zeros(q.sizes(), q.options().dtype(torch::kFloat));
     torch::Tensor lse =
@@ -183,8 +163,12 @@ struct RingAttention : torch::autograd::Function<RingAttention> {
     for (int s = 0; s < n; ++s) {
       std::optional<RingPass> next;
       if (s + 1 < n) next.emplace(cp, kv, kKeysTag, "context-parallel ring keys and values");
-      const torch::Tensor visible = layout.visible(me, (me + n - s) % n);
-      if (visible.any().item<bool>()) merge(out, lse, block.forward(q, kv, visible));  // else hidden: skipped
+      const BlockKeys block = attend.keys_of(kv, q.size(1));
+      for (const auto& [r0, rows] : tiles(q.size(2), tile_rows)) {
+        const torch::Tensor visible = layout.visible(me, (me + n - s) % n, r0, rows);
+        if (!visible.any().item<bool>()) continue;  // hidden by the window or the documents: skipped
+        merge(out.narrow(2, r0, rows), lse.narrow(2, r0, rows), attend.forward(q.narrow(2, r0, rows), block, visible));
+      }
       if (next) kv = next->finish();
     }
     // The output is kept as returned (in q's dtype, as flash attention keeps it).
@@ -202,8 +186,8 @@ struct RingAttention : torch::autograd::Function<RingAttention> {
     const variable_list saved = ctx->get_saved_variables();
     const torch::Tensor &q = saved[0], &k = saved[1], &v = saved[2], &y = saved[3], &lse = saved[4];
     const ContextLayout layout{saved[5], saved[6], ctx->saved_data["window"].toInt()};
-    const BlockAttention block{static_cast<RingKernel>(ctx->saved_data["kernel"].toInt()),
-                               ctx->saved_data["tile_rows"].toInt()};
+    const TileAttention attend{static_cast<RingKernel>(ctx->saved_data["kernel"].toInt())};
+    const int64_t tile_rows = ctx->saved_data["tile_rows"].toInt(), H = q.size(1), Hkv = k.size(1);
     Communicator& cp = group_from_handle(ctx->saved_data["group"].toInt());
     const int n = cp.size(), me = cp.rank();
     const torch::Tensor dout = g[0].to(torch::kFloat);
@@ -213,10 +197,15 @@ struct RingAttention : torch::autograd::Function<RingAttention> {
     for (int s = 0; s < n; ++s) {
       std::optional<RingPass> next;
       if (s + 1 < n) next.emplace(cp, kv, kBackwardKeysTag, "context-parallel ring keys and values (backward)");
-      const torch::Tensor visible = layout.visible(me, (me + n - s) % n);
-      torch::Tensor mine = visible.any().item<bool>()
-                               ? block.backward(q, kv, visible, dout, y, lse, dq)
-                               : torch::zeros({2, k.size(0), k.size(1), k.size(2), k.size(3)}, dout.options());
+      const BlockKeys block = attend.keys_of(kv, H);
+      torch::Tensor dk = torch::zeros(block.keys.sizes(), dout.options()), dv = torch::zeros_like(dk);
+      for (const auto& [r0, rows] : tiles(q.size(2), tile_rows)) {
+        const torch::Tensor visible = layout.visible(me, (me + n - s) % n, r0, rows);
+        if (!visible.any().item<bool>()) continue;
+        attend.backward(q.narrow(2, r0, rows), block, visible, dout.narrow(2, r0, rows), y.narrow(2, r0, rows),
+                        lse.narrow(2, r0, rows), dq.narrow(2, r0, rows), dk, dv);
+      }
+      torch::Tensor mine = torch::stack({per_kv_head(dk, Hkv), per_kv_head(dv, Hkv)});
       if (sums) mine.add_(sums->finish());
       sums.emplace(cp, mine, kGradientsTag, "context-parallel ring key and value gradients");
       if (next) kv = next->finish();

@@ -3,8 +3,8 @@
 // the queries attend to the one at hand, and the partial results merge exactly through their
 // log-sum-exp (running max and sum). Backward recomputes each block's weights from the final
 // log-sum-exp, and the blocks' key and value gradients travel the ring back to their owners. Nothing
-// whole-sequence is held: memory per rank is the local tokens, two blocks and one block's
-// working space.
+// whole-sequence is held: memory per rank is the local tokens, two blocks and one tile of query
+// rows' scores and mask.
 #pragma once
 #include <torch/types.h>
 
@@ -13,13 +13,13 @@
 
 namespace gputrain {
 
-// How each block's attention is computed: kFused = ATen's flash kernel for the CPU (fused,
-// returning the log-sum-exp); kTiled = float32 matmuls over tiles of query rows (any device; the
-// GPU's path until a fused kernel with a log-sum-exp is wired there); kAuto = kFused on the CPU.
+// How a tile of query rows attends to a block: kFused = ATen's flash kernel for the CPU (fused,
+// returning the log-sum-exp); kTiled = float32 matmuls (any device; the GPU's path until a fused
+// kernel with a log-sum-exp is wired there); kAuto = kFused on the CPU.
 enum class RingKernel { kAuto, kFused, kTiled };
 
-// kTiled's query rows scored at a time against a block of Tl keys: as many as keep one tile's
-// float32 [B, H, rows, Tl] scores within 64 MiB (at least 16, at most Tl).
+// Query rows attending to a block of Tl keys at a time: as many as keep one tile's float32
+// [B, H, rows, Tl] scores within 64 MiB (at least 16, at most Tl). The tile's mask is built alone.
 int64_t ring_tile_rows(int64_t B, int64_t H, int64_t Tl);
 
 // q [B, H, Tl, D], k and v [B, Hkv, Tl, D] of this rank's tokens -> [B, H, Tl, D] in q's dtype:

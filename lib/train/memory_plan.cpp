@@ -69,14 +69,14 @@ MemoryPlan plan_memory(const Settings& s, int64_t batch) {
   // values it gathered, and the forward keeps one [T / cp, T] mask (booleans and attention's additive
   // copy in the compute dtype). ring: each block keeps its float32 log-sum-exp (its output is
   // attention's, counted above); the working space is two key/value blocks (at hand and on the
-  // wire) and one block's mask (booleans, and the fused CPU kernel's additive copy or, on GPUs, one
-  // tile's float32 scores, weights and their gradient).
+  // wire) and one tile of query rows' mask (booleans, and the fused CPU kernel's additive copy or, on
+  // GPUs, the tile's float32 scores, weights and their gradient).
   const double tokens = static_cast<double>(batch) * T / cp;
   const double cp_kept = ring ? tokens * 4 * H : static_cast<double>(batch) * 2 * kv * T * (cp - 1) / cp * e;
-  const double tile = static_cast<double>(ring_tile_rows(batch, m.n_head, m.seq_len / s.parallel.cp));
-  const double ring_block =
-      on_gpu ? tokens * T / cp + static_cast<double>(batch) * H * tile * (T / cp) * 4 * 3 : tokens * T / cp * (1 + e);
-  const double exchange = !(cp > 1) ? 0.0 : ring ? tokens * 2 * kv * e * 2 + ring_block : tokens * T * (1 + e);
+  const double tile_pairs = static_cast<double>(batch) *
+                            static_cast<double>(ring_tile_rows(batch, m.n_head, m.seq_len / s.parallel.cp)) * (T / cp);
+  const double ring_tile = on_gpu ? tile_pairs * (1 + H * 4 * 3) : tile_pairs * (1 + e);
+  const double exchange = !(cp > 1) ? 0.0 : ring ? tokens * 2 * kv * e * 2 + ring_tile : tokens * T * (1 + e);
   const double blocks_plain = L * per_block;
   // A checkpointed block keeps only its input; in backward one block at a time is recomputed in full.
   double recomputed = 0;

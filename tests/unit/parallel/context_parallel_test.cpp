@@ -71,7 +71,8 @@ TEST_CASE(
   at::set_num_threads(1);
   const int cp = GENERATE(2, 4);
   const int kind = GENERATE(0, 1, 2);  // plain causal, packed documents, documents under a sliding window
-  const int how = GENERATE(0, 1, 2);   // all-gather; ring (CPU: fused); ring in float32 tiles of 50 query rows
+  // All-gather; ring (on the CPU: fused); ring in tiles of 50 query rows (a short last one), fused and float32.
+  const int how = GENERATE(0, 1, 2, 3);
   CAPTURE(cp, kind, how);
   const int64_t B = 2, H = 4, Hkv = 2, T = 384, D = 16;
   const int64_t window = kind == 2 ? 40 : 0;
@@ -94,10 +95,10 @@ TEST_CASE(
     const torch::Tensor lq = mine(q), lk = mine(k), lv = mine(v);
     const torch::Tensor mine_positions = positions.index_select(1, places);
     const torch::Tensor y =
-        how == 2
-            ? ring_attention(lq, lk, lv, context_layout(mine_positions, window, *group), *group, RingKernel::kTiled, 50)
-            : context_attention(lq, lk, lv, mine_positions, window, 0.0, AttentionImpl::kSdpa,
-                                how == 0 ? ContextMethod::kAllGather : ContextMethod::kRing, *group);
+        how >= 2 ? ring_attention(lq, lk, lv, context_layout(mine_positions, window, *group), *group,
+                                  how == 2 ? RingKernel::kFused : RingKernel::kTiled, 50)
+                 : context_attention(lq, lk, lv, mine_positions, window, 0.0, AttentionImpl::kSdpa,
+                                     how == 0 ? ContextMethod::kAllGather : ContextMethod::kRing, *group);
     y.backward(upstream.index_select(2, places).to(torch::kFloat));
     out[rank] = y.detach(), dq[rank] = lq.grad(), dk[rank] = lk.grad(), dv[rank] = lv.grad();
   });
