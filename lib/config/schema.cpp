@@ -964,8 +964,8 @@ void add_parallel_fields(std::vector<FieldSpec>& f) {
                  "cp > 1: how attention meets the other ranks' keys and values. allgather = gather them all "
                  "(one exchange per layer, every key and a [T / cp, T] mask held per rank); ring = pass them "
                  "round the cp group one rank's block at a time, each exchange overlapping the previous "
-                 "block's attention, merged by exact log-sum-exp (memory bounded by one block; no attention "
-                 "dropout)")
+                 "block's attention, merged by exact log-sum-exp (no whole-sequence keys or mask held; slower "
+                 "where no core is free to overlap; no attention dropout)")
           .resume(ResumePolicy::kReported));
   f.push_back(enum_field(KEY(parallel.backend),
                          EnumTable<CommBackend>{
