@@ -187,9 +187,11 @@ TEST_CASE("spike: rollback restores the last checkpoint's weights and optimizer 
 
   // With the state and the fp32 shards in files (nvme under bf16) the rollback writes the shards there
   // and sets their bf16 copies, which the gathers read, again: the steps after it are the in-memory run's.
+  // (How many early bf16 steps also count as spikes depends on the CPU's bf16 arithmetic: 3 on some
+  // machines, so rollbacks are not capped here; both runs must make the same ones.)
   const std::string bf16 =
       "--set train.max_steps=26 --set parallel.zero=3 --nproc-per-node 2 --set model.d_model=256 "
-      "--set model.n_head=4 --set train.spike_max_rollbacks=3 --set precision.mode=bf16";
+      "--set model.n_head=4 --set train.spike_max_rollbacks=10 --set precision.mode=bf16";
   auto in_memory = run_poisoned(recipe, dir.file("bf16-memory"), "23", bf16);
   auto filed = run_poisoned(recipe, dir.file("bf16-nvme"), "23", bf16 + " --set parallel.offload_optimizer=nvme");
   INFO(in_memory.output << filed.output);
