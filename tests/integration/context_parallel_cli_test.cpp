@@ -1,9 +1,9 @@
 // parallel.cp through the binary: 2 and 4 processes splitting each sequence give one process's
 // per-step losses and gradient norms, also combined with dp, tp, pp and ZeRO-3, with rotary
-// positions, grouped-query attention, recomputation and a sliding window, by either method of
-// parallel.cp_method; a cp 2 checkpoint holds
-// the one-process model and resumes with one process; `gputrain plan` shows the cp groups; and
-// sequence lengths cp cannot cut are exit-2 errors naming the key.
+// positions, grouped-query attention, recomputation and a sliding window, by either
+// parallel.cp_method; a cp 2 checkpoint holds the one-process model and resumes with one process;
+// `gputrain plan` shows the cp groups; and sequence lengths cp cannot cut are exit-2 errors naming
+// the key.
 #include <catch2/catch.hpp>
 
 #include <filesystem>

@@ -115,8 +115,7 @@ TEST_CASE("document attention: the whole-set eval loss does not depend on the do
 
 TEST_CASE(
     "document attention: 2 processes (ZeRO-3, ep 2 too), tp 2, cp 2 and 4 (all-gather and ring), and pp 2 match 1 "
-    "process, and a resume "
-    "continues exactly",
+    "process, and a resume continues exactly",
     "[cli][documents][parallel][slow]") {
   TempDir dir;
   const std::string recipe = write_recipe(dir);
