@@ -4,6 +4,8 @@
 
 #include <vector>
 
+#include "parallel/through_wire.h"
+
 namespace gputrain {
 
 torch::Tensor context_places(int64_t T, int place, int size, torch::Device device) {
@@ -36,16 +38,16 @@ ContextLayout context_layout(const torch::Tensor& positions, int64_t window, Com
   const int n = cp.size();
   const int64_t B = positions.size(0), Tl = positions.size(1), T = Tl * n;
   const torch::Device home = positions.device();
-  torch::Tensor mine = positions.to(cp.tensor_device(), torch::kLong).contiguous().view({-1});  // flat for Gloo
-  torch::Tensor all = torch::empty({n * B * Tl}, mine.options());
-  cp.all_gather(all, mine, "context-parallel positions").wait();
+  const torch::Tensor all = through_wire(
+      cp, positions.to(torch::kLong), {n, B, Tl},
+      [&](torch::Tensor& out, torch::Tensor& in) { return cp.all_gather(out, in, "context-parallel positions"); });
   ContextLayout out;
   std::vector<torch::Tensor> each;
   for (int r = 0; r < n; ++r) each.push_back(context_places(T, r, n, home));
   out.places = torch::stack(each);
   // The window in order of places, where a document starts at each position 0.
   torch::Tensor in_window = torch::empty({B, T}, positions.options().dtype(torch::kLong));
-  in_window.index_copy_(1, out.places.view({-1}), all.view({n, B, Tl}).movedim(0, 1).reshape({B, T}).to(home));
+  in_window.index_copy_(1, out.places.view({-1}), all.movedim(0, 1).reshape({B, T}));
   const torch::Tensor document = (in_window == 0).cumsum(1);
   out.documents = document.index_select(1, out.places.view({-1})).view({B, n, Tl}).movedim(1, 0).contiguous();
   out.window = window;

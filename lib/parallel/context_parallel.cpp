@@ -7,6 +7,7 @@
 
 #include "parallel/group_handle.h"
 #include "parallel/ring_attention.h"
+#include "parallel/through_wire.h"
 #include "util/error.h"
 #include "util/ignore_index.h"
 
@@ -15,21 +16,6 @@ namespace {
 
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
-
-// Runs `collective` on flat copies (Gloo wants the ranks' parts joined along dim 0) on the
-// communicator's device, where `in` lives elsewhere (ranks sharing one GPU over Gloo), and hands
-// `out` back in `out_shape` on `in`'s device.
-template <typename Collective>
-torch::Tensor through_wire(Communicator& cp, torch::Tensor in, const std::vector<int64_t>& out_shape,
-                           Collective collective) {
-  const torch::Device home = in.device(), wire = cp.tensor_device();
-  in = in.to(wire).contiguous().view({-1});
-  int64_t numel = 1;
-  for (int64_t n : out_shape) numel *= n;
-  torch::Tensor out = torch::empty({numel}, in.options());
-  collective(out, in).wait();
-  return out.view(out_shape).to(home);
-}
 
 // x [..., Tl, D] -> [..., size x Tl, D]: every rank's tokens, in rank order. Backward: each rank's
 // part of the gradient, summed over the ranks whose queries read it.

@@ -117,13 +117,14 @@ struct TileAttention {
       return;
     }
     const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
+    const torch::Tensor q32 = q.to(torch::kFloat);
     const torch::Tensor delta = (dout * y.to(torch::kFloat)).sum(-1);  // each row's sum of weight x its gradient
-    const torch::Tensor weights = (block_scores(q, b.keys, visible) - finite(lse).unsqueeze(-1)).exp_();
+    const torch::Tensor weights = (block_scores(q32, b.keys, visible) - finite(lse).unsqueeze(-1)).exp_();
     dv.add_(at::matmul(weights.transpose(-2, -1), dout));
     const torch::Tensor dscores =
         weights.mul_(at::matmul(dout, b.values.transpose(-2, -1)).sub_(delta.unsqueeze(-1))).mul_(scale);
     dq.add_(at::matmul(dscores, b.keys));
-    dk.add_(at::matmul(dscores.transpose(-2, -1), q.to(torch::kFloat)));
+    dk.add_(at::matmul(dscores.transpose(-2, -1), q32));
   }
 
  private:
