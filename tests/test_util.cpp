@@ -7,10 +7,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <exception>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <sstream>
 #include <stdexcept>
 
@@ -86,6 +89,10 @@ CommandResult run_program(const std::string& bin, const std::vector<std::string>
 
 int spawn_gputrain(const std::vector<std::string>& args, int out_fd) { return spawn(GPUTRAIN_BINARY, args, out_fd); }
 
+int spawn_program(const std::string& bin, const std::vector<std::string>& args, int out_fd) {
+  return spawn(bin, args, out_fd);
+}
+
 int wait_exit_code(int pid) {
   int status = 0;
   waitpid(pid, &status, 0);
@@ -97,14 +104,45 @@ KillOnExit::~KillOnExit() {
     if (pid > 0) ::kill(pid, SIGKILL);  // an ended one's pid comes round again only after pid_max others
 }
 
+ScopedEnv::ScopedEnv(const std::string& name, const std::string& value) : name_(name) {
+  ::setenv(name.c_str(), value.c_str(), 1);
+}
+
+ScopedEnv::~ScopedEnv() { ::unsetenv(name_.c_str()); }
+
 ArmedFailpoints::ArmedFailpoints(const std::string& spec) {
   ::setenv("GPUTRAIN_FAILPOINTS", spec.c_str(), 1);
   ::setenv("GPUTRAIN_FAILPOINT_DIR", dir_.path().c_str(), 1);
+  // "a@2=pause;b=after:c@3": a, b and c.
+  std::stringstream items(spec);
+  for (std::string item; std::getline(items, item, ';');) {
+    const size_t eq = item.find('=');
+    if (eq == std::string::npos) continue;
+    names_.push_back(item.substr(0, std::min(eq, item.find('@'))));
+    const std::string action = item.substr(eq + 1);
+    if (action.rfind("after:", 0) == 0) names_.push_back(action.substr(6, action.find('@') - 6));
+  }
 }
 
 ArmedFailpoints::~ArmedFailpoints() {
   ::unsetenv("GPUTRAIN_FAILPOINTS");
   ::unsetenv("GPUTRAIN_FAILPOINT_DIR");
+  if (std::uncaught_exceptions() > 0) return;  // the test failed already
+  for (const std::string& name : names_) {
+    INFO("failpoint '" << name << "' was armed but fired in no process: renamed, removed or never reached?");
+    CHECK(fired(name) > 0);
+  }
+}
+
+size_t ArmedFailpoints::fired(const std::string& name) const {
+  const std::string prefix = name + ".", suffix = ".fired";
+  size_t n = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir_.path())) {
+    const std::string f = e.path().filename().string();
+    n += f.size() > prefix.size() + suffix.size() && f.rfind(prefix, 0) == 0 &&
+         f.compare(f.size() - suffix.size(), suffix.size(), suffix) == 0;
+  }
+  return n;
 }
 
 std::vector<int> ArmedFailpoints::wait_paused(const std::string& name, int still_running, size_t count) {
@@ -128,6 +166,11 @@ std::vector<int> ArmedFailpoints::wait_paused(const std::string& name, int still
 }
 
 void ArmedFailpoints::release(const std::string& name) const { write_file(dir_.file(name + ".release"), ""); }
+
+void mark_skipped(const std::string& reason) {
+  WARN("skipped: " << reason);
+  std::cout << kSkippedMarker << ": " << reason << std::endl;
+}
 
 CommandResult run_gputrain(const std::vector<std::string>& args) { return run_program(GPUTRAIN_BINARY, args); }
 

@@ -42,9 +42,9 @@ std::shared_ptr<::gloo::transport::Device> gloo_device(const World& w) {
 }  // namespace
 
 struct Communicator::Shared {
-  c10::intrusive_ptr<c10d::TCPStore> store;
+  c10::intrusive_ptr<c10d::Store> store;
   // Heartbeats go through their own connection so they never queue behind the backend's use of the store.
-  c10::intrusive_ptr<c10d::TCPStore> heartbeat_store;
+  c10::intrusive_ptr<c10d::Store> heartbeat_store;
   std::thread heartbeat;
   std::atomic<bool> stop{false};
   ~Shared() {
@@ -71,12 +71,18 @@ Communicator::Communicator(const World& world, CommBackend backend, torch::Devic
   const std::string where = world.master_addr + ":" + std::to_string(world.master_port);
   c10d::TCPStoreOptions opts;
   opts.port = static_cast<std::uint16_t>(world.master_port);
-  opts.isServer = world.rank == 0;
+  // Under torchrun its agent already listens there: join it (the backends' rendezvous waits for all).
+  opts.isServer = world.rank == 0 && !world.agent_store;
   opts.numWorkers = static_cast<std::size_t>(world.size);
-  opts.waitWorkers = true;
+  opts.waitWorkers = !world.agent_store;
   opts.timeout = timeout;
+  // The store's keys of this attempt, apart from those a failed one left in torchrun's store.
+  auto attempt_keys = [&](c10::intrusive_ptr<c10d::TCPStore> store) -> c10::intrusive_ptr<c10d::Store> {
+    if (!world.agent_store) return store;
+    return c10::make_intrusive<c10d::PrefixStore>("/worker/attempt_" + std::to_string(world.attempt), store);
+  };
   try {
-    shared_->store = c10::make_intrusive<c10d::TCPStore>(world.master_addr, opts);
+    shared_->store = attempt_keys(c10::make_intrusive<c10d::TCPStore>(world.master_addr, opts));
   } catch (const std::exception& e) {
     const std::string cause = lower(e.what());
     if (world.rank == 0 &&
@@ -103,8 +109,9 @@ Communicator::Communicator(const World& world, CommBackend backend, torch::Devic
   hb.waitWorkers = false;
   // Connecting may wait as long as the rendezvous did (a loaded machine can starve the store's accept
   // thread for seconds); each heartbeat after that gives up within 5 s, so a dead rank 0 ends it soon.
-  shared_->heartbeat_store = c10::make_intrusive<c10d::TCPStore>(world.master_addr, hb);
-  shared_->heartbeat_store->setTimeout(milliseconds(5000));
+  auto heartbeat_store = c10::make_intrusive<c10d::TCPStore>(world.master_addr, hb);
+  heartbeat_store->setTimeout(milliseconds(5000));  // on the connection itself: a prefix would not pass it on
+  shared_->heartbeat_store = attempt_keys(heartbeat_store);
   shared_->heartbeat = std::thread([sh = shared_.get(), key = heartbeat_key(world.rank)] {
     while (!sh->stop.load()) {
       try {

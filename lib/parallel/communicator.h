@@ -1,6 +1,6 @@
 // The collectives a multi-process run needs, over LibTorch's c10d backends
 // (Gloo on the CPU, NCCL on CUDA) after a TCPStore rendezvous at
-// MASTER_ADDR:MASTER_PORT (rank 0 hosts the store). Never a home-made transport.
+// MASTER_ADDR:MASTER_PORT (rank 0 hosts the store; under torchrun, its agent). Never a home-made transport.
 //
 // Failures are gputrain errors that name the collective and the peer: every
 // rank beats a heartbeat counter in the store, and when a collective fails or

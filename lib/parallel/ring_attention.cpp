@@ -231,6 +231,18 @@ int64_t ring_tile_rows(int64_t B, int64_t H, int64_t Tl) {
   return std::clamp(kTileBytes / std::max<int64_t>(1, B * H * Tl * 4), std::min<int64_t>(16, Tl), Tl);
 }
 
+double ring_working_bytes(int64_t B, int64_t H, int64_t q_width, int64_t kv_width, int64_t Tl, double element,
+                          bool float32_tiles) {
+  const double tokens = static_cast<double>(B) * static_cast<double>(Tl);
+  const double kv = static_cast<double>(kv_width), qw = static_cast<double>(q_width);
+  const double blocks = 3 * tokens * 2 * kv * (element + 4);  // at hand, sent, received: values and gradients
+  const double per_query_head = tokens * 2 * qw * ((float32_tiles ? 4 : element) + 4 + (float32_tiles ? 0 : element));
+  const double tile_pairs =
+      static_cast<double>(B) * static_cast<double>(ring_tile_rows(B, H, Tl)) * static_cast<double>(Tl);
+  const double tile = float32_tiles ? tile_pairs * (1 + static_cast<double>(H) * 4 * 3) : tile_pairs * (1 + element);
+  return blocks + per_query_head + tile;
+}
+
 torch::Tensor ring_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                              const ContextLayout& layout, Communicator& cp, RingKernel kernel, int64_t tile_rows) {
   if (kernel == RingKernel::kAuto) kernel = q.is_cpu() ? RingKernel::kFused : RingKernel::kTiled;

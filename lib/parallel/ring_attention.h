@@ -22,6 +22,16 @@ enum class RingKernel { kAuto, kFused, kTiled };
 // [B, H, rows, Tl] scores within 64 MiB (at least 16, at most Tl). The tile's mask is built alone.
 int64_t ring_tile_rows(int64_t B, int64_t H, int64_t Tl);
 
+// The bytes a ring pass works in besides its inputs, output and gradients, at its peak in backward (what
+// the plan counts): the key and value block [B, Tl, kv_width] of `element` bytes at hand, sent and
+// received, and its float32 gradients likewise; the block repeated for the query heads
+// ([B, Tl, q_width]: grouped-query attention; float32 for the float32 tiles), its float32 gradient
+// and the fused kernel's per-tile one; and one tile of query rows' mask, its booleans plus the fused
+// CPU kernel's additive copy or, for the float32 tiles (`float32_tiles`: the GPU's path), the tile's
+// float32 scores, weights and their gradient.
+double ring_working_bytes(int64_t B, int64_t H, int64_t q_width, int64_t kv_width, int64_t Tl, double element,
+                          bool float32_tiles);
+
 // q [B, H, Tl, D], k and v [B, Hkv, Tl, D] of this rank's tokens -> [B, H, Tl, D] in q's dtype:
 // the exact attention of `layout` over the whole window (merged in float32). tile_rows 0 =
 // ring_tile_rows.

@@ -62,8 +62,9 @@ void check_consistent(const World& w, const std::string& vars) {
 
 std::string World::describe() const {
   if (!launched()) return "1 process";
-  return fmt::format("rank {} of {} (local {} of {}), rendezvous at {}:{}, from {}", rank, size, local_rank, local_size,
-                     master_addr, master_port, source);
+  return fmt::format("rank {} of {} (local {} of {}), rendezvous at {}:{}{}, from {}", rank, size, local_rank,
+                     local_size, master_addr, master_port,
+                     agent_store ? fmt::format(" (torchrun's store, attempt {})", attempt) : "", source);
 }
 
 std::string first_slurm_host(const std::string& nodelist) {
@@ -95,6 +96,9 @@ World detect_world(const EnvLookup& env) {
     w.local_rank = int_var(env, "LOCAL_RANK", 0, kMaxRanks).value_or(w.size == 1 ? 0 : w.rank);
     w.local_size = int_var(env, "LOCAL_WORLD_SIZE", 1, kMaxRanks).value_or(w.size);
     check_consistent(w, vars);
+    const auto agent = env("TORCHELASTIC_USE_AGENT_STORE");
+    w.agent_store = agent && (*agent == "True" || *agent == "true" || *agent == "1");
+    w.attempt = int_var(env, "TORCHELASTIC_RESTART_COUNT", 0, 1 << 30).value_or(0);
     if (w.distributed() && !env("MASTER_ADDR"))
       throw usage_error("environment: WORLD_SIZE is " + std::to_string(w.size) +
                         " but MASTER_ADDR is not set\n    fix: set MASTER_ADDR to rank 0's host (and MASTER_PORT)");

@@ -20,6 +20,11 @@ struct World {
   std::string master_addr = "127.0.0.1";  // where rank 0's rendezvous store listens
   int master_port = 29500;
   std::string source = "single process";  // which convention it came from, for the log
+  // torchrun's agent hosts the rendezvous store (TORCHELASTIC_USE_AGENT_STORE) and keeps it across the
+  // group's restarts: every rank joins it as a client, under a prefix of this attempt's own
+  // (TORCHELASTIC_RESTART_COUNT), as torch.distributed does, so no key of a failed attempt is read.
+  bool agent_store = false;
+  int attempt = 0;
 
   bool distributed() const { return size > 1; }
   // Started by a launcher (even as a world of one): the run then takes the

@@ -68,15 +68,15 @@ MemoryPlan plan_memory(const Settings& s, int64_t batch) {
   // Context parallelism: this rank's T / cp tokens. allgather: each block also keeps the keys and
   // values it gathered, and the forward keeps one [T / cp, T] mask (booleans and attention's additive
   // copy in the compute dtype). ring: each block keeps its float32 log-sum-exp (its output is
-  // attention's, counted above); the working space is two key/value blocks (at hand and on the
-  // wire) and one tile of query rows' mask (booleans, and the fused CPU kernel's additive copy or, on
-  // GPUs, the tile's float32 scores, weights and their gradient).
+  // attention's, counted above); the working space is ring_working_bytes (parallel/ring_attention.h):
+  // the key/value blocks and their gradients in flight, the block per query head, and one tile of
+  // query rows' mask (and on GPUs the tile's float32 scores, weights and their gradient).
   const double tokens = static_cast<double>(batch) * T / cp;
   const double cp_kept = ring ? tokens * 4 * H : static_cast<double>(batch) * 2 * kv * T * (cp - 1) / cp * e;
-  const double tile_pairs = static_cast<double>(batch) *
-                            static_cast<double>(ring_tile_rows(batch, m.n_head, m.seq_len / s.parallel.cp)) * (T / cp);
-  const double ring_tile = on_gpu ? tile_pairs * (1 + H * 4 * 3) : tile_pairs * (1 + e);
-  const double exchange = !(cp > 1) ? 0.0 : ring ? tokens * 2 * kv * e * 2 + ring_tile : tokens * T * (1 + e);
+  const double exchange =
+      !(cp > 1) ? 0.0
+      : ring    ? ring_working_bytes(batch, m.n_head, m.q_width(), m.kv_width(), m.seq_len / s.parallel.cp, e, on_gpu)
+                : tokens * T * (1 + e);
   const double blocks_plain = L * per_block;
   // A checkpointed block keeps only its input; in backward one block at a time is recomputed in full.
   double recomputed = 0;

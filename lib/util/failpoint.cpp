@@ -99,6 +99,14 @@ void arm_from_environment() {
   if (!error.empty()) throw usage_error(error);
 }
 
+// Every action that acts leaves <dir>/<name>.<pid>.fired first, so a test can require that its
+// failpoint fired (a renamed or removed one never does); without a directory, nothing to leave.
+void mark_fired(const Registry& r, const std::string& name) {
+  if (r.dir.empty()) return;
+  write_file_atomic((r.dir / (name + "." + std::to_string(::getpid()) + ".fired")).string(),
+                    std::to_string(::getpid()) + "\n");
+}
+
 void pause_at(const Registry& r, const std::string& name) {
   const fs::path reached = r.dir / (name + "." + std::to_string(::getpid()) + ".reached");
   const fs::path release = r.dir / (name + ".release");
@@ -127,12 +135,15 @@ void failpoint(const char* name, const std::function<void()>& act) {
   r.passed.notify_all();
   if (hook) hook();
   for (const Armed& a : acts) {
+    mark_fired(r, a.name);
     if (a.action == "kill") ::raise(SIGKILL);
     if (a.action == "pause") pause_at(r, a.name);
     if (a.action == "act" && act) act();
     if (a.action == "after") {
       std::unique_lock lock(r.mu);
       r.passed.wait(lock, [&] { return r.passes[a.other] >= a.other_hit; });
+      lock.unlock();
+      mark_fired(r, a.other);  // the failpoint waited for was passed too
     }
   }
 }

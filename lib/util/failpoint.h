@@ -9,6 +9,8 @@
 //      kill         SIGKILL this process there;
 //      after:X[@m]  wait until failpoint X has been passed m times (1 without @m) in this process;
 //      act          run the test action the code gives that failpoint (its comment says what it does).
+//    Each action, as it acts, first leaves $GPUTRAIN_FAILPOINT_DIR/<name>.<pid>.fired (when the directory
+//    is set): tests require it, so a failpoint renamed or never reached fails them instead of passing.
 #pragma once
 #include <functional>
 #include <string>

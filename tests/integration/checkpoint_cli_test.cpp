@@ -203,6 +203,51 @@ TEST_CASE(
   CHECK(records.front()["step"] == 13);
 }
 
+TEST_CASE(
+    "checkpoint: checkpoint.dir outside the output folder: the same folder continues, another one branches or is "
+    "refused as with moved folders",
+    "[checkpoint][cli]") {
+  TempDir dir;
+  write_file(dir.file("r.yaml"), tiny_recipe());
+  const std::string straight = dir.file("straight"), out = dir.file("out"), elsewhere = dir.file("ckpts");
+  const std::string ckpt = "checkpoint.dir=" + elsewhere;
+  REQUIRE(run_recipe(dir.file("r.yaml"), straight, {}).exit_code == 0);
+  REQUIRE(run_recipe(dir.file("r.yaml"), out, {ckpt, "train.max_steps=5"}).exit_code == 0);
+  CHECK_FALSE(fs::exists(out + "/checkpoints"));
+  REQUIRE(list_checkpoints(elsewhere).complete.size() == 1);
+
+  // The same command into the same folder continues from the checkpoint elsewhere, appending its metrics.
+  auto resumed = run_recipe(dir.file("r.yaml"), out, {ckpt});
+  INFO(resumed.output);
+  REQUIRE(resumed.exit_code == 0);
+  CHECK_THAT(resumed.output, Contains("resume: continuing from " + elsewhere + "/step_00000005 at step 5"));
+  CHECK_THAT(resumed.output, !Contains("belongs to the run in"));
+  CHECK(step_records(out) == step_records(straight));
+  CHECK(read_json(out + "/summary.json")["resumed_from_step"] == 5);
+
+  // Another folder that already holds a run: the checkpoint is the first folder's run's; refused, nothing written.
+  const std::string other = dir.file("other");
+  REQUIRE(run_recipe(dir.file("r.yaml"), other, {"train.max_steps=3"}).exit_code == 0);
+  const std::string other_metrics = read_file(other + "/metrics.jsonl");
+  auto clash = run_recipe(dir.file("r.yaml"), other, {ckpt, "train.max_steps=14"});
+  INFO(clash.output);
+  CHECK(clash.exit_code == 2);
+  CHECK_THAT(clash.output, Contains("already holds a run") && Contains("belongs to another: the run in '" + out));
+  CHECK(read_file(other + "/metrics.jsonl") == other_metrics);
+  CHECK(list_checkpoints(elsewhere).complete.back().filename() == step_dir(12));
+
+  // A new folder branches from the newest checkpoint there (step 12): its own metrics, and it says whose it was.
+  const std::string branch = dir.file("branch");
+  auto branched = run_recipe(dir.file("r.yaml"), branch, {ckpt, "train.max_steps=14"});
+  INFO(branched.output);
+  REQUIRE(branched.exit_code == 0);
+  CHECK_THAT(branched.output, Contains("resume: the checkpoint belongs to the run in '" + out));
+  const auto records = step_records(branch);
+  REQUIRE(records.size() == 2);
+  CHECK(records.front()["step"] == 13);
+  CHECK(step_records(out) == step_records(straight));  // the first run's metrics untouched
+}
+
 TEST_CASE("checkpoint: SIGTERM and SIGUSR1 save, exit 143 and the resumed run ends as an uninterrupted one",
           "[checkpoint][cli]") {
   TempDir dir;

@@ -72,44 +72,6 @@ void check_resumes_of_three(const TempDir& dir, const std::string& name, const s
   check_continues(column(one, "loss"), column(dir.file(name + "-back"), "loss"), after, 1e-5);
 }
 
-// Each of `pids`' peak resident memory so far, as the kernel counts it (VmHWM, MiB).
-std::vector<double> peak_rss_mb(const std::vector<int>& pids) {
-  std::vector<double> mb;
-  for (int pid : pids) {
-    std::ifstream status("/proc/" + std::to_string(pid) + "/status");
-    std::string line;
-    while (std::getline(status, line))
-      if (line.rfind("VmHWM:", 0) == 0) mb.push_back(std::stod(line.substr(6)) / 1024.0);  // kB
-  }
-  REQUIRE(mb.size() == pids.size());
-  return mb;
-}
-
-// The kernel's count of each process's peak resident memory while it trained (MiB): the peak is reset
-// (/proc/<pid>/clear_refs) as the process pauses before its first step (failpoint train.start), with
-// its model built and sharded, and read (VmHWM) as it pauses after its last (train.done). With
-// `built_mb`, not reset: the peak since the process started, and in *built_mb each one's peak up to
-// its first step (building the model).
-std::vector<double> training_peak_mb(const TempDir& dir, const std::string& name, int nproc,
-                                     const std::vector<std::string>& sets, std::vector<double>* built_mb = nullptr) {
-  ArmedFailpoints failpoints("train.start=pause;train.done=pause");
-  const int launcher = spawn_launcher(dir.file("r.yaml"), dir.file(name), nproc, sets, dir.file(name + ".log"));
-  KillOnExit guard({launcher});
-  INFO(name);
-  const std::vector<int> pids = failpoints.wait_paused("train.start", launcher, static_cast<size_t>(nproc));
-  REQUIRE(pids.size() == static_cast<size_t>(nproc));
-  if (built_mb) *built_mb = peak_rss_mb(pids);
-  else
-    for (int pid : pids) std::ofstream("/proc/" + std::to_string(pid) + "/clear_refs") << "5";
-  failpoints.release("train.start");
-  REQUIRE(failpoints.wait_paused("train.done", launcher, static_cast<size_t>(nproc)).size() == pids.size());
-  const std::vector<double> mb = peak_rss_mb(pids);
-  failpoints.release("train.done");
-  INFO(read_file(dir.file(name + ".log")));
-  CHECK(wait_exit_code(launcher) == 0);
-  return mb;
-}
-
 }  // namespace
 
 TEST_CASE("parallel: a ZeRO-3 rank's resident memory, measured by the kernel, is a third of one process's",
@@ -217,6 +179,58 @@ TEST_CASE("parallel: no ZeRO-3 rank ever holds the whole model, building it incl
   for (size_t r = 0; r < lora.size(); ++r) {
     INFO("LoRA rank until its first step: +" << lora[r] - built_base << " MiB");
     CHECK(lora[r] - built_base < 0.45 * model_mb);
+  }
+}
+
+TEST_CASE(
+    "parallel: a padded vocabulary under model.init_from keeps a fresh build's padding rows, on 1 process and on 4 "
+    "ZeRO-3 ranks by parts",
+    "[parallel][cli]") {
+  TempDir dir;
+  write_file(dir.file("r.yaml"), dp_recipe());
+  // 260 tokens padded to 320: 60 rows that no Hugging Face folder holds (export cuts them). A learning rate
+  // of 1e-30 leaves every fp32 weight as it started (the update is far below half an ulp), so the step-1
+  // checkpoint shows the weights the run started from.
+  const std::vector<std::string> padded = {"model.vocab_size=260", "model.pad_vocab_to_multiple_of=64",
+                                           "train.max_steps=1", "optim.lr=1e-30", "optim.schedule.warmup_steps=0"};
+  for (const bool tied : {true, false}) {
+    const std::string name = tied ? "tied" : "untied";
+    INFO(name);
+    const std::vector<std::string> sets =
+        with(padded, {std::string("model.tie_embeddings=") + (tied ? "true" : "false")});
+    // A fresh build's padding rows, and a trained model's real rows in a Hugging Face folder.
+    REQUIRE(train(dir.file("r.yaml"), dir.file(name + "-fresh"), 0, sets).exit_code == 0);
+    std::vector<std::string> trained = sets;
+    trained[2] = "train.max_steps=3", trained[3] = "optim.lr=3e-3";
+    REQUIRE(train(dir.file("r.yaml"), dir.file(name + "-trained"), 0, trained).exit_code == 0);
+    REQUIRE(run_gputrain({"export", dir.file(name + "-trained"), "--out", dir.file(name + "-hf")}).exit_code == 0);
+    auto tables = [&](const std::string& run) {
+      std::map<std::string, torch::Tensor> out;
+      for (auto& w :
+           gputrain::read_checkpoint_model(gputrain::list_checkpoints(fs::path(run) / "checkpoints").complete.back()))
+        if (w.name == "transformer.wte.weight" || w.name == "lm_head.weight") out[w.name] = w.tensor;
+      return out;
+    };
+    const auto fresh = tables(dir.file(name + "-fresh")), hf_rows = tables(dir.file(name + "-trained"));
+    REQUIRE(fresh.size() == (tied ? 1u : 2u));
+    const std::vector<std::string> from_hf = with(sets, {"model.init_from=" + dir.file(name + "-hf")});
+    for (const int nproc : {0, 4}) {
+      const std::string run = dir.file(name + "-init-" + std::to_string(nproc));
+      const auto r = train(dir.file("r.yaml"), run, nproc, nproc ? with(from_hf, {"parallel.zero=3"}) : from_hf);
+      INFO(r.output);
+      REQUIRE(r.exit_code == 0);
+      for (const auto& [table, got] : tables(run)) {
+        INFO(table << " on " << (nproc ? "4 ZeRO-3 ranks" : "1 process"));
+        REQUIRE(got.size(0) == 320);
+        const torch::Tensor padding = got.narrow(0, 260, 60);
+        // A fresh build's values exactly (not zeros, not whatever memory held), and the file's real rows.
+        CHECK(torch::equal(padding, fresh.at(table).narrow(0, 260, 60)));
+        CHECK(padding.count_nonzero().item<int64_t>() == padding.numel());
+        const torch::Tensor trained_rows = hf_rows.at(table).narrow(0, 0, 260);
+        CHECK(torch::equal(got.narrow(0, 0, 260), trained_rows));
+        CHECK_FALSE(torch::equal(trained_rows, fresh.at(table).narrow(0, 0, 260)));
+      }
+    }
   }
 }
 

@@ -11,10 +11,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <thread>
 
 #include "checkpoint/checkpoint_dir.h"
@@ -28,6 +30,23 @@
 using namespace gputrain::test;
 using Catch::Contains;
 namespace fs = std::filesystem;
+
+namespace {
+
+// A loopback port no one listens on now (the kernel's pick for port 0), for a launcher that needs one named.
+int free_port() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  socklen_t len = sizeof addr;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+}  // namespace
 
 TEST_CASE("parallel: 2 processes match 1 process with the same global batch, ZeRO-1 and ZeRO-2 included",
           "[parallel][cli][slow]") {
@@ -162,8 +181,10 @@ TEST_CASE(
   for (const auto& [step, how] :
        {std::pair{6, "from the newest checkpoint"}, {2, "no checkpoint yet: from the start"}}) {
     INFO(how);
-    const std::string out = dir.file("o" + std::to_string(step)), log = out + ".log";
+    const std::string out = dir.file("o" + std::to_string(step)), log = out + ".log", trace = out + "-trace";
     ArmedFailpoints failpoints("train.step_done@" + std::to_string(step) + "=pause");
+    // What each attempt trained on, appended across attempts (train/batch_trace.h).
+    ScopedEnv traced("GPUTRAIN_TRACE_BATCHES", trace);
     const int launcher = spawn_launcher(dir.file("r.yaml"), out, 2, sets, log, {"--max-restarts", "1"});
     KillOnExit guard({launcher});
     const std::vector<int> paused = failpoints.wait_paused("train.step_done", launcher, 2);
@@ -179,6 +200,116 @@ TEST_CASE(
     // Every step once, as the uninterrupted run logged it.
     CHECK(step_records(out) == step_records(straight));
     CHECK(read_json(out + "/summary.json")["steps"] == 10);
+    // How: the second attempt read the newest checkpoint (step 4) and went on from it, so each rank
+    // computed no step up to it twice; the attempt after an early failure started again at step 1.
+    const int resumed_at = step == 6 ? 4 : 0;
+    if (resumed_at > 0) {
+      CHECK_THAT(output, Contains("resume: continuing from " + out + "/checkpoints/step_00000004 at step 4"));
+      CHECK(read_json(out + "/summary.json")["resumed_from_step"] == 4);
+    } else {
+      CHECK_THAT(output, !Contains("resume: continuing from"));
+    }
+    for (int rank = 0; rank < 2; ++rank) {
+      std::vector<int64_t> steps;
+      for (const auto& b : read_jsonl(trace + "/rank" + std::to_string(rank) + ".jsonl"))
+        if (b["micro"] == 0) steps.push_back(b["step"].get<int64_t>());
+      std::string listed;
+      for (int64_t s : steps) listed += " " + std::to_string(s);
+      INFO("rank " << rank << " trained steps" << listed);
+      for (int64_t s = 1; s <= resumed_at; ++s) CHECK(std::count(steps.begin(), steps.end(), s) == 1);
+      // The last attempt: steps resumed_at + 1 to 10, each once and in order, after the first attempt's.
+      REQUIRE(steps.size() >= static_cast<size_t>(10 - resumed_at));
+      std::vector<int64_t> last(steps.end() - (10 - resumed_at), steps.end()), want;
+      for (int64_t s = resumed_at + 1; s <= 10; ++s) want.push_back(s);
+      CHECK(last == want);
+      CHECK(steps.size() > last.size());  // and the first attempt trained before it
+    }
+  }
+}
+
+TEST_CASE("parallel: under the real torchrun --max-restarts 1, the restarted group resumes from the newest checkpoint",
+          "[parallel][cli][slow]") {
+  TempDir dir;
+  write_file(dir.file("r.yaml"), dp_recipe());
+  const std::vector<std::string> sets = {"train.max_steps=10", "checkpoint.every=4"};
+  const std::string straight = dir.file("straight");
+  REQUIRE(train(dir.file("r.yaml"), straight, 2, sets).exit_code == 0);
+  // torchrun from the tests' environment (torch's own launcher, its agent hosting the store), a cluster's way.
+  const std::string torchrun = (fs::path(GPUTRAIN_PYTHON).parent_path() / "torchrun").string();
+  REQUIRE(fs::exists(torchrun));
+  const std::string out = dir.file("o"), log = dir.file("log"), trace = dir.file("trace");
+  std::vector<std::string> args = {"--nproc-per-node",
+                                   "2",
+                                   "--max-restarts",
+                                   "1",
+                                   "--master-port",
+                                   std::to_string(free_port()),
+                                   "--no-python",
+                                   GPUTRAIN_BINARY,
+                                   "run",
+                                   dir.file("r.yaml"),
+                                   "--output-dir",
+                                   out};
+  for (const auto& s : sets) args.insert(args.end(), {"--set", s});
+  // Both workers wait after step 6 (past the step-4 checkpoint); one is SIGKILLed there.
+  ArmedFailpoints failpoints("train.step_done@6=pause");
+  ScopedEnv traced("GPUTRAIN_TRACE_BATCHES", trace);
+  const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  const int agent = spawn_program(torchrun, args, fd);
+  close(fd);
+  KillOnExit guard({agent});
+  const std::vector<int> paused = failpoints.wait_paused("train.step_done", agent, 2);
+  REQUIRE(paused.size() == 2);
+  for (int pid : paused) guard.add(pid);
+  kill(paused[1], SIGKILL);
+  failpoints.release("train.step_done");
+  const int code = wait_exit_code(agent);
+  const std::string output = read_file(log);
+  INFO(output);
+  CHECK(code == 0);
+  CHECK_THAT(output, Contains("(torchrun's store, attempt 1)"));
+  CHECK_THAT(output, Contains("resume: continuing from " + out + "/checkpoints/step_00000004 at step 4"));
+  // Every step once, as the uninterrupted run logged it, and no step up to the checkpoint trained twice.
+  CHECK(step_records(out) == step_records(straight));
+  CHECK(read_json(out + "/summary.json")["resumed_from_step"] == 4);
+  for (int rank = 0; rank < 2; ++rank) {
+    std::vector<int64_t> steps;
+    for (const auto& b : read_jsonl(trace + "/rank" + std::to_string(rank) + ".jsonl"))
+      if (b["micro"] == 0) steps.push_back(b["step"].get<int64_t>());
+    for (int64_t s = 1; s <= 4; ++s) CHECK(std::count(steps.begin(), steps.end(), s) == 1);
+    REQUIRE(steps.size() >= 6);
+    CHECK(std::vector<int64_t>(steps.end() - 6, steps.end()) == std::vector<int64_t>{5, 6, 7, 8, 9, 10});
+  }
+}
+
+TEST_CASE("parallel: --max-restarts N restarts exactly N times when every attempt fails, and 0 restarts none",
+          "[parallel][cli][slow]") {
+  TempDir dir;
+  write_file(dir.file("r.yaml"), dp_recipe());
+  for (int n : {2, 0}) {
+    INFO("--max-restarts " << n);
+    const std::string out = dir.file("o" + std::to_string(n)), log = out + ".log";
+    // Every attempt's workers die at their second step: N + 1 failures.
+    ArmedFailpoints failpoints("train.step_done@2=kill");
+    const int launcher =
+        spawn_launcher(dir.file("r.yaml"), out, 2, {"train.max_steps=10"}, log, {"--max-restarts", std::to_string(n)});
+    KillOnExit guard({launcher});
+    const int code = wait_exit_code(launcher);
+    const std::string output = read_file(log);
+    INFO(output);
+    CHECK(code == 1);  // a worker killed by a signal: the launcher's exit code 1, as torchrun's
+    auto count = [&](const std::string& what) {
+      int64_t c = 0;
+      for (size_t at = output.find(what); at != std::string::npos; at = output.find(what, at + 1)) ++c;
+      return c;
+    };
+    // Each attempt logged: its rank 0's start, its failure, and the restart after all but the last.
+    CHECK(count("train: 10 steps x") == n + 1);
+    CHECK(count("gputrain launcher: failed: rank ") == n + 1);
+    CHECK(count("starting the workers again") == n);
+    for (int k = 1; k <= n; ++k)
+      CHECK_THAT(output, Contains("restart " + std::to_string(k) + " of " + std::to_string(n) + ": starting"));
+    CHECK(failpoints.fired("train.step_done") >= static_cast<size_t>(n + 1));
   }
 }
 
@@ -269,14 +400,25 @@ TEST_CASE("parallel: a hung worker ends the run within parallel.timeout_s with t
   REQUIRE(victim > 0);
   guard.add(victim);
   guard.add(worker_pid(launcher, 0));
+  const auto stopped = std::chrono::steady_clock::now();
   kill(victim, SIGSTOP);  // alive but silent: no connection breaks, only the timeout can tell
-  // The run ends (no clock here: were the timeout not applied, ctest's limit would fail the test), and
-  // its messages say it was the timeout that ended it.
+  // The run ends, and its messages say it was the timeout that ended it.
   const int code = wait_exit_code(launcher);
+  // A timeout is about time, so here (only here) the clock bounds a result, from above and generously:
+  // the 3 s timeout, 2.5 s of reading heartbeats, and the launcher stopping the others (measured about
+  // 6 s on 2 cores), within 10x the timeout. A timeout applied 60 times too long fails it.
+  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - stopped).count();
   const std::string output = read_file(log);
   INFO(output);
+  INFO("the run ended " << elapsed << " s after rank 1 stopped");
+  CHECK(elapsed < 30);
   CHECK(code == 1);
-  CHECK_THAT(output, Contains("(gloo) failed: peer rank 1 stopped responding"));
+  // The rank that noticed and the collective it waited in, by name (the step's gradient all-reduce,
+  // or the loss's when it was there).
+  std::smatch named;
+  CHECK(std::regex_search(output, named,
+                          std::regex(R"(rank 0: (gradient bucket \d+ of \d+ \(all-reduce\)|sum of the step's [a-z ]+) )"
+                                     R"(\(gloo\) failed: peer rank 1 stopped responding)")));
   CHECK_THAT(output, Contains("parallel.timeout_s (3 s)"));
   CHECK_THAT(output, Contains("rank 0 failed (exit code 1)"));
 }

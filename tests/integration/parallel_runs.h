@@ -54,4 +54,16 @@ void check_kill_during_save(const TempDir& dir, const std::vector<std::string>& 
 // Lines of out/metrics.jsonl so far.
 size_t metric_lines(const std::string& out);
 
+// Each of `pids`' peak resident memory so far, as the kernel counts it (VmHWM, MiB).
+std::vector<double> peak_rss_mb(const std::vector<int>& pids);
+
+// The kernel's count of each process's peak resident memory while it trained (MiB), for `sets` run as
+// `nproc` processes into dir/<name> (recipe dir/r.yaml, log dir/<name>.log): the peak is reset
+// (/proc/<pid>/clear_refs) as the process pauses before its first step (failpoint train.start), with
+// its model built and sharded, and read (VmHWM) as it pauses after its last (train.done). With
+// `built_mb`, not reset: the peak since the process started, and in *built_mb each one's peak up to
+// its first step (building the model).
+std::vector<double> training_peak_mb(const TempDir& dir, const std::string& name, int nproc,
+                                     const std::vector<std::string>& sets, std::vector<double>* built_mb = nullptr);
+
 }  // namespace gputrain::test
