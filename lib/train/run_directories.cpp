@@ -2,8 +2,14 @@
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
 
 #include "checkpoint/checkpoint_dir.h"
+#include "util/atomic_file.h"
 #include "util/error.h"
 
 namespace gputrain {
@@ -67,6 +73,32 @@ void remove_old_checkpoints(const Settings& s) {
   if (!l.complete.empty() || !l.broken.empty())
     spdlog::warn("--overwrite: removed {} checkpoint(s) of the earlier run in {}", l.complete.size() + l.broken.size(),
                  s.resolved_checkpoint_dir());
+}
+
+namespace {
+
+constexpr const char* kTorchrunAttemptFile = ".gputrain.torchrun";
+
+// "host agent-pid run-id": the same for every attempt one torchrun agent starts.
+std::string torchrun_agent() {
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  const char* run_id = std::getenv("TORCHELASTIC_RUN_ID");
+  return fmt::format("{} {} {}\n", host, ::getppid(), run_id ? run_id : "");
+}
+
+}  // namespace
+
+void mark_torchrun_attempt(const fs::path& out) {
+  write_file_atomic((out / kTorchrunAttemptFile).string(), torchrun_agent());
+}
+
+bool replaces_failed_torchrun_attempt(const fs::path& out, const World& world) {
+  if (!world.agent_store || world.attempt == 0) return false;
+  std::ifstream in(out / kTorchrunAttemptFile);
+  std::stringstream was;
+  was << in.rdbuf();
+  return in && was.str() == torchrun_agent();
 }
 
 bool same_directory(const fs::path& a, const fs::path& b) {

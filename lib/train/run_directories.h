@@ -2,9 +2,11 @@
 // (one run per folder), an earlier run's files refused or, with --overwrite, replaced.
 #pragma once
 #include <filesystem>
+#include <string>
 #include <vector>
 
 #include "config/settings.h"
+#include "parallel/world.h"
 #include "util/dir_lock.h"
 
 namespace gputrain {
@@ -34,6 +36,13 @@ std::filesystem::path prepare_output_dir(const Settings& s, bool overwrite, cons
 // --overwrite starts afresh: the earlier run's checkpoints would otherwise be taken for this
 // run's by a later resume: auto.
 void remove_old_checkpoints(const Settings& s);
+
+// torchrun's restarts (parallel/world.h: agent_store, attempt). Each attempt's rank 0 names its
+// torchrun agent (host, the agent's pid, TORCHELASTIC_RUN_ID) in the output folder; a later attempt
+// of the same agent that resumed nothing (no checkpoint yet) replaces the files the failed attempt
+// wrote there, as gputrain's own --max-restarts does. Any other folder's metrics stay refused.
+void mark_torchrun_attempt(const std::filesystem::path& out);
+bool replaces_failed_torchrun_attempt(const std::filesystem::path& out, const World& world);
 
 // Whether two paths name the same directory (false when either cannot be resolved).
 bool same_directory(const std::filesystem::path& a, const std::filesystem::path& b);

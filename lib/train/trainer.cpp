@@ -267,8 +267,17 @@ void Trainer::restore() {
       spdlog::info("resume: the checkpoint belongs to the run in '{}'; this run writes its own metrics in '{}'",
                    saved_run_->output_dir.string(), s_.resolved_output_dir());
   }
-  out_dir_ = plan_.lead ? prepare_output_dir(s_, options_.overwrite, saved_run_ ? &*saved_run_ : nullptr)
+  bool overwrite = options_.overwrite;
+  if (plan_.lead && !saved_run_ && replaces_failed_torchrun_attempt(s_.resolved_output_dir(), plan_.world)) {
+    overwrite = true;
+    spdlog::warn(
+        "torchrun attempt {}: no checkpoint to continue from, so training starts again and replaces what "
+        "the failed attempt wrote in {}",
+        plan_.world.attempt, s_.resolved_output_dir());
+  }
+  out_dir_ = plan_.lead ? prepare_output_dir(s_, overwrite, saved_run_ ? &*saved_run_ : nullptr)
                         : fs::path(s_.resolved_output_dir());
+  if (plan_.lead && plan_.world.agent_store) mark_torchrun_attempt(out_dir_);
   ckpt_root_ = s_.resolved_checkpoint_dir();
 }
 

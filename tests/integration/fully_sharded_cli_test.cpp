@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <map>
 #include <regex>
 #include <sstream>
@@ -136,13 +137,18 @@ TEST_CASE("parallel: no ZeRO-3 rank ever holds the whole model, building it incl
   CHECK(model_mb > 140);
   for (size_t r = 0; r < ranks.size(); ++r) {
     // Up to the first step: its shards (a quarter) and a piece being filled. Measured 0.26 of the
-    // model (2026-11-28); built whole and then cut, as before, 1.00.
+    // model (2026-11-28 and 2026-12-01, as docs/benchmarks.md says); built whole and then cut, as before, 1.00.
     INFO("ZeRO-3 rank: +" << built[r] - built_base << " MiB until its first step, +" << ranks[r] - base
                           << " MiB over its life");
-    CHECK(built[r] - built_base < 0.45 * model_mb);
+    std::cout << "ZeRO-3 rank " << r << ": until its first step " << (built[r] - built_base) / model_mb
+              << " of the fp32 model, over its life " << (ranks[r] - base) / model_mb << std::endl;
+    CHECK(built[r] - built_base < 0.32 * model_mb);
     CHECK(built[r] - built_base > 0.2 * model_mb);
-    // Training adds the gradients' quarter and the units gathered and reduced: measured 0.84.
-    CHECK(ranks[r] - base < 1.05 * model_mb);
+    // Training adds the gradients' quarter and the units gathered and reduced (at 38M each of the 12
+    // blocks is 0.08 of the model; the 354M test above holds the docs' 0.75): measured 0.88-0.91
+    // (2026-12-01), held within 10%.
+    CHECK(ranks[r] - base < 1.0 * model_mb);
+    CHECK(ranks[r] - base > 0.5 * model_mb);
   }
   // The same model from files: model.init_from a Hugging Face folder (this run's export), and this
   // run resumed from its checkpoint. Each rank reads only its rows' bytes, so its start stays as low.
@@ -167,18 +173,53 @@ TEST_CASE("parallel: no ZeRO-3 rank ever holds the whole model, building it incl
   }
   for (size_t r = 0; r < ranks.size(); ++r) {
     // Measured 0.31 (init_from) and 0.33 (resume) of the model (2026-11-28); read whole before, 1.0 or more.
-    INFO("ZeRO-3 rank until its first step: +" << from_hf[r] - built_base << " MiB from Hugging Face files, +"
-                                               << resumed[r] - built_base << " MiB resumed");
-    CHECK(from_hf[r] - built_base < 0.45 * model_mb);
-    CHECK(resumed[r] - built_base < 0.45 * model_mb);
+    std::cout << "ZeRO-3 rank " << r << " until its first step: " << (from_hf[r] - built_base) / model_mb
+              << " of the model from Hugging Face files, " << (resumed[r] - built_base) / model_mb << " resumed"
+              << std::endl;
+    CHECK(from_hf[r] - built_base < 0.4 * model_mb);
+    CHECK(resumed[r] - built_base < 0.4 * model_mb);
   }
   // LoRA on those files with the adapters saved alone (model.lora.save: adapters, the default): the
   // frozen base's fingerprint is taken by parts too. Every rank built the whole base for it before.
   std::vector<double> lora;
   training_peak_mb(dir, "zero3-lora", 4, with(big, {"model.init_from=" + dir.file("hf"), "model.lora.rank=8"}), &lora);
   for (size_t r = 0; r < lora.size(); ++r) {
-    INFO("LoRA rank until its first step: +" << lora[r] - built_base << " MiB");
-    CHECK(lora[r] - built_base < 0.45 * model_mb);
+    std::cout << "LoRA rank " << r << " until its first step: " << (lora[r] - built_base) / model_mb << " of the model"
+              << std::endl;
+    CHECK(lora[r] - built_base < 0.4 * model_mb);
+  }
+}
+
+TEST_CASE("parallel: a 354M GPT under ZeRO-3 over 4 processes peaks at most 0.75x its fp32 model per rank",
+          "[parallel][cli][memory][slow]") {
+  TempDir dir;
+  // docs/benchmarks.md ("The vocabulary tables by parts"): GPT-2 medium's shape (24 x 1024, vocab 50304,
+  // 1.35 GiB in fp32), plain SGD, one 64-token sequence per step, freed blocks returned to the OS.
+  // "Above" is each rank's life peak minus the same run's with a 1-block, 16-wide model (LibTorch, Gloo and
+  // the vocabulary-wide logits alike), over the fp32 model.
+  write_file(dir.file("r.yaml"),
+             "model: {vocab_size: 50304, seq_len: 64, n_layer: 24, n_head: 16, d_model: 1024}\n"
+             "data: {train: {format: synthetic, synthetic: {kind: uniform}}}\n"
+             "train: {per_device_batch_size: 1, max_steps: 2, eval_every: 0}\n"
+             "optim: {name: sgd, lr: 0.001, sgd: {momentum: 0}}\n"
+             "parallel: {zero: 3}\n"
+             "checkpoint: {every: 0, at_end: false}\n"
+             "run: {threads: 1, cpu_malloc_cache: false}\n"
+             "metrics: {progress: off}\n");
+  std::vector<double> built, built_tiny;
+  const auto ranks = training_peak_mb(dir, "big", 4, {}, &built),
+             tiny = training_peak_mb(dir, "tiny", 4, {"model.n_layer=1", "model.d_model=16", "model.n_head=2"},
+                                     &built_tiny);
+  const double model_mb = read_json(dir.file("big") + "/summary.json")["parameters"].get<double>() * 4 / 1048576;
+  REQUIRE(model_mb > 1300);
+  const double base = *std::max_element(tiny.begin(), tiny.end());
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    const double above = (ranks[r] - base) / model_mb;
+    std::cout << "354M, ZeRO-3 rank " << r << ": life peak " << ranks[r] << " MiB, " << above
+              << " of the fp32 model above the tiny run" << std::endl;
+    // Measured 0.72 (docs/benchmarks.md, 2026-11-29) and 0.72 here (2026-12-01); the target is 0.75.
+    CHECK(above < 0.75);
+    CHECK(above > 0.5);  // a quarter of the weights and of their gradients at least
   }
 }
 

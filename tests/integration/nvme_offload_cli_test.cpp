@@ -103,12 +103,12 @@ TEST_CASE(
   REQUIRE(state_mb > 140);
   for (size_t r = 0; r < in_memory.size(); ++r) {
     // Lower by the state less the two or three units' buffers the stream holds at once (about 12 MiB each):
-    // measured 0.87 of the state (2026-12-01). A stream that kept every unit's buffers to the step's end
-    // would save nothing at its peak.
+    // measured 0.77-0.79 of the state (2026-12-01). A stream that kept every unit's buffers to the step's
+    // end measured 0.28 and failed.
     std::cout << "rank " << r << ": peak " << in_memory[r] << " MiB in memory, " << streamed[r]
               << " MiB with the state in the file: lower by " << (in_memory[r] - streamed[r]) / state_mb << " of the "
               << state_mb << " MiB of state" << std::endl;
-    CHECK(in_memory[r] - streamed[r] > 0.7 * state_mb);
+    CHECK(in_memory[r] - streamed[r] > 0.6 * state_mb);
   }
 }
 

@@ -227,8 +227,10 @@ TEST_CASE(
   }
 }
 
-TEST_CASE("parallel: under the real torchrun --max-restarts 1, the restarted group resumes from the newest checkpoint",
-          "[parallel][cli][slow]") {
+TEST_CASE(
+    "parallel: under the real torchrun --max-restarts 1, the restarted group resumes from the newest checkpoint, or "
+    "starts again before the first",
+    "[parallel][cli][slow]") {
   TempDir dir;
   write_file(dir.file("r.yaml"), dp_recipe());
   const std::vector<std::string> sets = {"train.max_steps=10", "checkpoint.every=4"};
@@ -237,49 +239,86 @@ TEST_CASE("parallel: under the real torchrun --max-restarts 1, the restarted gro
   // torchrun from the tests' environment (torch's own launcher, its agent hosting the store), a cluster's way.
   const std::string torchrun = (fs::path(GPUTRAIN_PYTHON).parent_path() / "torchrun").string();
   REQUIRE(fs::exists(torchrun));
-  const std::string out = dir.file("o"), log = dir.file("log"), trace = dir.file("trace");
-  std::vector<std::string> args = {"--nproc-per-node",
-                                   "2",
-                                   "--max-restarts",
-                                   "1",
-                                   "--master-port",
-                                   std::to_string(free_port()),
-                                   "--no-python",
-                                   GPUTRAIN_BINARY,
-                                   "run",
-                                   dir.file("r.yaml"),
-                                   "--output-dir",
-                                   out};
-  for (const auto& s : sets) args.insert(args.end(), {"--set", s});
-  // Both workers wait after step 6 (past the step-4 checkpoint); one is SIGKILLed there.
-  ArmedFailpoints failpoints("train.step_done@6=pause");
-  ScopedEnv traced("GPUTRAIN_TRACE_BATCHES", trace);
-  const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  const int agent = spawn_program(torchrun, args, fd);
+  // Both workers wait after step n; one is SIGKILLed there: past the step-4 checkpoint, and before it.
+  for (const int step : {6, 2}) {
+    CAPTURE(step);
+    const int resumed_at = step == 6 ? 4 : 0;
+    const std::string out = dir.file("o" + std::to_string(step)), log = out + ".log", trace = out + "-trace";
+    std::vector<std::string> args = {"--nproc-per-node",
+                                     "2",
+                                     "--max-restarts",
+                                     "1",
+                                     "--master-port",
+                                     std::to_string(free_port()),
+                                     "--no-python",
+                                     GPUTRAIN_BINARY,
+                                     "run",
+                                     dir.file("r.yaml"),
+                                     "--output-dir",
+                                     out};
+    for (const auto& s : sets) args.insert(args.end(), {"--set", s});
+    ArmedFailpoints failpoints("train.step_done@" + std::to_string(step) + "=pause");
+    ScopedEnv traced("GPUTRAIN_TRACE_BATCHES", trace);
+    const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    const int agent = spawn_program(torchrun, args, fd);
+    close(fd);
+    KillOnExit guard({agent});
+    const std::vector<int> paused = failpoints.wait_paused("train.step_done", agent, 2);
+    REQUIRE(paused.size() == 2);
+    for (int pid : paused) guard.add(pid);
+    kill(paused[1], SIGKILL);
+    failpoints.release("train.step_done");
+    const int code = wait_exit_code(agent);
+    const std::string output = read_file(log);
+    INFO(output);
+    CHECK(code == 0);
+    CHECK_THAT(output, Contains("(torchrun's store, attempt 1)"));
+    if (resumed_at > 0) {
+      CHECK_THAT(output, Contains("resume: continuing from " + out + "/checkpoints/step_00000004 at step 4"));
+      CHECK(read_json(out + "/summary.json")["resumed_from_step"] == 4);
+    } else {
+      CHECK_THAT(output, Contains("torchrun attempt 1: no checkpoint to continue from, so training starts again"));
+      CHECK_FALSE(read_json(out + "/summary.json").contains("resumed_from_step"));
+    }
+    // Every step once, as the uninterrupted run logged it, and no step up to the checkpoint trained twice.
+    CHECK(step_records(out) == step_records(straight));
+    for (int rank = 0; rank < 2; ++rank) {
+      std::vector<int64_t> steps;
+      for (const auto& b : read_jsonl(trace + "/rank" + std::to_string(rank) + ".jsonl"))
+        if (b["micro"] == 0) steps.push_back(b["step"].get<int64_t>());
+      for (int64_t s = 1; s <= resumed_at; ++s) CHECK(std::count(steps.begin(), steps.end(), s) == 1);
+      const auto after = static_cast<size_t>(10 - resumed_at);
+      REQUIRE(steps.size() > after);
+      std::vector<int64_t> want;
+      for (int64_t s = resumed_at + 1; s <= 10; ++s) want.push_back(s);
+      CHECK(std::vector<int64_t>(steps.end() - static_cast<std::ptrdiff_t>(after), steps.end()) == want);
+    }
+  }
+  // A folder another run left (no torchrun attempt of this agent wrote it) is still refused, and kept.
+  const std::string theirs = dir.file("o2") + "/metrics.jsonl", before = read_file(theirs);
+  std::vector<std::string> again = {"--nproc-per-node",
+                                    "2",
+                                    "--max-restarts",
+                                    "1",
+                                    "--master-port",
+                                    std::to_string(free_port()),
+                                    "--no-python",
+                                    GPUTRAIN_BINARY,
+                                    "run",
+                                    dir.file("r.yaml"),
+                                    "--output-dir",
+                                    dir.file("o2"),
+                                    "--set",
+                                    "checkpoint.resume=never"};
+  const int fd = open(dir.file("again.log").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  const int agent = spawn_program(torchrun, again, fd);
   close(fd);
   KillOnExit guard({agent});
-  const std::vector<int> paused = failpoints.wait_paused("train.step_done", agent, 2);
-  REQUIRE(paused.size() == 2);
-  for (int pid : paused) guard.add(pid);
-  kill(paused[1], SIGKILL);
-  failpoints.release("train.step_done");
-  const int code = wait_exit_code(agent);
-  const std::string output = read_file(log);
+  CHECK(wait_exit_code(agent) != 0);
+  const std::string output = read_file(dir.file("again.log"));
   INFO(output);
-  CHECK(code == 0);
-  CHECK_THAT(output, Contains("(torchrun's store, attempt 1)"));
-  CHECK_THAT(output, Contains("resume: continuing from " + out + "/checkpoints/step_00000004 at step 4"));
-  // Every step once, as the uninterrupted run logged it, and no step up to the checkpoint trained twice.
-  CHECK(step_records(out) == step_records(straight));
-  CHECK(read_json(out + "/summary.json")["resumed_from_step"] == 4);
-  for (int rank = 0; rank < 2; ++rank) {
-    std::vector<int64_t> steps;
-    for (const auto& b : read_jsonl(trace + "/rank" + std::to_string(rank) + ".jsonl"))
-      if (b["micro"] == 0) steps.push_back(b["step"].get<int64_t>());
-    for (int64_t s = 1; s <= 4; ++s) CHECK(std::count(steps.begin(), steps.end(), s) == 1);
-    REQUIRE(steps.size() >= 6);
-    CHECK(std::vector<int64_t>(steps.end() - 6, steps.end()) == std::vector<int64_t>{5, 6, 7, 8, 9, 10});
-  }
+  CHECK_THAT(output, Contains("already holds a run"));
+  CHECK(read_file(theirs) == before);
 }
 
 TEST_CASE("parallel: --max-restarts N restarts exactly N times when every attempt fails, and 0 restarts none",
