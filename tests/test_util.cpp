@@ -217,9 +217,11 @@ void check_precisions_track_fp32(const std::map<std::string, std::vector<nlohman
   for (const auto& [mode, rows] : lines) {
     if (mode == "fp32") continue;
     // bf16-pure (bf16 weights, stochastic rounding) lags fp32 early by an amount that depends on the
-    // initial draws: 0.00-0.05 at step 40 over 3 seeds before 2026-11-28, 0.02-0.33 over 4 seeds with
-    // the counter-based initialization (same distributions, checked). Held to 0.4 and 0.08 at the end.
-    const double tolerance = mode == "bf16-pure" ? 0.4 : 0.05;
+    // initial draws: 0.02-0.33 over 4 seeds with the counter-based initialization. On the CPU test's seed
+    // (2026-12-01): at most 0.020 per log step, the eval loss 0.018 above; bf16 0.012 and 0.012, fp16
+    // 0.0036 and 0.0050. bf16-pure held to 0.2 (10x) and 0.08 at the end; the others to docs/training.md's
+    // 0.05 and 0.03.
+    const double tolerance = mode == "bf16-pure" ? 0.2 : 0.05;
     REQUIRE(rows.size() == fp32.size());
     double largest = 0;
     for (size_t i = 0; i < rows.size(); ++i) {

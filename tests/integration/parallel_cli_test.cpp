@@ -46,6 +46,51 @@ int free_port() {
   return ntohs(addr.sin_port);
 }
 
+// A restarted 2-process run of 10 steps, by its batch traces (GPUTRAIN_TRACE_BATCHES, appended across
+// attempts): each rank trained no step up to `resumed_at` (the checkpoint continued from; 0: none) twice,
+// and its last attempt trained steps resumed_at + 1 to 10 once each, in order, after an earlier attempt.
+void check_trained_once_after_restart(const std::string& trace, int64_t resumed_at) {
+  for (int rank = 0; rank < 2; ++rank) {
+    std::vector<int64_t> steps;
+    for (const auto& b : read_jsonl(trace + "/rank" + std::to_string(rank) + ".jsonl"))
+      if (b["micro"] == 0) steps.push_back(b["step"].get<int64_t>());
+    std::string listed;
+    for (int64_t s : steps) listed += " " + std::to_string(s);
+    INFO("rank " << rank << " trained steps" << listed);
+    for (int64_t s = 1; s <= resumed_at; ++s) CHECK(std::count(steps.begin(), steps.end(), s) == 1);
+    const auto last = static_cast<std::ptrdiff_t>(10 - resumed_at);
+    REQUIRE(static_cast<std::ptrdiff_t>(steps.size()) > last);
+    std::vector<int64_t> want;
+    for (int64_t s = resumed_at + 1; s <= 10; ++s) want.push_back(s);
+    CHECK(std::vector<int64_t>(steps.end() - last, steps.end()) == want);
+  }
+}
+
+// Starts the real torchrun (the tests' environment's: torch's launcher, its agent hosting the store) with
+// 2 workers and --max-restarts 1, running `gputrain run recipe --output-dir out --set ...`; output in `log`.
+int spawn_torchrun(const std::string& recipe, const std::string& out, const std::vector<std::string>& sets,
+                   const std::string& log) {
+  const std::string torchrun = (fs::path(GPUTRAIN_PYTHON).parent_path() / "torchrun").string();
+  REQUIRE(fs::exists(torchrun));
+  std::vector<std::string> args = {"--nproc-per-node",
+                                   "2",
+                                   "--max-restarts",
+                                   "1",
+                                   "--master-port",
+                                   std::to_string(free_port()),
+                                   "--no-python",
+                                   GPUTRAIN_BINARY,
+                                   "run",
+                                   recipe,
+                                   "--output-dir",
+                                   out};
+  for (const auto& s : sets) args.insert(args.end(), {"--set", s});
+  const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  const int agent = spawn_program(torchrun, args, fd);
+  close(fd);
+  return agent;
+}
+
 }  // namespace
 
 TEST_CASE("parallel: 2 processes match 1 process with the same global batch, ZeRO-1 and ZeRO-2 included",
@@ -209,21 +254,7 @@ TEST_CASE(
     } else {
       CHECK_THAT(output, !Contains("resume: continuing from"));
     }
-    for (int rank = 0; rank < 2; ++rank) {
-      std::vector<int64_t> steps;
-      for (const auto& b : read_jsonl(trace + "/rank" + std::to_string(rank) + ".jsonl"))
-        if (b["micro"] == 0) steps.push_back(b["step"].get<int64_t>());
-      std::string listed;
-      for (int64_t s : steps) listed += " " + std::to_string(s);
-      INFO("rank " << rank << " trained steps" << listed);
-      for (int64_t s = 1; s <= resumed_at; ++s) CHECK(std::count(steps.begin(), steps.end(), s) == 1);
-      // The last attempt: steps resumed_at + 1 to 10, each once and in order, after the first attempt's.
-      REQUIRE(steps.size() >= static_cast<size_t>(10 - resumed_at));
-      std::vector<int64_t> last(steps.end() - (10 - resumed_at), steps.end()), want;
-      for (int64_t s = resumed_at + 1; s <= 10; ++s) want.push_back(s);
-      CHECK(last == want);
-      CHECK(steps.size() > last.size());  // and the first attempt trained before it
-    }
+    check_trained_once_after_restart(trace, resumed_at);
   }
 }
 
@@ -236,32 +267,14 @@ TEST_CASE(
   const std::vector<std::string> sets = {"train.max_steps=10", "checkpoint.every=4"};
   const std::string straight = dir.file("straight");
   REQUIRE(train(dir.file("r.yaml"), straight, 2, sets).exit_code == 0);
-  // torchrun from the tests' environment (torch's own launcher, its agent hosting the store), a cluster's way.
-  const std::string torchrun = (fs::path(GPUTRAIN_PYTHON).parent_path() / "torchrun").string();
-  REQUIRE(fs::exists(torchrun));
   // Both workers wait after step n; one is SIGKILLed there: past the step-4 checkpoint, and before it.
   for (const int step : {6, 2}) {
     CAPTURE(step);
     const int resumed_at = step == 6 ? 4 : 0;
     const std::string out = dir.file("o" + std::to_string(step)), log = out + ".log", trace = out + "-trace";
-    std::vector<std::string> args = {"--nproc-per-node",
-                                     "2",
-                                     "--max-restarts",
-                                     "1",
-                                     "--master-port",
-                                     std::to_string(free_port()),
-                                     "--no-python",
-                                     GPUTRAIN_BINARY,
-                                     "run",
-                                     dir.file("r.yaml"),
-                                     "--output-dir",
-                                     out};
-    for (const auto& s : sets) args.insert(args.end(), {"--set", s});
     ArmedFailpoints failpoints("train.step_done@" + std::to_string(step) + "=pause");
     ScopedEnv traced("GPUTRAIN_TRACE_BATCHES", trace);
-    const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    const int agent = spawn_program(torchrun, args, fd);
-    close(fd);
+    const int agent = spawn_torchrun(dir.file("r.yaml"), out, sets, log);
     KillOnExit guard({agent});
     const std::vector<int> paused = failpoints.wait_paused("train.step_done", agent, 2);
     REQUIRE(paused.size() == 2);
@@ -282,37 +295,12 @@ TEST_CASE(
     }
     // Every step once, as the uninterrupted run logged it, and no step up to the checkpoint trained twice.
     CHECK(step_records(out) == step_records(straight));
-    for (int rank = 0; rank < 2; ++rank) {
-      std::vector<int64_t> steps;
-      for (const auto& b : read_jsonl(trace + "/rank" + std::to_string(rank) + ".jsonl"))
-        if (b["micro"] == 0) steps.push_back(b["step"].get<int64_t>());
-      for (int64_t s = 1; s <= resumed_at; ++s) CHECK(std::count(steps.begin(), steps.end(), s) == 1);
-      const auto after = static_cast<size_t>(10 - resumed_at);
-      REQUIRE(steps.size() > after);
-      std::vector<int64_t> want;
-      for (int64_t s = resumed_at + 1; s <= 10; ++s) want.push_back(s);
-      CHECK(std::vector<int64_t>(steps.end() - static_cast<std::ptrdiff_t>(after), steps.end()) == want);
-    }
+    check_trained_once_after_restart(trace, resumed_at);
   }
   // A folder another run left (no torchrun attempt of this agent wrote it) is still refused, and kept.
   const std::string theirs = dir.file("o2") + "/metrics.jsonl", before = read_file(theirs);
-  std::vector<std::string> again = {"--nproc-per-node",
-                                    "2",
-                                    "--max-restarts",
-                                    "1",
-                                    "--master-port",
-                                    std::to_string(free_port()),
-                                    "--no-python",
-                                    GPUTRAIN_BINARY,
-                                    "run",
-                                    dir.file("r.yaml"),
-                                    "--output-dir",
-                                    dir.file("o2"),
-                                    "--set",
-                                    "checkpoint.resume=never"};
-  const int fd = open(dir.file("again.log").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  const int agent = spawn_program(torchrun, again, fd);
-  close(fd);
+  const int agent =
+      spawn_torchrun(dir.file("r.yaml"), dir.file("o2"), {"checkpoint.resume=never"}, dir.file("again.log"));
   KillOnExit guard({agent});
   CHECK(wait_exit_code(agent) != 0);
   const std::string output = read_file(dir.file("again.log"));

@@ -48,6 +48,23 @@ TEST_CASE("world: torchrun variables give rank, size, local rank and master", "[
   CHECK(w.source == "torchrun variables");
 }
 
+TEST_CASE("world: under torchrun's agent store, every rank joins it under its attempt", "[parallel]") {
+  std::map<std::string, std::string> vars = {{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}};
+  const World own = detect_world(env_of(vars));  // gputrain's own launcher: rank 0 hosts the store
+  CHECK_FALSE(own.agent_store);
+  CHECK(own.attempt == 0);
+  vars["TORCHELASTIC_USE_AGENT_STORE"] = "True";
+  vars["TORCHELASTIC_RESTART_COUNT"] = "3";
+  const World torchrun = detect_world(env_of(vars));
+  CHECK(torchrun.agent_store);
+  CHECK(torchrun.attempt == 3);
+  CHECK(torchrun.describe().find("(torchrun's store, attempt 3)") != std::string::npos);
+  vars["TORCHELASTIC_USE_AGENT_STORE"] = "False";
+  CHECK_FALSE(detect_world(env_of(vars)).agent_store);
+  vars["TORCHELASTIC_RESTART_COUNT"] = "one";
+  CHECK_THAT(world_error(vars), Catch::Contains("TORCHELASTIC_RESTART_COUNT='one' is not a whole number"));
+}
+
 TEST_CASE("world: SLURM srun variables, master from the first host of the node list", "[parallel]") {
   const World w = detect_world(env_of({{"SLURM_PROCID", "3"},
                                        {"SLURM_NTASKS", "4"},
