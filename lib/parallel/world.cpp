@@ -99,6 +99,7 @@ World detect_world(const EnvLookup& env) {
     const auto agent = env("TORCHELASTIC_USE_AGENT_STORE");
     w.agent_store = agent && (*agent == "True" || *agent == "true" || *agent == "1");
     w.attempt = int_var(env, "TORCHELASTIC_RESTART_COUNT", 0, 1 << 30).value_or(0);
+    w.run_id = env("TORCHELASTIC_RUN_ID").value_or("");
     if (w.distributed() && !env("MASTER_ADDR"))
       throw usage_error("environment: WORLD_SIZE is " + std::to_string(w.size) +
                         " but MASTER_ADDR is not set\n    fix: set MASTER_ADDR to rank 0's host (and MASTER_PORT)");

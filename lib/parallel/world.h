@@ -25,6 +25,7 @@ struct World {
   // (TORCHELASTIC_RESTART_COUNT), as torch.distributed does, so no key of a failed attempt is read.
   bool agent_store = false;
   int attempt = 0;
+  std::string run_id;  // TORCHELASTIC_RUN_ID: the same for every attempt of one torchrun job
 
   bool distributed() const { return size > 1; }
   // Started by a launcher (even as a world of one): the run then takes the

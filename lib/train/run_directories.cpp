@@ -4,7 +4,6 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
-#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
@@ -80,17 +79,16 @@ namespace {
 constexpr const char* kTorchrunAttemptFile = ".gputrain.torchrun";
 
 // "host agent-pid run-id": the same for every attempt one torchrun agent starts.
-std::string torchrun_agent() {
+std::string torchrun_agent(const World& world) {
   char host[256] = {};
   ::gethostname(host, sizeof host - 1);
-  const char* run_id = std::getenv("TORCHELASTIC_RUN_ID");
-  return fmt::format("{} {} {}\n", host, ::getppid(), run_id ? run_id : "");
+  return fmt::format("{} {} {}\n", host, ::getppid(), world.run_id);
 }
 
 }  // namespace
 
-void mark_torchrun_attempt(const fs::path& out) {
-  write_file_atomic((out / kTorchrunAttemptFile).string(), torchrun_agent());
+void mark_torchrun_attempt(const fs::path& out, const World& world) {
+  write_file_atomic((out / kTorchrunAttemptFile).string(), torchrun_agent(world));
 }
 
 bool replaces_failed_torchrun_attempt(const fs::path& out, const World& world) {
@@ -98,7 +96,7 @@ bool replaces_failed_torchrun_attempt(const fs::path& out, const World& world) {
   std::ifstream in(out / kTorchrunAttemptFile);
   std::stringstream was;
   was << in.rdbuf();
-  return in && was.str() == torchrun_agent();
+  return in && was.str() == torchrun_agent(world);
 }
 
 bool same_directory(const fs::path& a, const fs::path& b) {

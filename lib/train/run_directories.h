@@ -41,7 +41,7 @@ void remove_old_checkpoints(const Settings& s);
 // torchrun agent (host, the agent's pid, TORCHELASTIC_RUN_ID) in the output folder; a later attempt
 // of the same agent that resumed nothing (no checkpoint yet) replaces the files the failed attempt
 // wrote there, as gputrain's own --max-restarts does. Any other folder's metrics stay refused.
-void mark_torchrun_attempt(const std::filesystem::path& out);
+void mark_torchrun_attempt(const std::filesystem::path& out, const World& world);
 bool replaces_failed_torchrun_attempt(const std::filesystem::path& out, const World& world);
 
 // Whether two paths name the same directory (false when either cannot be resolved).

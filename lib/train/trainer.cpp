@@ -277,7 +277,7 @@ void Trainer::restore() {
   }
   out_dir_ = plan_.lead ? prepare_output_dir(s_, overwrite, saved_run_ ? &*saved_run_ : nullptr)
                         : fs::path(s_.resolved_output_dir());
-  if (plan_.lead && plan_.world.agent_store) mark_torchrun_attempt(out_dir_);
+  if (plan_.lead && plan_.world.agent_store) mark_torchrun_attempt(out_dir_, plan_.world);
   ckpt_root_ = s_.resolved_checkpoint_dir();
 }
 

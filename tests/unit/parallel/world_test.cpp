@@ -55,9 +55,11 @@ TEST_CASE("world: under torchrun's agent store, every rank joins it under its at
   CHECK(own.attempt == 0);
   vars["TORCHELASTIC_USE_AGENT_STORE"] = "True";
   vars["TORCHELASTIC_RESTART_COUNT"] = "3";
+  vars["TORCHELASTIC_RUN_ID"] = "job-7";
   const World torchrun = detect_world(env_of(vars));
   CHECK(torchrun.agent_store);
   CHECK(torchrun.attempt == 3);
+  CHECK(torchrun.run_id == "job-7");
   CHECK(torchrun.describe().find("(torchrun's store, attempt 3)") != std::string::npos);
   vars["TORCHELASTIC_USE_AGENT_STORE"] = "False";
   CHECK_FALSE(detect_world(env_of(vars)).agent_store);
