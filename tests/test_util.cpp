@@ -134,28 +134,24 @@ ArmedFailpoints::~ArmedFailpoints() {
   }
 }
 
-size_t ArmedFailpoints::fired(const std::string& name) const {
-  const std::string prefix = name + ".", suffix = ".fired";
-  size_t n = 0;
+size_t ArmedFailpoints::fired(const std::string& name) const { return marked(name, ".fired").size(); }
+
+std::vector<int> ArmedFailpoints::marked(const std::string& name, const std::string& suffix) const {
+  const std::string prefix = name + ".";
+  std::vector<int> pids;
   for (const auto& e : std::filesystem::directory_iterator(dir_.path())) {
     const std::string f = e.path().filename().string();
-    n += f.size() > prefix.size() + suffix.size() && f.rfind(prefix, 0) == 0 &&
-         f.compare(f.size() - suffix.size(), suffix.size(), suffix) == 0;
+    if (f.size() > prefix.size() + suffix.size() && f.rfind(prefix, 0) == 0 &&
+        f.compare(f.size() - suffix.size(), suffix.size(), suffix) == 0)
+      pids.push_back(std::stoi(f.substr(prefix.size(), f.size() - prefix.size() - suffix.size())));
   }
-  return n;
+  return pids;
 }
 
 std::vector<int> ArmedFailpoints::wait_paused(const std::string& name, int still_running, size_t count) {
-  const std::string prefix = name + ".", suffix = ".reached";
   std::vector<int> pids;
   auto paused = [&] {
-    pids.clear();
-    for (const auto& e : std::filesystem::directory_iterator(dir_.path())) {
-      const std::string f = e.path().filename().string();
-      if (f.size() > prefix.size() + suffix.size() && f.rfind(prefix, 0) == 0 &&
-          f.compare(f.size() - suffix.size(), suffix.size(), suffix) == 0)
-        pids.push_back(std::stoi(f.substr(prefix.size(), f.size() - prefix.size() - suffix.size())));
-    }
+    pids = marked(name, ".reached");
     if (pids.size() >= count) return true;
     siginfo_t info{};  // ended (left unreaped for the test's own wait): stop waiting
     return ::waitid(P_PID, static_cast<id_t>(still_running), &info, WEXITED | WNOHANG | WNOWAIT) != 0 ||
@@ -166,6 +162,13 @@ std::vector<int> ArmedFailpoints::wait_paused(const std::string& name, int still
 }
 
 void ArmedFailpoints::release(const std::string& name) const { write_file(dir_.file(name + ".release"), ""); }
+
+double proc_status_mb(const std::string& pid, const std::string& field) {
+  std::ifstream status("/proc/" + pid + "/status");
+  for (std::string line; std::getline(status, line);)
+    if (line.rfind(field + ":", 0) == 0) return std::stod(line.substr(field.size() + 1)) / 1024.0;  // kB
+  throw std::runtime_error("/proc/" + pid + "/status has no " + field);
+}
 
 void mark_skipped(const std::string& reason) {
   WARN("skipped: " << reason);

@@ -67,6 +67,10 @@ int spawn_program(const std::string& bin, const std::vector<std::string>& args, 
 // Waits for a spawned process; its exit code, or 128 + signal when killed.
 int wait_exit_code(int pid);
 
+// A memory field of /proc/<pid>/status ("self" for this process), e.g. VmRSS or VmHWM, in MiB: what the
+// kernel counts, for memory measured from outside the code.
+double proc_status_mb(const std::string& pid, const std::string& field);
+
 // Ends nothing by itself: prints `reason` with the marker ctest's SKIP_REGULAR_EXPRESSION looks for
 // (tests/CMakeLists.txt), so the case counts as skipped, not passed; the caller returns after it.
 // (Debian's Catch2 2 has no SKIP.)
@@ -125,6 +129,8 @@ class ArmedFailpoints {
   void release(const std::string& name) const;
 
  private:
+  // The pids of the markers <name>.<pid><suffix> the processes left (".reached", ".fired").
+  std::vector<int> marked(const std::string& name, const std::string& suffix) const;
   TempDir dir_;
   std::vector<std::string> names_;
 };

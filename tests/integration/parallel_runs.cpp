@@ -147,13 +147,7 @@ void check_kill_during_save(const TempDir& dir, const std::vector<std::string>& 
 
 std::vector<double> peak_rss_mb(const std::vector<int>& pids) {
   std::vector<double> mb;
-  for (int pid : pids) {
-    std::ifstream status("/proc/" + std::to_string(pid) + "/status");
-    std::string line;
-    while (std::getline(status, line))
-      if (line.rfind("VmHWM:", 0) == 0) mb.push_back(std::stod(line.substr(6)) / 1024.0);  // kB
-  }
-  REQUIRE(mb.size() == pids.size());
+  for (int pid : pids) mb.push_back(proc_status_mb(std::to_string(pid), "VmHWM"));
   return mb;
 }
 

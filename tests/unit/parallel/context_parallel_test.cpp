@@ -8,7 +8,6 @@
 #include <iostream>
 #include <mutex>
 #include <string>
-#include <utility>
 
 #include "model/attention.h"
 #include "parallel/context_parallel.h"
@@ -124,21 +123,6 @@ TEST_CASE(
                                out[0]) > 1e-2);
 }
 
-namespace {
-
-// This process's resident memory now and its peak since the last reset (VmRSS, VmHWM: MiB).
-std::pair<double, double> resident_mb() {
-  std::ifstream status("/proc/self/status");
-  double rss = 0, hwm = 0;
-  for (std::string line; std::getline(status, line);) {
-    if (line.rfind("VmRSS:", 0) == 0) rss = std::stod(line.substr(6)) / 1024;
-    if (line.rfind("VmHWM:", 0) == 0) hwm = std::stod(line.substr(6)) / 1024;
-  }
-  return {rss, hwm};
-}
-
-}  // namespace
-
 TEST_CASE("context parallel: the ring's working space, measured by the kernel, stays within the plan's bound",
           "[parallel][memory]") {
   // Long enough that the tile rule acts: 4096 tokens per rank, 8 heads, so all query rows of a block
@@ -166,12 +150,12 @@ TEST_CASE("context parallel: the ring's working space, measured by the kernel, s
     world.all_reduce_sum_now(flag, "ready");  // both ranks' inputs exist
     if (rank == 0) {
       std::ofstream("/proc/self/clear_refs") << "5";  // the peak starts again from here
-      before = resident_mb().first;
+      before = test::proc_status_mb("self", "VmRSS");
     }
     world.all_reduce_sum_now(flag, "measuring");
     ring_attention(q, k, v, layout, *group, kernel).backward(upstream);
     world.all_reduce_sum_now(flag, "done");
-    if (rank == 0) peak = resident_mb().second;
+    if (rank == 0) peak = test::proc_status_mb("self", "VmHWM");
   });
   const double per_rank = (peak - before) / cp;
   // Measured per rank (2026-12-01): fused 54 MiB, float32 tiles 159 MiB (the plan: 56 and 232 with the
