@@ -1,11 +1,14 @@
 #!/usr/bin/env python3
-"""CPU training throughput: gputrain vs plain PyTorch eager, same torch install.
+"""CPU training throughput: gputrain vs PyTorch eager and torch.compile, same torch install.
 
-Both train the same GPT (pre-LayerNorm, GELU(tanh), SDPA causal attention,
+All train the same GPT (pre-LayerNorm, GELU(tanh), SDPA causal attention,
 tied embeddings, GPT-2 init) with AdamW (PyTorch: fused=True; gputrain: ATen's
-fused kernel), fp32, the same batch, sequence length and thread count, on
-uniform random tokens. The first `--warmup` steps are excluded from both rates.
-Prints a Markdown table. Run: scripts/bench.sh (uses the setup's venv).
+fused kernel), the same batch, sequence length and thread count, on uniform
+random tokens, in fp32 and/or bf16 mixed precision (fp32 weights and optimizer,
+the forward under CPU autocast to bf16: gputrain's precision.mode bf16). The
+first `--warmup` steps (torch.compile's compilation among them) are excluded
+from every rate. Prints a Markdown table. Run: scripts/bench.sh (uses the
+setup's venv).
 """
 import argparse
 import json
@@ -68,10 +71,11 @@ class GPT(nn.Module):
         return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1))
 
 
-def bench_pytorch(L, H, d, T, B, V, steps, warmup, threads):
+def bench_pytorch(L, H, d, T, B, V, steps, warmup, threads, precision, compiled):
     torch.set_num_threads(threads)
     torch.manual_seed(0)
     model = GPT(L, H, d, T, V)
+    forward = torch.compile(model) if compiled else model
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2 and not n.startswith(("wte", "wpe"))]
     no_decay = [p for n, p in model.named_parameters() if not (p.dim() >= 2 and not n.startswith(("wte", "wpe")))]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
@@ -81,7 +85,8 @@ def bench_pytorch(L, H, d, T, B, V, steps, warmup, threads):
         if step == warmup:
             start = time.perf_counter()
         tokens = torch.randint(0, V, (B, T + 1))
-        loss = model(tokens[:, :-1], tokens[:, 1:])
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
+            loss = forward(tokens[:, :-1], tokens[:, 1:])
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0, foreach=True)
         opt.step()
@@ -100,7 +105,7 @@ def timed_ms(metrics_path, warmup, steps):
     return sum(l["step_ms"] * (l["step"] - p["step"]) for p, l in pairs), lines
 
 
-def bench_gputrain(binary, L, H, d, T, B, V, steps, warmup, threads):
+def bench_gputrain(binary, L, H, d, T, B, V, steps, warmup, threads, precision):
     with tempfile.TemporaryDirectory() as tmp:
         recipe = os.path.join(tmp, "r.yaml")
         with open(recipe, "w") as f:
@@ -109,6 +114,7 @@ model: {{vocab_size: {V}, seq_len: {T}, n_layer: {L}, n_head: {H}, d_model: {d}}
 data: {{train: {{format: synthetic, synthetic: {{kind: uniform}}}}, num_workers: 0}}
 train: {{per_device_batch_size: {B}, max_steps: {warmup + steps}, log_every: {warmup}, max_grad_norm: 1.0}}
 optim: {{lr: 1e-4, schedule: {{name: constant}}}}
+precision: {{mode: {precision}}}
 metrics: {{progress: off}}
 """)
         out = os.path.join(tmp, "out")
@@ -126,20 +132,32 @@ def main():
     ap.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
     ap.add_argument("--repeats", type=int, default=3, help="runs per side; the best is reported")
     ap.add_argument("--sizes", default=",".join(SIZES), help="comma-separated names from: " + ", ".join(SIZES))
+    ap.add_argument("--precisions", default="fp32", help="comma-separated: fp32, bf16 (mixed: CPU autocast)")
+    ap.add_argument("--compile", action="store_true", help="also time PyTorch under torch.compile (inductor)")
     args = ap.parse_args()
 
     print(provenance(args.binary))
-    print(f"torch {torch.__version__}, {args.threads} threads, fp32, best of {args.repeats} runs a side, "
+    print(f"torch {torch.__version__}, {args.threads} threads, best of {args.repeats} runs a side, "
           f"timed after {args.warmup} warm-up steps\n")
-    print("| model | layers x d_model | batch x seq | PyTorch eager tok/s | gputrain tok/s | gputrain / PyTorch |")
-    print("|---|---|---|---|---|---|")
+    print("| model | layers x d_model | batch x seq | precision | PyTorch eager tok/s | "
+          + ("torch.compile tok/s | " if args.compile else "") + "gputrain tok/s | gputrain / eager |"
+          + (" gputrain / compile |" if args.compile else ""))
+    print("|---|---|---|---|---:|" + ("---:|" if args.compile else "") + "---:|---:|" + ("---:|" if args.compile else ""))
     for name in args.sizes.split(","):
         (L, H, d, T, B, V), default_steps = SIZES[name]
         steps = args.steps or default_steps
-        py = max(bench_pytorch(L, H, d, T, B, V, steps, args.warmup, args.threads) for _ in range(args.repeats))
-        gt = max(bench_gputrain(args.binary, L, H, d, T, B, V, steps, args.warmup, args.threads)
-                 for _ in range(args.repeats))
-        print(f"| {name} | {L} x {d} | {B} x {T} | {py:,.0f} | {gt:,.0f} | {gt / py:.2f} |", flush=True)
+        shape = (L, H, d, T, B, V, steps, args.warmup, args.threads)
+        for precision in args.precisions.split(","):
+            def best(f):
+                return max(f() for _ in range(args.repeats))
+            py = best(lambda: bench_pytorch(*shape, precision, False))
+            co = best(lambda: bench_pytorch(*shape, precision, True)) if args.compile else None
+            gt = best(lambda: bench_gputrain(args.binary, *shape, precision))
+            row = f"| {name} | {L} x {d} | {B} x {T} | {precision} | {py:,.0f} | "
+            row += f"{co:,.0f} | " if co else ""
+            row += f"{gt:,.0f} | {gt / py:.2f} |"
+            row += f" {gt / co:.2f} |" if co else ""
+            print(row, flush=True)
 
 
 if __name__ == "__main__":

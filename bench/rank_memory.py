@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Each rank's peak resident memory over its whole life (start-up included) under ZeRO-3, against the
 model's fp32 size: what issue 56 asks ("no rank ever holds the whole model"). Runs `gputrain run
---nproc-per-node N` of a GPT-2-shaped model (--layers x --d, --vocab 50304) for 3 steps, and the
+--nproc-per-node N` of a GPT-2-shaped model (--layers x --d, --vocab 50304) for 3 steps with the default settings, and the
 same run with a 1-block, 16-wide model; each worker pauses at the failpoint train.done, where the
 kernel's VmHWM (its peak resident set since it started) is read from /proc, then goes on. Start-up
 is process start to the first step (the failpoint train.start, passed as each worker reaches it).
@@ -29,7 +29,6 @@ train: {{per_device_batch_size: 1, max_steps: 3, log_every: 1, eval_every: 0}}
 optim: {{name: {optim}, lr: 0.001, sgd: {{momentum: 0}}}}
 parallel: {{zero: 3}}
 checkpoint: {{every: 0, at_end: false}}
-run: {{threads: 1, cpu_malloc_cache: false}}
 metrics: {{progress: off}}
 """
 
@@ -103,6 +102,8 @@ def main():
     ap.add_argument("--resume", action="store_true", help="also resume the random run from its checkpoint")
     ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"],
                     help="precision.mode (bf16: units gathered in bf16, and under --nvme the fp32 shards filed)")
+    ap.add_argument("--set", dest="sets", nargs="*", default=[], metavar="KEY=VALUE",
+                    help="recipe overrides for every run (e.g. run.cpu_malloc_cache=false); defaults otherwise")
     ap.add_argument("--nvme", choices=["also", "only"],
                     help="the random run with the optimizer state in a file too, or that run only")
     a = ap.parse_args()
@@ -125,7 +126,7 @@ def main():
                 recipe.write_text(RECIPE.format(vocab=a.vocab, layers=a.layers, heads=heads, d=a.d, optim=optim))
                 tiny = Path(tmp) / "tiny.yaml"
                 tiny.write_text(RECIPE.format(vocab=a.vocab, layers=1, heads=1, d=16, optim=optim))
-                precision = [f"precision.mode={a.precision}"]
+                precision = [f"precision.mode={a.precision}", *a.sets]
                 base_start, base, _, _ = measure(a.binary, tiny, nproc, Path(tmp) / "tiny", precision)
                 runs = list(inits)
                 if a.resume:  # the random run again, then resumed from the checkpoint it ends with

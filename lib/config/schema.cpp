@@ -594,7 +594,8 @@ void add_run_fields(std::vector<FieldSpec>& f) {
                              "CPU: memory the batch size finder may plan for; auto = 80% of available RAM")
                   .resume(ResumePolicy::kReported));
   f.push_back(bool_field(KEY(run.cpu_malloc_cache),
-                         "CPU device: keep freed large buffers for reuse (faster steps, higher peak memory)")
+                         "host memory: keep freed CPU tensor blocks of 128 KiB or more for reuse, for one step at most "
+                         "(no page faults per step); false = each goes back to the OS when freed")
                   .resume(ResumePolicy::kReported));
 }
 

@@ -16,7 +16,7 @@ struct RunSettings {
   std::string device = "auto";   // auto | cpu | cuda | cuda:N
   int64_t threads = 0;           // 0 = auto (the cores this process may use)
   int64_t memory_budget_mb = 0;  // CPU batch size auto: memory a run may use; 0 = 80% of available RAM
-  bool cpu_malloc_cache = true;  // CPU device: reuse freed large buffers (util/cpu_memory.h)
+  bool cpu_malloc_cache = true;  // keep freed large CPU tensor blocks for reuse (util/host_allocator.h)
 };
 
 // model.arch. Each architecture (its norm, MLP, positions, defaults and Hugging Face

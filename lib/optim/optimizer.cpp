@@ -113,9 +113,9 @@ namespace {
 using WorkingSetUpdate =
     std::function<void(std::vector<torch::Tensor>&, std::vector<torch::Tensor>&, const std::vector<size_t>&)>;
 
-// A working set of bf16 parameters holds up to this many elements on the CPU, and at least this
+// A working set holds up to this many elements on the CPU, and at least this
 // many on a GPU (4 MiB of fp32 values: small tensors are batched everywhere).
-constexpr int64_t kMinBf16WorkingSet = int64_t{1} << 20;
+constexpr int64_t kMinWorkingSet = int64_t{1} << 20;
 
 // Each tensor's place in a working set starts at a multiple of 128 elements (512 bytes in fp32,
 // the CUDA allocator's alignment): multi-tensor kernels take their vectorized path only when
@@ -163,40 +163,45 @@ void update_bf16_working_set(const ParamGroup& group, const std::vector<size_t>&
 
 void for_each_fp32_working_set(const ParamGroup& group, const WorkingSetUpdate& update) {
   torch::NoGradGuard no_grad;
-  std::vector<at::Tensor> params, grads;
-  std::vector<size_t> indices, bf16;
-  int64_t largest_bf16 = 0;
+  std::vector<size_t> fp32, bf16;
+  int64_t largest = 0;
   for (size_t i = 0; i < group.params.size(); ++i) {
     const at::Tensor& p = group.params[i];
     if (!p.grad().defined()) continue;
-    if (p.scalar_type() == at::kBFloat16) {
-      bf16.push_back(i);
-      largest_bf16 = std::max(largest_bf16, p.numel());
-      continue;
-    }
-    params.push_back(p);
-    grads.push_back(p.grad());
-    indices.push_back(i);
+    (p.scalar_type() == at::kBFloat16 ? bf16 : fp32).push_back(i);
+    largest = std::max(largest, p.numel());
   }
-  if (!params.empty()) update(params, grads, indices);
+  if (fp32.empty() && bf16.empty()) return;
   // On a GPU, working sets as large as the largest tensor: fewest launches, and the transient
-  // memory is what updating that tensor alone would take. On the CPU an op costs its arithmetic,
-  // not a launch, so sets stay small enough for the cache to carry values from op to op.
-  const bool on_gpu = !bf16.empty() && group.params[bf16.front()].is_cuda();
-  const int64_t budget = on_gpu ? std::max(largest_bf16, kMinBf16WorkingSet) : kMinBf16WorkingSet;
-  std::vector<size_t> set;
-  int64_t set_elements = 0;
-  for (size_t i : bf16) {
-    const int64_t n = group.params[i].numel();
-    if (!set.empty() && set_elements + n > budget) {
-      update_bf16_working_set(group, set, update);
-      set.clear();
-      set_elements = 0;
+  // memory (an update's temporaries, as SGD's decayed gradients) is what updating that tensor alone
+  // would take, not a copy of every gradient. On the CPU an op costs its arithmetic, not a launch,
+  // so sets stay small enough for the cache to carry values from op to op.
+  const bool on_gpu = group.params[fp32.empty() ? bf16.front() : fp32.front()].is_cuda();
+  const int64_t budget = on_gpu ? std::max(largest, kMinWorkingSet) : kMinWorkingSet;
+  auto in_sets = [&](const std::vector<size_t>& members, const std::function<void(const std::vector<size_t>&)>& run) {
+    std::vector<size_t> set;
+    int64_t set_elements = 0;
+    for (size_t i : members) {
+      const int64_t n = group.params[i].numel();
+      if (!set.empty() && set_elements + n > budget) {
+        run(set);
+        set.clear();
+        set_elements = 0;
+      }
+      set.push_back(i);
+      set_elements += n;
     }
-    set.push_back(i);
-    set_elements += n;
-  }
-  if (!set.empty()) update_bf16_working_set(group, set, update);
+    if (!set.empty()) run(set);
+  };
+  in_sets(fp32, [&](const std::vector<size_t>& set) {
+    std::vector<at::Tensor> params, grads;
+    for (size_t i : set) {
+      params.push_back(group.params[i]);
+      grads.push_back(group.params[i].grad());
+    }
+    update(params, grads, set);
+  });
+  in_sets(bf16, [&](const std::vector<size_t>& set) { update_bf16_working_set(group, set, update); });
 }
 
 }  // namespace gputrain

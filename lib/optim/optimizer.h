@@ -127,13 +127,13 @@ torch::Device device_of(const std::vector<ParamGroup>& groups);
 std::string describe_kernel(UpdateKernel kernel, const std::vector<ParamGroup>& groups);
 
 // Runs `update(params, grads, indices)` over a group's parameters that have
-// gradients, all in fp32: fp32 parameters together in one call (the
-// multi-tensor case); bf16 parameters in working sets of fp32 copies of them
-// and their gradients, written back with stochastic rounding afterwards. A set
-// holds up to 2^20 elements on the CPU (a tensor larger than that alone); on a
-// GPU, where each op is a launch, up to the largest bf16 tensor's size, which
-// bounds the extra memory by what that tensor alone would take. `indices` are
-// positions in group.params, for finding the matching state.
+// gradients, all in fp32, in working sets (multi-tensor calls): fp32 parameters
+// as they are; bf16 ones as fp32 copies of them and their gradients, written
+// back with stochastic rounding afterwards. A set holds up to 2^20 elements on
+// the CPU (a tensor larger than that alone); on a GPU, where each op is a
+// launch, up to the largest tensor's size. Either way an update's temporaries
+// take what updating that tensor alone would, not a copy of every gradient.
+// `indices` are positions in group.params, for finding the matching state.
 void for_each_fp32_working_set(
     const ParamGroup& group,
     const std::function<void(std::vector<torch::Tensor>& params, std::vector<torch::Tensor>& grads,

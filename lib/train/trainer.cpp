@@ -63,7 +63,7 @@
 #include "train/weight_copies.h"
 #include "train/weights_read_report.h"
 #include "util/atomic_file.h"
-#include "util/cpu_memory.h"
+#include "util/host_allocator.h"
 #include "util/device.h"
 #include "util/dir_lock.h"
 #include "util/error.h"
@@ -234,7 +234,7 @@ void Trainer::set_up() {
   replan();
   if (!plan_.lead) spdlog::set_level(spdlog::level::warn);  // only rank 0 logs progress
   at::set_num_threads(static_cast<int>(plan_.threads));
-  if (plan_.device.is_cpu()) s_.run.cpu_malloc_cache ? keep_freed_cpu_memory_for_reuse() : return_freed_cpu_memory();
+  install_host_block_cache(s_.run.cpu_malloc_cache);  // before the large allocations start
   // Data first: a bad data file stops the run before anything is written.
   train_source_ = make_window_source(s_.data.train, s_.model, "data.train");
   if (s_.data.eval.format != DataFormat::kNone) eval_source_ = make_window_source(s_.data.eval, s_.model, "data.eval");
@@ -697,6 +697,7 @@ StepResult Trainer::step() {
     for (const auto& p : params_) p.mutable_grad() = torch::Tensor();
   t_.step = step;
   count_skips(overflow, nan_skip, spike_skip);
+  end_host_cache_step();  // after the gradients are freed: the next step reuses their blocks
   if (s_.train.empty_cache_steps > 0 && step % s_.train.empty_cache_steps == 0) release_cached_memory(plan_.device);
   t_.tokens += step_tokens;
   interval_.tokens += step_tokens;

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "util/error.h"
+#include "util/host_allocator.h"
 
 namespace gputrain {
 
@@ -101,7 +102,8 @@ double current_rss_mb() {
 
 void release_cached_memory(const torch::Device& d) {
   if (d.is_cuda()) cuda_empty_cache();
-  else malloc_trim(0);
+  release_host_block_cache();
+  malloc_trim(0);
 }
 
 RngSnapshot capture_rng(const torch::Device& d) {

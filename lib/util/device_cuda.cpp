@@ -2,6 +2,7 @@
 // allocator's statistics, stream synchronization, the device's name.
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/CUDAGeneratorImpl.h>
+#include <ATen/core/CachingHostAllocator.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
 
@@ -28,7 +29,10 @@ void cuda_reset_peak_memory(int index) {
   c10::cuda::CUDACachingAllocator::resetPeakStats(static_cast<c10::DeviceIndex>(index));
 }
 
-void cuda_empty_cache() { c10::cuda::CUDACachingAllocator::emptyCache(); }
+void cuda_empty_cache() {
+  c10::cuda::CUDACachingAllocator::emptyCache();
+  at::getHostAllocator(at::kCUDA)->empty_cache();  // the pinned host blocks it keeps for reuse too
+}
 
 torch::Tensor cuda_rng_state(int index) {
   auto gen = at::cuda::detail::getDefaultCUDAGenerator(static_cast<c10::DeviceIndex>(index));

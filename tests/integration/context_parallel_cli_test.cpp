@@ -275,7 +275,7 @@ TEST_CASE(
   // logits are most of each rank's training peak, and the ring's tile rule acts (4096 tokens at cp 2).
   write_file(
       dir.file("r.yaml"),
-      "run: {name: cp-memory, threads: 1, cpu_malloc_cache: false}\n"
+      "run: {name: cp-memory, threads: 1}\n"
       "model: {arch: llama, vocab_size: 4096, seq_len: 8192, n_layer: 4, n_head: 8, n_kv_head: 2, d_model: 256}\n"
       "data: {train: {format: synthetic, synthetic: {kind: uniform}}}\n"
       "train: {per_device_batch_size: 1, max_steps: 1}\n"

@@ -80,15 +80,11 @@ TEST_CASE("parallel: a ZeRO-3 rank's resident memory, measured by the kernel, is
   TempDir dir;
   write_file(dir.file("r.yaml"), dp_recipe());
   // 9.6M parameters in 12 blocks: weights, gradients and AdamW state are about 150 MiB in one process,
-  // against which activations (one short sequence) and communication buffers are small. Freed blocks go
-  // back to the OS (run.cpu_malloc_cache off), so the peak is what was held at once.
-  const std::vector<std::string> big = {"model.n_layer=12",
-                                        "model.d_model=256",
-                                        "model.n_head=4",
-                                        "train.max_steps=2",
-                                        "train.per_device_batch_size=1",
-                                        "run.cpu_malloc_cache=false",
-                                        "run.threads=1"};
+  // against which activations (one short sequence) and communication buffers are small. The default
+  // host allocator never holds more than was in use at once (util/host_allocator.h).
+  const std::vector<std::string> big = {
+      "model.n_layer=12", "model.d_model=256", "model.n_head=4", "train.max_steps=2", "train.per_device_batch_size=1",
+      "run.threads=1"};
   std::vector<std::string> tiny = big;
   tiny[0] = "model.n_layer=1", tiny[1] = "model.d_model=16";
   const std::vector<std::string> zero3 = {"parallel.zero=3"};
@@ -121,7 +117,6 @@ TEST_CASE("parallel: no ZeRO-3 rank ever holds the whole model, building it incl
                                         "model.n_head=8",
                                         "train.max_steps=2",
                                         "train.per_device_batch_size=1",
-                                        "run.cpu_malloc_cache=false",
                                         "optim.name=sgd",
                                         "optim.sgd.momentum=0",
                                         "parallel.zero=3"};
@@ -196,7 +191,7 @@ TEST_CASE("parallel: a 354M GPT under ZeRO-3 over 4 processes peaks at most 0.75
           "[parallel][cli][memory][slow]") {
   TempDir dir;
   // docs/benchmarks.md ("The vocabulary tables by parts"): GPT-2 medium's shape (24 x 1024, vocab 50304,
-  // 1.35 GiB in fp32), plain SGD, one 64-token sequence per step, freed blocks returned to the OS.
+  // 1.35 GiB in fp32), plain SGD, one 64-token sequence per step, the default settings otherwise.
   // "Above" is each rank's life peak minus the same run's with a 1-block, 16-wide model (LibTorch, Gloo and
   // the vocabulary-wide logits alike), over the fp32 model.
   write_file(dir.file("r.yaml"),
@@ -206,7 +201,6 @@ TEST_CASE("parallel: a 354M GPT under ZeRO-3 over 4 processes peaks at most 0.75
              "optim: {name: sgd, lr: 0.001, sgd: {momentum: 0}}\n"
              "parallel: {zero: 3}\n"
              "checkpoint: {every: 0, at_end: false}\n"
-             "run: {threads: 1, cpu_malloc_cache: false}\n"
              "metrics: {progress: off}\n");
   std::vector<double> built, built_tiny;
   const auto ranks = training_peak_mb(dir, "big", 4, {}, &built),
@@ -284,11 +278,9 @@ TEST_CASE("parallel: ZeRO-3 never puts a large vocabulary's table or its gradien
   // 14.5M parameters (55 MiB in fp32), 89% of them the tied 50304 x 256 table: the head multiplies by
   // it and the embedding's gradient touches a few of its rows. Plain SGD: a rank keeps a quarter of the
   // weights and of their gradients (0.5x the model).
-  const std::vector<std::string> big = {"model.vocab_size=50304",     "model.n_layer=2",
-                                        "model.d_model=256",          "model.n_head=4",
-                                        "train.max_steps=2",          "train.per_device_batch_size=1",
-                                        "run.cpu_malloc_cache=false", "optim.name=sgd",
-                                        "optim.sgd.momentum=0",       "parallel.zero=3"};
+  const std::vector<std::string> big = {
+      "model.vocab_size=50304",        "model.n_layer=2", "model.d_model=256",    "model.n_head=4", "train.max_steps=2",
+      "train.per_device_batch_size=1", "optim.name=sgd",  "optim.sgd.momentum=0", "parallel.zero=3"};
   std::vector<std::string> tiny = big;
   tiny[0] = "model.vocab_size=256", tiny[1] = "model.n_layer=1", tiny[2] = "model.d_model=16",
   tiny[3] = "model.n_head=2";

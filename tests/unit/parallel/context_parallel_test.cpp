@@ -14,7 +14,7 @@
 #include "parallel/ring_attention.h"
 #include "test_util.h"
 #include "thread_ranks.h"
-#include "util/cpu_memory.h"
+#include "util/host_allocator.h"
 #include "util/document_layout.h"
 
 using namespace gputrain;
@@ -127,7 +127,7 @@ TEST_CASE("context parallel: the ring's working space, measured by the kernel, s
           "[parallel][memory]") {
   // Long enough that the tile rule acts: 4096 tokens per rank, 8 heads, so all query rows of a block
   // would take 512 MiB of float32 scores per rank and 80 MiB of masks; a tile of 512 rows takes 64 and 10.
-  return_freed_cpu_memory();  // freed blocks go back to the OS: the peak is what was held at once
+  install_host_block_cache(/*keep_freed=*/false);  // freed blocks go back to the OS: the peak is what was held at once
   at::set_num_threads(1);
   const int cp = 2;
   const int64_t B = 1, H = 8, Hkv = 2, T = 8192, D = 32, Tl = T / cp;
