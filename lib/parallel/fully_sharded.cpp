@@ -26,6 +26,20 @@ void free_storage(const torch::Tensor& t) {
   s->set_nbytes(0);
 }
 
+// A tensor of this shape and these options whose storage holds no memory yet (a gather fills it):
+// allocating and freeing it would raise the allocator's peak in use by its size for nothing.
+torch::Tensor unfilled(c10::IntArrayRef sizes, const torch::TensorOptions& options) {
+  c10::Storage storage(c10::Storage::use_byte_size_t(), 0, c10::GetAllocator(options.device().type()),
+                       /*resizable=*/true);
+  auto impl = c10::make_intrusive<c10::TensorImpl>(
+      std::move(storage),
+      c10::DispatchKeySet(
+          c10::computeDispatchKey(c10::typeMetaToScalarType(options.dtype()), options.layout(), options.device())),
+      options.dtype());
+  impl->set_sizes_contiguous(sizes);
+  return torch::Tensor(std::move(impl));
+}
+
 void allocate_storage(const torch::Tensor& t) {
   c10::StorageImpl* s = t.storage().unsafeGetStorageImpl();
   const size_t bytes = static_cast<size_t>(t.numel()) * t.element_size();
@@ -92,7 +106,7 @@ FullyShardedModel::FullyShardedModel(Communicator& dp, Gpt& model, const std::ve
       const torch::ScalarType dtype =
           place.gather_dtype && p.is_floating_point() ? *place.gather_dtype : p.scalar_type();
       if (p.device() != compute_ || p.scalar_type() != dtype)
-        replace_data(q.whole, torch::empty(p.sizes(), p.options().device(compute_).dtype(dtype)));
+        replace_data(q.whole, unfilled(p.sizes(), p.options().device(compute_).dtype(dtype)));
       free_storage(q.whole);
       // A large parameter is a pack of its own, reduced straight from its gradient; a table used by parts too.
       const bool by_parts = (head_by_parts && name == head_weight) || (embedding_by_parts && name == embedding);

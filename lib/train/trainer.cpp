@@ -567,7 +567,8 @@ void Trainer::train() {
     spdlog::info("resume: the checkpoint is at step {}, train.max_steps is {}: nothing to train", t_.step,
                  s_.train.max_steps);
   interval_ = LogInterval{};
-  failpoint("train.start");  // the model and data are ready: tests read the resident memory training starts from
+  release_host_block_cache();  // what building and reading left cached, steps would not reuse
+  failpoint("train.start");    // the model and data are ready: tests read the resident memory training starts from
   while (t_.step < s_.train.max_steps) {
     if (stop_for_wall_time()) break;
     profiler_->before_step(t_.step + 1);

@@ -84,10 +84,18 @@ TEST_CASE(
   write_file(dir.file("r.yaml"), dp_recipe());
   // 37.8M parameters in 12 blocks on 2 ZeRO-3 ranks: each holds AdamW's two fp32 moments of its half,
   // about 144 MiB, which the NVMe run keeps in the file, streaming a unit (a block, ~12 MiB) at a time.
-  // The default host allocator never holds more than was in use at once, so each peak is that.
-  const std::vector<std::string> memory = {
-      "model.n_layer=12", "model.d_model=512", "model.n_head=8", "train.max_steps=2", "train.per_device_batch_size=1",
-      "run.threads=1",    "optim.name=adamw",  "parallel.zero=3"};
+  // The default host allocator never holds more than was in use at once, so each peak is that. No
+  // final save: it reads the filed state through the file's mapping, whose pages (reclaimable page
+  // cache) the kernel counts in the peak too.
+  const std::vector<std::string> memory = {"model.n_layer=12",
+                                           "model.d_model=512",
+                                           "model.n_head=8",
+                                           "train.max_steps=2",
+                                           "train.per_device_batch_size=1",
+                                           "run.threads=1",
+                                           "optim.name=adamw",
+                                           "parallel.zero=3",
+                                           "checkpoint.at_end=false"};
   const std::vector<std::string> nvme =
       with(memory, {"parallel.offload_optimizer=nvme", "parallel.offload_dir=" + dir.file("state")});
   fs::create_directories(dir.file("state"));
@@ -97,8 +105,8 @@ TEST_CASE(
   REQUIRE(state_mb > 140);
   for (size_t r = 0; r < in_memory.size(); ++r) {
     // Lower by the state less the two or three units' buffers the stream holds at once (about 12 MiB each):
-    // measured 0.77-0.79 of the state (2026-12-01). A stream that kept every unit's buffers to the step's
-    // end measured 0.28 and failed.
+    // measured 0.99-1.02 of the state (2026-12-02; 0.77-0.79 with glibc's allocator). A stream that kept
+    // every unit's buffers to the step's end measured 0.30-0.35 and failed.
     std::cout << "rank " << r << ": peak " << in_memory[r] << " MiB in memory, " << streamed[r]
               << " MiB with the state in the file: lower by " << (in_memory[r] - streamed[r]) / state_mb << " of the "
               << state_mb << " MiB of state" << std::endl;
