@@ -14,7 +14,15 @@ torch::Tensor cross_entropy_sum_reference(const torch::Tensor& logits, const tor
 torch::Tensor cross_entropy_sum(const torch::Tensor& logits, const torch::Tensor& targets, int64_t ignore_index,
                                 LogitsAfterLoss after) {
   if (fused_cross_entropy_available(logits)) return fused_cross_entropy_sum(logits, targets, ignore_index, after);
+  if (chunked_cross_entropy_applies(logits)) return chunked_cross_entropy_sum(logits, targets, ignore_index, after);
   return cross_entropy_sum_reference(logits, targets, ignore_index);
+}
+
+bool chunked_cross_entropy_applies(const torch::Tensor& logits) {
+  // Low-precision logits only: fp32 ones need no upcast copy, and ATen's log-softmax on them measured
+  // no slower (docs/benchmarks.md, "bf16 on the CPU").
+  return logits.is_cpu() && logits.dim() == 2 && logits.size(1) > 0 &&
+         (logits.scalar_type() == at::kBFloat16 || logits.scalar_type() == at::kHalf);
 }
 
 #ifndef GPUTRAIN_WITH_CUDA  // else in cross_entropy_cuda.cpp

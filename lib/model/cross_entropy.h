@@ -2,8 +2,9 @@
 // computed in fp32 whatever the logits' dtype (a log-softmax over 50k classes
 // in bf16 loses the small probabilities). On CUDA a fused kernel
 // (kernels/cross_entropy.cuh) reads bf16/fp16/fp32 logits once and writes
-// their gradient in their own dtype; elsewhere ATen's log-softmax runs on an
-// fp32 copy, which is also the reference the kernel is tested against.
+// their gradient in their own dtype; on the CPU bf16/fp16 logits take the same
+// route in row chunks of fp32 that stay in the cache. The reference both are tested against is ATen's
+// log-softmax on an fp32 copy.
 #pragma once
 #include <torch/types.h>
 
@@ -25,6 +26,11 @@ torch::Tensor cross_entropy_sum(const torch::Tensor& logits, const torch::Tensor
 // The ATen path on any device (the reference).
 torch::Tensor cross_entropy_sum_reference(const torch::Tensor& logits, const torch::Tensor& targets,
                                           int64_t ignore_index);
+// The CPU path for bf16/fp16 logits (model/cross_entropy_cpu.cpp): row chunks of fp32 in the cache,
+// the gradient written in the logits' dtype; checked against the reference.
+bool chunked_cross_entropy_applies(const torch::Tensor& logits);
+torch::Tensor chunked_cross_entropy_sum(const torch::Tensor& logits, const torch::Tensor& targets, int64_t ignore_index,
+                                        LogitsAfterLoss after = LogitsAfterLoss::kKeep);
 // The fused CUDA path (CUDA build only; false where it cannot run: CPU tensors, no kernels built).
 bool fused_cross_entropy_available(const torch::Tensor& logits);
 torch::Tensor fused_cross_entropy_sum(const torch::Tensor& logits, const torch::Tensor& targets, int64_t ignore_index,
