@@ -18,6 +18,12 @@ torch::Tensor cross_entropy_sum(const torch::Tensor& logits, const torch::Tensor
   return cross_entropy_sum_reference(logits, targets, ignore_index);
 }
 
+bool may_overwrite_logits(const torch::Tensor& logits, LogitsAfterLoss after) {
+  // A leaf, or a view of one, is the caller's own memory (a contiguous() copy made in forward is ours anyway).
+  const bool callers_own = logits.is_leaf() || (logits.is_view() && logits._base().is_leaf());
+  return after == LogitsAfterLoss::kReuseForGradient && !callers_own;
+}
+
 bool chunked_cross_entropy_applies(const torch::Tensor& logits) {
   // Low-precision logits only: fp32 ones need no upcast copy, and ATen's log-softmax on them measured
   // no slower (docs/benchmarks.md, "bf16 on the CPU").

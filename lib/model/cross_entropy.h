@@ -19,6 +19,8 @@ namespace gputrain {
 // instead of reading the gradient. A leaf tensor or a view of one (a caller's
 // own) is never overwritten, and the ATen path ignores the choice.
 enum class LogitsAfterLoss { kKeep, kReuseForGradient };
+// Whether a loss's backward may write the gradient over `logits`: asked to, and not the caller's own.
+bool may_overwrite_logits(const torch::Tensor& logits, LogitsAfterLoss after);
 
 // logits [N, V] (any float dtype), targets [N] (int64; ignore_index = no target). Returns a scalar fp32 sum.
 torch::Tensor cross_entropy_sum(const torch::Tensor& logits, const torch::Tensor& targets, int64_t ignore_index,

@@ -68,10 +68,7 @@ struct ChunkedCrossEntropy : torch::autograd::Function<ChunkedCrossEntropy> {
 
 torch::Tensor chunked_cross_entropy_sum(const torch::Tensor& logits, const torch::Tensor& targets, int64_t ignore_index,
                                         LogitsAfterLoss after) {
-  // A leaf, or a view of one, is the caller's own memory (a contiguous() copy made in forward is ours anyway).
-  const bool callers_own = logits.is_leaf() || (logits.is_view() && logits._base().is_leaf());
-  const bool reuse = after == LogitsAfterLoss::kReuseForGradient && !callers_own;
-  return ChunkedCrossEntropy::apply(logits, targets, ignore_index, reuse);
+  return ChunkedCrossEntropy::apply(logits, targets, ignore_index, may_overwrite_logits(logits, after));
 }
 
 }  // namespace gputrain
