@@ -170,6 +170,10 @@ double proc_status_mb(const std::string& pid, const std::string& field) {
   throw std::runtime_error("/proc/" + pid + "/status has no " + field);
 }
 
+double rel_error(const torch::Tensor& got, const torch::Tensor& ref) {
+  return (got.cpu().to(torch::kDouble) - ref).norm().item<double>() / std::max(ref.norm().item<double>(), 1e-30);
+}
+
 void mark_skipped(const std::string& reason) {
   WARN("skipped: " << reason);
   std::cout << kSkippedMarker << ": " << reason << std::endl;

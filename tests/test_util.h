@@ -71,6 +71,9 @@ int wait_exit_code(int pid);
 // kernel counts, for memory measured from outside the code.
 double proc_status_mb(const std::string& pid, const std::string& field);
 
+// |got - ref| / |ref| (Frobenius norms), got on any device and in any dtype against a float64 reference.
+double rel_error(const torch::Tensor& got, const torch::Tensor& ref);
+
 // Ends nothing by itself: prints `reason` with the marker ctest's SKIP_REGULAR_EXPRESSION looks for
 // (tests/CMakeLists.txt), so the case counts as skipped, not passed; the caller returns after it.
 // (Debian's Catch2 2 has no SKIP.)

@@ -14,12 +14,9 @@
 #include "test_util.h"
 
 using namespace gputrain;
+using gputrain::test::rel_error;
 
 namespace {
-
-double rel_error(const at::Tensor& got, const at::Tensor& ref) {
-  return (got.cpu().to(at::kDouble) - ref).norm().item<double>() / std::max(ref.norm().item<double>(), 1e-30);
-}
 
 double bound_for(at::ScalarType t) { return t == at::kFloat ? 1e-5 : t == at::kBFloat16 ? 1e-2 : 2e-3; }
 

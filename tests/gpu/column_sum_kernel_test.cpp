@@ -9,19 +9,13 @@
 #include <ATen/ATen.h>
 #include <torch/autograd.h>
 
+#include "test_util.h"
 #include "model/linear.h"
 #include "model/linear_bias_grad.h"
 #include "precision/autocast_guard.h"
 
 using namespace gputrain;
-
-namespace {
-
-double rel_error(const at::Tensor& got, const at::Tensor& ref) {
-  return (got.cpu().to(at::kDouble) - ref).norm().item<double>() / std::max(ref.norm().item<double>(), 1e-30);
-}
-
-}  // namespace
+using gputrain::test::rel_error;
 
 TEST_CASE("gpu: the linear layer's bias-gradient kernel matches a float64 reference", "[gpu]") {
   for (bool autocast : {false, true})

@@ -9,17 +9,11 @@
 
 #include <cmath>
 
+#include "test_util.h"
 #include "model/cross_entropy.h"
 
 using namespace gputrain;
-
-namespace {
-
-double rel_error(const at::Tensor& got, const at::Tensor& ref) {
-  return (got.to(at::kDouble) - ref).norm().item<double>() / std::max(ref.norm().item<double>(), 1e-30);
-}
-
-}  // namespace
+using gputrain::test::rel_error;
 
 TEST_CASE("gpu: the fused cross-entropy matches a float64 reference, loss and gradient", "[gpu]") {
   // vocab 50304 and 1000 take the 16-byte vector path, 1001 the element path; rows cover partial blocks.

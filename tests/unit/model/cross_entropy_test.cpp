@@ -7,17 +7,11 @@
 #include <ATen/ATen.h>
 #include <torch/autograd.h>
 
+#include "test_util.h"
 #include "model/cross_entropy.h"
 
 using namespace gputrain;
-
-namespace {
-
-double rel_error(const at::Tensor& got, const at::Tensor& ref) {
-  return (got.to(at::kDouble) - ref).norm().item<double>() / std::max(ref.norm().item<double>(), 1e-30);
-}
-
-}  // namespace
+using gputrain::test::rel_error;
 
 TEST_CASE("model: the CPU cross-entropy in row chunks matches a float64 reference, loss and gradient", "[model]") {
   // 50304 classes: 20 rows a chunk, so 37 rows take two; 1001: one chunk.
