@@ -771,6 +771,10 @@ void add_data_fields(std::vector<FieldSpec>& f) {
 }
 
 void add_train_fields(std::vector<FieldSpec>& f) {
+  f.push_back(enum_field(KEY(train.objective), EnumTable<TrainObjective>{{"causal_lm", TrainObjective::kCausalLm}},
+                         "what the step minimizes: causal_lm = next-token cross-entropy over the targets that take "
+                         "loss, summed over the step's micro-batches and divided by their count on every replica "
+                         "(docs/training.md, \"Objectives\")"));
   f.push_back(auto_int_field(KEY(train.per_device_batch_size), 1, 1 << 20,
                              "sequences per micro-batch; auto = the largest that fits (needs train.global_batch_size)")
                   .resume(ResumePolicy::kBatchSplit));

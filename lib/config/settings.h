@@ -168,8 +168,11 @@ enum class CheckpointingPolicy { kNone, kFull, kSelective };
 enum class NanPolicy { kAbort, kSkip, kWarn };
 // What a finite loss spike does (train/spike_guard.h).
 enum class SpikePolicy { kOff, kSkip, kRollback };
+// What the step minimizes: one spec per value (objective/objectives.h).
+enum class TrainObjective { kCausalLm };
 
 struct TrainSettings {
+  TrainObjective objective = TrainObjective::kCausalLm;
   int64_t per_device_batch_size = 8;  // 0 = auto (train/batch_finder.h)
   int64_t global_batch_size = 0;      // sequences per optimizer step; needed by batch size auto
   int64_t grad_accum_steps = 1;

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "data/target_count.h"
+#include "objective/objectives.h"
 #include "util/error.h"
 
 namespace gputrain {
@@ -56,6 +56,25 @@ struct InFlight {
   torch::Tensor output;  // the stream sent on, or the scaled loss on the last stage
 };
 
+// A micro-batch's stream through this stage's blocks: embedded on the first stage, else received
+// from the previous one into `received` (made to require grad when `grad`). The one stage forward of
+// training and evaluation.
+torch::Tensor stage_forward(Gpt& model, StageLink& link, const Batch& b, const StageLayers& stage, int rank,
+                            const torch::TensorOptions& stream, bool grad, torch::Tensor& received,
+                            const std::string& what) {
+  const DocumentLayout documents = b.documents.to(stream.device());
+  torch::Tensor x;
+  if (rank == 0) {
+    x = model->embed(b.input.to(stream.device()), documents);
+  } else {
+    received = torch::empty({b.input.size(0), b.input.size(1), model->cfg.d_model}, stream);
+    link.receive(received, rank - 1, kActivationTag, what);
+    if (grad) received.requires_grad_(true);
+    x = received;
+  }
+  return model->run_blocks(x, stage.first, stage.last, documents);
+}
+
 class StageRunner {
  public:
   StageRunner(Gpt& model, Communicator& pp, const std::vector<Batch>& micro, const PipelineStepOptions& o)
@@ -73,28 +92,19 @@ class StageRunner {
   void forward(size_t m) {
     const Batch& b = micro_[m];
     InFlight f;
-    torch::Tensor x;
-    const DocumentLayout documents = b.documents.to(device_);
     {
       AutocastGuard autocast = autocast_for(o_.precision);
-      if (first()) {
-        x = model_->embed(b.input.to(device_), documents);
-      } else {
-        f.input = torch::empty({b.input.size(0), b.input.size(1), model_->cfg.d_model},
-                               torch::TensorOptions().dtype(dtype_).device(device_));
-        link_.receive(f.input, stage_ - 1, kActivationTag, "activations of micro-batch " + std::to_string(m));
-        f.input.requires_grad_(true);
-        x = f.input;
-      }
-      x = model_->run_blocks(x, o_.stage.first, o_.stage.last, documents);
+      const std::string what = "activations of micro-batch " + std::to_string(m);
+      torch::Tensor x =
+          stage_forward(model_, link_, b, o_.stage, stage_, torch::TensorOptions().dtype(dtype_).device(device_),
+                        /*grad=*/true, f.input, what);
       if (last()) {
-        torch::Tensor loss = model_->head_loss_sum(x, b.target.to(device_));
+        torch::Tensor loss = o_.objective->stream_loss_sum(model_, x, b);
         loss_sum_ = loss_sum_.defined() ? loss_sum_ + loss.detach() : loss.detach();
         f.output = loss * inv_total();
       } else {
         f.output = x;
-        link_.send(x.detach().contiguous(), stage_ + 1, kActivationTag,
-                   "activations of micro-batch " + std::to_string(m));
+        link_.send(x.detach().contiguous(), stage_ + 1, kActivationTag, what);
       }
     }
     held_[m] = std::move(f);
@@ -128,7 +138,7 @@ class StageRunner {
   const PipelineStepStats& stats() const { return stats_; }
 
  private:
-  double inv_total() const { return inverse_target_count(micro_, o_.total_targets); }
+  double inv_total() const { return inverse_unit_count(*o_.objective, micro_, o_.total_targets); }
 
   Gpt& model_;
   StageLink link_;
@@ -201,32 +211,21 @@ void sum_tied_embedding_grads(torch::Tensor weight, Communicator& ends) {
 }
 
 double pipeline_eval_loss_sum(Gpt& model, Communicator& pp, const std::vector<Batch>& batches, const StageLayers& stage,
-                              const Precision* precision) {
+                              const Precision* precision, const ObjectiveSpec& objective) {
   torch::NoGradGuard no_grad;
   AutocastGuard autocast = autocast_for(precision);
   const bool was_training = model->is_training();
   model->eval();
-  const bool first = pp.rank() == 0, last = pp.rank() == pp.size() - 1;
-  const torch::Tensor& stream = stream_like(model, stage);
+  const bool last = pp.rank() == pp.size() - 1;
+  const torch::TensorOptions stream = stream_like(model, stage).options();
   StageLink link(pp);
-  torch::Tensor loss_sum = torch::zeros({}, torch::TensorOptions().dtype(torch::kDouble).device(stream.device()));
+  torch::Tensor loss_sum = torch::zeros({}, stream.dtype(torch::kDouble));
   for (size_t i = 0; i < batches.size(); ++i) {
-    const Batch& b = batches[i];
     const std::string what = "evaluation activations of batch " + std::to_string(i);
-    torch::Tensor x;
-    const DocumentLayout documents = b.documents.to(stream.device());
-    if (first) {
-      x = model->embed(b.input.to(stream.device()), documents);
-    } else {
-      x = torch::empty({b.input.size(0), b.input.size(1), model->cfg.d_model}, stream.options());
-      link.receive(x, pp.rank() - 1, kActivationTag, what);
-    }
-    x = model->run_blocks(x, stage.first, stage.last, documents);
-    if (last) {
-      loss_sum += model->head_loss_sum(x, b.target.to(stream.device())).to(torch::kDouble);
-    } else {
-      link.send(x.contiguous(), pp.rank() + 1, kActivationTag, what);
-    }
+    torch::Tensor received;
+    const torch::Tensor x = stage_forward(model, link, batches[i], stage, pp.rank(), stream, false, received, what);
+    if (last) loss_sum += objective.stream_loss_sum(model, x, batches[i]).to(torch::kDouble);
+    else link.send(x.contiguous(), pp.rank() + 1, kActivationTag, what);
   }
   link.finish();
   model->train(was_training);

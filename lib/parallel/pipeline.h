@@ -22,6 +22,7 @@
 
 #include "data/loader.h"
 #include "model/gpt.h"
+#include "objective/objectives.h"
 #include "parallel/communicator.h"
 #include "parallel/grid.h"
 #include "precision/precision.h"
@@ -41,7 +42,8 @@ std::vector<std::string> keep_stage(Gpt& model, const StageLayers& stage);
 struct PipelineStepOptions {
   PipelineSchedule schedule = PipelineSchedule::kOneFOneB;
   StageLayers stage;          // this rank's
-  int64_t total_targets = 0;  // the normalizer (every micro-batch's targets, all replicas)
+  int64_t total_targets = 0;  // the normalizer (every micro-batch's objective units, all replicas)
+  const ObjectiveSpec* objective = &default_objective();  // the last stage's loss (train.objective)
   const Precision* precision = nullptr;
   // Before each micro-batch's backward, with whether it is the stage's last (data parallelism's hooks).
   std::function<void(bool last)> before_backward;
@@ -66,10 +68,10 @@ torch::Tensor pipeline_train_step(Gpt& model, Communicator& pp, const std::vecto
 // of the two, so both copies take the same update. `weight` is the stage's wte.
 void sum_tied_embedding_grads(torch::Tensor weight, Communicator& ends);
 
-// Forward only, in eval mode and without gradients: the sum of the per-token
+// Forward only, in eval mode and without gradients: the sum of the objective's
 // losses of `batches` on the last stage (0 on the others).
 double pipeline_eval_loss_sum(Gpt& model, Communicator& pp, const std::vector<Batch>& batches, const StageLayers& stage,
-                              const Precision* precision);
+                              const Precision* precision, const ObjectiveSpec& objective = default_objective());
 
 // parallel.pp_microbatches: a config error naming the key unless `parts`
 // cuts a step's `sequences` into equal micro-batches.

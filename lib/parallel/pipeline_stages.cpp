@@ -19,9 +19,11 @@ int64_t PipelineStages::micro_batches(int64_t micro_batches) const {
   return pp_microbatches_ > 0 ? pp_microbatches_ : micro_batches;
 }
 
-torch::Tensor PipelineStages::step(Gpt& model, const std::vector<Batch>& micro, const Precision& precision,
-                                   int64_t global_targets, std::function<void(bool last)> before_backward) {
+torch::Tensor PipelineStages::step(Gpt& model, const ObjectiveSpec& objective, const std::vector<Batch>& micro,
+                                   const Precision& precision, int64_t global_targets,
+                                   std::function<void(bool last)> before_backward) {
   PipelineStepOptions o;
+  o.objective = &objective;
   o.schedule = schedule_;
   o.stage = stage_;
   o.total_targets = global_targets;
@@ -36,10 +38,11 @@ torch::Tensor PipelineStages::step(Gpt& model, const std::vector<Batch>& micro, 
   return loss.to(torch::kFloat);
 }
 
-double PipelineStages::evaluate(Gpt& model, const std::vector<Batch>& batches, const Precision& precision) {
-  const double sum = pipeline_eval_loss_sum(model, *groups_.pp(), batches, stage_, &precision);
+double PipelineStages::evaluate(Gpt& model, const ObjectiveSpec& objective, const std::vector<Batch>& batches,
+                                const Precision& precision) {
+  const double sum = pipeline_eval_loss_sum(model, *groups_.pp(), batches, stage_, &precision, objective);
   int64_t count = 0;
-  for (const auto& b : batches) count += b.target_count;
+  for (const auto& b : batches) count += objective.units(b);
   // The last stage has the sum; its ranks of dp 0 and tp 0 (one per cp chunk) tell the world (rank 0
   // writes the metrics).
   const bool speaks = stage_.has_head && groups_.coord().dp == 0 && groups_.coord().tp == 0;

@@ -28,10 +28,12 @@ class PipelineStages {
   // Forward and backward of the step's micro-batches, gradients accumulated (`before_backward`: the
   // gradient buckets' hook). Returns this rank's share of the step's mean loss (the last stage's;
   // zero elsewhere): summed over the world (parallel/replica_sums.h).
-  torch::Tensor step(Gpt& model, const std::vector<Batch>& micro, const Precision& precision, int64_t global_targets,
+  torch::Tensor step(Gpt& model, const ObjectiveSpec& objective, const std::vector<Batch>& micro,
+                     const Precision& precision, int64_t global_targets,
                      std::function<void(bool last)> before_backward);
   // The eval batches' mean loss (every replica evaluates the same batches).
-  double evaluate(Gpt& model, const std::vector<Batch>& batches, const Precision& precision);
+  double evaluate(Gpt& model, const ObjectiveSpec& objective, const std::vector<Batch>& batches,
+                  const Precision& precision);
   // The stages, schedule, micro-batches and bubble of the last step.
   PipelineLayout layout() const;
   // This rank's stage, micro-batches held and their memory at the last step's peak (`m` otherwise as given).

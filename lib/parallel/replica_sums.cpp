@@ -12,10 +12,11 @@ int64_t global_targets(const ProcessGroups& groups, int64_t local_targets) {
   return t.item<int64_t>();
 }
 
-std::pair<torch::Tensor, bool> sum_loss_and_any(const ProcessGroups& groups, const torch::Tensor& loss, bool flag) {
+std::pair<torch::Tensor, bool> sum_loss_and_any(const ProcessGroups& groups, const torch::Tensor& loss, bool flag,
+                                                bool per_chunk) {
   if (!groups.distributed()) return {loss, flag};
-  // Every tp and cp rank of a replica has the same loss (cp's summed over its chunks): its first one counts it.
-  const bool counts = groups.coord().tp == 0 && groups.coord().cp == 0;
+  // Every tp rank of a replica has the same loss: its first one counts it (of each cp chunk, per_chunk).
+  const bool counts = groups.coord().tp == 0 && (per_chunk || groups.coord().cp == 0);
   const torch::Tensor mine = counts ? loss.detach().reshape({}) : torch::zeros({}, loss.options());
   torch::Tensor both = torch::stack({mine, torch::full({}, flag ? 1.0 : 0.0, loss.options())});
   groups.world_comm()->all_reduce_sum_now(both, "sum of the step's loss and stop flags");

@@ -18,7 +18,10 @@ namespace gputrain {
 int64_t global_targets(const ProcessGroups& groups, int64_t local_targets);
 // The loss summed over the replicas (each rank's is already divided by the global count, so this is
 // the global mean), and whether any rank raised `flag` (a stop signal): one all-reduce for both.
-std::pair<torch::Tensor, bool> sum_loss_and_any(const ProcessGroups& groups, const torch::Tensor& loss, bool flag);
+// `per_chunk`: each context-parallel rank holds only its sequence chunks' share (a training step's),
+// and they are summed too; else every cp rank of a replica holds the same, whole value.
+std::pair<torch::Tensor, bool> sum_loss_and_any(const ProcessGroups& groups, const torch::Tensor& loss, bool flag,
+                                                bool per_chunk = false);
 // Every rank's memory (summary.json's "memory_per_rank"), in rank order: each rank gives its own.
 std::vector<RankMemory> memory_per_rank(const ProcessGroups& groups, const RankMemory& mine);
 

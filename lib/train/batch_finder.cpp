@@ -7,7 +7,6 @@
 
 #include "train/memory_plan.h"
 #include "train/rank_memory_plan.h"
-#include "train/train_step.h"
 #include "util/device.h"
 #include "util/error.h"
 
@@ -75,13 +74,12 @@ namespace {
 
 // One forward and backward of a `batch`-sequence micro-batch: does it fit in
 // device memory? Out-of-memory is caught, and the memory released either way.
-bool fits_on_device(Gpt& model, const Precision& precision, const ModelSettings& m, int64_t batch,
-                    torch::Device device) {
+bool fits_on_device(ForwardBackward& step, Gpt& model, const ModelSettings& m, int64_t batch, torch::Device device) {
   auto gen = at::make_generator<at::CPUGeneratorImpl>(0);  // leaves the run's random streams alone
   auto tokens = at::randint(0, m.vocab_size, {batch, m.seq_len}, gen, torch::kLong).to(device);
   bool ok = true;
   try {
-    accumulate_gradients(model, {Batch{tokens, tokens, batch * m.seq_len}}, &precision);
+    step.trial_step(Batch{tokens, tokens, batch * m.seq_len});
     synchronize(device);
   } catch (const c10::OutOfMemoryError&) {
     ok = false;
@@ -93,9 +91,9 @@ bool fits_on_device(Gpt& model, const Precision& precision, const ModelSettings&
 
 }  // namespace
 
-BatchChoice find_batch_size_on_device(Gpt& model, const Precision& precision, const ModelSettings& m, int64_t sequences,
+BatchChoice find_batch_size_on_device(ForwardBackward& step, Gpt& model, const ModelSettings& m, int64_t sequences,
                                       torch::Device device) {
-  return find_batch_size(sequences, [&](int64_t b) { return fits_on_device(model, precision, m, b, device); });
+  return find_batch_size(sequences, [&](int64_t b) { return fits_on_device(step, model, m, b, device); });
 }
 
 double cpu_memory_budget_bytes(const Settings& s) {

@@ -15,7 +15,7 @@
 #include "config/settings.h"
 #include "model/gpt.h"
 #include "parallel/grid.h"
-#include "precision/precision.h"
+#include "train/forward_backward.h"
 
 namespace gputrain {
 
@@ -45,9 +45,10 @@ double rank_step_bytes(const Settings& s, const Grid& g, int64_t batch);
 // process's share of the global batch.
 BatchChoice find_batch_size_cpu(const Settings& s, const Grid& g, int64_t sequences, double budget);
 
-// The GPU rule: a size fits when one forward and backward of a micro-batch that
-// size runs without running out of device memory (the memory is released either way).
-BatchChoice find_batch_size_on_device(Gpt& model, const Precision& precision, const ModelSettings& m, int64_t sequences,
+// The GPU rule: a size fits when one forward and backward of a micro-batch that size, the step's
+// own (ForwardBackward::trial_step), runs without running out of device memory (the memory is
+// released either way).
+BatchChoice find_batch_size_on_device(ForwardBackward& step, Gpt& model, const ModelSettings& m, int64_t sequences,
                                       torch::Device device);
 
 }  // namespace gputrain

@@ -12,7 +12,8 @@
 #include "parallel/replica_sums.h"
 #include "parallel/world.h"
 #include "train/full_evaluation.h"
-#include "train/train_step.h"
+#include "objective/objectives.h"
+#include "train/forward_backward.h"
 #include "util/atomic_file.h"
 #include "util/device.h"
 #include "util/error.h"
@@ -85,10 +86,13 @@ std::optional<json> evaluate_dataset(const EvalCommandOptions& o) {
                source->window_count(), m.settings.model.seq_len,
                world.size > 1 ? fmt::format(", {} processes", world.size) : "");
 
+  // The training step's evaluation, of the model's objective, in fp32 (each process a whole model).
+  const Precision fp32(PrecisionSettings{}, device);
+  ForwardBackward passes(groups, nullptr, nullptr, m.model, fp32, objective_spec(m.settings.train.objective), nullptr);
   const auto start = SteadyClock::now();
   EvalTotals t = evaluate_windows(*source, m.settings.model.seq_len, batch, document_options(d), device,
                                   WindowShare{world.rank, world.size}, tokenizer.get(), [&](const Batch& b) {
-                                    return evaluate(m.model, {b}, nullptr) * static_cast<double>(b.target_count);
+                                    return passes.evaluate({b}) * static_cast<double>(passes.objective().units(b));
                                   });
   if (groups.distributed()) {
     t.loss_sum =

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "model/moe.h"
+#include "objective/objectives.h"
 #include "parallel/context_parallel.h"
 #include "parallel/gradient_reducer.h"
 #include "parallel/pipeline_stages.h"
@@ -11,24 +12,35 @@
 
 namespace gputrain {
 
-ForwardBackward::ForwardBackward(const ProcessGroups& groups, GradientReducer& gradients, PipelineStages* pipeline,
-                                 Gpt model, const Precision& precision, std::unique_ptr<StepGraph> graph)
+ForwardBackward::ForwardBackward(const ProcessGroups& groups, GradientReducer* gradients, PipelineStages* pipeline,
+                                 Gpt model, const Precision& precision, const ObjectiveSpec& objective,
+                                 std::unique_ptr<StepGraph> graph)
     : groups_(groups),
       gradients_(gradients),
       pipeline_(pipeline),
       model_(std::move(model)),
       precision_(precision),
+      objective_(objective),
       graph_(std::move(graph)) {}
 
-torch::Tensor ForwardBackward::step(const std::vector<Batch>& micro, int64_t global_targets) {
+int64_t ForwardBackward::units(const std::vector<Batch>& micro) const {
+  int64_t n = 0;
+  for (const Batch& b : micro) {
+    check_batch_fields(objective_, b, "data.train");
+    n += objective_.units(b);
+  }
+  return n;
+}
+
+torch::Tensor ForwardBackward::step(const std::vector<Batch>& micro, int64_t global_units) {
   // (A step graph runs one process without mixture layers or a pipeline: validate says so.)
   if (graph_) {
     const bool captured_before = graph_->keeps_gradients();
-    torch::Tensor loss = graph_->accumulate(model_, micro, precision_, global_targets);
+    torch::Tensor loss = graph_->accumulate(model_, micro, precision_, global_units);
     captured_now_ = !captured_before && graph_->keeps_gradients();
     return loss;
   }
-  // Context parallelism: this rank runs its chunks of every sequence; the loss sums over the cp group.
+  // Context parallelism: this rank runs its chunks of every sequence; its loss is their share.
   Communicator* cp = groups_.cp();
   const std::vector<Batch> mine = cp ? context_parts(micro, *cp) : micro;
   const auto n = static_cast<int64_t>(mine.size());
@@ -36,23 +48,23 @@ torch::Tensor ForwardBackward::step(const std::vector<Batch>& micro, int64_t glo
   const int64_t replicas = groups_.dp() ? groups_.dp()->size() : 1;
   if (model_->moe)
     model_->moe->aux_grad_scale = moe_aux_grad_scale(model_->cfg, forwards * replicas, precision_.loss_scale());
-  torch::Tensor loss = pipeline_ ? pipeline_->step(model_, mine, precision_, global_targets, gradients_.backward_hook())
-                                 : accumulate_gradients(model_, mine, &precision_,
-                                                        AccumulateOptions{global_targets, gradients_.backward_hook()});
-  if (cp) {
-    loss = loss.detach().clone();
-    cp->all_reduce_sum_now(loss, "sum of the context-parallel chunks' loss");
-  }
-  return loss;
+  std::function<void(bool)> hook = gradients_ ? gradients_->backward_hook() : nullptr;
+  if (pipeline_) return pipeline_->step(model_, objective_, mine, precision_, global_units, std::move(hook));
+  return accumulate_gradients(model_, mine, &precision_,
+                              AccumulateOptions{global_units, std::move(hook), {}, &objective_});
+}
+
+void ForwardBackward::trial_step(const Batch& b) {
+  accumulate_gradients(model_, {b}, &precision_, AccumulateOptions{0, nullptr, {}, &objective_});
 }
 
 double ForwardBackward::evaluate(const std::vector<Batch>& batches) {
   Communicator* cp = groups_.cp();
   const std::vector<Batch> mine = cp ? context_parts(batches, *cp) : batches;
   // (The pipeline's evaluation sums over the world, the cp ranks' chunks included.)
-  if (pipeline_) return pipeline_->evaluate(model_, mine, precision_);
-  if (!cp) return gputrain::evaluate(model_, batches, &precision_);
-  const LossSum part = evaluate_sum(model_, mine, &precision_);
+  if (pipeline_) return pipeline_->evaluate(model_, objective_, mine, precision_);
+  if (!cp) return gputrain::evaluate(model_, batches, &precision_, objective_);
+  const LossSum part = evaluate_sum(model_, mine, &precision_, objective_);
   torch::Tensor sum = torch::tensor({part.loss, static_cast<double>(part.targets)}, torch::kDouble);
   cp->all_reduce_sum_now(sum, "sum of the context-parallel chunks' evaluation loss");
   return sum[0].item<double>() / std::max(sum[1].item<double>(), 1.0);

@@ -1,8 +1,9 @@
 // A training step's forward and backward on this rank, and evaluation's forwards: the one place
 // that picks how they run. Through the pipeline's stages (pp > 1, parallel/pipeline.h); else over
 // the micro-batches (accumulate_gradients, train/train_step.h), captured once as a CUDA graph and
-// replayed with kernels.cuda_graphs (train/step_graph.h). Every path normalizes the loss by the
-// step's target count the same way (data/target_count.h inverse_target_count).
+// replayed with kernels.cuda_graphs (train/step_graph.h). Every path takes a micro-batch's loss from
+// train.objective's spec and normalizes it by the step's units the same way (objective/objectives.h).
+// Evaluation, `gputrain eval` and the batch finder's trial steps run through here too.
 #pragma once
 #include <nlohmann/json.hpp>
 #include <torch/types.h>
@@ -14,6 +15,7 @@
 
 #include "data/loader.h"
 #include "model/gpt.h"
+#include "objective/objective_spec.h"
 #include "precision/precision.h"
 #include "train/step_graph.h"
 
@@ -27,13 +29,23 @@ class ForwardBackward {
  public:
   // `pipeline`: pp > 1's stage (null without a pipeline); `graph`: kernels.cuda_graphs' step graph
   // (null: eager steps).
-  ForwardBackward(const ProcessGroups& groups, GradientReducer& gradients, PipelineStages* pipeline, Gpt model,
-                  const Precision& precision, std::unique_ptr<StepGraph> graph);
+  // `gradients` null: no gradient reducer (evaluation alone, `gputrain eval`).
+  ForwardBackward(const ProcessGroups& groups, GradientReducer* gradients, PipelineStages* pipeline, Gpt model,
+                  const Precision& precision, const ObjectiveSpec& objective, std::unique_ptr<StepGraph> graph);
+
+  const ObjectiveSpec& objective() const { return objective_; }
+  // The units the step's loss is normalized by, in this rank's micro-batches (summed over the
+  // replicas by parallel/replica_sums.h global_targets); checks each carries the objective's fields.
+  int64_t units(const std::vector<Batch>& micro) const;
 
   // The step's gradients accumulated into the parameters (the gradient buckets' hook before each
   // backward; the mixture layers' balancing loss weighted for the step's forwards on every replica).
-  // Returns this rank's share of the step's mean loss over `global_targets` targets.
-  torch::Tensor step(const std::vector<Batch>& micro, int64_t global_targets);
+  // Returns this rank's share of the step's mean loss over `global_units` units: under context
+  // parallelism its chunks' share (sum_loss_and_any(..., per_chunk) adds the chunks up).
+  torch::Tensor step(const std::vector<Batch>& micro, int64_t global_units);
+  // One forward and backward of `b` on this rank alone, normalized by its own units, no gradient
+  // hooks: the batch finder's trial of whether a micro-batch fits (train/batch_finder.h).
+  void trial_step(const Batch& b);
   // Whether the last step() captured the graph (replayed from the next step on).
   bool captured_at_last_step() const { return captured_now_; }
   // Whether the gradients are the graph's outputs, kept between steps: the trainer must not free them.
@@ -48,10 +60,11 @@ class ForwardBackward {
 
  private:
   const ProcessGroups& groups_;
-  GradientReducer& gradients_;
+  GradientReducer* gradients_;
   PipelineStages* pipeline_;
   Gpt model_;
   const Precision& precision_;
+  const ObjectiveSpec& objective_;
   std::unique_ptr<StepGraph> graph_;
   bool captured_now_ = false;
 };

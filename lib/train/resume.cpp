@@ -64,9 +64,10 @@ std::optional<ResumePoint> load_resume_checkpoint(const Settings& s, const std::
 }
 
 ResumeChanges compare_for_resume(const json& saved, const json& now, const fs::path& checkpoint) {
-  std::map<std::string, json> a, b;
+  std::map<std::string, json> a, b, defaults;
   flatten(saved, "", a);
   flatten(now, "", b);
+  flatten(settings_to_json(Settings{}), "", defaults);
   ResumeChanges out;
   std::string refused;
   // Another split of the same global batch over processes and micro-batches
@@ -80,8 +81,10 @@ ResumeChanges compare_for_resume(const json& saved, const json& now, const fs::p
   };
   const bool same_global_batch = global_batch(a) == global_batch(b);
   for (const auto& [key, now_value] : b) {
+    // A key newer than the checkpoint reads as its default: the saved run ran as the default runs now.
     auto it = a.find(key);
-    const json saved_value = it == a.end() ? json(nullptr) : it->second;
+    auto d = defaults.find(key);
+    const json saved_value = it != a.end() ? it->second : d != defaults.end() ? d->second : json(nullptr);
     if (as_word(saved_value) == as_word(now_value)) continue;
     RecipeChange c{key, saved_value.dump(), now_value.dump()};
     ResumePolicy p = policy_of(key);

@@ -43,6 +43,7 @@
 
 #include "data/loader.h"
 #include "model/gpt.h"
+#include "objective/objectives.h"
 #include "precision/precision.h"
 
 namespace gputrain {
@@ -53,7 +54,7 @@ class StepGraph {
 
   virtual ~StepGraph() = default;
   // The gradients of accumulate_gradients(model, micro, &precision,
-  // {total_targets}) and its returned mean loss (the same numbers).
+  // {total_targets, .objective}) and its returned mean loss (the same numbers).
   virtual torch::Tensor accumulate(Gpt& model, const std::vector<Batch>& micro, const Precision& precision,
                                    int64_t total_targets) = 0;
   // True once captured: the gradients are the graph's outputs, kept between steps.
@@ -67,7 +68,8 @@ class StepGraph {
 };
 
 // A StepGraph on CUDA `device` over the parameters whose gradients the step
-// makes. Throws ConfigError in a build without CUDA code paths.
-std::unique_ptr<StepGraph> make_step_graph(torch::Device device, std::vector<torch::Tensor> params);
+// makes, of `objective`'s loss. Throws ConfigError in a build without CUDA code paths.
+std::unique_ptr<StepGraph> make_step_graph(torch::Device device, std::vector<torch::Tensor> params,
+                                           const ObjectiveSpec& objective = default_objective());
 
 }  // namespace gputrain

@@ -48,16 +48,20 @@ class AllocateToPool {
 
 class CudaStepGraph final : public StepGraph {
  public:
-  CudaStepGraph(torch::Device device, std::vector<torch::Tensor> params)
-      : params_(std::move(params)), stream_(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device.index())) {}
+  CudaStepGraph(torch::Device device, std::vector<torch::Tensor> params, const ObjectiveSpec& objective)
+      : params_(std::move(params)),
+        objective_(objective),
+        stream_(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device.index())) {}
 
   torch::Tensor accumulate(Gpt& model, const std::vector<Batch>& micro, const Precision& precision,
                            int64_t total_targets) override {
     if (eager_steps_ < kWarmupSteps) {
       ++eager_steps_;
-      return on_capture_stream([&] { return accumulate_gradients(model, micro, &precision, {total_targets}); });
+      return on_capture_stream([&] {
+        return accumulate_gradients(model, micro, &precision, {total_targets, nullptr, {}, &objective_});
+      });
     }
-    const double inv_total = inverse_target_count(micro, total_targets);
+    const double inv_total = inverse_unit_count(objective_, micro, total_targets);
     if (!graph_) capture(model, micro, precision);
     load(micro, inv_total);
     graph_->replay();
@@ -124,7 +128,8 @@ class CudaStepGraph final : public StepGraph {
       // host memory meanwhile, which the global mode would refuse (and fail the capture).
       on_capture_stream([&] {
         graph_->capture_begin({0, 0}, cudaStreamCaptureModeThreadLocal);
-        loss_ = accumulate_gradients(model, static_, &precision, AccumulateOptions{0, nullptr, inv_total_});
+        loss_ =
+            accumulate_gradients(model, static_, &precision, AccumulateOptions{0, nullptr, inv_total_, &objective_});
         graph_->capture_end();
         return loss_;
       });
@@ -170,19 +175,21 @@ class CudaStepGraph final : public StepGraph {
   }
 
   std::vector<torch::Tensor> params_;
+  const ObjectiveSpec& objective_;
   CUDAStream stream_;
   int64_t eager_steps_ = 0, replays_ = 0;
   std::unique_ptr<at::cuda::CUDAGraph> graph_;
   std::vector<Batch> static_;
-  torch::Tensor inv_total_;  // 0-dim float32: 1 / the step's target count
+  torch::Tensor inv_total_;  // 0-dim float32: 1 / the step's unit count
   torch::Tensor loss_;       // the graph's output: the step's mean loss
 };
 
 }  // namespace
 
-std::unique_ptr<StepGraph> make_step_graph(torch::Device device, std::vector<torch::Tensor> params) {
+std::unique_ptr<StepGraph> make_step_graph(torch::Device device, std::vector<torch::Tensor> params,
+                                           const ObjectiveSpec& objective) {
   if (!device.is_cuda()) throw config_error("kernels.cuda_graphs needs a CUDA device, not " + device.str());
-  return std::make_unique<CudaStepGraph>(device, std::move(params));
+  return std::make_unique<CudaStepGraph>(device, std::move(params), objective);
 }
 
 }  // namespace gputrain

@@ -8,7 +8,8 @@ torch::Tensor accumulate_gradients(Gpt& model, const std::vector<Batch>& micro_b
                                    const AccumulateOptions& options) {
   // Multiplying by a host number (the usual case) or by options.inv_total's device value.
   const bool on_device = options.inv_total.defined();
-  const double inv_total = on_device ? 0.0 : inverse_target_count(micro_batches, options.total_targets);
+  const ObjectiveSpec& objective = *options.objective;
+  const double inv_total = on_device ? 0.0 : inverse_unit_count(objective, micro_batches, options.total_targets);
   auto normalize = [&](const torch::Tensor& t) { return on_device ? t * options.inv_total : t * inv_total; };
   torch::Tensor loss_sum;
   for (size_t i = 0; i < micro_batches.size(); ++i) {
@@ -16,7 +17,7 @@ torch::Tensor accumulate_gradients(Gpt& model, const std::vector<Batch>& micro_b
     torch::Tensor loss;
     {
       AutocastGuard autocast = autocast_for(precision);
-      loss = model->loss_sum(b.input, b.target, b.documents);
+      loss = objective.loss_sum(model, b);
     }
     // Backward outside autocast, as torch.autocast recommends: it replays the forward's dtypes.
     const torch::Tensor scaled = normalize(loss);
@@ -28,22 +29,24 @@ torch::Tensor accumulate_gradients(Gpt& model, const std::vector<Batch>& micro_b
   return normalize(loss_sum);
 }
 
-LossSum evaluate_sum(Gpt& model, const std::vector<Batch>& batches, const Precision* precision) {
+LossSum evaluate_sum(Gpt& model, const std::vector<Batch>& batches, const Precision* precision,
+                     const ObjectiveSpec& objective) {
   torch::NoGradGuard no_grad;
   AutocastGuard autocast = autocast_for(precision);
   const bool was_training = model->is_training();
   model->eval();
   LossSum sum;
   for (const auto& b : batches) {
-    sum.loss += model->loss_sum(b.input, b.target, b.documents).item<double>();
-    sum.targets += b.target_count;
+    sum.loss += objective.loss_sum(model, b).item<double>();
+    sum.targets += objective.units(b);
   }
   model->train(was_training);
   return sum;
 }
 
-double evaluate(Gpt& model, const std::vector<Batch>& batches, const Precision* precision) {
-  const LossSum sum = evaluate_sum(model, batches, precision);
+double evaluate(Gpt& model, const std::vector<Batch>& batches, const Precision* precision,
+                const ObjectiveSpec& objective) {
+  const LossSum sum = evaluate_sum(model, batches, precision, objective);
   return sum.loss / static_cast<double>(std::max<int64_t>(sum.targets, 1));
 }
 

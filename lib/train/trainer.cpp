@@ -36,6 +36,7 @@
 #include "optim/lr_schedule.h"
 #include "optim/make_optimizer.h"
 #include "optim/streamed_optimizer.h"
+#include "objective/objectives.h"
 #include "optim/param_groups.h"
 #include "parallel/fully_sharded.h"
 #include "parallel/grid.h"
@@ -388,9 +389,10 @@ void Trainer::build_optimizer() {
         "kernels.cuda_graphs: each step's forward and backward are captured as a CUDA graph after {} eager "
         "steps, then replayed",
         StepGraph::kWarmupSteps);
-    graph = make_step_graph(plan_.device, params_);
+    graph = make_step_graph(plan_.device, params_, objective_spec(s_.train.objective));
   }
-  passes_.emplace(*groups_, *par_.gradients, par_.pipeline.get(), model_, *precision_, std::move(graph));
+  passes_.emplace(*groups_, par_.gradients.get(), par_.pipeline.get(), model_, *precision_,
+                  objective_spec(s_.train.objective), std::move(graph));
 }
 
 // A resumed run's weights, optimizer state and loss scale, into the parallelized model and its optimizer.
@@ -430,7 +432,7 @@ void Trainer::choose_batch_split() {
     const double budget = cpu_memory_budget_bytes(s_);
     const bool cpu = plan_.device.is_cpu();
     const BatchChoice choice = cpu ? find_batch_size_cpu(s_, groups_->grid(), share, budget)
-                                   : find_batch_size_on_device(model_, *precision_, s_.model, share, plan_.device);
+                                   : find_batch_size_on_device(*passes_, model_, s_.model, share, plan_.device);
     plan_.batch.per_device_batch_size = choice.batch;
     plan_.batch.grad_accum_steps = choice.grad_accum;
     replan();
@@ -633,14 +635,12 @@ StepResult Trainer::step() {
     torch::manual_seed(mix_seed(static_cast<uint64_t>(s_.run.seed), static_cast<uint64_t>(groups_->coord().dp),
                                 static_cast<uint64_t>(t_.step)));
   std::vector<Batch> micro;
-  int64_t local_tokens = 0;
   for (int64_t i = 0; i < s_.train.grad_accum_steps; ++i) {
     micro.push_back(train_loader_->next());
     if (poisoned_steps_.count(t_.step + 1)) poison_batch(micro.back(), s_.model.vocab_size, t_.step + 1);
     if (batch_trace_) batch_trace_->record(t_.step + 1, i, micro.back());
-    local_tokens += micro.back().target_count;
   }
-  const int64_t step_tokens = global_targets(*groups_, local_tokens);
+  const int64_t step_tokens = global_targets(*groups_, passes_->units(micro));
   if (step_tokens == 0 && !warned_no_targets_) {  // chat data: windows of prompt text only
     warned_no_targets_ = true;
     progress_->finish();
@@ -659,7 +659,8 @@ StepResult Trainer::step() {
   par_.gradients->finish();  // every rank now holds the summed gradients (ZeRO-2: of its own parameters)
   // The global batch's mean loss; and a stop signal on any rank stops every rank after this step
   // (a signal may reach them a step apart; one arriving later in this step counts at the next).
-  std::tie(r.loss, r.agreed_stop) = sum_loss_and_any(*groups_, r.loss, StopSignals::requested() != 0);
+  std::tie(r.loss, r.agreed_stop) =
+      sum_loss_and_any(*groups_, r.loss, StopSignals::requested() != 0, /*per_chunk=*/true);
   bool overflow = precision_->unscale_and_check(params_);  // fp16: inf/nan gradients
   if (precision_->has_scaler()) overflow = par_.gradients->overflow_on_any_rank(overflow);
   // Fused AdamW multiplies the gradients by the clipping coefficient as it reads them, which saves
@@ -853,11 +854,12 @@ double Trainer::evaluate_all_windows() {
   const WindowShare share = pipelined ? WindowShare{} : WindowShare{groups_->coord().dp, plan_.dp};
   const int64_t batch = s_.train.per_device_batch_size;
   int64_t forwards = 0;
-  const EvalTotals t = evaluate_windows(*eval_source_, s_.model.seq_len, batch, document_options(s_.data.eval),
-                                        plan_.device, share, nullptr, [&](const Batch& b) {
-                                          ++forwards;
-                                          return passes_->evaluate({b}) * static_cast<double>(b.target_count);
-                                        });
+  const EvalTotals t =
+      evaluate_windows(*eval_source_, s_.model.seq_len, batch, document_options(s_.data.eval), plan_.device, share,
+                       nullptr, [&](const Batch& b) {
+                         ++forwards;
+                         return passes_->evaluate({b}) * static_cast<double>(passes_->objective().units(b));
+                       });
   if (pipelined) return t.loss();
   if (par_.share.fully_sharded) {
     // ZeRO-3: each forward gathers every unit on every rank. A rank whose share took fewer forwards

@@ -71,8 +71,8 @@ TEST_CASE("the normalizer as a tensor gives the host normalizer's gradients and 
   targets.slice(0, 0, 1).slice(1, 0, 7) = kIgnoreIndex;
   const std::vector<Batch> micro = {make_batch(inputs.slice(0, 0, 2), targets.slice(0, 0, 2)),
                                     make_batch(inputs.slice(0, 2, 4), targets.slice(0, 2, 4))};
-  REQUIRE(inverse_target_count(micro, 0) == 1.0 / 41.0);
-  CHECK(inverse_target_count(micro, 82) == 1.0 / 82.0);  // data parallel: every rank's count
+  REQUIRE(inverse_unit_count(default_objective(), micro, 0) == 1.0 / 41.0);
+  CHECK(inverse_unit_count(default_objective(), micro, 82) == 1.0 / 82.0);  // data parallel: every rank's count
 
   model->zero_grad();
   const auto host_loss = accumulate_gradients(model, micro);

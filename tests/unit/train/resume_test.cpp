@@ -69,6 +69,13 @@ TEST_CASE("resume: each key's schema policy decides what a changed recipe does",
   const ResumeChanges unchanged = compare_for_resume(saved_bool, now_words, "ckpt");
   CHECK(unchanged.reported.empty());
   CHECK(unchanged.diverging.empty());
+  // A key newer than the checkpoint (train.objective) reads as its default; set otherwise, it changed.
+  json older = now_words;
+  older["train"].erase("objective");
+  CHECK(compare_for_resume(older, now_words, "ckpt").diverging.empty());
+  json other = now_words;
+  other["train"]["objective"] = "other";
+  CHECK(compare_for_resume(older, other, "ckpt").diverging.size() == 1);
   // precision.mode: the saved weights' dtype only changes to or from bf16-pure.
   CHECK(verdict("precision.mode", "bf16") == "diverging");
   CHECK(verdict("precision.mode", "bf16-pure") == "refused");
