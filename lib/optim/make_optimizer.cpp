@@ -1,7 +1,10 @@
 #include "optim/make_optimizer.h"
 
 #include "config/schema.h"
+#include "optim/host_offloaded_optimizer.h"
 #include "optim/optimizer_specs.h"
+#include "optim/streamed_optimizer.h"
+#include "util/offload_file.h"
 
 namespace gputrain {
 
@@ -35,6 +38,23 @@ std::unique_ptr<Optimizer> make_optimizer(std::vector<ParamGroup> groups, const 
       optimizer_spec(o.name).make(std::move(groups), o, choice.kernel, sharding ? &*sharding : nullptr);
   if (sharding && made->takes_row_sharding()) made->set_row_sharding(std::move(*sharding));
   return made;
+}
+
+std::unique_ptr<Optimizer> make_optimizer(std::vector<ParamGroup> groups, const OptimSettings& o,
+                                          const std::optional<RowSharding>& sharding,
+                                          const OptimizerPlacement& placement) {
+  auto make = [&](std::vector<ParamGroup> g) { return make_optimizer(std::move(g), o, sharding); };
+  switch (placement.state) {
+    case OptimizerPlacement::State::kMemory:
+      return make(std::move(groups));
+    case OptimizerPlacement::State::kHost:
+      return std::make_unique<HostOffloadedOptimizer>(std::move(groups), make);
+    case OptimizerPlacement::State::kFile:
+      return std::make_unique<StreamedOptimizer>(
+          std::move(groups), placement.units, make,
+          std::make_unique<OffloadFile>(placement.file_dir, "parallel.offload_dir"), placement.copies);
+  }
+  throw std::logic_error("make_optimizer: an optimizer placement without a case");
 }
 
 std::unique_ptr<Optimizer> make_optimizer(const torch::nn::Module& model, const OptimSettings& o) {

@@ -12,6 +12,7 @@
 #include "config/settings.h"
 #include "model/gpt_shapes.h"
 #include "optim/optimizer.h"
+#include "optim/optimizer_placement.h"
 
 namespace gputrain {
 
@@ -25,6 +26,12 @@ KernelChoice choose_kernel(OptimName name, OptimImpl impl, const torch::Device& 
 // parameters are ZeRO-3 shards (optim/optimizer.h RowSharding), for the optimizers that need to know.
 std::unique_ptr<Optimizer> make_optimizer(std::vector<ParamGroup> groups, const OptimSettings& o,
                                           std::optional<RowSharding> sharding = std::nullopt);
+// The same in `placement`: in memory as above; over host copies (optim/host_offloaded_optimizer.h);
+// or with its state in a file, a unit at a time (optim/streamed_optimizer.h). The step, the log and
+// checkpoints then use it as any optimizer.
+std::unique_ptr<Optimizer> make_optimizer(std::vector<ParamGroup> groups, const OptimSettings& o,
+                                          const std::optional<RowSharding>& sharding,
+                                          const OptimizerPlacement& placement);
 std::unique_ptr<Optimizer> make_optimizer(const torch::nn::Module& model, const OptimSettings& o);
 
 // Bytes of optimizer state for parameters of these shapes (fp32 or bf16

@@ -59,6 +59,10 @@ torch::Tensor Optimizer::add_state(const std::string& param_name, const std::str
   return t;
 }
 
+void Optimizer::adopt_state(const Optimizer& inner) {
+  for (const StateEntry& e : inner.state()) state_.push_back(e);
+}
+
 std::map<std::string, StateLayout> Optimizer::state_following_parameters() const {
   std::map<std::string, StateLayout> layouts;
   for (const auto& e : state_)

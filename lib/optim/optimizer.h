@@ -91,6 +91,11 @@ class Optimizer {
   virtual int64_t resident_state_bytes() const { return state_bytes(); }
   // What memory holds of its parameters, whose bytes are `held` (less where they live in a file).
   virtual int64_t resident_parameter_bytes(int64_t held) const { return held; }
+  // Where its state lives, for the run log: "" in memory beside the parameters (optim/optimizer_placement.h).
+  virtual std::string placement() const { return ""; }
+  // The parameters were changed in place by something other than the update (a checkpoint loaded:
+  // resume, spike rollback): an optimizer that keeps copies of them refreshes those.
+  virtual void parameters_changed() {}
 
   // Checkpoint hooks. state() lists every state tensor (moments, step counts,
   // quantization scales) in a stable order. load_state() copies saved tensors
@@ -105,6 +110,9 @@ class Optimizer {
   // Registers a state tensor for `param_name` and returns it (a 0-dim one is whole whatever `layout` says).
   torch::Tensor add_state(const std::string& param_name, const std::string& slot, torch::Tensor t,
                           StateLayout layout = StateLayout::kRows);
+  // Lists `inner`'s state entries as this optimizer's own, in its order (an optimizer that wraps
+  // another: checkpoints name and check the same tensors).
+  void adopt_state(const Optimizer& inner);
   // A per-parameter step counter (0-dim int64 on the CPU, part of the state).
   torch::Tensor add_step_counter(const std::string& param_name);
   static int64_t& count(const torch::Tensor& step_counter) { return *step_counter.data_ptr<int64_t>(); }

@@ -1,5 +1,7 @@
 #include "optim/streamed_optimizer.h"
 
+#include <fmt/format.h>
+
 #include <map>
 #include <set>
 
@@ -94,6 +96,18 @@ StreamedOptimizer::~StreamedOptimizer() = default;
 
 std::string StreamedOptimizer::describe() const {
   return description_;  // as in memory: the checkpoints say the same (the log says where the state is)
+}
+
+std::string StreamedOptimizer::placement() const {
+  auto mib = [](auto bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0); };
+  return fmt::format(
+      "the state{} in a {:.1f} MiB file in {} (reserved at start, gone at exit), streamed through each update a "
+      "unit at a time ({} units, the largest {:.1f} MiB)",
+      filed_parameter_bytes() > 0
+          ? fmt::format(" and the fp32 weight shards ({:.1f} MiB; memory keeps their bf16 copies for the gathers)",
+                        mib(filed_parameter_bytes()))
+          : "",
+      mib(file_bytes()), dir(), units(), mib(largest_unit_bytes()));
 }
 
 int64_t StreamedOptimizer::resident_state_bytes() const {

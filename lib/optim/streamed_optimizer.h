@@ -33,6 +33,7 @@ class StreamedOptimizer : public Optimizer {
 
   void step(double lr) override;
   std::string describe() const override;
+  std::string placement() const override;                         // the file, its units and what memory keeps
   int64_t resident_state_bytes() const override;                  // the step counters (the rest is in the file)
   int64_t resident_parameter_bytes(int64_t held) const override;  // the copies in place of the parameters filed
   bool folds_grad_scale() const override { return units_.front().optimizer->folds_grad_scale(); }

@@ -20,11 +20,9 @@ bool fully_shards(const ProcessGroups& groups, const ParallelPlan& plan) {
   return plan.parallel.zero == 3 && groups.dp() != nullptr;
 }
 
-// ZeRO-3 on CUDA with parallel.offload_params: the shards live on the host; so with the optimizer state
-// in files (offload_optimizer nvme), whose update runs on the host.
+// ZeRO-3 on CUDA with parallel.offload_params (or a file's state): the shards live on the host.
 bool offloads_params(const ParallelPlan& plan) {
-  return (plan.parallel.offload_params || plan.parallel.offload_optimizer == OptimizerOffload::kNvme) &&
-         plan.device.is_cuda();
+  return optimizer_placement(plan.parallel, plan.device, "", true).shards_on_host;
 }
 
 // The pipeline stage's blocks (every rank knows every stage's layers, for the summary).
@@ -170,6 +168,19 @@ std::string describe_parallelism(const ProcessGroups& groups, const ParallelPlan
                  offloads_params(plan) ? "; the shards (pinned), their gradients and the optimizer state in host "
                                          "memory, the update on the CPU (parallel.offload_params)"
                                        : "");
+}
+
+OptimizerPlacement rank_optimizer_placement(ParallelModel& par, const ParallelPlan& plan,
+                                            const std::vector<ParamGroup>& groups, const std::string& output_dir,
+                                            bool device_named_cpu) {
+  OptimizerPlacement where = optimizer_placement(plan.parallel, plan.device, output_dir, device_named_cpu);
+  FullyShardedModel* sharded = par.share.fully_sharded.get();
+  if (where.state != OptimizerPlacement::State::kFile || !sharded) return where;
+  where.units = sharded->unit_parameters();
+  for (const ParamGroup& g : groups)
+    for (const auto& name : g.names)
+      if (torch::Tensor c = sharded->keep_gather_copy(name); c.defined()) where.copies.emplace(name, std::move(c));
+  return where;
 }
 
 }  // namespace gputrain

@@ -16,6 +16,7 @@
 #include "config/settings.h"
 #include "model/gpt.h"
 #include "model/part_reader.h"
+#include "optim/optimizer_placement.h"
 #include "parallel/gradient_reducer.h"
 #include "parallel/initial_parts.h"
 #include "parallel/pipeline_stages.h"
@@ -55,6 +56,13 @@ ParallelModel parallelize(Gpt& model, const ProcessGroups& groups, const Paralle
 // rank reading only its part. False where the model was built whole.
 bool rereads_parts(const ParallelModel& par, const PartReader& files);
 void reread_parts(ParallelModel& par, const PartReader& files);
+
+// Where this rank's optimizer over `groups` keeps its state (optim/optimizer_placement.h), with what
+// ZeRO-3 gives one in a file: its units, and the bf16 copies the gathers read in place of the fp32
+// shards, which move to the file too. `output_dir`: the file's folder without parallel.offload_dir.
+OptimizerPlacement rank_optimizer_placement(ParallelModel& par, const ParallelPlan& plan,
+                                            const std::vector<ParamGroup>& groups, const std::string& output_dir,
+                                            bool device_named_cpu);
 
 // The grid and what this rank holds and does, for the log.
 std::string describe_parallelism(const ProcessGroups& groups, const ParallelPlan& plan, const ParallelModel& par);

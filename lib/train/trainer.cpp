@@ -32,10 +32,8 @@
 #include "model/gpt.h"
 #include "model/gpt_shapes.h"
 #include "model/lora.h"
-#include "optim/cpu_offload.h"
 #include "optim/lr_schedule.h"
 #include "optim/make_optimizer.h"
-#include "optim/streamed_optimizer.h"
 #include "objective/objectives.h"
 #include "optim/param_groups.h"
 #include "parallel/fully_sharded.h"
@@ -190,7 +188,6 @@ class Trainer {
   int64_t n_params_ = 0;   // the whole model's, before tensor parallelism keeps a shard
   std::string lora_base_;  // model.lora.save: adapters: the base's fingerprint
   std::vector<torch::Tensor> params_;
-  std::unique_ptr<CpuOffload> offload_;
   std::unique_ptr<Optimizer> optimizer_;
   WeightCopies copies_;
   std::optional<LrSchedule> schedule_;
@@ -348,33 +345,13 @@ std::unique_ptr<StoredWeights> Trainer::weights_to_read(bool loads_init_from, bo
 void Trainer::build_optimizer() {
   for (const auto& p : par_.share.weights) params_.push_back(p.tensor);
   std::vector<ParamGroup> groups = par_.gradients->owned_groups(make_param_groups(*model_, s_.optim));
-  const bool cuda = plan_.device.is_cuda();
-  const OptimizerOffload offload = s_.parallel.offload_optimizer;
-  if (offload == OptimizerOffload::kCpu && cuda) {  // state and update on the CPU
-    offload_ = std::make_unique<CpuOffload>(groups);
-    groups = offload_->cpu_groups();
-  }
-  if (offload == OptimizerOffload::kCpu && !cuda && s_.run.device != "cpu")  // (validation warns for "cpu")
-    spdlog::warn("parallel.offload_optimizer has no effect on the CPU (the optimizer state is there already)");
-  if (s_.parallel.offload_params && !cuda && s_.run.device != "cpu")
-    spdlog::warn("parallel.offload_params has no effect on the CPU (the shards are there already)");
+  // Its state in memory, on the host or in a file, as parallel.offload_* ask (optim/optimizer_placement.h).
+  const OptimizerPlacement where =
+      rank_optimizer_placement(par_, parallel_plan_, groups, out_dir_.string(), s_.run.device == "cpu");
+  for (const auto& notice : where.notices) spdlog::warn("{}", notice);
   FullyShardedModel* sharded = par_.share.fully_sharded.get();
   const std::optional<RowSharding> rows = sharded ? std::optional(sharded->row_sharding()) : std::nullopt;
-  if (offload == OptimizerOffload::kNvme) {  // (validation: zero 3) the state in a file, a unit at a time
-    const std::string& dir = s_.parallel.offload_dir.empty() ? out_dir_.string() : s_.parallel.offload_dir;
-    // Gathered in bf16, the fp32 shards go to the file too: memory keeps their bf16 copies, which the gathers read.
-    std::map<std::string, torch::Tensor> copies;
-    for (const ParamGroup& g : groups)
-      for (const auto& name : g.names)
-        if (torch::Tensor c = sharded ? sharded->keep_gather_copy(name) : torch::Tensor(); c.defined())
-          copies.emplace(name, std::move(c));
-    optimizer_ = std::make_unique<StreamedOptimizer>(
-        groups, sharded ? sharded->unit_parameters() : std::vector<std::vector<std::string>>{},
-        [&](std::vector<ParamGroup> unit) { return make_optimizer(std::move(unit), s_.optim, rows); },
-        std::make_unique<OffloadFile>(dir, "parallel.offload_dir"), copies);
-  } else {
-    optimizer_ = make_optimizer(groups, s_.optim, rows);
-  }
+  optimizer_ = make_optimizer(std::move(groups), s_.optim, rows, where);
   // ZeRO-3's optimizer holds shards, not the weights the model multiplies by.
   if (!sharded) copies_ = attach_weight_copies(model_, *optimizer_, *precision_, par_.share.runs_head());
   if (copies_.tensors > 0)
@@ -382,9 +359,9 @@ void Trainer::build_optimizer() {
                  copies_.tensors, mib(static_cast<double>(copies_.bytes)));
   schedule_.emplace(s_.optim, s_.train.max_steps);
   std::unique_ptr<StepGraph> graph;
-  if (s_.kernels.cuda_graphs && !cuda && s_.run.device != "cpu")  // (validation warns for "cpu")
+  if (s_.kernels.cuda_graphs && !plan_.device.is_cuda() && s_.run.device != "cpu")  // (validation warns for "cpu")
     spdlog::warn("kernels.cuda_graphs has no effect on the CPU: training without CUDA graphs");
-  if (s_.kernels.cuda_graphs && cuda) {
+  if (s_.kernels.cuda_graphs && plan_.device.is_cuda()) {
     spdlog::info(
         "kernels.cuda_graphs: each step's forward and backward are captured as a CUDA graph after {} eager "
         "steps, then replayed",
@@ -414,7 +391,7 @@ void Trainer::apply_snapshot(TrainingSnapshot& snap, const fs::path& dir) {
   // model built on meta gives without any storage (the weights were read per rank).
   if (snap.model.empty() && reshards_over_tp(snap, *groups_))
     snap.model = module_weights(*build_model_on_meta(s_, precision_->weight_dtype()));
-  if (offload_) offload_->parameters_to_host();  // the optimizer updates the host copies
+  optimizer_->parameters_changed();  // one over host copies refreshes them
   optimizer_->load_state(rank_optimizer_state(snap, *groups_, *par_.gradients, par_.share, *optimizer_, dir.string()));
   if (precision_->scaler() && snap.scaler) precision_->scaler()->load_state(*snap.scaler);
   refresh_weight_copies(model_);
@@ -487,19 +464,7 @@ void Trainer::log_start() const {
   const auto state_bytes = static_cast<double>(optimizer_->state_bytes());
   spdlog::info("optimizer: {}; {:.1f} MiB of state ({:.2f} bytes per parameter)", optimizer_->describe(),
                mib(state_bytes), state_bytes / static_cast<double>(model_->parameter_count()));
-  if (offload_)
-    spdlog::info("optimizer: offloaded: state, update and a {:.1f} MiB copy of the parameters in pinned host memory",
-                 mib(static_cast<double>(offload_->host_bytes())));
-  if (const auto* streamed = dynamic_cast<const StreamedOptimizer*>(optimizer_.get()))
-    spdlog::info(
-        "optimizer: the state{} in a {:.1f} MiB file in {} (reserved at start, gone at exit), streamed "
-        "through each update a unit at a time ({} units, the largest {:.1f} MiB)",
-        streamed->filed_parameter_bytes() > 0
-            ? fmt::format(" and the fp32 weight shards ({:.1f} MiB; memory keeps their bf16 copies for the gathers)",
-                          mib(static_cast<double>(streamed->filed_parameter_bytes())))
-            : "",
-        mib(static_cast<double>(streamed->file_bytes())), streamed->dir(), streamed->units(),
-        mib(static_cast<double>(streamed->largest_unit_bytes())));
+  if (const std::string where = optimizer_->placement(); !where.empty()) spdlog::info("optimizer: {}", where);
   if (par_.share.recomputed_blocks > 0)
     spdlog::info("activation checkpointing: {} of {} blocks recomputed in backward", par_.share.recomputed_blocks,
                  m.n_layer);
@@ -664,9 +629,9 @@ StepResult Trainer::step() {
   bool overflow = precision_->unscale_and_check(params_);  // fp16: inf/nan gradients
   if (precision_->has_scaler()) overflow = par_.gradients->overflow_on_any_rank(overflow);
   // Fused AdamW multiplies the gradients by the clipping coefficient as it reads them, which saves
-  // a pass over every gradient (not under offload: its update runs on host copies).
+  // a pass over every gradient (one over host copies says it does not: they are copied unclipped).
   torch::Tensor clip_coef;
-  const bool fold_clip = optimizer_->folds_grad_scale() && !offload_;
+  const bool fold_clip = optimizer_->folds_grad_scale();
   r.grad_norm = par_.gradients->clip_grad_norm(s_.train.max_grad_norm, fold_clip ? &clip_coef : nullptr);
   optimizer_->set_grad_scale(clip_coef);
   r.lr = schedule_->at(t_.step);
@@ -687,9 +652,7 @@ StepResult Trainer::step() {
     spike_skip = on_spike(step, loss, grad_norm, spike_guard_->judge(loss, grad_norm));
   }
   if (!overflow && !nan_skip && !spike_skip) {
-    if (offload_) offload_->gradients_to_host();
     optimizer_->step(r.lr);
-    if (offload_) offload_->parameters_to_device();
     par_.gradients->after_optimizer_step();  // ZeRO: owners send their updated parameters
   }
   precision_->update(overflow);
