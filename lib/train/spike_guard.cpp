@@ -8,6 +8,9 @@
 #include <numeric>
 #include <sstream>
 
+#include <fmt/format.h>
+
+#include "report/run_summary.h"
 #include "util/error.h"
 #include "util/ignore_index.h"
 
@@ -62,6 +65,40 @@ void poison_batch(Batch& b, int64_t vocab, int64_t step) {
   at::Generator g = at::make_generator<at::CPUGeneratorImpl>(static_cast<uint64_t>(step));
   const torch::Tensor noise = at::randint(0, vocab, b.target.sizes(), g, at::kLong).to(b.target.device());
   b.target = at::where(b.target == kIgnoreIndex, b.target, noise);
+}
+
+nlohmann::ordered_json spike_event(int64_t step, double loss, double grad_norm, const SpikeVerdict& v) {
+  return {{"step", step},
+          {"loss", round_to(loss, 6)},
+          {"loss_z", round_to(v.loss_z, 2)},
+          {"grad_norm", round_to(grad_norm, 6)},
+          {"grad_norm_z", round_to(v.grad_norm_z, 2)}};
+}
+
+std::string spike_warning(int64_t step, double loss, double grad_norm, const SpikeVerdict& v, int64_t window,
+                          const std::string& action) {
+  return fmt::format(
+      "step {}: loss spike: loss {:.4f} ({:.1f} deviations above the last {} steps' mean), gradient norm {:.4f} "
+      "({:.1f}): {}",
+      step, loss, v.loss_z, window, grad_norm, v.grad_norm_z, action);
+}
+
+std::string too_many_rollbacks_message(int64_t step, double loss, const SpikeVerdict& v, int64_t rollbacks) {
+  return fmt::format(
+      "step {}: a loss spike (loss {:.4f}, {:.1f} deviations above the mean) after {} rollbacks "
+      "(train.spike_max_rollbacks)\n    fix: lower optim.lr, raise optim.schedule.warmup_steps, check the data near "
+      "this point, or raise train.spike_max_rollbacks",
+      step, loss, v.loss_z, rollbacks);
+}
+
+nlohmann::ordered_json spike_report(const TrainSettings& t, int64_t skipped_steps, int64_t rollbacks,
+                                    const nlohmann::ordered_json& events) {
+  return {{"policy", t.spike_policy == SpikePolicy::kSkip ? "skip" : "rollback"},
+          {"window", t.spike_window},
+          {"threshold", t.spike_threshold},
+          {"skipped_steps", skipped_steps},
+          {"rollbacks", rollbacks},
+          {"events", events}};
 }
 
 }  // namespace gputrain

@@ -5,6 +5,8 @@
 // of the window. What a spike does (skip the update, or roll back to the last checkpoint) is the
 // trainer's (train/trainer.cpp).
 #pragma once
+#include <nlohmann/json.hpp>
+
 #include <cstdint>
 #include <deque>
 #include <set>
@@ -31,6 +33,16 @@ class SpikeGuard {
   double threshold_;
   std::deque<double> losses_, grad_norms_;
 };
+
+// What the run reports of a spike at `step`: summary.json's event (before its "action"), the
+// warning, and the error once train.spike_max_rollbacks is spent.
+nlohmann::ordered_json spike_event(int64_t step, double loss, double grad_norm, const SpikeVerdict& v);
+std::string spike_warning(int64_t step, double loss, double grad_norm, const SpikeVerdict& v, int64_t window,
+                          const std::string& action);
+std::string too_many_rollbacks_message(int64_t step, double loss, const SpikeVerdict& v, int64_t rollbacks);
+// summary.json's "spikes".
+nlohmann::ordered_json spike_report(const TrainSettings& t, int64_t skipped_steps, int64_t rollbacks,
+                                    const nlohmann::ordered_json& events);
 
 // Fault injection for tests: the steps listed in GPUTRAIN_POISON_STEPS ("25,40") train on a
 // poisoned batch (poison_batch). Empty when the variable is unset.

@@ -50,17 +50,18 @@
 #include "train/forward_backward.h"
 #include "train/full_evaluation.h"
 #include "train/lora_base_fingerprint.h"
-#include "train/model_options_report.h"
+#include "report/model_options_report.h"
 #include "train/nan_guard.h"
 #include "train/resume.h"
 #include "train/run_directories.h"
 #include "train/run_plan.h"
-#include "train/run_summary.h"
+#include "report/run_summary.h"
+#include "report/start_log.h"
 #include "train/spike_guard.h"
 #include "train/step_graph.h"
 #include "train/train_step.h"
 #include "train/weight_copies.h"
-#include "train/weights_read_report.h"
+#include "report/weights_read_report.h"
 #include "util/atomic_file.h"
 #include "util/host_allocator.h"
 #include "util/device.h"
@@ -160,7 +161,7 @@ class Trainer {
   double evaluate();
   double evaluate_all_windows();
   void save();
-  void add_mfu(json& j) const;
+  std::optional<double> mfu(double tokens_per_s) const;  // metrics/flops.h: where the GPU's peak is known
   json summary(const std::string& status) const;
   void write_summary(const json& j);
   RunOutcome finish();
@@ -447,43 +448,25 @@ void Trainer::load_data() {
 }
 
 void Trainer::log_start() const {
-  const ModelSettings& m = s_.model;
-  spdlog::info("gputrain: {} on {} ({} threads), recipe {}", s_.run.name, device_name(plan_.device), plan_.threads,
-               recipe_.source);
-  spdlog::info("model: {} {} layers, d_model {}, {} heads{}, seq_len {}, vocab {}: {:.2f}M parameters",
-               architecture(m).display_name, m.n_layer, m.d_model, m.n_head,
-               m.kv_heads() != m.n_head ? fmt::format(" ({} key/value)", m.kv_heads()) : "", m.seq_len, m.vocab_size,
-               n_params_ / 1e6);
-  if (m.lora.rank > 0) spdlog::info("model: {}", lora_log_line(s_));
-  if (m.moe.enabled())
-    spdlog::info(
-        "model: mixture of experts every {} block(s): {} experts, top {}, capacity factor {}; {:.2f}M of the "
-        "parameters are active per token",
-        m.moe.every, m.moe.experts, m.moe.top_k, m.moe.capacity_factor, active_parameters(m) / 1e6);
-  spdlog::info("precision: {}", precision_->describe());
-  const auto state_bytes = static_cast<double>(optimizer_->state_bytes());
-  spdlog::info("optimizer: {}; {:.1f} MiB of state ({:.2f} bytes per parameter)", optimizer_->describe(),
-               mib(state_bytes), state_bytes / static_cast<double>(model_->parameter_count()));
-  if (const std::string where = optimizer_->placement(); !where.empty()) spdlog::info("optimizer: {}", where);
-  if (par_.share.recomputed_blocks > 0)
-    spdlog::info("activation checkpointing: {} of {} blocks recomputed in backward", par_.share.recomputed_blocks,
-                 m.n_layer);
-  spdlog::info("data: {}", train_source_->describe());
-  if (const int64_t per_epoch = train_sampler_->samples_per_epoch(); per_epoch > 0)
-    spdlog::info("data: {} windows per epoch; {} steps read {:.2f} epochs", per_epoch, s_.train.max_steps,
-                 static_cast<double>(s_.train.max_steps * plan_.sequences_per_rank()) / static_cast<double>(per_epoch));
-  if (floor_) spdlog::info("data: entropy floor {:.4f} nats/token (no model can reach a lower loss)", *floor_);
-  const int64_t dp = plan_.dp;
-  spdlog::info("train: {} steps x {} tokens ({}grad_accum {} x batch {} x seq_len {}); output in {}",
-               s_.train.max_steps, s_.tokens_per_step() * dp,
-               dp > 1 ? fmt::format("{} processes x ", dp) : std::string(), s_.train.grad_accum_steps,
-               s_.train.per_device_batch_size, m.seq_len, out_dir_.string());
-  if (groups_->distributed()) spdlog::info("parallel: {}", describe_parallelism(*groups_, parallel_plan_, par_));
-  if (resumed_)
-    spdlog::info(
-        "resume: continuing from {} at step {} ({} tokens seen; verified and read in {:.2f} s); data from "
-        "sample {}",
-        resumed_->dir.string(), t_.step, t_.tokens, load_s_, first_sample_);
+  StartFacts f{recipe_.source,
+               device_name(plan_.device),
+               plan_.threads,
+               n_params_,
+               model_->parameter_count(),
+               precision_->describe(),
+               optimizer_->describe(),
+               optimizer_->state_bytes(),
+               optimizer_->placement(),
+               par_.share.recomputed_blocks,
+               train_source_->describe(),
+               train_sampler_->samples_per_epoch(),
+               plan_.sequences_per_rank(),
+               floor_,
+               plan_.dp,
+               out_dir_.string(),
+               groups_->distributed() ? describe_parallelism(*groups_, parallel_plan_, par_) : ""};
+  if (resumed_) f.resumed = StartFacts::Resumed{resumed_->dir.string(), t_.step, t_.tokens, first_sample_, load_s_};
+  for (const std::string& line : start_log_lines(s_, f)) spdlog::info("{}", line);
   for (const auto& w : recipe_.warnings) spdlog::warn("{}", w.str());
 }
 
@@ -521,12 +504,8 @@ void Trainer::open_outputs() {
   checkpoint_mb_ = static_cast<double>(optimizer_->state_bytes()) / 1e6 + n_params_ * 4 / 1e6;
 }
 
-// "mfu" in a metrics line or the summary: needs a GPU whose peak is known (metrics/flops.h); elsewhere
-// the key is left out.
-void Trainer::add_mfu(json& j) const {
-  if (auto mfu =
-          model_flops_utilization(j["tokens_per_s"].get<double>(), flops_per_token_, plan_.world.size, device_label_))
-    j["mfu"] = round_to(*mfu, 4);
+std::optional<double> Trainer::mfu(double tokens_per_s) const {
+  return model_flops_utilization(tokens_per_s, flops_per_token_, plan_.world.size, device_label_);
 }
 
 void Trainer::train() {
@@ -696,20 +675,11 @@ void Trainer::count_skips(bool overflow, bool nan_skip, bool spike_skip) {
 // position go on: the data read since that checkpoint is skipped). Returns whether it was a spike.
 bool Trainer::on_spike(int64_t step, double loss, double grad_norm, const SpikeVerdict& v) {
   if (!v.spike) return false;
-  json event = {{"step", step},
-                {"loss", round_to(loss, 6)},
-                {"loss_z", round_to(v.loss_z, 2)},
-                {"grad_norm", round_to(grad_norm, 6)},
-                {"grad_norm_z", round_to(v.grad_norm_z, 2)}};
+  json event = spike_event(step, loss, grad_norm, v);
   std::string action = "update skipped";
   if (s_.train.spike_policy == SpikePolicy::kRollback && last_saved_step_ > 0) {
     if (t_.spike_rollbacks >= s_.train.spike_max_rollbacks)
-      throw runtime_error(
-          fmt::format("step {}: a loss spike (loss {:.4f}, {:.1f} deviations above the mean) after {} rollbacks "
-                      "(train.spike_max_rollbacks)\n    fix: lower optim.lr, raise optim.schedule.warmup_steps, check "
-                      "the data near this "
-                      "point, or raise train.spike_max_rollbacks",
-                      step, loss, v.loss_z, t_.spike_rollbacks));
+      throw runtime_error(too_many_rollbacks_message(step, loss, v, t_.spike_rollbacks));
     roll_back();
     ++t_.spike_rollbacks;
     event["rolled_back_to"] = last_saved_step_;
@@ -721,10 +691,7 @@ bool Trainer::on_spike(int64_t step, double loss, double grad_norm, const SpikeV
   event["action"] = action;
   if (spike_events_.size() < 1000) spike_events_.push_back(event);
   progress_->finish();
-  spdlog::warn(
-      "step {}: loss spike: loss {:.4f} ({:.1f} deviations above the last {} steps' mean), gradient norm {:.4f} "
-      "({:.1f}): {}",
-      step, loss, v.loss_z, s_.train.spike_window, grad_norm, v.grad_norm_z, action);
+  spdlog::warn("{}", spike_warning(step, loss, grad_norm, v, s_.train.spike_window, action));
   return true;
 }
 
@@ -779,7 +746,7 @@ void Trainer::log_step(const StepResult& r, int64_t step, bool eval_now) {
     rec["tokens_by_source"] = mixture_report(*mix, train_loader_->next_sample(), s_.model.seq_len, false);
   rec["tokens_per_s"] = round_to(static_cast<double>(interval_.tokens) / elapsed, 1);
   rec["step_ms"] = round_to(1000.0 * elapsed / static_cast<double>(interval_.steps), 3);
-  add_mfu(rec);
+  if (auto u = mfu(rec["tokens_per_s"].get<double>())) rec["mfu"] = round_to(*u, 4);
   rec["mem_peak_mb"] = round_to(peak_memory_mb(plan_.device), 1);
   if (precision_->has_scaler()) {
     rec["loss_scale"] = precision_->loss_scale();
@@ -887,34 +854,27 @@ void Trainer::save() {
 }
 
 json Trainer::summary(const std::string& status) const {
-  json j =
-      build_summary(status, t_, s_, *optimizer_,
-                    SummaryFacts{plan_.device, plan_.threads, n_params_,
-                                 precision_->skipped_steps() + t_.nan_skipped_steps, floor_, seconds_since(t_start_)});
-  j["world_size"] = plan_.world.size;
+  SummaryParts parts;
+  parts.world_size = plan_.world.size;
   if (const MixtureWindows* mix = train_source_->mixture())
-    j["data_sources"] = mixture_report(*mix, train_loader_->next_sample(), s_.model.seq_len, true);
-  add_mfu(j);
-  if (s_.model.lora.rank > 0) j["lora"] = lora_report(s_, optimizer_->state_bytes());
-  if (s_.model.moe.enabled()) j["moe"] = moe_metrics_.summary(s_.model);
-  if (auto graph = passes_ ? passes_->graph_report() : std::nullopt) j["cuda_graphs"] = *graph;
-  if (spike_guard_)
-    j["spikes"] = {{"policy", s_.train.spike_policy == SpikePolicy::kSkip ? "skip" : "rollback"},
-                   {"window", s_.train.spike_window},
-                   {"threshold", s_.train.spike_threshold},
-                   {"skipped_steps", t_.spike_skipped_steps},
-                   {"rollbacks", t_.spike_rollbacks},
-                   {"events", spike_events_}};
-  if (copies_.tensors > 0)
-    j["bf16_weight_copies"] = {{"tensors", copies_.tensors},
-                               {"mb", round_to(mib(static_cast<double>(copies_.bytes)), 3)}};
+    parts.data_sources = mixture_report(*mix, train_loader_->next_sample(), s_.model.seq_len, true);
+  parts.mfu = mfu(round_to(t_.train_seconds > 0 ? static_cast<double>(t_.tokens) / t_.train_seconds : 0.0, 1));
+  if (s_.model.lora.rank > 0) parts.lora = lora_report(s_, optimizer_->state_bytes());
+  if (s_.model.moe.enabled()) parts.moe = moe_metrics_.summary(s_.model);
+  if (auto graph = passes_ ? passes_->graph_report() : std::nullopt) parts.cuda_graphs = *graph;
+  if (spike_guard_) parts.spikes = spike_report(s_.train, t_.spike_skipped_steps, t_.spike_rollbacks, spike_events_);
+  parts.bf16_copy_tensors = copies_.tensors, parts.bf16_copy_bytes = copies_.bytes;
   if (groups_->distributed()) {
-    j["zero"] = s_.parallel.zero;
     const Grid& grid = groups_->grid();
-    j["grid"] = {{"dp", grid.dp()}, {"pp", grid.pp()}, {"tp", grid.tp()}, {"cp", grid.cp()}};
-    if (par_.pipeline) j["pipeline"] = pipeline_report(par_.pipeline->layout());
+    parts.parallel = {{"zero", s_.parallel.zero},
+                      {"grid", {{"dp", grid.dp()}, {"pp", grid.pp()}, {"tp", grid.tp()}, {"cp", grid.cp()}}}};
+    if (par_.pipeline) parts.parallel["pipeline"] = pipeline_report(par_.pipeline->layout());
   }
-  return j;
+  return build_summary(
+      status, t_, s_, *optimizer_,
+      SummaryFacts{plan_.device, plan_.threads, n_params_, precision_->skipped_steps() + t_.nan_skipped_steps, floor_,
+                   seconds_since(t_start_)},
+      parts);
 }
 
 // Rank 0's summary.json, and the summary as text in TensorBoard.
@@ -935,9 +895,7 @@ RunOutcome Trainer::finish() {
     j["zero3"] =
         shard_traffic_report(par_.share.fully_sharded->traffic(), t_.step - std::max<int64_t>(t_.resumed_from, 0));
   write_summary(j);
-  spdlog::info("{}: {} steps, {} tokens in {}, {:.0f} tokens/s; final loss {:.4f}{}", status_, t_.step, t_.tokens,
-               format_duration(seconds_since(t_start_)), j["tokens_per_s"].get<double>(), t_.last_loss,
-               t_.last_eval ? fmt::format(", eval loss {:.4f}", *t_.last_eval) : std::string());
+  spdlog::info("{}", finish_line(status_, t_, seconds_since(t_start_), j["tokens_per_s"].get<double>()));
   return RunOutcome{status_, stop_signal_, j};
 }
 

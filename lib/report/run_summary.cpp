@@ -1,12 +1,15 @@
-#include "train/run_summary.h"
+#include "report/run_summary.h"
 
 #include <torch/version.h>
+
+#include <fmt/format.h>
 
 #include <cmath>
 
 #include "config/recipe.h"
 #include "config/schema.h"
 #include "util/device.h"
+#include "metrics/progress.h"
 
 namespace gputrain {
 
@@ -18,7 +21,7 @@ double round_to(double v, int digits) {
 }
 
 json build_summary(const std::string& status, const RunTotals& t, const Settings& s, const Optimizer& optimizer,
-                   const SummaryFacts& f) {
+                   const SummaryFacts& f, const SummaryParts& parts) {
   json j;
   j["status"] = status;
   if (!t.stop_reason.empty()) j["stop_reason"] = t.stop_reason;
@@ -45,7 +48,24 @@ json build_summary(const std::string& status, const RunTotals& t, const Settings
   j["threads"] = f.threads;
   j["torch_version"] = TORCH_VERSION;
   j["recipe_hash"] = recipe_hash(s);
+  j["world_size"] = parts.world_size;
+  if (!parts.data_sources.is_null()) j["data_sources"] = parts.data_sources;
+  if (parts.mfu) j["mfu"] = round_to(*parts.mfu, 4);
+  if (!parts.lora.is_null()) j["lora"] = parts.lora;
+  if (!parts.moe.is_null()) j["moe"] = parts.moe;
+  if (!parts.cuda_graphs.is_null()) j["cuda_graphs"] = parts.cuda_graphs;
+  if (!parts.spikes.is_null()) j["spikes"] = parts.spikes;
+  if (parts.bf16_copy_tensors > 0)
+    j["bf16_weight_copies"] = {{"tensors", parts.bf16_copy_tensors},
+                               {"mb", round_to(static_cast<double>(parts.bf16_copy_bytes) / (1024.0 * 1024.0), 3)}};
+  for (const auto& [key, value] : parts.parallel.items()) j[key] = value;
   return j;
+}
+
+std::string finish_line(const std::string& status, const RunTotals& t, double wall_s, double tokens_per_s) {
+  return fmt::format("{}: {} steps, {} tokens in {}, {:.0f} tokens/s; final loss {:.4f}{}", status, t.step, t.tokens,
+                     format_duration(wall_s), tokens_per_s, t.last_loss,
+                     t.last_eval ? fmt::format(", eval loss {:.4f}", *t.last_eval) : std::string());
 }
 
 }  // namespace gputrain

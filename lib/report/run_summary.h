@@ -30,10 +30,22 @@ struct SummaryFacts {
   double wall_s = 0;  // this process's
 };
 
-// The keys every summary has, for a run that ended with `status` (the trainer adds the
-// world's and the techniques' own).
+// What the world and the run's techniques add, each part built by its owner (null: the run has none).
+struct SummaryParts {
+  int world_size = 1;
+  std::optional<double> mfu;  // metrics/flops.h: where the GPU's peak is known
+  nlohmann::ordered_json data_sources, lora, moe, cuda_graphs, spikes;
+  int64_t bf16_copy_tensors = 0, bf16_copy_bytes = 0;  // train/weight_copies.h
+  nlohmann::ordered_json parallel;                     // distributed runs: "zero", "grid", "pipeline" (merged in)
+};
+
+// The keys every summary has, for a run that ended with `status`, then `parts`' (summary.json's
+// order: docs/metrics.md).
 nlohmann::ordered_json build_summary(const std::string& status, const RunTotals& t, const Settings& s,
-                                     const Optimizer& optimizer, const SummaryFacts& f);
+                                     const Optimizer& optimizer, const SummaryFacts& f, const SummaryParts& parts = {});
+
+// The last log line: "ok: 40 steps, 10240 tokens in 3s, 3413 tokens/s; final loss 2.1, eval loss 2.2".
+std::string finish_line(const std::string& status, const RunTotals& t, double wall_s, double tokens_per_s);
 
 // `v` rounded to `digits` decimals, as the metrics files write numbers.
 double round_to(double v, int digits);

@@ -1,4 +1,4 @@
-#include "train/weights_read_report.h"
+#include "report/weights_read_report.h"
 
 #include <fmt/format.h>
 

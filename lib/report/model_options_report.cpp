@@ -1,4 +1,4 @@
-#include "train/model_options_report.h"
+#include "report/model_options_report.h"
 
 #include <fmt/format.h>
 
