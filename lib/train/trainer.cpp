@@ -53,6 +53,7 @@
 #include "report/model_options_report.h"
 #include "train/nan_guard.h"
 #include "train/resume.h"
+#include "train/resume_source.h"
 #include "train/run_directories.h"
 #include "train/run_plan.h"
 #include "report/run_summary.h"
@@ -143,8 +144,6 @@ class Trainer {
   void build_model();
   void build_optimizer();
   void restore_state();
-  void apply_snapshot(TrainingSnapshot& snap, const fs::path& dir);
-  std::unique_ptr<StoredWeights> weights_to_read(bool loads_init_from, bool adapters_only) const;
   void choose_batch_split();
   void load_data();
   void log_start() const;
@@ -176,8 +175,8 @@ class Trainer {
 
   std::unique_ptr<WindowSource> train_source_, eval_source_;
   std::vector<DirectoryLock> dir_locks_;
-  std::optional<ResumePoint> resumed_;
-  double load_s_ = 0;                  // reading the resumed checkpoint
+  ResumeSource source_;                // where the weights and state come from (train/resume_source.h)
+  std::vector<NamedTensor> shapes_;    // the whole model's parameters, on meta: names and shapes
   std::optional<SavedRun> saved_run_;  // the run the resumed checkpoint belongs to
   fs::path out_dir_, ckpt_root_;
 
@@ -244,24 +243,18 @@ void Trainer::set_up() {
 // The checkpoint to continue from, checked against this recipe before anything is written.
 void Trainer::restore() {
   if (plan_.lead && options_.overwrite && recipe_.settings.checkpoint.resume == "auto") remove_old_checkpoints(s_);
-  const auto t_load = Clock::now();
   // Its weights are read in build_model: each rank its own part (checkpoint/stored_weights.h).
-  resumed_ = load_resume_checkpoint(s_, optimizer_row_share(), /*with_model=*/false);
-  load_s_ = seconds_since(t_load);
-  if (resumed_) {
-    const TrainingSnapshot& snap = resumed_->snapshot;
-    if (snap.optimizer_rows_read_mb > 0)
-      spdlog::info("resume: this rank keeps {:.1f} MiB ({:.0f}%) of the {:.1f} MiB of ZeRO-3 optimizer state it read",
-                   snap.optimizer_rows_kept_mb, 100 * snap.optimizer_rows_kept_mb / snap.optimizer_rows_read_mb,
-                   snap.optimizer_rows_read_mb);
+  source_ = ResumeSource::open(s_, optimizer_row_share());
+  if (source_.continues()) {
+    const TrainingSnapshot& snap = source_.snapshot();
     if (auto split = saved_split(snap, plan_)) plan_.batch = *split;
     replan();
-    const ResumeChanges changes = compare_for_resume(snap.settings, settings_to_json(s_), resumed_->dir);
+    const ResumeChanges changes = compare_for_resume(snap.settings, settings_to_json(s_), source_.dir());
     for (const auto& c : changes.reported) spdlog::info("resume: {} changed from {} to {}", c.key, c.saved, c.now);
     for (const auto& c : changes.diverging)
       spdlog::warn("resume: {} changed from {} to {}; the run continues, but not as the saved one would have", c.key,
                    c.saved, c.now);
-    saved_run_ = saved_run(resumed_->dir, snap.settings["run"]["output_dir"].get<std::string>(), s_);
+    saved_run_ = saved_run(source_.dir(), snap.settings["run"]["output_dir"].get<std::string>(), s_);
     if (!saved_run_->continued)
       spdlog::info("resume: the checkpoint belongs to the run in '{}'; this run writes its own metrics in '{}'",
                    saved_run_->output_dir.string(), s_.resolved_output_dir());
@@ -293,22 +286,22 @@ void Trainer::build_model() {
     save_writer_ = broadcast_text(*groups_->world_comm(), this_writer_id(), 0, "rank 0's checkpoint writer id");
   t_.mem_start_mb = current_rss_mb();
   precision_.emplace(s_.precision, plan_.device);
-  // A checkpoint of LoRA adapters only holds them alone (read whole: they are small); its frozen base
-  // is built as the run built it (the seed, then model.init_from).
-  const bool adapters_only = resumed_ && !resumed_->snapshot.lora_base.empty();
-  const bool loads_init_from = !s_.model.init_from.empty() && (!resumed_ || adapters_only);
-  if (adapters_only) resumed_->snapshot.model = read_checkpoint_model(resumed_->dir);
+  // Built on meta once; each rank fills its part from the source (a checkpoint, model.init_from, the seed).
   model_ = build_model_on_meta(s_, precision_->weight_dtype());
   model_->train();
-  const std::unique_ptr<StoredWeights> files = weights_to_read(loads_init_from, adapters_only);
+  for (const auto& w : module_weights(*model_))
+    shapes_.push_back({w.name, torch::empty(w.tensor.sizes(), w.tensor.options().device(torch::kMeta))});
+  const bool loads_init_from = source_.loads_init_from(s_);
+  const std::unique_ptr<StoredWeights> files = source_.weights(s_, shapes_);
   if (files && loads_init_from) spdlog::info("model: {}", files->description());
   // The frozen base's fingerprint, taken by parts from where its values come from: checkpoints of
   // adapters alone record it, and resume only on the base that has it.
   const bool saves_adapters = s_.model.lora.rank > 0 && s_.model.lora.save == LoraSave::kAdapters;
-  if (saves_adapters || adapters_only) {
+  if (saves_adapters || source_.adapters_only()) {
     const std::string base =
         lora_base_fingerprint_by_parts(model_, InitialParts(model_, files.get()), groups_->world_comm());
-    if (adapters_only) check_lora_base(base, resumed_->snapshot.lora_base, resumed_->dir.string(), s_.model.init_from);
+    if (source_.adapters_only())
+      check_lora_base(base, source_.snapshot().lora_base, source_.dir().string(), s_.model.init_from);
     if (saves_adapters) lora_base_ = base;
   }
   n_params_ = model_->parameter_count();
@@ -323,23 +316,7 @@ void Trainer::build_model() {
   if (files)
     spdlog::info(weights_read_line(
         *groups_, files->bytes_read(), files->bytes_stored(),
-        loads_init_from ? s_.model.init_from + " (model.init_from)" : "checkpoint " + resumed_->dir.string()));
-}
-
-// A model built on meta takes its weights, each rank its part, from model.init_from's files or the
-// resumed checkpoint's (one of adapters only gives them alone: its base is model.init_from's or the
-// seed's); null: from the seed.
-std::unique_ptr<StoredWeights> Trainer::weights_to_read(bool loads_init_from, bool adapters_only) const {
-  if (loads_init_from) {
-    std::vector<NamedTensor> base;
-    for (auto& w : module_weights(*model_))
-      if (!is_lora_parameter(w.name)) base.push_back(std::move(w));
-    return StoredWeights::init_from(s_.model.init_from, s_.model, base);
-  }
-  if (!resumed_ || adapters_only) return nullptr;
-  return StoredWeights::checkpoint(resumed_->dir, module_weights(*model_),
-                                   "checkpoint '" + resumed_->dir.string() + "'",
-                                   "resume with the model settings the checkpoint was saved with");
+        loads_init_from ? s_.model.init_from + " (model.init_from)" : "checkpoint " + source_.dir().string()));
 }
 
 // The optimizer over the parameters this rank updates, the schedule, the step graph.
@@ -373,33 +350,8 @@ void Trainer::build_optimizer() {
                   objective_spec(s_.train.objective), std::move(graph));
 }
 
-// A resumed run's weights, optimizer state and loss scale, into the parallelized model and its optimizer.
-void Trainer::restore_state() {
-  if (resumed_) apply_snapshot(resumed_->snapshot, resumed_->dir);
-}
-
-// A checkpoint's weights, optimizer state and fp16 loss scale into this rank's parts of the model and
-// the optimizer, in place (checkpoint/rank_snapshot.h): the one path of resume and spike rollback.
-void Trainer::apply_snapshot(TrainingSnapshot& snap, const fs::path& dir) {
-  // A checkpoint of LoRA adapters holds only them (its base is model.init_from's, checked in build_model).
-  const bool adapters_only = !snap.lora_base.empty();
-  // Resumed on a meta build, each rank has read its part of the weights already (build_model).
-  if (!snap.model.empty() || adapters_only)
-    load_rank_weights(model_, *groups_, par_.share, snap.model, "checkpoint '" + dir.string() + "'",
-                      "resume with the model settings the checkpoint was saved with",
-                      adapters_only ? std::function<bool(const std::string&)>(is_lora_parameter) : nullptr);
-  // Another parallel.tp: the optimizer state is split again by the parameters' whole shapes, which a
-  // model built on meta gives without any storage (the weights were read per rank).
-  if (snap.model.empty() && reshards_over_tp(snap, *groups_))
-    snap.model = module_weights(*build_model_on_meta(s_, precision_->weight_dtype()));
-  optimizer_->parameters_changed();  // one over host copies refreshes them
-  optimizer_->load_state(rank_optimizer_state(snap, *groups_, *par_.gradients, par_.share, *optimizer_, dir.string()));
-  if (precision_->scaler() && snap.scaler) precision_->scaler()->load_state(*snap.scaler);
-  refresh_weight_copies(model_);
-  if (par_.share.fully_sharded) par_.share.fully_sharded->refresh_gather_copies();
-  // The model and the optimizer hold what was read: a second copy would stay in host memory all run.
-  snap.model = {}, snap.optimizer_state = {}, snap.optimizer_shards = {};
-}
+// A resumed run's optimizer state and loss scale into this rank's parts (checkpoint/rank_snapshot.h).
+void Trainer::restore_state() { source_.apply(model_, *groups_, par_, *optimizer_, *precision_, shapes_); }
 
 // train.per_device_batch_size: auto: the largest micro-batch of this rank's share of the global
 // batch that fits (train/batch_finder.h). The resolved recipe is written once the split is known.
@@ -436,12 +388,9 @@ void Trainer::load_data() {
   LoaderOptions options = loader_options(s_, s_.data.train, plan_.device, s_.data.num_workers);
   options.shard = groups_->coord().dp;
   options.shards = plan_.dp;
-  if (resumed_) {
-    const TrainingSnapshot& snap = resumed_->snapshot;
-    first_sample_ = train_sampler_->resume_sample(snap.sampler);  // O(1): no data is replayed
-    static_cast<TrainingCounters&>(t_) = snap.counters;
-    t_.resumed_from = snap.counters.step;
-  }
+  first_sample_ = source_.first_sample(*train_sampler_);
+  static_cast<TrainingCounters&>(t_) = source_.counters();
+  if (source_.continues()) t_.resumed_from = t_.step;
   last_saved_step_ = t_.step;  // a resumed run's step is on disk already
   train_loader_.emplace(*train_source_, *train_sampler_, options, first_sample_);
   floor_ = train_source_->entropy_floor(s_.model.seq_len);
@@ -465,7 +414,8 @@ void Trainer::log_start() const {
                plan_.dp,
                out_dir_.string(),
                groups_->distributed() ? describe_parallelism(*groups_, parallel_plan_, par_) : ""};
-  if (resumed_) f.resumed = StartFacts::Resumed{resumed_->dir.string(), t_.step, t_.tokens, first_sample_, load_s_};
+  if (source_.continues())
+    f.resumed = StartFacts::Resumed{source_.dir().string(), t_.step, t_.tokens, first_sample_, source_.read_s()};
   for (const std::string& line : start_log_lines(s_, f)) spdlog::info("{}", line);
   for (const auto& w : recipe_.warnings) spdlog::warn("{}", w.str());
 }
@@ -488,13 +438,8 @@ void Trainer::open_outputs() {
   profiler_.emplace(s_.metrics.profile_at, s_.metrics.profile_steps, plan_.device,
                     world.size > 1 ? out_dir_ / "profile" / fmt::format("rank{}", world.rank) : out_dir_ / "profile");
   reset_peak_memory(plan_.device);
-  if (resumed_) {
-    RngSnapshot rng = resumed_->snapshot.rng;
-    if (!plan_.device.is_cuda()) rng.cuda = torch::Tensor();  // saved on a GPU, resumed on the CPU
-    if (plan_.device.is_cuda() && rng.cuda.defined()) rng.cuda_index = plan_.device.index();
-    restore_rng(rng);
-    resumed_.reset();  // the saved tensors are copied in; free them
-  }
+  source_.restore_rng(plan_.device);
+  source_.release();  // the saved tensors are copied in; free them
   if (s_.train.spike_policy != SpikePolicy::kOff) spike_guard_.emplace(s_.train.spike_window, s_.train.spike_threshold);
   poisoned_steps_ = poisoned_steps_from_environment();
   batch_trace_ = BatchTrace::from_environment(plan_.world.rank);
@@ -700,21 +645,12 @@ bool Trainer::on_spike(int64_t step, double loss, double grad_norm, const SpikeV
 void Trainer::roll_back() {
   saver_.wait();
   groups_->any_rank(false, "agreement on a rollback");
-  const fs::path dir = ckpt_root_ / step_name(last_saved_step_);
-  // Built on meta, each rank reads back only its part of the weights, as a resume does (the files'
-  // headers are checked against the whole shapes, which a model built on meta again gives).
-  // (Adapters saved alone: the checkpoint holds them only, read with the snapshot; the frozen base stays.)
-  std::unique_ptr<StoredWeights> files;
-  if (par_.parts && lora_base_.empty())
-    files = StoredWeights::checkpoint(dir, module_weights(*build_model_on_meta(s_, precision_->weight_dtype())),
-                                      "checkpoint '" + dir.string() + "'", "delete the damaged checkpoint");
-  const bool by_parts = files && rereads_parts(par_, *files);
-  // Verified (manifest, checksums) before any weight is put back.
-  TrainingSnapshot snap = load_training_checkpoint(dir, optimizer_row_share(), /*with_model=*/!by_parts);
-  if (by_parts) reread_parts(par_, *files);
-  apply_snapshot(snap, dir);
-  if (by_parts)
-    spdlog::info(weights_read_line(*groups_, files->bytes_read(), files->bytes_stored(), "checkpoint " + dir.string()));
+  ResumeSource back = ResumeSource::rollback(ckpt_root_ / step_name(last_saved_step_), optimizer_row_share(), par_,
+                                             shapes_, !lora_base_.empty());
+  back.apply(model_, *groups_, par_, *optimizer_, *precision_, shapes_);
+  if (const StoredWeights* files = back.reread())
+    spdlog::info(
+        weights_read_line(*groups_, files->bytes_read(), files->bytes_stored(), "checkpoint " + back.dir().string()));
 }
 
 std::optional<RowShare> Trainer::optimizer_row_share() const {
