@@ -13,7 +13,7 @@ namespace gputrain {
 void validate_settings(const Settings& s, const std::map<std::string, Origin>& origins, const RecipeRules& rules,
                        Diagnostics& diag);
 
-// What a run knows only once it starts (train/run_plan.h): the checks against it live here.
+// What a run knows only once it starts (planning/run_plan.h): the checks against it live here.
 struct RunWorld {
   int64_t dp = 1;           // data-parallel replicas, parallel.dp auto resolved
   int64_t processes = 1;    // the launcher's world

@@ -38,8 +38,7 @@ const torch::Tensor& DocumentAttention::allowed(int64_t window) const {
   torch::NoGradGuard no_grad;
   const torch::Tensor& positions = layout_.positions;
   const int64_t T = positions.size(1);
-  // A document's tokens share the count of document starts up to them.
-  const torch::Tensor document = (positions == 0).cumsum(1);
+  const torch::Tensor document = document_ids(positions);
   torch::Tensor pairs = document.unsqueeze(2) == document.unsqueeze(1);  // [B, T (query), T (key)]
   pairs = pairs.logical_and(window > 0 && T > window ? sliding_window_mask(T, window, positions)
                                                      : at::ones({T, T}, positions.options().dtype(at::kBool)).tril());

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "parallel/through_wire.h"
+#include "util/document_layout.h"
 
 namespace gputrain {
 
@@ -48,7 +49,7 @@ ContextLayout context_layout(const torch::Tensor& positions, int64_t window, Com
   // The window in order of places, where a document starts at each position 0.
   torch::Tensor in_window = torch::empty({B, T}, positions.options().dtype(torch::kLong));
   in_window.index_copy_(1, out.places.view({-1}), all.movedim(0, 1).reshape({B, T}));
-  const torch::Tensor document = (in_window == 0).cumsum(1);
+  const torch::Tensor document = document_ids(in_window);
   out.documents = document.index_select(1, out.places.view({-1})).view({B, n, Tl}).movedim(1, 0).contiguous();
   out.window = window;
   return out;

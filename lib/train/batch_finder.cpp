@@ -5,8 +5,8 @@
 
 #include <algorithm>
 
-#include "train/memory_plan.h"
-#include "train/rank_memory_plan.h"
+#include "planning/memory_plan.h"
+#include "planning/rank_memory_plan.h"
 #include "util/device.h"
 #include "util/error.h"
 

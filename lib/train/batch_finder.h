@@ -35,8 +35,8 @@ BatchChoice find_batch_size(int64_t global_batch, const std::function<bool(int64
 double cpu_memory_budget_bytes(const Settings& s);
 
 // What one rank of grid `g` needs for a micro-batch of `batch` sequences: the memory plan
-// (train/memory_plan.h) of the recipe; under ZeRO-1/2 with the optimizer state of the rank owning
-// the most (train/rank_memory_plan.h); under ZeRO-3 its weights, gradients and optimizer state are
+// (planning/memory_plan.h) of the recipe; under ZeRO-1/2 with the optimizer state of the rank owning
+// the most (planning/rank_memory_plan.h); under ZeRO-3 its weights, gradients and optimizer state are
 // the rank's shards plus three of the largest unit's whole tensors (the unit in use, its gradients
 // before they are reduced, the next unit's gather in flight).
 double rank_step_bytes(const Settings& s, const Grid& g, int64_t batch);

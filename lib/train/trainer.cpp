@@ -55,7 +55,7 @@
 #include "train/resume.h"
 #include "train/resume_source.h"
 #include "train/run_directories.h"
-#include "train/run_plan.h"
+#include "planning/run_plan.h"
 #include "report/run_summary.h"
 #include "report/start_log.h"
 #include "train/spike_guard.h"

@@ -29,4 +29,6 @@ DocumentLayout document_layout(const torch::Tensor& positions) {
   return {positions, offsets, longest};
 }
 
+torch::Tensor document_ids(const torch::Tensor& positions) { return (positions == 0).cumsum(1); }
+
 }  // namespace gputrain

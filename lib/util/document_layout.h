@@ -26,4 +26,9 @@ struct DocumentLayout {
 // synchronizing copy where they are on a device.
 DocumentLayout document_layout(const torch::Tensor& positions);
 
+// Each token's document number in its row of `positions` [B, T] (the count of document starts up
+// to it): tokens of one document share it. Attention's mask and context parallelism's chunks both
+// compare these.
+torch::Tensor document_ids(const torch::Tensor& positions);
+
 }  // namespace gputrain

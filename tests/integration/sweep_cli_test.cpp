@@ -1,7 +1,7 @@
 // `gputrain sweep` through the binary on a tiny recipe: a grid run two at a time sharing the cores,
 // stopped by SIGTERM while two trials run, the ranked table against the trials' summaries, the report,
 // continuing a sweep (finished trials not rerun, stopped ones resumed), random trials inside their
-// ranges (their distributions: unit/train/sweep_plan_test.cpp), and bad arguments refused.
+// ranges (their distributions: unit/commands/sweep_plan_test.cpp), and bad arguments refused.
 #include <catch2/catch.hpp>
 
 #include <fcntl.h>

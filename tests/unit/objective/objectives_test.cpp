@@ -51,16 +51,16 @@ TEST_CASE("causal_lm: the summed cross-entropy of the model's logits over the un
 
   namespace F = torch::nn::functional;
   const torch::Tensor logits = model->forward(input);
-  const double reference = F::cross_entropy(logits.reshape({-1, logits.size(-1)}), target.reshape({-1}),
-                                            F::CrossEntropyFuncOptions().ignore_index(kIgnoreIndex).reduction(torch::kSum))
-                               .item<double>();
+  const double reference =
+      F::cross_entropy(logits.reshape({-1, logits.size(-1)}), target.reshape({-1}),
+                       F::CrossEntropyFuncOptions().ignore_index(kIgnoreIndex).reduction(torch::kSum))
+          .item<double>();
   CHECK(lm.loss_sum(model, b).item<double>() == Approx(reference).epsilon(1e-10));
   const torch::Tensor stream = model->run_blocks(model->embed(input), 0, model->cfg.n_layer);
   CHECK(lm.stream_loss_sum(model, stream, b).item<double>() == Approx(reference).epsilon(1e-10));
 }
 
-TEST_CASE("objectives: one normalization over the step's units, and batches checked for their fields",
-          "[objective]") {
+TEST_CASE("objectives: one normalization over the step's units, and batches checked for their fields", "[objective]") {
   const ObjectiveSpec& lm = default_objective();
   const torch::Tensor t = torch::zeros({1, 4}, torch::kLong);
   const std::vector<Batch> micro = {Batch{t, t, 3}, Batch{t, t, 5}};
@@ -70,6 +70,6 @@ TEST_CASE("objectives: one normalization over the step's units, and batches chec
   const std::string message = test::error_message(ErrorKind::kRuntime, [&] {
     check_batch_fields(lm, Batch{t, torch::Tensor(), 0}, "data.train");
   });
-  CHECK_THAT(message, Contains("train.objective: causal_lm needs targets") && Contains("data.train") &&
-                          Contains("fix:"));
+  CHECK_THAT(message,
+             Contains("train.objective: causal_lm needs targets") && Contains("data.train") && Contains("fix:"));
 }

@@ -3,7 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include "train/batch_finder.h"
-#include "train/memory_plan.h"
+#include "planning/memory_plan.h"
 #include "util/error.h"
 
 using namespace gputrain;

@@ -1,4 +1,4 @@
-#include "train/run_plan.h"
+#include "planning/run_plan.h"
 
 #include <algorithm>
 

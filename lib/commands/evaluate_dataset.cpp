@@ -1,4 +1,4 @@
-#include "train/evaluate_dataset.h"
+#include "commands/evaluate_dataset.h"
 
 #include <spdlog/spdlog.h>
 

@@ -7,7 +7,7 @@
 #include <map>
 #include <string>
 
-#include "train/sweep.h"
+#include "commands/sweep.h"
 
 using namespace gputrain;
 

@@ -1,4 +1,4 @@
-#include "train/generate.h"
+#include "commands/generate.h"
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>

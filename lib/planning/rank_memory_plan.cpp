@@ -1,4 +1,4 @@
-#include "train/rank_memory_plan.h"
+#include "planning/rank_memory_plan.h"
 
 #include <fmt/format.h>
 

@@ -1,4 +1,4 @@
-#include "train/memory_plan.h"
+#include "planning/memory_plan.h"
 
 #include <torch/cuda.h>
 

@@ -4,7 +4,7 @@
 
 #include "config/validate.h"
 #include "test_util.h"
-#include "train/run_plan.h"
+#include "planning/run_plan.h"
 #include "util/error.h"
 
 using namespace gputrain;

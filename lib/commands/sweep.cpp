@@ -1,4 +1,4 @@
-#include "train/sweep.h"
+#include "commands/sweep.h"
 
 #include <fcntl.h>
 #include <signal.h>
