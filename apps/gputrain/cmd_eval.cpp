@@ -5,7 +5,7 @@
 #include <memory>
 
 #include "commands.h"
-#include "train/evaluate_dataset.h"
+#include "commands/evaluate_dataset.h"
 #include "util/text_file.h"
 
 namespace gputrain::app {

@@ -4,7 +4,7 @@
 #include <memory>
 
 #include "commands.h"
-#include "train/generate.h"
+#include "commands/generate.h"
 
 namespace gputrain::app {
 

@@ -10,8 +10,8 @@
 #include "optim/optimizer_specs.h"
 #include "parallel/grid.h"
 #include "train/batch_finder.h"
-#include "train/memory_plan.h"
-#include "train/rank_memory_plan.h"
+#include "planning/memory_plan.h"
+#include "planning/rank_memory_plan.h"
 
 namespace gputrain::app {
 

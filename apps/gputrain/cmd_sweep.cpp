@@ -2,7 +2,7 @@
 #include <memory>
 
 #include "commands.h"
-#include "train/sweep.h"
+#include "commands/sweep.h"
 
 namespace gputrain::app {
 

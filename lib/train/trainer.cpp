@@ -305,7 +305,7 @@ void Trainer::build_model() {
     if (saves_adapters) lora_base_ = base;
   }
   n_params_ = model_->parameter_count();
-  // TP -> PP -> EP -> activation checkpointing -> DP/ZeRO (parallel/parallelize.h).
+  // TP -> CP -> PP -> EP -> activation checkpointing -> DP/ZeRO (parallel/parallelize.h).
   par_ = parallelize(model_, *groups_, parallel_plan_, files.get());
   if (par_.share.initialized_bytes > 0)
     spdlog::info(
