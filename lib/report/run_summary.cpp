@@ -20,6 +20,10 @@ double round_to(double v, int digits) {
   return std::round(v * f) / f;
 }
 
+double run_tokens_per_s(const RunTotals& t) {
+  return round_to(t.train_seconds > 0 ? static_cast<double>(t.tokens) / t.train_seconds : 0.0, 1);
+}
+
 json build_summary(const std::string& status, const RunTotals& t, const Settings& s, const Optimizer& optimizer,
                    const SummaryFacts& f, const SummaryParts& parts) {
   json j;
@@ -31,7 +35,7 @@ json build_summary(const std::string& status, const RunTotals& t, const Settings
   j["tokens"] = t.tokens;
   j["wall_s"] = round_to(f.wall_s, 3);          // this process
   j["train_s"] = round_to(t.train_seconds, 3);  // the whole run, resumed parts included
-  j["tokens_per_s"] = round_to(t.train_seconds > 0 ? static_cast<double>(t.tokens) / t.train_seconds : 0.0, 1);
+  j["tokens_per_s"] = run_tokens_per_s(t);
   j["final_loss"] = std::isfinite(t.last_loss) ? json(round_to(t.last_loss, 6)) : json(nullptr);
   j["eval_loss"] = t.last_eval ? json(round_to(*t.last_eval, 6)) : json(nullptr);
   if (f.entropy_floor) j["entropy_floor"] = round_to(*f.entropy_floor, 6);

@@ -47,6 +47,10 @@ nlohmann::ordered_json build_summary(const std::string& status, const RunTotals&
 // The last log line: "ok: 40 steps, 10240 tokens in 3s, 3413 tokens/s; final loss 2.1, eval loss 2.2".
 std::string finish_line(const std::string& status, const RunTotals& t, double wall_s, double tokens_per_s);
 
+// summary.json's "tokens_per_s": the whole run's tokens over its training seconds, resumed parts
+// included (rounded as the summary writes it; 0 before any step).
+double run_tokens_per_s(const RunTotals& t);
+
 // `v` rounded to `digits` decimals, as the metrics files write numbers.
 double round_to(double v, int digits);
 

@@ -794,7 +794,7 @@ json Trainer::summary(const std::string& status) const {
   parts.world_size = plan_.world.size;
   if (const MixtureWindows* mix = train_source_->mixture())
     parts.data_sources = mixture_report(*mix, train_loader_->next_sample(), s_.model.seq_len, true);
-  parts.mfu = mfu(round_to(t_.train_seconds > 0 ? static_cast<double>(t_.tokens) / t_.train_seconds : 0.0, 1));
+  parts.mfu = mfu(run_tokens_per_s(t_));
   if (s_.model.lora.rank > 0) parts.lora = lora_report(s_, optimizer_->state_bytes());
   if (s_.model.moe.enabled()) parts.moe = moe_metrics_.summary(s_.model);
   if (auto graph = passes_ ? passes_->graph_report() : std::nullopt) parts.cuda_graphs = *graph;

@@ -4,6 +4,8 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <functional>
+
 #include "config/settings.h"
 #include "model/gpt.h"
 #include "optim/cpu_offload.h"
@@ -20,18 +22,29 @@ void copy_weights(Gpt& from, Gpt& to) {
   for (size_t i = 0; i < from->parameters().size(); ++i) to->parameters()[i].copy_(from->parameters()[i]);
 }
 
-// One step of both models on the same tokens: `direct` in place, `offloaded` through the host copies.
-void step_both(Gpt& direct, Optimizer& plain, Gpt& offloaded, CpuOffload& offload, Optimizer& via_copies, uint64_t seed,
-               double lr) {
+// One step of both models on the same tokens: `direct` in place, `offloaded` by `step_offloaded`.
+void step_both(Gpt& direct, Optimizer& plain, Gpt& offloaded, const std::function<void()>& step_offloaded,
+               uint64_t seed, double lr) {
   auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
   auto tokens = torch::randint(0, 64, {2, 8}, gen, torch::kLong);
   for (auto* model : {&direct, &offloaded}) (*model)->loss_sum(tokens, tokens).backward();
   plain.step(lr);
-  offload.gradients_to_host();
-  via_copies.step(lr);
-  offload.parameters_to_device();
+  step_offloaded();
   plain.zero_grad();
   for (auto& p : offloaded->parameters()) p.mutable_grad() = torch::Tensor();
+}
+
+// ... through the host copies of `offload`, updated by `via_copies`.
+void step_both(Gpt& direct, Optimizer& plain, Gpt& offloaded, CpuOffload& offload, Optimizer& via_copies, uint64_t seed,
+               double lr) {
+  step_both(
+      direct, plain, offloaded,
+      [&] {
+        offload.gradients_to_host();
+        via_copies.step(lr);
+        offload.parameters_to_device();
+      },
+      seed, lr);
 }
 
 }  // namespace
@@ -97,15 +110,9 @@ TEST_CASE("cpu offload: the optimizer its placement builds steps as in place, wi
   // Weights loaded in place, then announced: the host copies follow before the update.
   copy_weights(direct, offloaded);
   wrapped->parameters_changed();
-  for (uint64_t step = 0; step < 3; ++step) {
-    auto gen = at::make_generator<at::CPUGeneratorImpl>(step);
-    auto tokens = torch::randint(0, 64, {2, 8}, gen, torch::kLong);
-    for (auto* model : {&direct, &offloaded}) (*model)->loss_sum(tokens, tokens).backward();
-    plain->step(o.lr);
-    wrapped->step(o.lr);
-    plain->zero_grad();
-    wrapped->zero_grad();
-  }
+  for (uint64_t step = 0; step < 3; ++step)
+    step_both(
+        direct, *plain, offloaded, [&] { wrapped->step(o.lr); }, step, o.lr);
   for (size_t i = 0; i < direct->parameters().size(); ++i)
     CHECK(torch::equal(direct->parameters()[i], offloaded->parameters()[i]));
   CHECK(torch::equal(wrapped->state().back().tensor, plain->state().back().tensor));
