@@ -9,6 +9,7 @@
 #include "model/architecture.h"
 #include "optim/optimizer_specs.h"
 #include "parallel/grid.h"
+#include "parallel/grid_table.h"
 #include "train/batch_finder.h"
 #include "planning/memory_plan.h"
 #include "planning/rank_memory_plan.h"
@@ -50,11 +51,7 @@ int print_plan(const CommonArgs& a, int world_size) {
   Recipe recipe = load_recipe(a.recipe, a.overrides, recipe_rules());
   Settings s = recipe.settings;
   // The grid: for the world size asked for, else the one the recipe's degrees imply.
-  const int64_t model_parallel = s.parallel.tp * s.parallel.pp * s.parallel.cp;
-  // (dp auto: the smallest, ep replicas of the model-parallel group).
-  const int world = world_size > 0
-                        ? world_size
-                        : static_cast<int>((s.parallel.dp > 0 ? s.parallel.dp : s.parallel.ep) * model_parallel);
+  const int world = world_size > 0 ? world_size : smallest_world(s.parallel);
   const Grid g(s.parallel, world);
   std::string batch_note;
   if (s.train.per_device_batch_size == 0) {

@@ -7,6 +7,7 @@
 #include <map>
 
 #include "checkpoint/checkpoint_dir.h"
+#include "parallel/fully_sharded.h"
 #include "util/error.h"
 #include "util/text_file.h"
 #include "util/version.h"
@@ -398,6 +399,12 @@ TrainingSnapshot load_training_checkpoint(const fs::path& dir, const std::option
   s.rng.cpu = *cpu;
   if (const torch::Tensor* cuda = rng.find("cuda")) s.rng.cuda = *cuda;
   return s;
+}
+
+std::optional<RowShare> optimizer_row_share(const RankLayout& l, const OptimSettings& o) {
+  if (l.zero != 3 || l.grid.ep() > 1) return std::nullopt;
+  return RowShare{l.replica, l.replicas, static_cast<size_t>(l.at.tp), static_cast<size_t>(l.grid.tp()),
+                  zero3_shard_blocks(o)};
 }
 
 }  // namespace gputrain

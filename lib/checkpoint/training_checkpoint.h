@@ -28,6 +28,7 @@
 #include "checkpoint/checkpoint_dir.h"
 #include "checkpoint/checkpoint_part.h"
 #include "checkpoint/safetensors.h"
+#include "parallel/rank_layout.h"
 #include "data/sampler.h"
 #include "parallel/tensor_shard.h"
 #include "precision/loss_scaler.h"
@@ -92,6 +93,10 @@ struct RowShare {
   size_t tp_rank = 0, tp_size = 1;
   ShardBlocks blocks;  // the live run's (parallel/fully_sharded.h zero3_shard_blocks)
 };
+// The rows the rank of layout `l` keeps: ZeRO-3 over its replicas, else none (nullopt). (Under expert
+// parallelism an expert's rows are shared by its replicas, not by the dp group: the state is then read
+// whole and cut as it loads.)
+std::optional<RowShare> optimizer_row_share(const RankLayout& l, const OptimSettings& o);
 
 // Reads a checkpoint directory written by save_training_checkpoint, after
 // verifying its manifest. A missing, incomplete or corrupt checkpoint is a

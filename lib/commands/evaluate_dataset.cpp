@@ -91,9 +91,8 @@ std::optional<json> evaluate_dataset(const EvalCommandOptions& o) {
   ForwardBackward passes(groups, nullptr, nullptr, m.model, fp32, objective_spec(m.settings.train.objective), nullptr);
   const auto start = SteadyClock::now();
   EvalTotals t = evaluate_windows(*source, m.settings.model.seq_len, batch, document_options(d), device,
-                                  WindowShare{world.rank, world.size}, tokenizer.get(), [&](const Batch& b) {
-                                    return passes.evaluate({b}) * static_cast<double>(passes.objective().units(b));
-                                  });
+                                  WindowShare{world.rank, world.size}, tokenizer.get(),
+                                  [&](const Batch& b) { return passes.loss_sum(b); });
   if (groups.distributed()) {
     t.loss_sum =
         sum_loss_and_any(groups, torch::tensor(t.loss_sum, torch::kDouble).to(device), false).first.item<double>();

@@ -7,6 +7,7 @@
 
 #include "config/schema.h"
 #include "util/paths.h"
+#include "util/sequence_chunks.h"
 
 namespace gputrain {
 namespace {
@@ -380,15 +381,14 @@ void check_parallel(Checker& c) {
             "(" + str(p.ep) + ") must divide parallel.dp (" + str(p.dp) +
                 "): the experts are split over ep of the data-parallel ranks",
             "use one of " + divisors(p.dp) + ", or parallel.dp: auto");
-  if (p.cp > 1 && m.seq_len % (2 * p.cp) != 0) {
-    std::string works;  // the degrees that cut this seq_len into equal chunks
+  if (!cuts_into_chunks(m.seq_len, p.cp)) {
+    std::string works;  // the degrees that cut this seq_len into equal chunks (1 always does)
     for (int64_t k = 1; k <= 64 && 2 * k <= m.seq_len; ++k)
-      if (m.seq_len % (2 * k) == 0) works += (works.empty() ? "" : ", ") + str(k);
+      if (cuts_into_chunks(m.seq_len, k)) works += (works.empty() ? "" : ", ") + str(k);
     c.error("parallel.cp",
             "(" + str(p.cp) + ") needs model.seq_len (" + str(m.seq_len) + ") to divide into 2 x " + str(p.cp) +
                 " equal chunks: each rank holds two of them",
-            (works.empty() ? std::string("use parallel.cp: 1") : "use one of " + works) +
-                ", or a model.seq_len that is a multiple of " + str(2 * p.cp));
+            "use one of " + works + ", or a model.seq_len that is a multiple of " + str(2 * p.cp));
   }
   if (p.cp_method == ContextMethod::kRing && p.cp > 1 && m.dropout > 0)
     c.error("parallel.cp_method",

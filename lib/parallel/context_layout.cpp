@@ -6,14 +6,15 @@
 
 #include "parallel/through_wire.h"
 #include "util/document_layout.h"
+#include "util/sequence_chunks.h"
 
 namespace gputrain {
 
 torch::Tensor context_places(int64_t T, int place, int size, torch::Device device) {
-  const int64_t chunk = T / (2 * size);
+  const SequenceChunks c = sequence_chunks(T, size, place);
   const auto opts = torch::TensorOptions().dtype(torch::kLong).device(device);
-  return torch::cat({torch::arange(place * chunk, (place + 1) * chunk, opts),
-                     torch::arange((2 * size - 1 - place) * chunk, (2 * size - place) * chunk, opts)});
+  auto chunk = [&](int64_t i) { return torch::arange(i * c.length, (i + 1) * c.length, opts); };
+  return c.second < 0 ? chunk(c.first) : torch::cat({chunk(c.first), chunk(c.second)});
 }
 
 torch::Tensor ContextLayout::visible(int64_t queries, int64_t keys, int64_t first_row, int64_t rows) const {

@@ -9,7 +9,7 @@
 namespace gputrain {
 
 // The places in a window of T tokens that the rank at `place` of `size` holds: [T / size] int64,
-// chunk `place` and then chunk 2 size - 1 - place (every rank gets the same causal work).
+// its two chunks of util/sequence_chunks.h in order.
 torch::Tensor context_places(int64_t T, int place, int size, torch::Device device);
 
 // One forward's layout over a cp group of n ranks holding Tl tokens each of B windows.

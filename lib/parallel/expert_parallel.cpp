@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "parallel/group_handle.h"
+#include "parallel/rank_layout.h"
 #include "util/error.h"
 
 namespace gputrain {
@@ -91,7 +92,7 @@ class ExpertAllToAll : public ExpertExchange {
 
 }  // namespace
 
-bool is_expert_parameter(const std::string& name) { return name.find(".mlp.experts.") != std::string::npos; }
+bool is_expert_parameter(const std::string& name) { return expert_of(name) >= 0; }
 
 torch::Tensor all_to_all_rows(const torch::Tensor& x, const std::vector<int64_t>& send,
                               const std::vector<int64_t>& recv, Communicator& group) {

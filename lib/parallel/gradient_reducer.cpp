@@ -20,14 +20,16 @@ GradientReducer::GradientReducer(const ProcessGroups& groups, const ParallelSett
   sharded_.assign(params_.size(), 0);
   expert_.assign(params_.size(), 0);
   for (size_t i = 0; i < params_.size(); ++i) {
-    for (const auto& t : share_.tensor_split)
-      if (t.name == params_[i].name) sharded_[i] = t.dim >= 0;
-    expert_[i] = ep_splits(groups_, params_[i].name);
+    const HeldParameter& h = held(params_[i].name);
+    sharded_[i] = h.split.dim >= 0;
+    expert_[i] = h.expert;
   }
+  if (share_.layout.holds_part())
+    for (const HeldParameter& h : share_.layout.parameters) held_.insert(h.name);
   if (share_.fully_sharded || !groups_.dp()) return;  // ZeRO-3's shards reduce their own gradients
   // Dense parameters are replicated over the dp group; experts split by ep over their replicas.
   std::vector<NamedTensor> dense_named, expert_named;
-  for (const auto& w : share_.weights) (ep_splits(groups_, w.name) ? expert_named : dense_named).push_back(w);
+  for (const auto& w : share_.weights) (held(w.name).expert ? expert_named : dense_named).push_back(w);
   for (size_t i = 0; i < params_.size(); ++i) (expert_[i] ? experts_ : dense_).params.push_back(params_[i]);
   dense_.group = groups_.dp();
   experts_.group = groups_.expert_replicas();
@@ -36,6 +38,12 @@ GradientReducer::GradientReducer(const ProcessGroups& groups, const ParallelSett
 }
 
 GradientReducer::~GradientReducer() = default;
+
+const HeldParameter& GradientReducer::held(const std::string& name) const {
+  const HeldParameter* h = share_.layout.find(name);
+  if (!h) throw std::logic_error("GradientReducer: " + name + " is not in this rank's layout");
+  return *h;
+}
 
 void GradientReducer::replicate(Replicas& r, const std::vector<NamedTensor>& named) {
   if (!r.group) {  // the only holder: nothing to reduce or share, and under ZeRO it updates them all
@@ -47,12 +55,12 @@ void GradientReducer::replicate(Replicas& r, const std::vector<NamedTensor>& nam
   // replica that differs would silently train another model: the group's rank 0 decides.
   broadcast_parameters(*r.group, named);
   if (r.params.empty()) return;  // all frozen (LoRA's base)
-  if (zero_ > 0) {
-    std::vector<int64_t> sizes;
-    for (const auto& p : r.params) sizes.push_back(p.tensor.numel());
-    r.owners = partition_contiguous(sizes, r.group->size());
-    for (size_t i = 0; i < r.params.size(); ++i)
-      if (r.owners[i] == r.group->rank()) owned_.insert(r.params[i].name);
+  if (zero_ > 0) {               // the layout's owners (its replica index is this rank's in r.group)
+    for (const auto& p : r.params) {
+      const HeldParameter& h = held(p.name);
+      r.owners.push_back(h.owner);
+      if (share_.layout.owns(h)) owned_.insert(p.name);
+    }
   }
   r.sync = std::make_unique<GradientSync>(*r.group, r.params, bucket_mb_, zero_ == 2 ? r.owners : std::vector<int>{});
 }
@@ -145,7 +153,7 @@ std::map<std::string, torch::Tensor> GradientReducer::owned_state(std::map<std::
     std::map<std::string, torch::Tensor> out;
     for (auto& [key, t] : state) {
       const std::string parameter = key.substr(0, key.rfind('.'));
-      if (share_.holds_part && !share_.held.count(parameter)) continue;  // another pipeline stage's
+      if (!share_.layout.find(parameter)) continue;  // another pipeline stage's
       const auto e = live.find(key);
       // (Loading names a saved entry this optimizer does not have.)
       out.emplace(key, e == live.end() ? t : sharded->shard_of(parameter, t, e->second->layout, e->second->tensor));

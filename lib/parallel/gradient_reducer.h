@@ -80,10 +80,11 @@ class GradientReducer {
   bool owns_whole_parameters() const { return zero_active() && !share_.fully_sharded; }
   // Rank 0 of r.group's weights (`named`, frozen ones included) to the group, ZeRO ownership, gradient hooks.
   void replicate(Replicas& r, const std::vector<NamedTensor>& named);
+  const HeldParameter& held(const std::string& name) const;  // this rank's layout's entry
   // The parameters this rank updates: ZeRO's owned share (of its stage's), or its stage's under a
   // pipeline; null when it updates the whole model it has.
   const std::set<std::string>* updated_names() const {
-    return owns_whole_parameters() ? &owned_ : share_.holds_part ? &share_.held : nullptr;
+    return owns_whole_parameters() ? &owned_ : share_.layout.holds_part() ? &held_ : nullptr;
   }
   // Whether ranks of one dp group hold different gradients (so norms and overflow need the world).
   bool ranks_differ() const { return zero_ >= 2 || groups_.tp() || groups_.pp() || groups_.ep(); }
@@ -96,6 +97,7 @@ class GradientReducer {
   std::vector<char> sharded_;        // params_[i] is split over the tp group
   std::vector<char> expert_;         // ep > 1: params_[i] is one of this rank's experts
   std::set<std::string> owned_;      // ZeRO: names of the parameters this rank updates
+  std::set<std::string> held_;       // pp or ep > 1: the names this rank holds
   Replicas dense_;                   // over the dp group (all parameters but ep > 1's experts)
   Replicas experts_;                 // ep > 1: this rank's experts, over the expert replicas
   int64_t grad_bytes_ = 0;           // gradients this rank held after the last reduction

@@ -40,6 +40,10 @@ Grid::Grid(const ParallelSettings& p, int world_size)
                     ep_, dp_, world_size, degrees, ep_ * model_parallel, dp_));
 }
 
+int smallest_world(const ParallelSettings& p) {
+  return static_cast<int>((p.dp > 0 ? p.dp : p.ep) * p.tp * p.pp * p.cp);
+}
+
 GridCoord Grid::coord(int rank) const {
   GridCoord c;
   c.tp = rank % tp_;
@@ -147,66 +151,6 @@ double bubble_fraction(int64_t pp, int64_t micro) {
 
 int64_t peak_micro_batches_held(PipelineSchedule schedule, int64_t pp, int64_t stage, int64_t micro) {
   return schedule == PipelineSchedule::kGpipe ? micro : std::min(pp - stage, micro);
-}
-
-std::string grid_table(const Settings& s, const Grid& g) {
-  const auto stages = split_stages(s.model, g.pp());
-  const int64_t H = s.model.n_head, F = mlp_hidden(s.model);
-  const bool cp = g.cp() > 1;
-  std::string out =
-      cp ? fmt::format(
-               "parallel grid: dp {} x pp {} x cp {} x tp {} = {} processes (rank = ((pp x {} + dp) x {} + cp) x {} + "
-               "tp: tensor- and context-parallel peers are adjacent ranks, keep them on one node)\n\n",
-               g.dp(), g.pp(), g.cp(), g.tp(), g.size(), g.dp(), g.cp(), g.tp())
-         : fmt::format(
-               "parallel grid: dp {} x pp {} x tp {} = {} processes (rank = (pp x {} + dp) x {} + tp: tensor-parallel "
-               "peers are adjacent ranks, keep them on one node)\n\n",
-               g.dp(), g.pp(), g.tp(), g.size(), g.dp(), g.tp());
-  out += cp ? "| stage (pp) | cp place | tp shard | ranks (one per dp replica) | layers | holds "
-              "|\n|---|---|---|---|---|---|\n"
-            : "| stage (pp) | tp shard | ranks (one per dp replica) | layers | holds |\n|---|---|---|---|---|\n";
-  for (int pp = 0; pp < g.pp(); ++pp) {
-    const StageLayers& st = stages[static_cast<size_t>(pp)];
-    std::string layers = fmt::format("blocks {}-{}", st.first, st.last - 1);
-    if (st.embeds) layers = "embeddings, " + layers;
-    if (st.has_head) layers += ", ln_f, head + loss";
-    for (int c = 0; c < g.cp(); ++c)
-      for (int tp = 0; tp < g.tp(); ++tp) {
-        std::vector<int> ranks;
-        for (int dp = 0; dp < g.dp(); ++dp) ranks.push_back(g.rank_of({dp, pp, tp, c}));
-        const int64_t h = H / g.tp(), f = F / g.tp();
-        const std::string holds = g.tp() == 1 ? std::string("whole layers")
-                                              : fmt::format("heads {}-{} of {}, MLP columns {}-{} of {}", tp * h,
-                                                            (tp + 1) * h - 1, H, tp * f, (tp + 1) * f - 1, F);
-        out += fmt::format("| {} |{} {} | {} | {} | {} |\n", pp, cp ? fmt::format(" {} |", c) : "", tp,
-                           fmt::join(ranks, ", "), layers, holds);
-      }
-  }
-  if (cp) {
-    const int64_t T = s.model.seq_len, chunk = T / (2 * g.cp());
-    out += fmt::format(
-        "\ncontext parallel: cp {} cuts each {}-token sequence into {} chunks of {}; the rank at cp place c holds "
-        "chunks c and {}-c (place 0: tokens 0-{} and {}-{}), and attention gathers the others' keys and values. "
-        "cp groups (one per dp replica, stage and tp shard):",
-        g.cp(), T, 2 * g.cp(), chunk, 2 * g.cp() - 1, chunk - 1, T - chunk, T - 1);
-    for (int r = 0; r < g.size(); ++r)
-      if (g.coord(r).cp == 0) out += fmt::format(" [{}]", fmt::join(g.cp_group(r), ", "));
-    out += "\n";
-  }
-  if (g.ep() > 1) {
-    const int64_t local = s.model.moe.experts / g.ep();
-    out += fmt::format(
-        "\nexpert parallel: ep {} splits each mixture layer's {} experts over runs of {} consecutive dp ranks: "
-        "the rank at place j of a run holds experts {}j to {}j+{}; each expert has {} holder(s), whose "
-        "gradients are summed\n",
-        g.ep(), s.model.moe.experts, g.ep(), local, local, local - 1, g.replicas() / g.ep());
-  }
-  if (g.pp() > 1) {
-    out += "\nstage compute (block units, the last stage includes the output head): ";
-    for (size_t i = 0; i < stages.size(); ++i) out += fmt::format("{}{:.2f}", i ? ", " : "", stages[i].cost);
-    out += "\n";
-  }
-  return out;
 }
 
 }  // namespace gputrain

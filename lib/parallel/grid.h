@@ -51,6 +51,10 @@ class Grid {
   int dp_, pp_, tp_, ep_ = 1, cp_ = 1;
 };
 
+// The world the recipe's degrees imply: dp x tp x pp x cp (dp auto: the smallest, ep replicas of the
+// model-parallel group).
+int smallest_world(const ParallelSettings& p);
+
 // Layers [first, last) of one pipeline stage, with the parts around the
 // stack: the first stage embeds, the last applies ln_f, the head and the loss.
 struct StageLayers {
@@ -70,8 +74,5 @@ double bubble_fraction(int64_t pp, int64_t micro);
 // Micro-batches whose activations a stage holds at its peak: all of them under
 // gpipe; under 1f1b the warm-up depth pp - stage, at most `micro`.
 int64_t peak_micro_batches_held(PipelineSchedule schedule, int64_t pp, int64_t stage, int64_t micro);
-
-// The plan printout's grid table: every rank's coordinates and what it holds.
-std::string grid_table(const Settings& s, const Grid& g);
 
 }  // namespace gputrain

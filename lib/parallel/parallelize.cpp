@@ -11,6 +11,7 @@
 #include "parallel/fully_sharded.h"
 #include "parallel/initial_parts.h"
 #include "parallel/pipeline.h"
+#include "parallel/rank_layout.h"
 #include "parallel/tensor_parallel.h"
 
 namespace gputrain {
@@ -25,25 +26,20 @@ bool offloads_params(const ParallelPlan& plan) {
   return optimizer_placement(plan.parallel, plan.device, "", true).shards_on_host;
 }
 
-// The pipeline stage's blocks (every rank knows every stage's layers, for the summary).
-void keep_pipeline_stage(Gpt& model, const ProcessGroups& groups, RankShare& share) {
-  share.stages = split_stages(model->cfg, groups.grid().pp());
-  share.stage = share.stages[static_cast<size_t>(groups.coord().pp)];
-  if (!groups.pp()) return;
-  share.holds_part = true;
-  for (auto& name : keep_stage(model, share.stage)) share.held.insert(std::move(name));
-  if (model->cfg.tie_embeddings && (share.stage.embeds || share.stage.has_head))
-    share.tied_weight = model->transformer->wte->weight;
+// The model's whole parameters, before any rank keeps its part: what the layout is computed from.
+std::vector<ParamShape> whole_shapes(Gpt& model) {
+  std::vector<ParamShape> out;
+  for (const auto& item : model->named_parameters())
+    out.push_back({item.key(), item.value().sizes().vec(), item.value().requires_grad()});
+  return out;
 }
 
-void keep_experts(Gpt& model, const ProcessGroups& groups, RankShare& share) {
-  if (!groups.ep()) return;
-  share.local_experts = model->cfg.moe.experts / groups.ep()->size();
-  share.first_expert = groups.ep()->rank() * share.local_experts;
-  if (!groups.pp())
-    for (const auto& item : model->named_parameters()) share.held.insert(item.key());
-  share.holds_part = true;
-  for (const auto& name : parallelize_experts(model, *groups.ep())) share.held.erase(name);
+// The pipeline stage's blocks: the others' parameters are emptied (the layout's stage).
+void keep_pipeline_stage(Gpt& model, const ProcessGroups& groups, RankShare& share) {
+  if (!groups.pp()) return;
+  keep_stage(model, share.stage());
+  if (model->cfg.tie_embeddings && (share.stage().embeds || share.stage().has_head))
+    share.tied_weight = model->transformer->wte->weight;
 }
 
 // ZeRO-3: rank 0 of each group decides the weights (as the replicas' do otherwise), then each rank
@@ -84,13 +80,15 @@ ParallelModel parallelize(Gpt& model, const ProcessGroups& groups, const Paralle
   // Built on meta: the whole shapes, before this rank keeps its slices, say which elements it fills.
   std::unique_ptr<InitialParts> initial;
   if (model->built_on_meta()) initial = std::make_unique<InitialParts>(model, files);
+  const Grid& grid = groups.grid();
+  share.layout = rank_layout(whole_shapes(model), model->cfg, plan.parallel, grid, grid.rank_of(groups.coord()));
   if (groups.tp()) {
     share.tensor_split = parallelize_tensor(model, *groups.tp());
     if (initial) initial->set_tensor_split(share.tensor_split, groups.tp()->rank(), groups.tp()->size());
   }
   if (groups.cp()) parallelize_context(model, *groups.cp(), plan.parallel.cp_method);
   keep_pipeline_stage(model, groups, share);
-  keep_experts(model, groups, share);
+  if (groups.ep()) parallelize_experts(model, *groups.ep());  // (each rank's experts: the layout's)
   share.recomputed_blocks = apply_activation_checkpointing(model, plan.checkpointing, plan.checkpoint_every);
   std::vector<NamedTensor> held = share.held_of(module_weights(*model));
   if (fully_shards(groups, plan)) shard_fully(model, groups, plan, held, initial.get(), share);
@@ -100,7 +98,8 @@ ParallelModel parallelize(Gpt& model, const ProcessGroups& groups, const Paralle
     out.parts = std::make_unique<InitialParts>(initial->with_files(nullptr));  // `files` go with the build
   }
   out.gradients = std::make_unique<GradientReducer>(groups, plan.parallel, share);
-  if (groups.pp()) out.pipeline = std::make_unique<PipelineStages>(groups, plan.parallel, plan.device, share.stages);
+  if (groups.pp())
+    out.pipeline = std::make_unique<PipelineStages>(groups, plan.parallel, plan.device, share.layout.stages);
   return out;
 }
 
@@ -136,29 +135,29 @@ std::string describe_parallelism(const ProcessGroups& groups, const ParallelPlan
     s += fmt::format("; tensor parallel: {} of {} parameter tensors split over {} ranks", split,
                      share.tensor_split.size(), grid.tp());
   }
+  const RankLayout& l = share.layout;
   if (groups.cp())
     s += fmt::format("; context parallel: this rank holds chunks {} and {} of each sequence's {} (cp {}), attention {}",
-                     at.cp, 2 * grid.cp() - 1 - at.cp, 2 * grid.cp(), grid.cp(),
+                     l.chunks.first, l.chunks.second, l.chunks.count, grid.cp(),
                      plan.parallel.cp_method == ContextMethod::kRing ? "passes keys and values round the ring"
                                                                      : "gathers the others' keys and values");
   if (groups.pp())
-    s += fmt::format("; pipeline: stage {} of {} runs blocks [{}, {}){}{}, {} schedule", at.pp, grid.pp(),
-                     share.stage.first, share.stage.last, share.stage.embeds ? " and the embeddings" : "",
-                     share.stage.has_head ? " and the head" : "",
-                     plan.parallel.pp_schedule == PipelineSchedule::kGpipe ? "gpipe" : "1f1b");
+    s +=
+        fmt::format("; pipeline: stage {} of {} runs blocks [{}, {}){}{}, {} schedule", at.pp, grid.pp(), l.stage.first,
+                    l.stage.last, l.stage.embeds ? " and the embeddings" : "", l.stage.has_head ? " and the head" : "",
+                    plan.parallel.pp_schedule == PipelineSchedule::kGpipe ? "gpipe" : "1f1b");
   if (groups.ep())
     s += fmt::format(
         "; expert parallel: this rank holds experts {}-{} of each mixture layer's {} (ep {}), their "
         "gradients reduced over {} replica(s)",
-        share.first_expert, share.first_expert + share.local_experts - 1, share.local_experts * grid.ep(), grid.ep(),
-        grid.replicas() / grid.ep());
+        l.first_expert, l.first_expert + l.local_experts - 1, l.local_experts * grid.ep(), grid.ep(),
+        l.expert_replicas);
   s += par.gradients->describe();
   if (!share.fully_sharded) return s;
-  const int expert_replicas = grid.replicas() / grid.ep();
   const std::string part = !groups.ep() ? fmt::format(" ({:.1f}% of the values)", 100.0 / groups.dp()->size())
-                           : expert_replicas == 1
+                           : l.expert_replicas == 1
                                ? " (its experts whole: no other rank holds them)"
-                               : fmt::format(" (its experts' 1/{}, over their replicas)", expert_replicas);
+                               : fmt::format(" (its experts' 1/{}, over their replicas)", l.expert_replicas);
   return s + fmt::format(
                  "; ZeRO-3: this rank holds 1/{} of the rows of each of the {} parameter tensors{}, each unit's "
                  "weights gathered only while in use{}{}{}",

@@ -6,11 +6,11 @@
 
 #include <cstdint>
 #include <memory>
-#include <set>
 #include <string>
 #include <vector>
 
 #include "parallel/grid.h"
+#include "parallel/rank_layout.h"
 #include "parallel/tensor_shard.h"
 #include "util/named_tensor.h"
 
@@ -19,14 +19,12 @@ namespace gputrain {
 class FullyShardedModel;
 
 struct RankShare {
+  // Which parameters, slices, stage, experts and sequence chunks this rank holds, as parallelize carried
+  // it out (parallel/rank_layout.h).
+  RankLayout layout;
   // The parameters this rank holds, frozen ones included, in registration order (ZeRO-3: its shards).
   std::vector<NamedTensor> weights;
   std::vector<TensorShard> tensor_split;  // how each parameter is split over the tp group (empty: tp = 1)
-  std::vector<StageLayers> stages;        // every pipeline stage's layers
-  StageLayers stage;                      // this rank's (all layers when pp = 1)
-  bool holds_part = false;                // pp or ep > 1: `held` names the parameters this rank holds
-  std::set<std::string> held;
-  int64_t first_expert = 0, local_experts = 0;  // ep > 1: this rank's experts of each mixture layer
   // pp > 1 with tied embeddings, on the first and last stage: the stage's wte (ZeRO-3: its shard).
   torch::Tensor tied_weight;
   std::shared_ptr<FullyShardedModel> fully_sharded;  // ZeRO-3 (also the model's unit hooks); null otherwise
@@ -38,7 +36,8 @@ struct RankShare {
   // Whether parameter `name` counts as this rank's stage's (in the global gradient norm, in a ZeRO-3
   // checkpoint): the tied embedding's copy on the last stage does not (the first stage's does).
   bool stage_counts(const std::string& name) const;
-  bool runs_head() const { return stage.has_head; }  // the last (or only) stage
+  const StageLayers& stage() const { return layout.stage; }
+  bool runs_head() const { return layout.stage.has_head; }  // the last (or only) stage
 };
 
 }  // namespace gputrain

@@ -4,6 +4,7 @@
 
 #include "model/architecture.h"
 #include "parallel/group_handle.h"
+#include "parallel/rank_layout.h"
 #include "util/error.h"
 
 namespace gputrain {
@@ -62,34 +63,18 @@ std::vector<TensorShard> parallelize_tensor(Gpt& model, Communicator& tp) {
                        ") and the MLP width (" + std::to_string(mlp_hidden(cfg)) + ")");
   if (cfg.moe.enabled() || cfg.lora.rank > 0)  // validate refuses these first; this guards other callers
     throw config_error("parallel.tp > 1 does not split mixture-of-experts layers or LoRA adapters in this version");
+  // Each split parameter keeps this rank's slice of parallel/rank_layout.h's split.
   std::vector<TensorShard> shards;
-  for (const auto& item : model->named_parameters()) shards.push_back({item.key(), -1});
-  auto mark = [&](const std::string& name, int64_t dim, std::vector<int64_t> sections) {
-    for (auto& s : shards)
-      if (s.name == name) {
-        s.dim = dim;
-        s.sections = sections;
-        return s;
-      }
-    throw std::logic_error("parallelize_tensor: no parameter " + name);
-  };
+  for (auto& item : model->named_parameters()) {
+    shards.push_back(tensor_split_of(item.key(), cfg));
+    if (shards.back().dim >= 0) keep_shard(item.value(), shards.back(), rank, size);
+  }
   for (size_t i = 0; i < model->transformer->h->size(); ++i) {
     auto* block = (*model->transformer->h)[i]->as<Block>();
-    const std::string b = "transformer.h." + std::to_string(i) + ".";
     auto& attn = *block->attn;
     auto& mlp = *block->mlp;
     attn.n_head = cfg.n_head / size;
     attn.n_kv_head = cfg.kv_heads() / size;
-    // Column-parallel: rows of W and b, each section (q, k, v; SwiGLU's gate, up) on its own.
-    const std::vector<int64_t> qkv = {cfg.n_head, cfg.kv_heads(), cfg.kv_heads()};
-    const std::vector<int64_t> fc = mlp.swiglu ? std::vector<int64_t>{1, 1} : std::vector<int64_t>{1};
-    keep_shard(attn.c_attn->weight, mark(b + "attn.c_attn.weight", 0, qkv), rank, size);
-    if (attn.c_attn->bias.defined()) keep_shard(attn.c_attn->bias, mark(b + "attn.c_attn.bias", 0, qkv), rank, size);
-    keep_shard(mlp.c_fc->weight, mark(b + "mlp.c_fc.weight", 0, fc), rank, size);
-    if (mlp.c_fc->bias.defined()) keep_shard(mlp.c_fc->bias, mark(b + "mlp.c_fc.bias", 0, fc), rank, size);
-    // Row-parallel: columns of W; the bias stays whole and is added after the sum.
-    keep_shard(attn.c_proj->weight, mark(b + "attn.c_proj.weight", 1, {1}), rank, size);
-    keep_shard(mlp.c_proj->weight, mark(b + "mlp.c_proj.weight", 1, {1}), rank, size);
     for (auto* col : {&attn.c_attn, &mlp.c_fc})
       (*col)->input_tap = [&tp](const torch::Tensor& x) { return copy_to_group(x, tp); };
     for (auto* row : {&attn.c_proj, &mlp.c_proj})

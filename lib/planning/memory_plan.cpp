@@ -9,6 +9,7 @@
 #include "model/gpt_shapes.h"
 #include "optim/make_optimizer.h"
 #include "parallel/ring_attention.h"
+#include "util/sequence_chunks.h"
 
 namespace gputrain {
 namespace {
@@ -71,12 +72,14 @@ MemoryPlan plan_memory(const Settings& s, int64_t batch) {
   // attention's, counted above); the working space is ring_working_bytes (parallel/ring_attention.h):
   // the key/value blocks and their gradients in flight, the block per query head, and one tile of
   // query rows' mask (and on GPUs the tile's float32 scores, weights and their gradient).
-  const double tokens = static_cast<double>(batch) * T / cp;
-  const double cp_kept = ring ? tokens * 4 * H : static_cast<double>(batch) * 2 * kv * T * (cp - 1) / cp * e;
-  const double exchange =
-      !(cp > 1) ? 0.0
-      : ring    ? ring_working_bytes(batch, m.n_head, m.q_width(), m.kv_width(), m.seq_len / s.parallel.cp, e, on_gpu)
-                : tokens * T * (1 + e);
+  const int64_t held_tokens = sequence_chunks(m.seq_len, s.parallel.cp, 0).tokens();  // every cp rank alike
+  const double tokens = static_cast<double>(batch) * static_cast<double>(held_tokens);
+  const double cp_kept =
+      ring ? tokens * 4 * H : static_cast<double>(batch) * 2 * kv * (T - static_cast<double>(held_tokens)) * e;
+  const double exchange = !(cp > 1) ? 0.0
+                          : ring
+                              ? ring_working_bytes(batch, m.n_head, m.q_width(), m.kv_width(), held_tokens, e, on_gpu)
+                              : tokens * T * (1 + e);
   const double blocks_plain = L * per_block;
   // A checkpointed block keeps only its input; in backward one block at a time is recomputed in full.
   double recomputed = 0;

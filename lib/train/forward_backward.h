@@ -53,6 +53,8 @@ class ForwardBackward {
 
   // The batches' mean loss, on this rank's model or through the pipeline.
   double evaluate(const std::vector<Batch>& batches);
+  // Batch `b`'s summed loss (its mean times its objective units): what whole-set evaluation adds up.
+  double loss_sum(const Batch& b) { return evaluate({b}) * static_cast<double>(objective_.units(b)); }
   // Runs f in the captured graph's memory pool, idle between replays (plain f() without one).
   void run_in_step_memory(const std::function<void()>& f);
   // summary.json's "cuda_graphs"; none without a graph.

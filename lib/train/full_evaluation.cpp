@@ -4,6 +4,9 @@
 #include <cmath>
 #include <set>
 
+#include "parallel/process_groups.h"
+#include "parallel/replica_sums.h"
+#include "train/forward_backward.h"
 #include "util/ignore_index.h"
 
 namespace gputrain {
@@ -65,6 +68,30 @@ EvalTotals evaluate_windows(const WindowSource& source, int64_t seq_len, int64_t
   }
   flush();
   return totals;
+}
+
+double evaluate_every_window(ForwardBackward& passes, const ProcessGroups& groups, const WindowSource& source,
+                             const Settings& s, int64_t dp, torch::Device device, bool pipelined, bool fully_sharded) {
+  const WindowShare share = pipelined ? WindowShare{} : WindowShare{groups.coord().dp, dp};
+  const int64_t batch = s.train.per_device_batch_size, T = s.model.seq_len;
+  int64_t forwards = 0;
+  const EvalTotals t =
+      evaluate_windows(source, T, batch, document_options(s.data.eval), device, share, nullptr, [&](const Batch& b) {
+        ++forwards;
+        return passes.loss_sum(b);
+      });
+  if (pipelined) return t.loss();
+  if (fully_sharded) {
+    // A rank whose share took fewer forwards (fewer windows, or batches without targets) runs forwards
+    // on a batch without targets until it has run as many as the largest share's batches.
+    const int64_t most = (source.window_count() + dp - 1) / dp;
+    const Batch empty{torch::zeros({1, T}, torch::kLong).to(device),
+                      torch::full({1, T}, kIgnoreIndex, torch::kLong).to(device), 0};
+    for (; forwards < (most + batch - 1) / batch; ++forwards) passes.evaluate({empty});
+  }
+  const torch::Tensor loss_sum = torch::tensor(t.loss_sum, torch::kDouble).to(device);
+  const double total = sum_loss_and_any(groups, loss_sum, false).first.item<double>();
+  return total / static_cast<double>(std::max<int64_t>(global_targets(groups, t.targets), 1));
 }
 
 }  // namespace gputrain

@@ -7,9 +7,13 @@
 
 #include "data/loader.h"
 #include "data/tokenizer.h"
+#include "config/settings.h"
 #include "data/window_source.h"
 
 namespace gputrain {
+
+class ForwardBackward;
+class ProcessGroups;
 
 struct EvalTotals {
   double loss_sum = 0;  // nats, summed over the targets
@@ -33,5 +37,12 @@ struct WindowShare {
 EvalTotals evaluate_windows(const WindowSource& source, int64_t seq_len, int64_t batch_size, DocumentOptions documents,
                             torch::Device device, WindowShare share, const Tokenizer* tokenizer,
                             const std::function<double(const Batch&)>& loss_sum);
+
+// train.eval_full during training: every window of data.eval once, each replica reading its share
+// (`dp` of them) and the sums meeting over the world; the loss per objective unit. `pipelined`: the
+// pipeline's replicas each read them all (its evaluation already gathers over the world).
+// `fully_sharded`: ZeRO-3, whose every forward gathers on every rank, so the ranks run as many each.
+double evaluate_every_window(ForwardBackward& passes, const ProcessGroups& groups, const WindowSource& source,
+                             const Settings& s, int64_t dp, torch::Device device, bool pipelined, bool fully_sharded);
 
 }  // namespace gputrain

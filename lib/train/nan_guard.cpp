@@ -2,8 +2,11 @@
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include <cmath>
+
+#include "util/error.h"
 
 namespace gputrain {
 
@@ -42,6 +45,24 @@ std::string non_finite_message(int64_t step, double loss, double grad_norm, cons
       return m + "; update applied anyway (train.nan_policy: warn)";
   }
   return m;
+}
+
+void SkipCounter::count(int64_t step, bool overflow, bool nan_skip, bool spike_skip, double loss_scale) {
+  constexpr int64_t kMaxConsecutiveSkips = 50;
+  if (overflow)
+    spdlog::warn("step {}: gradients overflowed under fp16; optimizer step skipped, loss scale now {}", step,
+                 loss_scale);
+  if (!overflow && !nan_skip && !spike_skip) {
+    consecutive_ = 0;
+    return;
+  }
+  if (++consecutive_ >= kMaxConsecutiveSkips)
+    throw runtime_error(std::to_string(consecutive_) + " steps in a row were skipped (" +
+                        (overflow     ? "fp16 overflow, down to loss scale " + std::to_string(loss_scale)
+                         : spike_skip ? std::string("loss spikes: the loss no longer fits train.spike_window's steps")
+                                      : std::string("non-finite loss or gradients")) +
+                        ")\n    fix: use precision.mode: bf16 (fp32's range), lower optim.lr, or check the "
+                        "initial weights (model.init_from)");
 }
 
 }  // namespace gputrain

@@ -25,4 +25,16 @@ std::string first_non_finite(const std::vector<NamedTensor>& params);
 std::string non_finite_message(int64_t step, double loss, double grad_norm, const std::string& culprit,
                                NanPolicy policy);
 
+// A skipped step (fp16 overflow, a non-finite loss or gradients, a loss spike) is warned about (an
+// overflow here; the others where they are found); many in a row stop the run: backing off the loss
+// scale cannot help when the forward pass itself overflows fp16.
+class SkipCounter {
+ public:
+  // Step `step`'s outcome; a runtime_error naming the cause and the fix after 50 skipped in a row.
+  void count(int64_t step, bool overflow, bool nan_skip, bool spike_skip, double loss_scale);
+
+ private:
+  int64_t consecutive_ = 0;
+};
+
 }  // namespace gputrain

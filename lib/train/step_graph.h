@@ -71,5 +71,9 @@ class StepGraph {
 // makes, of `objective`'s loss. Throws ConfigError in a build without CUDA code paths.
 std::unique_ptr<StepGraph> make_step_graph(torch::Device device, std::vector<torch::Tensor> params,
                                            const ObjectiveSpec& objective = default_objective());
+// A run's step graph under kernels.cuda_graphs (`cuda_graphs`), logged: null without it or off CUDA
+// (warned, unless the recipe named the CPU, which validation warns of: `named_cpu`).
+std::unique_ptr<StepGraph> step_graph_for(bool cuda_graphs, bool named_cpu, torch::Device device,
+                                          std::vector<torch::Tensor> params, const ObjectiveSpec& objective);
 
 }  // namespace gputrain

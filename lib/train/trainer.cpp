@@ -2,76 +2,43 @@
 
 #include <ATen/Parallel.h>
 
-#include <atomic>
-#include <chrono>
 #include <cmath>
 #include <csignal>
-#include <filesystem>
-#include <optional>
-#include <set>
 
-#include "checkpoint/background_saver.h"
 #include "checkpoint/checkpoint_dir.h"
-#include "checkpoint/checkpoint_part.h"
 #include "checkpoint/model_files.h"
 #include "checkpoint/rank_snapshot.h"
 #include "checkpoint/stored_weights.h"
-#include "checkpoint/training_checkpoint.h"
 #include "config/schema.h"
 #include "config/validate.h"
-#include "data/loader.h"
 #include "data/mixture.h"
 #include "data/rng.h"
 #include "metrics/flops.h"
-#include "metrics/metrics_writer.h"
 #include "metrics/parallel_reports.h"
-#include "metrics/progress.h"
-#include "metrics/step_profiler.h"
-#include "metrics/tensorboard_writer.h"
-#include "model/architecture.h"
-#include "model/gpt.h"
 #include "model/gpt_shapes.h"
-#include "model/lora.h"
-#include "optim/lr_schedule.h"
 #include "optim/make_optimizer.h"
 #include "objective/objectives.h"
 #include "optim/param_groups.h"
 #include "parallel/fully_sharded.h"
 #include "parallel/grid.h"
-#include "parallel/parallelize.h"
 #include "parallel/pipeline.h"
-#include "parallel/process_groups.h"
 #include "parallel/replica_sums.h"
 #include "parallel/text_broadcast.h"
 #include "parallel/world.h"
-#include "precision/precision.h"
 #include "train/batch_finder.h"
-#include "train/batch_trace.h"
-#include "train/forward_backward.h"
 #include "train/full_evaluation.h"
 #include "train/lora_base_fingerprint.h"
-#include "report/model_options_report.h"
-#include "train/nan_guard.h"
 #include "train/resume.h"
-#include "train/resume_source.h"
-#include "train/run_directories.h"
-#include "planning/run_plan.h"
-#include "report/run_summary.h"
+#include "train/run_snapshot.h"
 #include "report/start_log.h"
-#include "train/spike_guard.h"
 #include "train/step_graph.h"
-#include "train/train_step.h"
-#include "train/weight_copies.h"
+#include "train/trainer_phases.h"
 #include "report/weights_read_report.h"
 #include "util/atomic_file.h"
 #include "util/host_allocator.h"
 #include "util/device.h"
-#include "util/dir_lock.h"
 #include "util/error.h"
 #include "util/failpoint.h"
-#include "util/ignore_index.h"
-#include "util/signals.h"
-#include "util/stopwatch.h"
 
 namespace gputrain {
 namespace {
@@ -94,137 +61,7 @@ std::optional<BatchSplit> saved_split(const TrainingSnapshot& snap, const RunPla
   return BatchSplit{snap.per_device_batch_size, snap.grad_accum_steps, 0};
 }
 
-// What one optimizer step leaves for the log line.
-struct StepResult {
-  torch::Tensor loss;  // the global batch's mean
-  torch::Tensor grad_norm;
-  double lr = 0;
-  bool agreed_stop = false;  // a stop signal on some rank (distributed runs agree on it)
-};
-
-// The steps since the last log line.
-struct LogInterval {
-  Clock::time_point start = Clock::now();
-  int64_t tokens = 0, steps = 0;
-  torch::Tensor loss;  // summed on the device; read at log steps only
-};
-
-// One training run, phase by phase: run() calls them in order.
-class Trainer {
- public:
-  Trainer(const Recipe& recipe, const RunOptions& options)
-      : recipe_(recipe), options_(options), t_start_(Clock::now()) {}
-
-  RunOutcome run() {
-    set_up();
-    restore();
-    build_model();
-    build_optimizer();
-    restore_state();
-    choose_batch_split();
-    load_data();
-    log_start();
-    open_outputs();
-    try {
-      train();
-    } catch (const std::exception& e) {
-      progress_->finish();
-      json failed = summary("failed");
-      failed["error"] = e.what();
-      write_summary(failed);
-      throw;
-    }
-    progress_->finish();
-    return finish();
-  }
-
- private:
-  void set_up();
-  void restore();
-  void build_model();
-  void build_optimizer();
-  void restore_state();
-  void choose_batch_split();
-  void load_data();
-  void log_start() const;
-  void open_outputs();
-  void train();
-  bool stop_for_wall_time();
-  StepResult step();
-  void count_skips(bool overflow, bool nan_skip, bool spike_skip);
-  bool on_spike(int64_t step, double loss, double grad_norm, const SpikeVerdict& v);
-  void roll_back();
-  // ZeRO-3 over several ranks: what this rank keeps of a checkpoint's optimizer state as it reads it.
-  std::optional<RowShare> optimizer_row_share() const;
-  void log_step(const StepResult& r, int64_t step, bool eval_now);
-  double evaluate();
-  double evaluate_all_windows();
-  void save();
-  std::optional<double> mfu(double tokens_per_s) const;  // metrics/flops.h: where the GPU's peak is known
-  json summary(const std::string& status) const;
-  void write_summary(const json& j);
-  RunOutcome finish();
-  // The plan changed: the recipe as resolved follows it.
-  void replan() { s_ = resolved_settings(recipe_.settings, plan_); }
-
-  const Recipe& recipe_;
-  const RunOptions options_;
-  const Clock::time_point t_start_;
-  RunPlan plan_;
-  Settings s_;  // resolved_settings(recipe, plan_)
-
-  std::unique_ptr<WindowSource> train_source_, eval_source_;
-  std::vector<DirectoryLock> dir_locks_;
-  ResumeSource source_;                // where the weights and state come from (train/resume_source.h)
-  std::vector<NamedTensor> shapes_;    // the whole model's parameters, on meta: names and shapes
-  std::optional<SavedRun> saved_run_;  // the run the resumed checkpoint belongs to
-  fs::path out_dir_, ckpt_root_;
-
-  std::unique_ptr<ProcessGroups> groups_;  // the world, its grid and this rank's groups
-  ParallelPlan parallel_plan_;
-  ParallelModel par_;  // what parallelize kept on this rank, its gradient reducer and pipeline stage
-  std::optional<Precision> precision_;
-  Gpt model_{nullptr};
-  int64_t n_params_ = 0;   // the whole model's, before tensor parallelism keeps a shard
-  std::string lora_base_;  // model.lora.save: adapters: the base's fingerprint
-  std::vector<torch::Tensor> params_;
-  std::unique_ptr<Optimizer> optimizer_;
-  WeightCopies copies_;
-  std::optional<LrSchedule> schedule_;
-  std::optional<ForwardBackward> passes_;  // the step's forward and backward, and evaluation's
-
-  std::vector<Batch> eval_batches_;
-  std::optional<WindowSampler> train_sampler_;
-  std::optional<BatchLoader> train_loader_;
-  int64_t first_sample_ = 0;
-  std::optional<double> floor_;
-
-  std::optional<MetricsWriter> metrics_;          // rank 0's
-  std::optional<TensorBoardWriter> tensorboard_;  // rank 0's, with metrics.tensorboard
-  std::optional<Progress> progress_;
-  std::optional<StopSignals> signals_;
-  std::optional<StepProfiler> profiler_;
-  MoeMetrics moe_metrics_;
-  std::optional<SpikeGuard> spike_guard_;    // train.spike_policy
-  json spike_events_ = json::array();        // this process's spikes, for the summary
-  std::set<int64_t> poisoned_steps_;         // fault injection for tests (train/spike_guard.h)
-  std::unique_ptr<BatchTrace> batch_trace_;  // what each step was fed, for tests (train/batch_trace.h)
-  double flops_per_token_ = 0;
-  std::string device_label_;  // device_name(), asked once
-  double checkpoint_mb_ = 0;  // the model's fp32 weights and the optimizer state
-
-  RunTotals t_;
-  LogInterval interval_;
-  std::string status_ = "ok";
-  int stop_signal_ = 0;
-  int64_t consecutive_skips_ = 0;
-  bool warned_no_targets_ = false;  // a step whose every target was masked (chat prompts), warned once
-  int64_t last_saved_step_ = 0;
-  std::atomic<double> last_save_s_ = 0;  // rank 0's last save, written by a background save too
-  double slowest_step_s_ = 0;
-  std::string save_writer_;  // rank 0's writer id: a parallel run's ranks write into its save (checkpoint_dir.h)
-  BackgroundSaver saver_;    // checkpoint.async; last, so an unfinished save ends before the rest goes
-};
+}  // namespace
 
 // The world, the device and the data; rank 0 locks the run's folders.
 void Trainer::set_up() {
@@ -336,16 +173,8 @@ void Trainer::build_optimizer() {
     spdlog::info("bf16 weight copies: {} weights ({:.1f} MiB) kept by the optimizer, so autocast casts none of them",
                  copies_.tensors, mib(static_cast<double>(copies_.bytes)));
   schedule_.emplace(s_.optim, s_.train.max_steps);
-  std::unique_ptr<StepGraph> graph;
-  if (s_.kernels.cuda_graphs && !plan_.device.is_cuda() && s_.run.device != "cpu")  // (validation warns for "cpu")
-    spdlog::warn("kernels.cuda_graphs has no effect on the CPU: training without CUDA graphs");
-  if (s_.kernels.cuda_graphs && plan_.device.is_cuda()) {
-    spdlog::info(
-        "kernels.cuda_graphs: each step's forward and backward are captured as a CUDA graph after {} eager "
-        "steps, then replayed",
-        StepGraph::kWarmupSteps);
-    graph = make_step_graph(plan_.device, params_, objective_spec(s_.train.objective));
-  }
+  std::unique_ptr<StepGraph> graph = step_graph_for(s_.kernels.cuda_graphs, s_.run.device == "cpu", plan_.device,
+                                                    params_, objective_spec(s_.train.objective));
   passes_.emplace(*groups_, par_.gradients.get(), par_.pipeline.get(), model_, *precision_,
                   objective_spec(s_.train.objective), std::move(graph));
 }
@@ -445,8 +274,9 @@ void Trainer::open_outputs() {
   batch_trace_ = BatchTrace::from_environment(plan_.world.rank);
   flops_per_token_ = training_flops_per_token(s_.model);
   device_label_ = device_name(plan_.device);
-  // The first checkpoint's save time is guessed from its size (stop_for_wall_time).
-  checkpoint_mb_ = static_cast<double>(optimizer_->state_bytes()) / 1e6 + n_params_ * 4 / 1e6;
+  // The first checkpoint's save time is guessed from its size.
+  wall_time_.emplace(s_.checkpoint.max_wall_time, t_start_,
+                     static_cast<double>(optimizer_->state_bytes()) / 1e6 + n_params_ * 4 / 1e6);
 }
 
 std::optional<double> Trainer::mfu(double tokens_per_s) const {
@@ -461,7 +291,13 @@ void Trainer::train() {
   release_host_block_cache();  // what building and reading left cached, steps would not reuse
   failpoint("train.start");    // the model and data are ready: tests read the resident memory training starts from
   while (t_.step < s_.train.max_steps) {
-    if (stop_for_wall_time()) break;
+    if (wall_time_->near(*groups_, plan_.lead)) {
+      t_.stop_reason = "max_wall_time";
+      status_ = "preempted";
+      progress_->finish();
+      spdlog::warn("{}", wall_time_->stop_line(t_.step));
+      break;
+    }
     profiler_->before_step(t_.step + 1);
     const auto t0 = Clock::now();
     const StepResult r = step();
@@ -482,7 +318,7 @@ void Trainer::train() {
       failpoint("train.stopping");  // tests deliver a second signal here, before the save
       break;
     }
-    slowest_step_s_ = std::max(slowest_step_s_, seconds_since(t0));
+    wall_time_->step_took(seconds_since(t0));
     if (s_.checkpoint.every > 0 && step % s_.checkpoint.every == 0) save();
     failpoint("train.step_done");
   }
@@ -490,28 +326,6 @@ void Trainer::train() {
   if (status_ != "ok" || s_.checkpoint.at_end) save();
   saver_.wait();            // checkpoint.async: the last save is on disk before the run reports
   failpoint("train.done");  // tests read the process's peak resident memory here, from /proc
-}
-
-// checkpoint.max_wall_time: stop while one more step and a save still fit. The estimate is the
-// slowest step seen (eval and logging included) plus the last save's duration (before the first
-// save: a guess from its size). Each process trains at least one step, so a requeued job always
-// makes progress and leaves a checkpoint to continue from. Rank 0's clock decides for all (an
-// all-reduce only when a limit is set).
-bool Trainer::stop_for_wall_time() {
-  const double limit = s_.checkpoint.max_wall_time;
-  if (limit <= 0) return false;
-  bool near = false;
-  if (plan_.lead && slowest_step_s_ > 0) {
-    const double save_s = last_save_s_ > 0 ? last_save_s_.load() : 1.0 + checkpoint_mb_ / 200.0;
-    near = seconds_since(t_start_) + 1.2 * (slowest_step_s_ + save_s) > limit;
-  }
-  if (!groups_->any_rank(near, "agreement on max_wall_time")) return false;
-  t_.stop_reason = "max_wall_time";
-  status_ = "preempted";
-  progress_->finish();
-  spdlog::warn("checkpoint.max_wall_time ({:.0f} s) is near after {:.0f} s: saving and stopping at step {}", limit,
-               seconds_since(t_start_), t_.step);
-  return true;
 }
 
 // One optimizer step: forward and backward of the micro-batches, the gradients summed over the
@@ -585,7 +399,7 @@ StepResult Trainer::step() {
   if (!passes_->keeps_gradients())
     for (const auto& p : params_) p.mutable_grad() = torch::Tensor();
   t_.step = step;
-  count_skips(overflow, nan_skip, spike_skip);
+  skips_.count(step, overflow, nan_skip, spike_skip, precision_->loss_scale());
   end_host_cache_step();  // after the gradients are freed: the next step reuses their blocks
   if (s_.train.empty_cache_steps > 0 && step % s_.train.empty_cache_steps == 0) release_cached_memory(plan_.device);
   t_.tokens += step_tokens;
@@ -593,26 +407,6 @@ StepResult Trainer::step() {
   ++interval_.steps;
   interval_.loss = interval_.loss.defined() ? interval_.loss + r.loss : r.loss;
   return r;
-}
-
-// A skipped step is warned about; many in a row stop the run (backing off the loss scale cannot
-// help when the forward pass itself overflows fp16).
-void Trainer::count_skips(bool overflow, bool nan_skip, bool spike_skip) {
-  constexpr int64_t kMaxConsecutiveSkips = 50;
-  if (overflow)
-    spdlog::warn("step {}: gradients overflowed under fp16; optimizer step skipped, loss scale now {}", t_.step,
-                 precision_->loss_scale());
-  if (!overflow && !nan_skip && !spike_skip) {
-    consecutive_skips_ = 0;
-    return;
-  }
-  if (++consecutive_skips_ >= kMaxConsecutiveSkips)
-    throw runtime_error(std::to_string(consecutive_skips_) + " steps in a row were skipped (" +
-                        (overflow     ? "fp16 overflow, down to loss scale " + std::to_string(precision_->loss_scale())
-                         : spike_skip ? std::string("loss spikes: the loss no longer fits train.spike_window's steps")
-                                      : std::string("non-finite loss or gradients")) +
-                        ")\n    fix: use precision.mode: bf16 (fp32's range), lower optim.lr, or check the "
-                        "initial weights (model.init_from)");
 }
 
 // A loss spike (train/spike_guard.h): warned about, counted, its update dropped; under rollback the
@@ -645,23 +439,20 @@ bool Trainer::on_spike(int64_t step, double loss, double grad_norm, const SpikeV
 void Trainer::roll_back() {
   saver_.wait();
   groups_->any_rank(false, "agreement on a rollback");
-  ResumeSource back = ResumeSource::rollback(ckpt_root_ / step_name(last_saved_step_), optimizer_row_share(), par_,
-                                             shapes_, !lora_base_.empty());
+  ResumeSource back = ResumeSource::rollback(ckpt_root_ / step_name(last_saved_step_),
+                                             gputrain::optimizer_row_share(par_.share.layout, s_.optim), par_, shapes_,
+                                             !lora_base_.empty());
   back.apply(model_, *groups_, par_, *optimizer_, *precision_, shapes_);
   if (const StoredWeights* files = back.reread())
     spdlog::info(
         weights_read_line(*groups_, files->bytes_read(), files->bytes_stored(), "checkpoint " + back.dir().string()));
 }
 
+// Before the model is built, the layout the settings give this rank (parallelize's, par_.share.layout).
 std::optional<RowShare> Trainer::optimizer_row_share() const {
-  // (Under expert parallelism an expert's rows are shared by its replicas, not by the dp group: the
-  // state is read whole and cut as it loads.)
   const Grid g(s_.parallel, plan_.group_world.size);
-  if (s_.parallel.zero != 3 || g.replicas() < 2 || s_.parallel.ep > 1) return std::nullopt;
-  const GridCoord c = g.coord(plan_.group_world.rank);
-  // ZeRO-3 shards over the replicas (every dp rank's cp ranks), in (dp, cp) order.
-  return RowShare{c.dp * g.cp() + c.cp, g.replicas(), static_cast<size_t>(c.tp), static_cast<size_t>(g.tp()),
-                  zero3_shard_blocks(s_.optim)};
+  return gputrain::optimizer_row_share(
+      rank_layout(gpt_parameter_shapes(s_.model), s_.model, s_.parallel, g, plan_.group_world.rank), s_.optim);
 }
 
 // A line of metrics.jsonl (the metrics contract) and the progress line, for the steps since the last.
@@ -702,7 +493,11 @@ void Trainer::log_step(const StepResult& r, int64_t step, bool eval_now) {
 
 double Trainer::evaluate() {
   double l = 0;
-  auto run = [&] { l = s_.train.eval_full ? evaluate_all_windows() : passes_->evaluate(eval_batches_); };
+  auto run = [&] {
+    l = s_.train.eval_full ? evaluate_every_window(*passes_, *groups_, *eval_source_, s_, plan_.dp, plan_.device,
+                                                   par_.pipeline != nullptr, par_.share.fully_sharded != nullptr)
+                           : passes_->evaluate(eval_batches_);
+  };
   // A captured step graph lends its memory pool, idle between replays (train/step_graph.h).
   passes_->run_in_step_memory(run);
   if (!std::isfinite(l)) throw runtime_error("evaluation loss is not finite at step " + std::to_string(t_.step));
@@ -713,65 +508,19 @@ double Trainer::evaluate() {
   return l;
 }
 
-// train.eval_full: every window of data.eval once. Each replica reads its share and the sums meet
-// (a pipeline's replicas each read them all: its evaluation already gathers over the world).
-double Trainer::evaluate_all_windows() {
-  const bool pipelined = par_.pipeline != nullptr;
-  const WindowShare share = pipelined ? WindowShare{} : WindowShare{groups_->coord().dp, plan_.dp};
-  const int64_t batch = s_.train.per_device_batch_size;
-  int64_t forwards = 0;
-  const EvalTotals t =
-      evaluate_windows(*eval_source_, s_.model.seq_len, batch, document_options(s_.data.eval), plan_.device, share,
-                       nullptr, [&](const Batch& b) {
-                         ++forwards;
-                         return passes_->evaluate({b}) * static_cast<double>(passes_->objective().units(b));
-                       });
-  if (pipelined) return t.loss();
-  if (par_.share.fully_sharded) {
-    // ZeRO-3: each forward gathers every unit on every rank. A rank whose share took fewer forwards
-    // (fewer windows, or batches without targets) runs forwards on a batch without targets until it
-    // has run as many as the largest share's batches.
-    const int64_t most = (eval_source_->window_count() + plan_.dp - 1) / plan_.dp;
-    const Batch empty{torch::zeros({1, s_.model.seq_len}, torch::kLong).to(plan_.device),
-                      torch::full({1, s_.model.seq_len}, kIgnoreIndex, torch::kLong).to(plan_.device), 0};
-    for (; forwards < (most + batch - 1) / batch; ++forwards) passes_->evaluate({empty});
-  }
-  const torch::Tensor loss_sum = torch::tensor(t.loss_sum, torch::kDouble).to(plan_.device);
-  const double total = sum_loss_and_any(*groups_, loss_sum, false).first.item<double>();
-  return total / static_cast<double>(std::max<int64_t>(global_targets(*groups_, t.targets), 1));
-}
-
 // A checkpoint of this step. A parallel run's ranks each write what they hold (no gathering), and
 // rank 0 commits once all have; under checkpoint.async from a host copy, on the saver's thread.
 void Trainer::save() {
   if (t_.step == last_saved_step_) return;
   const auto t0 = Clock::now();
-  auto snap = std::make_shared<TrainingSnapshot>();
-  snap->counters = t_;
-  snap->counters.metrics_bytes = metrics_ ? metrics_->bytes() : 0;
-  snap->per_device_batch_size = s_.train.per_device_batch_size;
-  snap->grad_accum_steps = s_.train.grad_accum_steps;
-  snap->sampler = train_sampler_->state(train_loader_->next_sample());
-  if (precision_->scaler()) snap->scaler = precision_->scaler()->state();
-  snap->rng = capture_rng(plan_.device);
-  snap->settings = settings_to_json(s_);
-  snap->recipe_yaml = recipe_to_yaml(s_);
-  snap->optimizer = optimizer_->describe();
+  TrainingCounters counters = t_;
+  counters.metrics_bytes = metrics_ ? metrics_->bytes() : 0;
+  auto snap = std::make_shared<TrainingSnapshot>(
+      snapshot_of_run(counters, s_, train_sampler_->state(train_loader_->next_sample()), *precision_, plan_.device,
+                      *optimizer_, *groups_, par_, lora_base_));
   std::optional<CheckpointJoin> join;
-  if (groups_->distributed()) {
-    snap->part = checkpoint_part(*groups_, par_.share, par_.gradients->shards_optimizer_state(), *optimizer_);
-    snap->tp_split = par_.share.tensor_split;
-    const World& world = groups_->world();
+  if (const World& world = groups_->world(); groups_->distributed())
     join = CheckpointJoin{save_writer_, world.rank, world.size, s_.parallel.timeout_s, saver_.cancelled()};
-  } else {
-    snap->model = par_.share.weights;
-    for (const auto& e : optimizer_->state()) snap->optimizer_state.push_back({e.name, e.tensor});
-  }
-  if (!lora_base_.empty()) {  // model.lora.save: adapters
-    snap->lora_base = lora_base_;
-    std::erase_if(snap->part ? snap->part->model : snap->model,
-                  [](const NamedTensor& w) { return !is_lora_parameter(w.name); });
-  }
   last_saved_step_ = t_.step;
   const bool async = s_.checkpoint.async;
   if (async) copy_to_host(*snap);  // training changes the tensors in place from the next step on
@@ -780,10 +529,11 @@ void Trainer::save() {
     const fs::path dir = save_training_checkpoint(root, *snap, join);
     if (!plan_.lead) return;
     prune_checkpoints(root, keep);
-    last_save_s_ = seconds_since(t0);
+    const double took = seconds_since(t0);
+    wall_time_->save_took(took);
     if (!async) progress_->finish();
-    spdlog::info("checkpoint: step {} saved to {} in {:.2f} s{}", snap->counters.step, dir.string(),
-                 last_save_s_.load(), async ? " (in the background)" : "");
+    spdlog::info("checkpoint: step {} saved to {} in {:.2f} s{}", snap->counters.step, dir.string(), took,
+                 async ? " (in the background)" : "");
   };
   if (async) saver_.start(std::move(write));
   else write();
@@ -834,8 +584,6 @@ RunOutcome Trainer::finish() {
   spdlog::info("{}", finish_line(status_, t_, seconds_since(t_start_), j["tokens_per_s"].get<double>()));
   return RunOutcome{status_, stop_signal_, j};
 }
-
-}  // namespace
 
 RunOutcome run_training(const Recipe& recipe, const RunOptions& options) { return Trainer(recipe, options).run(); }
 

@@ -14,11 +14,13 @@
 #include "checkpoint/stored_weights.h"
 #include "model/lora.h"
 #include "train/lora_base_fingerprint.h"
+#include "model/gpt_shapes.h"
 #include "model/meta_build.h"
 #include "parallel/fully_sharded.h"
 #include "parallel/launcher.h"
 #include "parallel/parallelize.h"
 #include "parallel/process_groups.h"
+#include "parallel/rank_layout.h"
 #include "test_util.h"
 #include "thread_ranks.h"
 
@@ -75,6 +77,25 @@ size_t check_rank(const ProcessGroups& groups, const ParallelModel& par, Gpt& mo
   return share.weights.size();
 }
 
+// The layout planned from the settings is what parallelize carried out: the same parameters, each the
+// shape this rank's tensor (ZeRO-3: its tensor before sharding) has, frozen where it is frozen.
+void check_planned(const RankLayout& planned, const ParallelModel& par, Gpt& model) {
+  std::vector<std::string> names, carried;
+  for (const HeldParameter& h : planned.parameters) names.push_back(h.name);
+  for (const auto& w : par.share.weights) carried.push_back(w.name);
+  CHECK(names == carried);
+  CHECK(planned.stage.first == par.share.stage().first);
+  CHECK(planned.stage.last == par.share.stage().last);
+  const auto live = model->named_parameters();
+  for (const HeldParameter& h : planned.parameters) {
+    INFO(h.name);
+    const torch::Tensor& t = live[h.name];
+    CHECK(h.trainable == t.requires_grad());
+    if (par.share.fully_sharded) continue;  // its rows only: checked by check_rank
+    CHECK(t.sizes().vec() == h.sizes);
+  }
+}
+
 // The base weights of `model` (a LoRA model's frozen ones: those model.init_from gives).
 std::vector<NamedTensor> base_of(Gpt& model) {
   std::vector<NamedTensor> base;
@@ -105,9 +126,12 @@ std::vector<size_t> check_layout(const ModelSettings& m, ParallelSettings p, int
     if (!init_from.empty()) files = StoredWeights::init_from(init_from, m, base_of(model));
     ParallelPlan plan{p, CheckpointingPolicy::kNone, 2, torch::kCPU, ShardBlocks{}};
     ParallelModel par = parallelize(model, groups, plan, files.get());
+    // What the settings alone say this rank holds (the planners' and the checkpoint's view).
+    const RankLayout planned = rank_layout(gpt_parameter_shapes(m), m, p, groups.grid(), rank);
     std::lock_guard<std::mutex> lock(report);  // Catch2's assertions are not thread-safe
     INFO("rank " << rank);
     held[static_cast<size_t>(rank)] = check_rank(groups, par, model, reference);
+    check_planned(planned, par, model);
   };
   test::run_ranks_as_threads(world, rank_main);
   return held;
