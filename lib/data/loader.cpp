@@ -27,10 +27,8 @@ DocumentOptions document_options(const DataSourceSettings& d) {
 BatchLoader::BatchLoader(const WindowSource& source, const WindowSampler& sampler, LoaderOptions opts,
                          int64_t first_sample)
     : source_(source), sampler_(sampler), opts_(opts), first_sample_(first_sample) {
-  if ((opts_.documents.mask_boundaries || opts_.documents.attention) && !source.eot_token())
-    throw data_error(
-        "mask_document_boundaries and document_attention need the data's document-start id\n    fix: set "
-        "data.*.eot_token");
+  require_document_start(opts_.documents.mask_boundaries || opts_.documents.attention, source.eot_token().has_value(),
+                         "data.*");
   for (int64_t i = 0; i < opts_.num_workers; ++i) workers_.emplace_back([this] { worker_loop(); });
 }
 
@@ -97,7 +95,7 @@ Batch window_batch(const WindowSource& source, std::span<const uint64_t> keys, i
     if (positions.defined()) number_document_positions(x, T, real, eot, positions.data_ptr<int64_t>() + r * T);
   }
   b.target_count = counted;
-  if (positions.defined()) b.documents = document_layout(positions);
+  if (positions.defined()) b.token_layout = document_layout(positions);
   return b;
 }
 
@@ -106,7 +104,7 @@ Batch BatchLoader::to_device(Batch b) const {
   const bool async = b.input.is_pinned();
   b.input = b.input.to(opts_.device, /*non_blocking=*/async);
   b.target = b.target.to(opts_.device, /*non_blocking=*/async);
-  b.documents = b.documents.to(opts_.device);
+  b.token_layout = b.token_layout.to(opts_.device);
   return b;
 }
 

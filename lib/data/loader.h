@@ -26,13 +26,16 @@ struct Batch {
   torch::Tensor input;       // [B, T] int64
   torch::Tensor target;      // [B, T] int64, kIgnoreIndex where no loss is taken
   int64_t target_count = 0;  // targets that count toward the loss
-  DocumentLayout documents;  // data.*.document_attention: where each document starts (else undefined)
+  // Where each token sits: under data.*.document_attention its position in its document and the
+  // documents' offsets; under context parallelism (parallel/context_parallel.h context_part) the
+  // positions of this rank's chunks, in their documents or in the window; else undefined.
+  DocumentLayout token_layout;
 };
 
 // What a batch does at document boundaries; both need the source's document-start id.
 struct DocumentOptions {
   bool mask_boundaries = false;  // data.*.mask_document_boundaries
-  bool attention = false;        // data.*.document_attention: Batch::documents
+  bool attention = false;        // data.*.document_attention: Batch::token_layout
 };
 // The document options of data.train or data.eval.
 DocumentOptions document_options(const DataSourceSettings& d);

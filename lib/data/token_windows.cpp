@@ -15,11 +15,8 @@ TokenWindows::TokenWindows(const DataSourceSettings& d, const ModelSettings& m, 
       document_attention_(d.document_attention),
       T_(m.seq_len) {
   const auto& shards = data_.shards();
-  if ((d.packing != Packing::kStream || d.mask_document_boundaries || d.document_attention) && !data_.eot_token())
-    throw data_error(key + ": packing documents or padded, mask_document_boundaries and document_attention need the " +
-                     "end-of-document (document-start) id, and no sidecar gives it\n    fix: set " + key +
-                     ".eot_token (GPT-2: 50256), or prepare the data with "
-                     "`gputrain data prepare`");
+  require_document_start(d.packing != Packing::kStream || d.mask_document_boundaries || d.document_attention,
+                         data_.eot_token().has_value(), key);
   int64_t total = 0;
   if (packing_ == Packing::kStream) {
     for (const auto& s : shards) {

@@ -11,6 +11,14 @@
 #include "util/error.h"
 
 namespace gputrain {
+
+void require_document_start(bool needed, bool known, const std::string& key) {
+  if (needed && !known)
+    throw data_error(key +
+                     ": packing documents or padded, mask_document_boundaries and document_attention need the "
+                     "end-of-document (document-start) id, and no sidecar gives it\n    fix: set " +
+                     key + ".eot_token (GPT-2: 50256), or prepare the data with `gputrain data prepare`");
+}
 namespace {
 
 class MarkovSource : public WindowSource {

@@ -16,6 +16,11 @@ namespace gputrain {
 
 class MixtureWindows;
 
+// Packing documents, padding, mask_document_boundaries and document_attention need the data's
+// end-of-document (document-start) id: where `needed` and it is not `known`, a data error naming the
+// data key (`key`, e.g. "data.train") and the fix. The one statement of that rule.
+void require_document_start(bool needed, bool known, const std::string& key);
+
 class WindowSource {
  public:
   virtual ~WindowSource() = default;

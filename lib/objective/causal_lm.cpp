@@ -11,7 +11,7 @@ const ObjectiveSpec& causal_lm_spec() {
       "the step's targets",
       {BatchField::kInput, BatchField::kTarget},
       [](const Batch& b) { return b.target_count; },
-      [](Gpt& model, const Batch& b) { return model->loss_sum(b.input, b.target, b.documents); },
+      [](Gpt& model, const Batch& b) { return model->loss_sum(b.input, b.target, b.token_layout); },
       [](Gpt& model, const torch::Tensor& stream, const Batch& b) {
         return model->head_loss_sum(stream, b.target.to(stream.device()));
       },

@@ -22,7 +22,7 @@ enum class BatchField { kInput, kTarget, kDocuments };
 struct ObjectiveSpec {
   TrainObjective name;  // train.objective's typed value (the schema spells it)
   std::string summary;  // what it minimizes, for the docs
-  // The fields every micro-batch must carry (Batch::documents is optional for every objective: a
+  // The fields every micro-batch must carry (Batch::token_layout is optional for every objective: a
   // packed batch's layout, used where present).
   std::vector<BatchField> fields;
   // How many units the micro-batch's loss is a sum over (next-token: the targets that take loss). A

@@ -51,7 +51,7 @@ bool carries(const Batch& b, BatchField f) {
     case BatchField::kTarget:
       return b.target.defined();
     case BatchField::kDocuments:
-      return b.documents.defined();
+      return b.token_layout.defined();
   }
   return false;
 }

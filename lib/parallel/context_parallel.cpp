@@ -100,8 +100,8 @@ Batch context_part(const Batch& b, int place, int size) {
   out.target = b.target.index_select(1, places);
   out.target_count = out.target.ne(kIgnoreIndex).sum().item<int64_t>();
   // (No document offsets: the gathering attention masks by the positions.)
-  out.documents.positions = b.documents.defined() ? b.documents.positions.index_select(1, places)
-                                                  : places.unsqueeze(0).expand({B, places.size(0)}).contiguous();
+  out.token_layout.positions = b.token_layout.defined() ? b.token_layout.positions.index_select(1, places)
+                                                        : places.unsqueeze(0).expand({B, places.size(0)}).contiguous();
   return out;
 }
 

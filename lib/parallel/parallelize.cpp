@@ -17,13 +17,13 @@
 namespace gputrain {
 namespace {
 
-bool fully_shards(const ProcessGroups& groups, const ParallelPlan& plan) {
-  return plan.parallel.zero == 3 && groups.dp() != nullptr;
+bool fully_shards(const ProcessGroups& groups, const ParallelizeOptions& options) {
+  return options.parallel.zero == 3 && groups.dp() != nullptr;
 }
 
 // ZeRO-3 on CUDA with parallel.offload_params (or a file's state): the shards live on the host.
-bool offloads_params(const ParallelPlan& plan) {
-  return optimizer_placement(plan.parallel, plan.device, "", true).shards_on_host;
+bool offloads_params(const ParallelizeOptions& options) {
+  return optimizer_placement(options.parallel, options.device, "", true).shards_on_host;
 }
 
 // The model's whole parameters, before any rank keeps its part: what the layout is computed from.
@@ -45,7 +45,7 @@ void keep_pipeline_stage(Gpt& model, const ProcessGroups& groups, RankShare& sha
 // ZeRO-3: rank 0 of each group decides the weights (as the replicas' do otherwise), then each rank
 // keeps its rows (an expert's shared by its replicas; with none, ep = dp, it stays whole).
 // Built on meta, each rank computes its own rows (`initial`): the same numbers rank 0 would have sent.
-void shard_fully(Gpt& model, const ProcessGroups& groups, const ParallelPlan& plan,
+void shard_fully(Gpt& model, const ProcessGroups& groups, const ParallelizeOptions& options,
                  const std::vector<NamedTensor>& held, const InitialParts* initial, RankShare& share) {
   if (!initial) {
     std::vector<NamedTensor> dense, experts;
@@ -53,11 +53,11 @@ void shard_fully(Gpt& model, const ProcessGroups& groups, const ParallelPlan& pl
     broadcast_parameters(*groups.dp(), dense);
     if (groups.expert_replicas()) broadcast_parameters(*groups.expert_replicas(), experts);
   }
-  const ParallelSettings& p = plan.parallel;
+  const ParallelSettings& p = options.parallel;
   ShardPlacement place{
-      plan.device, offloads_params(plan) ? torch::Device(torch::kCPU) : plan.device, p.reshard_after_forward,
+      options.device, offloads_params(options) ? torch::Device(torch::kCPU) : options.device, p.reshard_after_forward,
       p.gather_dtype == GatherDtype::kBf16 ? std::optional<torch::ScalarType>(torch::kBFloat16) : std::nullopt,
-      plan.shard_blocks};
+      options.shard_blocks};
   share.fully_sharded = std::make_shared<FullyShardedModel>(
       *groups.dp(), model, held, place,
       [&groups](const std::string& name) { return ep_splits(groups, name) ? groups.expert_replicas() : groups.dp(); },
@@ -74,32 +74,33 @@ void shard_fully(Gpt& model, const ProcessGroups& groups, const ParallelPlan& pl
 
 }  // namespace
 
-ParallelModel parallelize(Gpt& model, const ProcessGroups& groups, const ParallelPlan& plan, const PartReader* files) {
+ParallelModel parallelize(Gpt& model, const ProcessGroups& groups, const ParallelizeOptions& options,
+                          const PartReader* files) {
   ParallelModel out;
   RankShare& share = out.share;
   // Built on meta: the whole shapes, before this rank keeps its slices, say which elements it fills.
   std::unique_ptr<InitialParts> initial;
   if (model->built_on_meta()) initial = std::make_unique<InitialParts>(model, files);
   const Grid& grid = groups.grid();
-  share.layout = rank_layout(whole_shapes(model), model->cfg, plan.parallel, grid, grid.rank_of(groups.coord()));
+  share.layout = rank_layout(whole_shapes(model), model->cfg, options.parallel, grid, grid.rank_of(groups.coord()));
   if (groups.tp()) {
     share.tensor_split = parallelize_tensor(model, *groups.tp());
     if (initial) initial->set_tensor_split(share.tensor_split, groups.tp()->rank(), groups.tp()->size());
   }
-  if (groups.cp()) parallelize_context(model, *groups.cp(), plan.parallel.cp_method);
+  if (groups.cp()) parallelize_context(model, *groups.cp(), options.parallel.cp_method);
   keep_pipeline_stage(model, groups, share);
   if (groups.ep()) parallelize_experts(model, *groups.ep());  // (each rank's experts: the layout's)
-  share.recomputed_blocks = apply_activation_checkpointing(model, plan.checkpointing, plan.checkpoint_every);
+  share.recomputed_blocks = apply_activation_checkpointing(model, options.checkpointing, options.checkpoint_every);
   std::vector<NamedTensor> held = share.held_of(module_weights(*model));
-  if (fully_shards(groups, plan)) shard_fully(model, groups, plan, held, initial.get(), share);
+  if (fully_shards(groups, options)) shard_fully(model, groups, options, held, initial.get(), share);
   else share.weights = std::move(held);
   if (initial) {
-    share.initialized_bytes = initial->materialize(model, share.weights, plan.device);
+    share.initialized_bytes = initial->materialize(model, share.weights, options.device);
     out.parts = std::make_unique<InitialParts>(initial->with_files(nullptr));  // `files` go with the build
   }
-  out.gradients = std::make_unique<GradientReducer>(groups, plan.parallel, share);
+  out.gradients = std::make_unique<GradientReducer>(groups, options.parallel, share);
   if (groups.pp())
-    out.pipeline = std::make_unique<PipelineStages>(groups, plan.parallel, plan.device, share.layout.stages);
+    out.pipeline = std::make_unique<PipelineStages>(groups, options.parallel, options.device, share.layout.stages);
   return out;
 }
 
@@ -118,7 +119,8 @@ void reread_parts(ParallelModel& par, const PartReader& files) {
   else parts.refill(par.share.weights);
 }
 
-std::string describe_parallelism(const ProcessGroups& groups, const ParallelPlan& plan, const ParallelModel& par) {
+std::string describe_parallelism(const ProcessGroups& groups, const ParallelizeOptions& options,
+                                 const ParallelModel& par) {
   if (!groups.distributed()) return "1 process";
   const Grid& grid = groups.grid();
   const GridCoord& at = groups.coord();
@@ -139,13 +141,13 @@ std::string describe_parallelism(const ProcessGroups& groups, const ParallelPlan
   if (groups.cp())
     s += fmt::format("; context parallel: this rank holds chunks {} and {} of each sequence's {} (cp {}), attention {}",
                      l.chunks.first, l.chunks.second, l.chunks.count, grid.cp(),
-                     plan.parallel.cp_method == ContextMethod::kRing ? "passes keys and values round the ring"
-                                                                     : "gathers the others' keys and values");
+                     options.parallel.cp_method == ContextMethod::kRing ? "passes keys and values round the ring"
+                                                                        : "gathers the others' keys and values");
   if (groups.pp())
     s +=
         fmt::format("; pipeline: stage {} of {} runs blocks [{}, {}){}{}, {} schedule", at.pp, grid.pp(), l.stage.first,
                     l.stage.last, l.stage.embeds ? " and the embeddings" : "", l.stage.has_head ? " and the head" : "",
-                    plan.parallel.pp_schedule == PipelineSchedule::kGpipe ? "gpipe" : "1f1b");
+                    options.parallel.pp_schedule == PipelineSchedule::kGpipe ? "gpipe" : "1f1b");
   if (groups.ep())
     s += fmt::format(
         "; expert parallel: this rank holds experts {}-{} of each mixture layer's {} (ep {}), their "
@@ -162,17 +164,17 @@ std::string describe_parallelism(const ProcessGroups& groups, const ParallelPlan
                  "; ZeRO-3: this rank holds 1/{} of the rows of each of the {} parameter tensors{}, each unit's "
                  "weights gathered only while in use{}{}{}",
                  groups.dp()->size(), share.weights.size(), part,
-                 plan.parallel.reshard_after_forward ? "" : " (kept from forward to backward)",
-                 plan.parallel.gather_dtype == GatherDtype::kBf16 ? ", in bf16" : "",
-                 offloads_params(plan) ? "; the shards (pinned), their gradients and the optimizer state in host "
-                                         "memory, the update on the CPU (parallel.offload_params)"
-                                       : "");
+                 options.parallel.reshard_after_forward ? "" : " (kept from forward to backward)",
+                 options.parallel.gather_dtype == GatherDtype::kBf16 ? ", in bf16" : "",
+                 offloads_params(options) ? "; the shards (pinned), their gradients and the optimizer state in host "
+                                            "memory, the update on the CPU (parallel.offload_params)"
+                                          : "");
 }
 
-OptimizerPlacement rank_optimizer_placement(ParallelModel& par, const ParallelPlan& plan,
+OptimizerPlacement rank_optimizer_placement(ParallelModel& par, const ParallelizeOptions& options,
                                             const std::vector<ParamGroup>& groups, const std::string& output_dir,
                                             bool device_named_cpu) {
-  OptimizerPlacement where = optimizer_placement(plan.parallel, plan.device, output_dir, device_named_cpu);
+  OptimizerPlacement where = optimizer_placement(options.parallel, options.device, output_dir, device_named_cpu);
   FullyShardedModel* sharded = par.share.fully_sharded.get();
   if (where.state != OptimizerPlacement::State::kFile || !sharded) return where;
   where.units = sharded->unit_parameters();

@@ -28,7 +28,7 @@ namespace gputrain {
 
 // What parallelize needs beyond the groups: the recipe's parallel and activation-checkpointing keys,
 // the run's device and what the optimizer needs of ZeRO-3's shards (zero3_shard_blocks).
-struct ParallelPlan {
+struct ParallelizeOptions {
   ParallelSettings parallel;
   CheckpointingPolicy checkpointing = CheckpointingPolicy::kNone;
   int64_t checkpoint_every = 2;
@@ -48,7 +48,7 @@ struct ParallelModel {
 // storage and its values, from `files` for the parameters they cover (model.init_from, a resumed
 // checkpoint), else from the seed. Or built with its whole weights (tests; on the host under ZeRO-3,
 // which moves only this rank's shards to the device).
-ParallelModel parallelize(Gpt& model, const ProcessGroups& groups, const ParallelPlan& plan,
+ParallelModel parallelize(Gpt& model, const ProcessGroups& groups, const ParallelizeOptions& options,
                           const PartReader* files = nullptr);
 
 // A model built on meta: whether `files` (a checkpoint of this run) hold every weight this rank holds,
@@ -60,11 +60,12 @@ void reread_parts(ParallelModel& par, const PartReader& files);
 // Where this rank's optimizer over `groups` keeps its state (optim/optimizer_placement.h), with what
 // ZeRO-3 gives one in a file: its units, and the bf16 copies the gathers read in place of the fp32
 // shards, which move to the file too. `output_dir`: the file's folder without parallel.offload_dir.
-OptimizerPlacement rank_optimizer_placement(ParallelModel& par, const ParallelPlan& plan,
+OptimizerPlacement rank_optimizer_placement(ParallelModel& par, const ParallelizeOptions& options,
                                             const std::vector<ParamGroup>& groups, const std::string& output_dir,
                                             bool device_named_cpu);
 
 // The grid and what this rank holds and does, for the log.
-std::string describe_parallelism(const ProcessGroups& groups, const ParallelPlan& plan, const ParallelModel& par);
+std::string describe_parallelism(const ProcessGroups& groups, const ParallelizeOptions& options,
+                                 const ParallelModel& par);
 
 }  // namespace gputrain

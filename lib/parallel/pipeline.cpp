@@ -62,7 +62,7 @@ struct InFlight {
 torch::Tensor stage_forward(Gpt& model, StageLink& link, const Batch& b, const StageLayers& stage, int rank,
                             const torch::TensorOptions& stream, bool grad, torch::Tensor& received,
                             const std::string& what) {
-  const DocumentLayout documents = b.documents.to(stream.device());
+  const DocumentLayout documents = b.token_layout.to(stream.device());
   torch::Tensor x;
   if (rank == 0) {
     x = model->embed(b.input.to(stream.device()), documents);
@@ -247,7 +247,7 @@ std::vector<Batch> split_micro_batches(const std::vector<Batch>& micro, int64_t 
   for (const auto& b : micro) {
     inputs.push_back(b.input);
     targets.push_back(b.target);
-    if (b.documents.defined()) positions.push_back(b.documents.positions);
+    if (b.token_layout.defined()) positions.push_back(b.token_layout.positions);
   }
   const torch::Tensor input = torch::cat(inputs), target = torch::cat(targets);
   const torch::Tensor position = positions.empty() ? torch::Tensor() : torch::cat(positions);
@@ -260,7 +260,7 @@ std::vector<Batch> split_micro_batches(const std::vector<Batch>& micro, int64_t 
     b.input = input.narrow(0, i * rows, rows);
     b.target = target.narrow(0, i * rows, rows);
     b.target_count = b.target.ne(kIgnoreIndex).sum().item<int64_t>();
-    if (position.defined()) b.documents = document_layout(position.narrow(0, i * rows, rows));
+    if (position.defined()) b.token_layout = document_layout(position.narrow(0, i * rows, rows));
     out.push_back(std::move(b));
   }
   return out;

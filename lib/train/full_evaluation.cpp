@@ -56,7 +56,7 @@ EvalTotals evaluate_windows(const WindowSource& source, int64_t seq_len, int64_t
     if (tokenizer) totals.bytes += target_bytes(b, *tokenizer);
     b.input = b.input.to(device);
     b.target = b.target.to(device);
-    b.documents = b.documents.to(device);
+    b.token_layout = b.token_layout.to(device);
     totals.loss_sum += b.target_count > 0 ? loss_sum(b) : 0.0;
     totals.targets += b.target_count;
     totals.windows += static_cast<int64_t>(keys.size());

@@ -112,7 +112,7 @@ class CudaStepGraph final : public StepGraph {
       Batch fixed{torch::empty_like(b.input), torch::empty_like(b.target), 0};
       // Packed documents: their positions alone (how many documents a batch holds varies), from
       // which the captured attention builds its mask (model/attention.h).
-      if (b.documents.defined()) fixed.documents.positions = torch::empty_like(b.documents.positions);
+      if (b.token_layout.defined()) fixed.token_layout.positions = torch::empty_like(b.token_layout.positions);
       static_.push_back(std::move(fixed));
     }
     inv_total_ = torch::empty({}, micro.front().input.options().dtype(torch::kFloat));
@@ -168,8 +168,8 @@ class CudaStepGraph final : public StepGraph {
               i, shape_str(now), shape_str(fixed)));
       static_[i].input.copy_(micro[i].input, /*non_blocking=*/true);
       static_[i].target.copy_(micro[i].target, /*non_blocking=*/true);
-      if (static_[i].documents.defined())
-        static_[i].documents.positions.copy_(micro[i].documents.positions, /*non_blocking=*/true);
+      if (static_[i].token_layout.defined())
+        static_[i].token_layout.positions.copy_(micro[i].token_layout.positions, /*non_blocking=*/true);
     }
     inv_total_.fill_(inv_total);
   }

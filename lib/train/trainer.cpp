@@ -117,8 +117,8 @@ void Trainer::build_model() {
     spdlog::info("kernels.cuda_graphs: a world of one ({}) trains as a single process, without a process group",
                  plan_.world.describe());
   groups_ = std::make_unique<ProcessGroups>(plan_.group_world, s_.parallel, plan_.device);
-  parallel_plan_ = ParallelPlan{s_.parallel, s_.train.gradient_checkpointing, s_.train.checkpoint_every, plan_.device,
-                                zero3_shard_blocks(s_.optim)};
+  parallelize_options_ = ParallelizeOptions{s_.parallel, s_.train.gradient_checkpointing, s_.train.checkpoint_every,
+                                            plan_.device, zero3_shard_blocks(s_.optim)};
   if (groups_->distributed())
     save_writer_ = broadcast_text(*groups_->world_comm(), this_writer_id(), 0, "rank 0's checkpoint writer id");
   t_.mem_start_mb = current_rss_mb();
@@ -143,7 +143,7 @@ void Trainer::build_model() {
   }
   n_params_ = model_->parameter_count();
   // TP -> CP -> PP -> EP -> activation checkpointing -> DP/ZeRO (parallel/parallelize.h).
-  par_ = parallelize(model_, *groups_, parallel_plan_, files.get());
+  par_ = parallelize(model_, *groups_, parallelize_options_, files.get());
   if (par_.share.initialized_bytes > 0)
     spdlog::info(
         "model: built on the meta device; this rank gave storage and {} only to its part, {:.1f} MiB of the {:.1f} "
@@ -162,7 +162,7 @@ void Trainer::build_optimizer() {
   std::vector<ParamGroup> groups = par_.gradients->owned_groups(make_param_groups(*model_, s_.optim));
   // Its state in memory, on the host or in a file, as parallel.offload_* ask (optim/optimizer_placement.h).
   const OptimizerPlacement where =
-      rank_optimizer_placement(par_, parallel_plan_, groups, out_dir_.string(), s_.run.device == "cpu");
+      rank_optimizer_placement(par_, parallelize_options_, groups, out_dir_.string(), s_.run.device == "cpu");
   for (const auto& notice : where.notices) spdlog::warn("{}", notice);
   FullyShardedModel* sharded = par_.share.fully_sharded.get();
   const std::optional<RowSharding> rows = sharded ? std::optional(sharded->row_sharding()) : std::nullopt;
@@ -242,7 +242,7 @@ void Trainer::log_start() const {
                floor_,
                plan_.dp,
                out_dir_.string(),
-               groups_->distributed() ? describe_parallelism(*groups_, parallel_plan_, par_) : ""};
+               groups_->distributed() ? describe_parallelism(*groups_, parallelize_options_, par_) : ""};
   if (source_.continues())
     f.resumed = StartFacts::Resumed{source_.dir().string(), t_.step, t_.tokens, first_sample_, source_.read_s()};
   for (const std::string& line : start_log_lines(s_, f)) spdlog::info("{}", line);

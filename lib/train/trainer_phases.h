@@ -129,7 +129,7 @@ class Trainer {
   std::filesystem::path out_dir_, ckpt_root_;
 
   std::unique_ptr<ProcessGroups> groups_;  // the world, its grid and this rank's groups
-  ParallelPlan parallel_plan_;
+  ParallelizeOptions parallelize_options_;
   ParallelModel par_;  // what parallelize kept on this rank, its gradient reducer and pipeline stage
   std::optional<Precision> precision_;
   Gpt model_{nullptr};

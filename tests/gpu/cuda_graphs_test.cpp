@@ -49,7 +49,7 @@ std::vector<Batch> batches_for(int64_t s, const ModelSettings& m, const torch::D
           if (t > 0 && (t * (s + r + 2)) % 23 < s + r + 2) start = t;  // starts that differ by row and step
           positions[r][t] = t - start;
         }
-      micro.back().documents = document_layout(positions).to(device);
+      micro.back().token_layout = document_layout(positions).to(device);
     }
   }
   return micro;

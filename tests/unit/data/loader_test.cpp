@@ -216,25 +216,25 @@ TEST_CASE("document attention: positions restart at every document start and at 
   auto src = make_window_source(d, model_settings(100, 10, 1, 1, 8), "data.train");
   const std::vector<uint64_t> keys = {0, 1, 2};  // [E1234E123E], [E123456E|pad pad], [E1|pad...]
   const Batch b = window_batch(*src, keys, 10, document_options(d));
-  REQUIRE(b.documents.defined());
+  REQUIRE(b.token_layout.defined());
   const std::vector<int64_t> expected = {0, 1, 2, 3, 4, 0, 1, 2, 3, 0,   // two documents, then the next one's start
                                          0, 1, 2, 3, 4, 5, 6, 0, 0, 1,   // the next start, then the padding
                                          0, 1, 0, 1, 2, 3, 4, 5, 6, 7};  // [E 1], then the padding
-  const torch::Tensor positions = b.documents.positions.reshape({-1});
+  const torch::Tensor positions = b.token_layout.positions.reshape({-1});
   CHECK(std::vector<int64_t>(positions.data_ptr<int64_t>(), positions.data_ptr<int64_t>() + 30) == expected);
-  const torch::Tensor offsets = b.documents.offsets.to(torch::kLong);
+  const torch::Tensor offsets = b.token_layout.offsets.to(torch::kLong);
   CHECK(std::vector<int64_t>(offsets.data_ptr<int64_t>(), offsets.data_ptr<int64_t>() + offsets.numel()) ==
         std::vector<int64_t>{0, 5, 9, 10, 17, 18, 20, 22, 30});
-  CHECK(b.documents.longest == 8);
+  CHECK(b.token_layout.longest == 8);
   // Without the option there is no layout; the same batch through the loader has it.
-  CHECK(!window_batch(*src, keys, 10, {}).documents.defined());
+  CHECK(!window_batch(*src, keys, 10, {}).token_layout.defined());
   WindowSampler sampler(src->window_count(), SamplerOptions{});
   LoaderOptions o;
   o.batch_size = 3;
   o.seq_len = 10;
   o.documents = document_options(d);
   BatchLoader loader(*src, sampler, o);
-  CHECK(loader.next().documents.defined());
+  CHECK(loader.next().token_layout.defined());
 }
 
 TEST_CASE("padded packing: one document per window, each with the next one's start as its last target", "[data]") {

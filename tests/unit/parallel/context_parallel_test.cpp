@@ -62,10 +62,10 @@ TEST_CASE("context parallel: rank r of cp holds chunks r and 2 cp - 1 - r, every
   const Batch mine = context_part(b, 0, 2);
   CHECK(mine.input.equal(torch::tensor({{0, 1, 6, 7}, {8, 9, 14, 15}}, torch::kLong)));
   CHECK(mine.target_count == 7);
-  CHECK(mine.documents.positions.equal(torch::tensor({{0, 1, 6, 7}, {0, 1, 6, 7}}, torch::kLong)));
+  CHECK(mine.token_layout.positions.equal(torch::tensor({{0, 1, 6, 7}, {0, 1, 6, 7}}, torch::kLong)));
   // With documents, the positions are the documents' own.
-  b.documents = document_layout(document_positions(2, 8, {0, 5}));
-  CHECK(context_part(b, 0, 2).documents.positions.equal(torch::tensor({{0, 1, 1, 2}, {0, 1, 1, 2}}, torch::kLong)));
+  b.token_layout = document_layout(document_positions(2, 8, {0, 5}));
+  CHECK(context_part(b, 0, 2).token_layout.positions.equal(torch::tensor({{0, 1, 1, 2}, {0, 1, 1, 2}}, torch::kLong)));
 }
 
 TEST_CASE(
@@ -194,9 +194,9 @@ TEST_CASE("context parallel: a model split over 2 and 4 ranks gives one process'
   b.input = torch::randint(0, 64, {2, 32}, torch::kLong);
   b.target = torch::randint(0, 64, {2, 32}, torch::kLong);
   b.target_count = 64;
-  if (documents) b.documents = document_layout(document_positions(2, 32, {0, 9, 10, 23}));
+  if (documents) b.token_layout = document_layout(document_positions(2, 32, {0, 9, 10, 23}));
   Gpt whole = make_model(arch);
-  const torch::Tensor ref = whole->loss_sum(b.input, b.target, b.documents);
+  const torch::Tensor ref = whole->loss_sum(b.input, b.target, b.token_layout);
   ref.backward();
 
   std::vector<double> losses(cp);
@@ -206,7 +206,7 @@ TEST_CASE("context parallel: a model split over 2 and 4 ranks gives one process'
     Gpt model = make_model(arch);
     parallelize_context(model, *group, method);
     const Batch mine = context_part(b, rank, cp);
-    const torch::Tensor loss = model->loss_sum(mine.input, mine.target, mine.documents);
+    const torch::Tensor loss = model->loss_sum(mine.input, mine.target, mine.token_layout);
     loss.backward();
     losses[rank] = loss.item<double>();
     for (const auto& p : model->named_parameters()) grads[rank][p.key()] = p.value().grad().clone();

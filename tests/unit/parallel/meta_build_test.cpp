@@ -124,7 +124,7 @@ std::vector<size_t> check_layout(const ModelSettings& m, ParallelSettings p, int
     Gpt model = build(m, /*meta=*/true);
     std::unique_ptr<StoredWeights> files;
     if (!init_from.empty()) files = StoredWeights::init_from(init_from, m, base_of(model));
-    ParallelPlan plan{p, CheckpointingPolicy::kNone, 2, torch::kCPU, ShardBlocks{}};
+    ParallelizeOptions plan{p, CheckpointingPolicy::kNone, 2, torch::kCPU, ShardBlocks{}};
     ParallelModel par = parallelize(model, groups, plan, files.get());
     // What the settings alone say this rank holds (the planners' and the checkpoint's view).
     const RankLayout planned = rank_layout(gpt_parameter_shapes(m), m, p, groups.grid(), rank);
