@@ -46,13 +46,19 @@ std::string grid_table(const Settings& s, const Grid& g) {
       }
   }
   if (cp) {
-    const SequenceChunks c = layout_at(0, 0, 0).chunks;  // place 0's
+    // Each place's chunks, as the layout gives them.
+    std::string places;
+    for (int place = 0; place < g.cp(); ++place) {
+      const SequenceChunks c = layout_at(0, 0, place).chunks;
+      places += fmt::format("{}place {}: chunks {} and {} (tokens {}-{} and {}-{})", place ? "; " : "", place, c.first,
+                            c.second, c.first * c.length, (c.first + 1) * c.length - 1, c.second * c.length,
+                            (c.second + 1) * c.length - 1);
+    }
+    const SequenceChunks c0 = layout_at(0, 0, 0).chunks;
     out += fmt::format(
-        "\ncontext parallel: cp {} cuts each {}-token sequence into {} chunks of {}; the rank at cp place c holds "
-        "chunks c and {}-c (place 0: tokens 0-{} and {}-{}), and attention gathers the others' keys and values. "
-        "cp groups (one per dp replica, stage and tp shard):",
-        g.cp(), s.model.seq_len, c.count, c.length, c.count - 1, c.length - 1, c.second * c.length,
-        (c.second + 1) * c.length - 1);
+        "\ncontext parallel: cp {} cuts each {}-token sequence into {} chunks of {}; {}; attention gathers the "
+        "others' keys and values. cp groups (one per dp replica, stage and tp shard):",
+        g.cp(), s.model.seq_len, c0.count, c0.length, places);
     for (int r = 0; r < g.size(); ++r)
       if (g.coord(r).cp == 0) out += fmt::format(" [{}]", fmt::join(g.cp_group(r), ", "));
     out += "\n";

@@ -160,7 +160,9 @@ TEST_CASE("context parallel: plan shows the cp groups and each rank's activation
   CHECK_THAT(r.output, Contains("parallel grid: dp 2 x pp 1 x cp 2 x tp 2 = 8 processes"));
   CHECK_THAT(r.output, Contains("| 0 | 1 | 0 | 2, 6 |"));  // stage 0, cp place 1, tp shard 0: ranks 2 and 6
   CHECK_THAT(r.output, Contains("cp groups (one per dp replica, stage and tp shard): [0, 2] [1, 3] [4, 6] [5, 7]"));
-  CHECK_THAT(r.output, Contains("chunks c and 3-c (place 0: tokens 0-255 and 768-1023)"));
+  CHECK_THAT(r.output,
+             Contains("place 0: chunks 0 and 3 (tokens 0-255 and 768-1023); place 1: chunks 1 and 2 (tokens 256-511 "
+                      "and 512-767)"));
   CHECK_THAT(r.output, Contains("activations per rank under cp 2:"));
 
   // The ring keeps no gathered keys and values and no [T / cp, T] mask: less at 8192 tokens.
