@@ -45,12 +45,6 @@ int64_t expert_of(const std::string& name) {
   return std::stoll(name.substr(at + mark.size()));
 }
 
-int64_t HeldParameter::numel() const {
-  int64_t n = 1;
-  for (int64_t s : sizes) n *= s;
-  return n;
-}
-
 bool RankLayout::owns(const HeldParameter& p) const {
   if (!p.trainable) return false;
   if (zero == 0) return true;
@@ -81,7 +75,7 @@ RankLayout rank_layout(const std::vector<ParamShape>& shapes, const ModelSetting
     if (!stage_holds(s.name, l.stage, m.tie_embeddings)) continue;
     const int64_t e = expert_of(s.name);
     if (e >= 0 && (e < l.first_expert || e >= l.first_expert + l.local_experts)) continue;
-    HeldParameter h{s.name, s.sizes, s.trainable, e >= 0 && g.ep() > 1, {s.name, -1}};
+    HeldParameter h{s, e >= 0 && g.ep() > 1, {s.name, -1}};
     if (g.tp() > 1) h.split = tensor_split_of(s.name, m);
     if (h.split.dim >= 0) {
       const int64_t whole = h.sizes.at(static_cast<size_t>(h.split.dim));

@@ -26,16 +26,14 @@ TensorShard tensor_split_of(const std::string& name, const ModelSettings& m);
 // The expert parameter `name` belongs to (".mlp.experts.<e>."), or -1 where it is no expert's.
 int64_t expert_of(const std::string& name);
 
-struct HeldParameter {
-  std::string name;
-  std::vector<int64_t> sizes;  // this rank's tensor-parallel slice (the whole where tp does not split it)
-  bool trainable = true;
+// A parameter this rank holds: its name, its tensor-parallel slice's sizes (the whole where tp does
+// not split it) and whether it trains, as a ParamShape the optimizer-state estimates read.
+struct HeldParameter : ParamShape {
   bool expert = false;  // split by expert parallelism (shared by the expert replicas, not every replica)
   TensorShard split;    // dim -1: tp does not split it
   // ZeRO-1/2: the replica that updates it (of `replicas`, or of `expert_replicas` for an expert's);
   // -1 frozen. Whole runs in gradient order, as parallel/data_parallel.h partition_contiguous cuts them.
   int owner = -1;
-  int64_t numel() const;
 };
 
 struct RankLayout {

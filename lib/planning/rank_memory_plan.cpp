@@ -16,7 +16,7 @@ namespace {
 double bytes_of_weights(const Settings& s) { return s.precision.mode == PrecisionMode::kBf16Pure ? 2 : 4; }
 
 double state_bytes_of(const Settings& s, const HeldParameter& h) {
-  return h.trainable ? static_cast<double>(estimate_state_bytes(s.optim, {{h.name, h.sizes, true}})) : 0.0;
+  return h.trainable ? static_cast<double>(estimate_state_bytes(s.optim, {h})) : 0.0;
 }
 
 // ZeRO-1/2: the optimizer state the rank of `l` updates (every trainable parameter's without ZeRO).
