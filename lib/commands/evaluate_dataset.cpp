@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -96,9 +97,10 @@ std::optional<json> evaluate_dataset(const EvalCommandOptions& o) {
   if (groups.distributed()) {
     t.loss_sum =
         sum_loss_and_any(groups, torch::tensor(t.loss_sum, torch::kDouble).to(device), false).first.item<double>();
-    t.targets = global_targets(groups, t.targets);
-    t.windows = global_targets(groups, t.windows);
-    if (t.bytes >= 0) t.bytes = global_targets(groups, t.bytes);
+    const std::vector<int64_t> c = global_counts(groups, {t.targets, t.windows, std::max<int64_t>(t.bytes, 0)});
+    t.targets = c[0];
+    t.windows = c[1];
+    if (t.bytes >= 0) t.bytes = c[2];
   }
   const double seconds = seconds_since(start);
   json j = {{"source", m.source.string()},

@@ -1,15 +1,21 @@
 #include "parallel/replica_sums.h"
 
+#include <algorithm>
+
 namespace gputrain {
 
-int64_t global_targets(const ProcessGroups& groups, int64_t local_targets) {
-  if (!groups.distributed()) return local_targets;
+std::vector<int64_t> global_counts(const ProcessGroups& groups, std::vector<int64_t> local) {
+  if (!groups.distributed()) return local;
   // The tp and cp ranks and pipeline stages of a replica read the same batch: its first one counts it.
   const GridCoord& at = groups.coord();
-  auto t = torch::tensor({at.tp == 0 && at.cp == 0 && at.pp == 0 ? local_targets : 0},
-                         torch::TensorOptions().dtype(torch::kLong));
-  groups.world_comm()->all_reduce_sum_now(t, "sum of the step's target tokens");
-  return t.item<int64_t>();
+  if (at.tp != 0 || at.cp != 0 || at.pp != 0) std::fill(local.begin(), local.end(), 0);
+  torch::Tensor t = torch::tensor(local, torch::TensorOptions().dtype(torch::kLong));
+  groups.world_comm()->all_reduce_sum_now(t, "sum of the step's counts");
+  return {t.data_ptr<int64_t>(), t.data_ptr<int64_t>() + t.numel()};
+}
+
+int64_t global_targets(const ProcessGroups& groups, int64_t local_targets) {
+  return global_counts(groups, {local_targets})[0];
 }
 
 std::pair<torch::Tensor, bool> sum_loss_and_any(const ProcessGroups& groups, const torch::Tensor& loss, bool flag,

@@ -23,11 +23,12 @@ ForwardBackward::ForwardBackward(const ProcessGroups& groups, GradientReducer* g
       objective_(objective),
       graph_(std::move(graph)) {}
 
-int64_t ForwardBackward::units(const std::vector<Batch>& micro) const {
-  int64_t n = 0;
+ForwardBackward::Counts ForwardBackward::counts(const std::vector<Batch>& micro) const {
+  Counts n;
   for (const Batch& b : micro) {
     check_batch_fields(objective_, b, "data.train");
-    n += objective_.units(b);
+    n.units += objective_.units(b);
+    n.targets += b.target_count;
   }
   return n;
 }

@@ -34,9 +34,13 @@ class ForwardBackward {
                   const Precision& precision, const ObjectiveSpec& objective, std::unique_ptr<StepGraph> graph);
 
   const ObjectiveSpec& objective() const { return objective_; }
-  // The units the step's loss is normalized by, in this rank's micro-batches (summed over the
-  // replicas by parallel/replica_sums.h global_targets); checks each carries the objective's fields.
-  int64_t units(const std::vector<Batch>& micro) const;
+  // This rank's micro-batches' counts (summed over the replicas by parallel/replica_sums.h
+  // global_counts); checks each carries the objective's fields.
+  struct Counts {
+    int64_t units = 0;    // what the step's loss is normalized by (the objective's units)
+    int64_t targets = 0;  // target tokens that take loss: what the run's tokens and tokens/s count
+  };
+  Counts counts(const std::vector<Batch>& micro) const;
 
   // The step's gradients accumulated into the parameters (the gradient buckets' hook before each
   // backward; the mixture layers' balancing loss weighted for the step's forwards on every replica).

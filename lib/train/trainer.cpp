@@ -343,7 +343,10 @@ StepResult Trainer::step() {
     if (poisoned_steps_.count(t_.step + 1)) poison_batch(micro.back(), s_.model.vocab_size, t_.step + 1);
     if (batch_trace_) batch_trace_->record(t_.step + 1, i, micro.back());
   }
-  const int64_t step_tokens = global_targets(*groups_, passes_->units(micro));
+  // One all-reduce: the objective's units normalize the loss, the target tokens are the throughput.
+  const ForwardBackward::Counts local = passes_->counts(micro);
+  const std::vector<int64_t> counts = global_counts(*groups_, {local.units, local.targets});
+  const int64_t step_units = counts[0], step_tokens = counts[1];
   if (step_tokens == 0 && !warned_no_targets_) {  // chat data: windows of prompt text only
     warned_no_targets_ = true;
     progress_->finish();
@@ -353,7 +356,7 @@ StepResult Trainer::step() {
         t_.step + 1);
   }
   StepResult r;
-  r.loss = passes_->step(micro, step_tokens);
+  r.loss = passes_->step(micro, step_units);
   if (passes_->captured_at_last_step()) {
     progress_->finish();
     spdlog::info("kernels.cuda_graphs: step {} captured ({} micro-batches); replayed from here on", t_.step + 1,
