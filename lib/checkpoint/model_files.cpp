@@ -6,6 +6,7 @@
 #include "checkpoint/training_checkpoint.h"
 #include "model/gpt.h"
 #include "model/lora.h"
+#include "model/quantized_weight.h"
 #include "model/meta_build.h"
 #include "util/atomic_file.h"
 #include "util/dir_lock.h"
@@ -50,7 +51,9 @@ std::vector<NamedTensor> checkpoint_plain_weights(const fs::path& checkpoint, co
     // Adapters only: the base is rebuilt as the run built it, on the CPU.
     const torch::ScalarType dtype = saved.precision.mode == PrecisionMode::kBf16Pure ? torch::kBFloat16 : torch::kFloat;
     Gpt model = build_initial_model(saved, torch::kCPU, dtype);
-    check_lora_base(lora_base_fingerprint(module_weights(*model)), base, checkpoint.string(), saved.model.init_from);
+    check_lora_base(with_base_quantization(lora_base_fingerprint(module_weights(*model)), saved.model.quantize), base,
+                    checkpoint.string(), saved.model.init_from);
+    if (saved.model.quantize.enabled()) round_base_through_4bit(*model);  // the base the adapters trained on
     load_module_weights(*model, weights, "checkpoint '" + checkpoint.string() + "'", "use a checkpoint of this run",
                         is_lora_parameter);
     weights = module_weights(*model);

@@ -623,6 +623,20 @@ void add_adapter_and_expert_fields(std::vector<FieldSpec>& f) {
                          "LoRA: checkpoints hold the adapters only (the frozen base is model.init_from, checked on "
                          "resume) or every weight"));
   f.push_back(
+      enum_field(KEY(model.quantize.base),
+                 EnumTable<QuantBase>{{"none", QuantBase::kNone}, {"nf4", QuantBase::kNf4}, {"fp4", QuantBase::kFp4}},
+                 "QLoRA: the frozen base's block Linears (attention and MLP) stored in 4 bits as bitsandbytes "
+                 "stores them (nf4 = NormalFloat4, fp4) and dequantized per layer in the compute dtype; "
+                 "embeddings, head and norms stay as they are; needs model.lora.rank > 0")
+          .resume(ResumePolicy::kRefused));
+  f.push_back(bool_field(KEY(model.quantize.double_quant),
+                         "QLoRA: each block's absmax quantized again to 8 bits in blocks of 256 (about 4.13 bits a "
+                         "weight instead of 4.5)")
+                  .resume(ResumePolicy::kRefused));
+  f.push_back(int_field(KEY(model.quantize.block_size), 32, 4096,
+                        "QLoRA: weights sharing one absmax, one of bitsandbytes' sizes: 32, 64, ..., 4096")
+                  .resume(ResumePolicy::kRefused));
+  f.push_back(
       int_field(KEY(model.moe.experts), 0, 1024, "mixture of experts: expert MLPs per mixture layer; 0 = dense MLPs")
           .resume(ResumePolicy::kRefused));
   f.push_back(int_field(KEY(model.moe.top_k), 1, 64, "mixture of experts: experts each token is routed to")

@@ -38,6 +38,17 @@ struct LoraSettings {
   LoraSave save = LoraSave::kAdapters;
 };
 
+// QLoRA (model/quantized_weight.h): the frozen base's block Linears stored in 4 bits as
+// bitsandbytes stores them (precision/quantize_4bit.h), dequantized per layer for the product.
+enum class QuantBase { kNone, kNf4, kFp4 };
+struct QuantizeSettings {
+  QuantBase base = QuantBase::kNone;
+  bool double_quant = true;  // the per-block absmax quantized again to 8 bits (blocks of 256)
+  int64_t block_size = 64;   // weights per absmax
+
+  bool enabled() const { return base != QuantBase::kNone; }
+};
+
 // Mixture of experts (model/moe.h): every `every`-th block's MLP becomes
 // `experts` MLPs behind a top-k softmax router.
 struct MoeSettings {
@@ -99,6 +110,7 @@ struct ModelSettings {
   // or a gputrain checkpoint directory. Empty = random initialization.
   std::string init_from;
   LoraSettings lora;
+  QuantizeSettings quantize;
   MoeSettings moe;
 
   int64_t kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }

@@ -44,6 +44,30 @@ void check_run(Checker& c) {
             "use letters, digits, '.', '_' and '-' only");
 }
 
+// QLoRA: the 4-bit base must be frozen, in a block size bitsandbytes has, kept by every rank whole.
+void check_quantize(Checker& c, const ModelSettings& m) {
+  const QuantizeSettings& q = m.quantize;
+  const int64_t b = q.block_size;
+  if (b < 32 || b > 4096 || (b & (b - 1)) != 0)
+    c.error("model.quantize.block_size", "(" + str(b) + ") is not a block size bitsandbytes quantizes with",
+            "use 32, 64, 128, 256, 512, 1024, 2048 or 4096 (64 is bitsandbytes' and QLoRA's)");
+  if (!q.enabled()) return;
+  if (m.lora.rank == 0)
+    c.error("model.quantize.base",
+            "quantizes the frozen base in 4 bits, but without LoRA every weight trains, and a 4-bit weight cannot "
+            "be updated",
+            "set model.lora.rank (16, say) to train adapters on the 4-bit base, or model.quantize.base: none");
+  else if (m.lora.save == LoraSave::kFull)
+    c.error("model.lora.save", "full: checkpoints would hold the base, which model.quantize.base keeps in 4 bits only",
+            "use model.lora.save: adapters (the base is model.init_from, quantized again on resume; `gputrain "
+            "export --merge-lora` writes the merged model)");
+  if (c.s.parallel.zero == 3)
+    c.error("model.quantize.base",
+            "a 4-bit base is not sharded by parallel.zero: 3 in this version (each rank keeps the whole 4-bit "
+            "base)",
+            "use parallel.zero: 0, 1 or 2 (the adapters' gradients and optimizer state are sharded by 1 and 2)");
+}
+
 void check_model(Checker& c) {
   const ModelSettings& m = c.s.model;
   if (m.d_model % m.n_head != 0 && m.head_dim == 0) {
@@ -74,6 +98,7 @@ void check_model(Checker& c) {
     c.warning("model.lora.rank",
               "LoRA freezes the base model, and without model.init_from the base is the seed's random initialization",
               "set model.init_from to the model to fine-tune");
+  check_quantize(c, m);
   const MoeSettings& moe = m.moe;
   if (moe.enabled() && moe.top_k > moe.experts)
     c.error("model.moe.top_k", "(" + str(moe.top_k) + ") exceeds model.moe.experts (" + str(moe.experts) + ")",

@@ -104,8 +104,8 @@ torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
   if (swiglu) {
     const std::vector<torch::Tensor> gate_up = c_fc(x).chunk(2, -1);  // this rank's share of each, under tp
     a = at::silu(gate_up[0]) * gate_up[1];
-  } else if (x.is_cuda() && c_fc->bias.defined() && c_fc->weight.size(0) % 8 == 0 && !c_fc->input_tap &&
-             !c_fc->output_tap && !c_fc->lora_A.defined()) {
+  } else if (x.is_cuda() && !c_fc->quantized && c_fc->bias.defined() && c_fc->weight.size(0) % 8 == 0 &&
+             !c_fc->input_tap && !c_fc->output_tap && !c_fc->lora_A.defined()) {
     // A plain c_fc on CUDA: its bias goes into the activation kernel, whose
     // backward then reduces the bias gradient in the same pass.
     torch::Tensor y = at::linear(x, c_fc->product_weight());

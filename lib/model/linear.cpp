@@ -7,6 +7,7 @@
 
 #include "model/linear_bias_grad.h"
 #include "model/meta_build.h"
+#include "model/quantized_weight.h"
 #include "model/weight_copy.h"
 
 namespace gputrain {
@@ -33,14 +34,24 @@ void LinearImpl::add_lora(int64_t rank, double scale, double dropout) {
 
 torch::Tensor LinearImpl::product_weight() const { return autocast_weight(weight, weight_copy); }
 
+void LinearImpl::set_quantized(std::shared_ptr<const QuantizedWeight> w) {
+  quantized = std::move(w);
+  parameters_.erase("weight");
+  weight = torch::Tensor();
+}
+
 torch::Tensor LinearImpl::forward(const torch::Tensor& x) {
   const torch::Tensor in = input_tap ? input_tap(x) : x;
-  const torch::Tensor w = product_weight();
   torch::Tensor y;
-  if (!output_tap) {
+  if (quantized) {
+    y = quantized_linear(in, quantized);
+    if (output_tap) y = output_tap(y);
+    if (bias.defined()) y = y + bias.to(y.scalar_type());  // in the product's dtype, as at::linear under autocast
+  } else if (!output_tap) {
+    const torch::Tensor w = product_weight();
     y = linear_bias_grad_applies(in, bias) ? linear_with_bias_grad_kernel(in, w, bias) : at::linear(in, w, bias);
   } else {
-    y = output_tap(at::linear(in, w));
+    y = output_tap(at::linear(in, product_weight()));
     if (bias.defined()) y = y + bias;
   }
   if (!lora_A.defined()) return y;

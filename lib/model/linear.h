@@ -9,8 +9,11 @@
 #include <torch/nn/module.h>
 
 #include <functional>
+#include <memory>
 
 namespace gputrain {
+
+struct QuantizedWeight;
 
 struct LinearImpl : torch::nn::Module {
   // Initialized as torch::nn::Linear is (Kaiming-uniform weight, uniform bias), drawing the same
@@ -25,9 +28,13 @@ struct LinearImpl : torch::nn::Module {
   // The weight as the product reads it: weight_copy under bf16 autocast when one is set (model/weight_copy.h).
   torch::Tensor product_weight() const;
 
+  // QLoRA (model/quantized_weight.h): the frozen weight from now on in 4 bits; the weight parameter goes.
+  void set_quantized(std::shared_ptr<const QuantizedWeight> w);
+
   torch::Tensor weight, bias;    // [out, in], [out] (undefined without bias)
   torch::Tensor weight_copy;     // bf16 copy of weight, set and kept current from outside (train/weight_copies.h)
   torch::Tensor lora_A, lora_B;  // undefined without LoRA
+  std::shared_ptr<const QuantizedWeight> quantized;  // set: `weight` is undefined
   double lora_scale = 0, lora_dropout = 0;
   using Tap = std::function<torch::Tensor(const torch::Tensor&)>;
   Tap input_tap;   // applied to x before the product

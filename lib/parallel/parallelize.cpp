@@ -2,9 +2,11 @@
 
 #include <fmt/format.h>
 
+#include <map>
 #include <optional>
 
 #include "model/activation_checkpointing.h"
+#include "model/quantized_weight.h"
 #include "parallel/context_parallel.h"
 #include "parallel/data_parallel.h"
 #include "parallel/expert_parallel.h"
@@ -72,6 +74,20 @@ void shard_fully(Gpt& model, const ProcessGroups& groups, const ParallelizeOptio
     if (share.tied_weight.defined() && w.name == "transformer.wte.weight") share.tied_weight = w.tensor;
 }
 
+// QLoRA: the held block Linears' weights in 4 bits, each Hugging Face tensor read (or drawn) and
+// quantized alone, so this rank never holds its unquantized weights whole.
+int64_t quantize_held_base(Gpt& model, const std::vector<NamedTensor>& held, const InitialParts* initial,
+                           torch::Device device) {
+  std::map<std::string, torch::Tensor> by_name;
+  for (const auto& h : held) by_name[h.name] = h.tensor;
+  const auto holds = [&](const std::string& name) { return by_name.count(name) > 0; };
+  const auto rows = [&](const std::string& name, torch::Tensor& out, int64_t first, int64_t count) {
+    if (initial) initial->fill_rows(name, out, first, count);
+    else out.copy_(by_name.at(name).narrow(0, first, count));
+  };
+  return quantize_frozen_base(*model, holds, rows, device);
+}
+
 }  // namespace
 
 ParallelModel parallelize(Gpt& model, const ProcessGroups& groups, const ParallelizeOptions& options,
@@ -92,6 +108,10 @@ ParallelModel parallelize(Gpt& model, const ProcessGroups& groups, const Paralle
   if (groups.ep()) parallelize_experts(model, *groups.ep());  // (each rank's experts: the layout's)
   share.recomputed_blocks = apply_activation_checkpointing(model, options.checkpointing, options.checkpoint_every);
   std::vector<NamedTensor> held = share.held_of(module_weights(*model));
+  if (model->cfg.quantize.enabled()) {
+    share.quantized_bytes = quantize_held_base(model, held, initial.get(), options.device);
+    held = share.held_of(module_weights(*model));  // without the weights now in 4 bits
+  }
   if (fully_shards(groups, options)) shard_fully(model, groups, options, held, initial.get(), share);
   else share.weights = std::move(held);
   if (initial) {

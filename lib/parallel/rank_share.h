@@ -30,6 +30,7 @@ struct RankShare {
   std::shared_ptr<FullyShardedModel> fully_sharded;  // ZeRO-3 (also the model's unit hooks); null otherwise
   int64_t recomputed_blocks = 0;                     // blocks activation checkpointing recomputes in backward
   int64_t initialized_bytes = 0;  // built on meta: the bytes this rank gave storage and initial values (0: built whole)
+  int64_t quantized_bytes = 0;    // model.quantize: the 4-bit base's bytes on this rank (model/quantized_weight.h)
 
   // The entries of `named` this rank holds (its stage's, its experts), in their order.
   std::vector<NamedTensor> held_of(std::vector<NamedTensor> named) const;

@@ -4,6 +4,7 @@
 #include <stdexcept>
 
 #include "model/lora.h"
+#include "model/quantized_weight.h"
 #include "util/crc32c.h"
 #include "util/named_tensor.h"
 
@@ -70,7 +71,7 @@ std::string lora_base_fingerprint_by_parts(const Gpt& model, const InitialParts&
       whole = crc32c_combine(whole, static_cast<uint32_t>(crcs[r][static_cast<int64_t>(i)]),
                              static_cast<uint64_t>(share_of(w.size(0), r, n).count * float_row_bytes(w)));
   }
-  return "crc32c:" + crc32c_hex(whole);
+  return with_base_quantization("crc32c:" + crc32c_hex(whole), model->cfg.quantize);
 }
 
 }  // namespace gputrain

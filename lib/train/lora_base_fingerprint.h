@@ -4,6 +4,7 @@
 // contiguous share of every base tensor's rows, filled a piece at a time from where the base comes
 // from (the seed, model.init_from's files or a checkpoint's: parallel/initial_parts.h), and the
 // shares' checksums join in order (util/crc32c.h): the fingerprint of the whole, for any world size.
+// A 4-bit base (model.quantize) adds its quantization to the fingerprint.
 #pragma once
 #include <string>
 

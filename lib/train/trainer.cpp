@@ -150,6 +150,9 @@ void Trainer::build_model() {
         "MiB of weights",
         files ? "values" : "initial values", mib(static_cast<double>(par_.share.initialized_bytes)),
         mib(static_cast<double>(n_params_ * c10::elementSize(precision_->weight_dtype()))));
+  if (par_.share.quantized_bytes > 0)
+    spdlog::info("model: the frozen base's block Linears in 4 bits (model.quantize): {:.1f} MiB on this rank",
+                 mib(static_cast<double>(par_.share.quantized_bytes)));
   if (files)
     spdlog::info(weights_read_line(
         *groups_, files->bytes_read(), files->bytes_stored(),

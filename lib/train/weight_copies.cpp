@@ -13,7 +13,8 @@ WeightCopies attach_weight_copies(Gpt& model, Optimizer& optimizer, const Precis
   torch::NoGradGuard no_grad;
   // The weight's value rounded to nearest (ATen's conversion, which the kernels' matches).
   auto copy_for = [&](const torch::Tensor& weight) -> torch::Tensor {
-    if (weight.numel() == 0 || weight.scalar_type() != at::kFloat || !optimizer.updates(weight)) return {};
+    if (!weight.defined() || weight.numel() == 0 || weight.scalar_type() != at::kFloat || !optimizer.updates(weight))
+      return {};
     torch::Tensor copy = weight.detach().to(at::kBFloat16).contiguous();
     optimizer.set_bf16_copy(weight, copy);
     made.tensors += 1;

@@ -1,0 +1,146 @@
+#include "model/quantized_weight.h"
+
+#include <ATen/ATen.h>
+#include <ATen/autocast_mode.h>
+#include <torch/autograd.h>
+
+#include <algorithm>
+
+#include "model/architecture.h"
+#include "model/gpt.h"
+#include "model/linear.h"
+
+namespace gputrain {
+namespace {
+
+torch::ScalarType compute_dtype(const torch::Tensor& x) {
+  const c10::DeviceType device = x.device().type();
+  return at::autocast::is_autocast_enabled(device) ? at::autocast::get_autocast_dtype(device) : x.scalar_type();
+}
+
+// The weight rides in the autograd context's saved_data as a capsule.
+struct WeightHolder : torch::CustomClassHolder {
+  explicit WeightHolder(std::shared_ptr<const QuantizedWeight> w) : weight(std::move(w)) {}
+  std::shared_ptr<const QuantizedWeight> weight;
+};
+
+const QuantizedWeight* saved_weight(torch::autograd::AutogradContext* ctx) {
+  return static_cast<const WeightHolder*>(ctx->saved_data["weight"].toCapsule().get())->weight.get();
+}
+
+// Forward: x W^T with W dequantized. Backward: grad W again dequantized, for x alone; nothing of W is
+// saved between the two (as bitsandbytes' MatMul4Bit).
+struct QuantizedMatmul : torch::autograd::Function<QuantizedMatmul> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
+                            std::shared_ptr<const QuantizedWeight> w) {
+    const torch::ScalarType dtype = compute_dtype(x);
+    ctx->saved_data["x_dtype"] = static_cast<int64_t>(x.scalar_type());
+    ctx->saved_data["dtype"] = static_cast<int64_t>(dtype);
+    ctx->saved_data["weight"] = c10::IValue::make_capsule(c10::make_intrusive<WeightHolder>(std::move(w)));
+    return at::linear(x.to(dtype), saved_weight(ctx)->dequantize(dtype));
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto dtype = static_cast<at::ScalarType>(ctx->saved_data["dtype"].toInt());
+    const auto x_dtype = static_cast<at::ScalarType>(ctx->saved_data["x_dtype"].toInt());
+    const at::Tensor grad_x = at::matmul(grads[0].to(dtype), saved_weight(ctx)->dequantize(dtype));
+    return {grad_x.to(x_dtype), at::Tensor()};
+  }
+};
+
+}  // namespace
+
+Quant4Type quant4_type(QuantBase base) { return base == QuantBase::kFp4 ? Quant4Type::kFp4 : Quant4Type::kNf4; }
+
+torch::Tensor QuantizedWeight::dequantize(torch::ScalarType dtype) const {
+  if (pieces.size() == 1) return dequantize_4bit(pieces.front(), dtype);
+  std::vector<torch::Tensor> bands;
+  bands.reserve(pieces.size());
+  for (const Quantized4bit& p : pieces) bands.push_back(dequantize_4bit(p, dtype));
+  return torch::cat(bands, 0);
+}
+
+int64_t QuantizedWeight::storage_bytes() const {
+  int64_t n = 0;
+  for (const Quantized4bit& p : pieces) n += p.storage_bytes();
+  return n;
+}
+
+torch::Tensor quantized_linear(const torch::Tensor& x, const std::shared_ptr<const QuantizedWeight>& w) {
+  return QuantizedMatmul::apply(x, w);
+}
+
+std::vector<int64_t> hf_row_bands(const ModelSettings& m, const std::string& name, at::IntArrayRef shape) {
+  std::vector<std::pair<int64_t, int64_t>> bands;  // (row offset, rows)
+  for (const HfTensor& t : architecture(m).hf.tensors(m))
+    if (t.ours == name && !t.transposed && t.rows > 0) bands.emplace_back(t.row_offset, t.rows);
+  std::sort(bands.begin(), bands.end());
+  std::vector<int64_t> rows;
+  for (const auto& [offset, count] : bands) rows.push_back(count);
+  if (rows.empty()) rows.push_back(shape[0]);
+  return rows;
+}
+
+namespace {
+
+// Each Linear of the blocks a 4-bit base covers (attention, MLP, experts; not the router), with its
+// weight's name, while it still has its weight.
+void for_each_base_linear(GptImpl& model, const std::function<void(const std::string&, LinearImpl&)>& f) {
+  for (const auto& item : model.transformer->h->named_modules("transformer.h")) {
+    auto* linear = dynamic_cast<LinearImpl*>(item.value().get());
+    if (linear && !item.key().ends_with(".router") && linear->weight.defined()) f(item.key() + ".weight", *linear);
+  }
+}
+
+// `linear`'s weight quantized one Hugging Face band at a time (each band's rows from `rows`, on the host).
+std::shared_ptr<QuantizedWeight> quantize_bands(const ModelSettings& m, const std::string& name,
+                                                const LinearImpl& linear, const WeightRows& rows) {
+  const QuantizeSettings& q = m.quantize;
+  auto w = std::make_shared<QuantizedWeight>();
+  w->out_features = linear.weight.size(0);
+  w->in_features = linear.weight.size(1);
+  int64_t first = 0;
+  for (int64_t band : hf_row_bands(m, name, linear.weight.sizes())) {
+    torch::Tensor part = torch::empty({band, w->in_features}, linear.weight.options().device(torch::kCPU));
+    rows(name, part, first, band);
+    w->pieces.push_back(quantize_4bit(part, quant4_type(q.base), q.block_size, q.double_quant));
+    first += band;
+  }
+  return w;
+}
+
+}  // namespace
+
+int64_t quantize_frozen_base(GptImpl& model, const std::function<bool(const std::string&)>& holds,
+                             const WeightRows& rows, torch::Device device) {
+  torch::NoGradGuard no_grad;
+  int64_t bytes = 0;
+  for_each_base_linear(model, [&](const std::string& name, LinearImpl& linear) {
+    if (!holds(name)) return;
+    std::shared_ptr<QuantizedWeight> w = quantize_bands(model.cfg, name, linear, rows);
+    for (Quantized4bit& p : w->pieces)
+      for (torch::Tensor* t : {&p.codes, &p.absmax, &p.nested_absmax, &p.nested_code})
+        if (t->defined()) *t = t->to(device);
+    bytes += w->storage_bytes();
+    linear.set_quantized(std::move(w));
+  });
+  return bytes;
+}
+
+void round_base_through_4bit(GptImpl& model) {
+  torch::NoGradGuard no_grad;
+  const WeightRows own = [&model](const std::string& name, torch::Tensor& out, int64_t first, int64_t count) {
+    out.copy_(model.named_parameters().find(name)->narrow(0, first, count));
+  };
+  for_each_base_linear(model, [&](const std::string& name, LinearImpl& linear) {
+    linear.weight.copy_(quantize_bands(model.cfg, name, linear, own)->dequantize(linear.weight.scalar_type()));
+  });
+}
+
+std::string with_base_quantization(const std::string& fingerprint, const QuantizeSettings& q) {
+  if (!q.enabled()) return fingerprint;
+  return fingerprint + " " + quant4_type_name(quant4_type(q.base)) + " block " + std::to_string(q.block_size) +
+         (q.double_quant ? " double_quant" : "");
+}
+
+}  // namespace gputrain
