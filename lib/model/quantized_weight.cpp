@@ -127,11 +127,25 @@ int64_t quantize_frozen_base(GptImpl& model, const std::function<bool(const std:
   return bytes;
 }
 
-void round_base_through_4bit(GptImpl& model) {
-  torch::NoGradGuard no_grad;
-  const WeightRows own = [&model](const std::string& name, torch::Tensor& out, int64_t first, int64_t count) {
+namespace {
+
+// A model's own weights as the rows to quantize.
+WeightRows own_rows(GptImpl& model) {
+  return [&model](const std::string& name, torch::Tensor& out, int64_t first, int64_t count) {
     out.copy_(model.named_parameters().find(name)->narrow(0, first, count));
   };
+}
+
+}  // namespace
+
+int64_t quantize_whole_model(GptImpl& model) {
+  const torch::Device device = model.transformer->wte->weight.device();
+  return quantize_frozen_base(model, [](const std::string&) { return true; }, own_rows(model), device);
+}
+
+void round_base_through_4bit(GptImpl& model) {
+  torch::NoGradGuard no_grad;
+  const WeightRows own = own_rows(model);
   for_each_base_linear(model, [&](const std::string& name, LinearImpl& linear) {
     linear.weight.copy_(quantize_bands(model.cfg, name, linear, own)->dequantize(linear.weight.scalar_type()));
   });

@@ -40,6 +40,9 @@ using WeightRows = std::function<void(const std::string& name, torch::Tensor& ou
 int64_t quantize_frozen_base(GptImpl& model, const std::function<bool(const std::string&)>& holds,
                              const WeightRows& rows, torch::Device device);
 
+// A model built whole (eval, generate, tests) quantized as a run's: its own weights are the rows.
+int64_t quantize_whole_model(GptImpl& model);
+
 // The base a QLoRA run trains on, for a model that keeps its weights (export's --merge-lora): each
 // of those weights replaced, in place, by its 4-bit value (quantized as above, dequantized to its dtype).
 void round_base_through_4bit(GptImpl& model);

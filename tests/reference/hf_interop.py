@@ -38,9 +38,14 @@ usage:
   hf_interop.py warpers - LOGITS OUT TEMPERATURE TOP_K TOP_P
       Applies transformers' Temperature, TopK (k > 0) and TopP (p < 1) logits warpers to the
       "logits" of LOGITS and writes them as "filtered" to OUT.
-  hf_interop.py peft BASE_DIR TOKENS OUT ADAPTER_DIR
+  hf_interop.py peft BASE_DIR TOKENS OUT ADAPTER_DIR [QUANT_TYPE]
       Loads BASE_DIR, puts the PEFT adapter of ADAPTER_DIR on it (PeftModel.from_pretrained)
-      and writes its logits on TOKENS to OUT; prints the adapted module count.
+      and writes its logits on TOKENS to OUT; prints the adapted module count. With QUANT_TYPE
+      (nf4 | fp4) the base is loaded in 4 bits as bnb4 does (QLoRA's base).
+  hf_interop.py bnb4 MODEL_DIR TOKENS OUT QUANT_TYPE DOUBLE_QUANT
+      Loads MODEL_DIR in 4 bits with bitsandbytes (BitsAndBytesConfig: QUANT_TYPE, double
+      quantization when DOUBLE_QUANT is 1, float32 compute, on the CPU) and writes its logits on
+      TOKENS to OUT; prints the class of its q_proj.
 """
 import json
 import sys
@@ -111,9 +116,31 @@ if mode == "tokenize":
     with open(out, "w") as f:
         json.dump(ids, f)
     sys.exit(0)
+def load_4bit(model_dir, quant_type, double_quant):
+    from transformers import BitsAndBytesConfig
+    config = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type=quant_type,
+                                bnb_4bit_use_double_quant=double_quant, bnb_4bit_compute_dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, attn_implementation="eager", dtype=torch.float32,
+                                                 quantization_config=config, device_map="cpu")
+    # On CPUs with AVX512-BF16, bitsandbytes' inference shortcut rounds absmax to bf16 and multiplies
+    # in bf16 (a CPU-only repacking); off, it dequantizes and multiplies in the compute dtype, as on GPUs.
+    for module in model.modules():
+        if hasattr(module, "support_avx512bf16_for_cpu"):
+            module.support_avx512bf16_for_cpu = False
+    return model
+
+
+if mode == "bnb4":
+    model = load_4bit(model_dir, args[0], args[1] == "1")
+    print(type(model.model.layers[0].self_attn.q_proj).__name__)
+    logits_of(model, tokens_file, out)
+    sys.exit(0)
 if mode == "peft":
     from peft import PeftModel
-    base = AutoModelForCausalLM.from_pretrained(model_dir, attn_implementation="eager", dtype=torch.float32)
+    if len(args) > 1:
+        base = load_4bit(model_dir, args[1], True)
+    else:
+        base = AutoModelForCausalLM.from_pretrained(model_dir, attn_implementation="eager", dtype=torch.float32)
     model = PeftModel.from_pretrained(base, args[0])
     adapted = sum(1 for name, _ in model.named_modules() if name.endswith("lora_A"))
     print(f"adapted modules: {adapted}")

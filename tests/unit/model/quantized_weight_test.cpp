@@ -15,13 +15,6 @@ using namespace gputrain;
 
 namespace {
 
-// A WeightRows reading `model`'s own weights.
-WeightRows own_rows(Gpt& model) {
-  return [&model](const std::string& name, torch::Tensor& out, int64_t first, int64_t count) {
-    out.copy_(model->named_parameters().find(name)->narrow(0, first, count));
-  };
-}
-
 ModelSettings qlora_llama() {
   ModelSettings m = test::model_settings(50, 8, 2, 4, 64);
   m.arch = ModelArch::kLlama;
@@ -91,8 +84,7 @@ TEST_CASE("quantized weight: a Llama's base is quantized per Hugging Face tensor
 
   const torch::Tensor c_attn = model->named_parameters().find("transformer.h.0.attn.c_attn.weight")->detach().clone();
   const int64_t before = model->parameter_count();
-  const int64_t bytes = quantize_frozen_base(
-      *model, [](const std::string&) { return true; }, own_rows(model), torch::kCPU);
+  const int64_t bytes = quantize_whole_model(*model);
   // q (64 rows), k and v (32 each: 2 key/value heads of 16) apart, as bitsandbytes sees them.
   auto& attn = *model->transformer->h[0]->as<Block>()->attn;
   REQUIRE(attn.c_attn->quantized);

@@ -1,0 +1,177 @@
+// QLoRA through the CLI (docs/qlora.md): adapters train on a 4-bit base; 2 processes (dp, ZeRO-2,
+// pipeline, context parallelism) give 1 process's losses; a resumed run continues the uninterrupted
+// one exactly and refuses another quantization. Against transformers + bitsandbytes from PyPI: a
+// 4-bit Llama gives their logits, and a run's PEFT adapters put on their 4-bit base give ours.
+#include <catch2/catch.hpp>
+
+#include <ATen/ATen.h>
+
+#include <filesystem>
+
+#include "checkpoint/model_files.h"
+#include "checkpoint/module_weights.h"
+#include "checkpoint/safetensors.h"
+#include "config/recipe.h"
+#include "model/quantized_weight.h"
+#include "optim/optimizer_specs.h"
+#include "parallel_runs.h"
+#include "test_util.h"
+
+using namespace gputrain;
+using namespace gputrain::test;
+using Catch::Matchers::Contains;
+namespace fs = std::filesystem;
+
+namespace {
+
+// The shared 1-vs-N recipe, as a QLoRA run: every block Linear in NF4 under rank-4 adapters.
+const std::vector<std::string> kQlora = {
+    "model.lora.rank=4",       "model.lora.alpha=8", "model.lora.targets=[qkv, proj, mlp_up, mlp_down]",
+    "model.quantize.base=nf4", "optim.lr=1e-2",      "checkpoint.every=10"};
+
+}  // namespace
+
+TEST_CASE("qlora: adapters on a 4-bit base: 2 processes match 1, a resume continues it exactly", "[qlora][cli][slow]") {
+  TempDir dir;
+  write_file(dir.file("r.yaml"), dp_recipe());
+  const CommandResult one = train(dir.file("r.yaml"), dir.file("one"), 0, kQlora);
+  INFO(one.output);
+  REQUIRE(one.exit_code == 0);
+  CHECK_THAT(one.output, Contains("in 4 bits (model.quantize)"));
+  const auto loss1 = column(dir.file("one"), "loss");
+  const auto norm1 = column(dir.file("one"), "grad_norm");
+  REQUIRE(loss1.size() == 20);
+  CHECK(loss1.back() < loss1.front() - 0.05);  // the adapters learn (slowly on this random base)
+
+  // Close to the same run on the fp32 base, and not it: the base really is 4-bit.
+  REQUIRE(train(dir.file("r.yaml"), dir.file("plain"), 0, with(kQlora, {"model.quantize.base=none"})).exit_code == 0);
+  const auto plain = column(dir.file("plain"), "loss");
+  CHECK(max_abs_diff(plain, loss1) < 0.05);
+  CHECK(std::abs(plain[0] - loss1[0]) > 1e-4);
+
+  // Tolerance 1e-5: the same sums in another order. Each rank quantizes the tensors it holds alone.
+  const std::vector<Variant> variants = {
+      {"dp2", with(kQlora, {"train.per_device_batch_size=2"})},
+      {"zero2", with(kQlora, {"train.per_device_batch_size=2", "parallel.zero=2", "parallel.bucket_mb=0.01"})},
+      {"pp2", with(kQlora, {"parallel.pp=2", "parallel.pp_microbatches=2"})},
+      {"cp2", with(kQlora, {"parallel.cp=2"})},
+      {"recompute", with(kQlora, {"train.gradient_checkpointing=full"}), 1},
+  };
+  for (const auto& v : variants) {
+    SECTION(v.name) {
+      const CommandResult r = train_like_one_process(dir, dir.file("r.yaml"), v, loss1, norm1, 1e-5);
+      INFO(r.output);
+    }
+  }
+  SECTION("resume") {
+    const std::string step10 = dir.file("one") + "/checkpoints/step_00000010";
+    // Adapters only, and the base's fingerprint names its quantization.
+    CHECK_THAT(read_json(step10 + "/trainer.json")["lora_base"].get<std::string>(),
+               Contains(" nf4 block 64 double_quant"));
+    train_resumed(dir.file("r.yaml"), dir.file("resumed"), 0, with_resume(kQlora, step10), loss1, 10, 0);
+    // Another quantization is another base: refused, naming the key.
+    const CommandResult fp4 =
+        train(dir.file("r.yaml"), dir.file("fp4"), 0, with(with_resume(kQlora, step10), {"model.quantize.base=fp4"}));
+    CHECK(fp4.exit_code == 2);
+    CHECK_THAT(fp4.output, Contains("model.quantize.base"));
+  }
+}
+
+TEST_CASE("qlora: recipes that would train or shard a 4-bit weight are refused, naming the key and the fix",
+          "[qlora][cli]") {
+  TempDir dir;
+  write_file(dir.file("r.yaml"), dp_recipe());
+  const auto refused = [&](const std::vector<std::string>& sets, const std::string& key) {
+    std::vector<std::string> args = {"validate", dir.file("r.yaml")};
+    for (const auto& s : sets) args.insert(args.end(), {"--set", s});
+    const CommandResult r = run_gputrain(args);
+    INFO(r.output);
+    CHECK(r.exit_code == 2);
+    CHECK_THAT(r.output, Contains(key) && Contains("fix:"));
+  };
+  refused({"model.quantize.base=nf4"}, "model.lora.rank");  // every weight would train
+  refused({"model.quantize.base=nf4", "model.lora.rank=4", "model.quantize.block_size=48"},
+          "model.quantize.block_size");
+  refused({"model.quantize.base=nf4", "model.lora.rank=4", "model.lora.save=full"}, "model.lora.save");
+  refused({"model.quantize.base=nf4", "model.lora.rank=4", "parallel.zero=3"}, "parallel.zero: 0, 1 or 2");
+  refused({"model.quantize.base=int3", "model.lora.rank=4"}, "model.quantize.base");
+}
+
+namespace {
+
+std::string interop_script() { return std::string(GPUTRAIN_SOURCE_DIR) + "/tests/reference/hf_interop.py"; }
+
+std::string hf_interop(const std::vector<std::string>& args) {
+  std::vector<std::string> all = {interop_script()};
+  all.insert(all.end(), args.begin(), args.end());
+  const CommandResult r = run_python(all);
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  return r.output;
+}
+
+torch::Tensor logits_of(Gpt& model, const torch::Tensor& tokens) {
+  torch::NoGradGuard no_grad;
+  model->eval();
+  return model->forward(tokens).narrow(-1, 0, model->cfg.vocab_size);
+}
+
+}  // namespace
+
+TEST_CASE("qlora: a 4-bit Llama gives transformers + bitsandbytes' logits, and its PEFT adapters load onto that base",
+          "[qlora][hf][python][slow]") {
+  TempDir dir;
+  // bitsandbytes' CPU matmul needs rows of whole blocks: widths of 128 and 256.
+  const nlohmann::json config = {
+      {"vocab_size", 300},        {"hidden_size", 128},       {"intermediate_size", 256},      {"num_hidden_layers", 2},
+      {"num_attention_heads", 4}, {"num_key_value_heads", 2}, {"max_position_embeddings", 64}, {"rms_norm_eps", 1e-5},
+      {"rope_theta", 10000.0}};
+  const torch::Tensor tokens = at::randint(0, 300, {2, 32}, at::kLong);
+  write_safetensors(dir.file("tokens.safetensors"), {{"tokens", tokens}});
+  const nlohmann::json spec = {{"class", "LlamaForCausalLM"}, {"config", config}, {"dtype", "bfloat16"}};
+  hf_interop({"save", dir.file("base"), dir.file("tokens.safetensors"), dir.file("bf16.safetensors"), spec.dump()});
+  write_file(dir.file("r.yaml"),
+             "model:\n  init_from: base\n  seq_len: 32\n"
+             "  lora: {rank: 4, alpha: 8, targets: [qkv, proj, mlp_up, mlp_down]}\n  quantize: {base: nf4}\n"
+             "data:\n  train: {format: synthetic, synthetic: {vocab: 300}}\n"
+             "train: {max_steps: 3, per_device_batch_size: 2, log_every: 1, eval_every: 0}\n"
+             "optim: {lr: 0.02, schedule: {warmup_steps: 0}}\n"
+             "checkpoint: {every: 3}\nrun: {threads: 2}\nmetrics: {progress: off}\n");
+  const Settings s = load_recipe(dir.file("r.yaml"), {}, recipe_rules()).settings;
+
+  // The base alone: quantized here per Hugging Face tensor, there by bitsandbytes as it loads.
+  CHECK_THAT(
+      hf_interop({"bnb4", dir.file("base"), dir.file("tokens.safetensors"), dir.file("bnb4.safetensors"), "nf4", "1"}),
+      Contains("Linear4bit"));
+  Gpt model = build_initial_model(s, torch::kCPU, torch::kFloat);
+  quantize_whole_model(*model);
+  const torch::Tensor ours = logits_of(model, tokens);
+  const torch::Tensor theirs = *read_safetensors(dir.file("bnb4.safetensors")).find("logits");
+  const torch::Tensor unquantized = *read_safetensors(dir.file("bf16.safetensors")).find("logits");
+  REQUIRE(theirs.sizes() == ours.sizes());
+  // fp32 products of the same 4-bit values: the sums' order only. 4 bits moved the logits 100x that.
+  const double gap = (theirs - ours).abs().max().item<double>();
+  CHECK(gap < 1e-4);
+  CHECK((unquantized - ours).abs().max().item<double>() > 100 * std::max(gap, 1e-6));
+
+  // A QLoRA run's adapters, exported for PEFT, on transformers' 4-bit base: our merged model's logits.
+  const CommandResult run = run_recipe(dir.file("r.yaml"), dir.file("run"));
+  INFO(run.output);
+  REQUIRE(run.exit_code == 0);
+  const CommandResult exp = run_gputrain({"export", dir.file("run"), "--out", dir.file("adapter"), "--format", "peft"});
+  INFO(exp.output);
+  REQUIRE(exp.exit_code == 0);
+  CHECK_THAT(hf_interop({"peft", dir.file("base"), dir.file("tokens.safetensors"), dir.file("peft.safetensors"),
+                         dir.file("adapter"), "nf4"}),
+             Contains("adapted modules: 14"));
+  const fs::path checkpoint = find_checkpoint(dir.file("run"));
+  ModelSettings plain = s.model;
+  plain.lora.rank = 0;
+  plain.quantize.base = QuantBase::kNone;
+  Gpt merged(plain);
+  load_module_weights(*merged, checkpoint_plain_weights(checkpoint, s), checkpoint.string(), "");
+  const torch::Tensor peft = *read_safetensors(dir.file("peft.safetensors")).find("logits");
+  const torch::Tensor adapted = logits_of(merged, tokens);
+  CHECK((peft - adapted).abs().max().item<double>() < 1e-4);
+  CHECK((adapted - ours).abs().max().item<double>() > 1e-3);  // the adapters changed the model
+}
