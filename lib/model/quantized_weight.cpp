@@ -70,6 +70,19 @@ torch::Tensor quantized_linear(const torch::Tensor& x, const std::shared_ptr<con
   return QuantizedMatmul::apply(x, w);
 }
 
+bool is_quantized_base(const ModelSettings& m, const std::string& name, at::IntArrayRef shape) {
+  // In the blocks every 2-D weight is a Linear's (norm scales are 1-D); the router stays as it is.
+  return m.quantize.enabled() && shape.size() == 2 && name.starts_with("transformer.h.") && name.ends_with(".weight") &&
+         !name.ends_with(".router.weight");
+}
+
+int64_t quantized_base_bytes(const ModelSettings& m, const std::string& name, at::IntArrayRef shape) {
+  int64_t bytes = 0;
+  for (int64_t rows : hf_row_bands(m, name, shape))
+    bytes += quant4_storage_bytes(rows * shape[1], m.quantize.block_size, m.quantize.double_quant);
+  return bytes;
+}
+
 std::vector<int64_t> hf_row_bands(const ModelSettings& m, const std::string& name, at::IntArrayRef shape) {
   std::vector<std::pair<int64_t, int64_t>> bands;  // (row offset, rows)
   for (const HfTensor& t : architecture(m).hf.tensors(m))
@@ -88,7 +101,9 @@ namespace {
 void for_each_base_linear(GptImpl& model, const std::function<void(const std::string&, LinearImpl&)>& f) {
   for (const auto& item : model.transformer->h->named_modules("transformer.h")) {
     auto* linear = dynamic_cast<LinearImpl*>(item.value().get());
-    if (linear && !item.key().ends_with(".router") && linear->weight.defined()) f(item.key() + ".weight", *linear);
+    const std::string name = item.key() + ".weight";
+    if (linear && linear->weight.defined() && is_quantized_base(model.cfg, name, linear->weight.sizes()))
+      f(name, *linear);
   }
 }
 
@@ -140,7 +155,8 @@ WeightRows own_rows(GptImpl& model) {
 
 int64_t quantize_whole_model(GptImpl& model) {
   const torch::Device device = model.transformer->wte->weight.device();
-  return quantize_frozen_base(model, [](const std::string&) { return true; }, own_rows(model), device);
+  return quantize_frozen_base(
+      model, [](const std::string&) { return true; }, own_rows(model), device);
 }
 
 void round_base_through_4bit(GptImpl& model) {

@@ -31,6 +31,11 @@ struct QuantizedWeight {
 // x only (the base is frozen), W dequantized again for it.
 torch::Tensor quantized_linear(const torch::Tensor& x, const std::shared_ptr<const QuantizedWeight>& w);
 
+// Whether the parameter `name` of `shape` is a block Linear's weight that model.quantize keeps in 4
+// bits (off: none is), and its 4-bit bytes (band by band): what the memory plans count.
+bool is_quantized_base(const ModelSettings& m, const std::string& name, at::IntArrayRef shape);
+int64_t quantized_base_bytes(const ModelSettings& m, const std::string& name, at::IntArrayRef shape);
+
 // Fills `out` [count, in] with rows [first, first + count) of the whole parameter `name`.
 using WeightRows = std::function<void(const std::string& name, torch::Tensor& out, int64_t first, int64_t count)>;
 

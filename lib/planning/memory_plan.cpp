@@ -2,11 +2,13 @@
 
 #include <torch/cuda.h>
 
+#include <algorithm>
 #include <cstdio>
 
 #include "metrics/flops.h"
 #include "model/architecture.h"
 #include "model/gpt_shapes.h"
+#include "model/quantized_weight.h"
 #include "optim/make_optimizer.h"
 #include "parallel/ring_attention.h"
 #include "util/sequence_chunks.h"
@@ -38,7 +40,16 @@ MemoryPlan plan_memory(const Settings& s, int64_t batch) {
   const bool pure = mode == PrecisionMode::kBf16Pure;
   const bool mixed = mode == PrecisionMode::kBf16 || mode == PrecisionMode::kFp16;
   const double w = pure ? 2 : 4;  // bytes per weight and per gradient
-  p.weights = N * w;
+  // model.quantize: the block Linears' weights in 4 bits (no low-precision copy either: dequantized per use).
+  // The product dequantizes one Linear at a time (its bands and their concatenation, in the compute dtype).
+  double quantized = 0, largest = 0;
+  for (const auto& sh : shapes)
+    if (is_quantized_base(m, sh.name, sh.sizes)) {
+      quantized += static_cast<double>(sh.numel());
+      largest = std::max(largest, static_cast<double>(sh.numel()));
+      p.weights += static_cast<double>(quantized_base_bytes(m, sh.name, sh.sizes));
+    }
+  p.weights += (N - quantized) * w + largest * 2 * (mixed || pure ? 2 : 4);
   p.gradients = static_cast<double>(count_parameters(shapes, /*trainable_only=*/true)) * w;  // LoRA: adapters only
   p.optimizer = static_cast<double>(estimate_state_bytes(s.optim, shapes));  // fp32 moments also for bf16 weights
 
@@ -102,7 +113,7 @@ MemoryPlan plan_memory(const Settings& s, int64_t batch) {
   p.logits = on_gpu ? tokens * V * logit_bytes : tokens * V * (4 * 4 + (mixed ? 2 : 0));
   // A low-precision copy of every weight: autocast's casts for the step, or the bf16 weight copies
   // the fused AdamW keeps (train/weight_copies.h) for Linear weights.
-  if (mixed) p.weights += N * 2;
+  if (mixed) p.weights += (N - quantized) * 2;
   return p;
 }
 
@@ -116,10 +127,14 @@ std::string memory_plan_table(const Settings& s, const MemoryPlan& p) {
   const bool pure = s.precision.mode == PrecisionMode::kBf16Pure;
   std::string out = "| component | MiB | how |\n|---|---:|---|\n";
   const bool mixed = s.precision.mode == PrecisionMode::kBf16 || s.precision.mode == PrecisionMode::kFp16;
-  out += row("weights", p.weights,
-             pure    ? "2 bytes x parameters (bf16)"
-             : mixed ? "4 bytes x parameters (fp32) + 2 (low-precision copy: autocast's or bf16 weight copies)"
-                     : "4 bytes x parameters (fp32)");
+  const std::string weights_how =
+      std::string(pure    ? "2 bytes x parameters (bf16)"
+                  : mixed ? "4 bytes x parameters (fp32) + 2 (low-precision copy: autocast's or bf16 weight copies)"
+                          : "4 bytes x parameters (fp32)") +
+      (s.model.quantize.enabled() ? "; model.quantize: the blocks' Linear weights in 4 bits (codes and statistics), "
+                                    "and the largest dequantized twice (its bands and their join)"
+                                  : "");
+  out += row("weights", p.weights, weights_how.c_str());
   const bool lora = s.model.lora.rank > 0;  // only the adapters have gradients and optimizer state
   const std::string grads_how =
       std::string(pure ? "2" : "4") + " bytes x " + (lora ? "LoRA adapter parameters" : "parameters");

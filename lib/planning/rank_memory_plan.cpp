@@ -7,6 +7,7 @@
 
 #include "model/gpt_shapes.h"
 #include "optim/make_optimizer.h"
+#include "model/quantized_weight.h"
 #include "parallel/rank_layout.h"
 
 namespace gputrain {
@@ -46,7 +47,10 @@ std::vector<RankHoldings> plan_rank_memory(const Settings& s, const Grid& g) {
       const double numel = static_cast<double>(h.numel());
       const int replicas = h.expert ? l.expert_replicas : l.replicas;  // the ranks sharing its ZeRO-3 rows
       units[unit_of_parameter(h.name, m.n_layer)] += numel * gathered_bytes;
-      r.weights += numel * bytes / (l.zero == 3 ? replicas : 1);
+      const double held = is_quantized_base(m, h.name, h.sizes)
+                              ? static_cast<double>(quantized_base_bytes(m, h.name, h.sizes))
+                              : numel * bytes;  // model.quantize: 4 bits (never under ZeRO-3)
+      r.weights += held / (l.zero == 3 ? replicas : 1);
       if (!h.trainable) continue;
       const double grads = numel * bytes, state = state_bytes_of(s, h);
       r.gradients += l.zero == 3 ? grads / replicas : l.zero == 2 ? (l.owns(h) ? grads : 0) : grads;

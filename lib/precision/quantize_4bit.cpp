@@ -121,6 +121,13 @@ int64_t Quantized4bit::storage_bytes() const {
   return bytes(codes) + bytes(absmax) + bytes(nested_absmax) + bytes(nested_code) + (nested ? 4 : 0);
 }
 
+int64_t quant4_storage_bytes(int64_t numel, int64_t block_size, bool double_quant) {
+  const int64_t blocks = (numel + block_size - 1) / block_size, codes = (numel + 1) / 2;
+  if (!double_quant) return codes + 4 * blocks;
+  // 8-bit absmax, a float32 scale per 256 of them, the 256-entry map and the offset.
+  return codes + blocks + 4 * ((blocks + 255) / 256) + 4 * 256 + 4;
+}
+
 Quantized4bit quantize_4bit(const torch::Tensor& w, Quant4Type type, int64_t block_size, bool double_quant) {
   if (!is_quant4_block_size(block_size))
     throw std::invalid_argument("block size " + std::to_string(block_size) +

@@ -56,6 +56,10 @@ struct Quantized4bit {
   int64_t storage_bytes() const;
 };
 
+// The bytes quantize_4bit's result holds for `numel` weights (Quantized4bit::storage_bytes, before any
+// tensor exists: the memory plan's count).
+int64_t quant4_storage_bytes(int64_t numel, int64_t block_size, bool double_quant);
+
 // `w` (float32, bfloat16 or float16, any shape) quantized as quantize_4bit(w, blocksize,
 // compress_statistics=double_quant, quant_type) does. Throws std::invalid_argument on a block size
 // bitsandbytes does not have or another dtype.

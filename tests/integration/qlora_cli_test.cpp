@@ -7,6 +7,7 @@
 #include <ATen/ATen.h>
 
 #include <filesystem>
+#include <sstream>
 
 #include "checkpoint/model_files.h"
 #include "checkpoint/module_weights.h"
@@ -174,4 +175,58 @@ TEST_CASE("qlora: a 4-bit Llama gives transformers + bitsandbytes' logits, and i
   const torch::Tensor adapted = logits_of(merged, tokens);
   CHECK((peft - adapted).abs().max().item<double>() < 1e-4);
   CHECK((adapted - ours).abs().max().item<double>() > 1e-3);  // the adapters changed the model
+}
+
+namespace {
+
+// The MiB in column `col` (0 = the first after the label) of the plan's table row starting `| label |`.
+// (searched from `from`).
+double plan_cell(const std::string& plan, const std::string& label, int col = 0, size_t from = 0) {
+  const size_t at = plan.find("| " + label + " |", from);
+  REQUIRE(at != std::string::npos);
+  std::stringstream row(plan.substr(at + label.size() + 4, plan.find('\n', at) - at));
+  std::string cell;
+  for (int i = 0; i <= col; ++i) std::getline(row, cell, '|');
+  return std::stod(cell);
+}
+
+}  // namespace
+
+TEST_CASE("qlora: the configs/ recipes validate and plan within the GPU memory their headers name", "[qlora][cli]") {
+  struct Case {
+    const char* file;
+    double gib;  // the header's "memory: N GiB"
+    bool pipeline;
+  };
+  for (const Case& c : {Case{"qlora-llama3.1-8b.yaml", 16, false}, Case{"qlora-qwen2.5-7b-chat.yaml", 16, false},
+                        Case{"qlora-llama3.1-70b.yaml", 48, false}, Case{"qlora-llama3.1-70b-2gpu.yaml", 24, true}}) {
+    CAPTURE(c.file);
+    const std::string path = std::string(GPUTRAIN_SOURCE_DIR) + "/configs/" + c.file;
+    CHECK_THAT(read_file(path), Contains("# memory: " + std::to_string(static_cast<int>(c.gib)) + " GiB") ||
+                                    Contains("memory: " + std::to_string(static_cast<int>(c.gib)) + " GiB per rank"));
+    // The base is a download the header names; planned without it, from the recipe's own model keys.
+    const CommandResult plan = run_gputrain({"plan", path, "--set", "model.init_from="});
+    INFO(plan.output);
+    REQUIRE(plan.exit_code == 0);
+    CHECK_THAT(plan.output, Contains("model.quantize: the blocks' Linear weights in 4 bits"));
+    const double budget = c.gib * 1024;
+    if (!c.pipeline) {
+      CHECK(plan_cell(plan.output, "total (estimate)") < budget);
+      // 4 bits: the weights are under half of what bf16 would hold (embeddings and head stay bf16).
+      const double parameters = std::stod(plan.output.substr(plan.output.find("parameters: ") + 12));
+      CHECK(plan_cell(plan.output, "weights") < 0.5 * 2 * parameters / (1024 * 1024));
+      continue;
+    }
+    // Each stage: its weights, gradients and state, the 1F1B activations it holds, the last the logits.
+    const double logits = plan_cell(plan.output, "logits and loss");
+    for (const std::string& stage : {"0", "1"}) {
+      const double held = plan_cell(plan.output, stage, 3, plan.output.find("memory per rank"));
+      const std::string activations =
+          plan.output.substr(plan.output.find("| " + stage + " | " + (stage == "0" ? "0-" : "4")));
+      const double mib = std::stod(activations.substr(activations.find("micro-batches, ") + 15));
+      CHECK(held + mib + (stage == "1" ? logits : 0) < budget);
+    }
+  }
+  // The recipes load with their base in place (their keys agree with the download's config.json):
+  // tests/unit/config/recipe_test.cpp "every recipe in configs/ validates".
 }

@@ -79,6 +79,10 @@ TEST_CASE("quantize_4bit: about 4.13 bits a weight with double quantization, and
   // 4 bits + 32 / 64 (fp32 absmax) = 4.5; with double quantization 4 + 8 / 64 + 32 / (64 * 256) = 4.127.
   CHECK(8.0 * plain.storage_bytes() / w.numel() == Approx(4.5).margin(0.001));
   CHECK(8.0 * dq.storage_bytes() / w.numel() == Approx(4.127).margin(0.005));
+  CHECK(plain.storage_bytes() == quant4_storage_bytes(w.numel(), 64, false));  // the plan's count
+  CHECK(dq.storage_bytes() == quant4_storage_bytes(w.numel(), 64, true));
+  const Quantized4bit odd = quantize_4bit(torch::randn({37, 29}), Quant4Type::kFp4, 128, true);
+  CHECK(odd.storage_bytes() == quant4_storage_bytes(37 * 29, 128, true));
   CHECK_THROWS_WITH(quantize_4bit(w, Quant4Type::kNf4, 48, true), Catch::Contains("block size 48"));
   CHECK_THROWS_WITH(quantize_4bit(w.to(torch::kDouble), Quant4Type::kNf4, 64, true), Catch::Contains("float32"));
 }
