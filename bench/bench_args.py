@@ -3,6 +3,7 @@ the model's shape (each script picks its own default model); and the line
 naming which gputrain was measured, and when."""
 import datetime
 import json
+import os
 import subprocess
 
 
@@ -33,3 +34,13 @@ def launched_run(binary, recipe, nproc, sets, out):
         args += ["--set", f"{key}={value}"]
     subprocess.run(args, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return json.loads((out / "summary.json").read_text())
+
+
+def peak_rss_mb(args):
+    """Runs `args` to the end and returns its peak resident set (wait4's ru_maxrss, MiB), as the kernel counts it."""
+    p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    output = p.stdout.read()
+    _, status, usage = os.wait4(p.pid, 0)
+    if status != 0:
+        raise SystemExit(output)
+    return usage.ru_maxrss / 1024

@@ -12,13 +12,12 @@ table. Run: scripts/bench-hf-import.sh (builds first).
 import argparse
 import json
 import os
-import subprocess
 import tempfile
 
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from bench_args import provenance
+from bench_args import peak_rss_mb, provenance
 
 RECIPE = """model:
   seq_len: 32
@@ -30,15 +29,6 @@ train: {max_steps: 1, per_device_batch_size: 1, log_every: 1, eval_every: 0}
 checkpoint: {every: 0}
 metrics: {progress: off}
 """
-
-
-def peak_rss_mb(args):
-    p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    output = p.stdout.read()
-    _, status, usage = os.wait4(p.pid, 0)
-    if status != 0:
-        raise SystemExit(output)
-    return usage.ru_maxrss / 1024
 
 
 def main():

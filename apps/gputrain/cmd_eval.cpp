@@ -26,7 +26,7 @@ int eval(const EvalCommandOptions& o, const LaunchArgs& l) {
     lo.relay_fd = STDERR_FILENO;
     lo.worker_args = {"eval",     o.where,  "--format",     o.format,
                       "--device", o.device, "--batch-size", std::to_string(o.batch_size),
-                      "--out",    out};
+                      "--out",    out,      "--quantize",   quantize_flag_value(o.quantize)};
     if (!o.data.empty()) lo.worker_args.insert(lo.worker_args.end(), {"--data", o.data});
     if (!o.tokenizer.name.empty()) lo.worker_args.insert(lo.worker_args.end(), {"--tokenizer", o.tokenizer.name});
     if (!o.tokenizer.vocab_path.empty())
@@ -68,6 +68,7 @@ void add_eval(CLI::App& cli, Commands& commands) {
   cmd->add_option("--vocab", o.tokenizer.vocab_path, "gpt2: encoder.json");
   cmd->add_option("--merges", o.tokenizer.merges_path, "gpt2: vocab.bpe");
   cmd->add_option("--out", o.out, "also write the JSON result to this file");
+  add_quantize_option(cmd, o.quantize);
   cmd->add_option("--nproc-per-node", e->launch.nproc_per_node, "start this many processes, each reading a share")
       ->check(CLI::Range(1, 1024));
   commands.push_back({cmd, [e] { return eval(e->options, e->launch); }});

@@ -49,6 +49,7 @@ void add_generate(CLI::App& cli, Commands& commands) {
                   "was prepared with)");
   cmd->add_option("--vocab", g->tokenizer.vocab_path, "gpt2: encoder.json");
   cmd->add_option("--merges", g->tokenizer.merges_path, "gpt2: vocab.bpe");
+  add_quantize_option(cmd, g->quantize);
   cmd->add_flag("--json", g->json, "print one JSON object (text, token ids, why each sample stopped)");
   commands.push_back({cmd, [g] { return generate(*g); }});
 }

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 
 #include "util/error.h"
 
@@ -39,6 +40,25 @@ LaunchOptions launch_options(const LaunchArgs& l) {
     if (const char* env = std::getenv("MASTER_PORT")) o.master_port = std::atoi(env);
   o.executable = std::filesystem::read_symlink("/proc/self/exe").string();
   return o;
+}
+
+namespace {
+const std::map<std::string, QuantBase> kQuantBases = {
+    {"none", QuantBase::kNone}, {"nf4", QuantBase::kNf4}, {"fp4", QuantBase::kFp4}};
+}  // namespace
+
+void add_quantize_option(CLI::App* cmd, QuantBase& q) {
+  cmd->add_option("--quantize", q,
+                  "the block Linears in 4 bits as bitsandbytes' load_in_4bit (double quantization, blocks of 64): "
+                  "none, nf4 or fp4")
+      ->transform(CLI::CheckedTransformer(kQuantBases))
+      ->default_str("none");
+}
+
+std::string quantize_flag_value(QuantBase q) {
+  for (const auto& [word, value] : kQuantBases)
+    if (value == q) return word;
+  return "none";
 }
 
 const CLI::Range kCount(int64_t{1}, int64_t{1} << 30);

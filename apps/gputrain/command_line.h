@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "config/settings.h"
 #include "parallel/launcher.h"
 
 namespace gputrain::app {
@@ -31,6 +32,10 @@ struct LaunchArgs {
 
 // The launcher's options from `run`'s or `eval`'s flags; the caller adds the workers' arguments.
 LaunchOptions launch_options(const LaunchArgs& l);
+
+// --quantize none|nf4|fp4 (generate, eval): the model's block Linears in 4 bits, as model.quantize.base.
+void add_quantize_option(CLI::App* cmd, QuantBase& q);
+std::string quantize_flag_value(QuantBase q);  // the word for a worker's arguments
 
 // Counts such as --steps: CLI::PositiveNumber would print a double's whole range on a bad value.
 extern const CLI::Range kCount;

@@ -5,6 +5,7 @@
 #include "checkpoint/module_weights.h"
 #include "config/recipe.h"
 #include "model/architecture.h"
+#include "model/quantized_weight.h"
 #include "util/error.h"
 #include "util/text_file.h"
 
@@ -55,7 +56,7 @@ InferenceModel from_checkpoint(const fs::path& where, torch::Device device, torc
 
 }  // namespace
 
-InferenceModel load_inference_model(const fs::path& where, torch::Device device) {
+InferenceModel load_inference_model(const fs::path& where, torch::Device device, QuantBase quantize) {
   const torch::ScalarType dtype = device.is_cuda() ? torch::kBFloat16 : torch::kFloat;
   std::error_code ec;
   if (!fs::is_directory(where, ec))
@@ -63,6 +64,11 @@ InferenceModel load_inference_model(const fs::path& where, torch::Device device)
                      "(step_<N>) or a Hugging Face model folder");
   InferenceModel out =
       fs::exists(where / "config.json") ? from_hf_folder(where, device, dtype) : from_checkpoint(where, device, dtype);
+  if (quantize != QuantBase::kNone) {
+    out.model->cfg.quantize = QuantizeSettings{quantize};
+    out.settings.model.quantize = out.model->cfg.quantize;
+    quantize_whole_model(*out.model);
+  }
   out.model->eval();
   return out;
 }

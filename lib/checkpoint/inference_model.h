@@ -18,8 +18,10 @@ struct InferenceModel {
   int64_t step = 0;                                // the checkpoint's step (0 for a Hugging Face folder)
 };
 
-// Weights in bfloat16 on a GPU, float32 on the CPU. Throws a data Error naming `where` when it is
-// neither, or its files do not fit.
-InferenceModel load_inference_model(const std::filesystem::path& where, torch::Device device);
+// Weights in bfloat16 on a GPU, float32 on the CPU. `quantize` (--quantize): the block Linears then
+// kept in 4 bits (bitsandbytes' load_in_4bit: double quantization, blocks of 64; model/quantized_weight.h).
+// Throws a data Error naming `where` when it is neither, or its files do not fit.
+InferenceModel load_inference_model(const std::filesystem::path& where, torch::Device device,
+                                    QuantBase quantize = QuantBase::kNone);
 
 }  // namespace gputrain

@@ -74,7 +74,7 @@ std::optional<json> evaluate_dataset(const EvalCommandOptions& o) {
   const torch::Device device = device_for_local_rank(resolve_device(o.device), world.local_rank);
   if (world.rank != 0) spdlog::set_level(spdlog::level::warn);
   const ProcessGroups groups(world, ParallelSettings{}, device);  // every process a data-parallel replica
-  InferenceModel m = load_inference_model(o.where, device);
+  InferenceModel m = load_inference_model(o.where, device, o.quantize);
   const DataSourceSettings d = data_source(o, m.settings);
   const std::unique_ptr<WindowSource> source =
       make_window_source(d, m.settings.model, o.data.empty() ? "data.eval" : "--data");

@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 
+#include "config/settings.h"
 #include "data/tokenizer.h"
 
 namespace gputrain {
@@ -16,6 +17,7 @@ struct EvalCommandOptions {
   std::string format = "auto";  // auto (token shards when the path ends in .bin) | text | tokens
   int64_t batch_size = 0;       // 0 = the run's train.per_device_batch_size
   std::string device = "auto";
+  QuantBase quantize = QuantBase::kNone;  // --quantize: evaluate with the block Linears in 4 bits
   TokenizerSpec tokenizer;  // for bits per byte; empty name = the model's own (checkpoint/model_tokenizer.h)
   std::string out;          // also write the JSON result here (rank 0); empty = no file
 };

@@ -63,7 +63,7 @@ std::vector<uint32_t> prompt_ids(const Tokenizer& tokenizer, const std::string& 
 
 void generate_text(const GenerateOptions& o, std::FILE* out) {
   const torch::Device device = resolve_device(o.device);
-  InferenceModel m = load_inference_model(o.where, device);
+  InferenceModel m = load_inference_model(o.where, device, o.quantize);
   const std::unique_ptr<Tokenizer> tokenizer = model_tokenizer(m, o.tokenizer);
   const int64_t vocab = m.settings.model.vocab_size;
   // Text data trained on raw bytes has no document framing; shards framed each document.

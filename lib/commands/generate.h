@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <string>
 
+#include "config/settings.h"
 #include "data/tokenizer.h"
 #include "model/sampling.h"
 
@@ -18,8 +19,9 @@ struct GenerateOptions {
   SamplingOptions sampling;  // temperature 0 = greedy
   uint64_t seed = 0;
   int64_t num_samples = 1;
-  std::string device = "auto";  // auto | cpu | cuda | cuda:N
-  bool json = false;            // one JSON object at the end (ids included) instead of streamed text
+  std::string device = "auto";            // auto | cpu | cuda | cuda:N
+  QuantBase quantize = QuantBase::kNone;  // --quantize: generate with the block Linears in 4 bits
+  bool json = false;                      // one JSON object at the end (ids included) instead of streamed text
 };
 
 // Writes the samples to `out`: streamed as each token is chosen (one sample), each in full after

@@ -53,11 +53,15 @@ struct QuantizedMatmul : torch::autograd::Function<QuantizedMatmul> {
 Quant4Type quant4_type(QuantBase base) { return base == QuantBase::kFp4 ? Quant4Type::kFp4 : Quant4Type::kNf4; }
 
 torch::Tensor QuantizedWeight::dequantize(torch::ScalarType dtype) const {
-  if (pieces.size() == 1) return dequantize_4bit(pieces.front(), dtype);
-  std::vector<torch::Tensor> bands;
-  bands.reserve(pieces.size());
-  for (const Quantized4bit& p : pieces) bands.push_back(dequantize_4bit(p, dtype));
-  return torch::cat(bands, 0);
+  torch::Tensor out =
+      torch::empty({out_features, in_features}, pieces.front().codes.options().dtype(dtype));  // each band in place
+  int64_t row = 0;
+  for (const Quantized4bit& p : pieces) {
+    torch::Tensor band = out.narrow(0, row, p.shape[0]);
+    dequantize_4bit_into(p, band);
+    row += p.shape[0];
+  }
+  return out;
 }
 
 int64_t QuantizedWeight::storage_bytes() const {

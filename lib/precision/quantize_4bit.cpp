@@ -1,5 +1,7 @@
 #include "precision/quantize_4bit.h"
 
+#include <ATen/Parallel.h>
+
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
@@ -183,12 +185,69 @@ torch::Tensor block_absmax(const Quantized4bit& q) {
   return absmax.add_(q.offset);
 }
 
+namespace {
+
+// The CPU path: one pass over the codes, each block's absmax decoded once, code x absmax in float32
+// rounded once to the output's dtype (the same numbers as the tensor ops below), blocks in parallel.
+template <typename T>
+void dequantize_blocks_cpu(const Quantized4bit& q, T* out) {
+  const int64_t n = q.numel(), block = q.block_size;
+  const torch::Tensor code = quant4_code(q.type);
+  float lut[16];
+  std::copy(code.data_ptr<float>(), code.data_ptr<float>() + 16, lut);
+  const torch::Tensor absmax = q.absmax.contiguous();
+  const uint8_t* codes = q.codes.data_ptr<uint8_t>();
+  const torch::Tensor nested_code = q.nested ? q.nested_code.contiguous() : torch::Tensor();
+  const torch::Tensor nested_absmax = q.nested ? q.nested_absmax.contiguous() : torch::Tensor();
+  at::parallel_for(0, q.blocks(), 16, [&](int64_t first, int64_t last) {
+    for (int64_t b = first; b < last; ++b) {
+      const float scale = q.nested ? nested_code.data_ptr<float>()[absmax.data_ptr<uint8_t>()[b]] *
+                                             nested_absmax.data_ptr<float>()[b / q.nested_block_size] +
+                                         q.offset
+                                   : absmax.data_ptr<float>()[b];
+      const int64_t end = std::min(n, (b + 1) * block);  // blocks start on a byte (even block sizes)
+      int64_t i = b * block;
+      for (; i + 1 < end; i += 2) {
+        const uint8_t byte = codes[i / 2];
+        out[i] = static_cast<T>(lut[byte >> 4] * scale);
+        out[i + 1] = static_cast<T>(lut[byte & 0x0F] * scale);
+      }
+      if (i < end) out[i] = static_cast<T>(lut[codes[i / 2] >> 4] * scale);
+    }
+  });
+}
+
+}  // namespace
+
+void dequantize_4bit_into(const Quantized4bit& q, torch::Tensor& out) {
+  if (!q.codes.is_cpu() || !out.is_cpu() || !out.is_contiguous()) {
+    out.copy_(dequantize_4bit(q, out.scalar_type()).view(out.sizes()));
+    return;
+  }
+  if (q.block_size % 2) throw std::invalid_argument("4-bit blocks hold whole bytes");
+  switch (out.scalar_type()) {
+    case torch::kFloat:
+      return dequantize_blocks_cpu(q, out.data_ptr<float>());
+    case torch::kBFloat16:
+      return dequantize_blocks_cpu(q, out.data_ptr<c10::BFloat16>());
+    case torch::kHalf:
+      return dequantize_blocks_cpu(q, out.data_ptr<c10::Half>());
+    default:
+      out.copy_(dequantize_4bit(q, torch::kFloat).view(out.sizes()));
+  }
+}
+
 torch::Tensor dequantize_4bit(const Quantized4bit& q, torch::ScalarType dtype) {
   const int64_t n = q.numel();
+  if (q.codes.is_cpu() && (dtype == torch::kFloat || dtype == torch::kBFloat16 || dtype == torch::kHalf)) {
+    torch::Tensor out = torch::empty(q.shape, torch::TensorOptions().dtype(dtype));
+    dequantize_4bit_into(q, out);
+    return out;
+  }
   const torch::Tensor bytes = q.codes.reshape(-1);
   const torch::Tensor nibbles =
       torch::stack({torch::bitwise_right_shift(bytes, 4), torch::bitwise_and(bytes, 0x0F)}, 1).reshape(-1);
-  const torch::Tensor values = quant4_code(q.type).index({nibbles.slice(0, 0, n).to(torch::kLong)});
+  const torch::Tensor values = quant4_code(q.type).to(bytes.device()).index({nibbles.slice(0, 0, n).to(torch::kLong)});
   const torch::Tensor scale = block_absmax(q).repeat_interleave(q.block_size).slice(0, 0, n);
   return (values * scale).reshape(q.shape).to(dtype);
 }

@@ -69,5 +69,8 @@ torch::Tensor block_absmax(const Quantized4bit& q);
 // The tensor back in `dtype` (as dequantize_4bit: each code's value times its block's absmax in float32,
 // then rounded once to dtype), shaped as it was.
 torch::Tensor dequantize_4bit(const Quantized4bit& q, torch::ScalarType dtype);
+// The same into `out` (q.numel() elements of its dtype): on the CPU one multi-threaded pass over the
+// codes with no temporaries (the product's path, once per call).
+void dequantize_4bit_into(const Quantized4bit& q, torch::Tensor& out);
 
 }  // namespace gputrain

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <sstream>
 
+#include "checkpoint/inference_model.h"
 #include "checkpoint/model_files.h"
 #include "checkpoint/module_weights.h"
 #include "checkpoint/safetensors.h"
@@ -154,6 +155,23 @@ TEST_CASE("qlora: a 4-bit Llama gives transformers + bitsandbytes' logits, and i
   const double gap = (theirs - ours).abs().max().item<double>();
   CHECK(gap < 1e-4);
   CHECK((unquantized - ours).abs().max().item<double>() > 100 * std::max(gap, 1e-6));
+
+  // The same through --quantize (generate and eval load so): the model's logits, and a loss of its own.
+  const InferenceModel loaded = load_inference_model(dir.file("base"), torch::kCPU, QuantBase::kNf4);
+  CHECK(at::equal(logits_of(const_cast<Gpt&>(loaded.model), tokens), ours));
+  write_file(dir.file("text.txt"), "To be, or not to be, that is the question: whether 'tis nobler in the mind.\n");
+  const auto eval_loss = [&](const std::string& quantize) {
+    const CommandResult r =
+        run_gputrain({"eval", dir.file("base"), "--data", dir.file("text.txt"), "--tokenizer", "bytes", "--device",
+                      "cpu", "--quantize", quantize, "--out", dir.file("eval.json")});
+    INFO(r.output);
+    REQUIRE(r.exit_code == 0);
+    return read_json(dir.file("eval.json"))["loss"].get<double>();
+  };
+  CHECK(std::abs(eval_loss("nf4") - eval_loss("none")) > 1e-4);
+  const CommandResult bad = run_gputrain({"eval", dir.file("base"), "--quantize", "int3"});
+  CHECK(bad.exit_code == 2);
+  CHECK_THAT(bad.output, Contains("--quantize"));
 
   // A QLoRA run's adapters, exported for PEFT, on transformers' 4-bit base: our merged model's logits.
   const CommandResult run = run_recipe(dir.file("r.yaml"), dir.file("run"));
