@@ -217,39 +217,38 @@ void dequantize_blocks_cpu(const Quantized4bit& q, T* out) {
   });
 }
 
-}  // namespace
-
-void dequantize_4bit_into(const Quantized4bit& q, torch::Tensor& out) {
-  if (!q.codes.is_cpu() || !out.is_cpu() || !out.is_contiguous()) {
-    out.copy_(dequantize_4bit(q, out.scalar_type()).view(out.sizes()));
-    return;
-  }
-  if (q.block_size % 2) throw std::invalid_argument("4-bit blocks hold whole bytes");
-  switch (out.scalar_type()) {
-    case torch::kFloat:
-      return dequantize_blocks_cpu(q, out.data_ptr<float>());
-    case torch::kBFloat16:
-      return dequantize_blocks_cpu(q, out.data_ptr<c10::BFloat16>());
-    case torch::kHalf:
-      return dequantize_blocks_cpu(q, out.data_ptr<c10::Half>());
-    default:
-      out.copy_(dequantize_4bit(q, torch::kFloat).view(out.sizes()));
-  }
-}
-
-torch::Tensor dequantize_4bit(const Quantized4bit& q, torch::ScalarType dtype) {
+// Any device and dtype: the same numbers by tensor ops (fp32 temporaries).
+torch::Tensor dequantize_with_ops(const Quantized4bit& q, torch::ScalarType dtype) {
   const int64_t n = q.numel();
-  if (q.codes.is_cpu() && (dtype == torch::kFloat || dtype == torch::kBFloat16 || dtype == torch::kHalf)) {
-    torch::Tensor out = torch::empty(q.shape, torch::TensorOptions().dtype(dtype));
-    dequantize_4bit_into(q, out);
-    return out;
-  }
   const torch::Tensor bytes = q.codes.reshape(-1);
   const torch::Tensor nibbles =
       torch::stack({torch::bitwise_right_shift(bytes, 4), torch::bitwise_and(bytes, 0x0F)}, 1).reshape(-1);
   const torch::Tensor values = quant4_code(q.type).to(bytes.device()).index({nibbles.slice(0, 0, n).to(torch::kLong)});
   const torch::Tensor scale = block_absmax(q).repeat_interleave(q.block_size).slice(0, 0, n);
   return (values * scale).reshape(q.shape).to(dtype);
+}
+
+}  // namespace
+
+void dequantize_4bit_into(const Quantized4bit& q, torch::Tensor& out) {
+  const auto t = out.scalar_type();
+  const bool fast_type = t == torch::kFloat || t == torch::kBFloat16 || t == torch::kHalf;
+#ifdef GPUTRAIN_WITH_CUDA
+  if (fast_type && q.codes.is_cuda() && out.is_cuda() && out.is_contiguous()) return dequantize_4bit_cuda(q, out);
+#endif
+  if (!fast_type || !q.codes.is_cpu() || !out.is_cpu() || !out.is_contiguous() || q.block_size % 2) {
+    out.copy_(dequantize_with_ops(q, t).view(out.sizes()));
+    return;
+  }
+  if (t == torch::kFloat) dequantize_blocks_cpu(q, out.data_ptr<float>());
+  else if (t == torch::kBFloat16) dequantize_blocks_cpu(q, out.data_ptr<c10::BFloat16>());
+  else dequantize_blocks_cpu(q, out.data_ptr<c10::Half>());
+}
+
+torch::Tensor dequantize_4bit(const Quantized4bit& q, torch::ScalarType dtype) {
+  torch::Tensor out = torch::empty(q.shape, q.codes.options().dtype(dtype));
+  dequantize_4bit_into(q, out);
+  return out;
 }
 
 }  // namespace gputrain

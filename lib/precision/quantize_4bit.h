@@ -72,5 +72,7 @@ torch::Tensor dequantize_4bit(const Quantized4bit& q, torch::ScalarType dtype);
 // The same into `out` (q.numel() elements of its dtype): on the CPU one multi-threaded pass over the
 // codes with no temporaries (the product's path, once per call).
 void dequantize_4bit_into(const Quantized4bit& q, torch::Tensor& out);
+// Its CUDA path (kernels/dequant_4bit.cuh), for device tensors; in CUDA builds only.
+void dequantize_4bit_cuda(const Quantized4bit& q, torch::Tensor& out);
 
 }  // namespace gputrain
