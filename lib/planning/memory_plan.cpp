@@ -41,7 +41,8 @@ MemoryPlan plan_memory(const Settings& s, int64_t batch) {
   const bool mixed = mode == PrecisionMode::kBf16 || mode == PrecisionMode::kFp16;
   const double w = pure ? 2 : 4;  // bytes per weight and per gradient
   // model.quantize: the block Linears' weights in 4 bits (no low-precision copy either: dequantized per use).
-  // The product dequantizes one Linear at a time (its bands and their concatenation, in the compute dtype).
+  // The product dequantizes one Linear at a time in the compute dtype; counted twice, since a freed one
+  // may still be held for reuse (run.cpu_malloc_cache, CUDA's caching allocator) as the next is made.
   double quantized = 0, largest = 0;
   for (const auto& sh : shapes)
     if (is_quantized_base(m, sh.name, sh.sizes)) {
@@ -132,7 +133,7 @@ std::string memory_plan_table(const Settings& s, const MemoryPlan& p) {
                   : mixed ? "4 bytes x parameters (fp32) + 2 (low-precision copy: autocast's or bf16 weight copies)"
                           : "4 bytes x parameters (fp32)") +
       (s.model.quantize.enabled() ? "; model.quantize: the blocks' Linear weights in 4 bits (codes and statistics), "
-                                    "and the largest dequantized twice (its bands and their join)"
+                                    "and the largest dequantized twice (the one in use and a freed one held for reuse)"
                                   : "");
   out += row("weights", p.weights, weights_how.c_str());
   const bool lora = s.model.lora.rank > 0;  // only the adapters have gradients and optimizer state

@@ -6,8 +6,8 @@
 #include <map>
 
 #include "model/gpt_shapes.h"
-#include "optim/make_optimizer.h"
 #include "model/quantized_weight.h"
+#include "optim/make_optimizer.h"
 #include "parallel/rank_layout.h"
 
 namespace gputrain {
