@@ -24,17 +24,7 @@ import tempfile
 from transformers import LlamaConfig
 
 from bench_args import peak_rss_mb, provenance
-
-MEMORY_RECIPE = """model:
-  seq_len: 32
-  lora: {rank: 1}
-data:
-  train: {format: synthetic, synthetic: {vocab: 64}}
-precision: {mode: bf16-pure}
-train: {max_steps: 1, per_device_batch_size: 1, log_every: 1, eval_every: 0}
-checkpoint: {every: 0}
-metrics: {progress: off}
-"""
+from hf_import_memory import RECIPE as MEMORY_RECIPE  # the same one-step LoRA rank-1 run, bf16-pure
 
 SAVE = """import json, sys, torch
 from transformers import LlamaConfig, LlamaForCausalLM

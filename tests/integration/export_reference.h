@@ -1,6 +1,7 @@
 // The reference for a CLI export: transformers loads the exported folder
 // (tests/reference/hf_interop.py) and its logits must equal those of the
-// checkpoint's model as gputrain builds it, on the same random tokens.
+// checkpoint's model as gputrain builds it, on the same random tokens; and the
+// helpers the Hugging Face tests share around that script.
 #pragma once
 #include <catch2/catch.hpp>
 
@@ -8,6 +9,7 @@
 
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "checkpoint/model_files.h"
 #include "checkpoint/module_weights.h"
@@ -19,6 +21,25 @@
 #include "util/text_file.h"
 
 namespace gputrain::test {
+
+inline std::string interop_script() { return std::string(GPUTRAIN_SOURCE_DIR) + "/tests/reference/hf_interop.py"; }
+
+// `args` through tests/reference/hf_interop.py; REQUIREs success, returns its output.
+inline std::string hf_interop(const std::vector<std::string>& args) {
+  std::vector<std::string> all = {interop_script()};
+  all.insert(all.end(), args.begin(), args.end());
+  const CommandResult r = run_python(all);
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  return r.output;
+}
+
+// `model`'s logits on `tokens` in eval mode, the vocabulary's padding rows cut.
+inline torch::Tensor logits_of(Gpt& model, const torch::Tensor& tokens) {
+  torch::NoGradGuard no_grad;
+  model->eval();
+  return model->forward(tokens).narrow(-1, 0, model->cfg.vocab_size);
+}
 
 // `checkpoint` is the step_<N> directory that `hf_dir` was exported from (LoRA adapters merged).
 inline void check_export_logits(const std::filesystem::path& checkpoint, const std::string& hf_dir,

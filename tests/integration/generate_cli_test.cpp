@@ -9,6 +9,7 @@
 #include <ATen/ATen.h>
 
 #include "checkpoint/safetensors.h"
+#include "export_reference.h"
 #include "test_util.h"
 
 using namespace gputrain;
@@ -18,8 +19,6 @@ using nlohmann::json;
 namespace fs = std::filesystem;
 
 namespace {
-
-std::string interop_script() { return std::string(GPUTRAIN_SOURCE_DIR) + "/tests/reference/hf_interop.py"; }
 
 // gputrain generate's stdout alone (its messages go to stderr, shown on failure).
 std::string generate_stdout(const TempDir& dir, const std::string& args) {

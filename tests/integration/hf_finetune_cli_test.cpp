@@ -31,18 +31,6 @@ namespace {
 
 constexpr int64_t kSeq = 48;  // past the rope-scaled models' original context (16) and Mistral's window (16)
 
-std::string interop_script() { return std::string(GPUTRAIN_SOURCE_DIR) + "/tests/reference/hf_interop.py"; }
-
-// `args` through tests/reference/hf_interop.py; REQUIREs success, returns its output.
-std::string hf_interop(const std::vector<std::string>& args) {
-  std::vector<std::string> all = {interop_script()};
-  all.insert(all.end(), args.begin(), args.end());
-  const CommandResult r = run_python(all);
-  INFO(r.output);
-  REQUIRE(r.exit_code == 0);
-  return r.output;
-}
-
 // A transformers model of `cls` with `config` (tiny, random), saved to dir/base in bf16, sharded at
 // 40KB; dir/reference.safetensors holds its logits on dir/tokens.safetensors.
 void save_base(const TempDir& dir, const std::string& cls, const nlohmann::json& config, int64_t vocab) {
@@ -67,12 +55,6 @@ std::string write_recipe(const TempDir& dir, const std::string& extra = "") {
       "checkpoint: {every: 3}\nrun: {threads: 2}\nmetrics: {progress: off}\n";
   write_file(path, text);
   return path;
-}
-
-torch::Tensor logits_of(Gpt& model, const torch::Tensor& tokens) {
-  torch::NoGradGuard no_grad;
-  model->eval();
-  return model->forward(tokens).narrow(-1, 0, model->cfg.vocab_size);
 }
 
 // The imported model gives transformers' logits (fp32 on both sides, from the same bf16 weights).

@@ -14,6 +14,7 @@
 #include "checkpoint/module_weights.h"
 #include "checkpoint/safetensors.h"
 #include "config/recipe.h"
+#include "export_reference.h"
 #include "model/quantized_weight.h"
 #include "optim/optimizer_specs.h"
 #include "parallel_runs.h"
@@ -99,27 +100,6 @@ TEST_CASE("qlora: recipes that would train or shard a 4-bit weight are refused, 
   refused({"model.quantize.base=int3", "model.lora.rank=4"}, "model.quantize.base");
 }
 
-namespace {
-
-std::string interop_script() { return std::string(GPUTRAIN_SOURCE_DIR) + "/tests/reference/hf_interop.py"; }
-
-std::string hf_interop(const std::vector<std::string>& args) {
-  std::vector<std::string> all = {interop_script()};
-  all.insert(all.end(), args.begin(), args.end());
-  const CommandResult r = run_python(all);
-  INFO(r.output);
-  REQUIRE(r.exit_code == 0);
-  return r.output;
-}
-
-torch::Tensor logits_of(Gpt& model, const torch::Tensor& tokens) {
-  torch::NoGradGuard no_grad;
-  model->eval();
-  return model->forward(tokens).narrow(-1, 0, model->cfg.vocab_size);
-}
-
-}  // namespace
-
 TEST_CASE("qlora: a 4-bit Llama gives transformers + bitsandbytes' logits, and its PEFT adapters load onto that base",
           "[qlora][hf][python][slow]") {
   TempDir dir;
@@ -157,8 +137,8 @@ TEST_CASE("qlora: a 4-bit Llama gives transformers + bitsandbytes' logits, and i
   CHECK((unquantized - ours).abs().max().item<double>() > 100 * std::max(gap, 1e-6));
 
   // The same through --quantize (generate and eval load so): the model's logits, and a loss of its own.
-  const InferenceModel loaded = load_inference_model(dir.file("base"), torch::kCPU, QuantBase::kNf4);
-  CHECK(at::equal(logits_of(const_cast<Gpt&>(loaded.model), tokens), ours));
+  InferenceModel loaded = load_inference_model(dir.file("base"), torch::kCPU, QuantBase::kNf4);
+  CHECK(at::equal(logits_of(loaded.model, tokens), ours));
   write_file(dir.file("text.txt"), "To be, or not to be, that is the question: whether 'tis nobler in the mind.\n");
   const auto eval_loss = [&](const std::string& quantize) {
     const CommandResult r =
