@@ -47,6 +47,8 @@ InferenceModel from_checkpoint(const fs::path& where, torch::Device device, torc
   const std::vector<NamedTensor> weights = checkpoint_plain_weights(out.source, out.settings);  // LoRA merged
   ModelSettings plain = out.settings.model;
   plain.lora.rank = 0;
+  plain.quantize = {};  // a QLoRA run's base is in the merged weights as it trained (4 bits, dequantized)
+  out.settings.model.quantize = {};
   torch::manual_seed(0);
   out.model = Gpt(plain);
   load_module_weights(*out.model, weights, "checkpoint '" + out.source.string() + "'", "name another checkpoint");
@@ -64,10 +66,11 @@ InferenceModel load_inference_model(const fs::path& where, torch::Device device,
                      "(step_<N>) or a Hugging Face model folder");
   InferenceModel out =
       fs::exists(where / "config.json") ? from_hf_folder(where, device, dtype) : from_checkpoint(where, device, dtype);
-  if (quantize != QuantBase::kNone) {
-    out.model->cfg.quantize = QuantizeSettings{quantize};
-    out.settings.model.quantize = out.model->cfg.quantize;
-    quantize_whole_model(*out.model);
+  if (quantize != QuantBase::kNone && quantize != out.settings.model.quantize.base)
+    out.settings.model.quantize = QuantizeSettings{quantize};
+  if (out.settings.model.quantize.enabled()) {  // --quantize, or a bitsandbytes 4-bit folder as it is stored
+    out.model->cfg.quantize = out.settings.model.quantize;
+    quantize_whole_model(*out.model, stored_4bit_bands(out.model, out.settings.model));
   }
   out.model->eval();
   return out;

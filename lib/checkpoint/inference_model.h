@@ -20,6 +20,7 @@ struct InferenceModel {
 
 // Weights in bfloat16 on a GPU, float32 on the CPU. `quantize` (--quantize): the block Linears then
 // kept in 4 bits (bitsandbytes' load_in_4bit: double quantization, blocks of 64; model/quantized_weight.h).
+// A bitsandbytes 4-bit folder is kept in 4 bits as it is stored (its codes, as transformers loads it).
 // Throws a data Error naming `where` when it is neither, or its files do not fit.
 InferenceModel load_inference_model(const std::filesystem::path& where, torch::Device device,
                                     QuantBase quantize = QuantBase::kNone);

@@ -17,14 +17,31 @@ namespace gputrain {
 
 namespace fs = std::filesystem;
 
-std::string load_initial_weights(torch::nn::Module& model, const ModelSettings& m, const std::string& path) {
-  // A LoRA model starts its base from the weights; its adapters keep their initialization.
+namespace {
+
+std::vector<NamedTensor> base_weights(const torch::nn::Module& model) {
   std::vector<NamedTensor> base;
   for (auto& w : module_weights(model))
     if (!is_lora_parameter(w.name)) base.push_back(std::move(w));
+  return base;
+}
+
+}  // namespace
+
+std::string load_initial_weights(torch::nn::Module& model, const ModelSettings& m, const std::string& path) {
+  // A LoRA model starts its base from the weights; its adapters keep their initialization.
+  const std::vector<NamedTensor> base = base_weights(model);
   const auto files = StoredWeights::init_from(path, m, base);
   files->read_whole(base);
   return files->description();
+}
+
+StoredBands stored_4bit_bands(const Gpt& model, const ModelSettings& m) {
+  std::error_code ec;
+  if (!m.quantize.enabled() || m.init_from.empty() || !fs::exists(fs::path(m.init_from) / "config.json", ec)) return {};
+  std::shared_ptr<const StoredWeights> files = StoredWeights::init_from(m.init_from, m, base_weights(*model));
+  return
+      [files](const std::string& name, int64_t first, int64_t count) { return files->stored_4bit(name, first, count); };
 }
 
 Gpt build_initial_model(const Settings& s, torch::Device device, torch::ScalarType dtype) {
@@ -53,7 +70,8 @@ std::vector<NamedTensor> checkpoint_plain_weights(const fs::path& checkpoint, co
     Gpt model = build_initial_model(saved, torch::kCPU, dtype);
     check_lora_base(with_base_quantization(lora_base_fingerprint(module_weights(*model)), saved.model.quantize), base,
                     checkpoint.string(), saved.model.init_from);
-    if (saved.model.quantize.enabled()) round_base_through_4bit(*model);  // the base the adapters trained on
+    if (saved.model.quantize.enabled())  // the base the adapters trained on
+      round_base_through_4bit(*model, stored_4bit_bands(model, saved.model));
     load_module_weights(*model, weights, "checkpoint '" + checkpoint.string() + "'", "use a checkpoint of this run",
                         is_lora_parameter);
     weights = module_weights(*model);

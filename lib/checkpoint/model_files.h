@@ -11,6 +11,7 @@
 #include "checkpoint/safetensors.h"
 #include "config/settings.h"
 #include "model/gpt.h"
+#include "model/quantized_weight.h"
 
 namespace gputrain {
 
@@ -26,6 +27,12 @@ std::string load_initial_weights(torch::nn::Module& model, const ModelSettings& 
 // The model a run starts from, whole (inference, export): the seed's initialization (run.seed), in
 // `dtype` on `device`, then model.init_from's weights.
 Gpt build_initial_model(const Settings& s, torch::Device device, torch::ScalarType dtype);
+
+// The bands of model.init_from that a bitsandbytes 4-bit Hugging Face folder keeps in 4 bits, as
+// stored (checkpoint/hf_4bit_tensors.h): quantize_whole_model and round_base_through_4bit take them
+// for `model` (as build_initial_model built it) rather than quantizing their values again. Empty for
+// any other source, or without model.quantize.
+StoredBands stored_4bit_bands(const Gpt& model, const ModelSettings& m);
 
 // The same model on the meta device (shapes only, in `dtype`): parallelize gives each rank's part
 // storage and the values build_initial_model's would have there (parallel/initial_parts.h).

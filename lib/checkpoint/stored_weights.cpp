@@ -15,6 +15,7 @@
 #include "model/hf_config_reader.h"
 #include "model/hf_mapping.h"
 #include "model/lora.h"
+#include "model/quantized_weight.h"
 #include "parallel/tensor_shard.h"
 #include "util/error.h"
 #include "util/tensor_text.h"
@@ -135,6 +136,13 @@ void StoredWeights::read_block(const Piece& piece, const at::Tensor& a_rows, con
     buffer = piece.memory.index_select(0, a_rows).index_select(1, b_cols);
     return;
   }
+  if (piece.quantized >= 0) {  // the blocks of the rows from the first to the last, dequantized
+    const Stored4bitTensor& t = quantized_[static_cast<size_t>(piece.quantized)];
+    const int64_t lo = a_rows[0].item<int64_t>(), hi = a_rows[-1].item<int64_t>();
+    buffer = read_4bit_rows(t, files_, lo, hi - lo + 1).index_select(0, a_rows - lo).index_select(1, b_cols);
+    bytes_read_ += static_cast<uint64_t>((hi - lo + 1) * piece.b / 2);
+    return;
+  }
   const int64_t na = a_rows.numel(), nb = b_cols.numel();
   buffer = at::empty({na, nb}, at::TensorOptions().dtype(piece.dtype));
   const auto es = static_cast<uint64_t>(c10::elementSize(piece.dtype));
@@ -168,6 +176,62 @@ void StoredWeights::read_block(const Piece& piece, const at::Tensor& a_rows, con
       pending_at = at, pending_to = to, pending_len = bytes;
     }
   flush();
+}
+
+std::optional<Quantized4bit> StoredWeights::stored_4bit(const std::string& name, int64_t first, int64_t count) const {
+  const auto it = params_.find(name);
+  if (it == params_.end()) return std::nullopt;
+  const int64_t cols = as_matrix(it->second.shape).second;
+  for (const Piece& piece : it->second.pieces) {
+    if (piece.quantized < 0 || piece.transposed || piece.a != count || piece.b != cols) continue;
+    if (!at::equal(piece.a_whole, at::arange(first, first + count, at::kLong))) continue;
+    const Stored4bitTensor& t = quantized_[static_cast<size_t>(piece.quantized)];
+    bytes_read_ += stored_4bit_bytes(t);
+    return read_4bit(t, files_);
+  }
+  return std::nullopt;
+}
+
+void StoredWeights::add_4bit_tensors(std::vector<HfWeightFile>& hf_files, HfWeightImport& import,
+                                     const ModelSettings& m) {
+  for (Stored4bitTensor& t : take_4bit_tensors(hf_files, files_)) {
+    const std::string& file = hf_files[static_cast<size_t>(t.codes.file)].path;
+    const Quantized4bit& q = t.layout;
+    const QuantizeSettings& want = m.quantize;
+    if (want.enabled() &&
+        (q.type != quant4_type(want.base) || q.block_size != want.block_size || q.nested != want.double_quant))
+      throw data_error(
+          "model.init_from: '" + file + "' holds " + t.name + " in 4 bits as " + quant4_type_name(q.type) +
+          ", block size " + std::to_string(q.block_size) +
+          (q.nested ? ", double quantization" : ", no double quantization") +
+          ", not as model.quantize says\n    fix: set model.quantize to {base: " + quant4_type_name(q.type) +
+          ", block_size: " + std::to_string(q.block_size) + ", double_quant: " + (q.nested ? "true" : "false") +
+          "} (or base: none, to train on its values dequantized)");
+    bool must_be_zero = false;
+    const std::optional<HfPlacement> place = import.place(t.name, q.shape, file, must_be_zero);
+    if (!place) {
+      if (must_be_zero) import.check_zero(t.name, read_4bit_rows(t, files_, 0, q.shape.empty() ? 1 : q.shape[0]), file);
+      continue;
+    }
+    const auto [a, b] = as_matrix(q.shape);
+    const int64_t ours_rows = place->transposed ? b : a;
+    at::Tensor row_map = at::arange(place->row_offset, place->row_offset + ours_rows, at::kLong);
+    row_map.masked_fill_(at::arange(ours_rows, at::kLong) >= place->rows, -1);
+    const at::Tensor other = at::arange(place->transposed ? a : b, at::kLong);
+    Piece piece{t.codes.file,
+                {},
+                q.dtype,
+                0,
+                a,
+                b,
+                place->transposed ? other : row_map,
+                place->transposed ? row_map : other,
+                place->transposed};
+    piece.quantized = static_cast<int>(quantized_.size());
+    const uint64_t bytes = stored_4bit_bytes(t);
+    quantized_.push_back(std::move(t));
+    add_piece(place->ours, std::move(piece), bytes);
+  }
 }
 
 void StoredWeights::read_whole(const std::vector<NamedTensor>& params) const {
@@ -247,8 +311,11 @@ std::unique_ptr<StoredWeights> StoredWeights::init_from(const std::string& path,
     hf_files.push_back({path, read_safetensors_header(path)});
   }
   HfWeightImport import(m, shapes_of(params), source);
-  for (const auto& f : hf_files) {
-    const int file = out->add_file(f.path);
+  for (const auto& f : hf_files) out->add_file(f.path);
+  out->add_4bit_tensors(hf_files, import, m);
+  for (size_t i = 0; i < hf_files.size(); ++i) {
+    const HfWeightFile& f = hf_files[i];
+    const int file = static_cast<int>(i);
     for (const auto& e : f.header.entries) {
       bool must_be_zero = false;
       const std::optional<HfPlacement> place = import.place(e.name, e.shape, f.path, must_be_zero);

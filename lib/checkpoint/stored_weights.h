@@ -15,12 +15,15 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/hf_4bit_tensors.h"
 #include "config/settings.h"
 #include "model/part_reader.h"
 #include "util/named_tensor.h"
 #include "util/read_only_file.h"
 
 namespace gputrain {
+
+class HfWeightImport;
 
 class StoredWeights : public PartReader {
  public:
@@ -36,6 +39,7 @@ class StoredWeights : public PartReader {
 
   Coverage covers(const std::string& name) const override;
   void read(torch::Tensor& out, const std::string& name, const WholeIndex& at) const override;
+  std::optional<Quantized4bit> stored_4bit(const std::string& name, int64_t first, int64_t count) const override;
 
   // Each of `params` it covers, read whole (a model built whole: generate, eval, a LoRA run's base).
   void read_whole(const std::vector<NamedTensor>& params) const;
@@ -55,6 +59,7 @@ class StoredWeights : public PartReader {
     int64_t a = 0, b = 0;
     torch::Tensor a_whole, b_whole;  // int64; -1 = not one of ours
     bool transposed = false;
+    int quantized = -1;  // index into quantized_: a bitsandbytes 4-bit tensor, dequantized as read
   };
   struct Parameter {
     std::vector<int64_t> shape;  // whole
@@ -74,7 +79,12 @@ class StoredWeights : public PartReader {
   void read_block(const Piece& piece, const torch::Tensor& a_rows, const torch::Tensor& b_cols,
                   torch::Tensor& buffer) const;
 
+  // A Hugging Face folder's 4-bit tensors (taken out of `hf_files`' headers), placed by `import`, each
+  // checked against model.quantize.
+  void add_4bit_tensors(std::vector<HfWeightFile>& hf_files, HfWeightImport& import, const ModelSettings& m);
+
   std::vector<std::unique_ptr<ReadOnlyFile>> files_;
+  std::vector<Stored4bitTensor> quantized_;
   std::map<std::string, Parameter> params_;
   std::string description_;
   mutable std::atomic<uint64_t> bytes_read_{0};

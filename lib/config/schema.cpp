@@ -627,7 +627,8 @@ void add_adapter_and_expert_fields(std::vector<FieldSpec>& f) {
                  EnumTable<QuantBase>{{"none", QuantBase::kNone}, {"nf4", QuantBase::kNf4}, {"fp4", QuantBase::kFp4}},
                  "QLoRA: the frozen base's block Linears (attention and MLP) stored in 4 bits as bitsandbytes "
                  "stores them (nf4 = NormalFloat4, fp4) and dequantized per layer in the compute dtype; "
-                 "embeddings, head and norms stay as they are; needs model.lora.rank > 0")
+                 "embeddings, head and norms stay as they are; needs model.lora.rank > 0; a bitsandbytes 4-bit "
+                 "model.init_from folder sets it (and double_quant) from its config.json, its codes read as stored")
           .resume(ResumePolicy::kRefused));
   f.push_back(bool_field(KEY(model.quantize.double_quant),
                          "QLoRA: each block's absmax quantized again to 8 bits in blocks of 256 (about 4.13 bits a "

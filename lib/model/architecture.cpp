@@ -2,6 +2,7 @@
 
 #include <filesystem>
 
+#include "model/hf_quantization_config.h"
 #include "util/error.h"
 #include "util/text_file.h"
 
@@ -63,6 +64,7 @@ void import_hf_config(HfConfigReader& r) {
     return;  // the other keys mean what that architecture says
   }
   theirs.hf.import_config(r);
+  import_hf_quantization(r);
 }
 
 int64_t mlp_hidden(const ModelSettings& m) {

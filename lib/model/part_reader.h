@@ -4,9 +4,11 @@
 #pragma once
 #include <torch/types.h>
 
+#include <optional>
 #include <string>
 
 #include "model/initial_values.h"
+#include "precision/quantize_4bit.h"
 
 namespace gputrain {
 
@@ -20,6 +22,13 @@ class PartReader {
   // Writes into `out` (shaped [at.rows, at.cols] or as the part) the elements `at` names that it
   // gives; rows marked as padding (at.rows < 0) become zeros.
   virtual void read(torch::Tensor& out, const std::string& name, const WholeIndex& at) const = 0;
+  // Rows [first, first + count) of the whole parameter `name` as the files keep them in 4 bits (a
+  // bitsandbytes tensor of a Hugging Face folder that is exactly that band), or nullopt: QLoRA takes
+  // such a band as stored rather than quantizing its values again.
+  virtual std::optional<Quantized4bit> stored_4bit(const std::string& name, int64_t first, int64_t count) const {
+    (void)name, (void)first, (void)count;
+    return std::nullopt;
+  }
 };
 
 }  // namespace gputrain

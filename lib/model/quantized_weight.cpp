@@ -5,6 +5,7 @@
 #include <torch/autograd.h>
 
 #include <algorithm>
+#include <optional>
 
 #include "model/architecture.h"
 #include "model/gpt.h"
@@ -58,7 +59,9 @@ torch::Tensor QuantizedWeight::dequantize(torch::ScalarType dtype) const {
   int64_t row = 0;
   for (const Quantized4bit& p : pieces) {
     torch::Tensor band = out.narrow(0, row, p.shape[0]);
-    dequantize_4bit_into(p, band);
+    // As bitsandbytes: in the stored dtype, then cast (a bf16 folder's base in fp32 compute keeps bf16 values).
+    if (p.dtype == dtype || p.dtype == torch::kFloat) dequantize_4bit_into(p, band);
+    else band.copy_(dequantize_4bit(p, p.dtype));
     row += p.shape[0];
   }
   return out;
@@ -111,15 +114,25 @@ void for_each_base_linear(GptImpl& model, const std::function<void(const std::st
   }
 }
 
-// `linear`'s weight quantized one Hugging Face band at a time (each band's rows from `rows`, on the host).
+// `linear`'s weight quantized one Hugging Face band at a time (each band's rows from `rows`, on the
+// host), or taken as `stored` holds it in 4 bits.
 std::shared_ptr<QuantizedWeight> quantize_bands(const ModelSettings& m, const std::string& name,
-                                                const LinearImpl& linear, const WeightRows& rows) {
+                                                const LinearImpl& linear, const WeightRows& rows,
+                                                const StoredBands& stored) {
   const QuantizeSettings& q = m.quantize;
   auto w = std::make_shared<QuantizedWeight>();
   w->out_features = linear.weight.size(0);
   w->in_features = linear.weight.size(1);
   int64_t first = 0;
   for (int64_t band : hf_row_bands(m, name, linear.weight.sizes())) {
+    if (std::optional<Quantized4bit> held = stored ? stored(name, first, band) : std::nullopt) {
+      if (held->numel() != band * w->in_features)
+        throw std::logic_error("quantize_bands: the stored 4-bit rows of " + name + " are not a band");
+      held->shape = {band, w->in_features};
+      w->pieces.push_back(std::move(*held));
+      first += band;
+      continue;
+    }
     torch::Tensor part = torch::empty({band, w->in_features}, linear.weight.options().device(torch::kCPU));
     rows(name, part, first, band);
     w->pieces.push_back(quantize_4bit(part, quant4_type(q.base), q.block_size, q.double_quant));
@@ -131,12 +144,12 @@ std::shared_ptr<QuantizedWeight> quantize_bands(const ModelSettings& m, const st
 }  // namespace
 
 int64_t quantize_frozen_base(GptImpl& model, const std::function<bool(const std::string&)>& holds,
-                             const WeightRows& rows, torch::Device device) {
+                             const WeightRows& rows, torch::Device device, const StoredBands& stored) {
   torch::NoGradGuard no_grad;
   int64_t bytes = 0;
   for_each_base_linear(model, [&](const std::string& name, LinearImpl& linear) {
     if (!holds(name)) return;
-    std::shared_ptr<QuantizedWeight> w = quantize_bands(model.cfg, name, linear, rows);
+    std::shared_ptr<QuantizedWeight> w = quantize_bands(model.cfg, name, linear, rows, stored);
     for (Quantized4bit& p : w->pieces)
       for (torch::Tensor* t : {&p.codes, &p.absmax, &p.nested_absmax, &p.nested_code})
         if (t->defined()) *t = t->to(device);
@@ -157,17 +170,17 @@ WeightRows own_rows(GptImpl& model) {
 
 }  // namespace
 
-int64_t quantize_whole_model(GptImpl& model) {
+int64_t quantize_whole_model(GptImpl& model, const StoredBands& stored) {
   const torch::Device device = model.transformer->wte->weight.device();
   return quantize_frozen_base(
-      model, [](const std::string&) { return true; }, own_rows(model), device);
+      model, [](const std::string&) { return true; }, own_rows(model), device, stored);
 }
 
-void round_base_through_4bit(GptImpl& model) {
+void round_base_through_4bit(GptImpl& model, const StoredBands& stored) {
   torch::NoGradGuard no_grad;
   const WeightRows own = own_rows(model);
   for_each_base_linear(model, [&](const std::string& name, LinearImpl& linear) {
-    linear.weight.copy_(quantize_bands(model.cfg, name, linear, own)->dequantize(linear.weight.scalar_type()));
+    linear.weight.copy_(quantize_bands(model.cfg, name, linear, own, stored)->dequantize(linear.weight.scalar_type()));
   });
 }
 

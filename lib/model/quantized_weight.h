@@ -8,6 +8,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -39,18 +40,23 @@ int64_t quantized_base_bytes(const ModelSettings& m, const std::string& name, at
 // Fills `out` [count, in] with rows [first, first + count) of the whole parameter `name`.
 using WeightRows = std::function<void(const std::string& name, torch::Tensor& out, int64_t first, int64_t count)>;
 
+// Rows [first, first + count) of the whole parameter `name` as files keep them in 4 bits, or nullopt
+// (model/part_reader.h: a bitsandbytes folder's tensors are taken as stored, not quantized again).
+using StoredBands = std::function<std::optional<Quantized4bit>(const std::string& name, int64_t first, int64_t count)>;
+
 // Every Linear of the blocks (attention, MLP and experts; not the router) whose weight this process
-// holds (`holds` its name) gets its weight in 4 bits on `device`, quantized band by band (one Hugging
-// Face tensor at a time, its rows from `rows`), and loses the weight parameter. Returns the 4-bit bytes.
+// holds (`holds` its name) gets its weight in 4 bits on `device`, band by band (one Hugging Face
+// tensor at a time): as `stored` holds the band, else quantized from its rows (`rows`). The weight
+// parameter goes. Returns the 4-bit bytes.
 int64_t quantize_frozen_base(GptImpl& model, const std::function<bool(const std::string&)>& holds,
-                             const WeightRows& rows, torch::Device device);
+                             const WeightRows& rows, torch::Device device, const StoredBands& stored = {});
 
 // A model built whole (eval, generate, tests) quantized as a run's: its own weights are the rows.
-int64_t quantize_whole_model(GptImpl& model);
+int64_t quantize_whole_model(GptImpl& model, const StoredBands& stored = {});
 
 // The base a QLoRA run trains on, for a model that keeps its weights (export's --merge-lora): each
-// of those weights replaced, in place, by its 4-bit value (quantized as above, dequantized to its dtype).
-void round_base_through_4bit(GptImpl& model);
+// of those weights replaced, in place, by its 4-bit value (as above, dequantized to its dtype).
+void round_base_through_4bit(GptImpl& model, const StoredBands& stored = {});
 
 // A LoRA base's fingerprint (model/lora.h) with its quantization: a 4-bit base is another base.
 std::string with_base_quantization(const std::string& fingerprint, const QuantizeSettings& q);

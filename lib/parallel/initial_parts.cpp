@@ -21,6 +21,7 @@ void InitialParts::set_tensor_split(const std::vector<TensorShard>& split, int r
     if (s.dim < 0) continue;
     Parameter& p = params_.at(s.name);
     p.index = shard_index(p.index, s, rank, size);
+    p.sliced = size > 1;
   }
 }
 
@@ -42,6 +43,11 @@ void InitialParts::fill_rows(const std::string& name, torch::Tensor& out, int64_
   WholeIndex index = p.index;
   index.rows = at::cat({p.index.rows.narrow(0, first, count), at::full({rows - count}, -1, at::kLong)});
   fill(out, name, index);
+}
+
+std::optional<Quantized4bit> InitialParts::stored_4bit(const std::string& name, int64_t first, int64_t count) const {
+  if (!files_ || parameter(name).sliced) return std::nullopt;
+  return files_->stored_4bit(name, first, count);
 }
 
 int64_t InitialParts::materialize(Gpt& model, const std::vector<NamedTensor>& held, torch::Device device) const {

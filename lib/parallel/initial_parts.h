@@ -8,6 +8,7 @@
 #include <torch/types.h>
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,9 @@ class InitialParts {
   // Fills `out` with rows [first, first + count) of this rank's (tensor-parallel) parameter `name`,
   // its further rows (ZeRO-3's padding) with zeros.
   void fill_rows(const std::string& name, torch::Tensor& out, int64_t first, int64_t count) const;
+  // Rows [first, first + count) of parameter `name` as the files keep them in 4 bits (PartReader::
+  // stored_4bit), where this rank keeps that parameter whole (a tensor-parallel slice is not a band).
+  std::optional<Quantized4bit> stored_4bit(const std::string& name, int64_t first, int64_t count) const;
 
   // Each of `held` still on the meta device gets storage on `device`, filled; every other parameter of
   // the model left on the meta device (one a stage or another rank holds) becomes empty on `device`.
@@ -45,7 +49,8 @@ class InitialParts {
  private:
   struct Parameter {
     InitialDistribution distribution;
-    WholeIndex index;  // this rank's slice of the whole
+    WholeIndex index;     // this rank's slice of the whole
+    bool sliced = false;  // by tensor parallelism
   };
   const Parameter& parameter(const std::string& name) const;
   void fill(torch::Tensor& out, const std::string& name, const WholeIndex& at) const;

@@ -75,7 +75,8 @@ void shard_fully(Gpt& model, const ProcessGroups& groups, const ParallelizeOptio
 }
 
 // QLoRA: the held block Linears' weights in 4 bits, each Hugging Face tensor read (or drawn) and
-// quantized alone, so this rank never holds its unquantized weights whole.
+// quantized alone, so this rank never holds its unquantized weights whole; one a bitsandbytes folder
+// keeps in 4 bits is taken as stored.
 int64_t quantize_held_base(Gpt& model, const std::vector<NamedTensor>& held, const InitialParts* initial,
                            torch::Device device) {
   std::map<std::string, torch::Tensor> by_name;
@@ -85,7 +86,10 @@ int64_t quantize_held_base(Gpt& model, const std::vector<NamedTensor>& held, con
     if (initial) initial->fill_rows(name, out, first, count);
     else out.copy_(by_name.at(name).narrow(0, first, count));
   };
-  return quantize_frozen_base(*model, holds, rows, device);
+  const auto stored = [&](const std::string& name, int64_t first, int64_t count) {
+    return initial ? initial->stored_4bit(name, first, count) : std::nullopt;
+  };
+  return quantize_frozen_base(*model, holds, rows, device, stored);
 }
 
 }  // namespace

@@ -100,10 +100,12 @@ TEST_CASE("qlora: recipes that would train or shard a 4-bit weight are refused, 
   refused({"model.quantize.base=int3", "model.lora.rank=4"}, "model.quantize.base");
 }
 
-TEST_CASE("qlora: a 4-bit Llama gives transformers + bitsandbytes' logits, and its PEFT adapters load onto that base",
-          "[qlora][hf][python][slow]") {
-  TempDir dir;
-  // bitsandbytes' CPU matmul needs rows of whole blocks: widths of 128 and 256.
+namespace {
+
+// A small bf16 Llama saved by transformers in dir/base, and random tokens for it in dir/tokens.safetensors
+// (its logits in dir/bf16.safetensors); bitsandbytes' CPU matmul needs rows of whole blocks: widths of
+// 128 and 256.
+torch::Tensor save_small_llama(const TempDir& dir) {
   const nlohmann::json config = {
       {"vocab_size", 300},        {"hidden_size", 128},       {"intermediate_size", 256},      {"num_hidden_layers", 2},
       {"num_attention_heads", 4}, {"num_key_value_heads", 2}, {"max_position_embeddings", 64}, {"rms_norm_eps", 1e-5},
@@ -112,13 +114,37 @@ TEST_CASE("qlora: a 4-bit Llama gives transformers + bitsandbytes' logits, and i
   write_safetensors(dir.file("tokens.safetensors"), {{"tokens", tokens}});
   const nlohmann::json spec = {{"class", "LlamaForCausalLM"}, {"config", config}, {"dtype", "bfloat16"}};
   hf_interop({"save", dir.file("base"), dir.file("tokens.safetensors"), dir.file("bf16.safetensors"), spec.dump()});
-  write_file(dir.file("r.yaml"),
-             "model:\n  init_from: base\n  seq_len: 32\n"
-             "  lora: {rank: 4, alpha: 8, targets: [qkv, proj, mlp_up, mlp_down]}\n  quantize: {base: nf4}\n"
-             "data:\n  train: {format: synthetic, synthetic: {vocab: 300}}\n"
-             "train: {max_steps: 3, per_device_batch_size: 2, log_every: 1, eval_every: 0}\n"
-             "optim: {lr: 0.02, schedule: {warmup_steps: 0}}\n"
-             "checkpoint: {every: 3}\nrun: {threads: 2}\nmetrics: {progress: off}\n");
+  return tokens;
+}
+
+// A 3-step QLoRA recipe on model.init_from `base` (plus `extra` model keys), checkpointing at its end.
+std::string small_qlora_recipe(const std::string& base, const std::string& extra) {
+  return "model:\n  init_from: " + base + "\n  seq_len: 32\n" +
+         "  lora: {rank: 4, alpha: 8, targets: [qkv, proj, mlp_up, mlp_down]}\n" + extra +
+         "data:\n  train: {format: synthetic, synthetic: {vocab: 300}}\n"
+         "train: {max_steps: 3, per_device_batch_size: 2, log_every: 1, eval_every: 0}\n"
+         "optim: {lr: 0.02, schedule: {warmup_steps: 0}}\n"
+         "checkpoint: {every: 3}\nrun: {threads: 2}\nmetrics: {progress: off}\n";
+}
+
+// The logits of the model a run's last checkpoint holds, its adapters merged into its base.
+torch::Tensor merged_logits(const std::string& run, const Settings& s, const torch::Tensor& tokens) {
+  const fs::path checkpoint = find_checkpoint(run);
+  ModelSettings plain = s.model;
+  plain.lora.rank = 0;
+  plain.quantize.base = QuantBase::kNone;
+  Gpt merged(plain);
+  load_module_weights(*merged, checkpoint_plain_weights(checkpoint, s), checkpoint.string(), "");
+  return logits_of(merged, tokens);
+}
+
+}  // namespace
+
+TEST_CASE("qlora: a 4-bit Llama gives transformers + bitsandbytes' logits, and its PEFT adapters load onto that base",
+          "[qlora][hf][python][slow]") {
+  TempDir dir;
+  const torch::Tensor tokens = save_small_llama(dir);
+  write_file(dir.file("r.yaml"), small_qlora_recipe("base", "  quantize: {base: nf4}\n"));
   const Settings s = load_recipe(dir.file("r.yaml"), {}, recipe_rules()).settings;
 
   // The base alone: quantized here per Hugging Face tensor, there by bitsandbytes as it loads.
@@ -163,16 +189,85 @@ TEST_CASE("qlora: a 4-bit Llama gives transformers + bitsandbytes' logits, and i
   CHECK_THAT(hf_interop({"peft", dir.file("base"), dir.file("tokens.safetensors"), dir.file("peft.safetensors"),
                          dir.file("adapter"), "nf4"}),
              Contains("adapted modules: 14"));
-  const fs::path checkpoint = find_checkpoint(dir.file("run"));
-  ModelSettings plain = s.model;
-  plain.lora.rank = 0;
-  plain.quantize.base = QuantBase::kNone;
-  Gpt merged(plain);
-  load_module_weights(*merged, checkpoint_plain_weights(checkpoint, s), checkpoint.string(), "");
   const torch::Tensor peft = *read_safetensors(dir.file("peft.safetensors")).find("logits");
-  const torch::Tensor adapted = logits_of(merged, tokens);
+  const torch::Tensor adapted = merged_logits(dir.file("run"), s, tokens);
   CHECK((peft - adapted).abs().max().item<double>() < 1e-4);
   CHECK((adapted - ours).abs().max().item<double>() > 1e-3);  // the adapters changed the model
+}
+
+TEST_CASE("qlora: a published bitsandbytes 4-bit folder is read as stored: transformers' logits, and adapters for it",
+          "[qlora][hf][python][slow]") {
+  TempDir dir;
+  const torch::Tensor tokens = save_small_llama(dir);
+  // transformers quantizes the bf16 base as it loads and save_pretrained writes the 4-bit folder, sharded.
+  CHECK_THAT(hf_interop({"save4bit", dir.file("base"), dir.file("tokens.safetensors"), dir.file("q4.safetensors"),
+                         "nf4", "1", dir.file("q4")}),
+             Contains("Linear4bit"));
+  const torch::Tensor theirs = *read_safetensors(dir.file("q4.safetensors")).find("logits");
+
+  // eval and generate's model: the folder's own codes (not quantized again), transformers' logits.
+  InferenceModel loaded = load_inference_model(dir.file("q4"), torch::kCPU, QuantBase::kNone);
+  CHECK(loaded.settings.model.quantize.base == QuantBase::kNf4);
+  CHECK((logits_of(loaded.model, tokens) - theirs).abs().max().item<double>() < 1e-4);
+  std::shared_ptr<const QuantizedWeight> q_proj;
+  for (const auto& item : loaded.model->named_modules())
+    if (item.key() == "transformer.h.1.attn.c_attn") q_proj = item.value()->as<Linear>()->quantized;
+  REQUIRE(q_proj);
+  torch::Tensor stored;
+  for (const auto& f : fs::directory_iterator(dir.file("q4")))
+    if (f.path().extension() == ".safetensors") {
+      const SafetensorsFile shard = read_safetensors(f.path().string());
+      if (const torch::Tensor* t = shard.find("model.layers.1.self_attn.q_proj.weight")) stored = *t;
+    }
+  REQUIRE(stored.defined());
+  CHECK(at::equal(q_proj->pieces.front().codes, stored));
+
+  // A QLoRA run on it: model.quantize from its config.json; the adapters, for PEFT on transformers'
+  // loading of the same folder, give our merged model's logits.
+  write_file(dir.file("r.yaml"), small_qlora_recipe("q4", ""));
+  const Settings s = load_recipe(dir.file("r.yaml"), {}, recipe_rules()).settings;
+  CHECK(s.model.quantize.base == QuantBase::kNf4);
+  const CommandResult run = run_recipe(dir.file("r.yaml"), dir.file("run"));
+  INFO(run.output);
+  REQUIRE(run.exit_code == 0);
+  CHECK_THAT(run.output, Contains("in 4 bits (model.quantize)"));
+  REQUIRE(run_gputrain({"export", dir.file("run"), "--out", dir.file("adapter"), "--format", "peft"}).exit_code == 0);
+  hf_interop({"peft", dir.file("q4"), dir.file("tokens.safetensors"), dir.file("peft.safetensors"), dir.file("adapter"),
+              "stored"});
+  const torch::Tensor peft = *read_safetensors(dir.file("peft.safetensors")).find("logits");
+  const torch::Tensor adapted = merged_logits(dir.file("run"), s, tokens);
+  CHECK((peft - adapted).abs().max().item<double>() < 1e-4);
+  CHECK((adapted - theirs).abs().max().item<double>() > 1e-3);
+
+  // What the folder holds disagrees with the recipe: named, with the fix.
+  const auto refused = [&](const std::vector<std::string>& args, const std::string& words) {
+    const CommandResult r = run_gputrain(args);
+    INFO(r.output);
+    CHECK(r.exit_code == 2);
+    CHECK_THAT(r.output, Contains(words) && Contains("fix:"));
+  };
+  refused({"validate", dir.file("r.yaml"), "--set", "model.quantize.base=fp4"}, "model.quantize.base");
+  refused({"validate", dir.file("r.yaml"), "--set", "model.lora.rank=0"}, "model.lora.rank");
+
+  // A statistic missing (removed from its shard and the index) or an 8-bit folder: exit 2, naming them.
+  fs::copy(dir.file("q4"), dir.file("broken"));
+  const std::string absmax = "model.layers.0.mlp.down_proj.weight.absmax";
+  nlohmann::json index = read_json(dir.file("broken/model.safetensors.index.json"));
+  const std::string shard = dir.file("broken/" + index["weight_map"][absmax].get<std::string>());
+  index["weight_map"].erase(absmax);
+  write_file(dir.file("broken/model.safetensors.index.json"), index.dump());
+  std::vector<NamedTensor> kept;
+  for (auto& t : read_safetensors(shard).tensors)
+    if (t.name != absmax) kept.push_back(std::move(t));
+  write_safetensors(shard, kept);
+  write_file(dir.file("text.txt"), "To be, or not to be, that is the question.\n");
+  refused({"eval", dir.file("broken"), "--data", dir.file("text.txt"), "--tokenizer", "bytes", "--device", "cpu"},
+          "model.layers.0.mlp.down_proj.weight is stored in 4 bits without its absmax");
+  fs::copy(dir.file("base"), dir.file("eight"));
+  nlohmann::json config = read_json(dir.file("eight/config.json"));
+  config["quantization_config"] = {{"quant_method", "bitsandbytes"}, {"load_in_8bit", true}};
+  write_file(dir.file("eight/config.json"), config.dump());
+  refused({"validate", dir.file("r.yaml"), "--set", "model.init_from=" + dir.file("eight")}, "bitsandbytes in 8 bits");
 }
 
 namespace {

@@ -46,6 +46,11 @@ usage:
       Loads MODEL_DIR in 4 bits with bitsandbytes (BitsAndBytesConfig: QUANT_TYPE, double
       quantization when DOUBLE_QUANT is 1, float32 compute, on the CPU) and writes its logits on
       TOKENS to OUT; prints the class of its q_proj.
+  hf_interop.py save4bit MODEL_DIR TOKENS OUT QUANT_TYPE DOUBLE_QUANT SAVE_DIR
+      As bnb4, the weights quantized from bfloat16 (as published 4-bit models are), then saved with
+      save_pretrained(SAVE_DIR, max_shard_size="100KB"): a bitsandbytes 4-bit folder. OUT gets the
+      logits of SAVE_DIR loaded back by from_pretrained (float32, on the CPU).
+  QUANT_TYPE "stored" (peft): MODEL_DIR is such a folder, loaded in 4 bits as it is stored.
 """
 import json
 import sys
@@ -116,12 +121,14 @@ if mode == "tokenize":
     with open(out, "w") as f:
         json.dump(ids, f)
     sys.exit(0)
-def load_4bit(model_dir, quant_type, double_quant):
+def load_4bit(model_dir, quant_type, double_quant, dtype=torch.float32):
     from transformers import BitsAndBytesConfig
-    config = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type=quant_type,
-                                bnb_4bit_use_double_quant=double_quant, bnb_4bit_compute_dtype=torch.float32)
-    model = AutoModelForCausalLM.from_pretrained(model_dir, attn_implementation="eager", dtype=torch.float32,
-                                                 quantization_config=config, device_map="cpu")
+    # A 4-bit folder's config.json has its quantization_config (an explicit None would override it).
+    quantized = {} if quant_type == "stored" else {"quantization_config": BitsAndBytesConfig(
+        load_in_4bit=True, bnb_4bit_quant_type=quant_type, bnb_4bit_use_double_quant=double_quant,
+        bnb_4bit_compute_dtype=torch.float32)}
+    model = AutoModelForCausalLM.from_pretrained(model_dir, attn_implementation="eager", dtype=dtype,
+                                                 device_map="cpu", **quantized)
     # On CPUs with AVX512-BF16, bitsandbytes' inference shortcut rounds absmax to bf16 and multiplies
     # in bf16 (a CPU-only repacking); off, it dequantizes and multiplies in the compute dtype, as on GPUs.
     for module in model.modules():
@@ -132,6 +139,12 @@ def load_4bit(model_dir, quant_type, double_quant):
 
 if mode == "bnb4":
     model = load_4bit(model_dir, args[0], args[1] == "1")
+    print(type(model.model.layers[0].self_attn.q_proj).__name__)
+    logits_of(model, tokens_file, out)
+    sys.exit(0)
+if mode == "save4bit":
+    load_4bit(model_dir, args[0], args[1] == "1", torch.bfloat16).save_pretrained(args[2], max_shard_size="100KB")
+    model = load_4bit(args[2], "stored", True)
     print(type(model.model.layers[0].self_attn.q_proj).__name__)
     logits_of(model, tokens_file, out)
     sys.exit(0)
