@@ -59,9 +59,8 @@ torch::Tensor QuantizedWeight::dequantize(torch::ScalarType dtype) const {
   int64_t row = 0;
   for (const Quantized4bit& p : pieces) {
     torch::Tensor band = out.narrow(0, row, p.shape[0]);
-    // As bitsandbytes: in the stored dtype, then cast (a bf16 folder's base in fp32 compute keeps bf16 values).
-    if (p.dtype == dtype || p.dtype == torch::kFloat) dequantize_4bit_into(p, band);
-    else band.copy_(dequantize_4bit(p, p.dtype));
+    // Straight into the compute dtype, whatever the stored one, as bitsandbytes' gemm_4bit (0.50).
+    dequantize_4bit_into(p, band);
     row += p.shape[0];
   }
   return out;

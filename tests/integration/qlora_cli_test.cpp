@@ -1,7 +1,8 @@
 // QLoRA through the CLI (docs/qlora.md): adapters train on a 4-bit base; 2 processes (dp, ZeRO-2,
 // pipeline, context parallelism) give 1 process's losses; a resumed run continues the uninterrupted
 // one exactly and refuses another quantization. Against transformers + bitsandbytes from PyPI: a
-// 4-bit Llama gives their logits, and a run's PEFT adapters put on their 4-bit base give ours.
+// 4-bit Llama gives their logits, and a run's PEFT adapters put on their 4-bit base give ours; a 4-bit
+// folder transformers saved is read as stored (its logits, its eval loss, adapters for it).
 #include <catch2/catch.hpp>
 
 #include <ATen/ATen.h>
@@ -15,10 +16,12 @@
 #include "checkpoint/safetensors.h"
 #include "config/recipe.h"
 #include "export_reference.h"
+#include "model/linear.h"
 #include "model/quantized_weight.h"
 #include "optim/optimizer_specs.h"
 #include "parallel_runs.h"
 #include "test_util.h"
+#include "util/text_file.h"
 
 using namespace gputrain;
 using namespace gputrain::test;
@@ -221,6 +224,16 @@ TEST_CASE("qlora: a published bitsandbytes 4-bit folder is read as stored: trans
     }
   REQUIRE(stored.defined());
   CHECK(at::equal(q_proj->pieces.front().codes, stored));
+  // gputrain eval's loss over every window of a text equals transformers' on that folder (fp32 sums).
+  write_file(dir.file("text.txt"), read_text_file(shared_data("tinyshakespeare.txt")).substr(0, 3000));
+  const CommandResult eval = run_gputrain({"eval", dir.file("q4"), "--data", dir.file("text.txt"), "--tokenizer",
+                                           "bytes", "--device", "cpu", "--out", dir.file("eval.json")});
+  INFO(eval.output);
+  REQUIRE(eval.exit_code == 0);
+  hf_interop({"textloss", dir.file("q4"), dir.file("text.txt"), dir.file("ref.json"), "64"});
+  const nlohmann::json ours = read_json(dir.file("eval.json")), expected = read_json(dir.file("ref.json"));
+  CHECK(ours["windows"] == expected["windows"]);
+  CHECK(ours["loss"].get<double>() == Approx(expected["loss"].get<double>()).epsilon(1e-5));
 
   // A QLoRA run on it: model.quantize from its config.json; the adapters, for PEFT on transformers'
   // loading of the same folder, give our merged model's logits.
@@ -260,7 +273,6 @@ TEST_CASE("qlora: a published bitsandbytes 4-bit folder is read as stored: trans
   for (auto& t : read_safetensors(shard).tensors)
     if (t.name != absmax) kept.push_back(std::move(t));
   write_safetensors(shard, kept);
-  write_file(dir.file("text.txt"), "To be, or not to be, that is the question.\n");
   refused({"eval", dir.file("broken"), "--data", dir.file("text.txt"), "--tokenizer", "bytes", "--device", "cpu"},
           "model.layers.0.mlp.down_proj.weight is stored in 4 bits without its absmax");
   fs::copy(dir.file("base"), dir.file("eight"));

@@ -34,7 +34,8 @@ usage:
       of the JSON list PROMPT_JSON; writes the new ids (the end-of-text one included) as JSON to OUT.
   hf_interop.py textloss MODEL_DIR TEXT_FILE OUT SEQ_LEN
       The mean loss per byte over every window of the byte-level TEXT_FILE (windows of SEQ_LEN + 1
-      bytes at a stride of SEQ_LEN); writes {"loss", "tokens", "windows"} as JSON to OUT.
+      bytes at a stride of SEQ_LEN); writes {"loss", "tokens", "windows"} as JSON to OUT. A
+      bitsandbytes 4-bit folder is loaded in 4 bits as it is stored (see bnb4).
   hf_interop.py warpers - LOGITS OUT TEMPERATURE TOP_K TOP_P
       Applies transformers' Temperature, TopK (k > 0) and TopP (p < 1) logits warpers to the
       "logits" of LOGITS and writes them as "filtered" to OUT.
@@ -134,6 +135,11 @@ def load_4bit(model_dir, quant_type, double_quant, dtype=torch.float32):
     for module in model.modules():
         if hasattr(module, "support_avx512bf16_for_cpu"):
             module.support_avx512bf16_for_cpu = False
+    # A 4-bit folder loads in its saved dtype whatever dtype= says: the rest of the model made float32.
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.is_floating_point() and p.dtype != dtype:
+                p.data = p.data.to(dtype)
     return model
 
 
@@ -174,7 +180,10 @@ if mode == "generate":
 if mode == "textloss":
     # The mean loss over every window of a byte-level text file: windows of SEQ_LEN + 1 bytes at a
     # stride of SEQ_LEN (consecutive windows share one byte), the tail shorter than a window left out.
-    model = AutoModelForCausalLM.from_pretrained(model_dir, attn_implementation="eager", dtype=torch.float32)
+    with open(f"{model_dir}/config.json") as f:
+        stored_4bit = "quantization_config" in json.load(f)  # a bitsandbytes 4-bit folder, as bnb4 loads it
+    model = load_4bit(model_dir, "stored", True) if stored_4bit else AutoModelForCausalLM.from_pretrained(
+        model_dir, attn_implementation="eager", dtype=torch.float32)
     model.eval()
     T = int(args[0])
     with open(tokens_file, "rb") as f:
