@@ -7,10 +7,8 @@ std::string quant_base_name(QuantBase b) {
   return b == QuantBase::kNf4 ? "nf4" : b == QuantBase::kFp4 ? "fp4" : "none";
 }
 
-}  // namespace
-
-void import_hf_quantization(HfConfigReader& r) {
-  if (!r.has("quantization_config")) return;
+// config.json's quantization_config, present: into model.quantize, or refused.
+void import_stored_quantization(HfConfigReader& r) {
   const nlohmann::json& q = r.config()["quantization_config"];
   const std::string fix = "init from the unquantized model's folder, or from a bitsandbytes 4-bit one (load_in_4bit)";
   if (!q.is_object()) return r.refuse("has a quantization_config that is not an object", fix);
@@ -48,6 +46,18 @@ void import_hf_quantization(HfConfigReader& r) {
                               ", but model.init_from's config.json ('" + r.file() + "') " + held,
                           std::string("leave model.quantize.double_quant out (config.json sets it), or set it to ") +
                               (double_quant ? "true" : "false")});
+  }
+}
+
+}  // namespace
+
+void import_hf_quantization(HfConfigReader& r) {
+  if (!r.has("quantization_config")) return;
+  try {
+    import_stored_quantization(r);
+  } catch (const nlohmann::json::exception& e) {  // a field of another type
+    r.refuse(std::string("has a quantization_config that is not transformers': ") + e.what(),
+             "use the config.json save_pretrained wrote");
   }
 }
 
