@@ -9,6 +9,7 @@
 #include <set>
 
 #include "util/error.h"
+#include "util/tensor_text.h"
 
 namespace gputrain {
 namespace {
@@ -45,10 +46,8 @@ torch::Tensor read_range(const Located& at, const std::vector<std::unique_ptr<Re
 }
 
 torch::ScalarType dtype_named(const std::string& name, const std::string& file, const std::string& tensor) {
-  static const std::map<std::string, torch::ScalarType> kDtypes = {
-      {"float32", torch::kFloat}, {"bfloat16", torch::kBFloat16}, {"float16", torch::kHalf}};
-  const auto it = kDtypes.find(name);
-  if (it == kDtypes.end())
+  const auto it = float_dtypes_by_name().find(name);
+  if (it == float_dtypes_by_name().end())
     refuse(file, tensor, "has a quant_state of dtype '" + name + "', not float32/bfloat16/float16");
   return it->second;
 }

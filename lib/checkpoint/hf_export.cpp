@@ -18,6 +18,7 @@
 #include "util/atomic_file.h"
 #include "util/dir_lock.h"
 #include "util/error.h"
+#include "util/tensor_text.h"
 #include "util/text_file.h"
 
 namespace gputrain {
@@ -88,8 +89,7 @@ std::optional<fs::path> base_model_folder(const ModelSettings& m) {
 }
 
 torch::ScalarType export_dtype(const ExportOptions& o, const std::vector<NamedTensor>& weights, std::string& name) {
-  static const std::map<std::string, torch::ScalarType> types = {
-      {"float32", torch::kFloat}, {"bfloat16", torch::kBFloat16}, {"float16", torch::kHalf}};
+  const std::map<std::string, torch::ScalarType>& types = float_dtypes_by_name();
   if (o.dtype == "auto") {
     const torch::ScalarType t = weights.empty() ? torch::kFloat : weights.front().tensor.scalar_type();
     for (const auto& [n, type] : types)

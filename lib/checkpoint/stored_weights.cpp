@@ -68,6 +68,25 @@ bool written_by_gputrain(const SafetensorsHeader& h) {
 
 }  // namespace
 
+StoredWeights::Piece StoredWeights::placed_piece(const HfPlacement& place, int file, torch::ScalarType dtype,
+                                                 uint64_t offset, at::IntArrayRef shape) {
+  const auto [a, b] = as_matrix(shape);
+  // Stored (i, j) is ours (row_offset + i, j), or transposed (row_offset + j, i); rows past `rows` are not ours.
+  const int64_t ours_rows = place.transposed ? b : a;
+  at::Tensor row_map = at::arange(place.row_offset, place.row_offset + ours_rows, at::kLong);
+  row_map.masked_fill_(at::arange(ours_rows, at::kLong) >= place.rows, -1);
+  const at::Tensor other = at::arange(place.transposed ? a : b, at::kLong);
+  return Piece{file,
+               {},
+               dtype,
+               offset,
+               a,
+               b,
+               place.transposed ? other : row_map,
+               place.transposed ? row_map : other,
+               place.transposed};
+}
+
 int StoredWeights::add_file(const std::string& path) {
   files_.push_back(std::make_unique<ReadOnlyFile>(path));
   return static_cast<int>(files_.size()) - 1;
@@ -213,20 +232,7 @@ void StoredWeights::add_4bit_tensors(std::vector<HfWeightFile>& hf_files, HfWeig
       if (must_be_zero) import.check_zero(t.name, read_4bit_rows(t, files_, 0, q.shape.empty() ? 1 : q.shape[0]), file);
       continue;
     }
-    const auto [a, b] = as_matrix(q.shape);
-    const int64_t ours_rows = place->transposed ? b : a;
-    at::Tensor row_map = at::arange(place->row_offset, place->row_offset + ours_rows, at::kLong);
-    row_map.masked_fill_(at::arange(ours_rows, at::kLong) >= place->rows, -1);
-    const at::Tensor other = at::arange(place->transposed ? a : b, at::kLong);
-    Piece piece{t.codes.file,
-                {},
-                q.dtype,
-                0,
-                a,
-                b,
-                place->transposed ? other : row_map,
-                place->transposed ? row_map : other,
-                place->transposed};
+    Piece piece = placed_piece(*place, t.codes.file, q.dtype, 0, q.shape);
     piece.quantized = static_cast<int>(quantized_.size());
     const uint64_t bytes = stored_4bit_bytes(t);
     quantized_.push_back(std::move(t));
@@ -325,24 +331,7 @@ std::unique_ptr<StoredWeights> StoredWeights::init_from(const std::string& path,
         out->bytes_read_ += e.bytes;
         import.check_zero(e.name, t, f.path);
       }
-      if (!place) continue;
-      const auto [a, b] = as_matrix(e.shape);
-      // Stored (i, j) is ours (row_offset + i, j), or transposed (row_offset + j, i); rows past `rows` are not ours.
-      const int64_t ours_rows = place->transposed ? b : a;
-      at::Tensor row_map = at::arange(place->row_offset, place->row_offset + ours_rows, at::kLong);
-      row_map.masked_fill_(at::arange(ours_rows, at::kLong) >= place->rows, -1);
-      const at::Tensor other = at::arange(place->transposed ? a : b, at::kLong);
-      out->add_piece(place->ours,
-                     Piece{file,
-                           {},
-                           e.dtype,
-                           e.offset,
-                           a,
-                           b,
-                           place->transposed ? other : row_map,
-                           place->transposed ? row_map : other,
-                           place->transposed},
-                     e.bytes);
+      if (place) out->add_piece(place->ours, placed_piece(*place, file, e.dtype, e.offset, e.shape), e.bytes);
     }
   }
   import.finish();

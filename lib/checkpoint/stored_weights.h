@@ -24,6 +24,7 @@
 namespace gputrain {
 
 class HfWeightImport;
+struct HfPlacement;
 
 class StoredWeights : public PartReader {
  public:
@@ -73,6 +74,9 @@ class StoredWeights : public PartReader {
   // DataError (load_module_weights' words) for a wrong shape, a parameter not wholly given, a foreign name.
   void check_complete(const std::string& source, const std::string& fix, const std::vector<std::string>& wrong,
                       const std::vector<std::string>& foreign) const;
+  // A Hugging Face tensor of `shape` at `offset` of file `file`, where `place` puts it in ours.
+  static Piece placed_piece(const HfPlacement& place, int file, torch::ScalarType dtype, uint64_t offset,
+                            at::IntArrayRef shape);
   int add_file(const std::string& path);
   void add_piece(const std::string& name, Piece piece, uint64_t bytes);
   void read_piece(const Piece& piece, torch::Tensor& out2, const WholeIndex& at, const Parameter& p) const;

@@ -1,11 +1,9 @@
 #include "model/hf_quantization_config.h"
 
+#include "model/quantized_weight.h"
+
 namespace gputrain {
 namespace {
-
-std::string quant_base_name(QuantBase b) {
-  return b == QuantBase::kNf4 ? "nf4" : b == QuantBase::kFp4 ? "fp4" : "none";
-}
 
 // config.json's quantization_config, present: into model.quantize, or refused.
 void import_stored_quantization(HfConfigReader& r) {
@@ -31,11 +29,11 @@ void import_stored_quantization(HfConfigReader& r) {
     m.base = stored;
     r.filled.push_back("model.quantize.base");
   } else if (m.enabled() && m.base != stored) {
-    r.problems.push_back(
-        {"model.quantize.base",
-         "is " + quant_base_name(m.base) + ", but model.init_from's config.json ('" + r.file() + "') " + held,
-         "leave model.quantize.base out (config.json sets it), set it to " + type +
-             ", or none to train on the values dequantized"});
+    r.problems.push_back({"model.quantize.base",
+                          "is " + quant4_type_name(quant4_type(m.base)) + ", but model.init_from's config.json ('" +
+                              r.file() + "') " + held,
+                          "leave model.quantize.base out (config.json sets it), set it to " + type +
+                              ", or none to train on the values dequantized"});
   }
   if (!r.set_by_recipe("model.quantize.double_quant")) {
     m.double_quant = double_quant;
