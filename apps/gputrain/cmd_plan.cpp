@@ -91,7 +91,9 @@ int print_plan(const CommonArgs& a, int world_size) {
     if (s.parallel.zero > 0 && g.replicas() > 1)
       std::printf("one rank with micro-batch %lld (%s, activations, logits): %.1f MiB\n",
                   static_cast<long long>(s.train.per_device_batch_size),
-                  s.parallel.zero == 3 ? "its shards, three units' whole tensors"
+                  s.parallel.zero == 3 ? (s.model.quantize.enabled()
+                                              ? "its shards, three units' whole tensors, a Linear dequantized twice"
+                                              : "its shards, three units' whole tensors")
                                        : "whole weights and gradients, the largest share of the optimizer state",
                   rank_step_bytes(s, g, s.train.per_device_batch_size) / (1024.0 * 1024.0));
     if (g.pp() > 1) print_pipeline(s, g, plan_memory(s, 1));

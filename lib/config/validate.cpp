@@ -44,7 +44,7 @@ void check_run(Checker& c) {
             "use letters, digits, '.', '_' and '-' only");
 }
 
-// QLoRA: the 4-bit base must be frozen, in a block size bitsandbytes has, kept by every rank whole.
+// QLoRA: the 4-bit base must be frozen, in a block size bitsandbytes has.
 void check_quantize(Checker& c, const ModelSettings& m) {
   const QuantizeSettings& q = m.quantize;
   const int64_t b = q.block_size;
@@ -61,11 +61,6 @@ void check_quantize(Checker& c, const ModelSettings& m) {
     c.error("model.lora.save", "full: checkpoints would hold the base, which model.quantize.base keeps in 4 bits only",
             "use model.lora.save: adapters (the base is model.init_from, quantized again on resume; `gputrain "
             "export --merge-lora` writes the merged model)");
-  if (c.s.parallel.zero == 3)
-    c.error("model.quantize.base",
-            "a 4-bit base is not sharded by parallel.zero: 3 in this version (each rank keeps the whole 4-bit "
-            "base)",
-            "use parallel.zero: 0, 1 or 2 (the adapters' gradients and optimizer state are sharded by 1 and 2)");
 }
 
 void check_model(Checker& c) {

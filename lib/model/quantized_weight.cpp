@@ -100,10 +100,6 @@ std::vector<int64_t> hf_row_bands(const ModelSettings& m, const std::string& nam
   return rows;
 }
 
-namespace {
-
-// Each Linear of the blocks a 4-bit base covers (attention, MLP, experts; not the router), with its
-// weight's name, while it still has its weight.
 void for_each_base_linear(GptImpl& model, const std::function<void(const std::string&, LinearImpl&)>& f) {
   for (const auto& item : model.transformer->h->named_modules("transformer.h")) {
     auto* linear = dynamic_cast<LinearImpl*>(item.value().get());
@@ -112,6 +108,8 @@ void for_each_base_linear(GptImpl& model, const std::function<void(const std::st
       f(name, *linear);
   }
 }
+
+namespace {
 
 // `linear`'s weight quantized one Hugging Face band at a time (each band's rows from `rows`, on the
 // host), or taken as `stored` holds it in 4 bits.

@@ -18,6 +18,7 @@
 namespace gputrain {
 
 struct GptImpl;
+struct LinearImpl;
 
 struct QuantizedWeight {
   std::vector<Quantized4bit> pieces;  // in row order, each a band of whole rows
@@ -36,6 +37,10 @@ torch::Tensor quantized_linear(const torch::Tensor& x, const std::shared_ptr<con
 // bits (off: none is), and its 4-bit bytes (band by band): what the memory plans count.
 bool is_quantized_base(const ModelSettings& m, const std::string& name, at::IntArrayRef shape);
 int64_t quantized_base_bytes(const ModelSettings& m, const std::string& name, at::IntArrayRef shape);
+
+// Each Linear of the blocks a 4-bit base covers (attention, MLP, experts; not the router), with its
+// weight's name, while it still has its weight.
+void for_each_base_linear(GptImpl& model, const std::function<void(const std::string&, LinearImpl&)>& f);
 
 // Fills `out` [count, in] with rows [first, first + count) of the whole parameter `name`.
 using WeightRows = std::function<void(const std::string& name, torch::Tensor& out, int64_t first, int64_t count)>;

@@ -59,7 +59,8 @@ torch::Tensor writable_alias(const torch::Tensor& t) {
 }  // namespace
 
 FullyShardedModel::FullyShardedModel(Communicator& dp, Gpt& model, const std::vector<NamedTensor>& held,
-                                     const ShardPlacement& place, ShardGroupOf group_of, const ShardFill& fill)
+                                     const ShardPlacement& place, ShardGroupOf group_of, const ShardFill& fill,
+                                     const std::vector<UnitStorage>& storage)
     : compute_(place.compute),
       offloaded_(place.shards != place.compute),
       reshard_after_forward_(place.reshard_after_forward),
@@ -80,7 +81,7 @@ FullyShardedModel::FullyShardedModel(Communicator& dp, Gpt& model, const std::ve
                                      [&](const std::string& name) { return registered.count(name) > 0; });
   const bool head_by_parts = runs_head && spread(head_weight), embedding_by_parts = spread(embedding);
   for (size_t u = 0; u < unit_names.size(); ++u) {
-    std::map<std::tuple<torch::ScalarType, Communicator*, size_t>, size_t> pack_of;
+    std::map<PackKey, size_t> pack_of;
     for (const auto& name : unit_names[u]) {
       if (!registered.count(name)) continue;
       const torch::Tensor& p = registered.at(name);
@@ -111,21 +112,11 @@ FullyShardedModel::FullyShardedModel(Communicator& dp, Gpt& model, const std::ve
       // A large parameter is a pack of its own, reduced straight from its gradient; a table used by parts too.
       const bool by_parts = (head_by_parts && name == head_weight) || (embedding_by_parts && name == embedding);
       const bool alone = by_parts || q.whole.numel() * q.whole.element_size() >= kOwnPackBytes;
-      const size_t own = alone ? params_.size() + 1 : 0;
-      auto [it, added] = pack_of.emplace(std::tuple(q.whole.scalar_type(), q.group, own), units_[u].packs.size());
-      if (added) units_[u].packs.emplace_back().group = q.group;
-      Pack& pack = units_[u].packs[it->second];
-      pack.by_parts = by_parts;
-      q.packed_offset = pack.numel;
-      pack.numel += q.shard_numel();
-      if (p.requires_grad()) {
-        q.grad_offset = pack.grad_numel;
-        pack.grad_numel += q.shard_numel();
-      }
-      pack.params.push_back(params_.size());
       by_name_[name] = params_.size();
-      params_.push_back(std::move(q));
+      add_to_unit(u, std::move(q), pack_of, alone, by_parts);
     }
+    for (const UnitStorage& st : storage)
+      if (st.unit == static_cast<int64_t>(u)) add_storage(u, st, place.shards, pack_of);
   }
   for (auto& b : model->buffers(/*recurse=*/true)) b.set_data(b.to(compute_));
   for (const auto& e : held) shards_.push_back({e.name, params_[by_name_.at(e.name)].shard});
@@ -140,6 +131,43 @@ FullyShardedModel::FullyShardedModel(Communicator& dp, Gpt& model, const std::ve
 }
 
 FullyShardedModel::~FullyShardedModel() = default;
+
+void FullyShardedModel::add_storage(size_t unit, const UnitStorage& st, torch::Device shards,
+                                    std::map<PackKey, size_t>& pack_of) {
+  Param q;
+  q.name = st.name;
+  q.group = st.group;
+  q.storage = true;
+  q.whole = st.whole;
+  q.rows = st.whole.size(0);
+  q.row_numel = q.rows > 0 ? st.whole.numel() / q.rows : 0;
+  q.shard = st.shard.to(shards);
+  if (offloaded_) q.shard = q.shard.pin_memory();
+  q.shard_rows = q.shard.size(0);
+  // On the compute device, in its own dtype (a statistic stays float32 under a bf16 gather), empty until gathered.
+  if (q.whole.device() != compute_) replace_data(q.whole, unfilled(q.whole.sizes(), q.whole.options().device(compute_)));
+  free_storage(q.whole);
+  const bool alone = q.whole.numel() * q.whole.element_size() >= kOwnPackBytes;
+  add_to_unit(unit, std::move(q), pack_of, alone, /*by_parts=*/false);
+}
+
+void FullyShardedModel::add_to_unit(size_t unit, Param q, std::map<PackKey, size_t>& pack_of, bool alone,
+                                    bool by_parts) {
+  std::vector<Pack>& packs = units_[unit].packs;
+  const size_t own = alone ? params_.size() + 1 : 0;
+  auto [it, added] = pack_of.emplace(PackKey(q.whole.scalar_type(), q.group, own), packs.size());
+  if (added) packs.emplace_back().group = q.group;
+  Pack& pack = packs[it->second];
+  pack.by_parts = by_parts;
+  q.packed_offset = pack.numel;
+  pack.numel += q.shard_numel();
+  if (q.whole.requires_grad()) {
+    q.grad_offset = pack.grad_numel;
+    pack.grad_numel += q.shard_numel();
+  }
+  pack.params.push_back(params_.size());
+  params_.push_back(std::move(q));
+}
 
 void FullyShardedModel::start_gather(int64_t unit) {
   Unit& u = units_[static_cast<size_t>(unit)];
@@ -175,7 +203,8 @@ std::vector<std::vector<std::string>> FullyShardedModel::unit_parameters() const
   for (const Unit& u : units_) {
     out.emplace_back();
     for (const Pack& pack : u.packs)
-      for (size_t i : pack.params) out.back().push_back(params_[i].name);
+      for (size_t i : pack.params)
+        if (!params_[i].storage) out.back().push_back(params_[i].name);
   }
   return out;
 }
@@ -425,6 +454,7 @@ RowSharding FullyShardedModel::row_sharding() {
   RowSharding r;
   std::map<Communicator*, int> index;
   for (const Param& q : params_) {
+    if (q.storage) continue;
     auto [it, added] = index.emplace(q.group, static_cast<int>(r.sums.size()));
     if (added)
       r.sums.push_back([group = q.group](std::vector<torch::Tensor>& tensors) {
@@ -454,6 +484,7 @@ void FullyShardedModel::load_whole(const std::vector<NamedTensor>& weights) {
 void FullyShardedModel::refill(const ShardFill& fill) {
   torch::NoGradGuard no_grad;
   for (const Param& q : params_) {
+    if (q.storage) continue;
     const Part part = own_part(q, StateLayout::kRows);
     torch::Tensor shard = q.shard.detach();
     fill(q.name, shard, part.first, part.count);

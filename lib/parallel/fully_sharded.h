@@ -21,6 +21,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "metrics/parallel_reports.h"
@@ -59,6 +60,18 @@ using ShardGroupOf = std::function<Communicator*(const std::string& parameter)>;
 // of parameter `name`, and zeros after them (parallel/initial_parts.h).
 using ShardFill = std::function<void(const std::string& name, torch::Tensor& shard, int64_t first, int64_t count)>;
 
+// Frozen storage a unit gathers and frees with its parameters though it is none of the model's
+// parameters (QLoRA's 4-bit base, parallel/sharded_4bit_base.h): `whole` is the tensor the model reads
+// (whole-shaped; its memory exists only while the unit is gathered), `shard` this rank's rows of it
+// [r*c, (r+1)*c), padded, c the same on every rank of `group` (nullptr: this rank's alone). Neither a
+// shard nor a checkpoint's: whoever made it makes it again.
+struct UnitStorage {
+  std::string name;  // in messages
+  int64_t unit = 0;
+  Communicator* group = nullptr;
+  torch::Tensor whole, shard;
+};
+
 class FullyShardedModel : public UnitHooks {
  public:
   // `model`'s parameters (whole and equal on every rank of their group: `dp`, or `group_of`'s where
@@ -66,9 +79,11 @@ class FullyShardedModel : public UnitHooks {
   // while gathered, a unit's weights reach the device, so a model larger than one device's memory
   // trains. The caller installs it as the model's unit hooks.
   // `held`: the parameters this rank holds (a pipeline stage's; frozen ones included), registration order.
-  // Those on the meta device (no values yet) get their shards from `fill`.
+  // Those on the meta device (no values yet) get their shards from `fill`. `storage` is gathered with
+  // its unit (never cast to the gather dtype).
   FullyShardedModel(Communicator& dp, Gpt& model, const std::vector<NamedTensor>& held, const ShardPlacement& place,
-                    ShardGroupOf group_of = {}, const ShardFill& fill = {});
+                    ShardGroupOf group_of = {}, const ShardFill& fill = {},
+                    const std::vector<UnitStorage>& storage = {});
   ~FullyShardedModel() override;
 
   // This rank's shards, named as the parameters, frozen ones included, in registration order.
@@ -127,6 +142,7 @@ class FullyShardedModel : public UnitHooks {
     int64_t rows = 0, shard_rows = 0, row_numel = 0;
     int64_t packed_offset = 0;  // in a rank's packed shards of its pack
     int64_t grad_offset = -1;   // in a rank's packed gradient shards (trainable only)
+    bool storage = false;       // a UnitStorage: no parameter (not in shards(), never refilled)
     int64_t shard_numel() const { return shard_rows * row_numel; }
   };
   // A unit's parameters of one dtype, gathered and reduced as one flat tensor.
@@ -151,6 +167,10 @@ class FullyShardedModel : public UnitHooks {
     int64_t whole = 0, first = 0, count = 0, shard = 0;
   };
   Part own_part(const Param& q, StateLayout layout) const;
+  // q into unit `unit`'s pack of its dtype and group (`pack_of`: the unit's, by that key; `alone`: a pack of its own).
+  using PackKey = std::tuple<torch::ScalarType, Communicator*, size_t>;
+  void add_to_unit(size_t unit, Param q, std::map<PackKey, size_t>& pack_of, bool alone, bool by_parts);
+  void add_storage(size_t unit, const UnitStorage& st, torch::Device shards, std::map<PackKey, size_t>& pack_of);
   // This rank's part of `whole` (p.whole units long), padded to p.shard with `padding`'s (see shard_of).
   static torch::Tensor cut(const torch::Tensor& whole, const Part& p, const torch::Tensor& padding = {});
   // q's shard of parameter p on `device`: cut from p's values, or from `fill` where p is on meta.

@@ -14,6 +14,7 @@
 #include "parallel/initial_parts.h"
 #include "parallel/pipeline.h"
 #include "parallel/rank_layout.h"
+#include "parallel/sharded_4bit_base.h"
 #include "parallel/tensor_parallel.h"
 
 namespace gputrain {
@@ -44,11 +45,22 @@ void keep_pipeline_stage(Gpt& model, const ProcessGroups& groups, RankShare& sha
     share.tied_weight = model->transformer->wte->weight;
 }
 
+// ZeRO-3's group of each parameter: the ranks sharing its rows (an expert's replicas, else dp).
+ShardGroupOf zero3_group_of(const ProcessGroups& groups) {
+  return [&groups](const std::string& name) { return ep_splits(groups, name) ? groups.expert_replicas() : groups.dp(); };
+}
+
+// Where ZeRO-3's shards live: the host for parallel.offload_params, else the compute device.
+torch::Device zero3_shard_device(const ParallelizeOptions& options) {
+  return offloads_params(options) ? torch::Device(torch::kCPU) : options.device;
+}
+
 // ZeRO-3: rank 0 of each group decides the weights (as the replicas' do otherwise), then each rank
 // keeps its rows (an expert's shared by its replicas; with none, ep = dp, it stays whole).
 // Built on meta, each rank computes its own rows (`initial`): the same numbers rank 0 would have sent.
 void shard_fully(Gpt& model, const ProcessGroups& groups, const ParallelizeOptions& options,
-                 const std::vector<NamedTensor>& held, const InitialParts* initial, RankShare& share) {
+                 const std::vector<NamedTensor>& held, const InitialParts* initial,
+                 const std::vector<UnitStorage>& base_storage, RankShare& share) {
   if (!initial) {
     std::vector<NamedTensor> dense, experts;
     for (const auto& p : held) (ep_splits(groups, p.name) ? experts : dense).push_back(p);
@@ -57,16 +69,16 @@ void shard_fully(Gpt& model, const ProcessGroups& groups, const ParallelizeOptio
   }
   const ParallelSettings& p = options.parallel;
   ShardPlacement place{
-      options.device, offloads_params(options) ? torch::Device(torch::kCPU) : options.device, p.reshard_after_forward,
+      options.device, zero3_shard_device(options), p.reshard_after_forward,
       p.gather_dtype == GatherDtype::kBf16 ? std::optional<torch::ScalarType>(torch::kBFloat16) : std::nullopt,
       options.shard_blocks};
   share.fully_sharded = std::make_shared<FullyShardedModel>(
-      *groups.dp(), model, held, place,
-      [&groups](const std::string& name) { return ep_splits(groups, name) ? groups.expert_replicas() : groups.dp(); },
+      *groups.dp(), model, held, place, zero3_group_of(groups),
       initial ? ShardFill([initial](const std::string& name, torch::Tensor& shard, int64_t first, int64_t count) {
         initial->fill_rows(name, shard, first, count);
       })
-              : ShardFill());
+              : ShardFill(),
+      base_storage);
   model->unit_hooks = share.fully_sharded;
   share.weights = share.fully_sharded->shards();
   // The pipeline's ends sum the tied embedding's gradients shard by shard (the same rows at either end).
@@ -76,9 +88,11 @@ void shard_fully(Gpt& model, const ProcessGroups& groups, const ParallelizeOptio
 
 // QLoRA: the held block Linears' weights in 4 bits, each Hugging Face tensor read (or drawn) and
 // quantized alone, so this rank never holds its unquantized weights whole; one a bitsandbytes folder
-// keeps in 4 bits is taken as stored.
+// keeps in 4 bits is taken as stored. Under ZeRO-3 each rank quantizes and keeps only its blocks
+// (parallel/sharded_4bit_base.h), their storage gathered with their units (`storage`).
 int64_t quantize_held_base(Gpt& model, const std::vector<NamedTensor>& held, const InitialParts* initial,
-                           torch::Device device) {
+                           const ProcessGroups& groups, const ParallelizeOptions& options,
+                           std::vector<UnitStorage>& storage) {
   std::map<std::string, torch::Tensor> by_name;
   for (const auto& h : held) by_name[h.name] = h.tensor;
   const auto holds = [&](const std::string& name) { return by_name.count(name) > 0; };
@@ -89,7 +103,11 @@ int64_t quantize_held_base(Gpt& model, const std::vector<NamedTensor>& held, con
   const auto stored = [&](const std::string& name, int64_t first, int64_t count) {
     return initial ? initial->stored_4bit(name, first, count) : std::nullopt;
   };
-  return quantize_frozen_base(*model, holds, rows, device, stored);
+  if (!fully_shards(groups, options)) return quantize_frozen_base(*model, holds, rows, options.device, stored);
+  Sharded4bitBase base = quantize_sharded_base(*model, holds, rows, stored, zero3_group_of(groups), options.device,
+                                               zero3_shard_device(options));
+  storage = std::move(base.storage);
+  return base.bytes;
 }
 
 }  // namespace
@@ -112,11 +130,12 @@ ParallelModel parallelize(Gpt& model, const ProcessGroups& groups, const Paralle
   if (groups.ep()) parallelize_experts(model, *groups.ep());  // (each rank's experts: the layout's)
   share.recomputed_blocks = apply_activation_checkpointing(model, options.checkpointing, options.checkpoint_every);
   std::vector<NamedTensor> held = share.held_of(module_weights(*model));
+  std::vector<UnitStorage> base_storage;  // ZeRO-3: the 4-bit base's shards
   if (model->cfg.quantize.enabled()) {
-    share.quantized_bytes = quantize_held_base(model, held, initial.get(), options.device);
+    share.quantized_bytes = quantize_held_base(model, held, initial.get(), groups, options, base_storage);
     held = share.held_of(module_weights(*model));  // without the weights now in 4 bits
   }
-  if (fully_shards(groups, options)) shard_fully(model, groups, options, held, initial.get(), share);
+  if (fully_shards(groups, options)) shard_fully(model, groups, options, held, initial.get(), base_storage, share);
   else share.weights = std::move(held);
   if (initial) {
     share.initialized_bytes = initial->materialize(model, share.weights, options.device);
@@ -185,9 +204,10 @@ std::string describe_parallelism(const ProcessGroups& groups, const ParallelizeO
                                ? " (its experts whole: no other rank holds them)"
                                : fmt::format(" (its experts' 1/{}, over their replicas)", l.expert_replicas);
   return s + fmt::format(
-                 "; ZeRO-3: this rank holds 1/{} of the rows of each of the {} parameter tensors{}, each unit's "
+                 "; ZeRO-3: this rank holds 1/{} of the rows of each of the {} parameter tensors{}{}, each unit's "
                  "weights gathered only while in use{}{}{}",
                  groups.dp()->size(), share.weights.size(), part,
+                 share.quantized_bytes > 0 ? " and of the blocks of each 4-bit base tensor (model.quantize)" : "",
                  options.parallel.reshard_after_forward ? "" : " (kept from forward to backward)",
                  options.parallel.gather_dtype == GatherDtype::kBf16 ? ", in bf16" : "",
                  offloads_params(options) ? "; the shards (pinned), their gradients and the optimizer state in host "

@@ -50,7 +50,8 @@ MemoryPlan plan_memory(const Settings& s, int64_t batch) {
       largest = std::max(largest, static_cast<double>(sh.numel()));
       p.weights += static_cast<double>(quantized_base_bytes(m, sh.name, sh.sizes));
     }
-  p.weights += (N - quantized) * w + largest * 2 * (mixed || pure ? 2 : 4);
+  p.dequantized = largest * 2 * (mixed || pure ? 2 : 4);
+  p.weights += (N - quantized) * w + p.dequantized;
   p.gradients = static_cast<double>(count_parameters(shapes, /*trainable_only=*/true)) * w;  // LoRA: adapters only
   p.optimizer = static_cast<double>(estimate_state_bytes(s.optim, shapes));  // fp32 moments also for bf16 weights
 

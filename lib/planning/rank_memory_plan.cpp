@@ -46,10 +46,14 @@ std::vector<RankHoldings> plan_rank_memory(const Settings& s, const Grid& g) {
     for (const HeldParameter& h : l.parameters) {
       const double numel = static_cast<double>(h.numel());
       const int replicas = h.expert ? l.expert_replicas : l.replicas;  // the ranks sharing its ZeRO-3 rows
-      units[unit_of_parameter(h.name, m.n_layer)] += numel * gathered_bytes;
-      const double held = is_quantized_base(m, h.name, h.sizes)
-                              ? static_cast<double>(quantized_base_bytes(m, h.name, h.sizes))
-                              : numel * bytes;  // model.quantize: 4 bits (never under ZeRO-3)
+      // model.quantize: 4 bits, under ZeRO-3 sharded and gathered as such (parallel/sharded_4bit_base.h).
+      const bool in_4bit = is_quantized_base(m, h.name, h.sizes);
+      const double held = in_4bit ? static_cast<double>(quantized_base_bytes(m, h.name, h.sizes)) : numel * bytes;
+      // The vocabulary tables, spread over the ranks, are used part by part and never gathered
+      // (parallel/vocabulary_parts.h), unless reshard_after_forward is off.
+      const bool by_parts = s.parallel.reshard_after_forward && replicas > 1 &&
+                            (h.name == "transformer.wte.weight" || h.name == "lm_head.weight");
+      if (!by_parts) units[unit_of_parameter(h.name, m.n_layer)] += in_4bit ? held : numel * gathered_bytes;
       r.weights += held / (l.zero == 3 ? replicas : 1);
       if (!h.trainable) continue;
       const double grads = numel * bytes, state = state_bytes_of(s, h);

@@ -163,10 +163,12 @@ Quantized4bit quantize_4bit(const torch::Tensor& w, Quant4Type type, int64_t blo
   const torch::Tensor nibbles = idx.to(torch::kUInt8);
   q.codes = torch::bitwise_or(torch::bitwise_left_shift(nibbles.slice(0, 0, {}, 2), 4), nibbles.slice(0, 1, {}, 2))
                 .unsqueeze(1);
-  if (!double_quant) {
-    q.absmax = absmax;
-    return q;
-  }
+  if (double_quant) nest_absmax(q, absmax);
+  else q.absmax = absmax;
+  return q;
+}
+
+void nest_absmax(Quantized4bit& q, const torch::Tensor& absmax) {
   // Double quantization: the absmax less their mean, in 8 bits per 256 blocks.
   const torch::Tensor offset = absmax.mean();
   q.nested = true;
@@ -175,7 +177,6 @@ Quantized4bit quantize_4bit(const torch::Tensor& w, Quant4Type type, int64_t blo
   Quantized8bit second = quantize_blockwise_8bit(absmax - offset, q.nested_code, q.nested_block_size);
   q.absmax = second.codes;
   q.nested_absmax = second.absmax;
-  return q;
 }
 
 torch::Tensor block_absmax(const Quantized4bit& q) {

@@ -64,6 +64,10 @@ int64_t quant4_storage_bytes(int64_t numel, int64_t block_size, bool double_quan
 // compress_statistics=double_quant, quant_type) does. Throws std::invalid_argument on a block size
 // bitsandbytes does not have or another dtype.
 Quantized4bit quantize_4bit(const torch::Tensor& w, Quant4Type type, int64_t block_size, bool double_quant);
+// Double quantization of `absmax`, the first-level float32 absmax of all q's blocks, into q (the
+// second half of quantize_4bit; a sharded quantizer calls it with every rank's blocks gathered,
+// since the offset is their mean).
+void nest_absmax(Quantized4bit& q, const torch::Tensor& absmax);
 // The first-level absmax, float32 [blocks] (with double quantization: decoded and the offset added).
 torch::Tensor block_absmax(const Quantized4bit& q);
 // The tensor back in `dtype` (as dequantize_4bit: each code's value times its block's absmax in float32,

@@ -63,7 +63,7 @@ double rank_step_bytes(const Settings& s, const Grid& g, int64_t batch) {
   double held = 0;  // the fullest pipeline stage's
   for (const RankHoldings& r : plan_rank_memory(s, g))
     held = std::max(held, r.weights + r.gradients + r.optimizer + 3 * r.largest_unit);
-  return held + p.activations + p.logits;
+  return held + p.dequantized + p.activations + p.logits;  // a 4-bit base's Linear in use, dequantized
 }
 
 BatchChoice find_batch_size_cpu(const Settings& s, const Grid& g, int64_t sequences, double budget) {

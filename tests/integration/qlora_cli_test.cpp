@@ -1,5 +1,6 @@
 // QLoRA through the CLI (docs/qlora.md): adapters train on a 4-bit base; 2 processes (dp, ZeRO-2,
-// pipeline, context parallelism) give 1 process's losses; a resumed run continues the uninterrupted
+// ZeRO-3, pipeline, context parallelism) give 1 process's losses; ZeRO-3 ranks hold a quarter of the
+// base each, measured from outside; a resumed run continues the uninterrupted
 // one exactly and refuses another quantization. Against transformers + bitsandbytes from PyPI: a
 // 4-bit Llama gives their logits, and a run's PEFT adapters put on their 4-bit base give ours; a 4-bit
 // folder transformers saved is read as stored (its logits, its eval loss, adapters for it).
@@ -7,7 +8,10 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <iostream>
+#include <regex>
 #include <sstream>
 
 #include "checkpoint/inference_model.h"
@@ -62,6 +66,11 @@ TEST_CASE("qlora: adapters on a 4-bit base: 2 processes match 1, a resume contin
       {"pp2", with(kQlora, {"parallel.pp=2", "parallel.pp_microbatches=2"})},
       {"cp2", with(kQlora, {"parallel.cp=2"})},
       {"recompute", with(kQlora, {"train.gradient_checkpointing=full"}), 1},
+      // ZeRO-3 shards the 4-bit base by whole blocks (parallel/sharded_4bit_base.h); each unit's
+      // codes and statistics are gathered for its forward and again for its (recomputed) backward.
+      {"zero3", with(kQlora, {"train.per_device_batch_size=2", "parallel.zero=3"})},
+      {"zero3-recompute",
+       with(kQlora, {"train.per_device_batch_size=2", "parallel.zero=3", "train.gradient_checkpointing=full"})},
   };
   for (const auto& v : variants) {
     SECTION(v.name) {
@@ -75,11 +84,53 @@ TEST_CASE("qlora: adapters on a 4-bit base: 2 processes match 1, a resume contin
     CHECK_THAT(read_json(step10 + "/trainer.json")["lora_base"].get<std::string>(),
                Contains(" nf4 block 64 double_quant"));
     train_resumed(dir.file("r.yaml"), dir.file("resumed"), 0, with_resume(kQlora, step10), loss1, 10, 0);
+    // Under ZeRO-3 too, from the 1-process checkpoint (adapters alone: the base quantized again, sharded).
+    train_resumed(dir.file("r.yaml"), dir.file("resumed-zero3"), 2,
+                  with_resume(with(kQlora, {"train.per_device_batch_size=2", "parallel.zero=3"}), step10), loss1, 10,
+                  1e-5);
     // Another quantization is another base: refused, naming the key.
     const CommandResult fp4 =
         train(dir.file("r.yaml"), dir.file("fp4"), 0, with(with_resume(kQlora, step10), {"model.quantize.base=fp4"}));
     CHECK(fp4.exit_code == 2);
     CHECK_THAT(fp4.output, Contains("model.quantize.base"));
+  }
+}
+
+TEST_CASE("qlora: under ZeRO-3 each of 4 ranks holds a quarter of the 4-bit base, measured by the kernel",
+          "[qlora][cli][memory][slow]") {
+  TempDir dir;
+  write_file(dir.file("r.yaml"), dp_recipe());
+  // 201M parameters in 16 blocks 1024 wide (0.8 GB in fp32, 104 MiB in NF4), bf16 products: each
+  // rank's 4-bit base is its only large holding, the dequantized Linear in use (8 MiB) is small beside it.
+  const std::vector<std::string> big = with(kQlora, {"model.n_layer=16", "model.d_model=1024", "model.n_head=8",
+                                                     "train.max_steps=2", "train.per_device_batch_size=1",
+                                                     "precision.mode=bf16", "checkpoint.every=0"});
+  std::vector<std::string> tiny = with(big, {"model.n_layer=1", "model.d_model=16", "model.n_head=2"});
+  std::vector<double> built3, built_tiny;
+  const auto zero2 = training_peak_mb(dir, "zero2", 4, with(big, {"parallel.zero=2"}));
+  const auto zero3 = training_peak_mb(dir, "zero3", 4, with(big, {"parallel.zero=3"}), &built3);
+  training_peak_mb(dir, "zero3-tiny", 4, with(tiny, {"parallel.zero=3"}), &built_tiny);
+  // The 4-bit base as ZeRO-2's ranks hold it (whole) and ZeRO-3's (a quarter), as the runs log it.
+  auto logged_mb = [&](const std::string& run) {
+    const std::string log = read_file(dir.file(run + ".log"));
+    std::smatch m;
+    REQUIRE(std::regex_search(log, m, std::regex(R"(in 4 bits \(model.quantize\): ([0-9.]+) MiB on this rank)")));
+    return std::stod(m[1]);
+  };
+  const double base = logged_mb("zero2");
+  INFO("4-bit base: " << base << " MiB whole, " << logged_mb("zero3") << " MiB a ZeRO-3 rank");
+  CHECK(base > 95);
+  CHECK(logged_mb("zero3") < 0.27 * base);
+  const double fp32_model = 16.0 * 12 * 1024 * 1024 * 4 / 1048576;  // the block Linears alone
+  const double built_base = *std::max_element(built_tiny.begin(), built_tiny.end());
+  for (size_t r = 0; r < zero3.size(); ++r) {
+    // ZeRO-3 keeps 3/4 of the base fewer and gathers about two blocks (1/8 of it): it saves about 5/8.
+    std::cout << "rank " << r << ": ZeRO-2 peak " << zero2[r] << " MiB, ZeRO-3 " << zero3[r] << " MiB ("
+              << (zero2[r] - zero3[r]) / base << " of the 4-bit base less); until its first step "
+              << (built3[r] - built_base) / fp32_model << " of the fp32 model" << std::endl;
+    CHECK(zero2[r] - zero3[r] > 0.45 * base);
+    // Building it no rank held more than its blocks and the rows of one band it quantizes.
+    CHECK(built3[r] - built_base < 0.1 * fp32_model);
   }
 }
 
@@ -99,7 +150,6 @@ TEST_CASE("qlora: recipes that would train or shard a 4-bit weight are refused, 
   refused({"model.quantize.base=nf4", "model.lora.rank=4", "model.quantize.block_size=48"},
           "model.quantize.block_size");
   refused({"model.quantize.base=nf4", "model.lora.rank=4", "model.lora.save=full"}, "model.lora.save");
-  refused({"model.quantize.base=nf4", "model.lora.rank=4", "parallel.zero=3"}, "parallel.zero: 0, 1 or 2");
   refused({"model.quantize.base=int3", "model.lora.rank=4"}, "model.quantize.base");
 }
 
@@ -251,6 +301,12 @@ TEST_CASE("qlora: a published bitsandbytes 4-bit folder is read as stored: trans
   const torch::Tensor adapted = merged_logits(dir.file("run"), s, tokens);
   CHECK((peft - adapted).abs().max().item<double>() < 1e-4);
   CHECK((adapted - theirs).abs().max().item<double>() > 1e-3);
+  // ZeRO-3 over 2 processes cuts the stored blocks as they are (parallel/sharded_4bit_base.h): 1 process's losses.
+  const CommandResult sharded =
+      train(dir.file("r.yaml"), dir.file("zero3"), 2, {"parallel.zero=3", "train.per_device_batch_size=1"});
+  INFO(sharded.output);
+  REQUIRE(sharded.exit_code == 0);
+  CHECK(max_abs_diff(column(dir.file("run"), "loss"), column(dir.file("zero3"), "loss")) < 1e-5);
 
   // What the folder holds disagrees with the recipe: named, with the fix.
   const auto refused = [&](const std::vector<std::string>& args, const std::string& words) {
@@ -301,36 +357,37 @@ TEST_CASE("qlora: the configs/ recipes validate and plan within the GPU memory t
   struct Case {
     const char* file;
     double gib;  // the header's "memory: N GiB"
-    bool pipeline;
+    int world;   // processes (1: planned as one)
   };
-  for (const Case& c : {Case{"qlora-llama3.1-8b.yaml", 16, false}, Case{"qlora-qwen2.5-7b-chat.yaml", 16, false},
-                        Case{"qlora-llama3.1-70b.yaml", 48, false}, Case{"qlora-llama3.1-70b-2gpu.yaml", 24, true}}) {
+  for (const Case& c : {Case{"qlora-llama3.1-8b.yaml", 16, 1}, Case{"qlora-qwen2.5-7b-chat.yaml", 16, 1},
+                        Case{"qlora-llama3.1-70b.yaml", 48, 1}, Case{"qlora-llama3.1-70b-2gpu.yaml", 24, 2}}) {
     CAPTURE(c.file);
     const std::string path = std::string(GPUTRAIN_SOURCE_DIR) + "/configs/" + c.file;
     CHECK_THAT(read_file(path), Contains("# memory: " + std::to_string(static_cast<int>(c.gib)) + " GiB") ||
                                     Contains("memory: " + std::to_string(static_cast<int>(c.gib)) + " GiB per rank"));
     // The base is a download the header names; planned without it, from the recipe's own model keys.
-    const CommandResult plan = run_gputrain({"plan", path, "--set", "model.init_from="});
+    const CommandResult plan = run_gputrain({"plan", path, "--set", "model.init_from=", "--world-size",
+                                             std::to_string(c.world)});
     INFO(plan.output);
     REQUIRE(plan.exit_code == 0);
     CHECK_THAT(plan.output, Contains("model.quantize: the blocks' Linear weights in 4 bits"));
     const double budget = c.gib * 1024;
-    if (!c.pipeline) {
+    if (c.world == 1) {
       CHECK(plan_cell(plan.output, "total (estimate)") < budget);
       // 4 bits: the weights are under half of what bf16 would hold (embeddings and head stay bf16).
       const double parameters = std::stod(plan.output.substr(plan.output.find("parameters: ") + 12));
       CHECK(plan_cell(plan.output, "weights") < 0.5 * 2 * parameters / (1024 * 1024));
       continue;
     }
-    // Each stage: its weights, gradients and state, the 1F1B activations it holds, the last the logits.
-    const double logits = plan_cell(plan.output, "logits and loss");
-    for (const std::string& stage : {"0", "1"}) {
-      const double held = plan_cell(plan.output, stage, 3, plan.output.find("memory per rank"));
-      const std::string activations =
-          plan.output.substr(plan.output.find("| " + stage + " | " + (stage == "0" ? "0-" : "4")));
-      const double mib = std::stod(activations.substr(activations.find("micro-batches, ") + 15));
-      CHECK(held + mib + (stage == "1" ? logits : 0) < budget);
-    }
+    // ZeRO-3: each rank its half of the 4-bit base and of the tables, the units in use, a Linear
+    // dequantized, its micro-batch's activations and logits.
+    const std::string line = "one rank with micro-batch 1 (its shards, three units' whole tensors, a Linear "
+                             "dequantized twice, activations, logits): ";
+    const size_t at = plan.output.find(line);
+    REQUIRE(at != std::string::npos);
+    CHECK(std::stod(plan.output.substr(at + line.size())) < budget);
+    const double whole = plan_cell(plan.output, "weights");
+    CHECK(plan_cell(plan.output, "0", 0, plan.output.find("memory per rank")) < 0.55 * whole);
   }
   // The recipes load with their base in place (their keys agree with the download's config.json):
   // tests/unit/config/recipe_test.cpp "every recipe in configs/ validates".
