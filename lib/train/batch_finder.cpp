@@ -66,6 +66,13 @@ double rank_step_bytes(const Settings& s, const Grid& g, int64_t batch) {
   return held + p.dequantized + p.activations + p.logits;  // a 4-bit base's Linear in use, dequantized
 }
 
+double rank_device_bytes_offloaded(const Settings& s, const Grid& g, int64_t batch) {
+  const MemoryPlan p = plan_memory(s, batch);
+  double units = 0;
+  for (const RankHoldings& r : plan_rank_memory(s, g)) units = std::max(units, 3 * r.largest_unit);
+  return units + p.dequantized + p.activations + p.logits;
+}
+
 BatchChoice find_batch_size_cpu(const Settings& s, const Grid& g, int64_t sequences, double budget) {
   return find_batch_size(sequences, [&](int64_t b) { return rank_step_bytes(s, g, b) <= budget; });
 }

@@ -40,6 +40,10 @@ double cpu_memory_budget_bytes(const Settings& s);
 // the rank's shards plus three of the largest unit's whole tensors (the unit in use, its gradients
 // before they are reduced, the next unit's gather in flight).
 double rank_step_bytes(const Settings& s, const Grid& g, int64_t batch);
+// Of that, what a CUDA device holds under ZeRO-3 with parallel.offload_params (the shards, their
+// gradients and the optimizer state in host memory): the three units, the dequantized Linear of a 4-bit
+// base, activations and logits.
+double rank_device_bytes_offloaded(const Settings& s, const Grid& g, int64_t batch);
 
 // The CPU rule: a size fits when rank_step_bytes is within `budget` bytes. `sequences`: one
 // process's share of the global batch.
