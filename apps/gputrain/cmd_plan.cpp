@@ -97,9 +97,10 @@ int print_plan(const CommonArgs& a, int world_size) {
                                        : "whole weights and gradients, the largest share of the optimizer state",
                   rank_step_bytes(s, g, s.train.per_device_batch_size) / (1024.0 * 1024.0));
     if (s.parallel.zero == 3 && s.parallel.offload_params && g.replicas() > 1)
-      std::printf("of which on the GPU (parallel.offload_params: the shards, their gradients and the optimizer state "
-                  "in host memory): %.1f MiB\n",
-                  rank_device_bytes_offloaded(s, g, s.train.per_device_batch_size) / (1024.0 * 1024.0));
+      std::printf(
+          "of which on the GPU (parallel.offload_params: the shards, their gradients and the optimizer state "
+          "in host memory): %.1f MiB\n",
+          rank_device_bytes_offloaded(s, g, s.train.per_device_batch_size) / (1024.0 * 1024.0));
     if (g.pp() > 1) print_pipeline(s, g, plan_memory(s, 1));
   }
   return 0;

@@ -145,7 +145,8 @@ void FullyShardedModel::add_storage(size_t unit, const UnitStorage& st, torch::D
   if (offloaded_) q.shard = q.shard.pin_memory();
   q.shard_rows = q.shard.size(0);
   // On the compute device, in its own dtype (a statistic stays float32 under a bf16 gather), empty until gathered.
-  if (q.whole.device() != compute_) replace_data(q.whole, unfilled(q.whole.sizes(), q.whole.options().device(compute_)));
+  if (q.whole.device() != compute_)
+    replace_data(q.whole, unfilled(q.whole.sizes(), q.whole.options().device(compute_)));
   free_storage(q.whole);
   const bool alone = q.whole.numel() * q.whole.element_size() >= kOwnPackBytes;
   add_to_unit(unit, std::move(q), pack_of, alone, /*by_parts=*/false);

@@ -47,7 +47,8 @@ void keep_pipeline_stage(Gpt& model, const ProcessGroups& groups, RankShare& sha
 
 // ZeRO-3's group of each parameter: the ranks sharing its rows (an expert's replicas, else dp).
 ShardGroupOf zero3_group_of(const ProcessGroups& groups) {
-  return [&groups](const std::string& name) { return ep_splits(groups, name) ? groups.expert_replicas() : groups.dp(); };
+  return
+      [&groups](const std::string& name) { return ep_splits(groups, name) ? groups.expert_replicas() : groups.dp(); };
 }
 
 // Where ZeRO-3's shards live: the host for parallel.offload_params, else the compute device.

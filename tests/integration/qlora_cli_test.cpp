@@ -102,12 +102,13 @@ TEST_CASE("qlora: under ZeRO-3 each of 4 ranks holds a quarter of the 4-bit base
   write_file(dir.file("r.yaml"), dp_recipe());
   // 201M parameters in 16 blocks 1024 wide (0.8 GB in fp32, 104 MiB in NF4), bf16 products: each
   // rank's 4-bit base is its only large holding, the dequantized Linear in use (8 MiB) is small beside it.
-  const std::vector<std::string> big = with(kQlora, {"model.n_layer=16", "model.d_model=1024", "model.n_head=8",
-                                                     "train.max_steps=2", "train.per_device_batch_size=1",
-                                                     "precision.mode=bf16", "checkpoint.every=0"});
+  const std::vector<std::string> big =
+      with(kQlora, {"model.n_layer=16", "model.d_model=1024", "model.n_head=8", "train.max_steps=2",
+                    "train.per_device_batch_size=1", "precision.mode=bf16", "checkpoint.every=0"});
   std::vector<std::string> tiny = with(big, {"model.n_layer=1", "model.d_model=16", "model.n_head=2"});
-  std::vector<double> built3, built_tiny;
-  const auto zero2 = training_peak_mb(dir, "zero2", 4, with(big, {"parallel.zero=2"}));
+  // Each peak over the process's life (building included), ZeRO-2's and ZeRO-3's alike.
+  std::vector<double> built2, built3, built_tiny;
+  const auto zero2 = training_peak_mb(dir, "zero2", 4, with(big, {"parallel.zero=2"}), &built2);
   const auto zero3 = training_peak_mb(dir, "zero3", 4, with(big, {"parallel.zero=3"}), &built3);
   training_peak_mb(dir, "zero3-tiny", 4, with(tiny, {"parallel.zero=3"}), &built_tiny);
   // The 4-bit base as ZeRO-2's ranks hold it (whole) and ZeRO-3's (a quarter), as the runs log it.
@@ -118,13 +119,14 @@ TEST_CASE("qlora: under ZeRO-3 each of 4 ranks holds a quarter of the 4-bit base
     return std::stod(m[1]);
   };
   const double base = logged_mb("zero2");
-  INFO("4-bit base: " << base << " MiB whole, " << logged_mb("zero3") << " MiB a ZeRO-3 rank");
+  std::cout << "4-bit base: " << base << " MiB whole, " << logged_mb("zero3") << " MiB a ZeRO-3 rank" << std::endl;
   CHECK(base > 95);
   CHECK(logged_mb("zero3") < 0.27 * base);
   const double fp32_model = 16.0 * 12 * 1024 * 1024 * 4 / 1048576;  // the block Linears alone
   const double built_base = *std::max_element(built_tiny.begin(), built_tiny.end());
   for (size_t r = 0; r < zero3.size(); ++r) {
-    // ZeRO-3 keeps 3/4 of the base fewer and gathers about two blocks (1/8 of it): it saves about 5/8.
+    // ZeRO-3 keeps 3/4 of the base fewer and gathers a block or two (1/16 each): measured 0.75-0.77 of
+    // the base less (2026-12-04); the base held whole, it would be none.
     std::cout << "rank " << r << ": ZeRO-2 peak " << zero2[r] << " MiB, ZeRO-3 " << zero3[r] << " MiB ("
               << (zero2[r] - zero3[r]) / base << " of the 4-bit base less); until its first step "
               << (built3[r] - built_base) / fp32_model << " of the fp32 model" << std::endl;
@@ -366,8 +368,8 @@ TEST_CASE("qlora: the configs/ recipes validate and plan within the GPU memory t
     CHECK_THAT(read_file(path), Contains("# memory: " + std::to_string(static_cast<int>(c.gib)) + " GiB") ||
                                     Contains("memory: " + std::to_string(static_cast<int>(c.gib)) + " GiB per rank"));
     // The base is a download the header names; planned without it, from the recipe's own model keys.
-    const CommandResult plan = run_gputrain({"plan", path, "--set", "model.init_from=", "--world-size",
-                                             std::to_string(c.world)});
+    const CommandResult plan =
+        run_gputrain({"plan", path, "--set", "model.init_from=", "--world-size", std::to_string(c.world)});
     INFO(plan.output);
     REQUIRE(plan.exit_code == 0);
     CHECK_THAT(plan.output, Contains("model.quantize: the blocks' Linear weights in 4 bits"));
@@ -381,8 +383,9 @@ TEST_CASE("qlora: the configs/ recipes validate and plan within the GPU memory t
     }
     // ZeRO-3 with parallel.offload_params: the GPU holds the units in use, a Linear dequantized, its
     // micro-batch's activations and logits; the shards (half the 4-bit base and of the tables) wait in host memory.
-    const std::string line = "of which on the GPU (parallel.offload_params: the shards, their gradients and the "
-                             "optimizer state in host memory): ";
+    const std::string line =
+        "of which on the GPU (parallel.offload_params: the shards, their gradients and the "
+        "optimizer state in host memory): ";
     const size_t at = plan.output.find(line);
     REQUIRE(at != std::string::npos);
     CHECK(std::stod(plan.output.substr(at + line.size())) < budget);
