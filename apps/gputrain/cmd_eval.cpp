@@ -24,9 +24,13 @@ int eval(const EvalCommandOptions& o, const LaunchArgs& l) {
                   .string()
             : o.out;
     lo.relay_fd = STDERR_FILENO;
-    lo.worker_args = {"eval",     o.where,  "--format",     o.format,
-                      "--device", o.device, "--batch-size", std::to_string(o.batch_size),
-                      "--out",    out,      "--quantize",   quantize_flag_value(o.quantize)};
+    lo.worker_args = {"eval",         o.where,
+                      "--format",     o.format,
+                      "--device",     o.device,
+                      "--batch-size", std::to_string(o.batch_size),
+                      "--out",        out,
+                      "--quantize",   quantize_flag_value(o.quantize),
+                      "--precision",  o.bf16 ? "bf16" : "fp32"};
     if (!o.data.empty()) lo.worker_args.insert(lo.worker_args.end(), {"--data", o.data});
     if (!o.tokenizer.name.empty()) lo.worker_args.insert(lo.worker_args.end(), {"--tokenizer", o.tokenizer.name});
     if (!o.tokenizer.vocab_path.empty())
@@ -69,6 +73,11 @@ void add_eval(CLI::App& cli, Commands& commands) {
   cmd->add_option("--merges", o.tokenizer.merges_path, "gpt2: vocab.bpe");
   cmd->add_option("--out", o.out, "also write the JSON result to this file");
   add_quantize_option(cmd, o.quantize);
+  cmd->add_option_function<std::string>(
+         "--precision", [&o](const std::string& v) { o.bf16 = v == "bf16"; },
+         "fp32 (default) or bf16: the products under bf16 autocast, as a bf16 run computes (a 4-bit base "
+         "dequantized into bf16, as bitsandbytes' bnb_4bit_compute_dtype=bfloat16)")
+      ->check(CLI::IsMember({"fp32", "bf16"}));
   cmd->add_option("--nproc-per-node", e->launch.nproc_per_node, "start this many processes, each reading a share")
       ->check(CLI::Range(1, 1024));
   commands.push_back({cmd, [e] { return eval(e->options, e->launch); }});

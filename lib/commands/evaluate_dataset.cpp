@@ -87,9 +87,13 @@ std::optional<json> evaluate_dataset(const EvalCommandOptions& o) {
                source->window_count(), m.settings.model.seq_len,
                world.size > 1 ? fmt::format(", {} processes", world.size) : "");
 
-  // The training step's evaluation, of the model's objective, in fp32 (each process a whole model).
-  const Precision fp32(PrecisionSettings{}, device);
-  ForwardBackward passes(groups, nullptr, nullptr, m.model, fp32, objective_spec(m.settings.train.objective), nullptr);
+  // The training step's evaluation, of the model's objective, in fp32 or under bf16 autocast (each
+  // process a whole model; the loss's sums stay fp32).
+  PrecisionSettings compute;
+  compute.mode = o.bf16 ? PrecisionMode::kBf16 : PrecisionMode::kFp32;
+  const Precision precision(compute, device);
+  ForwardBackward passes(groups, nullptr, nullptr, m.model, precision, objective_spec(m.settings.train.objective),
+                         nullptr);
   const auto start = SteadyClock::now();
   EvalTotals t = evaluate_windows(*source, m.settings.model.seq_len, batch, document_options(d), device,
                                   WindowShare{world.rank, world.size}, tokenizer.get(),
@@ -105,6 +109,7 @@ std::optional<json> evaluate_dataset(const EvalCommandOptions& o) {
   const double seconds = seconds_since(start);
   json j = {{"source", m.source.string()},
             {"step", m.step},
+            {"precision", o.bf16 ? "bf16" : "fp32"},
             {"data", o.data.empty() ? "data.eval" : o.data},
             {"windows", t.windows},
             {"seq_len", m.settings.model.seq_len},

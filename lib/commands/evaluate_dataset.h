@@ -18,6 +18,7 @@ struct EvalCommandOptions {
   int64_t batch_size = 0;       // 0 = the run's train.per_device_batch_size
   std::string device = "auto";
   QuantBase quantize = QuantBase::kNone;  // --quantize: evaluate with the block Linears in 4 bits
+  bool bf16 = false;  // --precision bf16: the products in bf16 under autocast (a 4-bit base dequantized into bf16)
   TokenizerSpec tokenizer;  // for bits per byte; empty name = the model's own (checkpoint/model_tokenizer.h)
   std::string out;          // also write the JSON result here (rank 0); empty = no file
 };

@@ -286,6 +286,22 @@ TEST_CASE("qlora: a published bitsandbytes 4-bit folder is read as stored: trans
   const nlohmann::json ours = read_json(dir.file("eval.json")), expected = read_json(dir.file("ref.json"));
   CHECK(ours["windows"] == expected["windows"]);
   CHECK(ours["loss"].get<double>() == Approx(expected["loss"].get<double>()).epsilon(1e-5));
+  // In bf16 compute (eval --precision bf16; transformers with the model in bf16 and
+  // bnb_4bit_compute_dtype=bfloat16): equal within bf16's noise. Our residual stream and norms stay
+  // fp32 under autocast where transformers' are bf16; measured 2026-12-04 in docs/benchmarks.md.
+  const CommandResult eval16 =
+      run_gputrain({"eval", dir.file("q4"), "--data", dir.file("text.txt"), "--tokenizer", "bytes", "--device", "cpu",
+                    "--precision", "bf16", "--out", dir.file("eval16.json")});
+  INFO(eval16.output);
+  REQUIRE(eval16.exit_code == 0);
+  hf_interop({"textloss", dir.file("q4"), dir.file("text.txt"), dir.file("ref16.json"), "64", "bfloat16"});
+  const double ours16 = read_json(dir.file("eval16.json"))["loss"].get<double>(),
+               theirs16 = read_json(dir.file("ref16.json"))["loss"].get<double>(), ours32 = ours["loss"].get<double>();
+  std::cout << "eval loss in bf16 compute: gputrain " << ours16 << ", transformers + bitsandbytes " << theirs16
+            << " (relative " << std::abs(ours16 - theirs16) / theirs16 << "); fp32 " << ours32 << std::endl;
+  CHECK(read_json(dir.file("eval16.json"))["precision"] == "bf16");
+  CHECK(std::abs(ours16 - theirs16) / theirs16 < 1e-3);  // measured 4.4e-5
+  CHECK(ours16 != ours32);                               // bf16 really computed
 
   // A QLoRA run on it: model.quantize from its config.json; the adapters, for PEFT on transformers'
   // loading of the same folder, give our merged model's logits.

@@ -32,10 +32,11 @@ usage:
   hf_interop.py generate MODEL_DIR PROMPT_JSON OUT MAX_NEW_TOKENS
       Greedy generate() (fp32, eager attention, the folder's generation_config.json) from the ids
       of the JSON list PROMPT_JSON; writes the new ids (the end-of-text one included) as JSON to OUT.
-  hf_interop.py textloss MODEL_DIR TEXT_FILE OUT SEQ_LEN
+  hf_interop.py textloss MODEL_DIR TEXT_FILE OUT SEQ_LEN [DTYPE]
       The mean loss per byte over every window of the byte-level TEXT_FILE (windows of SEQ_LEN + 1
       bytes at a stride of SEQ_LEN); writes {"loss", "tokens", "windows"} as JSON to OUT. A
-      bitsandbytes 4-bit folder is loaded in 4 bits as it is stored (see bnb4).
+      bitsandbytes 4-bit folder is loaded in 4 bits as it is stored (see bnb4). DTYPE bfloat16: the
+      model in bf16 and a 4-bit base's products in bf16 (bnb_4bit_compute_dtype=bfloat16); else float32.
   hf_interop.py warpers - LOGITS OUT TEMPERATURE TOP_K TOP_P
       Applies transformers' Temperature, TopK (k > 0) and TopP (p < 1) logits warpers to the
       "logits" of LOGITS and writes them as "filtered" to OUT.
@@ -182,8 +183,12 @@ if mode == "textloss":
     # stride of SEQ_LEN (consecutive windows share one byte), the tail shorter than a window left out.
     with open(f"{model_dir}/config.json") as f:
         stored_4bit = "quantization_config" in json.load(f)  # a bitsandbytes 4-bit folder, as bnb4 loads it
-    model = load_4bit(model_dir, "stored", True) if stored_4bit else AutoModelForCausalLM.from_pretrained(
-        model_dir, attn_implementation="eager", dtype=torch.float32)
+    dtype = torch.bfloat16 if len(args) > 1 and args[1] == "bfloat16" else torch.float32
+    model = load_4bit(model_dir, "stored", True, dtype) if stored_4bit else AutoModelForCausalLM.from_pretrained(
+        model_dir, attn_implementation="eager", dtype=dtype)
+    for module in model.modules():
+        if hasattr(module, "compute_dtype"):  # bitsandbytes' Linear4bit: the products in the model's dtype
+            module.compute_dtype = dtype
     model.eval()
     T = int(args[0])
     with open(tokens_file, "rb") as f:
