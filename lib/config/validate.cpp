@@ -380,9 +380,11 @@ void check_parallel(Checker& c) {
         "parallel.tp",
         "(" + str(p.tp) + ") must divide the MLP width (" + str(width) + ", from model.mlp_ratio or model.mlp_width)",
         "use one of " + divisors(width) + ", or change model.mlp_ratio / model.mlp_width");
-  if (p.tp > 1 && m.lora.rank > 0)
-    c.error("parallel.tp", "LoRA (model.lora.rank > 0) is not split by tensor parallelism in this version",
-            "use parallel.tp: 1 (data and pipeline parallelism work with LoRA)");
+  if (p.tp > 1 && m.quantize.enabled() && p.zero == 3)
+    c.error("parallel.zero",
+            "3 with parallel.tp and a 4-bit base (model.quantize): ZeRO-3 does not shard tensor-parallel 4-bit "
+            "slices in this version",
+            "use parallel.zero: 0, 1 or 2 with parallel.tp, or parallel.tp: 1 with parallel.zero: 3");
   if (p.tp > 1 && m.moe.enabled())
     c.error("parallel.tp",
             "mixture-of-experts layers (model.moe.experts > 0) are not split by tensor parallelism in this version",

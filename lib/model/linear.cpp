@@ -55,8 +55,11 @@ torch::Tensor LinearImpl::forward(const torch::Tensor& x) {
     if (bias.defined()) y = y + bias;
   }
   if (!lora_A.defined()) return y;
-  const torch::Tensor a_in = lora_dropout > 0 && is_training() ? at::dropout(in, lora_dropout, /*train=*/true) : in;
-  return y + at::linear(at::linear(a_in, lora_A), lora_B) * lora_scale;
+  const torch::Tensor& lora_in = lora_tap ? x : in;
+  const torch::Tensor a_in =
+      lora_dropout > 0 && is_training() ? at::dropout(lora_in, lora_dropout, /*train=*/true) : lora_in;
+  const torch::Tensor h = at::linear(a_in, lora_A);
+  return y + at::linear(lora_tap ? lora_tap(h) : h, lora_B) * lora_scale;
 }
 
 }  // namespace gputrain

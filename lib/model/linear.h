@@ -1,8 +1,8 @@
-// The model's linear layer, y = x W^T + b, with two optional taps around its
-// product so that code outside the model can change where the input comes
-// from and where the output goes without the model knowing (DESIGN rule 1):
-// tensor parallelism (parallel/tensor_parallel.h) installs its communication
-// here. Without taps it is one at::linear call, the bias in the matmul's
+// The model's linear layer, y = x W^T + b, with optional taps around its
+// product (and LoRA's) so that code outside the model can change where the
+// input comes from and where the output goes without the model knowing
+// (DESIGN rule 1): tensor parallelism (parallel/tensor_parallel.h) installs
+// its communication here. Without taps it is one at::linear call, the bias in the matmul's
 // epilogue (LibTorch's nn::Linear spells a 3-D input as matmul then `+= bias`,
 // which under autocast is a separate type-casting kernel).
 #pragma once
@@ -39,6 +39,9 @@ struct LinearImpl : torch::nn::Module {
   using Tap = std::function<torch::Tensor(const torch::Tensor&)>;
   Tap input_tap;   // applied to x before the product
   Tap output_tap;  // applied to x W^T before the bias is added
+  // Set: LoRA reads x itself (not input_tap's result) and applies this to its rank-r product x A^T
+  // before B (tensor parallelism sums or copies that small product instead of the layer's).
+  Tap lora_tap;
 };
 TORCH_MODULE(Linear);
 

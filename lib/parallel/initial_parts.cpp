@@ -50,6 +50,11 @@ std::optional<Quantized4bit> InitialParts::stored_4bit(const std::string& name, 
   return files_->stored_4bit(name, first, count);
 }
 
+std::optional<Quantized4bit> InitialParts::whole_stored_4bit(const std::string& name, int64_t first,
+                                                             int64_t count) const {
+  return files_ ? files_->stored_4bit(name, first, count) : std::nullopt;
+}
+
 int64_t InitialParts::materialize(Gpt& model, const std::vector<NamedTensor>& held, torch::Device device) const {
   torch::NoGradGuard no_grad;
   int64_t bytes = 0;

@@ -35,6 +35,9 @@ class InitialParts {
   // Rows [first, first + count) of parameter `name` as the files keep them in 4 bits (PartReader::
   // stored_4bit), where this rank keeps that parameter whole (a tensor-parallel slice is not a band).
   std::optional<Quantized4bit> stored_4bit(const std::string& name, int64_t first, int64_t count) const;
+  // The same of the whole parameter's rows, whatever this rank keeps of it (a tensor-parallel slice
+  // cuts its blocks from them).
+  std::optional<Quantized4bit> whole_stored_4bit(const std::string& name, int64_t first, int64_t count) const;
 
   // Each of `held` still on the meta device gets storage on `device`, filled; every other parameter of
   // the model left on the meta device (one a stage or another rank holds) becomes empty on `device`.

@@ -28,13 +28,15 @@ void assign_owners(std::vector<HeldParameter*> group, int replicas) {
 
 TensorShard tensor_split_of(const std::string& name, const ModelSettings& m) {
   if (name.rfind("transformer.h.", 0) != 0 || expert_of(name) >= 0) return {name, -1};
-  // Column-parallel: rows of W and b, each section (q, k, v; SwiGLU's gate, up) on its own.
-  if (ends_with(name, ".attn.c_attn.weight") || ends_with(name, ".attn.c_attn.bias"))
-    return {name, 0, {m.n_head, m.kv_heads(), m.kv_heads()}};
-  if (ends_with(name, ".mlp.c_fc.weight") || ends_with(name, ".mlp.c_fc.bias"))
-    return {name, 0, architecture(m).mlp == MlpKind::kSwiGlu ? std::vector<int64_t>{1, 1} : std::vector<int64_t>{1}};
-  // Row-parallel: columns of W; the bias stays whole and is added after the sum.
-  if (ends_with(name, ".attn.c_proj.weight") || ends_with(name, ".mlp.c_proj.weight")) return {name, 1, {1}};
+  // Column-parallel: rows of W, b and LoRA's B, each section (q, k, v; SwiGLU's gate, up) on its own.
+  for (const char* end : {".attn.c_attn.weight", ".attn.c_attn.bias", ".attn.c_attn.lora_B"})
+    if (ends_with(name, end)) return {name, 0, {m.n_head, m.kv_heads(), m.kv_heads()}};
+  for (const char* end : {".mlp.c_fc.weight", ".mlp.c_fc.bias", ".mlp.c_fc.lora_B"})
+    if (ends_with(name, end))
+      return {name, 0, architecture(m).mlp == MlpKind::kSwiGlu ? std::vector<int64_t>{1, 1} : std::vector<int64_t>{1}};
+  // Row-parallel: columns of W and of LoRA's A; the bias stays whole and is added after the sum.
+  for (const char* end : {".attn.c_proj.weight", ".mlp.c_proj.weight", ".attn.c_proj.lora_A", ".mlp.c_proj.lora_A"})
+    if (ends_with(name, end)) return {name, 1, {1}};
   return {name, -1};
 }
 

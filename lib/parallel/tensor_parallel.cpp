@@ -61,8 +61,8 @@ std::vector<TensorShard> parallelize_tensor(Gpt& model, Communicator& tp) {
     throw config_error("parallel.tp (" + std::to_string(size) + ") must divide model.n_head (" +
                        std::to_string(cfg.n_head) + "), model.n_kv_head (" + std::to_string(cfg.kv_heads()) +
                        ") and the MLP width (" + std::to_string(mlp_hidden(cfg)) + ")");
-  if (cfg.moe.enabled() || cfg.lora.rank > 0)  // validate refuses these first; this guards other callers
-    throw config_error("parallel.tp > 1 does not split mixture-of-experts layers or LoRA adapters in this version");
+  if (cfg.moe.enabled())  // validate refuses this first; this guards other callers
+    throw config_error("parallel.tp > 1 does not split mixture-of-experts layers in this version");
   // Each split parameter keeps this rank's slice of parallel/rank_layout.h's split.
   std::vector<TensorShard> shards;
   for (auto& item : model->named_parameters()) {
@@ -75,10 +75,19 @@ std::vector<TensorShard> parallelize_tensor(Gpt& model, Communicator& tp) {
     auto& mlp = *block->mlp;
     attn.n_head = cfg.n_head / size;
     attn.n_kv_head = cfg.kv_heads() / size;
-    for (auto* col : {&attn.c_attn, &mlp.c_fc})
-      (*col)->input_tap = [&tp](const torch::Tensor& x) { return copy_to_group(x, tp); };
-    for (auto* row : {&attn.c_proj, &mlp.c_proj})
-      (*row)->output_tap = [&tp](const torch::Tensor& y) { return reduce_from_group(y, tp); };
+    const LinearImpl::Tap copy = [&tp](const torch::Tensor& x) { return copy_to_group(x, tp); };
+    const LinearImpl::Tap reduce = [&tp](const torch::Tensor& y) { return reduce_from_group(y, tp); };
+    // LoRA (rank r) splits as its layer: a column-parallel layer's lora_B by rows, its lora_A whole,
+    // the product x A^T copied in (its gradient all-reduced, so A's is whole); a row-parallel layer's
+    // lora_A by columns, its lora_B whole, the partial x A^T summed before B. Only [tokens, r] travels.
+    for (auto* col : {&attn.c_attn, &mlp.c_fc}) {
+      (*col)->input_tap = copy;
+      (*col)->lora_tap = copy;
+    }
+    for (auto* row : {&attn.c_proj, &mlp.c_proj}) {
+      (*row)->output_tap = reduce;
+      (*row)->lora_tap = reduce;
+    }
   }
   return shards;
 }

@@ -47,8 +47,12 @@ std::vector<RankHoldings> plan_rank_memory(const Settings& s, const Grid& g) {
       const double numel = static_cast<double>(h.numel());
       const int replicas = h.expert ? l.expert_replicas : l.replicas;  // the ranks sharing its ZeRO-3 rows
       // model.quantize: 4 bits, under ZeRO-3 sharded and gathered as such (parallel/sharded_4bit_base.h).
+      // A tensor-parallel slice keeps its absmax decoded (parallel/tensor_parallel_4bit.h).
       const bool in_4bit = is_quantized_base(m, h.name, h.sizes);
-      const double held = in_4bit ? static_cast<double>(quantized_base_bytes(m, h.name, h.sizes)) : numel * bytes;
+      const double held = !in_4bit ? numel * bytes
+                          : h.split.dim >= 0
+                              ? static_cast<double>(quant4_storage_bytes(h.numel(), m.quantize.block_size, false))
+                              : static_cast<double>(quantized_base_bytes(m, h.name, h.sizes));
       // The vocabulary tables, spread over the ranks, are used part by part and never gathered
       // (parallel/vocabulary_parts.h), unless reshard_after_forward is off.
       const bool by_parts = s.parallel.reshard_after_forward && replicas > 1 &&

@@ -638,6 +638,48 @@ TEST_CASE("parallel: tensor parallelism (tp 2, dp 2 x tp 2, with ZeRO-2 and reco
   }
 }
 
+TEST_CASE("parallel: LoRA under tensor parallelism (tp 2, dp 2 x tp 2 with ZeRO-3) matches 1 process and resumes on 1",
+          "[parallel][cli][slow]") {
+  TempDir dir;
+  write_file(dir.file("r.yaml"), dp_recipe());
+  // Adapters on every split layer: column-parallel c_attn and c_fc (lora_B split by rows),
+  // row-parallel c_proj (lora_A split by columns), adapters-only checkpoints.
+  const std::vector<std::string> lora = {"model.lora.rank=4", "model.lora.alpha=8",
+                                         "model.lora.targets=[qkv, proj, mlp_up, mlp_down]", "optim.lr=1e-2",
+                                         "checkpoint.every=10"};
+  REQUIRE(train(dir.file("r.yaml"), dir.file("one"), 0, lora).exit_code == 0);
+  const auto loss1 = column(dir.file("one"), "loss");
+  const auto norm1 = column(dir.file("one"), "grad_norm");
+  const std::vector<Variant> variants = {
+      {"tp2", with(lora, {"parallel.tp=2"}), 2},
+      {"dp2-tp2-zero3", with(lora, {"parallel.tp=2", "train.per_device_batch_size=2", "parallel.zero=3"}), 4},
+  };
+  for (const auto& v : variants) {
+    SECTION(v.name) {
+      const auto r = train_like_one_process(dir, dir.file("r.yaml"), v, loss1, norm1, 1e-4);
+      INFO(r.output);
+      // The adapters split with their layers: 12 base tensors and the 8 lora_B / lora_A that follow them.
+      CHECK_THAT(r.output, Contains("tensor parallel: 20 of 44 parameter tensors split over 2 ranks"));
+    }
+  }
+  SECTION("resume and export") {
+    REQUIRE(train(dir.file("r.yaml"), dir.file("tp2"), 2, with(lora, {"parallel.tp=2"})).exit_code == 0);
+    // The tp 2 checkpoint's adapters, joined, continue on one process; a 1-process one continues under tp 2.
+    const std::string step10 = dir.file("tp2") + "/checkpoints/step_00000010";
+    train_resumed(dir.file("r.yaml"), dir.file("to-one"), 0, with_resume(lora, step10), column(dir.file("tp2"), "loss"),
+                  10, 1e-5);
+    train_resumed(dir.file("r.yaml"), dir.file("to-two"), 2,
+                  with(with_resume(lora, dir.file("one") + "/checkpoints/step_00000010"), {"parallel.tp=2"}), loss1, 10,
+                  1e-5);
+    // Merged into its base, the tp 2 run exports the 1-process run's model.
+    REQUIRE(run_gputrain({"export", dir.file("one"), "--out", dir.file("hf-one"), "--merge-lora"}).exit_code == 0);
+    const auto e = run_gputrain({"export", dir.file("tp2"), "--out", dir.file("hf-tp2"), "--merge-lora"});
+    INFO(e.output);
+    REQUIRE(e.exit_code == 0);
+    check_same_tensors(dir.file("hf-one") + "/model.safetensors", dir.file("hf-tp2") + "/model.safetensors", 1e-4);
+  }
+}
+
 static double loss1_first(const std::string& out) { return column(out, "loss").front(); }
 
 TEST_CASE("parallel: a tensor-parallel checkpoint is a file per rank, exports the 1-process model and resumes exactly",

@@ -136,6 +136,36 @@ TEST_CASE("qlora: under ZeRO-3 each of 4 ranks holds a quarter of the 4-bit base
   }
 }
 
+TEST_CASE("qlora: under tensor parallelism each rank quantizes its slices: tp 2 and dp 2 x tp 2 match 1 process",
+          "[qlora][cli][slow]") {
+  TempDir dir;
+  write_file(dir.file("r.yaml"), dp_recipe());
+  // 64 wide in blocks of 32: the row-parallel projections' halves (32 columns) are whole blocks.
+  const std::vector<std::string> sets = with(kQlora, {"model.d_model=64", "model.quantize.block_size=32"});
+  REQUIRE(train(dir.file("r.yaml"), dir.file("one"), 0, sets).exit_code == 0);
+  const auto loss1 = column(dir.file("one"), "loss");
+  const auto norm1 = column(dir.file("one"), "grad_norm");
+  // Tolerance 1e-4, as tensor parallelism's other tests: its sums run in another order.
+  const std::vector<Variant> variants = {
+      {"tp2", with(sets, {"parallel.tp=2"}), 2},
+      {"dp2-tp2", with(sets, {"parallel.tp=2", "train.per_device_batch_size=2"}), 4},
+  };
+  for (const auto& v : variants) {
+    SECTION(v.name) {
+      const CommandResult r = train_like_one_process(dir, dir.file("r.yaml"), v, loss1, norm1, 1e-4);
+      INFO(r.output);
+      CHECK_THAT(r.output, Contains("in 4 bits (model.quantize)"));
+    }
+  }
+  SECTION("a slice that would cut a block") {
+    const CommandResult r =
+        train(dir.file("r.yaml"), dir.file("cut"), 2, with(sets, {"parallel.tp=2", "model.quantize.block_size=64"}));
+    INFO(r.output);
+    CHECK(r.exit_code == 2);
+    CHECK_THAT(r.output, Contains("model.quantize.block_size") && Contains("fix:"));
+  }
+}
+
 TEST_CASE("qlora: recipes that would train or shard a 4-bit weight are refused, naming the key and the fix",
           "[qlora][cli]") {
   TempDir dir;
@@ -153,6 +183,7 @@ TEST_CASE("qlora: recipes that would train or shard a 4-bit weight are refused, 
           "model.quantize.block_size");
   refused({"model.quantize.base=nf4", "model.lora.rank=4", "model.lora.save=full"}, "model.lora.save");
   refused({"model.quantize.base=int3", "model.lora.rank=4"}, "model.quantize.base");
+  refused({"model.quantize.base=nf4", "model.lora.rank=4", "parallel.tp=2", "parallel.zero=3"}, "parallel.zero");
 }
 
 namespace {
@@ -325,6 +356,11 @@ TEST_CASE("qlora: a published bitsandbytes 4-bit folder is read as stored: trans
   INFO(sharded.output);
   REQUIRE(sharded.exit_code == 0);
   CHECK(max_abs_diff(column(dir.file("run"), "loss"), column(dir.file("zero3"), "loss")) < 1e-5);
+  // tp 2 cuts each rank's slices' blocks from the stored ones (parallel/tensor_parallel_4bit.h).
+  const CommandResult sliced = train(dir.file("r.yaml"), dir.file("tp2"), 2, {"parallel.tp=2"});
+  INFO(sliced.output);
+  REQUIRE(sliced.exit_code == 0);
+  CHECK(max_abs_diff(column(dir.file("run"), "loss"), column(dir.file("tp2"), "loss")) < 1e-4);
 
   // What the folder holds disagrees with the recipe: named, with the fix.
   const auto refused = [&](const std::vector<std::string>& args, const std::string& words) {
