@@ -9,6 +9,8 @@
 //   identity backward) before the replicated bias is added.
 // Embeddings, LayerNorms, biases of row-parallel layers and the output head
 // stay whole on every rank; their gradients come out equal on every rank.
+// LoRA adapters split with their layer (lora_B of a column-parallel layer by
+// rows, lora_A of a row-parallel one by columns) through LinearImpl::lora_tap.
 #pragma once
 #include <torch/types.h>
 

@@ -15,8 +15,8 @@ struct MemoryPlan {
   int64_t parameters = 0;
   double flops_per_token = 0;                        // training (forward + backward), metrics/flops.h
   double weights = 0, gradients = 0, optimizer = 0;  // bytes
-  double dequantized =
-      0;  // model.quantize: of `weights`, the largest Linear dequantized twice (in use, held for reuse)
+  // model.quantize: of `weights`, the largest Linear dequantized twice (in use, held for reuse).
+  double dequantized = 0;
   double activations = 0;        // bytes kept for backward, one micro-batch, with the recipe's checkpointing
   double activations_plain = 0;  // the same without checkpointing
   double logits = 0;             // bytes of the loss's [B, T, vocab] tensors (at peak in backward)
