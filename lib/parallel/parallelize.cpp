@@ -94,7 +94,7 @@ void shard_fully(Gpt& model, const ProcessGroups& groups, const ParallelizeOptio
 // (parallel/sharded_4bit_base.h), their storage gathered with their units (`storage`); under tp its
 // slice's blocks (parallel/tensor_parallel_4bit.h).
 int64_t quantize_held_base(Gpt& model, const std::vector<NamedTensor>& held, const InitialParts* initial,
-                           const ProcessGroups& groups, const ParallelizeOptions& options, const RankShare& share,
+                           const ProcessGroups& groups, const ParallelizeOptions& options,
                            std::vector<UnitStorage>& storage) {
   std::map<std::string, torch::Tensor> by_name;
   for (const auto& h : held) by_name[h.name] = h.tensor;
@@ -107,14 +107,12 @@ int64_t quantize_held_base(Gpt& model, const std::vector<NamedTensor>& held, con
     return initial ? initial->stored_4bit(name, first, count) : std::nullopt;
   };
   if (groups.tp()) {  // each rank its slice's blocks (parallel/tensor_parallel_4bit.h)
-    std::map<std::string, TensorShard> split;
-    for (const TensorShard& t : share.tensor_split) split[t.name] = t;
     const auto whole_stored = [&](const std::string& name, int64_t first, int64_t count) {
       return initial ? initial->whole_stored_4bit(name, first, count) : std::nullopt;
     };
     return quantize_sliced_base(
-        *model, holds, rows, whole_stored, [&](const std::string& name) { return split.at(name); }, *groups.tp(),
-        options.device);
+        *model, holds, rows, whole_stored, [&](const std::string& name) { return tensor_split_of(name, model->cfg); },
+        *groups.tp(), options.device);
   }
   if (!fully_shards(groups, options)) return quantize_frozen_base(*model, holds, rows, options.device, stored);
   Sharded4bitBase base = quantize_sharded_base(*model, holds, rows, stored, zero3_group_of(groups), options.device,
@@ -145,7 +143,7 @@ ParallelModel parallelize(Gpt& model, const ProcessGroups& groups, const Paralle
   std::vector<NamedTensor> held = share.held_of(module_weights(*model));
   std::vector<UnitStorage> base_storage;  // ZeRO-3: the 4-bit base's shards
   if (model->cfg.quantize.enabled()) {
-    share.quantized_bytes = quantize_held_base(model, held, initial.get(), groups, options, share, base_storage);
+    share.quantized_bytes = quantize_held_base(model, held, initial.get(), groups, options, base_storage);
     held = share.held_of(module_weights(*model));  // without the weights now in 4 bits
   }
   if (fully_shards(groups, options)) shard_fully(model, groups, options, held, initial.get(), base_storage, share);

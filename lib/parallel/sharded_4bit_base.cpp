@@ -47,7 +47,7 @@ BandShards quantize_own_blocks(const QuantizeSettings& q, const std::string& nam
   BandShards out;
   Quantized4bit& piece = out.piece;
   piece.type = quant4_type(q.base), piece.block_size = block, piece.shape = {band, in}, piece.dtype = dtype;
-  torch::Tensor absmax = torch::zeros({piece.blocks()}, torch::kFloat);  // every rank's blocks, once summed
+  torch::Tensor absmax = torch::zeros({own.count}, torch::kFloat);  // of this rank's blocks
   out.codes = torch::zeros({own.shard_rows * block / 2, 1}, torch::kUInt8);
   if (own.count > 0) {
     // Only the rows its blocks cover are read. They start on a block, so quantized alone they give the
@@ -59,12 +59,13 @@ BandShards quantize_own_blocks(const QuantizeSettings& q, const std::string& nam
     const Quantized4bit mine =
         quantize_4bit(part.view({-1}).slice(0, e0 - r0 * in, e1 - r0 * in), piece.type, block, /*double_quant=*/false);
     out.codes.narrow(0, 0, mine.codes.size(0)).copy_(mine.codes);
-    absmax.narrow(0, own.first, own.count).copy_(mine.absmax);
+    absmax = mine.absmax;
   }
-  // The others' blocks are zeros here: the sum is every block's absmax, exactly.
-  if (group) group->all_reduce_sum_now(absmax, "the 4-bit statistics of " + name);
-  if (q.double_quant) nest_absmax(piece, absmax);
-  else piece.absmax = absmax;
+  if (!q.double_quant) {  // each block's absmax is its own: nothing to agree
+    out.absmax = padded_rows(absmax, 0, own.count, own.shard_rows);
+    return out;
+  }
+  nest_agreed_absmax(piece, absmax, torch::arange(own.first, own.first + own.count, torch::kLong), group, name);
   out.absmax = padded_rows(piece.absmax, own.first, own.count, own.shard_rows);
   return out;
 }
@@ -80,6 +81,15 @@ BandShards cut_stored(Quantized4bit stored, const Communicator* group) {
 }
 
 }  // namespace
+
+void nest_agreed_absmax(Quantized4bit& q, const torch::Tensor& mine, const torch::Tensor& own, Communicator* group,
+                        const std::string& name) {
+  torch::Tensor absmax = torch::zeros({q.blocks()}, torch::kFloat);
+  absmax.index_copy_(0, own, mine);
+  // The offset is the mean of every block's absmax: the others' blocks are zeros here, summed exactly.
+  if (group) group->all_reduce_sum_now(absmax, "the 4-bit statistics of " + name);
+  nest_absmax(q, absmax);
+}
 
 Sharded4bitBase quantize_sharded_base(GptImpl& model, const std::function<bool(const std::string&)>& holds,
                                       const WeightRows& rows, const StoredBands& stored, const ShardGroupOf& group_of,
@@ -110,7 +120,7 @@ Sharded4bitBase quantize_sharded_base(GptImpl& model, const std::function<bool(c
       // The whole codes and absmax, without memory: their unit's gathers fill them.
       const auto meta = torch::TensorOptions().device(torch::kMeta);
       p.codes = torch::empty({(p.numel() + 1) / 2, 1}, meta.dtype(torch::kUInt8));
-      p.absmax = torch::empty({p.blocks()}, meta.dtype(p.absmax.scalar_type()));
+      p.absmax = torch::empty({p.blocks()}, meta.dtype(p.nested ? torch::kUInt8 : torch::kFloat));
       const std::string piece = name + " rows " + std::to_string(first) + " to " + std::to_string(first + band);
       out.storage.push_back({piece + " (4-bit codes)", unit, group, p.codes, b.codes.to(shards)});
       out.storage.push_back({piece + " (4-bit absmax)", unit, group, p.absmax, b.absmax.to(shards)});

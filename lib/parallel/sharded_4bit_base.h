@@ -24,6 +24,14 @@ struct Sharded4bitBase {
   int64_t bytes = 0;                 // this rank's shards and the nested statistics
 };
 
+// Double quantization of a tensor whose first-level absmax the ranks of `group` hold in parts (`mine`,
+// float32, at block indices `own`; nullptr: this rank holds all): their absmax summed over the group
+// (the others' entries are zeros here, so exactly the whole's), then nested into q (q.block_size and
+// q.shape set) as quantize_4bit nests the whole tensor's. Collective. Also tensor parallelism's
+// (parallel/tensor_parallel_4bit.h).
+void nest_agreed_absmax(Quantized4bit& q, const torch::Tensor& mine, const torch::Tensor& own, Communicator* group,
+                        const std::string& name);
+
 // Every Linear of the blocks whose weight this rank holds (`holds`) gets its weight in 4 bits as
 // quantize_frozen_base gives it, its codes and absmax on the meta device (FullyShardedModel gives them
 // memory on `compute` while their unit is gathered), this rank's blocks of them in `storage` on

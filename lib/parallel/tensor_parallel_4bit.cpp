@@ -5,6 +5,7 @@
 
 #include "model/gpt.h"
 #include "model/linear.h"
+#include "parallel/sharded_4bit_base.h"
 #include "util/error.h"
 
 namespace gputrain {
@@ -35,14 +36,10 @@ Quantized4bit slice_piece(const QuantizeSettings& q, const std::string& name, co
   } else {
     p = quantize_4bit(values.reshape(-1), quant4_type(q.base), q.block_size, /*double_quant=*/false);
     if (q.double_quant) {
-      // The offset is the mean of every block's absmax: the others' blocks are zeros here, summed exactly.
-      torch::Tensor absmax = torch::zeros({band_blocks}, torch::kFloat);
-      absmax.index_copy_(0, own, p.absmax);
-      tp.all_reduce_sum_now(absmax, "the 4-bit statistics of " + name);
       Quantized4bit whole;
       whole.block_size = q.block_size;
       whole.shape = {band_blocks * q.block_size};
-      nest_absmax(whole, absmax);
+      nest_agreed_absmax(whole, p.absmax, own, &tp, name);
       p.absmax = block_absmax(whole).index_select(0, own);
     }
   }
