@@ -42,6 +42,8 @@ DATASETS_VERSION="5.2.0"
 # PEFT: the LoRA adapters `gputrain export --format peft` writes are checked by loading them with it.
 PEFT_VERSION="0.21.2"
 ACCELERATE_VERSION="1.15.0"
+# TRL: the reference for the preference objectives (DPO, ORPO, SimPO): their losses, rewards and data layouts.
+TRL_VERSION="1.16.0"
 # bitsandbytes (its CPU backend): the reference for QLoRA's 4-bit format, quantize_4bit/dequantize_4bit.
 BITSANDBYTES_VERSION="0.50.2"
 # TensorBoard: the tests read gputrain's event files back with its own loaders.
@@ -115,7 +117,7 @@ if $tests; then
   pip_pinned "tokenizers==$TOKENIZERS_VERSION" "safetensors==$SAFETENSORS_VERSION" \
     "transformers==$TRANSFORMERS_VERSION" "sentencepiece==$SENTENCEPIECE_VERSION" "protobuf==$PROTOBUF_VERSION" \
     "tiktoken==$TIKTOKEN_VERSION" "datasets==$DATASETS_VERSION" "peft==$PEFT_VERSION" \
-    "accelerate==$ACCELERATE_VERSION" "tensorboard==$TENSORBOARD_VERSION" "jsonschema==$JSONSCHEMA_VERSION" \
+    "accelerate==$ACCELERATE_VERSION" "trl==$TRL_VERSION" "tensorboard==$TENSORBOARD_VERSION" "jsonschema==$JSONSCHEMA_VERSION" \
     "bitsandbytes==$BITSANDBYTES_VERSION" "torch==$TORCH_VERSION" "pyarrow==$PYARROW_VERSION"
   pip_pinned --no-deps "mistral-common==$MISTRAL_COMMON_VERSION" \
     "pydantic-extra-types==$PYDANTIC_EXTRA_TYPES_VERSION" "pycountry==$PYCOUNTRY_VERSION" \

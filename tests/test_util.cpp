@@ -21,6 +21,7 @@
 #include "config/recipe.h"
 #include "model/hf_mapping.h"
 #include "model/architecture.h"
+#include "objective/objectives.h"
 #include "optim/optimizer_specs.h"
 #include "model/gpt_shapes.h"
 #include "optim/make_optimizer.h"

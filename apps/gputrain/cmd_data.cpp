@@ -9,6 +9,7 @@
 #include "data/loader_bench.h"
 #include "data/prepare.h"
 #include "model/architecture.h"
+#include "objective/objectives.h"
 #include "optim/optimizer_specs.h"
 
 namespace gputrain::app {
@@ -22,11 +23,39 @@ struct PrepareArgs {
   int64_t chunk_kb = static_cast<int64_t>(PrepareOptions{}.chunk_bytes >> 10);
 };
 
+void report_skipped(const PrepareResult& r) {
+  if (r.skipped_rows > 0)
+    std::fprintf(stderr, "data prepare: skipped %lld bad row(s) (--skip-bad-rows); the first: %s\n",
+                 static_cast<long long>(r.skipped_rows), r.first_skipped.c_str());
+}
+
+// --format preference's summary and the recipe lines that use the pairs.
+int report_pairs(const PrepareResult& r, const std::string& dir) {
+  std::printf("data prepare: %lld train pairs (%lld tokens), %lld val pairs (%lld tokens), %.1f s\n",
+              static_cast<long long>(r.train_pairs), static_cast<long long>(r.train_tokens),
+              static_cast<long long>(r.val_pairs), static_cast<long long>(r.val_tokens), r.seconds);
+  if (!r.chat_template.empty()) std::printf("conversations rendered with the %s template\n", r.chat_template.c_str());
+  if (r.truncated_pairs > 0)
+    std::printf("%lld pair(s) truncated to --max-length / --max-prompt-length\n",
+                static_cast<long long>(r.truncated_pairs));
+  if (r.dropped_pairs > 0)
+    std::fprintf(stderr, "data prepare: dropped %lld pair(s) whose prompt alone fills --max-length\n",
+                 static_cast<long long>(r.dropped_pairs));
+  report_skipped(r);
+  std::printf("tokenizer %s: %lld ids; set model.vocab_size to at least %lld\n", r.tokenizer.c_str(),
+              static_cast<long long>(r.vocab_size), static_cast<long long>(r.vocab_size));
+  std::printf("\nuse it in a recipe:\n  train: {objective: dpo}\n  data:\n    train: {format: preference, path: %s}\n",
+              r.shards.front().c_str());
+  if (r.val_pairs > 0) std::printf("    eval: {format: preference, path: %s}\n", r.shards.back().c_str());
+  return 0;
+}
+
 int prepare(PrepareArgs a) {
   PrepareOptions& o = a.options;
   o.tokenizer.name = a.tokenizer;
   o.chunk_bytes = static_cast<size_t>(a.chunk_kb) << 10;
   o.chat = a.format == "chat";
+  o.preference = a.format == "preference";
   o.documents = a.documents == "lines"        ? DocumentUnit::kLine
                 : a.documents == "paragraphs" ? DocumentUnit::kParagraph
                                               : DocumentUnit::kFile;
@@ -39,6 +68,7 @@ int prepare(PrepareArgs a) {
                                        : ProgressStyle::kAuto;
   PrepareResult r = prepare_dataset(o);
   const std::string dir = std::filesystem::absolute(o.output_dir).lexically_normal().string();
+  if (o.preference) return report_pairs(r, dir);
   if (r.status != "ok") {
     std::fprintf(stderr, "data prepare: interrupted; %zu complete shard(s) kept in %s, no partial files\n",
                  r.shards.size(), dir.c_str());
@@ -53,9 +83,7 @@ int prepare(PrepareArgs a) {
   for (const auto& s : r.shards) std::printf("  %s\n", s.c_str());
   if (!r.chat_template.empty())
     std::printf("chat: rendered with the %s template; loss masks beside the shards (.mask)\n", r.chat_template.c_str());
-  if (r.skipped_rows > 0)
-    std::fprintf(stderr, "data prepare: skipped %lld bad row(s) (--skip-bad-rows); the first: %s\n",
-                 static_cast<long long>(r.skipped_rows), r.first_skipped.c_str());
+  report_skipped(r);
   std::printf("tokenizer %s: %lld ids; set model.vocab_size to at least %lld (a multiple of 64 runs faster: %lld)\n",
               r.tokenizer.c_str(), static_cast<long long>(r.vocab_size), static_cast<long long>(r.vocab_size),
               static_cast<long long>((r.vocab_size + 63) / 64 * 64));
@@ -106,16 +134,25 @@ void add_prepare(CLI::App* data, Commands& commands) {
   cmd->add_option("--merges", o.tokenizer.merges_path, "gpt2: GPT-2's vocab.bpe (merges)")->check(CLI::ExistingFile);
   cmd->add_option("--format", a->format,
                   "text: documents of text; chat: JSONL rows of messages or prompt/completion, rendered with a "
-                  "chat template, loss on the assistant's tokens only")
-      ->check(CLI::IsMember({"text", "chat"}))
+                  "chat template, loss on the assistant's tokens only; preference: rows of prompt, chosen and "
+                  "rejected (TRL's layouts, docs/preference.md) -> train_pairs.bin, val_pairs.bin")
+      ->check(CLI::IsMember({"text", "chat", "preference"}))
+      ->capture_default_str();
+  cmd->add_option("--max-length", o.max_length,
+                  "preference: keep the first N tokens of prompt + completion (TRL's max_length, keep_start); a "
+                  "pair whose prompt alone fills it is dropped; 0 = no limit")
+      ->capture_default_str();
+  cmd->add_option("--max-prompt-length", o.max_prompt_length,
+                  "preference: keep the last N tokens of each prompt, before --max-length; 0 = no limit")
       ->capture_default_str();
   cmd->add_option("--chat-template", o.chat_template,
-                  "chat: the template (docs/data.md; default: the one the tokenizer's special tokens suggest)")
+                  "chat, preference: the template (docs/data.md; default: the one the tokenizer's special tokens suggest)")
       ->check(CLI::IsMember(chat_template_names()));
   cmd->add_option("--chat-date", o.chat_date,
                   "chat, llama3.1: the system header's \"Today Date\" (default: 26 Jul 2024, its template's own)");
   cmd->add_flag("--skip-bad-rows", o.skip_bad_rows,
-                "chat: skip rows with an unknown role or no assistant turn (counted) instead of stopping");
+                "chat, preference: skip malformed rows (unknown role, no assistant turn, a missing field or empty "
+                "completion) instead of stopping; they are counted");
   cmd->add_option("--input-format", a->input_format, "text or jsonl; auto = jsonl for *.jsonl and *.json")
       ->check(CLI::IsMember({"auto", "text", "jsonl"}))
       ->capture_default_str();
@@ -124,7 +161,7 @@ void add_prepare(CLI::App* data, Commands& commands) {
                   "text: what one document is: file, lines, or paragraphs (blank-line separated)")
       ->check(CLI::IsMember({"file", "lines", "paragraphs"}))
       ->capture_default_str();
-  cmd->add_option("--val-fraction", o.val_fraction, "the last fraction of the input (by bytes) that becomes val_*.bin")
+  cmd->add_option("--val-fraction", o.val_fraction, "the last fraction of the input (by bytes; preference: of the pairs) that becomes val_*.bin")
       ->capture_default_str();
   cmd->add_option("--shard-tokens", o.shard_tokens, "tokens per shard file")->capture_default_str();
   cmd->add_option("--threads", o.threads, "encoding threads; 0 = all cores")->capture_default_str();

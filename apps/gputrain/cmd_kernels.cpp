@@ -4,6 +4,7 @@
 #include "commands.h"
 #include "config/recipe.h"
 #include "model/architecture.h"
+#include "objective/objectives.h"
 #include "optim/optimizer_specs.h"
 #include "model/kernel_bench.h"
 

@@ -3,6 +3,7 @@
 
 #include "commands.h"
 #include "config/recipe.h"
+#include "objective/objectives.h"
 #include "optim/optimizer_specs.h"
 #include "optim/optim_bench.h"
 

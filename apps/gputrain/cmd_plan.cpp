@@ -7,6 +7,7 @@
 #include "config/recipe.h"
 #include "config/validate.h"
 #include "model/architecture.h"
+#include "objective/objectives.h"
 #include "optim/optimizer_specs.h"
 #include "parallel/grid.h"
 #include "parallel/grid_table.h"

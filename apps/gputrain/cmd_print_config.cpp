@@ -6,6 +6,7 @@
 #include "config/recipe.h"
 #include "config/schema.h"
 #include "model/architecture.h"
+#include "objective/objectives.h"
 #include "optim/optimizer_specs.h"
 
 namespace gputrain::app {

@@ -7,6 +7,7 @@
 #include "checkpoint/checkpoint_dir.h"
 #include "config/recipe.h"
 #include "model/architecture.h"
+#include "objective/objectives.h"
 #include "optim/optimizer_specs.h"
 #include "parallel/launcher.h"
 #include "train/trainer.h"

@@ -7,6 +7,7 @@
 #include "config/recipe.h"
 #include "data/window_source.h"
 #include "model/architecture.h"
+#include "objective/objectives.h"
 #include "optim/optimizer_specs.h"
 
 namespace gputrain::app {

@@ -21,6 +21,7 @@
 #include "config/tree.h"
 #include "metrics/run_report.h"
 #include "model/architecture.h"
+#include "objective/objectives.h"
 #include "optim/optimizer_specs.h"
 #include "util/atomic_file.h"
 #include "util/device.h"

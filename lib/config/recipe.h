@@ -22,7 +22,7 @@ struct Recipe {
 };
 
 // `path` empty = the built-in quickstart recipe. `rules`: what model.arch's architecture and
-// optim.name's optimizer add (optim/optimizer_specs.h recipe_rules()). Throws a config Error that
+// optim.name's optimizer add (objective/objectives.h recipe_rules()). Throws a config Error that
 // lists every problem found.
 Recipe load_recipe(const std::string& path, const std::vector<std::string>& overrides, const RecipeRules& rules);
 

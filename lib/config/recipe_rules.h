@@ -1,7 +1,8 @@
 // What loading a recipe needs from the layers above config/: the rules of the architecture model.arch
-// names (ModelRules, implemented in model/architecture.h) and of the optimizer optim.name names
-// (OptimizerRules, implemented by the optimizers' own files in optim/). optim/optimizer_specs.h
-// recipe_rules() hands both; config/ names no architecture and no optimizer.
+// names (ModelRules, implemented in model/architecture.h), of the optimizer optim.name names
+// (OptimizerRules, implemented by the optimizers' own files in optim/) and of the objective
+// train.objective names (ObjectiveRules, objective/). objective/objectives.h recipe_rules() hands
+// them; config/ names no architecture, optimizer or objective.
 #pragma once
 #include <functional>
 #include <string>
@@ -30,9 +31,19 @@ class OptimizerRules {
                                               const std::function<bool(const std::string&)>& changed) const = 0;
 };
 
+// The same for the train.* keys only some objectives read (train.preference.*): one set for an
+// objective that does not read it is an error.
+class ObjectiveRules {
+ public:
+  virtual ~ObjectiveRules() = default;
+  virtual std::vector<OptimizerProblem> check(const Settings& s,
+                                              const std::function<bool(const std::string&)>& changed) const = 0;
+};
+
 struct RecipeRules {
   const ModelRules& model;
   const OptimizerRules& optimizer;
+  const ObjectiveRules& objective;
 };
 
 }  // namespace gputrain

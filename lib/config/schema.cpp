@@ -491,7 +491,8 @@ FieldSpec enum_list_field(std::string path, Acc acc, EnumTable<E> table, std::st
 const EnumTable<DataFormat> kFormats = {{"none", DataFormat::kNone},
                                         {"synthetic", DataFormat::kSynthetic},
                                         {"tokens", DataFormat::kTokens},
-                                        {"text", DataFormat::kText}};
+                                        {"text", DataFormat::kText},
+                                        {"preference", DataFormat::kPreference}};
 
 void add_data_source(std::vector<FieldSpec>& f, const std::string& which) {
   // data.train and data.eval share a shape; build their fields from one list.
@@ -509,7 +510,8 @@ void add_data_source(std::vector<FieldSpec>& f, const std::string& which) {
   f.push_back(
       path_list_field(
           p + "path", [=](auto& s) -> auto& { return src(s).paths; },
-          "tokens/text: a file, a glob such as data/train_*.bin, or a list of them (relative to the recipe file)")
+          "tokens/text: a file, a glob such as data/train_*.bin, or a list of them (relative to the recipe file); "
+          "preference: the train_pairs.bin or val_pairs.bin `data prepare --format preference` wrote")
           .resume(path_on_resume));
   f.push_back(mixture_field(
                   p + "mixture", [=](auto& s) -> auto& { return src(s).mixture; },
@@ -785,11 +787,45 @@ void add_data_fields(std::vector<FieldSpec>& f) {
           .resume(ResumePolicy::kReported));
 }
 
+// train.preference: TRL's names and defaults (DPOConfig, ORPOConfig, CPOConfig); each objective
+// reads only some of them (objective/objectives.h), and a key set for another one is an error.
+void add_preference_fields(std::vector<FieldSpec>& f) {
+  f.push_back(float_field(KEY(train.preference.beta), FloatRange{0, INFINITY, true},
+                          "dpo: the KL penalty's weight (IPO: its tau); orpo: the odds-ratio term's weight (lambda); "
+                          "simpo: the reward scale (the paper uses 2 to 10)"));
+  f.push_back(enum_field(KEY(train.preference.loss),
+                         EnumTable<PreferenceLoss>{{"sigmoid", PreferenceLoss::kSigmoid},
+                                                   {"ipo", PreferenceLoss::kIpo},
+                                                   {"hinge", PreferenceLoss::kHinge},
+                                                   {"robust", PreferenceLoss::kRobust}},
+                         "dpo: the loss of the reward margin, as TRL's loss_type: sigmoid (DPO), ipo (per-token "
+                         "margins), hinge (SLiC), robust (rDPO, with label_smoothing)"));
+  f.push_back(float_field(KEY(train.preference.label_smoothing), FloatRange{0, 0.5, false, true},
+                          "dpo with loss robust, simpo: the probability that a pair's preference is flipped"));
+  f.push_back(enum_field(KEY(train.preference.reference),
+                         EnumTable<PreferenceReference>{{"auto", PreferenceReference::kAuto},
+                                                        {"model", PreferenceReference::kModel}},
+                         "dpo: the reference model; auto = the base with the LoRA adapters off under model.lora (no "
+                         "second model), else a frozen copy of the starting weights; model = that copy even under LoRA")
+                  .resume(ResumePolicy::kRefused));
+  f.push_back(float_field(KEY(train.preference.simpo_gamma), FloatRange{0},
+                          "simpo: the target reward margin gamma (TRL's simpo_gamma)"));
+  f.push_back(float_field(KEY(train.preference.sft_weight), FloatRange{0},
+                          "simpo: weight of the chosen completions' next-token loss added to SimPO's (TRL CPO's "
+                          "cpo_alpha); 0 = pure SimPO"));
+}
+
 void add_train_fields(std::vector<FieldSpec>& f) {
-  f.push_back(enum_field(KEY(train.objective), EnumTable<TrainObjective>{{"causal_lm", TrainObjective::kCausalLm}},
-                         "what the step minimizes: causal_lm = next-token cross-entropy over the targets that take "
-                         "loss, summed over the step's micro-batches and divided by their count on every replica "
-                         "(docs/training.md, \"Objectives\")"));
+  f.push_back(enum_field(KEY(train.objective),
+                         EnumTable<TrainObjective>{{"causal_lm", TrainObjective::kCausalLm},
+                                                   {"lm", TrainObjective::kCausalLm},
+                                                   {"dpo", TrainObjective::kDpo},
+                                                   {"orpo", TrainObjective::kOrpo},
+                                                   {"simpo", TrainObjective::kSimpo}},
+                         "what the step minimizes: causal_lm (or lm) = next-token cross-entropy over the targets that "
+                         "take loss, divided by their count on every replica; dpo, orpo, simpo = preference alignment "
+                         "on pairs (data format preference, train.preference; docs/preference.md)"));
+  add_preference_fields(f);
   f.push_back(auto_int_field(KEY(train.per_device_batch_size), 1, 1 << 20,
                              "sequences per micro-batch; auto = the largest that fits (needs train.global_batch_size)")
                   .resume(ResumePolicy::kBatchSplit));

@@ -128,7 +128,8 @@ struct ModelSettings {
   int64_t position_limit() const { return max_positions > 0 ? max_positions : seq_len; }
 };
 
-enum class DataFormat { kNone, kSynthetic, kTokens, kText };
+// preference: pairs from `data prepare --format preference` (data/preference_pairs.h).
+enum class DataFormat { kNone, kSynthetic, kTokens, kText, kPreference };
 enum class TokenDtype { kAuto, kUint16, kUint32 };
 // How windows are cut from a token stream (data/token_windows.h).
 enum class Packing { kStream, kDocuments, kPadded };
@@ -181,10 +182,27 @@ enum class NanPolicy { kAbort, kSkip, kWarn };
 // What a finite loss spike does (train/spike_guard.h).
 enum class SpikePolicy { kOff, kSkip, kRollback };
 // What the step minimizes: one spec per value (objective/objectives.h).
-enum class TrainObjective { kCausalLm };
+enum class TrainObjective { kCausalLm, kDpo, kOrpo, kSimpo };
+// DPO's loss of the reward margin (TRL's loss_type): sigmoid (DPO), ipo, hinge (SLiC), robust (rDPO).
+enum class PreferenceLoss { kSigmoid, kIpo, kHinge, kRobust };
+// Where DPO's reference log-probabilities come from: auto = the base with LoRA's adapters off under
+// model.lora, else a frozen copy of the starting weights; model = that frozen copy even under LoRA.
+enum class PreferenceReference { kAuto, kModel };
+
+// train.preference: the preference objectives' settings (objective/preference_loss.h), TRL's
+// meanings; each objective reads only its own (objective/objectives.h says which).
+struct PreferenceSettings {
+  double beta = 0.1;
+  PreferenceLoss loss = PreferenceLoss::kSigmoid;
+  double label_smoothing = 0.0;
+  PreferenceReference reference = PreferenceReference::kAuto;
+  double simpo_gamma = 0.5;
+  double sft_weight = 0.0;  // simpo: TRL CPO's cpo_alpha, the NLL of the chosen completions
+};
 
 struct TrainSettings {
   TrainObjective objective = TrainObjective::kCausalLm;
+  PreferenceSettings preference;
   int64_t per_device_batch_size = 8;  // 0 = auto (train/batch_finder.h)
   int64_t global_batch_size = 0;      // sequences per optimizer step; needed by batch size auto
   int64_t grad_accum_steps = 1;

@@ -157,6 +157,18 @@ void check_source(Checker& c, const DataSourceSettings& d, const std::string& wh
       }
       return;
     }
+    case DataFormat::kPreference:
+      if (d.paths.size() != 1)
+        c.error(p + "path", "names " + str(static_cast<int64_t>(d.paths.size())) + " files for format preference",
+                "name the one train_pairs.bin (or val_pairs.bin) `gputrain data prepare --format preference` wrote");
+      else
+        check_paths(c, d.paths, p + "path");
+      if (!d.mixture.empty() || d.packing != Packing::kStream || d.document_attention || d.mask_document_boundaries)
+        c.error(p + "format",
+                "is preference: each row is a pair's chosen or rejected sequence, which mixture, packing, "
+                "document_attention and mask_document_boundaries do not apply to",
+                "remove those keys from " + p.substr(0, p.size() - 1));
+      return;
     case DataFormat::kTokens:
     case DataFormat::kText:
       break;
@@ -209,8 +221,26 @@ void check_data(Checker& c) {
               "give data.eval.synthetic the same settings as data.train.synthetic");
 }
 
+// Preference objectives train on pairs, and pairs feed nothing else.
+void check_objective_data(Checker& c) {
+  const bool pairs_wanted = c.s.train.objective != TrainObjective::kCausalLm;
+  for (const char* which : {"train", "eval"}) {
+    const DataSourceSettings& d = std::string(which) == "train" ? c.s.data.train : c.s.data.eval;
+    if (d.format == DataFormat::kNone) continue;
+    const bool pairs = d.format == DataFormat::kPreference;
+    if (pairs_wanted && !pairs)
+      c.error(std::string("data.") + which + ".format",
+              "is not preference, but train.objective is a preference objective, which trains on pairs",
+              "prepare pairs with `gputrain data prepare --format preference` and use format: preference");
+    if (!pairs_wanted && pairs)
+      c.error("train.objective", std::string("is causal_lm, but data.") + which + " holds preference pairs",
+              "set train.objective: dpo, orpo or simpo (docs/preference.md)");
+  }
+}
+
 void check_train(Checker& c) {
   const TrainSettings& t = c.s.train;
+  check_objective_data(c);
   if (t.eval_every > 0 && c.s.data.eval.format == DataFormat::kNone)
     c.error("train.eval_every", "is " + str(t.eval_every) + " but data.eval is not set",
             "set data.eval (e.g. the same source with another span) or train.eval_every: 0");
@@ -288,8 +318,8 @@ void check_alignment(Checker& c) {
               "set model.pad_vocab_to_multiple_of: 64 (GPT-2's 50257 becomes 50304)");
 }
 
-// Settings of one optimizer have no effect on another (said, not ignored silently), and each
-// optimizer's own rules: both from the optimizers' files (optim/optimizer_spec.h).
+// Settings of one optimizer (objective) have no effect on another (said, not ignored silently), and
+// each one's own rules: from the optimizers' files (optim/optimizer_spec.h) and the objectives' (objective/).
 void check_optim(Checker& c) {
   const Settings defaults;
   const auto changed = [&](const std::string& key) {
@@ -297,6 +327,8 @@ void check_optim(Checker& c) {
     return f && !c.at(key).is_default() && f->write(c.s) != f->write(defaults);
   };
   for (const OptimizerProblem& p : c.rules.optimizer.check(c.s.optim, changed))
+    p.error ? c.error(p.key, p.problem, p.fix) : c.warning(p.key, p.problem, p.fix);
+  for (const OptimizerProblem& p : c.rules.objective.check(c.s, changed))
     p.error ? c.error(p.key, p.problem, p.fix) : c.warning(p.key, p.problem, p.fix);
 }
 

@@ -44,6 +44,42 @@ std::string string_at(const arrow::Array& a, int64_t i) {
   return std::string(static_cast<const arrow::StringViewArray&>(a).GetView(i));
 }
 
+// list<struct<role: string, content: string>>: a conversation.
+bool holds_messages(const arrow::DataType& t) {
+  const bool list = t.id() == arrow::Type::LIST || t.id() == arrow::Type::LARGE_LIST;
+  const auto item = list ? static_cast<const arrow::BaseListType&>(t).value_type() : nullptr;
+  const auto* st = item && item->id() == arrow::Type::STRUCT ? static_cast<const arrow::StructType*>(item.get()) : nullptr;
+  return st && st->GetFieldByName("role") && st->GetFieldByName("content") &&
+         holds_text(*st->GetFieldByName("role")->type()) && holds_text(*st->GetFieldByName("content")->type());
+}
+
+// Row i of a conversation column as [{role, content}, ...] (a null row: none).
+nlohmann::json messages_at(const arrow::Array& column, int64_t i) {
+  const bool large = column.type_id() == arrow::Type::LARGE_LIST;
+  int64_t begin = 0, end = 0;
+  std::shared_ptr<arrow::Array> items;
+  if (large) {
+    const auto& list = static_cast<const arrow::LargeListArray&>(column);
+    begin = list.value_offset(i), end = list.value_offset(i + 1), items = list.values();
+  } else {
+    const auto& list = static_cast<const arrow::ListArray&>(column);
+    begin = list.value_offset(i), end = list.value_offset(i + 1), items = list.values();
+  }
+  const auto values = std::static_pointer_cast<arrow::StructArray>(items);
+  const auto role = values->GetFieldByName("role"), content = values->GetFieldByName("content");
+  nlohmann::json messages = nlohmann::json::array();
+  if (!column.IsNull(i))
+    for (int64_t k = begin; k < end; ++k)
+      messages.push_back({{"role", string_at(*role, k)}, {"content", string_at(*content, k)}});
+  return messages;
+}
+
+// A string or conversation cell as JSON.
+nlohmann::json cell_json(const arrow::Array& column, int64_t i) {
+  if (holds_text(*column.type())) return string_at(column, i);
+  return messages_at(column, i);
+}
+
 // What makes a row's document: the text column, or for chat rows (RowKind::kChat) the
 // "messages" column (list<struct<role, content>>) or the "prompt" and "completion" columns,
 // given on as a JSON row (data/chat_format.h parses it).
@@ -65,13 +101,21 @@ class RowReader {
       fields_ = {text_key};
       return;
     }
+    if (kind == RowKind::kPreference) {
+      for (const char* name : {"prompt", "chosen", "rejected"}) {
+        const auto t = type_of(name);
+        if (!t && std::string(name) == "prompt") continue;  // implicit prompt
+        if (!t || !(holds_text(*t) || holds_messages(*t)))
+          throw data_error("'" + path + "': preference rows need a \"" + name +
+                           "\" column of strings or of lists of {role, content}; its columns are: " +
+                           field_names(schema) + "\n    fix: store prompt (optional), chosen and rejected");
+        fields_.push_back(name);
+      }
+      preference_ = true;
+      return;
+    }
     if (const auto m = type_of("messages")) {
-      const bool list = m->id() == arrow::Type::LIST || m->id() == arrow::Type::LARGE_LIST;
-      const auto item = list ? static_cast<const arrow::BaseListType&>(*m).value_type() : nullptr;
-      const auto* st =
-          item && item->id() == arrow::Type::STRUCT ? static_cast<const arrow::StructType*>(item.get()) : nullptr;
-      if (!st || !st->GetFieldByName("role") || !st->GetFieldByName("content") ||
-          !holds_text(*st->GetFieldByName("role")->type()) || !holds_text(*st->GetFieldByName("content")->type()))
+      if (!holds_messages(*m))
         throw data_error("'" + path + "': column \"messages\" holds " + m->ToString() +
                          ", not list<struct<role: string, content: string>>\n    fix: store each conversation as a "
                          "list of {role, content}");
@@ -88,6 +132,14 @@ class RowReader {
   const std::vector<std::string>& fields() const { return fields_; }
 
   void append(const arrow::RecordBatch& b, int64_t from, int64_t n, std::vector<std::string>& out) const {
+    if (preference_) {
+      for (int64_t i = from; i < from + n; ++i) {
+        nlohmann::json row = nlohmann::json::object();
+        for (const auto& name : fields_) row[name] = cell_json(*b.GetColumnByName(name), i);
+        out.push_back(row.dump());
+      }
+      return;
+    }
     if (fields_.size() == 2) {
       const auto& p = *b.GetColumnByName("prompt");
       const auto& c = *b.GetColumnByName("completion");
@@ -100,29 +152,12 @@ class RowReader {
       for (int64_t i = from; i < from + n; ++i) out.push_back(string_at(*column, i));
       return;
     }
-    const auto& list = static_cast<const arrow::BaseListArray<arrow::ListType>&>(*column);
-    const bool large = column->type_id() == arrow::Type::LARGE_LIST;
-    const auto values = std::static_pointer_cast<arrow::StructArray>(
-        large ? static_cast<const arrow::LargeListArray&>(*column).values() : list.values());
-    const auto role = values->GetFieldByName("role"), content = values->GetFieldByName("content");
-    for (int64_t i = from; i < from + n; ++i) {
-      nlohmann::json messages = nlohmann::json::array();
-      int64_t begin = 0, end = 0;
-      if (large) {
-        begin = static_cast<const arrow::LargeListArray&>(*column).value_offset(i);
-        end = static_cast<const arrow::LargeListArray&>(*column).value_offset(i + 1);
-      } else {
-        begin = list.value_offset(i), end = list.value_offset(i + 1);
-      }
-      if (!column->IsNull(i))
-        for (int64_t k = begin; k < end; ++k)
-          messages.push_back({{"role", string_at(*role, k)}, {"content", string_at(*content, k)}});
-      out.push_back(nlohmann::json{{"messages", messages}}.dump());
-    }
+    for (int64_t i = from; i < from + n; ++i) out.push_back(nlohmann::json{{"messages", messages_at(*column, i)}}.dump());
   }
 
  private:
   std::vector<std::string> fields_;
+  bool preference_ = false;
 };
 
 // Hands out the rows of one record batch.

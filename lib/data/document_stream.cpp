@@ -161,7 +161,7 @@ class JsonlStream : public DocumentStream {
     while (n < max_rows && lines_.next(line)) {
       ++line_no_;
       if (is_blank_line(line)) continue;
-      if (kind_ == RowKind::kChat) {
+      if (kind_ != RowKind::kText) {
         out.emplace_back(line);  // parsed, with its row's place, by data prepare
       } else {
         out.push_back(jsonl_text(line, key_, [&] { return path_ + ":" + std::to_string(line_no_); }));

@@ -14,7 +14,9 @@ namespace gputrain {
 
 // What a row yields: its text (--text-key), or for chat rows the row as JSON (data/chat_format.h):
 // a JSONL line as it is; from Parquet/Arrow, {"messages": [...]} or {"prompt", "completion"}.
-enum class RowKind { kText, kChat };
+// Preference rows (data/preference_rows.h) the same way: from Parquet/Arrow {"prompt", "chosen",
+// "rejected"}, each a string or a list of {role, content} (prompt optional).
+enum class RowKind { kText, kChat, kPreference };
 
 class DocumentStream {
  public:

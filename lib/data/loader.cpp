@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include "data/preference_pairs.h"
 #include "util/error.h"
 #include "util/ignore_index.h"
 
@@ -63,6 +64,7 @@ static void number_document_positions(const int64_t* x, int64_t T, int64_t real,
 
 Batch window_batch(const WindowSource& source, std::span<const uint64_t> keys, int64_t T, DocumentOptions documents,
                    torch::TensorOptions options) {
+  if (const PreferencePairs* pairs = source.preference()) return preference_batch(*pairs, keys, T, options);
   const auto B = static_cast<int64_t>(keys.size());
   Batch b;
   b.input = torch::empty({B, T}, options);
@@ -105,6 +107,7 @@ Batch BatchLoader::to_device(Batch b) const {
   b.input = b.input.to(opts_.device, /*non_blocking=*/async);
   b.target = b.target.to(opts_.device, /*non_blocking=*/async);
   b.token_layout = b.token_layout.to(opts_.device);
+  if (b.lengths.defined()) b.lengths = b.lengths.to(opts_.device);
   return b;
 }
 

@@ -30,6 +30,19 @@ struct Batch {
   // documents' offsets; under context parallelism (parallel/context_parallel.h context_part) the
   // positions of this rank's chunks, in their documents or in the window; else undefined.
   DocumentLayout token_layout;
+  // Preference pairs (data format preference, data/preference_pairs.h): rows [0, pairs) hold the
+  // pairs' prompt + chosen completion, rows [pairs, 2 pairs) prompt + rejected; only completion
+  // tokens are targets. 0 for other data.
+  int64_t pairs = 0;
+  torch::Tensor lengths;  // preference: each row's real tokens, prompt + completion, [2 pairs] int64
+  // Filled by the step before the forward: the reference model's summed log-probability of each
+  // row's completion, [2 pairs] float32 (train/reference_model.h); the step's units per
+  // unit of an objective's second term over every replica (ObjectiveSpec::second_units: ORPO's NLL
+  // is a mean over tokens, its odds term a mean over pairs); the objective's metric sums, added to
+  // by its loss (ObjectiveSpec::metric_names).
+  torch::Tensor reference_logps;
+  double second_unit_weight = 0;
+  torch::Tensor metric_sums;
 };
 
 // What a batch does at document boundaries; both need the source's document-start id.

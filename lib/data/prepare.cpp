@@ -301,8 +301,8 @@ void check_options(const PrepareOptions& o) {
         "--chat-template, --chat-date and --skip-bad-rows apply to chat rows\n    fix: add --format chat");
 }
 
-// Creates and locks the output directory (one writer at a time: util/dir_lock.h);
-// refuses to mix with an earlier dataset unless told to replace it.
+}  // namespace
+
 DirectoryLock prepare_output(const PrepareOptions& o) {
   std::error_code ec;
   fs::create_directories(o.output_dir, ec);
@@ -313,7 +313,8 @@ DirectoryLock prepare_output(const PrepareOptions& o) {
   for (const auto& e : fs::directory_iterator(o.output_dir)) {
     const std::string name = e.path().filename().string();
     if ((name.rfind("train_", 0) == 0 || name.rfind("val_", 0) == 0) &&
-        (e.path().extension() == ".bin" || e.path().extension() == ".json" || e.path().extension() == ".partial"))
+        (e.path().extension() == ".bin" || e.path().extension() == ".json" || e.path().extension() == ".partial" ||
+         e.path().extension() == ".idx" || e.path().extension() == ".tmp"))
       old.push_back(e.path());
   }
   if (old.empty()) return lock;
@@ -324,6 +325,8 @@ DirectoryLock prepare_output(const PrepareOptions& o) {
   for (const auto& p : old) fs::remove(p);
   return lock;
 }
+
+namespace {
 
 InputFormat format_of(const std::string& path, InputFormat requested) {
   if (requested != InputFormat::kAuto) return requested;
@@ -477,6 +480,7 @@ ShardInfo shard_info(const Tokenizer& t, const PrepareOptions& o) {
 }  // namespace
 
 PrepareResult prepare_dataset(const PrepareOptions& o) {
+  if (o.preference) return prepare_preference_pairs(o);
   const auto t0 = Clock::now();
   check_options(o);
   // Parquet, Arrow and compressed inputs are read front to back (document_stream.h); then all are.

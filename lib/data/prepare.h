@@ -18,6 +18,7 @@
 
 #include "config/settings.h"
 #include "data/tokenizer.h"
+#include "util/dir_lock.h"
 
 namespace gputrain {
 
@@ -42,7 +43,11 @@ struct PrepareOptions {
   bool chat = false;
   std::string chat_template;
   std::string chat_date;       // llama3.1's "Today Date" ("" = the template's own, 26 Jul 2024)
-  bool skip_bad_rows = false;  // chat: skip malformed rows (counted) instead of stopping
+  bool skip_bad_rows = false;  // chat, preference: skip malformed rows (counted) instead of stopping
+  // --format preference: pairs of completions (data/preference_prepare.h), written as
+  // <split>_pairs.{bin,idx,json} (data/preference_pairs.h); truncated as TRL does (0 = no limit).
+  bool preference = false;
+  int64_t max_length = 0, max_prompt_length = 0;
 };
 
 struct PrepareResult {
@@ -51,6 +56,9 @@ struct PrepareResult {
   int64_t input_bytes = 0;
   int64_t train_tokens = 0, val_tokens = 0;
   int64_t train_documents = 0, val_documents = 0;
+  int64_t train_pairs = 0, val_pairs = 0;  // --format preference
+  int64_t dropped_pairs = 0;               // preference: prompts that fill --max-length alone (TRL drops them)
+  int64_t truncated_pairs = 0;             // preference: pairs cut to --max-length / --max-prompt-length
   int64_t skipped_rows = 0;   // --skip-bad-rows
   std::string first_skipped;  // "file:line: why" of the first
   std::string chat_template;  // the one used, for --format chat
@@ -64,5 +72,12 @@ struct PrepareResult {
 // line, for JSONL) for unreadable or malformed input. Shards appear only when
 // complete; an interrupted run leaves the finished ones and no partial file.
 PrepareResult prepare_dataset(const PrepareOptions& o);
+
+// Creates and locks the output directory (one writer at a time: util/dir_lock.h); refuses to mix
+// with an earlier dataset unless o.overwrite says to replace it.
+DirectoryLock prepare_output(const PrepareOptions& o);
+
+// --format preference (data/preference_prepare.cpp).
+PrepareResult prepare_preference_pairs(const PrepareOptions& o);
 
 }  // namespace gputrain

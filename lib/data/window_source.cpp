@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "data/mixture.h"
+#include "data/preference_pairs.h"
 #include "data/rng.h"
 #include "data/synthetic_language.h"
 #include "data/token_windows.h"
@@ -78,6 +79,8 @@ std::unique_ptr<WindowSource> make_window_source(const DataSourceSettings& d, co
     case DataFormat::kText:
       if (!d.mixture.empty()) return std::make_unique<MixtureWindows>(d, m, key);
       return std::make_unique<TokenWindows>(d, m, key);
+    case DataFormat::kPreference:
+      return std::make_unique<PreferencePairs>(d.paths.at(0), m, key);
     case DataFormat::kNone:
       break;
   }

@@ -15,6 +15,7 @@
 namespace gputrain {
 
 class MixtureWindows;
+class PreferencePairs;
 
 // Packing documents, padding, mask_document_boundaries and document_attention need the data's
 // end-of-document (document-start) id: where `needed` and it is not `known`, a data error naming the
@@ -42,6 +43,8 @@ class WindowSource {
   virtual std::optional<double> entropy_floor(int64_t /*seq_len*/) const { return std::nullopt; }
   // A mixture of sources (data/mixture.h), whose sampler interleaves them.
   virtual const MixtureWindows* mixture() const { return nullptr; }
+  // Preference pairs (data/preference_pairs.h), whose batches are pairs of rows, not windows.
+  virtual const PreferencePairs* preference() const { return nullptr; }
 };
 
 // Builds the source of a data.train / data.eval section (`key` names it in

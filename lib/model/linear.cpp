@@ -54,7 +54,7 @@ torch::Tensor LinearImpl::forward(const torch::Tensor& x) {
     y = output_tap(at::linear(in, product_weight()));
     if (bias.defined()) y = y + bias;
   }
-  if (!lora_A.defined()) return y;
+  if (!lora_A.defined() || lora_off) return y;
   const torch::Tensor& lora_in = lora_tap ? x : in;
   const torch::Tensor a_in =
       lora_dropout > 0 && is_training() ? at::dropout(lora_in, lora_dropout, /*train=*/true) : lora_in;

@@ -36,6 +36,7 @@ struct LinearImpl : torch::nn::Module {
   torch::Tensor lora_A, lora_B;  // undefined without LoRA
   std::shared_ptr<const QuantizedWeight> quantized;  // set: `weight` is undefined
   double lora_scale = 0, lora_dropout = 0;
+  bool lora_off = false;  // the adapters skipped: the base alone (DPO's reference, model/lora.h AdaptersOff)
   using Tap = std::function<torch::Tensor(const torch::Tensor&)>;
   Tap input_tap;   // applied to x before the product
   Tap output_tap;  // applied to x W^T before the bias is added

@@ -54,6 +54,14 @@ void add_lora_adapters(GptImpl& model, const LoraSettings& lora) {
   }
 }
 
+static void set_adapters_off(GptImpl& model, bool off) {
+  for (const auto& m : model.modules(/*include_self=*/false))
+    if (auto* linear = m->as<LinearImpl>()) linear->lora_off = off;
+}
+
+AdaptersOff::AdaptersOff(GptImpl& model) : model_(model) { set_adapters_off(model_, true); }
+AdaptersOff::~AdaptersOff() { set_adapters_off(model_, false); }
+
 bool is_lora_parameter(const std::string& name) { return name.ends_with(".lora_A") || name.ends_with(".lora_B"); }
 
 std::vector<NamedTensor> merge_lora(const std::vector<NamedTensor>& weights, const LoraSettings& lora) {

@@ -25,6 +25,19 @@ const char* lora_target_module(LoraTarget target);
 // model.lora.rank > 0.
 void add_lora_adapters(GptImpl& model, const LoraSettings& lora);
 
+// While alive, every adapter of `model` is skipped: its forwards are the frozen base's (DPO's
+// reference model under LoRA, with no second copy of the weights).
+class AdaptersOff {
+ public:
+  explicit AdaptersOff(GptImpl& model);
+  ~AdaptersOff();
+  AdaptersOff(const AdaptersOff&) = delete;
+  AdaptersOff& operator=(const AdaptersOff&) = delete;
+
+ private:
+  GptImpl& model_;
+};
+
 // lora_A / lora_B parameters.
 bool is_lora_parameter(const std::string& name);
 

@@ -10,14 +10,16 @@
 #include <string>
 #include <vector>
 
+#include "config/recipe_rules.h"
 #include "config/settings.h"
 #include "data/loader.h"
 #include "model/gpt.h"
 
 namespace gputrain {
 
-// A Batch member an objective reads.
-enum class BatchField { kInput, kTarget, kDocuments };
+// A Batch member an objective reads. kPairs: preference pairs (Batch::pairs, lengths);
+// kReference: the reference model's log-probabilities (filled by the step: objective/preference_reference.h).
+enum class BatchField { kInput, kTarget, kDocuments, kPairs, kReference };
 
 struct ObjectiveSpec {
   TrainObjective name;  // train.objective's typed value (the schema spells it)
@@ -31,8 +33,23 @@ struct ObjectiveSpec {
   std::function<int64_t(const Batch&)> units;
   // The micro-batch's summed loss through the whole model (gradients flow from it).
   std::function<torch::Tensor(Gpt& model, const Batch& b)> loss_sum;
-  // The same from the last block's residual stream [B, T, d_model]: a pipeline's last stage.
+  // The same from the last block's residual stream [B, T, d_model]: a pipeline's last stage (null:
+  // the objective does not run under a pipeline yet).
   std::function<torch::Tensor(Gpt& model, const torch::Tensor& stream, const Batch& b)> stream_loss_sum;
+
+  // The train.* keys only this objective reads ("train.preference.beta"; a prefix ends with '.'):
+  // one set for another objective is a recipe error (config/recipe_rules.h ObjectiveRules).
+  std::vector<std::string> keys;
+  // The spec as the recipe's settings make it (train.preference's beta...); null: no settings.
+  std::function<ObjectiveSpec(const TrainSettings&)> with_settings;
+  // A second term's units (ORPO's NLL: chosen tokens), counted over the step like `units`; the step
+  // hands loss_sum their ratio (Batch::second_unit_weight). Null: one term.
+  std::function<int64_t(const Batch&)> second_units;
+  // Metrics per unit the loss adds up into Batch::metric_sums (TRL's "rewards/chosen", ...): the
+  // step sums them over micro-batches and replicas and divides by the units.
+  std::vector<std::string> metric_names;
+  // The objective's own recipe checks beyond the keys it reads (null: none).
+  std::function<std::vector<OptimizerProblem>(const TrainSettings&)> check;
 };
 
 }  // namespace gputrain

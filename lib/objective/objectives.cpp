@@ -1,9 +1,15 @@
 #include "objective/objectives.h"
 
+#include <algorithm>
 #include <stdexcept>
 
 #include "config/schema.h"
+#include "model/architecture.h"
 #include "objective/causal_lm.h"
+#include "objective/dpo.h"
+#include "objective/orpo.h"
+#include "objective/simpo.h"
+#include "optim/optimizer_specs.h"
 #include "util/error.h"
 
 namespace gputrain {
@@ -11,6 +17,9 @@ namespace gputrain {
 const std::vector<const ObjectiveSpec*>& objective_specs() {
   static const std::vector<const ObjectiveSpec*> all = {
       &causal_lm_spec(),
+      &dpo_spec(),
+      &orpo_spec(),
+      &simpo_spec(),
   };
   return all;
 }
@@ -23,6 +32,67 @@ const ObjectiveSpec& objective_spec(TrainObjective name) {
 }
 
 const ObjectiveSpec& default_objective() { return objective_spec(TrainSettings{}.objective); }
+
+ObjectiveSpec configured_objective(const TrainSettings& t) {
+  const ObjectiveSpec& spec = objective_spec(t.objective);
+  return spec.with_settings ? spec.with_settings(t) : spec;
+}
+
+bool objective_reads(const ObjectiveSpec& spec, const std::string& key) {
+  for (const auto& claim : spec.keys)
+    if (claim.back() == '.' ? key.compare(0, claim.size(), claim) == 0 : key == claim) return true;
+  return false;
+}
+
+namespace {
+
+// A train.* key that only other objectives read is an error (it would do nothing).
+class SpecObjectiveRules : public ObjectiveRules {
+ public:
+  std::vector<OptimizerProblem> check(const Settings& s,
+                                      const std::function<bool(const std::string&)>& changed) const override {
+    const TrainSettings& t = s.train;
+    const ObjectiveSpec& chosen = objective_spec(t.objective);
+    const std::string name = objective_name(t.objective);
+    std::vector<OptimizerProblem> problems;
+    for (const FieldSpec& f : schema()) {
+      if (objective_reads(chosen, f.path) || !changed(f.path)) continue;
+      std::string readers;
+      for (const ObjectiveSpec* other : objective_specs())
+        if (objective_reads(*other, f.path)) readers += (readers.empty() ? "" : ", ") + objective_name(other->name);
+      if (!readers.empty())
+        problems.push_back({f.path, "has no effect with train.objective: " + name,
+                            "remove it, or choose an objective that reads it (" + readers + ")", true});
+    }
+    const bool pairs = std::find(chosen.fields.begin(), chosen.fields.end(), BatchField::kPairs) != chosen.fields.end();
+    if (s.parallel.pp > 1 && !chosen.stream_loss_sum)
+      problems.push_back({"parallel.pp", "train.objective " + name + " does not run under a pipeline yet",
+                          "use data parallelism (parallel.dp, ZeRO) for " + name + ", or parallel.pp: 1", true});
+    if (s.parallel.cp > 1 && pairs)
+      problems.push_back({"parallel.cp",
+                          "splits each sequence over ranks, and " + name +
+                              "'s loss is a nonlinearity of each whole sequence's sums, which are not gathered yet",
+                          "use parallel.cp: 1 (pairs are short beside pretraining windows)", true});
+    if (s.kernels.cuda_graphs && !chosen.metric_names.empty())
+      problems.push_back({"kernels.cuda_graphs", "cannot capture " + name + "'s step with its reward metrics",
+                          "set kernels.cuda_graphs: false", true});
+    if (t.per_device_batch_size == 0 && pairs)
+      problems.push_back({"train.per_device_batch_size",
+                          "is auto, and the batch finder tries windows of text, not the pairs " + name + " trains on",
+                          "set the pairs per micro-batch (each pair is two rows of model.seq_len)", true});
+    if (chosen.check)
+      for (auto& p : chosen.check(t)) problems.push_back(std::move(p));
+    return problems;
+  }
+};
+
+}  // namespace
+
+const RecipeRules& recipe_rules() {
+  static const SpecObjectiveRules objectives;
+  static const RecipeRules rules{architecture_rules(), optimizer_rules(), objectives};
+  return rules;
+}
 
 std::string objective_name(TrainObjective name) {
   Settings s;
@@ -40,6 +110,10 @@ const char* field_name(BatchField f) {
       return "targets";
     case BatchField::kDocuments:
       return "document layout";
+    case BatchField::kPairs:
+      return "preference pairs";
+    case BatchField::kReference:
+      return "reference log-probabilities";
   }
   return "?";
 }
@@ -52,6 +126,10 @@ bool carries(const Batch& b, BatchField f) {
       return b.target.defined();
     case BatchField::kDocuments:
       return b.token_layout.defined();
+    case BatchField::kPairs:
+      return b.pairs > 0 && b.lengths.defined();
+    case BatchField::kReference:
+      return b.reference_logps.defined();
   }
   return false;
 }

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "config/recipe_rules.h"
 #include "objective/objective_spec.h"
 
 namespace gputrain {
@@ -15,6 +16,13 @@ const ObjectiveSpec& objective_spec(TrainObjective name);
 // The spec of train.objective's default (causal_lm), for the callers that train or evaluate
 // without a recipe (unit tests, `gputrain eval` of a model whose recipe predates the key).
 const ObjectiveSpec& default_objective();
+// The spec with the recipe's train.* settings (train.preference for dpo, orpo, simpo): what the step runs.
+ObjectiveSpec configured_objective(const TrainSettings& t);
+// Whether `spec` reads train.* key `key` (ObjectiveSpec::keys).
+bool objective_reads(const ObjectiveSpec& spec, const std::string& key);
+// What load_recipe needs: model.arch's architecture rules, optim.name's and train.objective's key rules.
+const RecipeRules& recipe_rules();
+
 // "causal_lm" etc. as written in recipes.
 std::string objective_name(TrainObjective name);
 

@@ -3,7 +3,6 @@
 #include <stdexcept>
 
 #include "config/schema.h"
-#include "model/architecture.h"
 #include "optim/adafactor.h"
 #include "optim/adamw.h"
 #include "optim/adamw8bit.h"
@@ -58,10 +57,9 @@ class SpecOptimizerRules : public OptimizerRules {
 
 }  // namespace
 
-const RecipeRules& recipe_rules() {
+const OptimizerRules& optimizer_rules() {
   static const SpecOptimizerRules optimizers;
-  static const RecipeRules rules{architecture_rules(), optimizers};
-  return rules;
+  return optimizers;
 }
 
 std::string optimizer_table_markdown() {

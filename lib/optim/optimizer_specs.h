@@ -13,8 +13,8 @@ const std::vector<const OptimizerSpec*>& optimizer_specs();
 // The spec of `name`; a std::logic_error for one not registered (every enum value is: tested).
 const OptimizerSpec& optimizer_spec(OptimName name);
 
-// What load_recipe needs: model.arch's architecture rules and these optimizers' key rules.
-const RecipeRules& recipe_rules();
+// These optimizers' key rules, for load_recipe (objective/objectives.h recipe_rules()).
+const OptimizerRules& optimizer_rules();
 
 // docs/training.md's table of optimizers (`gputrain optim list`): name, state per parameter,
 // kernels, the keys each reads with their defaults, what it is.

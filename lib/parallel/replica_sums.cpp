@@ -14,6 +14,14 @@ std::vector<int64_t> global_counts(const ProcessGroups& groups, std::vector<int6
   return {t.data_ptr<int64_t>(), t.data_ptr<int64_t>() + t.numel()};
 }
 
+torch::Tensor global_sums(const ProcessGroups& groups, torch::Tensor local) {
+  if (!groups.distributed()) return local;
+  const GridCoord& at = groups.coord();
+  torch::Tensor t = at.tp != 0 || at.cp != 0 || at.pp != 0 ? torch::zeros_like(local) : local.clone();
+  groups.world_comm()->all_reduce_sum_now(t, "sum of the step's objective metrics");
+  return t;
+}
+
 int64_t global_targets(const ProcessGroups& groups, int64_t local_targets) {
   return global_counts(groups, {local_targets})[0];
 }

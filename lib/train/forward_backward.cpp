@@ -29,6 +29,7 @@ ForwardBackward::Counts ForwardBackward::counts(const std::vector<Batch>& micro)
     check_batch_fields(objective_, b, "data.train");
     n.units += objective_.units(b);
     n.targets += b.target_count;
+    if (objective_.second_units) n.second += objective_.second_units(b);
   }
   return n;
 }
@@ -59,7 +60,14 @@ void ForwardBackward::trial_step(const Batch& b) {
   accumulate_gradients(model_, {b}, &precision_, AccumulateOptions{0, nullptr, {}, &objective_});
 }
 
-double ForwardBackward::evaluate(const std::vector<Batch>& batches) {
+double ForwardBackward::evaluate(const std::vector<Batch>& given) {
+  // Each batch's second term weighed by its own units (evaluation has no step to count over).
+  std::vector<Batch> batches = given;
+  prepare(batches);
+  if (objective_.second_units)
+    for (Batch& b : batches)
+      b.second_unit_weight = static_cast<double>(objective_.units(b)) /
+                             static_cast<double>(std::max<int64_t>(objective_.second_units(b), 1));
   Communicator* cp = groups_.cp();
   const std::vector<Batch> mine = cp ? context_parts(batches, *cp) : batches;
   // (The pipeline's evaluation sums over the world, the cp ranks' chunks included.)

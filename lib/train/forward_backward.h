@@ -39,6 +39,7 @@ class ForwardBackward {
   struct Counts {
     int64_t units = 0;    // what the step's loss is normalized by (the objective's units)
     int64_t targets = 0;  // target tokens that take loss: what the run's tokens and tokens/s count
+    int64_t second = 0;   // the objective's second term's units (ObjectiveSpec::second_units), 0 without one
   };
   Counts counts(const std::vector<Batch>& micro) const;
 
@@ -54,6 +55,13 @@ class ForwardBackward {
   bool captured_at_last_step() const { return captured_now_; }
   // Whether the gradients are the graph's outputs, kept between steps: the trainer must not free them.
   bool keeps_gradients() const { return graph_ && graph_->keeps_gradients(); }
+
+  // Called on every batch set before its forwards (evaluation's too): what the objective needs filled
+  // in beside the data (DPO's reference log-probabilities: train/reference_model.h).
+  void set_batch_preparation(std::function<void(std::vector<Batch>&)> prepare) { prepare_ = std::move(prepare); }
+  void prepare(std::vector<Batch>& batches) const {
+    if (prepare_) prepare_(batches);
+  }
 
   // The batches' mean loss, on this rank's model or through the pipeline.
   double evaluate(const std::vector<Batch>& batches);
@@ -73,6 +81,7 @@ class ForwardBackward {
   const ObjectiveSpec& objective_;
   std::unique_ptr<StepGraph> graph_;
   bool captured_now_ = false;
+  std::function<void(std::vector<Batch>&)> prepare_;
 };
 
 }  // namespace gputrain

@@ -176,10 +176,15 @@ void Trainer::build_optimizer() {
     spdlog::info("bf16 weight copies: {} weights ({:.1f} MiB) kept by the optimizer, so autocast casts none of them",
                  copies_.tensors, mib(static_cast<double>(copies_.bytes)));
   schedule_.emplace(s_.optim, s_.train.max_steps);
-  std::unique_ptr<StepGraph> graph = step_graph_for(s_.kernels.cuda_graphs, s_.run.device == "cpu", plan_.device,
-                                                    params_, objective_spec(s_.train.objective));
-  passes_.emplace(*groups_, par_.gradients.get(), par_.pipeline.get(), model_, *precision_,
-                  objective_spec(s_.train.objective), std::move(graph));
+  objective_ = configured_objective(s_.train);
+  std::unique_ptr<StepGraph> graph =
+      step_graph_for(s_.kernels.cuda_graphs, s_.run.device == "cpu", plan_.device, params_, objective_);
+  passes_.emplace(*groups_, par_.gradients.get(), par_.pipeline.get(), model_, *precision_, objective_,
+                  std::move(graph));
+  reference_ = ReferenceModel::make(objective_, s_, model_, *precision_, plan_.device);
+  if (reference_) passes_->set_batch_preparation([this](std::vector<Batch>& b) { reference_->fill(b); });
+  if (reference_) spdlog::info("train.objective {}: the reference model is {}", objective_name(s_.train.objective),
+                               reference_->describe());
 }
 
 // A resumed run's optimizer state and loss scale into this rank's parts (checkpoint/rank_snapshot.h).
@@ -346,10 +351,16 @@ StepResult Trainer::step() {
     if (poisoned_steps_.count(t_.step + 1)) poison_batch(micro.back(), s_.model.vocab_size, t_.step + 1);
     if (batch_trace_) batch_trace_->record(t_.step + 1, i, micro.back());
   }
+  passes_->prepare(micro);
   // One all-reduce: the objective's units normalize the loss, the target tokens are the throughput.
   const ForwardBackward::Counts local = passes_->counts(micro);
-  const std::vector<int64_t> counts = global_counts(*groups_, {local.units, local.targets});
+  const std::vector<int64_t> counts = global_counts(*groups_, {local.units, local.targets, local.second});
   const int64_t step_units = counts[0], step_tokens = counts[1];
+  const bool metrics = !objective_.metric_names.empty();
+  for (Batch& b : micro) {
+    if (counts[2] > 0) b.second_unit_weight = static_cast<double>(step_units) / static_cast<double>(counts[2]);
+    if (metrics) b.metric_sums = torch::zeros({static_cast<int64_t>(objective_.metric_names.size())}, torch::kDouble);
+  }
   if (step_tokens == 0 && !warned_no_targets_) {  // chat data: windows of prompt text only
     warned_no_targets_ = true;
     progress_->finish();
@@ -412,6 +423,13 @@ StepResult Trainer::step() {
   interval_.tokens += step_tokens;
   ++interval_.steps;
   interval_.loss = interval_.loss.defined() ? interval_.loss + r.loss : r.loss;
+  if (metrics) {
+    torch::Tensor sums = torch::zeros_like(micro.front().metric_sums);
+    for (const Batch& b : micro) sums += b.metric_sums;
+    sums = global_sums(*groups_, sums);
+    interval_.metric_sums = interval_.metric_sums.defined() ? interval_.metric_sums + sums : sums;
+    interval_.units += step_units;
+  }
   return r;
 }
 
@@ -489,6 +507,11 @@ void Trainer::log_step(const StepResult& r, int64_t step, bool eval_now) {
   if (t_.spike_skipped_steps > 0) rec["spike_skipped_steps"] = t_.spike_skipped_steps;
   if (t_.spike_rollbacks > 0) rec["spike_rollbacks"] = t_.spike_rollbacks;
   moe_metrics_.add_to(rec, model_, *groups_);  // model.moe: balancing loss, dropped tokens (a collective)
+  if (interval_.metric_sums.defined())  // the objective's, per unit over the steps since the last line
+    for (size_t i = 0; i < objective_.metric_names.size(); ++i)
+      rec[objective_.metric_names[i]] = round_to(interval_.metric_sums[static_cast<int64_t>(i)].item<double>() /
+                                                     static_cast<double>(std::max<int64_t>(interval_.units, 1)),
+                                                 6);
   if (eval_now) rec["eval_loss"] = round_to(evaluate(), 6);
   if (metrics_) metrics_->write(rec);
   if (tensorboard_) tensorboard_->scalars(rec);

@@ -18,6 +18,7 @@
 #include "config/recipe.h"
 #include "export_reference.h"
 #include "model/architecture.h"
+#include "objective/objectives.h"
 #include "optim/optimizer_specs.h"
 #include "test_util.h"
 #include "util/atomic_file.h"

@@ -22,6 +22,7 @@
 #include "export_reference.h"
 #include "model/linear.h"
 #include "model/quantized_weight.h"
+#include "objective/objectives.h"
 #include "optim/optimizer_specs.h"
 #include "parallel_runs.h"
 #include "test_util.h"

@@ -9,6 +9,7 @@
 #include "config/recipe.h"
 #include "config/schema.h"
 #include "model/architecture.h"
+#include "objective/objectives.h"
 #include "optim/optimizer_specs.h"
 #include "test_util.h"
 #include "util/error.h"

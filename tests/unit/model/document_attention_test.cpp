@@ -12,6 +12,7 @@
 #include "config/recipe.h"
 #include "model/activation_checkpointing.h"
 #include "model/gpt.h"
+#include "objective/objectives.h"
 #include "optim/optimizer_specs.h"
 #include "precision/autocast_guard.h"
 #include "test_util.h"

@@ -8,6 +8,7 @@
 
 #include "config/schema.h"
 #include "optim/make_optimizer.h"
+#include "objective/objectives.h"
 #include "optim/optimizer_specs.h"
 #include "test_util.h"
 

@@ -1,0 +1,171 @@
+#include "data/preference_pairs.h"
+
+#include <filesystem>
+#include <fstream>
+
+#include "util/atomic_file.h"
+#include "util/error.h"
+#include "util/ignore_index.h"
+#include "util/text_file.h"
+
+namespace gputrain {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kFormat = "gputrain-preference-pairs";
+
+// Writes `bytes` to `path` through a temporary name, so a reader never sees half a file.
+void write_binary(const std::string& path, const void* data, size_t bytes) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out.write(static_cast<const char*>(data), static_cast<std::streamsize>(bytes));
+    if (!out) throw runtime_error("cannot write '" + tmp + "'\n    fix: check the disk has room and is writable");
+  }
+  fs::rename(tmp, path);
+}
+
+}  // namespace
+
+nlohmann::json PreferenceSidecar::to_json() const {
+  return {{"format", kFormat},          {"version", 1},
+          {"tokenizer", tokenizer},     {"tokenizer_crc32c", tokenizer_crc32c},
+          {"vocab_size", vocab_size},   {"pairs", pairs},
+          {"tokens", tokens},           {"longest", longest},
+          {"max_length", max_length},   {"max_prompt_length", max_prompt_length}};
+}
+
+PreferenceSidecar PreferenceSidecar::from_json(const nlohmann::json& j, const std::string& path) {
+  if (!j.is_object() || j.value("format", "") != kFormat || j.value("version", 0) != 1)
+    throw data_error("'" + path + "' is not the sidecar of preference pairs (format " + kFormat +
+                     ", version 1)\n    fix: prepare the pairs with `gputrain data prepare --format preference`");
+  try {
+    PreferenceSidecar s;
+    s.tokenizer = j.at("tokenizer").get<std::string>();
+    s.tokenizer_crc32c = j.at("tokenizer_crc32c").get<std::string>();
+    s.vocab_size = j.at("vocab_size").get<int64_t>();
+    s.pairs = j.at("pairs").get<int64_t>();
+    s.tokens = j.at("tokens").get<int64_t>();
+    s.longest = j.at("longest").get<int64_t>();
+    s.max_length = j.at("max_length").get<int64_t>();
+    s.max_prompt_length = j.at("max_prompt_length").get<int64_t>();
+    return s;
+  } catch (const nlohmann::json::exception& e) {
+    throw data_error("'" + path + "': " + e.what() +
+                     "\n    fix: prepare the pairs again with `gputrain data prepare --format preference`");
+  }
+}
+
+std::string pairs_path(const std::string& dir, const std::string& split, const std::string& ext) {
+  return (fs::path(dir) / (split + "_pairs." + ext)).string();
+}
+
+PreferencePairWriter::PreferencePairWriter(std::string dir, std::string split, PreferenceSidecar info)
+    : dir_(std::move(dir)), split_(std::move(split)), info_(std::move(info)) {}
+
+void PreferencePairWriter::add(const std::vector<uint32_t>& prompt, const std::vector<uint32_t>& chosen,
+                               const std::vector<uint32_t>& rejected) {
+  for (const auto* part : {&prompt, &chosen, &rejected}) tokens_.insert(tokens_.end(), part->begin(), part->end());
+  for (const auto* part : {&prompt, &chosen, &rejected}) lengths_.push_back(static_cast<int64_t>(part->size()));
+  ++info_.pairs;
+  info_.tokens += static_cast<int64_t>(prompt.size() + chosen.size() + rejected.size());
+  info_.longest = std::max<int64_t>(info_.longest, static_cast<int64_t>(prompt.size() + std::max(chosen.size(), rejected.size())));
+}
+
+void PreferencePairWriter::finish() {
+  write_binary(pairs_path(dir_, split_, "bin"), tokens_.data(), tokens_.size() * sizeof(uint32_t));
+  write_binary(pairs_path(dir_, split_, "idx"), lengths_.data(), lengths_.size() * sizeof(int64_t));
+  write_file_atomic(pairs_path(dir_, split_, "json"), info_.to_json().dump(2) + "\n");
+}
+
+PreferencePairs::PreferencePairs(const std::string& bin_path, const ModelSettings& m, const std::string& key)
+    : path_(bin_path) {
+  const std::string suffix = "_pairs.bin";
+  if (!bin_path.ends_with(suffix))
+    throw data_error(key + ".path '" + bin_path + "' is not a <split>_pairs.bin file\n    fix: name the train_pairs.bin " +
+                     "(or val_pairs.bin) `gputrain data prepare --format preference` wrote");
+  const std::string stem = bin_path.substr(0, bin_path.size() - 4);  // ".../train_pairs"
+  const std::string fix = "prepare the pairs again with `gputrain data prepare --format preference`";
+  info_ = PreferenceSidecar::from_json(parse_json_file(stem + ".json", "preference sidecar", fix), stem + ".json");
+  tokens_ = std::make_unique<MappedFile>(bin_path);
+  index_ = std::make_unique<MappedFile>(stem + ".idx");
+  if (index_->size() != static_cast<size_t>(info_.pairs) * 3 * sizeof(int64_t) ||
+      tokens_->size() != static_cast<size_t>(info_.tokens) * sizeof(uint32_t))
+    throw data_error("'" + bin_path + "' and its index do not hold the " + std::to_string(info_.pairs) +
+                     " pairs and " + std::to_string(info_.tokens) + " tokens its sidecar says (truncated?)\n    fix: " +
+                     fix);
+  if (info_.pairs == 0) throw data_error("'" + bin_path + "' holds no pairs\n    fix: " + fix + " from rows that have some");
+  const auto* lengths = reinterpret_cast<const int64_t*>(index_->data());
+  offsets_.resize(static_cast<size_t>(info_.pairs) + 1);
+  for (int64_t i = 0; i < info_.pairs; ++i)
+    offsets_[static_cast<size_t>(i) + 1] = offsets_[static_cast<size_t>(i)] + lengths[3 * i] + lengths[3 * i + 1] + lengths[3 * i + 2];
+  if (offsets_.back() != info_.tokens)
+    throw data_error("'" + stem + ".idx' does not add up to the " + std::to_string(info_.tokens) + " tokens of '" +
+                     bin_path + "'\n    fix: " + fix);
+  if (info_.vocab_size > m.vocab_size)
+    throw data_error(key + ": the pairs in '" + bin_path + "' use ids up to " + std::to_string(info_.vocab_size - 1) +
+                     " (tokenizer " + info_.tokenizer + "), but model.vocab_size is " + std::to_string(m.vocab_size) +
+                     "\n    fix: set model.vocab_size to at least " + std::to_string(info_.vocab_size));
+  if (info_.longest - 1 > m.seq_len)
+    throw data_error(key + ": the longest pair in '" + bin_path + "' is " + std::to_string(info_.longest) +
+                     " tokens (prompt + completion), which needs model.seq_len " + std::to_string(info_.longest - 1) +
+                     ", and it is " + std::to_string(m.seq_len) + "\n    fix: raise model.seq_len, or prepare the " +
+                     "pairs with --max-length " + std::to_string(m.seq_len + 1) + " or less");
+}
+
+PreferencePair PreferencePairs::pair(int64_t i) const {
+  const auto* lengths = reinterpret_cast<const int64_t*>(index_->data()) + 3 * i;
+  const auto* t = reinterpret_cast<const uint32_t*>(tokens_->data()) + offsets_[static_cast<size_t>(i)];
+  const auto p = static_cast<size_t>(lengths[0]), c = static_cast<size_t>(lengths[1]),
+             r = static_cast<size_t>(lengths[2]);
+  return {{t, p}, {t + p, c}, {t + p + c, r}};
+}
+
+int64_t PreferencePairs::fill_window(uint64_t key, int64_t len, int64_t* out) const {
+  const PreferencePair p = pair(static_cast<int64_t>(key));
+  int64_t n = 0;
+  for (auto part : {p.prompt, p.chosen})
+    for (uint32_t id : part)
+      if (n < len) out[n++] = id;
+  return n;
+}
+
+std::string PreferencePairs::describe() const {
+  return "preference pairs " + path_ + " (" + std::to_string(info_.pairs) + " pairs, longest " +
+         std::to_string(info_.longest) + " tokens, tokenizer " + info_.tokenizer + ")";
+}
+
+Batch preference_batch(const PreferencePairs& pairs, std::span<const uint64_t> keys, int64_t T,
+                       torch::TensorOptions options) {
+  const auto P = static_cast<int64_t>(keys.size());
+  Batch b;
+  b.input = torch::zeros({2 * P, T}, options);
+  b.target = torch::full({2 * P, T}, kIgnoreIndex, options);
+  int64_t* x = b.input.data_ptr<int64_t>();
+  int64_t* y = b.target.data_ptr<int64_t>();
+  b.pairs = P;
+  b.lengths = torch::zeros({2 * P}, torch::kLong);
+  int64_t* lengths = b.lengths.data_ptr<int64_t>();
+  for (int64_t i = 0; i < P; ++i) {
+    const PreferencePair p = pairs.pair(static_cast<int64_t>(keys[static_cast<size_t>(i)]));
+    for (int side = 0; side < 2; ++side) {
+      const int64_t row = i + side * P;
+      std::span<const uint32_t> completion = side == 0 ? p.chosen : p.rejected;
+      const auto prompt = static_cast<int64_t>(p.prompt.size());
+      const int64_t len = prompt + static_cast<int64_t>(completion.size());
+      lengths[row] = std::min(len, T + 1);
+      auto token = [&](int64_t t) -> int64_t { return t < prompt ? p.prompt[t] : completion[t - prompt]; };
+      for (int64_t t = 0; t < std::min(len, T); ++t) x[row * T + t] = token(t);
+      // Position t predicts token t + 1; only completion tokens are targets.
+      for (int64_t t = std::max<int64_t>(prompt - 1, 0); t + 1 < len && t < T; ++t) {
+        y[row * T + t] = token(t + 1);
+        b.target_count += 1;
+      }
+    }
+  }
+  return b;
+}
+
+}  // namespace gputrain

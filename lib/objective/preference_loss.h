@@ -1,0 +1,47 @@
+// What DPO, ORPO and SimPO share (objective/dpo.cpp, orpo.cpp, simpo.cpp): each row's
+// log-probability of its completion from one forward of a preference batch's 2P rows (chosen rows
+// first: data/preference_pairs.h), and TRL's metrics of the pairs' rewards.
+#pragma once
+#include <torch/types.h>
+
+#include <string>
+#include <vector>
+
+#include "data/loader.h"
+#include "model/gpt.h"
+
+namespace gputrain {
+
+// One forward of b's rows: their logits and each row's summed log-probability of its targets
+// (the completion), [2P] float32 with gradients; `completion_tokens` [2P] float32.
+struct RowLogps {
+  torch::Tensor logits;  // [2P, T, V]
+  torch::Tensor sums;
+  torch::Tensor completion_tokens;
+};
+RowLogps row_logps(Gpt& model, const Batch& b);
+// The same sums without gradients from logits already computed (the reference pass).
+torch::Tensor summed_logps(const torch::Tensor& logits, const torch::Tensor& targets);
+
+// The chosen (first P) and rejected (last P) halves of a [2P] tensor.
+inline torch::Tensor chosen_half(const torch::Tensor& t, int64_t pairs) { return t.narrow(0, 0, pairs); }
+inline torch::Tensor rejected_half(const torch::Tensor& t, int64_t pairs) { return t.narrow(0, pairs, pairs); }
+
+// TRL's six names, the metrics every preference objective reports per pair.
+const std::vector<std::string>& reward_metric_names();
+// Adds to b.metric_sums (where the step made one) the sums over b's pairs of: chosen and rejected
+// rewards, whether chosen's is higher, their margin, and the chosen and rejected log-probabilities
+// as the objective defines them (summed or per token).
+void add_reward_metrics(const Batch& b, const torch::Tensor& chosen_rewards, const torch::Tensor& rejected_rewards,
+                        const torch::Tensor& chosen_logps, const torch::Tensor& rejected_logps);
+
+// The chosen rows' next-token loss summed over `targets` (ORPO: the whole sequence; SimPO's
+// sft_weight: the completion), weighted by b.second_unit_weight: a mean over the step's tokens as a
+// share of a loss summed over pairs.
+torch::Tensor weighted_chosen_nll(const Batch& b, const torch::Tensor& logits, const torch::Tensor& targets);
+// Whole-sequence targets of the chosen rows (every real token after the first), [P, T].
+torch::Tensor chosen_sequence_targets(const Batch& b);
+// How many targets a [rows, T] targets tensor holds (the second units of ORPO and SimPO).
+int64_t target_tokens(const torch::Tensor& targets);
+
+}  // namespace gputrain

@@ -1,0 +1,11 @@
+// train.objective: simpo (objective/objective_spec.h; objective/preference_loss.h holds what the
+// preference objectives share).
+#pragma once
+#include "objective/objective_spec.h"
+
+namespace gputrain {
+
+ObjectiveSpec simpo_objective(const PreferenceSettings& p);
+const ObjectiveSpec& simpo_spec();  // with train.preference's defaults: the registry's
+
+}  // namespace gputrain

@@ -1,0 +1,76 @@
+#include "train/reference_model.h"
+
+#include <algorithm>
+
+#include "checkpoint/model_files.h"
+#include "checkpoint/stored_weights.h"
+#include "model/lora.h"
+#include "objective/preference_loss.h"
+#include "parallel/initial_parts.h"
+#include "util/error.h"
+#include "util/named_tensor.h"
+
+namespace gputrain {
+
+namespace {
+
+void refuse(const std::string& key, const std::string& what) {
+  throw usage_error(key + ": " + what +
+                    ", and DPO's reference model does not run that way yet\n    fix: use data parallelism "
+                    "(parallel.dp, ZeRO 1 or 2) with DPO, or train.objective: orpo or simpo, which need no reference "
+                    "(docs/preference.md)");
+}
+
+// The starting weights, built and filled apart from the policy: model.init_from's, or the seed's.
+Gpt frozen_copy(const Settings& s, torch::ScalarType dtype, torch::Device device) {
+  Gpt copy = build_model_on_meta(s, dtype);
+  std::vector<NamedTensor> held = module_weights(*copy), base;
+  for (const auto& w : held)
+    if (!is_lora_parameter(w.name)) base.push_back({w.name, w.tensor});
+  const std::unique_ptr<StoredWeights> files =
+      s.model.init_from.empty() ? nullptr : StoredWeights::init_from(s.model.init_from, s.model, base);
+  InitialParts(copy, files.get()).materialize(copy, held, device);
+  for (auto& p : copy->parameters()) p.requires_grad_(false);
+  copy->eval();
+  return copy;
+}
+
+}  // namespace
+
+std::unique_ptr<ReferenceModel> ReferenceModel::make(const ObjectiveSpec& objective, const Settings& s,
+                                                               Gpt policy, const Precision& precision,
+                                                               torch::Device device) {
+  if (std::find(objective.fields.begin(), objective.fields.end(), BatchField::kReference) == objective.fields.end())
+    return nullptr;
+  const ParallelSettings& p = s.parallel;
+  if (p.tp > 1) refuse("parallel.tp", "is " + std::to_string(p.tp));
+  if (p.pp > 1) refuse("parallel.pp", "is " + std::to_string(p.pp));
+  if (p.cp > 1) refuse("parallel.cp", "is " + std::to_string(p.cp));
+  const bool adapters = s.model.lora.rank > 0 && s.train.preference.reference == PreferenceReference::kAuto;
+  if (adapters) return std::unique_ptr<ReferenceModel>(new ReferenceModel(policy, nullptr, precision));
+  if (p.zero >= 3) refuse("parallel.zero", "is 3 and the reference is a frozen copy of the model");
+  if (s.model.quantize.enabled())
+    refuse("train.preference.reference", "is model on a 4-bit base (model.quantize), whose copy is not built");
+  return std::unique_ptr<ReferenceModel>(
+      new ReferenceModel(policy, frozen_copy(s, precision.weight_dtype(), device), precision));
+}
+
+void ReferenceModel::fill(std::vector<Batch>& batches) const {
+  torch::NoGradGuard no_grad;
+  AutocastGuard autocast = autocast_for(&precision_);
+  Gpt model = copy_ ? copy_ : policy_;
+  const bool was_training = model->is_training();
+  model->eval();  // no dropout: the reference is a fixed function of the batch
+  {
+    std::optional<AdaptersOff> off;
+    if (!copy_) off.emplace(*policy_.ptr());
+    for (Batch& b : batches) {
+      if (b.reference_logps.defined() || b.pairs == 0) continue;
+      const torch::Tensor logits = model->forward(b.input);
+      b.reference_logps = summed_logps(logits, b.target.to(logits.device())).detach().to(torch::kFloat);
+    }
+  }
+  model->train(was_training);
+}
+
+}  // namespace gputrain

@@ -1,0 +1,39 @@
+// DPO's reference model (train.preference.reference): what fills each preference batch's
+// Batch::reference_logps before the step, without gradients.
+//  - LoRA (reference auto): the policy itself with its adapters off (model/lora.h AdaptersOff): the
+//    frozen base, 0 extra bytes.
+//  - A full fine-tune (or reference: model): a frozen copy of the starting weights (model.init_from,
+//    or the seed's), built apart and never trained: no gradients, no optimizer state. On resume it
+//    is built from the start again, not from the checkpoint.
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "config/settings.h"
+#include "data/loader.h"
+#include "model/gpt.h"
+#include "objective/objective_spec.h"
+#include "precision/precision.h"
+
+namespace gputrain {
+
+class ReferenceModel {
+ public:
+  // Null when `objective` reads no reference. Throws a usage Error naming the key for a layout the
+  // reference does not run under yet (tp, pp, cp, ZeRO-3 with a frozen copy).
+  static std::unique_ptr<ReferenceModel> make(const ObjectiveSpec& objective, const Settings& s, Gpt policy,
+                                                   const Precision& precision, torch::Device device);
+  // Each batch's reference log-probabilities, computed where not yet there.
+  void fill(std::vector<Batch>& batches) const;
+  // summary.json / the log: where the reference comes from.
+  const char* describe() const { return copy_ ? "a frozen copy of the starting weights" : "the base, adapters off"; }
+
+ private:
+  ReferenceModel(Gpt policy, Gpt copy, const Precision& precision)
+      : policy_(std::move(policy)), copy_(std::move(copy)), precision_(precision) {}
+  Gpt policy_;
+  Gpt copy_;  // null: the policy with its adapters off
+  const Precision& precision_;
+};
+
+}  // namespace gputrain
