@@ -1,0 +1,222 @@
+// Preference alignment (docs/preference.md) through the CLI: DPO (each loss), ORPO and SimPO step for
+// step as TRL's own trainers on the same tiny Llama, tokenizer and pairs; 2 processes as 1; a
+// resumed run as an uninterrupted one; LoRA's reference as the base; and the recipe errors.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+
+#include "parallel_runs.h"
+#include "test_util.h"
+
+using namespace gputrain::test;
+using Catch::Matchers::Contains;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string preference_script() {
+  return std::string(GPUTRAIN_SOURCE_DIR) + "/tests/reference/preference_reference.py";
+}
+
+// Short pairs of unequal lengths (IPO's per-token margins and the padding both matter).
+const char* kPairs =
+    R"({"prompt": "The capital of France is", "chosen": " Paris, a city on the Seine.", "rejected": " Berlin."}
+{"prompt": "Two plus two equals", "chosen": " four.", "rejected": " five, or so I am told by a friend."}
+{"prompt": "Name a colour of the sky:", "chosen": " blue", "rejected": " green with purple stripes"}
+{"prompt": "Q: Who wrote Hamlet?\nA:", "chosen": " William Shakespeare wrote it.", "rejected": " Nobody knows."}
+{"prompt": "Translate 'chat' into English:", "chosen": " cat", "rejected": " dog"}
+{"prompt": "Water boils at", "chosen": " one hundred degrees Celsius at sea level.", "rejected": " ten degrees."}
+)";
+constexpr int kPairCount = 6;
+
+// A tiny random Llama (transformers, seed 0) with the mistral SentencePiece tokenizer, and the pairs
+// prepared from it: made once for every test here.
+struct PreferenceData {
+  TempDir dir;
+  PreferenceData() {
+    const CommandResult base =
+        run_python({preference_script(), "base", reference_tokenizer("mistral/tokenizer.json"), dir.file("base")});
+    INFO(base.output);
+    REQUIRE(base.exit_code == 0);
+    write_file(dir.file("pairs.jsonl"), kPairs);
+    const CommandResult prepared =
+        run_gputrain({"data", "prepare", dir.file("pairs.jsonl"), "--format", "preference", "--tokenizer",
+                      dir.file("base"), "-o", dir.file("data"), "--val-fraction", "0"});
+    INFO(prepared.output);
+    REQUIRE(prepared.exit_code == 0);
+  }
+  // Every pair per step, fp32, plain SGD at a constant lr, no clipping: what the TRL runs do.
+  std::string recipe(const std::string& objective, const std::string& extra = "") const {
+    const std::string path = dir.file(objective + "_recipe.yaml");
+    std::string text = "model: {init_from: " + dir.file("base") + ", seq_len: 48}\n";
+    text += "data:\n  train: {format: preference, path: " + dir.file("data/train_pairs.bin") + "}\n";
+    text += "train: {objective: " + objective + ", max_steps: 3, per_device_batch_size: " + std::to_string(kPairCount) +
+            ", log_every: 1, max_grad_norm: 0}\n";
+    text += "optim: {name: sgd, lr: 0.3, weight_decay: 0, sgd: {momentum: 0}, schedule: {name: constant}}\n";
+    text += "precision: {mode: fp32}\nrun: {threads: 2}\nmetrics: {progress: off}\n" + extra;
+    write_file(path, text);
+    return path;
+  }
+};
+
+const PreferenceData& data() {
+  static const PreferenceData d;
+  return d;
+}
+
+const std::vector<std::string> kCompared = {
+    "loss",         "rewards/chosen", "rewards/rejected", "rewards/accuracies", "rewards/margins",
+    "logps/chosen", "logps/rejected"};
+
+// Each step's loss and TRL's metrics agree within 1e-5 (relative above 1).
+void check_same_steps(const std::vector<nlohmann::json>& ours, const nlohmann::json& theirs) {
+  REQUIRE(ours.size() == theirs.size());
+  for (size_t i = 0; i < ours.size(); ++i)
+    for (const std::string& key : kCompared) {
+      INFO("step " << i + 1 << " " << key);
+      REQUIRE(ours[i].contains(key));
+      const double a = ours[i][key].get<double>(), b = theirs[i][key].get<double>();
+      CHECK(std::abs(a - b) <= 1e-5 * std::max(1.0, std::abs(b)));
+    }
+}
+
+}  // namespace
+
+TEST_CASE("preference: DPO (sigmoid, ipo, hinge, robust), ORPO and SimPO train step for step as TRL", "[slow]") {
+  const PreferenceData& d = data();
+  struct Case {
+    const char* objective;
+    nlohmann::json trl;             // TRL's config of it
+    std::vector<std::string> sets;  // ours
+  };
+  const std::vector<Case> cases = {
+      {"dpo", {{"loss", "sigmoid"}}, {}},
+      // IPO's squared loss (about 25 at the start) takes a small step, or fp32's rounding grows.
+      {"dpo", {{"loss", "ipo"}, {"lr", 0.01}}, {"train.preference.loss=ipo", "optim.lr=0.01"}},
+      {"dpo", {{"loss", "hinge"}, {"beta", 0.5}}, {"train.preference.loss=hinge", "train.preference.beta=0.5"}},
+      {"dpo",
+       {{"loss", "robust"}, {"label_smoothing", 0.1}},
+       {"train.preference.loss=robust", "train.preference.label_smoothing=0.1"}},
+      {"orpo", {{"beta", 0.2}}, {"train.preference.beta=0.2"}},
+      {"simpo",
+       {{"beta", 2.0}, {"simpo_gamma", 0.8}, {"sft_weight", 0.5}, {"label_smoothing", 0.1}},
+       {"train.preference.beta=2", "train.preference.simpo_gamma=0.8", "train.preference.sft_weight=0.5",
+        "train.preference.label_smoothing=0.1"}},
+  };
+  nlohmann::json trl_cases = nlohmann::json::array();
+  for (const Case& c : cases) {
+    nlohmann::json t = {{"objective", c.objective}, {"steps", 3}, {"lr", 0.3}, {"beta", 0.1}};
+    t.update(c.trl);
+    trl_cases.push_back(t);
+  }
+  write_file(d.dir.file("cases.json"), trl_cases.dump());
+  const CommandResult trl = run_python({preference_script(), "train", d.dir.file("base"), d.dir.file("pairs.jsonl"),
+                                        d.dir.file("cases.json"), d.dir.file("trl.json")});
+  INFO(trl.output);
+  REQUIRE(trl.exit_code == 0);
+  const nlohmann::json theirs = read_json(d.dir.file("trl.json"));
+  for (size_t i = 0; i < cases.size(); ++i) {
+    INFO(cases[i].objective << " " << cases[i].trl.dump());
+    TempDir out;
+    const CommandResult run = run_recipe(d.recipe(cases[i].objective), out.file("run"), cases[i].sets);
+    INFO(run.output);
+    REQUIRE(run.exit_code == 0);
+    const std::vector<nlohmann::json> ours = read_jsonl(out.file("run/metrics.jsonl"));
+    check_same_steps(ours, theirs[i]);
+    // The steps moved the rewards apart: a comparison of numbers that stay put would prove nothing.
+    CHECK(std::abs(ours.back()["rewards/margins"].get<double>() - ours.front()["rewards/margins"].get<double>()) >
+          0.01);
+  }
+}
+
+TEST_CASE("preference: 2 data-parallel processes (and ZeRO-2) train as one", "[slow]") {
+  const PreferenceData& d = data();
+  const std::string recipe = d.recipe("dpo");
+  TempDir out;
+  REQUIRE(run_recipe(recipe, out.file("one")).exit_code == 0);
+  const std::vector<nlohmann::json> one = read_jsonl(out.file("one/metrics.jsonl"));
+  for (const std::vector<std::string>& sets :
+       {std::vector<std::string>{"train.per_device_batch_size=3"},
+        std::vector<std::string>{"train.per_device_batch_size=3", "parallel.zero=2"}}) {
+    const std::string name = sets.size() == 1 ? "dp" : "zero2";
+    const CommandResult r = train(recipe, out.file(name), 2, sets);
+    INFO(r.output);
+    REQUIRE(r.exit_code == 0);
+    check_same_steps(read_jsonl(out.file(name + "/metrics.jsonl")), one);
+  }
+}
+
+TEST_CASE("preference: a resumed DPO run continues the uninterrupted one, its reference the starting weights") {
+  const PreferenceData& d = data();
+  // Two pairs a step: the data order matters too.
+  const std::string recipe = d.recipe("dpo", "checkpoint: {every: 2}\n");
+  const std::vector<std::string> sets = {"train.max_steps=4", "train.per_device_batch_size=2"};
+  TempDir out;
+  REQUIRE(run_recipe(recipe, out.file("straight"), sets).exit_code == 0);
+  const CommandResult resumed =
+      run_recipe(recipe, out.file("resumed"), with_resume(sets, out.file("straight/checkpoints/step_00000002")));
+  INFO(resumed.output);
+  REQUIRE(resumed.exit_code == 0);
+  const std::vector<nlohmann::json> straight = step_records(out.file("straight")),
+                                    again = step_records(out.file("resumed"));
+  REQUIRE(again.size() >= 2);
+  // A reference rebuilt from the checkpoint would start the rewards at 0 again.
+  for (size_t k = 0; k < 2; ++k) CHECK(again[again.size() - 2 + k] == straight[2 + k]);
+}
+
+TEST_CASE("preference: under LoRA the reference is the base with the adapters off") {
+  const PreferenceData& d = data();
+  const std::string recipe = d.recipe("dpo");
+  const std::vector<std::string> lora = {"model.lora.rank=4", "optim.lr=0.5"};
+  TempDir out;
+  const CommandResult adapters = run_recipe(recipe, out.file("auto"), lora);
+  INFO(adapters.output);
+  REQUIRE(adapters.exit_code == 0);
+  CHECK_THAT(adapters.output, Contains("the reference model is the base, adapters off"));
+  const CommandResult copy = run_recipe(recipe, out.file("copy"), with(lora, {"train.preference.reference=model"}));
+  INFO(copy.output);
+  REQUIRE(copy.exit_code == 0);
+  CHECK_THAT(copy.output, Contains("a frozen copy of the starting weights"));
+  const std::vector<nlohmann::json> a = read_jsonl(out.file("auto/metrics.jsonl")),
+                                    b = read_jsonl(out.file("copy/metrics.jsonl"));
+  check_same_steps(a, nlohmann::json(b));
+  CHECK(a.back()["rewards/margins"].get<double>() > 0.01);  // the adapters trained away from the base
+}
+
+TEST_CASE("preference: recipes that cannot train on pairs stop with exit 2 naming the key") {
+  const PreferenceData& d = data();
+  const std::string recipe = d.recipe("dpo");
+  auto validate = [&](const std::vector<std::string>& sets) {
+    std::vector<std::string> args = {"validate", recipe};
+    for (const auto& s : sets) args.insert(args.end(), {"--set", s});
+    return run_gputrain(args);
+  };
+  CHECK(validate({}).exit_code == 0);
+  struct Bad {
+    std::vector<std::string> sets;
+    const char* says;
+  };
+  for (const Bad& bad : std::vector<Bad>{
+           {{"train.preference.simpo_gamma=1"},
+            "train.preference.simpo_gamma: has no effect with train.objective: dpo"},
+           {{"train.preference.label_smoothing=0.1"}, "only robust reads it"},
+           {{"train.objective=causal_lm"}, "holds preference pairs"},
+           {{"data.train.format=tokens"}, "is not preference"},
+           {{"parallel.pp=2"}, "does not run under a pipeline yet"},
+           {{"parallel.cp=2"}, "parallel.cp"},
+           {{"train.per_device_batch_size=auto", "train.global_batch_size=6"}, "the batch finder"},
+       }) {
+    const CommandResult r = validate(bad.sets);
+    INFO(r.output);
+    CHECK(r.exit_code == 2);
+    CHECK_THAT(r.output, Contains(bad.says));
+  }
+  // The longest pair (17 tokens) needs seq_len 16.
+  TempDir out;
+  const CommandResult short_rows = run_recipe(recipe, out.file("run"), {"model.seq_len=8"});
+  CHECK(short_rows.exit_code == 2);
+  CHECK_THAT(short_rows.output, Contains("model.seq_len 16"));
+  CHECK_THAT(short_rows.output, Contains("--max-length 9"));
+}
