@@ -60,9 +60,12 @@ void add_eval(CLI::App& cli, Commands& commands) {
                   "a run's output folder or a checkpoint (newest complete one), or a Hugging Face model folder")
       ->required()
       ->check(CLI::ExistingDirectory);
-  cmd->add_option("--data", o.data, "a text file or token shards (a glob in quotes); default: the run's data.eval");
-  cmd->add_option("--format", o.format, "auto = token shards when the path ends in .bin, else text")
-      ->check(CLI::IsMember({"auto", "text", "tokens"}))
+  cmd->add_option("--data", o.data,
+                  "a text file, token shards (a glob in quotes) or preference pairs (train_pairs.bin, val_pairs.bin: "
+                  "loss, reward accuracy and margins of a DPO/ORPO/SimPO run); default: the run's data.eval");
+  cmd->add_option("--format", o.format,
+                  "auto = preference pairs for *_pairs.bin, token shards for other .bin paths, else text")
+      ->check(CLI::IsMember({"auto", "text", "tokens", "preference"}))
       ->capture_default_str();
   cmd->add_option("--batch-size", o.batch_size, "windows per forward; 0 = the run's train.per_device_batch_size")
       ->capture_default_str()

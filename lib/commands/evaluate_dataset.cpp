@@ -15,6 +15,7 @@
 #include "train/full_evaluation.h"
 #include "objective/objectives.h"
 #include "train/forward_backward.h"
+#include "train/reference_model.h"
 #include "util/atomic_file.h"
 #include "util/device.h"
 #include "util/error.h"
@@ -35,9 +36,13 @@ DataSourceSettings data_source(const EvalCommandOptions& o, const Settings& save
     return saved.data.eval;
   }
   DataSourceSettings d;
+  d.paths = {o.data};
+  if (o.format == "preference" || (o.format == "auto" && o.data.ends_with("_pairs.bin"))) {
+    d.format = DataFormat::kPreference;
+    return d;
+  }
   const bool shards = o.format == "tokens" || (o.format == "auto" && o.data.ends_with(".bin"));
   d.format = shards ? DataFormat::kTokens : DataFormat::kText;
-  d.paths = {o.data};
   // Token shards are read as the run read its own: packing, boundary masking and document attention.
   const DataSourceSettings& run = saved.data.eval.format == DataFormat::kTokens ? saved.data.eval : saved.data.train;
   if (shards && run.format == DataFormat::kTokens) {
@@ -56,6 +61,19 @@ std::optional<fs::path> run_folder(const fs::path& where, const InferenceModel& 
   for (const fs::path& p : {where, m.source.parent_path().parent_path()})
     if (fs::exists(p / "metrics.jsonl")) return p;
   return std::nullopt;
+}
+
+// Pairs train only a preference objective, and windows of text only a next-token one.
+void check_objective_data(const ObjectiveSpec& objective, const DataSourceSettings& d) {
+  const bool pairs = d.format == DataFormat::kPreference;
+  const bool reads_pairs =
+      std::find(objective.fields.begin(), objective.fields.end(), BatchField::kPairs) != objective.fields.end();
+  if (pairs != reads_pairs)
+    throw usage_error(
+        "the model was trained with train.objective: " + objective_name(objective.name) + ", and " +
+        (pairs ? "--data holds preference pairs" : "the data is not preference pairs") + "\n    fix: evaluate " +
+        (pairs ? "a preference-trained run on pairs" : "on pairs (--data ...train_pairs.bin / val_pairs.bin)") +
+        ", the objective it trained with");
 }
 
 std::unique_ptr<Tokenizer> tokenizer_for_bytes(const InferenceModel& m, const TokenizerSpec& chosen) {
@@ -92,19 +110,33 @@ std::optional<json> evaluate_dataset(const EvalCommandOptions& o) {
   PrecisionSettings compute;
   compute.mode = o.bf16 ? PrecisionMode::kBf16 : PrecisionMode::kFp32;
   const Precision precision(compute, device);
-  ForwardBackward passes(groups, nullptr, nullptr, m.model, precision, objective_spec(m.settings.train.objective),
-                         nullptr);
+  const ObjectiveSpec objective = configured_objective(m.settings.train);
+  check_objective_data(objective, d);
+  ForwardBackward passes(groups, nullptr, nullptr, m.model, precision, objective, nullptr);
+  // DPO's reference: the starting weights (the model is loaded with any LoRA merged, so the base is
+  // rebuilt from model.init_from), whole on each process.
+  Settings reference_settings = m.settings;
+  reference_settings.model.lora.rank = 0;
+  reference_settings.model.quantize = {};
+  reference_settings.parallel = {};
+  const std::unique_ptr<ReferenceModel> reference =
+      ReferenceModel::make(objective, reference_settings, m.model, precision, device);
+  if (reference) passes.set_batch_preparation([&](std::vector<Batch>& b) { reference->fill(b); });
   const auto start = SteadyClock::now();
-  EvalTotals t = evaluate_windows(*source, m.settings.model.seq_len, batch, document_options(d), device,
-                                  WindowShare{world.rank, world.size}, tokenizer.get(),
-                                  [&](const Batch& b) { return passes.loss_sum(b); });
+  EvalTotals t = evaluate_windows(
+      *source, m.settings.model.seq_len, batch, document_options(d), device, WindowShare{world.rank, world.size},
+      tokenizer.get(), [&](const Batch& b) { return passes.loss_sum(b); }, objective.units);
+  torch::Tensor metric_sums = torch::tensor(passes.take_eval_metric_sums(), torch::kDouble);
   if (groups.distributed()) {
     t.loss_sum =
         sum_loss_and_any(groups, torch::tensor(t.loss_sum, torch::kDouble).to(device), false).first.item<double>();
-    const std::vector<int64_t> c = global_counts(groups, {t.targets, t.windows, std::max<int64_t>(t.bytes, 0)});
+    const std::vector<int64_t> c =
+        global_counts(groups, {t.targets, t.windows, std::max<int64_t>(t.bytes, 0), t.units});
     t.targets = c[0];
     t.windows = c[1];
     if (t.bytes >= 0) t.bytes = c[2];
+    t.units = c[3];
+    if (metric_sums.numel() > 0) metric_sums = global_sums(groups, metric_sums.to(device)).cpu();
   }
   const double seconds = seconds_since(start);
   json j = {{"source", m.source.string()},
@@ -122,6 +154,14 @@ std::optional<json> evaluate_dataset(const EvalCommandOptions& o) {
             {"world_size", world.size},
             {"seconds", seconds},
             {"tokens_per_s", seconds > 0 ? static_cast<double>(t.targets) / seconds : 0.0}};
+  // The objective's own metrics over the whole set (preference: the pairs' reward accuracy and margins).
+  for (int64_t i = 0; i < metric_sums.numel(); ++i)
+    j[objective.metric_names[static_cast<size_t>(i)]] =
+        metric_sums[i].item<double>() / static_cast<double>(std::max<int64_t>(t.units, 1));
+  if (d.format == DataFormat::kPreference) {  // a loss over pairs has no perplexity or bits per byte
+    j["pairs"] = t.units;
+    for (const char* key : {"perplexity", "bits_per_byte", "bytes"}) j[key] = nullptr;
+  }
   if (world.rank != 0) return std::nullopt;
   if (!o.out.empty()) write_file_atomic(o.out, j.dump(2) + "\n");
   if (const auto run = run_folder(o.where, m)) {

@@ -48,7 +48,8 @@ std::string string_at(const arrow::Array& a, int64_t i) {
 bool holds_messages(const arrow::DataType& t) {
   const bool list = t.id() == arrow::Type::LIST || t.id() == arrow::Type::LARGE_LIST;
   const auto item = list ? static_cast<const arrow::BaseListType&>(t).value_type() : nullptr;
-  const auto* st = item && item->id() == arrow::Type::STRUCT ? static_cast<const arrow::StructType*>(item.get()) : nullptr;
+  const auto* st =
+      item && item->id() == arrow::Type::STRUCT ? static_cast<const arrow::StructType*>(item.get()) : nullptr;
   return st && st->GetFieldByName("role") && st->GetFieldByName("content") &&
          holds_text(*st->GetFieldByName("role")->type()) && holds_text(*st->GetFieldByName("content")->type());
 }
@@ -152,7 +153,8 @@ class RowReader {
       for (int64_t i = from; i < from + n; ++i) out.push_back(string_at(*column, i));
       return;
     }
-    for (int64_t i = from; i < from + n; ++i) out.push_back(nlohmann::json{{"messages", messages_at(*column, i)}}.dump());
+    for (int64_t i = from; i < from + n; ++i)
+      out.push_back(nlohmann::json{{"messages", messages_at(*column, i)}}.dump());
   }
 
  private:

@@ -30,11 +30,11 @@ void write_binary(const std::string& path, const void* data, size_t bytes) {
 }  // namespace
 
 nlohmann::json PreferenceSidecar::to_json() const {
-  return {{"format", kFormat},          {"version", 1},
-          {"tokenizer", tokenizer},     {"tokenizer_crc32c", tokenizer_crc32c},
-          {"vocab_size", vocab_size},   {"pairs", pairs},
-          {"tokens", tokens},           {"longest", longest},
-          {"max_length", max_length},   {"max_prompt_length", max_prompt_length}};
+  return {{"format", kFormat},        {"version", 1},
+          {"tokenizer", tokenizer},   {"tokenizer_crc32c", tokenizer_crc32c},
+          {"vocab_size", vocab_size}, {"pairs", pairs},
+          {"tokens", tokens},         {"longest", longest},
+          {"max_length", max_length}, {"max_prompt_length", max_prompt_length}};
 }
 
 PreferenceSidecar PreferenceSidecar::from_json(const nlohmann::json& j, const std::string& path) {
@@ -71,7 +71,8 @@ void PreferencePairWriter::add(const std::vector<uint32_t>& prompt, const std::v
   for (const auto* part : {&prompt, &chosen, &rejected}) lengths_.push_back(static_cast<int64_t>(part->size()));
   ++info_.pairs;
   info_.tokens += static_cast<int64_t>(prompt.size() + chosen.size() + rejected.size());
-  info_.longest = std::max<int64_t>(info_.longest, static_cast<int64_t>(prompt.size() + std::max(chosen.size(), rejected.size())));
+  info_.longest =
+      std::max<int64_t>(info_.longest, static_cast<int64_t>(prompt.size() + std::max(chosen.size(), rejected.size())));
 }
 
 void PreferencePairWriter::finish() {
@@ -84,7 +85,8 @@ PreferencePairs::PreferencePairs(const std::string& bin_path, const ModelSetting
     : path_(bin_path) {
   const std::string suffix = "_pairs.bin";
   if (!bin_path.ends_with(suffix))
-    throw data_error(key + ".path '" + bin_path + "' is not a <split>_pairs.bin file\n    fix: name the train_pairs.bin " +
+    throw data_error(key + ".path '" + bin_path +
+                     "' is not a <split>_pairs.bin file\n    fix: name the train_pairs.bin " +
                      "(or val_pairs.bin) `gputrain data prepare --format preference` wrote");
   const std::string stem = bin_path.substr(0, bin_path.size() - 4);  // ".../train_pairs"
   const std::string fix = "prepare the pairs again with `gputrain data prepare --format preference`";
@@ -93,14 +95,15 @@ PreferencePairs::PreferencePairs(const std::string& bin_path, const ModelSetting
   index_ = std::make_unique<MappedFile>(stem + ".idx");
   if (index_->size() != static_cast<size_t>(info_.pairs) * 3 * sizeof(int64_t) ||
       tokens_->size() != static_cast<size_t>(info_.tokens) * sizeof(uint32_t))
-    throw data_error("'" + bin_path + "' and its index do not hold the " + std::to_string(info_.pairs) +
-                     " pairs and " + std::to_string(info_.tokens) + " tokens its sidecar says (truncated?)\n    fix: " +
-                     fix);
-  if (info_.pairs == 0) throw data_error("'" + bin_path + "' holds no pairs\n    fix: " + fix + " from rows that have some");
+    throw data_error("'" + bin_path + "' and its index do not hold the " + std::to_string(info_.pairs) + " pairs and " +
+                     std::to_string(info_.tokens) + " tokens its sidecar says (truncated?)\n    fix: " + fix);
+  if (info_.pairs == 0)
+    throw data_error("'" + bin_path + "' holds no pairs\n    fix: " + fix + " from rows that have some");
   const auto* lengths = reinterpret_cast<const int64_t*>(index_->data());
   offsets_.resize(static_cast<size_t>(info_.pairs) + 1);
   for (int64_t i = 0; i < info_.pairs; ++i)
-    offsets_[static_cast<size_t>(i) + 1] = offsets_[static_cast<size_t>(i)] + lengths[3 * i] + lengths[3 * i + 1] + lengths[3 * i + 2];
+    offsets_[static_cast<size_t>(i) + 1] =
+        offsets_[static_cast<size_t>(i)] + lengths[3 * i] + lengths[3 * i + 1] + lengths[3 * i + 2];
   if (offsets_.back() != info_.tokens)
     throw data_error("'" + stem + ".idx' does not add up to the " + std::to_string(info_.tokens) + " tokens of '" +
                      bin_path + "'\n    fix: " + fix);

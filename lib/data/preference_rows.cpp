@@ -14,13 +14,12 @@ using nlohmann::json;
 std::vector<ChatMessage> turns_of(const json& list, const std::string& key) {
   if (!list.is_array() || list.empty()) throw data_error("\"" + key + "\" is an empty list of turns");
   try {
-    // parse_chat_row wants an assistant turn; a prompt has none of its own, so check it as a row
-    // with one added and take it off again.
+    // parse_chat_row wants an assistant turn somewhere; the order of turns is checked here
+    // (check_turns), so check the list as a row with one added and take it off again.
     json row = {{"messages", list}};
-    const bool completion = key != "prompt";
-    if (!completion) row["messages"].push_back({{"role", "assistant"}, {"content", ""}});
+    row["messages"].push_back({{"role", "assistant"}, {"content", ""}});
     std::vector<ChatMessage> turns = parse_chat_row(row.dump());
-    if (!completion) turns.pop_back();
+    turns.pop_back();
     return turns;
   } catch (const Error& e) {
     throw data_error("\"" + key + "\": " + e.what());
@@ -55,14 +54,14 @@ void split_implicit(PreferenceRow& r, std::vector<ChatMessage> chosen, std::vect
 void check_turns(const PreferenceRow& r) {
   if (r.prompt_turns.empty()) throw data_error("the prompt has no turns");
   if (r.prompt_turns.back().role != "user")
-    throw data_error("the prompt ends with a " + r.prompt_turns.back().role +
-                     " turn; it must end with the user's, which the completions answer");
+    throw data_error("the prompt's last turn is the " + r.prompt_turns.back().role +
+                     "'s; it must be the user's, which the completions answer");
   for (const auto* side : {&r.chosen_turns, &r.rejected_turns}) {
     const char* name = side == &r.chosen_turns ? "chosen" : "rejected";
     if (side->empty()) throw data_error(std::string("the ") + name + " completion is empty (no turn after the prompt)");
     if (side->front().role != "assistant")
-      throw data_error(std::string("the ") + name + " completion starts with a " + side->front().role +
-                       " turn; it must start with the assistant's");
+      throw data_error(std::string("the ") + name + " completion starts with the " + side->front().role +
+                       "'s turn; it must start with the assistant's");
     for (const auto& t : *side)
       if (t.role == "system") throw data_error(std::string("the ") + name + " completion holds a system turn");
   }

@@ -1,6 +1,7 @@
 #include "train/forward_backward.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "model/moe.h"
 #include "objective/objectives.h"
@@ -64,10 +65,22 @@ double ForwardBackward::evaluate(const std::vector<Batch>& given) {
   // Each batch's second term weighed by its own units (evaluation has no step to count over).
   std::vector<Batch> batches = given;
   prepare(batches);
-  if (objective_.second_units)
-    for (Batch& b : batches)
+  const auto metrics = static_cast<int64_t>(objective_.metric_names.size());
+  for (Batch& b : batches) {
+    if (objective_.second_units)
       b.second_unit_weight = static_cast<double>(objective_.units(b)) /
                              static_cast<double>(std::max<int64_t>(objective_.second_units(b), 1));
+    if (metrics > 0) b.metric_sums = torch::zeros({metrics}, torch::kDouble);
+  }
+  // (A pipeline or context parallelism: refused for objectives with metrics by their recipe rules.)
+  if (metrics > 0 && !pipeline_ && !groups_.cp()) {
+    const double loss = gputrain::evaluate(model_, batches, &precision_, objective_);
+    eval_metric_sums_.resize(static_cast<size_t>(metrics), 0.0);
+    for (const Batch& b : batches)
+      for (int64_t i = 0; i < metrics; ++i)
+        eval_metric_sums_[static_cast<size_t>(i)] += b.metric_sums[i].item<double>();
+    return loss;
+  }
   Communicator* cp = groups_.cp();
   const std::vector<Batch> mine = cp ? context_parts(batches, *cp) : batches;
   // (The pipeline's evaluation sums over the world, the cp ranks' chunks included.)
@@ -78,6 +91,8 @@ double ForwardBackward::evaluate(const std::vector<Batch>& given) {
   cp->all_reduce_sum_now(sum, "sum of the context-parallel chunks' evaluation loss");
   return sum[0].item<double>() / std::max(sum[1].item<double>(), 1.0);
 }
+
+std::vector<double> ForwardBackward::take_eval_metric_sums() { return std::exchange(eval_metric_sums_, {}); }
 
 void ForwardBackward::run_in_step_memory(const std::function<void()>& f) {
   if (graph_) graph_->run_in_graph_memory(f);

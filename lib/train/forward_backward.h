@@ -63,8 +63,12 @@ class ForwardBackward {
     if (prepare_) prepare_(batches);
   }
 
-  // The batches' mean loss, on this rank's model or through the pipeline.
+  // The batches' mean loss, on this rank's model or through the pipeline. An objective with metrics
+  // (ObjectiveSpec::metric_names) adds their sums over the batches to eval_metric_sums().
   double evaluate(const std::vector<Batch>& batches);
+  // The objective's metric sums of the evaluations since the last take (float64, on the host; empty
+  // without metrics): this rank's batches only.
+  std::vector<double> take_eval_metric_sums();
   // Batch `b`'s summed loss (its mean times its objective units): what whole-set evaluation adds up.
   double loss_sum(const Batch& b) { return evaluate({b}) * static_cast<double>(objective_.units(b)); }
   // Runs f in the captured graph's memory pool, idle between replays (plain f() without one).
@@ -82,6 +86,7 @@ class ForwardBackward {
   std::unique_ptr<StepGraph> graph_;
   bool captured_now_ = false;
   std::function<void(std::vector<Batch>&)> prepare_;
+  std::vector<double> eval_metric_sums_;
 };
 
 }  // namespace gputrain

@@ -45,7 +45,8 @@ std::optional<double> EvalTotals::bits_per_byte() const {
 
 EvalTotals evaluate_windows(const WindowSource& source, int64_t seq_len, int64_t batch_size, DocumentOptions documents,
                             torch::Device device, WindowShare share, const Tokenizer* tokenizer,
-                            const std::function<double(const Batch&)>& loss_sum) {
+                            const std::function<double(const Batch&)>& loss_sum,
+                            const std::function<int64_t(const Batch&)>& units) {
   EvalTotals totals;
   totals.bytes = tokenizer ? 0 : -1;
   const int64_t n = source.window_count();
@@ -57,8 +58,10 @@ EvalTotals evaluate_windows(const WindowSource& source, int64_t seq_len, int64_t
     b.input = b.input.to(device);
     b.target = b.target.to(device);
     b.token_layout = b.token_layout.to(device);
+    if (b.lengths.defined()) b.lengths = b.lengths.to(device);
     totals.loss_sum += b.target_count > 0 ? loss_sum(b) : 0.0;
     totals.targets += b.target_count;
+    totals.units += b.target_count > 0 ? units(b) : 0;
     totals.windows += static_cast<int64_t>(keys.size());
     keys.clear();
   };
@@ -71,15 +74,18 @@ EvalTotals evaluate_windows(const WindowSource& source, int64_t seq_len, int64_t
 }
 
 double evaluate_every_window(ForwardBackward& passes, const ProcessGroups& groups, const WindowSource& source,
-                             const Settings& s, int64_t dp, torch::Device device, bool pipelined, bool fully_sharded) {
+                             const Settings& s, int64_t dp, torch::Device device, bool pipelined, bool fully_sharded,
+                             int64_t* units) {
   const WindowShare share = pipelined ? WindowShare{} : WindowShare{groups.coord().dp, dp};
   const int64_t batch = s.train.per_device_batch_size, T = s.model.seq_len;
   int64_t forwards = 0;
-  const EvalTotals t =
-      evaluate_windows(source, T, batch, document_options(s.data.eval), device, share, nullptr, [&](const Batch& b) {
+  const EvalTotals t = evaluate_windows(
+      source, T, batch, document_options(s.data.eval), device, share, nullptr,
+      [&](const Batch& b) {
         ++forwards;
         return passes.loss_sum(b);
-      });
+      },
+      passes.objective().units);
   if (pipelined) return t.loss();
   if (fully_sharded) {
     // A rank whose share took fewer forwards (fewer windows, or batches without targets) runs forwards
@@ -91,7 +97,9 @@ double evaluate_every_window(ForwardBackward& passes, const ProcessGroups& group
   }
   const torch::Tensor loss_sum = torch::tensor(t.loss_sum, torch::kDouble).to(device);
   const double total = sum_loss_and_any(groups, loss_sum, false).first.item<double>();
-  return total / static_cast<double>(std::max<int64_t>(global_targets(groups, t.targets), 1));
+  const int64_t all_units = global_targets(groups, t.units);
+  if (units) *units = all_units;
+  return total / static_cast<double>(std::max<int64_t>(all_units, 1));
 }
 
 }  // namespace gputrain

@@ -37,9 +37,8 @@ Gpt frozen_copy(const Settings& s, torch::ScalarType dtype, torch::Device device
 
 }  // namespace
 
-std::unique_ptr<ReferenceModel> ReferenceModel::make(const ObjectiveSpec& objective, const Settings& s,
-                                                               Gpt policy, const Precision& precision,
-                                                               torch::Device device) {
+std::unique_ptr<ReferenceModel> ReferenceModel::make(const ObjectiveSpec& objective, const Settings& s, Gpt policy,
+                                                     const Precision& precision, torch::Device device) {
   if (std::find(objective.fields.begin(), objective.fields.end(), BatchField::kReference) == objective.fields.end())
     return nullptr;
   const ParallelSettings& p = s.parallel;

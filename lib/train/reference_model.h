@@ -22,7 +22,7 @@ class ReferenceModel {
   // Null when `objective` reads no reference. Throws a usage Error naming the key for a layout the
   // reference does not run under yet (tp, pp, cp, ZeRO-3 with a frozen copy).
   static std::unique_ptr<ReferenceModel> make(const ObjectiveSpec& objective, const Settings& s, Gpt policy,
-                                                   const Precision& precision, torch::Device device);
+                                              const Precision& precision, torch::Device device);
   // Each batch's reference log-probabilities, computed where not yet there.
   void fill(std::vector<Batch>& batches) const;
   // summary.json / the log: where the reference comes from.

@@ -183,8 +183,9 @@ void Trainer::build_optimizer() {
                   std::move(graph));
   reference_ = ReferenceModel::make(objective_, s_, model_, *precision_, plan_.device);
   if (reference_) passes_->set_batch_preparation([this](std::vector<Batch>& b) { reference_->fill(b); });
-  if (reference_) spdlog::info("train.objective {}: the reference model is {}", objective_name(s_.train.objective),
-                               reference_->describe());
+  if (reference_)
+    spdlog::info("train.objective {}: the reference model is {}", objective_name(s_.train.objective),
+                 reference_->describe());
 }
 
 // A resumed run's optimizer state and loss scale into this rank's parts (checkpoint/rank_snapshot.h).
@@ -507,12 +508,13 @@ void Trainer::log_step(const StepResult& r, int64_t step, bool eval_now) {
   if (t_.spike_skipped_steps > 0) rec["spike_skipped_steps"] = t_.spike_skipped_steps;
   if (t_.spike_rollbacks > 0) rec["spike_rollbacks"] = t_.spike_rollbacks;
   moe_metrics_.add_to(rec, model_, *groups_);  // model.moe: balancing loss, dropped tokens (a collective)
-  if (interval_.metric_sums.defined())  // the objective's, per unit over the steps since the last line
+  if (interval_.metric_sums.defined())         // the objective's, per unit over the steps since the last line
     for (size_t i = 0; i < objective_.metric_names.size(); ++i)
       rec[objective_.metric_names[i]] = round_to(interval_.metric_sums[static_cast<int64_t>(i)].item<double>() /
                                                      static_cast<double>(std::max<int64_t>(interval_.units, 1)),
                                                  6);
   if (eval_now) rec["eval_loss"] = round_to(evaluate(), 6);
+  if (eval_now) rec.update(eval_metrics_);
   if (metrics_) metrics_->write(rec);
   if (tensorboard_) tensorboard_->scalars(rec);
   progress_->update(step, loss_now, static_cast<double>(interval_.tokens) / elapsed, r.lr,
@@ -522,13 +524,26 @@ void Trainer::log_step(const StepResult& r, int64_t step, bool eval_now) {
 
 double Trainer::evaluate() {
   double l = 0;
+  int64_t units = 0;
   auto run = [&] {
-    l = s_.train.eval_full ? evaluate_every_window(*passes_, *groups_, *eval_source_, s_, plan_.dp, plan_.device,
-                                                   par_.pipeline != nullptr, par_.share.fully_sharded != nullptr)
-                           : passes_->evaluate(eval_batches_);
+    l = s_.train.eval_full
+            ? evaluate_every_window(*passes_, *groups_, *eval_source_, s_, plan_.dp, plan_.device,
+                                    par_.pipeline != nullptr, par_.share.fully_sharded != nullptr, &units)
+            : passes_->evaluate(eval_batches_);
   };
   // A captured step graph lends its memory pool, idle between replays (train/step_graph.h).
   passes_->run_in_step_memory(run);
+  // The objective's metrics over the evaluation: each rank's share of the whole set, or the same batches.
+  eval_metrics_ = nlohmann::ordered_json::object();
+  if (const std::vector<double> sums = passes_->take_eval_metric_sums(); !sums.empty()) {
+    torch::Tensor t = torch::tensor(sums, torch::kDouble);
+    if (s_.train.eval_full) t = global_sums(*groups_, t.to(plan_.device)).cpu();
+    if (!s_.train.eval_full)
+      for (const Batch& b : eval_batches_) units += objective_.units(b);
+    for (size_t i = 0; i < sums.size(); ++i)
+      eval_metrics_["eval_" + objective_.metric_names[i]] =
+          round_to(t[static_cast<int64_t>(i)].item<double>() / static_cast<double>(std::max<int64_t>(units, 1)), 6);
+  }
   if (!std::isfinite(l)) throw runtime_error("evaluation loss is not finite at step " + std::to_string(t_.step));
   t_.last_eval = l;
   progress_->finish();

@@ -143,11 +143,13 @@ class Trainer {
   std::unique_ptr<Optimizer> optimizer_;
   WeightCopies copies_;
   std::optional<LrSchedule> schedule_;
-  ObjectiveSpec objective_;                // train.objective's, with the recipe's train.* settings
-  std::optional<ForwardBackward> passes_;  // the step's forward and backward, and evaluation's
+  ObjectiveSpec objective_;                    // train.objective's, with the recipe's train.* settings
+  std::optional<ForwardBackward> passes_;      // the step's forward and backward, and evaluation's
   std::unique_ptr<ReferenceModel> reference_;  // DPO's reference model (null: the objective has none)
 
   std::vector<Batch> eval_batches_;
+  nlohmann::ordered_json
+      eval_metrics_;  // the objective's metrics at the last evaluation ("eval_rewards/accuracies", ...)
   std::optional<WindowSampler> train_sampler_;
   std::optional<BatchLoader> train_loader_;
   int64_t first_sample_ = 0;
