@@ -17,7 +17,7 @@ namespace {
 void refuse(const std::string& key, const std::string& what) {
   throw usage_error(key + ": " + what +
                     ", and DPO's reference model does not run that way yet\n    fix: use data parallelism "
-                    "(parallel.dp, ZeRO 1 or 2) with DPO, or train.objective: orpo or simpo, which need no reference "
+                    "(parallel.dp, ZeRO 1 or 2) or LoRA with DPO, or train.objective: orpo or simpo, which need no reference "
                     "(docs/preference.md)");
 }
 
@@ -41,13 +41,11 @@ std::unique_ptr<ReferenceModel> ReferenceModel::make(const ObjectiveSpec& object
                                                      const Precision& precision, torch::Device device) {
   if (std::find(objective.fields.begin(), objective.fields.end(), BatchField::kReference) == objective.fields.end())
     return nullptr;
+  // (pp and cp: refused for every preference objective by its recipe rules.)
   const ParallelSettings& p = s.parallel;
-  if (p.tp > 1) refuse("parallel.tp", "is " + std::to_string(p.tp));
-  if (p.pp > 1) refuse("parallel.pp", "is " + std::to_string(p.pp));
-  if (p.cp > 1) refuse("parallel.cp", "is " + std::to_string(p.cp));
   const bool adapters = s.model.lora.rank > 0 && s.train.preference.reference == PreferenceReference::kAuto;
   if (adapters) return std::unique_ptr<ReferenceModel>(new ReferenceModel(policy, nullptr, precision));
-  if (p.zero >= 3) refuse("parallel.zero", "is 3 and the reference is a frozen copy of the model");
+  if (p.tp > 1) refuse("parallel.tp", "is " + std::to_string(p.tp) + " and the reference is a frozen copy of the model");
   if (s.model.quantize.enabled())
     refuse("train.preference.reference", "is model on a 4-bit base (model.quantize), whose copy is not built");
   return std::unique_ptr<ReferenceModel>(

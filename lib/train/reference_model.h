@@ -20,7 +20,7 @@ namespace gputrain {
 class ReferenceModel {
  public:
   // Null when `objective` reads no reference. Throws a usage Error naming the key for a layout the
-  // reference does not run under yet (tp, pp, cp, ZeRO-3 with a frozen copy).
+  // reference does not run under yet (a frozen copy under tp or on a 4-bit base).
   static std::unique_ptr<ReferenceModel> make(const ObjectiveSpec& objective, const Settings& s, Gpt policy,
                                               const Precision& precision, torch::Device device);
   // Each batch's reference log-probabilities, computed where not yet there.

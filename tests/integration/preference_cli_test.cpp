@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <set>
 
 #include "parallel_runs.h"
 #include "test_util.h"
@@ -131,20 +132,29 @@ TEST_CASE("preference: DPO (sigmoid, ipo, hinge, robust), ORPO and SimPO train s
   }
 }
 
-TEST_CASE("preference: 2 data-parallel processes (and ZeRO-2) train as one", "[slow]") {
+TEST_CASE("preference: 2 processes train as one: dp, ZeRO-2, tp (DPO with LoRA, ORPO)", "[slow]") {
   const PreferenceData& d = data();
-  const std::string recipe = d.recipe("dpo");
-  TempDir out;
-  REQUIRE(run_recipe(recipe, out.file("one")).exit_code == 0);
-  const std::vector<nlohmann::json> one = read_jsonl(out.file("one/metrics.jsonl"));
-  for (const std::vector<std::string>& sets :
-       {std::vector<std::string>{"train.per_device_batch_size=3"},
-        std::vector<std::string>{"train.per_device_batch_size=3", "parallel.zero=2"}}) {
-    const std::string name = sets.size() == 1 ? "dp" : "zero2";
-    const CommandResult r = train(recipe, out.file(name), 2, sets);
+  struct Layout {
+    const char* name;
+    const char* objective;
+    std::vector<std::string> model;     // both runs'
+    std::vector<std::string> parallel;  // the 2-process run's
+  };
+  const std::vector<std::string> lora = {"model.lora.rank=4", "optim.lr=0.5"};
+  for (const Layout& l : std::vector<Layout>{
+           {"dp", "dpo", {}, {"train.per_device_batch_size=3"}},
+           {"zero2", "dpo", {}, {"train.per_device_batch_size=3", "parallel.zero=2"}},
+           {"tp_lora", "dpo", lora, {"parallel.tp=2"}},
+           {"tp_orpo", "orpo", {}, {"parallel.tp=2"}},
+       }) {
+    INFO(l.name);
+    const std::string recipe = d.recipe(l.objective);
+    TempDir out;
+    REQUIRE(run_recipe(recipe, out.file("one"), l.model).exit_code == 0);
+    const CommandResult r = train(recipe, out.file("two"), 2, with(l.model, l.parallel));
     INFO(r.output);
     REQUIRE(r.exit_code == 0);
-    check_same_steps(read_jsonl(out.file(name + "/metrics.jsonl")), one);
+    check_same_steps(read_jsonl(out.file("two/metrics.jsonl")), read_jsonl(out.file("one/metrics.jsonl")));
   }
 }
 
@@ -206,6 +216,7 @@ TEST_CASE("preference: recipes that cannot train on pairs stop with exit 2 namin
            {{"data.train.format=tokens"}, "is not preference"},
            {{"parallel.pp=2"}, "does not run under a pipeline yet"},
            {{"parallel.cp=2"}, "parallel.cp"},
+           {{"parallel.zero=3"}, "keeps the output head in vocabulary parts"},
            {{"train.per_device_batch_size=auto", "train.global_batch_size=6"}, "the batch finder"},
        }) {
     const CommandResult r = validate(bad.sets);
@@ -219,4 +230,62 @@ TEST_CASE("preference: recipes that cannot train on pairs stop with exit 2 namin
   CHECK(short_rows.exit_code == 2);
   CHECK_THAT(short_rows.output, Contains("model.seq_len 16"));
   CHECK_THAT(short_rows.output, Contains("--max-length 9"));
+}
+
+TEST_CASE("preference: evaluation in training and gputrain eval report the loss and rewards the next step trains on") {
+  const PreferenceData& d = data();
+  const std::string recipe = d.recipe("dpo", "checkpoint: {every: 3}\n");
+  const std::vector<std::string> sets = {"train.max_steps=4", "data.eval.format=preference",
+                                         "data.eval.path=" + d.dir.file("data/train_pairs.bin"), "train.eval_every=3",
+                                         "train.eval_steps=2"};
+  TempDir out;
+  const CommandResult run = run_recipe(recipe, out.file("run"), sets);
+  INFO(run.output);
+  REQUIRE(run.exit_code == 0);
+  const std::vector<nlohmann::json> steps = read_jsonl(out.file("run/metrics.jsonl"));
+  REQUIRE(steps.size() == 4);
+  // Evaluated after step 3's update on every pair: what step 4's forward sees (no dropout).
+  const nlohmann::json& at3 = steps[2];
+  const nlohmann::json& next = steps[3];
+  for (const std::string& key : kCompared) {
+    INFO(key);
+    const std::string eval_key = key == "loss" ? "eval_loss" : "eval_" + key;
+    REQUIRE(at3.contains(eval_key));
+    CHECK(at3[eval_key].get<double>() == Approx(next[key].get<double>()).epsilon(1e-5).margin(1e-6));
+  }
+  // `gputrain eval` of the step-3 checkpoint over the whole set, two pairs a forward.
+  const CommandResult eval =
+      run_gputrain({"eval", out.file("run/checkpoints/step_00000003"), "--data", d.dir.file("data/train_pairs.bin"),
+                    "--batch-size", "2", "--out", out.file("eval.json")});
+  INFO(eval.output);
+  REQUIRE(eval.exit_code == 0);
+  const nlohmann::json e = read_json(out.file("eval.json"));
+  CHECK(e["pairs"] == kPairCount);
+  CHECK(e["perplexity"].is_null());
+  for (const std::string& key : kCompared) {
+    INFO(key);
+    CHECK(e[key].get<double>() == Approx(next[key].get<double>()).epsilon(1e-5).margin(1e-6));
+  }
+  // The report draws the rewards, train and eval, read back at their values (headless Chromium).
+  REQUIRE(run_gputrain({"report", out.file("run"), "-o", out.file("report.html")}).exit_code == 0);
+  const CommandResult shown = run_python({std::string(GPUTRAIN_SOURCE_DIR) + "/tests/reference/render_report.py",
+                                          out.file("report.html"), "", out.file("report.png"), out.file("view.json")});
+  INFO(shown.output);
+  REQUIRE(shown.exit_code == 0);
+  std::set<std::string> drawn;
+  const nlohmann::json view = read_json(out.file("view.json"));
+  for (const nlohmann::json& p : view["paths"]) {
+    drawn.insert(p["key"].get<std::string>());
+    if (p["key"] == "rewards/margins")
+      CHECK(p["values"].back()[1].get<double>() == Approx(next["rewards/margins"].get<double>()).epsilon(0.05));
+  }
+  INFO("drawn: " << nlohmann::json(drawn).dump());
+  for (const char* key : {"rewards/chosen", "rewards/rejected", "rewards/margins", "rewards/accuracies",
+                          "eval_rewards/margins", "logps/chosen"})
+    CHECK(drawn.count(key) == 1);
+  // Pairs are not windows of text, nor text pairs.
+  const CommandResult text =
+      run_gputrain({"eval", out.file("run"), "--data", reference_tokenizer("mistral/tokenizer.json")});
+  CHECK(text.exit_code == 2);
+  CHECK_THAT(text.output, Contains("the data is not preference pairs"));
 }
