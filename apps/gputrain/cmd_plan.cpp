@@ -1,5 +1,6 @@
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 
@@ -63,7 +64,13 @@ int print_plan(const CommonArgs& a, int world_size) {
     batch_note = fmt::format(" (auto: the largest that fits {:.0f} MiB{} on CPU; a GPU run measures instead)",
                              budget / (1024.0 * 1024.0), g.dp() > 1 ? " per rank" : "");
   }
-  const MemoryPlan p = plan_memory(s, s.train.per_device_batch_size);
+  // A preference pair is two rows; DPO's frozen reference holds the weights once more (not under LoRA).
+  const ObjectiveSpec objective = configured_objective(s.train);
+  MemoryPlan p = plan_memory(s, s.train.per_device_batch_size * objective.rows_per_sample);
+  const bool reads_reference =
+      std::find(objective.fields.begin(), objective.fields.end(), BatchField::kReference) != objective.fields.end();
+  if (reads_reference && !(s.model.lora.rank > 0 && s.train.preference.reference == PreferenceReference::kAuto))
+    p.reference = p.weights;
   const double tokens_per_step = static_cast<double>(s.tokens_per_step());
   std::printf("plan for %s\n", recipe.source.c_str());
   std::printf("parameters: %lld (%.2fM)\n", static_cast<long long>(p.parameters), p.parameters / 1e6);
@@ -74,6 +81,10 @@ int print_plan(const CommonArgs& a, int world_size) {
   std::printf("micro-batch %lld x seq_len %lld, grad_accum_steps %lld: %.0f tokens per step%s\n",
               static_cast<long long>(s.train.per_device_batch_size), static_cast<long long>(s.model.seq_len),
               static_cast<long long>(s.train.grad_accum_steps), tokens_per_step, batch_note.c_str());
+  if (objective.rows_per_sample > 1)
+    std::printf("train.objective %s: a micro-batch of %lld pairs is one forward of %lld rows\n",
+                objective_name(objective.name).c_str(), static_cast<long long>(s.train.per_device_batch_size),
+                static_cast<long long>(s.train.per_device_batch_size * objective.rows_per_sample));
   std::printf("\n%s", memory_plan_table(s, p).c_str());
   std::printf(
       "\nEstimates: real peaks add the framework's own memory and allocator slack (see docs/training.md, Memory).\n");

@@ -158,11 +158,10 @@ void check_source(Checker& c, const DataSourceSettings& d, const std::string& wh
       return;
     }
     case DataFormat::kPreference:
+      // (Its files are checked when opened, by `validate` and `run`: a recipe names pairs yet to be prepared.)
       if (d.paths.size() != 1)
         c.error(p + "path", "names " + str(static_cast<int64_t>(d.paths.size())) + " files for format preference",
                 "name the one train_pairs.bin (or val_pairs.bin) `gputrain data prepare --format preference` wrote");
-      else
-        check_paths(c, d.paths, p + "path");
       if (!d.mixture.empty() || d.packing != Packing::kStream || d.document_attention || d.mask_document_boundaries)
         c.error(p + "format",
                 "is preference: each row is a pair's chosen or rejected sequence, which mixture, packing, "

@@ -10,6 +10,7 @@ const ObjectiveSpec& causal_lm_spec() {
       "next-token cross-entropy over the targets that take loss (masked ones are kIgnoreIndex), the mean over "
       "the step's targets",
       {BatchField::kInput, BatchField::kTarget},
+      1,
       [](const Batch& b) { return b.target_count; },
       [](Gpt& model, const Batch& b) { return model->loss_sum(b.input, b.target, b.token_layout); },
       [](Gpt& model, const torch::Tensor& stream, const Batch& b) {

@@ -17,7 +17,8 @@ torch::Tensor dpo_losses(const PreferenceSettings& p, const torch::Tensor& chose
     case PreferenceLoss::kHinge:
       return torch::relu(1 - margin);
     case PreferenceLoss::kIpo: {  // per completion token, as TRL (and the IPO authors' results)
-      const torch::Tensor delta = chosen_ratios / chosen_tokens.clamp_min(1) - rejected_ratios / rejected_tokens.clamp_min(1);
+      const torch::Tensor delta =
+          chosen_ratios / chosen_tokens.clamp_min(1) - rejected_ratios / rejected_tokens.clamp_min(1);
       return (delta - 1 / (2 * p.beta)).pow(2);
     }
     case PreferenceLoss::kRobust: {
@@ -36,6 +37,7 @@ ObjectiveSpec dpo_objective(const PreferenceSettings& p) {
       "DPO (Rafailov et al. 2023): -log sigmoid(beta x the margin of the completions' log-ratios to the reference "
       "model), or train.preference.loss's ipo, hinge or robust form; the mean over the step's pairs",
       {BatchField::kPairs, BatchField::kTarget, BatchField::kReference},
+      2,
       [](const Batch& b) { return b.pairs; },
       [p](Gpt& model, const Batch& b) {
         const RowLogps policy = row_logps(model, b);

@@ -27,6 +27,8 @@ struct ObjectiveSpec {
   // The fields every micro-batch must carry (Batch::token_layout is optional for every objective: a
   // packed batch's layout, used where present).
   std::vector<BatchField> fields;
+  // Rows of model.seq_len one sample of train.per_device_batch_size takes (a preference pair: 2).
+  int64_t rows_per_sample = 1;
   // How many units the micro-batch's loss is a sum over (next-token: the targets that take loss). A
   // step divides the sum of its micro-batches' losses by their units over every replica: the one
   // normalization, whatever the split into micro-batches and ranks (objective/objectives.h).

@@ -77,8 +77,7 @@ class SpecObjectiveRules : public ObjectiveRules {
       problems.push_back({"parallel.zero",
                           "is 3, which keeps the output head in vocabulary parts, and " + name +
                               " needs each sequence's log-probability, which those parts do not give yet",
-                          "use parallel.zero: 1 or 2 (with LoRA or QLoRA the frozen base is small beside them)",
-                          true});
+                          "use parallel.zero: 1 or 2 (with LoRA or QLoRA the frozen base is small beside them)", true});
     if (s.kernels.cuda_graphs && !chosen.metric_names.empty())
       problems.push_back({"kernels.cuda_graphs", "cannot capture " + name + "'s step with its reward metrics",
                           "set kernels.cuda_graphs: false", true});

@@ -20,6 +20,7 @@ ObjectiveSpec orpo_objective(const PreferenceSettings& p) {
       "as TRL) minus beta x the mean log sigmoid of the log odds ratio of the completions' per-token "
       "probabilities; no reference model",
       {BatchField::kPairs, BatchField::kTarget},
+      2,
       [](const Batch& b) { return b.pairs; },
       [p](Gpt& model, const Batch& b) {
         const RowLogps policy = row_logps(model, b);

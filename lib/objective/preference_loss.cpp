@@ -23,8 +23,8 @@ RowLogps row_logps(Gpt& model, const Batch& b) {
 }
 
 const std::vector<std::string>& reward_metric_names() {
-  static const std::vector<std::string> names = {"rewards/chosen", "rewards/rejected", "rewards/accuracies",
-                                                 "rewards/margins", "logps/chosen",    "logps/rejected"};
+  static const std::vector<std::string> names = {"rewards/chosen",  "rewards/rejected", "rewards/accuracies",
+                                                 "rewards/margins", "logps/chosen",     "logps/rejected"};
   return names;
 }
 
@@ -33,9 +33,9 @@ void add_reward_metrics(const Batch& b, const torch::Tensor& chosen_rewards, con
   if (!b.metric_sums.defined()) return;
   torch::NoGradGuard no_grad;
   const torch::Tensor c = chosen_rewards.detach().to(torch::kDouble), r = rejected_rewards.detach().to(torch::kDouble);
-  const torch::Tensor sums = torch::stack({c.sum(), r.sum(), (c > r).to(torch::kDouble).sum(), (c - r).sum(),
-                                           chosen_logps.detach().to(torch::kDouble).sum(),
-                                           rejected_logps.detach().to(torch::kDouble).sum()});
+  const torch::Tensor sums =
+      torch::stack({c.sum(), r.sum(), (c > r).to(torch::kDouble).sum(), (c - r).sum(),
+                    chosen_logps.detach().to(torch::kDouble).sum(), rejected_logps.detach().to(torch::kDouble).sum()});
   b.metric_sums.narrow(0, 0, 6).add_(sums.to(b.metric_sums.device()));
 }
 
@@ -52,7 +52,8 @@ int64_t target_tokens(const torch::Tensor& targets) { return (targets != kIgnore
 
 torch::Tensor weighted_chosen_nll(const Batch& b, const torch::Tensor& logits, const torch::Tensor& targets) {
   const torch::Tensor chosen = chosen_half(logits, b.pairs);
-  const torch::Tensor nll = cross_entropy_sum(chosen.reshape({-1, chosen.size(-1)}), targets.reshape({-1}), kIgnoreIndex);
+  const torch::Tensor nll =
+      cross_entropy_sum(chosen.reshape({-1, chosen.size(-1)}), targets.reshape({-1}), kIgnoreIndex);
   return nll * b.second_unit_weight;
 }
 

@@ -11,6 +11,7 @@ ObjectiveSpec simpo_objective(const PreferenceSettings& p) {
       "gamma), label-smoothed; plus sft_weight x the chosen completions' next-token loss (TRL CPO's cpo_alpha); no "
       "reference model",
       {BatchField::kPairs, BatchField::kTarget},
+      2,
       [](const Batch& b) { return b.pairs; },
       [p](Gpt& model, const Batch& b) {
         const RowLogps policy = row_logps(model, b);
@@ -22,7 +23,8 @@ ObjectiveSpec simpo_objective(const PreferenceSettings& p) {
         torch::Tensor loss = (-(1 - e) * torch::log_sigmoid(margin) - e * torch::log_sigmoid(-margin)).sum();
         add_reward_metrics(b, p.beta * chosen, p.beta * rejected, chosen, rejected);
         if (p.sft_weight > 0)
-          loss = loss + p.sft_weight * weighted_chosen_nll(b, policy.logits, chosen_half(b.target, P).to(policy.logits.device()));
+          loss = loss + p.sft_weight *
+                            weighted_chosen_nll(b, policy.logits, chosen_half(b.target, P).to(policy.logits.device()));
         return loss;
       },
       nullptr,

@@ -156,7 +156,12 @@ std::string memory_plan_table(const Settings& s, const MemoryPlan& p) {
       "logits and loss", p.logits,
       "micro-batch x seq_len (/ cp) x vocab x 16-18 bytes at the peak of backward (CUDA, fused loss: 2-4, the gradient "
       "written over the logits)");
-  out += row("total (estimate)", p.total(), "weights + gradients + optimizer + activations + logits");
+  if (p.reference > 0)
+    out +=
+        row("reference model", p.reference, "DPO's frozen copy of the starting weights (train.preference.reference)");
+  out += row("total (estimate)", p.total(),
+             p.reference > 0 ? "weights + gradients + optimizer + activations + logits + reference"
+                             : "weights + gradients + optimizer + activations + logits");
   return out;
 }
 

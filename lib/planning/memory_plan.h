@@ -20,10 +20,12 @@ struct MemoryPlan {
   double activations = 0;        // bytes kept for backward, one micro-batch, with the recipe's checkpointing
   double activations_plain = 0;  // the same without checkpointing
   double logits = 0;             // bytes of the loss's [B, T, vocab] tensors (at peak in backward)
-  double total() const { return weights + gradients + optimizer + activations + logits; }
+  double reference = 0;          // a preference objective's frozen reference model (its weights), set by the caller
+  double total() const { return weights + gradients + optimizer + activations + logits + reference; }
 };
 
-// `batch` overrides train.per_device_batch_size (the finder asks about candidates).
+// `batch` overrides train.per_device_batch_size (the finder asks about candidates): rows of
+// model.seq_len (a preference pair is two).
 MemoryPlan plan_memory(const Settings& s, int64_t batch);
 
 // A table for `gputrain plan` (MiB, with the components' formulas).

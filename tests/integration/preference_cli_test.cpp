@@ -289,3 +289,26 @@ TEST_CASE("preference: evaluation in training and gputrain eval report the loss 
   CHECK(text.exit_code == 2);
   CHECK_THAT(text.output, Contains("the data is not preference pairs"));
 }
+
+TEST_CASE("preference: the configs/ recipes validate and plan within the GPU memory their headers name") {
+  for (const char* file : {"dpo-llama3.1-8b-lora-24gb.yaml", "orpo-qwen2.5-7b-lora.yaml"}) {
+    INFO(file);
+    const std::string path = std::string(GPUTRAIN_SOURCE_DIR) + "/configs/" + file;
+    CHECK_THAT(read_file(path), Contains("# memory: 24 GiB"));
+    // The base is a download and the pairs are prepared from it (the header says how): planned without.
+    const CommandResult plan = run_gputrain({"plan", path, "--set", "model.init_from="});
+    INFO(plan.output);
+    REQUIRE(plan.exit_code == 0);
+    CHECK_THAT(plan.output, Contains("a micro-batch of 1 pairs is one forward of 2 rows"));
+    CHECK_THAT(plan.output, !Contains("reference model"));  // LoRA: the base with the adapters off
+    const size_t at = plan.output.find("| total (estimate) | ");
+    REQUIRE(at != std::string::npos);
+    CHECK(std::stod(plan.output.substr(at + 21)) < 24 * 1024);
+  }
+  // A full fine-tune's DPO holds a frozen copy: the plan counts its weights once more.
+  const std::string full = data().recipe("dpo");
+  const CommandResult plan = run_gputrain({"plan", full});
+  INFO(plan.output);
+  REQUIRE(plan.exit_code == 0);
+  CHECK_THAT(plan.output, Contains("| reference model | 7.9 |"));
+}
