@@ -1,0 +1,149 @@
+#!/usr/bin/env python3
+"""Preference alignment on the CPU (docs/preference.md): does DPO learn a preference the base does not
+have, on pairs it never saw; and what the reference model costs in memory.
+
+Convergence: a synthetic task, "Is N even?" answered " yes" or " no", the right answer chosen. Train
+and held-out pairs use disjoint numbers, so a held-out pair is only right by the rule (the last
+digit), not by memory. The base is a random GPT (GPT-2's tokenizer, ../shared/data/gpt2), which has
+no preference: its held-out accuracy (share of pairs whose chosen answer it finds likelier; `gputrain
+eval` of SimPO's rewards, which need no reference) is about 0.5. DPO then trains on the train pairs,
+and `gputrain eval` reports its reward accuracy on the held-out pairs (the policy's log-ratio to the
+reference larger for the chosen answer).
+
+Memory: the peak resident set (wait4's ru_maxrss, from outside) of a short LoRA run of a larger GPT
+with SimPO (no reference), DPO with the adapters-off reference (reference: auto), and DPO with a frozen
+copy (reference: model).
+
+Prints Markdown tables. Run: python3 bench/preference.py --binary build/gputrain
+"""
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+
+from bench_args import peak_rss_mb, provenance
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+GPT2 = os.path.join(os.path.dirname(ROOT), "shared", "data", "gpt2")
+
+
+def gputrain(binary, *args):
+    r = subprocess.run([binary, *args], capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit(f"gputrain {' '.join(args)} failed:\n{r.stdout}\n{r.stderr}")
+    return r.stdout
+
+
+def write_pairs(path, numbers):
+    with open(path, "w") as f:
+        for n in numbers:
+            right, wrong = (" yes", " no") if n % 2 == 0 else (" no", " yes")
+            f.write(json.dumps({"prompt": f"Is {n} even? Answer:", "chosen": right, "rejected": wrong}) + "\n")
+
+
+def prepare(binary, pairs, out):
+    gputrain(binary, "data", "prepare", pairs, "--format", "preference", "--tokenizer", "gpt2", "--vocab",
+             os.path.join(GPT2, "encoder.json"), "--merges", os.path.join(GPT2, "vocab.bpe"), "-o", out,
+             "--val-fraction", "0")
+    return os.path.join(out, "train_pairs.bin")
+
+
+def recipe(tmp, objective, d, layers, train, held_out, model_extra=""):
+    path = os.path.join(tmp, f"{objective}_{d}.yaml")
+    with open(path, "w") as f:
+        f.write(f"""model: {{arch: gpt, vocab_size: 50304, seq_len: 16, n_layer: {layers}, n_head: 4, d_model: {d}{model_extra}}}
+data:
+  train: {{format: preference, path: {train}}}
+  eval: {{format: preference, path: {held_out}}}
+train: {{objective: {objective}, per_device_batch_size: 16, log_every: 25, eval_steps: 4}}
+optim: {{lr: 1.0e-3, weight_decay: 0.0, schedule: {{warmup_steps: 10}}}}
+run: {{threads: 2, seed: 1}}
+metrics: {{progress: off}}
+""")
+    return path
+
+
+def held_out_eval(binary, run, held_out):
+    return json.loads(gputrain(binary, "eval", run, "--data", held_out, "--batch-size", "50"))
+
+
+def convergence(binary, tmp, steps):
+    numbers = list(range(10, 100000))
+    random.Random(0).shuffle(numbers)
+    write_pairs(os.path.join(tmp, "train.jsonl"), numbers[:4000])
+    write_pairs(os.path.join(tmp, "held_out.jsonl"), numbers[4000:4400])
+    train = prepare(binary, os.path.join(tmp, "train.jsonl"), os.path.join(tmp, "train"))
+    held_out = prepare(binary, os.path.join(tmp, "held_out.jsonl"), os.path.join(tmp, "held_out"))
+    # The base's own preference: SimPO's rewards (beta x mean log-probability) after a step of lr ~0.
+    base = os.path.join(tmp, "base")
+    gputrain(binary, "run", recipe(tmp, "simpo", 64, 2, train, held_out), "--output-dir", base, "--set",
+             "train.max_steps=1", "--set", "optim.lr=1e-12", "--set", "optim.schedule.warmup_steps=0", "--set",
+             "checkpoint.every=1")
+    before = held_out_eval(binary, base, held_out)
+    dpo = os.path.join(tmp, "dpo")
+    gputrain(binary, "run", recipe(tmp, "dpo", 64, 2, train, held_out), "--output-dir", dpo, "--set",
+             f"train.max_steps={steps}", "--set", f"checkpoint.every={steps}", "--set", f"train.eval_every={steps // 4}")
+    after = held_out_eval(binary, dpo, held_out)
+    curve = [json.loads(l) for l in open(os.path.join(dpo, "metrics.jsonl"))]
+    print(f"\n**DPO learns a preference the base lacks** (`bench/preference.py`; {provenance(binary)}): GPT d 64, "
+          f"2 layers, GPT-2 tokenizer; 4000 train pairs, 400 held-out pairs of other numbers; 16 pairs a step, "
+          f"AdamW 1e-3, beta 0.1\n")
+    print("| model | held-out pairs | reward accuracy | reward margin | eval loss |")
+    print("|---|---:|---:|---:|---:|")
+    print(f"| the base (its own preference: SimPO's rewards) | {before['pairs']} | {before['rewards/accuracies']:.3f} "
+          f"| {before['rewards/margins']:.4f} | - |")
+    for line in curve:
+        if "eval_rewards/accuracies" in line:
+            print(f"| DPO, step {line['step']} (train.eval_every, {line['step'] * 16} pairs seen) | 64 | "
+                  f"{line['eval_rewards/accuracies']:.3f} | {line['eval_rewards/margins']:.4f} | {line['eval_loss']:.4f} |")
+    print(f"| DPO, step {steps}, every held-out pair (`gputrain eval`) | {after['pairs']} | "
+          f"{after['rewards/accuracies']:.3f} | {after['rewards/margins']:.4f} | {after['loss']:.4f} |")
+    return train, held_out
+
+
+def memory_data(binary, tmp):
+    write_pairs(os.path.join(tmp, "pairs.jsonl"), range(10, 400))
+    pairs = prepare(binary, os.path.join(tmp, "pairs.jsonl"), os.path.join(tmp, "pairs"))
+    return pairs, pairs
+
+
+def reference_memory(binary, tmp, train, held_out, d, layers, steps):
+    lora = ", lora: {rank: 8, alpha: 16, targets: [qkv, proj, mlp_up, mlp_down]}"
+    rows = []
+    for name, objective, sets in (("SimPO (no reference)", "simpo", []),
+                                  ("DPO, reference: auto (the adapters off)", "dpo", []),
+                                  ("DPO, reference: model (a frozen copy)", "dpo", ["train.preference.reference=model"])):
+        path = recipe(tmp, objective, d, layers, train, held_out, lora)
+        args = [binary, "run", path, "--output-dir", os.path.join(tmp, f"mem_{len(rows)}"), "--set",
+                f"train.max_steps={steps}", "--set", "checkpoint.every=0", "--set", "optim.schedule.warmup_steps=0"]
+        for s in sets:
+            args += ["--set", s]
+        rows.append((name, peak_rss_mb(args)))
+    weights_mb = json.loads(open(os.path.join(tmp, "mem_0", "summary.json")).read())["parameters"] * 4 / 2**20
+    print(f"\n**The reference model's memory** (`bench/preference.py`; {provenance(binary)}): GPT d {d}, {layers} "
+          f"layers, LoRA rank 8 on every block Linear, {steps} steps of 16 pairs; peak resident set from outside "
+          f"(wait4); the model's weights: {weights_mb:.1f} MiB\n")
+    print("| run | peak RSS (MiB) | over SimPO (MiB) |")
+    print("|---|---:|---:|")
+    for name, mb in rows:
+        print(f"| {name} | {mb:.1f} | {mb - rows[0][1]:+.1f} |")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--binary", default="build/gputrain", help="the gputrain executable")
+    ap.add_argument("--steps", type=int, default=400, help="DPO steps of the convergence run (0: the memory runs only)")
+    ap.add_argument("--memory-d", type=int, default=768, help="d_model of the memory runs' GPT")
+    ap.add_argument("--memory-layers", type=int, default=8)
+    a = ap.parse_args()
+    binary = os.path.abspath(a.binary)
+    with tempfile.TemporaryDirectory() as tmp:
+        train, held_out = convergence(binary, tmp, a.steps) if a.steps > 0 else memory_data(binary, tmp)
+        reference_memory(binary, tmp, train, held_out, a.memory_d, a.memory_layers, 5)
+
+
+if __name__ == "__main__":
+    main()
