@@ -14,6 +14,10 @@ Memory: the peak resident set (wait4's ru_maxrss, from outside) of a short LoRA 
 with SimPO (no reference), DPO with the adapters-off reference (reference: auto), and DPO with a frozen
 copy (reference: model).
 
+Speed: pairs per second with each prompt computed once (data.*.shared_prompt, one row a pair)
+against twice (TRL's two rows), for prompts 4x as long as each completion; each mode's seq_len the
+longest row it needs.
+
 Prints Markdown tables. Run: python3 bench/preference.py --binary build/gputrain
 """
 import argparse
@@ -132,17 +136,61 @@ def reference_memory(binary, tmp, train, held_out, d, layers, steps):
         print(f"| {name} | {mb:.1f} | {mb - rows[0][1]:+.1f} |")
 
 
+def longest_rows(pairs_bin):
+    """The longest row of each layout: prompt + chosen + rejected, and prompt + the longer completion."""
+    import struct
+    raw = open(pairs_bin[:-4] + ".idx", "rb").read()
+    lengths = struct.unpack(f"<{len(raw) // 8}q", raw)
+    triples = [lengths[i:i + 3] for i in range(0, len(lengths), 3)]
+    return max(sum(t) for t in triples), max(t[0] + max(t[1], t[2]) for t in triples)
+
+
+def shared_prompt_speed(binary, tmp, d, layers, steps):
+    words = ("the of and to in is was for on that with as by at from his her their which would "
+             "about river mountain city winter garden letter morning station window music").split()
+    rng = random.Random(0)
+    path = os.path.join(tmp, "long.jsonl")
+    with open(path, "w") as f:
+        for n in range(512):
+            prompt = " ".join(rng.choice(words) for _ in range(60)) + f" Is {n} even? Answer:"
+            answer = " ".join(rng.choice(words) for _ in range(14))
+            right, wrong = (" yes, " + answer, " no, " + answer) if n % 2 == 0 else (" no, " + answer, " yes, " + answer)
+            f.write(json.dumps({"prompt": prompt, "chosen": right, "rejected": wrong}) + "\n")
+    pairs = prepare(binary, path, os.path.join(tmp, "long"))
+    one_row, two_rows = longest_rows(pairs)
+    rows = []
+    for name, shared, seq in (("twice (two rows a pair, as TRL)", "false", two_rows - 1),
+                              ("once (data.train.shared_prompt: one row a pair)", "true", one_row - 1)):
+        out = os.path.join(tmp, f"speed_{shared}")
+        gputrain(binary, "run", recipe(tmp, "dpo", d, layers, pairs, pairs), "--output-dir", out, "--set",
+                 f"train.max_steps={steps}", "--set", "checkpoint.every=0", "--set", "optim.schedule.warmup_steps=0",
+                 "--set", f"data.train.shared_prompt={shared}", "--set", f"model.seq_len={seq}", "--set",
+                 "data.eval.format=none", "--set", "train.per_device_batch_size=8")
+        summary = json.load(open(os.path.join(out, "summary.json")))
+        rows.append((name, seq, steps * 8 / summary["train_s"]))
+    print(f"\n**The prompt computed once** (`bench/preference.py`; {provenance(binary)}): DPO, GPT d {d}, {layers} "
+          f"layers, GPT-2 tokenizer; prompts of about 70 tokens, completions of about 17 (prompt 4x a completion); "
+          f"8 pairs a micro-batch, {steps} steps\n")
+    print("| prompt computed | seq_len | pairs/s | speed-up |")
+    print("|---|---:|---:|---:|")
+    for name, seq, rate in rows:
+        print(f"| {name} | {seq} | {rate:.1f} | {rate / rows[0][2]:.2f}x |")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--binary", default="build/gputrain", help="the gputrain executable")
     ap.add_argument("--steps", type=int, default=400, help="DPO steps of the convergence run (0: the memory runs only)")
     ap.add_argument("--memory-d", type=int, default=768, help="d_model of the memory runs' GPT")
     ap.add_argument("--memory-layers", type=int, default=8)
+    ap.add_argument("--speed-steps", type=int, default=30, help="steps of each shared-prompt speed run (0: none)")
     a = ap.parse_args()
     binary = os.path.abspath(a.binary)
     with tempfile.TemporaryDirectory() as tmp:
         train, held_out = convergence(binary, tmp, a.steps) if a.steps > 0 else memory_data(binary, tmp)
         reference_memory(binary, tmp, train, held_out, a.memory_d, a.memory_layers, 5)
+        if a.speed_steps > 0:
+            shared_prompt_speed(binary, tmp, 512, 4, a.speed_steps)
 
 
 if __name__ == "__main__":

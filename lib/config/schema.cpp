@@ -549,6 +549,12 @@ void add_data_source(std::vector<FieldSpec>& f, const std::string& which) {
                   "ran alone; with packing: documents, a window of many short documents trains as they would one "
                   "by one (docs/data.md, \"Packed documents\")")
                   .resume(on_resume));
+  f.push_back(bool_field(
+                  p + "shared_prompt", [=](auto& s) -> auto& { return src(s).shared_prompt; },
+                  "preference: a pair is one row, its prompt computed once: the rejected completion follows the "
+                  "chosen one, seeing the prompt and itself, its positions counting on from the prompt's end "
+                  "(docs/preference.md, \"Batches\"); false = two rows, prompt + chosen and prompt + rejected, as TRL")
+                  .resume(on_resume));
   f.push_back(
       auto_id_field(
           p + "eot_token", [=](auto& s) -> auto& { return src(s).eot_token; }, (1 << 24) - 1,

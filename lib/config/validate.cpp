@@ -133,6 +133,9 @@ void check_source(Checker& c, const DataSourceSettings& d, const std::string& wh
             "needs token shards, whose document-start id (eot_token) says where each document begins, but format is " +
                 std::string(d.format == DataFormat::kText ? "text" : "synthetic"),
             "prepare the data with `gputrain data prepare` and use format: tokens, or remove document_attention");
+  if (!d.shared_prompt && d.format != DataFormat::kPreference)
+    c.error(p + "shared_prompt", "applies to preference pairs, and format is not preference",
+            "remove it, or use format: preference");
   switch (d.format) {
     case DataFormat::kNone:
       if (which == "train") c.error(p + "format", "is none, but training needs data", "use synthetic, tokens or text");

@@ -4,6 +4,7 @@
 #include <fstream>
 
 #include "util/atomic_file.h"
+#include "util/document_layout.h"
 #include "util/error.h"
 #include "util/ignore_index.h"
 #include "util/text_file.h"
@@ -81,8 +82,9 @@ void PreferencePairWriter::finish() {
   write_file_atomic(pairs_path(dir_, split_, "json"), info_.to_json().dump(2) + "\n");
 }
 
-PreferencePairs::PreferencePairs(const std::string& bin_path, const ModelSettings& m, const std::string& key)
-    : path_(bin_path) {
+PreferencePairs::PreferencePairs(const std::string& bin_path, const ModelSettings& m, const std::string& key,
+                                 bool shared_prompt)
+    : path_(bin_path), shared_prompt_(shared_prompt) {
   const std::string suffix = "_pairs.bin";
   if (!bin_path.ends_with(suffix))
     throw data_error(key + ".path '" + bin_path +
@@ -111,11 +113,18 @@ PreferencePairs::PreferencePairs(const std::string& bin_path, const ModelSetting
     throw data_error(key + ": the pairs in '" + bin_path + "' use ids up to " + std::to_string(info_.vocab_size - 1) +
                      " (tokenizer " + info_.tokenizer + "), but model.vocab_size is " + std::to_string(m.vocab_size) +
                      "\n    fix: set model.vocab_size to at least " + std::to_string(info_.vocab_size));
-  if (info_.longest - 1 > m.seq_len)
-    throw data_error(key + ": the longest pair in '" + bin_path + "' is " + std::to_string(info_.longest) +
-                     " tokens (prompt + completion), which needs model.seq_len " + std::to_string(info_.longest - 1) +
-                     ", and it is " + std::to_string(m.seq_len) + "\n    fix: raise model.seq_len, or prepare the " +
-                     "pairs with --max-length " + std::to_string(m.seq_len + 1) + " or less");
+  // A row holds prompt + chosen (+ rejected, the prompt shared): its tokens but the last are inputs.
+  int64_t longest = info_.longest;
+  if (shared_prompt_)
+    for (int64_t i = 0; i < info_.pairs; ++i)
+      longest = std::max(longest, offsets_[static_cast<size_t>(i) + 1] - offsets_[static_cast<size_t>(i)]);
+  if (longest - 1 > m.seq_len)
+    throw data_error(key + ": the longest " + (shared_prompt_ ? "pair" : "prompt + completion") + " in '" + bin_path +
+                     "' is " + std::to_string(longest) + " tokens" +
+                     (shared_prompt_ ? " (prompt, chosen and rejected in one row: " + key + ".shared_prompt)" : "") +
+                     ", which needs model.seq_len " + std::to_string(longest - 1) + ", and it is " +
+                     std::to_string(m.seq_len) + "\n    fix: raise model.seq_len, or prepare the pairs with a " +
+                     "smaller --max-length" + (shared_prompt_ ? ", or set " + key + ".shared_prompt: false" : ""));
 }
 
 PreferencePair PreferencePairs::pair(int64_t i) const {
@@ -140,33 +149,84 @@ std::string PreferencePairs::describe() const {
          std::to_string(info_.longest) + " tokens, tokenizer " + info_.tokenizer + ")";
 }
 
+namespace {
+
+// TRL's layout: row i prompt + chosen, row P + i prompt + rejected.
+void two_rows(Batch& b, const PreferencePair& p, int64_t i, int64_t P, int64_t T) {
+  int64_t* x = b.input.data_ptr<int64_t>();
+  int64_t* y = b.target.data_ptr<int64_t>();
+  int64_t* lengths = b.lengths.data_ptr<int64_t>();
+  for (int side = 0; side < 2; ++side) {
+    const int64_t row = i + side * P;
+    std::span<const uint32_t> completion = side == 0 ? p.chosen : p.rejected;
+    const auto prompt = static_cast<int64_t>(p.prompt.size());
+    const int64_t len = prompt + static_cast<int64_t>(completion.size());
+    lengths[row] = len;
+    auto token = [&](int64_t t) -> int64_t { return t < prompt ? p.prompt[t] : completion[t - prompt]; };
+    for (int64_t t = 0; t < std::min(len, T); ++t) x[row * T + t] = token(t);
+    // Position t predicts token t + 1; only completion tokens are targets.
+    for (int64_t t = std::max<int64_t>(prompt - 1, 0); t + 1 < len && t < T; ++t) {
+      y[row * T + t] = token(t + 1);
+      b.target_count += 1;
+    }
+  }
+}
+
+// The shared prompt's layout: row i prompt, chosen, rejected; target rows i and P + i.
+void one_row(Batch& b, const PreferencePair& p, int64_t i, int64_t P, int64_t T, int64_t* positions,
+             int64_t* branches) {
+  int64_t* x = b.input.data_ptr<int64_t>() + i * T;
+  int64_t* chosen_y = b.target.data_ptr<int64_t>() + i * T;
+  int64_t* rejected_y = b.target.data_ptr<int64_t>() + (P + i) * T;
+  const auto n = static_cast<int64_t>(p.prompt.size()), c = static_cast<int64_t>(p.chosen.size()),
+             r = static_cast<int64_t>(p.rejected.size());
+  b.lengths.data_ptr<int64_t>()[i] = n + c;
+  b.lengths.data_ptr<int64_t>()[P + i] = n + r;
+  int64_t t = 0;  // (a row of T + 1 tokens: the last is only a target)
+  auto put = [&](std::span<const uint32_t> tokens, int64_t first_position, int64_t branch) {
+    for (size_t k = 0; k < tokens.size(); ++k, ++t)
+      if (t < T)
+        x[t] = tokens[k], positions[i * T + t] = first_position + static_cast<int64_t>(k), branches[i * T + t] = branch;
+  };
+  put(p.prompt, 0, 0);
+  put(p.chosen, n, 1);
+  put(p.rejected, n, 2);
+  for (int64_t k = 0; t + k < T; ++k) positions[i * T + t + k] = k;  // the padding: a document of its own
+  // Completion token k is predicted where the token before it in its own branch sits: the prompt's
+  // last token for the first of each (none without a prompt).
+  auto predict = [&](int64_t* y, int64_t first, int64_t count, std::span<const uint32_t> tokens) {
+    for (int64_t k = n > 0 ? 0 : 1; k < count; ++k) {
+      const int64_t at = k == 0 ? n - 1 : first + k - 1;
+      if (at >= T) break;
+      y[at] = tokens[static_cast<size_t>(k)];
+      b.target_count += 1;
+    }
+  };
+  predict(chosen_y, n, c, p.chosen);
+  predict(rejected_y, n + c, r, p.rejected);
+}
+
+}  // namespace
+
 Batch preference_batch(const PreferencePairs& pairs, std::span<const uint64_t> keys, int64_t T,
                        torch::TensorOptions options) {
   const auto P = static_cast<int64_t>(keys.size());
+  const bool shared = pairs.shared_prompt();
   Batch b;
-  b.input = torch::zeros({2 * P, T}, options);
+  b.input = torch::zeros({shared ? P : 2 * P, T}, options);
   b.target = torch::full({2 * P, T}, kIgnoreIndex, options);
-  int64_t* x = b.input.data_ptr<int64_t>();
-  int64_t* y = b.target.data_ptr<int64_t>();
   b.pairs = P;
   b.lengths = torch::zeros({2 * P}, torch::kLong);
-  int64_t* lengths = b.lengths.data_ptr<int64_t>();
+  torch::Tensor positions, branches;
+  if (shared) positions = torch::zeros({P, T}, options), branches = torch::zeros({P, T}, options);
   for (int64_t i = 0; i < P; ++i) {
     const PreferencePair p = pairs.pair(static_cast<int64_t>(keys[static_cast<size_t>(i)]));
-    for (int side = 0; side < 2; ++side) {
-      const int64_t row = i + side * P;
-      std::span<const uint32_t> completion = side == 0 ? p.chosen : p.rejected;
-      const auto prompt = static_cast<int64_t>(p.prompt.size());
-      const int64_t len = prompt + static_cast<int64_t>(completion.size());
-      lengths[row] = std::min(len, T + 1);
-      auto token = [&](int64_t t) -> int64_t { return t < prompt ? p.prompt[t] : completion[t - prompt]; };
-      for (int64_t t = 0; t < std::min(len, T); ++t) x[row * T + t] = token(t);
-      // Position t predicts token t + 1; only completion tokens are targets.
-      for (int64_t t = std::max<int64_t>(prompt - 1, 0); t + 1 < len && t < T; ++t) {
-        y[row * T + t] = token(t + 1);
-        b.target_count += 1;
-      }
-    }
+    if (shared) one_row(b, p, i, P, T, positions.data_ptr<int64_t>(), branches.data_ptr<int64_t>());
+    else two_rows(b, p, i, P, T);
+  }
+  if (shared) {
+    b.token_layout = document_layout(positions);
+    b.token_layout.branches = branches;
   }
   return b;
 }

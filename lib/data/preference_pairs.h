@@ -3,8 +3,14 @@
 //   <split>_pairs.bin   uint32 token ids: each pair's prompt, chosen and rejected completion in turn
 //   <split>_pairs.idx   int64 [pairs, 3]: their lengths (prompt, chosen, rejected)
 //   <split>_pairs.json  the sidecar: tokenizer, counts, the truncation they were prepared with
-// A batch of B pairs is 2B rows (data/loader.h Batch::pairs): prompt + chosen, then prompt + rejected,
-// right-padded to model.seq_len, with targets only on completion tokens (TRL's completion mask).
+// A batch of B pairs (data/loader.h Batch::pairs), right-padded to model.seq_len, targets only on
+// completion tokens (TRL's completion mask), is
+//  - data.*.shared_prompt (the default): B rows of prompt, chosen, rejected, the prompt computed once.
+//    The layout's branches keep the completions apart (util/document_layout.h): the rejected tokens
+//    see the prompt and themselves, at the positions after the prompt. The targets are 2B rows over
+//    the B rows' logits (row B + i reads row i): chosen first, then rejected, whose first token is
+//    predicted at the prompt's last position, as the chosen's is;
+//  - else 2B rows, prompt + chosen then prompt + rejected, as TRL's collator makes them.
 #pragma once
 #include <nlohmann/json.hpp>
 #include <torch/types.h>
@@ -59,7 +65,8 @@ class PreferencePairs : public WindowSource {
  public:
   // Opens `<dir>/<split>_pairs.bin` and its index and sidecar; `key` (data.train) names the recipe
   // key in errors. Checks the ids fit model.vocab_size and the longest pair model.seq_len.
-  PreferencePairs(const std::string& bin_path, const ModelSettings& m, const std::string& key);
+  PreferencePairs(const std::string& bin_path, const ModelSettings& m, const std::string& key,
+                  bool shared_prompt = true);
   int64_t window_count() const override { return info_.pairs; }
   // A pair's prompt + chosen completion (what a window of it is to generic readers).
   int64_t fill_window(uint64_t key, int64_t len, int64_t* out) const override;
@@ -68,12 +75,14 @@ class PreferencePairs : public WindowSource {
 
   PreferencePair pair(int64_t i) const;
   const PreferenceSidecar& info() const { return info_; }
+  bool shared_prompt() const { return shared_prompt_; }
 
  private:
   std::string path_;
   PreferenceSidecar info_;
   std::unique_ptr<MappedFile> tokens_, index_;
   std::vector<int64_t> offsets_;  // each pair's first token
+  bool shared_prompt_;
 };
 
 // The batch of pairs `keys` (see above), rows T long, on the host.

@@ -42,6 +42,8 @@ const torch::Tensor& DocumentAttention::allowed(int64_t window) const {
   torch::Tensor pairs = document.unsqueeze(2) == document.unsqueeze(1);  // [B, T (query), T (key)]
   pairs = pairs.logical_and(window > 0 && T > window ? sliding_window_mask(T, window, positions)
                                                      : at::ones({T, T}, positions.options().dtype(at::kBool)).tril());
+  if (const torch::Tensor& b = layout_.branches; b.defined())  // a key in the trunk, or in the query's branch
+    pairs = pairs.logical_and(b.unsqueeze(1).eq(0).logical_or(b.unsqueeze(2) == b.unsqueeze(1)));
   allowed_ = pairs.unsqueeze(1);
   return allowed_;
 }
@@ -140,7 +142,8 @@ torch::Tensor attend_documents(const torch::Tensor& q, const torch::Tensor& k, c
                                const DocumentAttention& documents, int64_t window, double dropout_p,
                                AttentionImpl impl) {
   const DocumentLayout& layout = documents.layout();
-  if (impl == AttentionImpl::kSdpa && layout.offsets.defined()) {
+  // (Branches share their trunk across what the offsets call one document: only the mask says so.)
+  if (impl == AttentionImpl::kSdpa && layout.offsets.defined() && !layout.branches.defined()) {
     if (!q.is_cuda() && !documents.starts().empty())
       return attend_each_document(q, k, v, documents.starts(), window, dropout_p);
     if (q.is_cuda())

@@ -31,8 +31,9 @@ torch::Tensor math_attention(const torch::Tensor& q, torch::Tensor k, torch::Ten
 // - CPU, with the offsets: each document's own causal attention, one after another; faster than
 //   one masked attention over the window (docs/benchmarks.md, "Packed documents").
 // - Otherwise (positions alone, as in a CUDA graph's static copy, or model.attention: math; an
-//   fp32 sliding window on CUDA): one [B, 1, T, T] mask of same-document, causal (and in-window)
-//   pairs, built from the positions by device operations at first use.
+//   fp32 sliding window on CUDA; a layout with branches): one [B, 1, T, T] mask of same-document,
+//   causal (and in-window, and same-branch-or-trunk) pairs, built from the positions by device
+//   operations at first use.
 class DocumentAttention {
  public:
   explicit DocumentAttention(DocumentLayout layout);

@@ -6,16 +6,23 @@
 namespace gputrain {
 
 torch::Tensor summed_logps(const torch::Tensor& logits, const torch::Tensor& targets) {
-  // Row by row through the training loss's own cross-entropy (fp32 whatever the logits' dtype).
+  // Row by row through the training loss's own cross-entropy (fp32 whatever the logits' dtype); a
+  // shared prompt's targets are twice the logits' rows (row r reads logits row r mod their count).
+  // Only the positions that hold a target: a prompt's positions (and a shared prompt's other
+  // completion) cost no log-softmax over the vocabulary.
   std::vector<torch::Tensor> rows;
-  rows.reserve(static_cast<size_t>(logits.size(0)));
-  for (int64_t r = 0; r < logits.size(0); ++r) rows.push_back(-cross_entropy_sum(logits[r], targets[r], kIgnoreIndex));
+  rows.reserve(static_cast<size_t>(targets.size(0)));
+  for (int64_t r = 0; r < targets.size(0); ++r) {
+    const torch::Tensor at = (targets[r] != kIgnoreIndex).nonzero().squeeze(1);
+    rows.push_back(-cross_entropy_sum(logits[r % logits.size(0)].index_select(0, at), targets[r].index_select(0, at),
+                                      kIgnoreIndex));
+  }
   return torch::stack(rows);
 }
 
 RowLogps row_logps(Gpt& model, const Batch& b) {
   RowLogps out;
-  out.logits = model->forward(b.input);
+  out.logits = model->forward(b.input, b.token_layout);
   const torch::Tensor targets = b.target.to(out.logits.device());
   out.sums = summed_logps(out.logits, targets);
   out.completion_tokens = (targets != kIgnoreIndex).sum(1).to(torch::kFloat);

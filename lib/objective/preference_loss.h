@@ -12,15 +12,17 @@
 
 namespace gputrain {
 
-// One forward of b's rows: their logits and each row's summed log-probability of its targets
-// (the completion), [2P] float32 with gradients; `completion_tokens` [2P] float32.
+// One forward of b's rows: their logits and each target row's summed log-probability of its
+// targets (the completion), [2P] float32 with gradients; `completion_tokens` [2P] float32. (A shared
+// prompt's P rows give 2P target rows: data/preference_pairs.h.)
 struct RowLogps {
   torch::Tensor logits;  // [2P, T, V]
   torch::Tensor sums;
   torch::Tensor completion_tokens;
 };
 RowLogps row_logps(Gpt& model, const Batch& b);
-// The same sums without gradients from logits already computed (the reference pass).
+// The same sums from logits already computed (the reference pass): target row r reads logits row r
+// mod the logits' rows.
 torch::Tensor summed_logps(const torch::Tensor& logits, const torch::Tensor& targets);
 
 // The chosen (first P) and rejected (last P) halves of a [2P] tensor.

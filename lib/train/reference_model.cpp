@@ -63,7 +63,7 @@ void ReferenceModel::fill(std::vector<Batch>& batches) const {
     if (!copy_) off.emplace(*policy_.ptr());
     for (Batch& b : batches) {
       if (b.reference_logps.defined() || b.pairs == 0) continue;
-      const torch::Tensor logits = model->forward(b.input);
+      const torch::Tensor logits = model->forward(b.input, b.token_layout);
       b.reference_logps = summed_logps(logits, b.target.to(logits.device())).detach().to(torch::kFloat);
     }
   }

@@ -9,7 +9,8 @@ namespace gputrain {
 DocumentLayout DocumentLayout::to(torch::Device device) const {
   if (!defined() || positions.device() == device) return *this;
   const bool async = positions.is_pinned();
-  return {positions.to(device, async), offsets.defined() ? offsets.to(device, async) : offsets, longest};
+  return {positions.to(device, async), offsets.defined() ? offsets.to(device, async) : offsets, longest,
+          branches.defined() ? branches.to(device, async) : branches};
 }
 
 DocumentLayout document_layout(const torch::Tensor& positions) {

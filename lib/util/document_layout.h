@@ -16,6 +16,10 @@ struct DocumentLayout {
   // kept (a CUDA graph's static copy): attention then builds its mask from them.
   torch::Tensor offsets;
   int64_t longest = 0;
+  // Optional [B, T] int64: branches of a document that share its start (a preference pair's prompt
+  // computed once, data/preference_pairs.h). Branch 0 is the shared trunk; a token of branch b > 0
+  // sees its document's trunk and its own branch only, positions counting on from the trunk's end.
+  torch::Tensor branches;
 
   bool defined() const { return positions.defined(); }
   // The same layout on `device` (asynchronous copies from page-locked memory).

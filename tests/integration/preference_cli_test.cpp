@@ -94,6 +94,8 @@ TEST_CASE("preference: DPO (sigmoid, ipo, hinge, robust), ORPO and SimPO train s
   };
   const std::vector<Case> cases = {
       {"dpo", {{"loss", "sigmoid"}}, {}},
+      // TRL's two rows a pair (the others compute each prompt once).
+      {"dpo", {{"loss", "sigmoid"}}, {"data.train.shared_prompt=false"}},
       // IPO's squared loss (about 25 at the start) takes a small step, or fp32's rounding grows.
       {"dpo", {{"loss", "ipo"}, {"lr", 0.01}}, {"train.preference.loss=ipo", "optim.lr=0.01"}},
       {"dpo", {{"loss", "hinge"}, {"beta", 0.5}}, {"train.preference.loss=hinge", "train.preference.beta=0.5"}},
@@ -224,12 +226,18 @@ TEST_CASE("preference: recipes that cannot train on pairs stop with exit 2 namin
     CHECK(r.exit_code == 2);
     CHECK_THAT(r.output, Contains(bad.says));
   }
-  // The longest pair (17 tokens) needs seq_len 16.
+  // The longest pair is 21 tokens in one row (seq_len 20), 17 as prompt + completion (seq_len 16).
   TempDir out;
-  const CommandResult short_rows = run_recipe(recipe, out.file("run"), {"model.seq_len=8"});
-  CHECK(short_rows.exit_code == 2);
-  CHECK_THAT(short_rows.output, Contains("model.seq_len 16"));
-  CHECK_THAT(short_rows.output, Contains("--max-length 9"));
+  const CommandResult one_row = run_recipe(recipe, out.file("run"), {"model.seq_len=18"});
+  CHECK(one_row.exit_code == 2);
+  CHECK_THAT(one_row.output, Contains("needs model.seq_len 20") && Contains("data.train.shared_prompt: false"));
+  const CommandResult two_rows =
+      run_recipe(recipe, out.file("run2"), {"model.seq_len=8", "data.train.shared_prompt=false"});
+  CHECK(two_rows.exit_code == 2);
+  CHECK_THAT(two_rows.output, Contains("needs model.seq_len 16") && Contains("--max-length"));
+  CHECK(
+      run_recipe(recipe, out.file("run3"), {"model.seq_len=18", "data.train.shared_prompt=false", "train.max_steps=1"})
+          .exit_code == 0);
 }
 
 TEST_CASE("preference: evaluation in training and gputrain eval report the loss and rewards the next step trains on") {

@@ -19,7 +19,7 @@ TEST_CASE("preference pairs: written, read back, and batched as TRL's completion
   w.finish();
   ModelSettings m;
   m.vocab_size = 300, m.seq_len = 8;
-  PreferencePairs pairs(dir.file("train_pairs.bin"), m, "data.train");
+  PreferencePairs pairs(dir.file("train_pairs.bin"), m, "data.train", /*shared_prompt=*/false);
   REQUIRE(pairs.window_count() == 2);
   CHECK(pairs.info().longest == 6);
   const PreferencePair p = pairs.pair(1);
@@ -33,19 +33,46 @@ TEST_CASE("preference pairs: written, read back, and batched as TRL's completion
   auto row = [](std::vector<int64_t> v) { return torch::tensor(v, torch::kLong); };
   // Row 0: pair 1's prompt + chosen; row 3: pair 0's prompt + rejected.
   CHECK(b.input[0].equal(row({1, 12, 22, 2, 0, 0, 0, 0})));
-  CHECK(b.target[0].equal(row({kIgnoreIndex, 22, 2, kIgnoreIndex, kIgnoreIndex, kIgnoreIndex, kIgnoreIndex, kIgnoreIndex})));
+  CHECK(b.target[0].equal(
+      row({kIgnoreIndex, 22, 2, kIgnoreIndex, kIgnoreIndex, kIgnoreIndex, kIgnoreIndex, kIgnoreIndex})));
   CHECK(b.input[3].equal(row({1, 10, 11, 30, 2, 0, 0, 0})));
-  CHECK(b.target[3].equal(row({kIgnoreIndex, kIgnoreIndex, 30, 2, kIgnoreIndex, kIgnoreIndex, kIgnoreIndex, kIgnoreIndex})));
+  CHECK(b.target[3].equal(
+      row({kIgnoreIndex, kIgnoreIndex, 30, 2, kIgnoreIndex, kIgnoreIndex, kIgnoreIndex, kIgnoreIndex})));
   CHECK(b.lengths.equal(row({4, 6, 6, 5})));
   CHECK(b.target_count == 2 + 3 + 4 + 2);
+  CHECK_FALSE(b.token_layout.defined());
+
+  // The prompt computed once: a row per pair, the rejected tokens in branch 2 at the positions after
+  // the prompt; the first rejected token predicted at the prompt's last position, as the chosen's.
+  const PreferencePairs shared(dir.file("train_pairs.bin"), m, "data.train", /*shared_prompt=*/true);
+  const Batch s = preference_batch(shared, keys, 8);
+  REQUIRE(s.input.sizes() == torch::IntArrayRef({2, 8}));
+  REQUIRE(s.target.sizes() == torch::IntArrayRef({4, 8}));
+  CHECK(s.input[0].equal(row({1, 12, 22, 2, 31, 32, 33, 2})));
+  CHECK(s.token_layout.positions[0].equal(row({0, 1, 2, 3, 2, 3, 4, 5})));
+  CHECK(s.token_layout.branches[0].equal(row({0, 0, 1, 1, 2, 2, 2, 2})));
+  CHECK(s.target[0].equal(
+      row({kIgnoreIndex, 22, 2, kIgnoreIndex, kIgnoreIndex, kIgnoreIndex, kIgnoreIndex, kIgnoreIndex})));
+  CHECK(s.target[2].equal(row({kIgnoreIndex, 31, kIgnoreIndex, kIgnoreIndex, 32, 33, 2, kIgnoreIndex})));
+  // Pair 0: 3 + 3 + 2 tokens.
+  CHECK(s.input[1].equal(row({1, 10, 11, 20, 21, 2, 30, 2})));
+  CHECK(s.target[3].equal(
+      row({kIgnoreIndex, kIgnoreIndex, 30, kIgnoreIndex, kIgnoreIndex, kIgnoreIndex, 2, kIgnoreIndex})));
+  CHECK(s.token_layout.positions[1].equal(row({0, 1, 2, 3, 4, 5, 3, 4})));
+  CHECK(s.lengths.equal(row({4, 6, 6, 5})));
+  CHECK(s.target_count == b.target_count);
 
   // Ids past model.vocab_size, a pair longer than model.seq_len + 1, a cut index: exit-2 errors.
   m.vocab_size = 200;
   CHECK_THAT(test::exit2_error_of([&] { PreferencePairs(dir.file("train_pairs.bin"), m, "data.train"); }),
              Contains("model.vocab_size to at least 300"));
   m.vocab_size = 300, m.seq_len = 4;
+  CHECK_THAT(test::exit2_error_of([&] { PreferencePairs(dir.file("train_pairs.bin"), m, "data.train", false); }),
+             Contains("needs model.seq_len 5"));
+  m.seq_len = 6;  // a row of prompt + chosen + rejected is 8 tokens; two rows, 6 at most
+  CHECK_NOTHROW(PreferencePairs(dir.file("train_pairs.bin"), m, "data.train", false));
   CHECK_THAT(test::exit2_error_of([&] { PreferencePairs(dir.file("train_pairs.bin"), m, "data.train"); }),
-             Contains("needs model.seq_len 5") && Contains("--max-length 5"));
+             Contains("needs model.seq_len 7") && Contains("data.train.shared_prompt: false"));
   m.seq_len = 8;
   const std::string idx = test::read_file(dir.file("train_pairs.idx"));
   test::write_file(dir.file("train_pairs.idx"), idx.substr(0, idx.size() - 8));
