@@ -145,8 +145,9 @@ void add_prepare(CLI::App* data, Commands& commands) {
   cmd->add_option("--max-prompt-length", o.max_prompt_length,
                   "preference: keep the last N tokens of each prompt, before --max-length; 0 = no limit")
       ->capture_default_str();
-  cmd->add_option("--chat-template", o.chat_template,
-                  "chat, preference: the template (docs/data.md; default: the one the tokenizer's special tokens suggest)")
+  cmd->add_option(
+         "--chat-template", o.chat_template,
+         "chat, preference: the template (docs/data.md; default: the one the tokenizer's special tokens suggest)")
       ->check(CLI::IsMember(chat_template_names()));
   cmd->add_option("--chat-date", o.chat_date,
                   "chat, llama3.1: the system header's \"Today Date\" (default: 26 Jul 2024, its template's own)");
@@ -161,7 +162,8 @@ void add_prepare(CLI::App* data, Commands& commands) {
                   "text: what one document is: file, lines, or paragraphs (blank-line separated)")
       ->check(CLI::IsMember({"file", "lines", "paragraphs"}))
       ->capture_default_str();
-  cmd->add_option("--val-fraction", o.val_fraction, "the last fraction of the input (by bytes; preference: of the pairs) that becomes val_*.bin")
+  cmd->add_option("--val-fraction", o.val_fraction,
+                  "the last fraction of the input (by bytes; preference: of the pairs) that becomes val_*.bin")
       ->capture_default_str();
   cmd->add_option("--shard-tokens", o.shard_tokens, "tokens per shard file")->capture_default_str();
   cmd->add_option("--threads", o.threads, "encoding threads; 0 = all cores")->capture_default_str();

@@ -36,7 +36,7 @@ struct PreferenceSidecar {
   std::string tokenizer, tokenizer_crc32c;
   int64_t vocab_size = 0;
   int64_t pairs = 0, tokens = 0;
-  int64_t longest = 0;  // the longest prompt + completion, in tokens
+  int64_t longest = 0;                            // the longest prompt + completion, in tokens
   int64_t max_length = 0, max_prompt_length = 0;  // 0 = not truncated
   nlohmann::json to_json() const;
   static PreferenceSidecar from_json(const nlohmann::json& j, const std::string& path);

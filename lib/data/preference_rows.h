@@ -19,7 +19,7 @@ namespace gputrain {
 
 struct PreferenceRow {
   bool conversational = false;
-  std::string prompt, chosen, rejected;                        // text rows
+  std::string prompt, chosen, rejected;                                 // text rows
   std::vector<ChatMessage> prompt_turns, chosen_turns, rejected_turns;  // conversational rows
 };
 

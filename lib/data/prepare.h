@@ -59,11 +59,11 @@ struct PrepareResult {
   int64_t train_pairs = 0, val_pairs = 0;  // --format preference
   int64_t dropped_pairs = 0;               // preference: prompts that fill --max-length alone (TRL drops them)
   int64_t truncated_pairs = 0;             // preference: pairs cut to --max-length / --max-prompt-length
-  int64_t skipped_rows = 0;   // --skip-bad-rows
-  std::string first_skipped;  // "file:line: why" of the first
-  std::string chat_template;  // the one used, for --format chat
-  std::string tokenizer;      // Tokenizer::name()
-  int64_t vocab_size = 0;     // the tokenizer's: model.vocab_size must be at least this
+  int64_t skipped_rows = 0;                // --skip-bad-rows
+  std::string first_skipped;               // "file:line: why" of the first
+  std::string chat_template;               // the one used, for --format chat
+  std::string tokenizer;                   // Tokenizer::name()
+  int64_t vocab_size = 0;                  // the tokenizer's: model.vocab_size must be at least this
   std::vector<std::string> shards;
   double seconds = 0;
 };

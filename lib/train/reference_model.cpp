@@ -15,10 +15,11 @@ namespace gputrain {
 namespace {
 
 void refuse(const std::string& key, const std::string& what) {
-  throw usage_error(key + ": " + what +
-                    ", and DPO's reference model does not run that way yet\n    fix: use data parallelism "
-                    "(parallel.dp, ZeRO 1 or 2) or LoRA with DPO, or train.objective: orpo or simpo, which need no reference "
-                    "(docs/preference.md)");
+  throw usage_error(
+      key + ": " + what +
+      ", and DPO's reference model does not run that way yet\n    fix: use data parallelism "
+      "(parallel.dp, ZeRO 1 or 2) or LoRA with DPO, or train.objective: orpo or simpo, which need no reference "
+      "(docs/preference.md)");
 }
 
 // The starting weights, built and filled apart from the policy: model.init_from's, or the seed's.
@@ -45,7 +46,8 @@ std::unique_ptr<ReferenceModel> ReferenceModel::make(const ObjectiveSpec& object
   const ParallelSettings& p = s.parallel;
   const bool adapters = s.model.lora.rank > 0 && s.train.preference.reference == PreferenceReference::kAuto;
   if (adapters) return std::unique_ptr<ReferenceModel>(new ReferenceModel(policy, nullptr, precision));
-  if (p.tp > 1) refuse("parallel.tp", "is " + std::to_string(p.tp) + " and the reference is a frozen copy of the model");
+  if (p.tp > 1)
+    refuse("parallel.tp", "is " + std::to_string(p.tp) + " and the reference is a frozen copy of the model");
   if (s.model.quantize.enabled())
     refuse("train.preference.reference", "is model on a 4-bit base (model.quantize), whose copy is not built");
   return std::unique_ptr<ReferenceModel>(
