@@ -69,7 +69,10 @@ int print_plan(const CommonArgs& a, int world_size) {
   MemoryPlan p = plan_memory(s, s.train.per_device_batch_size * objective.rows_per_sample);
   const bool reads_reference =
       std::find(objective.fields.begin(), objective.fields.end(), BatchField::kReference) != objective.fields.end();
-  if (reads_reference && !(s.model.lora.rank > 0 && s.train.preference.reference == PreferenceReference::kAuto))
+  // (precomputed: the copy exists before the steps only, and is freed once its table is written.)
+  const PreferenceReference r = s.train.preference.reference;
+  if (reads_reference &&
+      (r == PreferenceReference::kModel || (r == PreferenceReference::kAuto && s.model.lora.rank == 0)))
     p.reference = p.weights;
   const double tokens_per_step = static_cast<double>(s.tokens_per_step());
   std::printf("plan for %s\n", recipe.source.c_str());

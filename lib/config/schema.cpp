@@ -810,9 +810,12 @@ void add_preference_fields(std::vector<FieldSpec>& f) {
                           "dpo with loss robust, simpo: the probability that a pair's preference is flipped"));
   f.push_back(enum_field(KEY(train.preference.reference),
                          EnumTable<PreferenceReference>{{"auto", PreferenceReference::kAuto},
-                                                        {"model", PreferenceReference::kModel}},
+                                                        {"model", PreferenceReference::kModel},
+                                                        {"precomputed", PreferenceReference::kPrecomputed}},
                          "dpo: the reference model; auto = the base with the LoRA adapters off under model.lora (no "
-                         "second model), else a frozen copy of the starting weights; model = that copy even under LoRA")
+                         "second model), else a frozen copy of the starting weights; model = that copy even under "
+                         "LoRA; precomputed = auto's log-probabilities of every pair, computed once before training "
+                         "and stored in the run's reference_logps/ (no reference forward per step, the copy freed)")
                   .resume(ResumePolicy::kRefused));
   f.push_back(float_field(KEY(train.preference.simpo_gamma), FloatRange{0},
                           "simpo: the target reward margin gamma (TRL's simpo_gamma)"));

@@ -187,8 +187,9 @@ enum class TrainObjective { kCausalLm, kDpo, kOrpo, kSimpo };
 // DPO's loss of the reward margin (TRL's loss_type): sigmoid (DPO), ipo, hinge (SLiC), robust (rDPO).
 enum class PreferenceLoss { kSigmoid, kIpo, kHinge, kRobust };
 // Where DPO's reference log-probabilities come from: auto = the base with LoRA's adapters off under
-// model.lora, else a frozen copy of the starting weights; model = that frozen copy even under LoRA.
-enum class PreferenceReference { kAuto, kModel };
+// model.lora, else a frozen copy of the starting weights; model = that frozen copy even under LoRA;
+// precomputed = auto's, for every pair once before training, stored beside the run (the copy freed).
+enum class PreferenceReference { kAuto, kModel, kPrecomputed };
 
 // train.preference: the preference objectives' settings (objective/preference_loss.h), TRL's
 // meanings; each objective reads only its own (objective/objectives.h says which).

@@ -22,6 +22,8 @@
 
 namespace gputrain {
 
+class PreferencePairs;
+
 struct Batch {
   torch::Tensor input;       // [B, T] int64
   torch::Tensor target;      // [B, T] int64, kIgnoreIndex where no loss is taken
@@ -34,6 +36,8 @@ struct Batch {
   // pairs' prompt + chosen completion, rows [pairs, 2 pairs) prompt + rejected; only completion
   // tokens are targets. 0 for other data.
   int64_t pairs = 0;
+  const PreferencePairs* pair_source = nullptr;  // preference: the pairs they are of
+  torch::Tensor pair_keys;                       // preference: which pairs, [pairs] int64 on the host
   torch::Tensor lengths;  // preference: each row's real tokens, prompt + completion, [2 pairs] int64
   // Filled by the step before the forward: the reference model's summed log-probability of each
   // row's completion, [2 pairs] float32 (train/reference_model.h); the step's units per

@@ -4,6 +4,7 @@
 #include <fstream>
 
 #include "util/atomic_file.h"
+#include "util/crc32c.h"
 #include "util/document_layout.h"
 #include "util/error.h"
 #include "util/ignore_index.h"
@@ -135,6 +136,13 @@ PreferencePair PreferencePairs::pair(int64_t i) const {
   return {{t, p}, {t + p, c}, {t + p + c, r}};
 }
 
+std::string PreferencePairs::data_crc32c() const {
+  Crc32c crc;
+  crc.update(tokens_->data(), tokens_->size());
+  crc.update(index_->data(), index_->size());
+  return crc.hex();
+}
+
 int64_t PreferencePairs::fill_window(uint64_t key, int64_t len, int64_t* out) const {
   const PreferencePair p = pair(static_cast<int64_t>(key));
   int64_t n = 0;
@@ -216,6 +224,9 @@ Batch preference_batch(const PreferencePairs& pairs, std::span<const uint64_t> k
   b.input = torch::zeros({shared ? P : 2 * P, T}, options);
   b.target = torch::full({2 * P, T}, kIgnoreIndex, options);
   b.pairs = P;
+  b.pair_source = &pairs;
+  b.pair_keys = torch::empty({P}, torch::kLong);
+  std::copy(keys.begin(), keys.end(), b.pair_keys.data_ptr<int64_t>());
   b.lengths = torch::zeros({2 * P}, torch::kLong);
   torch::Tensor positions, branches;
   if (shared) positions = torch::zeros({P, T}, options), branches = torch::zeros({P, T}, options);

@@ -76,6 +76,10 @@ class PreferencePairs : public WindowSource {
   PreferencePair pair(int64_t i) const;
   const PreferenceSidecar& info() const { return info_; }
   bool shared_prompt() const { return shared_prompt_; }
+  const std::string& path() const { return path_; }
+  // The CRC-32C of the token and index files: what a table of the pairs' reference
+  // log-probabilities records, to be read back only for the same pairs.
+  std::string data_crc32c() const;
 
  private:
   std::string path_;

@@ -18,7 +18,7 @@
 namespace gputrain {
 
 // A Batch member an objective reads. kPairs: preference pairs (Batch::pairs, lengths);
-// kReference: the reference model's log-probabilities (filled by the step: objective/preference_reference.h).
+// kReference: the reference model's log-probabilities (filled before the forward: train/reference_model.h).
 enum class BatchField { kInput, kTarget, kDocuments, kPairs, kReference };
 
 struct ObjectiveSpec {

@@ -1,6 +1,7 @@
 #include "train/reference_model.h"
 
 #include <algorithm>
+#include <stdexcept>
 
 #include "checkpoint/model_files.h"
 #include "checkpoint/stored_weights.h"
@@ -44,7 +45,7 @@ std::unique_ptr<ReferenceModel> ReferenceModel::make(const ObjectiveSpec& object
     return nullptr;
   // (pp and cp: refused for every preference objective by its recipe rules.)
   const ParallelSettings& p = s.parallel;
-  const bool adapters = s.model.lora.rank > 0 && s.train.preference.reference == PreferenceReference::kAuto;
+  const bool adapters = s.model.lora.rank > 0 && s.train.preference.reference != PreferenceReference::kModel;
   if (adapters) return std::unique_ptr<ReferenceModel>(new ReferenceModel(policy, nullptr, precision));
   if (p.tp > 1)
     refuse("parallel.tp", "is " + std::to_string(p.tp) + " and the reference is a frozen copy of the model");
@@ -54,7 +55,30 @@ std::unique_ptr<ReferenceModel> ReferenceModel::make(const ObjectiveSpec& object
       new ReferenceModel(policy, frozen_copy(s, precision.weight_dtype(), device), precision));
 }
 
+std::string ReferenceModel::describe() const {
+  const std::string what = copy_ || !was_.empty() ? "a frozen copy of the starting weights" : "the base, adapters off";
+  if (tables_.empty()) return what;
+  return "precomputed: " + (was_.empty() ? what : was_) + ", read from reference_logps/";
+}
+
+void ReferenceModel::use_tables(std::map<const PreferencePairs*, torch::Tensor> tables) {
+  tables_ = std::move(tables);
+  if (copy_) was_ = "a frozen copy of the starting weights";
+  copy_ = nullptr;  // (its weights go with the last handle)
+}
+
 void ReferenceModel::fill(std::vector<Batch>& batches) const {
+  for (Batch& b : batches) {
+    const auto table = tables_.find(b.pair_source);
+    if (b.reference_logps.defined() || table == tables_.end()) continue;
+    const torch::Tensor rows = table->second.index_select(0, b.pair_keys);  // [P, 2]
+    b.reference_logps = torch::cat({rows.select(1, 0), rows.select(1, 1)}).to(b.input.device());
+  }
+  const bool all_read = std::all_of(batches.begin(), batches.end(),
+                                    [](const Batch& b) { return b.reference_logps.defined() || b.pairs == 0; });
+  if (all_read) return;
+  if (!was_.empty())  // the copy is gone: only its tables remain
+    throw std::logic_error("reference: a batch of pairs without a precomputed table, and the frozen copy is freed");
   torch::NoGradGuard no_grad;
   AutocastGuard autocast = autocast_for(&precision_);
   Gpt model = copy_ ? copy_ : policy_;

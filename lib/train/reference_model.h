@@ -5,8 +5,12 @@
 //  - A full fine-tune (or reference: model): a frozen copy of the starting weights (model.init_from,
 //    or the seed's), built apart and never trained: no gradients, no optimizer state. On resume it
 //    is built from the start again, not from the checkpoint.
+//  - reference: precomputed: either of those once over every pair before training
+//    (train/reference_table.h); the steps then read the table, and a frozen copy is freed.
 #pragma once
+#include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "config/settings.h"
@@ -23,10 +27,14 @@ class ReferenceModel {
   // reference does not run under yet (a frozen copy under tp or on a 4-bit base).
   static std::unique_ptr<ReferenceModel> make(const ObjectiveSpec& objective, const Settings& s, Gpt policy,
                                               const Precision& precision, torch::Device device);
-  // Each batch's reference log-probabilities, computed where not yet there.
+  // Each batch's reference log-probabilities, computed where not yet there (read from its pairs'
+  // table where there is one).
   void fill(std::vector<Batch>& batches) const;
+  // From now on the reference log-probabilities of these pairs' batches come from their tables
+  // ([pairs, 2] float32: chosen, rejected); the frozen copy, if any, is freed.
+  void use_tables(std::map<const PreferencePairs*, torch::Tensor> tables);
   // summary.json / the log: where the reference comes from.
-  const char* describe() const { return copy_ ? "a frozen copy of the starting weights" : "the base, adapters off"; }
+  std::string describe() const;
 
  private:
   ReferenceModel(Gpt policy, Gpt copy, const Precision& precision)
@@ -34,6 +42,8 @@ class ReferenceModel {
   Gpt policy_;
   Gpt copy_;  // null: the policy with its adapters off
   const Precision& precision_;
+  std::map<const PreferencePairs*, torch::Tensor> tables_;
+  std::string was_;  // what the tables were computed with
 };
 
 }  // namespace gputrain

@@ -31,6 +31,7 @@
 #include "train/resume.h"
 #include "train/run_snapshot.h"
 #include "report/start_log.h"
+#include "train/reference_table.h"
 #include "train/step_graph.h"
 #include "train/trainer_phases.h"
 #include "report/weights_read_report.h"
@@ -182,10 +183,25 @@ void Trainer::build_optimizer() {
   passes_.emplace(*groups_, par_.gradients.get(), par_.pipeline.get(), model_, *precision_, objective_,
                   std::move(graph));
   reference_ = ReferenceModel::make(objective_, s_, model_, *precision_, plan_.device);
+  if (reference_ && s_.train.preference.reference == PreferenceReference::kPrecomputed) precompute_reference();
   if (reference_) passes_->set_batch_preparation([this](std::vector<Batch>& b) { reference_->fill(b); });
   if (reference_)
     spdlog::info("train.objective {}: the reference model is {}", objective_name(s_.train.objective),
                  reference_->describe());
+}
+
+// train.preference.reference: precomputed: every pair's reference log-probabilities once, before the
+// steps (train/reference_table.h), for the training and the evaluation pairs.
+void Trainer::precompute_reference() {
+  std::map<const PreferencePairs*, torch::Tensor> tables;
+  ReferenceTableOptions o{out_dir_ / "reference_logps",   "train",      s_.model.seq_len,
+                          s_.train.per_device_batch_size, plan_.device, plan_.lead};
+  tables[train_source_->preference()] = reference_table(*train_source_->preference(), *reference_, *groups_, o);
+  if (eval_source_ && eval_source_->preference()) {
+    o.name = "eval";
+    tables[eval_source_->preference()] = reference_table(*eval_source_->preference(), *reference_, *groups_, o);
+  }
+  reference_->use_tables(std::move(tables));
 }
 
 // A resumed run's optimizer state and loss scale into this rank's parts (checkpoint/rank_snapshot.h).
@@ -347,12 +363,15 @@ StepResult Trainer::step() {
     torch::manual_seed(mix_seed(static_cast<uint64_t>(s_.run.seed), static_cast<uint64_t>(groups_->coord().dp),
                                 static_cast<uint64_t>(t_.step)));
   std::vector<Batch> micro;
-  for (int64_t i = 0; i < s_.train.grad_accum_steps; ++i) {
-    micro.push_back(train_loader_->next());
-    if (poisoned_steps_.count(t_.step + 1)) poison_batch(micro.back(), s_.model.vocab_size, t_.step + 1);
-    if (batch_trace_) batch_trace_->record(t_.step + 1, i, micro.back());
-  }
+  for (int64_t i = 0; i < s_.train.grad_accum_steps; ++i) micro.push_back(train_loader_->next());
+  // What the objective needs beside the data (DPO's reference log-probabilities), from the batches as
+  // read: a poisoned batch (the spike guard's tests) is then one the reference did not see.
   passes_->prepare(micro);
+  for (int64_t i = 0; i < s_.train.grad_accum_steps; ++i) {
+    Batch& b = micro[static_cast<size_t>(i)];
+    if (poisoned_steps_.count(t_.step + 1)) poison_batch(b, s_.model.vocab_size, t_.step + 1);
+    if (batch_trace_) batch_trace_->record(t_.step + 1, i, b);
+  }
   // One all-reduce: the objective's units normalize the loss, the target tokens are the throughput.
   const ForwardBackward::Counts local = passes_->counts(micro);
   const std::vector<int64_t> counts = global_counts(*groups_, {local.units, local.targets, local.second});
@@ -360,7 +379,9 @@ StepResult Trainer::step() {
   const bool metrics = !objective_.metric_names.empty();
   for (Batch& b : micro) {
     if (counts[2] > 0) b.second_unit_weight = static_cast<double>(step_units) / static_cast<double>(counts[2]);
-    if (metrics) b.metric_sums = torch::zeros({static_cast<int64_t>(objective_.metric_names.size())}, torch::kDouble);
+    if (metrics)  // on the device: the losses add to them without a copy to the host
+      b.metric_sums = torch::zeros({static_cast<int64_t>(objective_.metric_names.size())},
+                                   torch::TensorOptions().dtype(torch::kDouble).device(plan_.device));
   }
   if (step_tokens == 0 && !warned_no_targets_) {  // chat data: windows of prompt text only
     warned_no_targets_ = true;

@@ -99,6 +99,7 @@ class Trainer {
   void build_model();
   void build_optimizer();
   void restore_state();
+  void precompute_reference();
   void choose_batch_split();
   void load_data();
   void log_start() const;

@@ -320,3 +320,81 @@ TEST_CASE("preference: the configs/ recipes validate and plan within the GPU mem
   REQUIRE(plan.exit_code == 0);
   CHECK_THAT(plan.output, Contains("| reference model | 7.9 |"));
 }
+
+TEST_CASE("preference: the loss-spike and NaN guards judge DPO's loss") {
+  const PreferenceData& d = data();
+  const std::string recipe = d.recipe("dpo");
+  TempDir out;
+  // Step 12's targets replaced by random ids after the reference saw the real ones: its log-ratios
+  // fall far below the steps before.
+  const std::vector<std::string> spike_sets = {"train.max_steps=14",   "train.per_device_batch_size=2",
+                                               "optim.lr=0.05",        "train.spike_policy=skip",
+                                               "train.spike_window=5", "train.spike_threshold=6"};
+  std::string command = "GPUTRAIN_POISON_STEPS=12 \"$GPUTRAIN\" run " + shell_quoted(recipe) + " --output-dir " +
+                        shell_quoted(out.file("spike"));
+  for (const std::string& s : spike_sets) command += " --set " + shell_quoted(s);
+  const CommandResult spiked = run_shell(command);
+  INFO(spiked.output);
+  REQUIRE(spiked.exit_code == 0);
+  CHECK_THAT(spiked.output, Contains("step 12"));
+  CHECK(read_jsonl(out.file("spike/metrics.jsonl")).back()["spike_skipped_steps"] == 1);
+
+  // A NaN in the starting weights: the policy's and the frozen reference's log-probabilities are NaN.
+  fs::copy(d.dir.file("base"), out.file("nan_base"), fs::copy_options::recursive);
+  const CommandResult poisoned = run_python({"-c",
+                                             "import sys, torch\n"
+                                             "from safetensors.torch import load_file, save_file\n"
+                                             "w = load_file(sys.argv[1])\n"
+                                             "w['model.layers.0.mlp.up_proj.weight'].view(-1)[7] = float('nan')\n"
+                                             "save_file(w, sys.argv[1], metadata={'format': 'pt'})\n",
+                                             out.file("nan_base/model.safetensors")});
+  INFO(poisoned.output);
+  REQUIRE(poisoned.exit_code == 0);
+  const CommandResult nan = run_recipe(recipe, out.file("nan"), {"model.init_from=" + out.file("nan_base")});
+  INFO(nan.output);
+  CHECK(nan.exit_code == 1);
+  CHECK_THAT(nan.output, Contains("step 1: loss nan"));
+  CHECK_THAT(nan.output, Contains("train.nan_policy: skip drops such steps"));
+}
+
+TEST_CASE("preference: reference: precomputed stores every pair's reference once, read back on resume") {
+  const PreferenceData& d = data();
+  const std::string recipe = d.recipe("dpo", "checkpoint: {every: 2}\n");
+  const std::vector<std::string> sets = {"train.max_steps=4", "train.per_device_batch_size=2"};
+  TempDir out;
+  REQUIRE(run_recipe(recipe, out.file("live"), sets).exit_code == 0);
+  const std::vector<std::string> precomputed = with(sets, {"train.preference.reference=precomputed"});
+  // Two steps, then the same folder continued to four: the table is computed once and read back.
+  const CommandResult first = run_recipe(recipe, out.file("pre"), with(precomputed, {"train.max_steps=2"}));
+  INFO(first.output);
+  REQUIRE(first.exit_code == 0);
+  CHECK_THAT(first.output, Contains("log-probabilities of 6 pairs computed once and stored in"));
+  CHECK_THAT(first.output, Contains("precomputed: a frozen copy of the starting weights"));
+  CHECK(fs::file_size(out.file("pre/reference_logps/train.bin")) == kPairCount * 2 * 4);
+  const CommandResult second = run_recipe(recipe, out.file("pre"), precomputed);
+  INFO(second.output);
+  REQUIRE(second.exit_code == 0);
+  CHECK_THAT(second.output, Contains("log-probabilities of 6 pairs read from"));
+  // The same numbers as the reference computed at every step.
+  check_same_steps(read_jsonl(out.file("pre/metrics.jsonl")),
+                   nlohmann::json(read_jsonl(out.file("live/metrics.jsonl"))));
+  // A table of other pairs (its checksum no longer theirs) is computed again, with a warning.
+  nlohmann::json facts = read_json(out.file("pre/reference_logps/train.json"));
+  facts["pairs_crc32c"] = "00000000";
+  write_file(out.file("pre/reference_logps/train.json"), facts.dump());
+  const CommandResult third = run_recipe(recipe, out.file("pre"), with(precomputed, {"train.max_steps=5"}));
+  INFO(third.output);
+  REQUIRE(third.exit_code == 0);
+  CHECK_THAT(third.output, Contains("holds the reference log-probabilities of other pairs"));
+  CHECK_THAT(third.output, Contains("computed once and stored"));
+  // Under LoRA: the base's, as the adapters-off reference gives them.
+  const std::vector<std::string> lora = {"model.lora.rank=4", "optim.lr=0.5", "train.max_steps=3"};
+  REQUIRE(run_recipe(recipe, out.file("lora_live"), lora).exit_code == 0);
+  const CommandResult lora_pre =
+      run_recipe(recipe, out.file("lora_pre"), with(lora, {"train.preference.reference=precomputed"}));
+  INFO(lora_pre.output);
+  REQUIRE(lora_pre.exit_code == 0);
+  CHECK_THAT(lora_pre.output, Contains("precomputed: the base, adapters off"));
+  check_same_steps(read_jsonl(out.file("lora_pre/metrics.jsonl")),
+                   nlohmann::json(read_jsonl(out.file("lora_live/metrics.jsonl"))));
+}
