@@ -27,6 +27,7 @@
 #include "parallel/world.h"
 #include "train/batch_finder.h"
 #include "train/full_evaluation.h"
+#include "train/objective_metrics.h"
 #include "train/lora_base_fingerprint.h"
 #include "train/resume.h"
 #include "train/run_snapshot.h"
@@ -178,6 +179,7 @@ void Trainer::build_optimizer() {
                  copies_.tensors, mib(static_cast<double>(copies_.bytes)));
   schedule_.emplace(s_.optim, s_.train.max_steps);
   objective_ = configured_objective(s_.train);
+  objective_metrics_.emplace(objective_);
   std::unique_ptr<StepGraph> graph =
       step_graph_for(s_.kernels.cuda_graphs, s_.run.device == "cpu", plan_.device, params_, objective_);
   passes_.emplace(*groups_, par_.gradients.get(), par_.pipeline.get(), model_, *precision_, objective_,
@@ -376,13 +378,9 @@ StepResult Trainer::step() {
   const ForwardBackward::Counts local = passes_->counts(micro);
   const std::vector<int64_t> counts = global_counts(*groups_, {local.units, local.targets, local.second});
   const int64_t step_units = counts[0], step_tokens = counts[1];
-  const bool metrics = !objective_.metric_names.empty();
-  for (Batch& b : micro) {
+  for (Batch& b : micro)
     if (counts[2] > 0) b.second_unit_weight = static_cast<double>(step_units) / static_cast<double>(counts[2]);
-    if (metrics)  // on the device: the losses add to them without a copy to the host
-      b.metric_sums = torch::zeros({static_cast<int64_t>(objective_.metric_names.size())},
-                                   torch::TensorOptions().dtype(torch::kDouble).device(plan_.device));
-  }
+  objective_metrics_->prepare(micro, plan_.device);
   if (step_tokens == 0 && !warned_no_targets_) {  // chat data: windows of prompt text only
     warned_no_targets_ = true;
     progress_->finish();
@@ -445,13 +443,7 @@ StepResult Trainer::step() {
   interval_.tokens += step_tokens;
   ++interval_.steps;
   interval_.loss = interval_.loss.defined() ? interval_.loss + r.loss : r.loss;
-  if (metrics) {
-    torch::Tensor sums = torch::zeros_like(micro.front().metric_sums);
-    for (const Batch& b : micro) sums += b.metric_sums;
-    sums = global_sums(*groups_, sums);
-    interval_.metric_sums = interval_.metric_sums.defined() ? interval_.metric_sums + sums : sums;
-    interval_.units += step_units;
-  }
+  objective_metrics_->add_step(micro, *groups_, step_units);
   return r;
 }
 
@@ -529,11 +521,7 @@ void Trainer::log_step(const StepResult& r, int64_t step, bool eval_now) {
   if (t_.spike_skipped_steps > 0) rec["spike_skipped_steps"] = t_.spike_skipped_steps;
   if (t_.spike_rollbacks > 0) rec["spike_rollbacks"] = t_.spike_rollbacks;
   moe_metrics_.add_to(rec, model_, *groups_);  // model.moe: balancing loss, dropped tokens (a collective)
-  if (interval_.metric_sums.defined())         // the objective's, per unit over the steps since the last line
-    for (size_t i = 0; i < objective_.metric_names.size(); ++i)
-      rec[objective_.metric_names[i]] = round_to(interval_.metric_sums[static_cast<int64_t>(i)].item<double>() /
-                                                     static_cast<double>(std::max<int64_t>(interval_.units, 1)),
-                                                 6);
+  objective_metrics_->write_line(rec);         // the objective's (preference: rewards/*), since the last line
   if (eval_now) rec["eval_loss"] = round_to(evaluate(), 6);
   if (eval_now) rec.update(eval_metrics_);
   if (metrics_) metrics_->write(rec);
@@ -555,16 +543,10 @@ double Trainer::evaluate() {
   // A captured step graph lends its memory pool, idle between replays (train/step_graph.h).
   passes_->run_in_step_memory(run);
   // The objective's metrics over the evaluation: each rank's share of the whole set, or the same batches.
-  eval_metrics_ = nlohmann::ordered_json::object();
-  if (const std::vector<double> sums = passes_->take_eval_metric_sums(); !sums.empty()) {
-    torch::Tensor t = torch::tensor(sums, torch::kDouble);
-    if (s_.train.eval_full) t = global_sums(*groups_, t.to(plan_.device)).cpu();
-    if (!s_.train.eval_full)
-      for (const Batch& b : eval_batches_) units += objective_.units(b);
-    for (size_t i = 0; i < sums.size(); ++i)
-      eval_metrics_["eval_" + objective_.metric_names[i]] =
-          round_to(t[static_cast<int64_t>(i)].item<double>() / static_cast<double>(std::max<int64_t>(units, 1)), 6);
-  }
+  if (!s_.train.eval_full)
+    for (const Batch& b : eval_batches_) units += objective_.units(b);
+  eval_metrics_ = objective_metrics_->evaluation(passes_->take_eval_metric_sums(), units,
+                                                 s_.train.eval_full ? groups_.get() : nullptr, plan_.device);
   if (!std::isfinite(l)) throw runtime_error("evaluation loss is not finite at step " + std::to_string(t_.step));
   t_.last_eval = l;
   progress_->finish();

@@ -33,6 +33,7 @@
 #include "train/batch_trace.h"
 #include "train/forward_backward.h"
 #include "train/nan_guard.h"
+#include "train/objective_metrics.h"
 #include "train/reference_model.h"
 #include "train/resume_source.h"
 #include "train/run_directories.h"
@@ -59,9 +60,6 @@ struct LogInterval {
   SteadyClock::time_point start = SteadyClock::now();
   int64_t tokens = 0, steps = 0;
   torch::Tensor loss;  // summed on the device; read at log steps only
-  // The objective's metric sums over every replica and the units they are over (ObjectiveSpec::metric_names).
-  torch::Tensor metric_sums;
-  int64_t units = 0;
 };
 
 // One training run, phase by phase: run() calls them in order.
@@ -144,9 +142,10 @@ class Trainer {
   std::unique_ptr<Optimizer> optimizer_;
   WeightCopies copies_;
   std::optional<LrSchedule> schedule_;
-  ObjectiveSpec objective_;                    // train.objective's, with the recipe's train.* settings
-  std::optional<ForwardBackward> passes_;      // the step's forward and backward, and evaluation's
-  std::unique_ptr<ReferenceModel> reference_;  // DPO's reference model (null: the objective has none)
+  ObjectiveSpec objective_;                            // train.objective's, with the recipe's train.* settings
+  std::optional<ForwardBackward> passes_;              // the step's forward and backward, and evaluation's
+  std::unique_ptr<ReferenceModel> reference_;          // DPO's reference model (null: the objective has none)
+  std::optional<ObjectiveMetrics> objective_metrics_;  // its metrics (preference: rewards/*) per line
 
   std::vector<Batch> eval_batches_;
   nlohmann::ordered_json
