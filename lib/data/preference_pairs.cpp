@@ -93,6 +93,11 @@ PreferencePairs::PreferencePairs(const std::string& bin_path, const ModelSetting
                      "(or val_pairs.bin) `gputrain data prepare --format preference` wrote");
   const std::string stem = bin_path.substr(0, bin_path.size() - 4);  // ".../train_pairs"
   const std::string fix = "prepare the pairs again with `gputrain data prepare --format preference`";
+  std::error_code ec;
+  if (!fs::is_regular_file(bin_path, ec))
+    throw data_error(key + ".path: '" + bin_path + "' does not exist\n    fix: prepare the pairs with `gputrain data " +
+                     "prepare FILES --format preference -o DIR` and name DIR/train_pairs.bin (relative paths are " +
+                     "relative to the recipe file)");
   info_ = PreferenceSidecar::from_json(parse_json_file(stem + ".json", "preference sidecar", fix), stem + ".json");
   tokens_ = std::make_unique<MappedFile>(bin_path);
   index_ = std::make_unique<MappedFile>(stem + ".idx");

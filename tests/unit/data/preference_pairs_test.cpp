@@ -62,7 +62,11 @@ TEST_CASE("preference pairs: written, read back, and batched as TRL's completion
   CHECK(s.lengths.equal(row({4, 6, 6, 5})));
   CHECK(s.target_count == b.target_count);
 
-  // Ids past model.vocab_size, a pair longer than model.seq_len + 1, a cut index: exit-2 errors.
+  // A file that is not there, ids past model.vocab_size, a pair longer than model.seq_len + 1, a cut index: exit-2
+  // errors.
+  CHECK_THAT(test::exit2_error_of([&] { PreferencePairs(dir.file("val_pairs.bin"), m, "data.eval"); }),
+             Contains("data.eval.path: '" + dir.file("val_pairs.bin") + "' does not exist") &&
+                 Contains("--format preference"));
   m.vocab_size = 200;
   CHECK_THAT(test::exit2_error_of([&] { PreferencePairs(dir.file("train_pairs.bin"), m, "data.train"); }),
              Contains("model.vocab_size to at least 300"));
