@@ -67,8 +67,7 @@ int print_plan(const CommonArgs& a, int world_size) {
   // A preference pair is two rows; DPO's frozen reference holds the weights once more (not under LoRA).
   const ObjectiveSpec objective = configured_objective(s.train);
   MemoryPlan p = plan_memory(s, s.train.per_device_batch_size * objective.rows_per_sample);
-  const bool reads_reference =
-      std::find(objective.fields.begin(), objective.fields.end(), BatchField::kReference) != objective.fields.end();
+  const bool reads_reference = objective.reads(BatchField::kReference);
   // (precomputed: the copy exists before the steps only, and is freed once its table is written.)
   const PreferenceReference r = s.train.preference.reference;
   if (reads_reference &&

@@ -66,8 +66,7 @@ std::optional<fs::path> run_folder(const fs::path& where, const InferenceModel& 
 // Pairs train only a preference objective, and windows of text only a next-token one.
 void check_objective_data(const ObjectiveSpec& objective, const DataSourceSettings& d) {
   const bool pairs = d.format == DataFormat::kPreference;
-  const bool reads_pairs =
-      std::find(objective.fields.begin(), objective.fields.end(), BatchField::kPairs) != objective.fields.end();
+  const bool reads_pairs = objective.reads(BatchField::kPairs);
   if (pairs != reads_pairs)
     throw usage_error(
         "the model was trained with train.objective: " + objective_name(objective.name) + ", and " +

@@ -101,13 +101,13 @@ Batch window_batch(const WindowSource& source, std::span<const uint64_t> keys, i
   return b;
 }
 
-Batch BatchLoader::to_device(Batch b) const {
-  if (opts_.device.is_cpu()) return b;
+Batch batch_on(Batch b, torch::Device device) {
+  if (device.is_cpu()) return b;
   const bool async = b.input.is_pinned();
-  b.input = b.input.to(opts_.device, /*non_blocking=*/async);
-  b.target = b.target.to(opts_.device, /*non_blocking=*/async);
-  b.token_layout = b.token_layout.to(opts_.device);
-  if (b.lengths.defined()) b.lengths = b.lengths.to(opts_.device);
+  b.input = b.input.to(device, /*non_blocking=*/async);
+  b.target = b.target.to(device, /*non_blocking=*/async);
+  b.token_layout = b.token_layout.to(device);
+  if (b.lengths.defined()) b.lengths = b.lengths.to(device);
   return b;
 }
 
@@ -134,7 +134,7 @@ void BatchLoader::worker_loop() {
 }
 
 Batch BatchLoader::next() {
-  if (workers_.empty()) return to_device(make_host_batch(next_index_++));
+  if (workers_.empty()) return batch_on(make_host_batch(next_index_++), opts_.device);
   Batch b;
   {
     std::unique_lock<std::mutex> lock(mu_);
@@ -146,7 +146,7 @@ Batch BatchLoader::next() {
     ++next_index_;
   }
   cv_.notify_all();  // a slot opened
-  return to_device(std::move(b));
+  return batch_on(std::move(b), opts_.device);
 }
 
 }  // namespace gputrain

@@ -83,6 +83,9 @@ LoaderOptions loader_options(const Settings& s, const DataSourceSettings& d, tor
 // whole-dataset evaluation reads.
 Batch window_batch(const WindowSource& source, std::span<const uint64_t> keys, int64_t T, DocumentOptions documents,
                    torch::TensorOptions options = torch::kLong);
+// `b` with its tensors on `device` (asynchronously from page-locked memory): what the loader, whole-set
+// evaluation and the reference table hand the model.
+Batch batch_on(Batch b, torch::Device device);
 
 class BatchLoader {
  public:
@@ -101,7 +104,6 @@ class BatchLoader {
 
  private:
   void worker_loop();
-  Batch to_device(Batch b) const;
 
   const WindowSource& source_;
   const WindowSampler& sampler_;

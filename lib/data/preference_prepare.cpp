@@ -19,18 +19,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-void check_preference_options(const PrepareOptions& o) {
-  if (o.inputs.empty()) throw usage_error("data prepare needs at least one input file\n    fix: pass --input FILE");
-  if (o.output_dir.empty()) throw usage_error("data prepare needs an output directory\n    fix: pass --output DIR");
-  if (!(o.val_fraction >= 0.0 && o.val_fraction < 1.0))
-    throw usage_error("--val-fraction must be in [0, 1), got " + std::to_string(o.val_fraction));
-  if (o.max_length < 0 || o.max_prompt_length < 0)
-    throw usage_error("--max-length and --max-prompt-length must be 0 (no limit) or more");
-  if (o.max_length > 0 && o.max_prompt_length >= o.max_length)
-    throw usage_error("--max-prompt-length (" + std::to_string(o.max_prompt_length) + ") must be below --max-length (" +
-                      std::to_string(o.max_length) + "), or no completion token would be left");
-}
-
 // Calls `row(json, place)` for every row of every input, in order; `place` is "file:line" for
 // plain JSONL, "file: row N" for streamed inputs.
 void for_each_row(const std::vector<std::string>& inputs,
@@ -67,7 +55,6 @@ void for_each_row(const std::vector<std::string>& inputs,
 
 PrepareResult prepare_preference_pairs(const PrepareOptions& o) {
   const auto t0 = std::chrono::steady_clock::now();
-  check_preference_options(o);
   for (const auto& path : o.inputs) {
     std::error_code ec;
     if (!fs::is_directory(path, ec) && !is_streamed_input(path) && !path.ends_with(".jsonl") &&

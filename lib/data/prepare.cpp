@@ -296,9 +296,14 @@ void check_options(const PrepareOptions& o) {
     throw usage_error("--shard-tokens must be in [1, 2^31 - 1], got " + std::to_string(o.shard_tokens));
   if (o.output_dir.empty()) throw usage_error("data prepare needs an output directory\n    fix: pass --output DIR");
   if (o.text_key.empty()) throw usage_error("--text-key must not be empty");
-  if (!o.chat && (!o.chat_template.empty() || !o.chat_date.empty() || o.skip_bad_rows))
+  if (!o.chat && !o.preference && (!o.chat_template.empty() || !o.chat_date.empty() || o.skip_bad_rows))
     throw usage_error(
         "--chat-template, --chat-date and --skip-bad-rows apply to chat rows\n    fix: add --format chat");
+  if (o.max_length < 0 || o.max_prompt_length < 0)
+    throw usage_error("--max-length and --max-prompt-length must be 0 (no limit) or more");
+  if (o.max_length > 0 && o.max_prompt_length >= o.max_length)
+    throw usage_error("--max-prompt-length (" + std::to_string(o.max_prompt_length) + ") must be below --max-length (" +
+                      std::to_string(o.max_length) + "), or no completion token would be left");
 }
 
 }  // namespace
@@ -480,9 +485,9 @@ ShardInfo shard_info(const Tokenizer& t, const PrepareOptions& o) {
 }  // namespace
 
 PrepareResult prepare_dataset(const PrepareOptions& o) {
+  check_options(o);
   if (o.preference) return prepare_preference_pairs(o);
   const auto t0 = Clock::now();
-  check_options(o);
   // Parquet, Arrow and compressed inputs are read front to back (document_stream.h); then all are.
   const bool streaming = std::any_of(o.inputs.begin(), o.inputs.end(), is_streamed_input);
   int64_t total = 0;

@@ -77,7 +77,7 @@ PrepareResult prepare_dataset(const PrepareOptions& o);
 // with an earlier dataset unless o.overwrite says to replace it.
 DirectoryLock prepare_output(const PrepareOptions& o);
 
-// --format preference (data/preference_prepare.cpp).
+// --format preference (data/preference_prepare.cpp), its options checked by prepare_dataset.
 PrepareResult prepare_preference_pairs(const PrepareOptions& o);
 
 }  // namespace gputrain

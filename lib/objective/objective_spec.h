@@ -6,6 +6,7 @@
 #pragma once
 #include <torch/types.h>
 
+#include <algorithm>
 #include <functional>
 #include <string>
 #include <vector>
@@ -52,6 +53,9 @@ struct ObjectiveSpec {
   std::vector<std::string> metric_names;
   // The objective's own recipe checks beyond the keys it reads (null: none).
   std::function<std::vector<OptimizerProblem>(const TrainSettings&)> check;
+
+  // Whether every micro-batch must carry `f` (one of `fields`).
+  bool reads(BatchField f) const { return std::find(fields.begin(), fields.end(), f) != fields.end(); }
 };
 
 }  // namespace gputrain

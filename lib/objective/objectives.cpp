@@ -64,7 +64,7 @@ class SpecObjectiveRules : public ObjectiveRules {
         problems.push_back({f.path, "has no effect with train.objective: " + name,
                             "remove it, or choose an objective that reads it (" + readers + ")", true});
     }
-    const bool pairs = std::find(chosen.fields.begin(), chosen.fields.end(), BatchField::kPairs) != chosen.fields.end();
+    const bool pairs = chosen.reads(BatchField::kPairs);
     if (s.parallel.pp > 1 && !chosen.stream_loss_sum)
       problems.push_back({"parallel.pp", "train.objective " + name + " does not run under a pipeline yet",
                           "use data parallelism (parallel.dp, ZeRO) for " + name + ", or parallel.pp: 1", true});

@@ -19,6 +19,8 @@ struct RowLogps {
   torch::Tensor logits;  // [2P, T, V]
   torch::Tensor sums;
   torch::Tensor completion_tokens;
+  // The mean log-probability per completion token (ORPO's and SimPO's "average_log_prob").
+  torch::Tensor per_token() const { return sums / completion_tokens.clamp_min(1); }
 };
 RowLogps row_logps(Gpt& model, const Batch& b);
 // The same sums from logits already computed (the reference pass): target row r reads logits row r

@@ -16,7 +16,7 @@ ObjectiveSpec simpo_objective(const PreferenceSettings& p) {
       [p](Gpt& model, const Batch& b) {
         const RowLogps policy = row_logps(model, b);
         const int64_t P = b.pairs;
-        const torch::Tensor mean_logps = policy.sums / policy.completion_tokens.clamp_min(1);
+        const torch::Tensor mean_logps = policy.per_token();
         const torch::Tensor chosen = chosen_half(mean_logps, P), rejected = rejected_half(mean_logps, P);
         const torch::Tensor margin = p.beta * (chosen - rejected) - p.simpo_gamma;
         const double e = p.label_smoothing;

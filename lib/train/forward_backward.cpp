@@ -72,20 +72,19 @@ double ForwardBackward::evaluate(const std::vector<Batch>& given) {
                              static_cast<double>(std::max<int64_t>(objective_.second_units(b), 1));
     if (metrics > 0) b.metric_sums = torch::zeros({metrics}, torch::kDouble);
   }
-  // (A pipeline or context parallelism: refused for objectives with metrics by their recipe rules.)
-  if (metrics > 0 && !pipeline_ && !groups_.cp()) {
+  Communicator* cp = groups_.cp();
+  const std::vector<Batch> mine = cp ? context_parts(batches, *cp) : batches;
+  // (The pipeline's evaluation sums over the world, the cp ranks' chunks included. Objectives with
+  // metrics refuse a pipeline and cp in their recipe rules.)
+  if (pipeline_) return pipeline_->evaluate(model_, objective_, mine, precision_);
+  if (!cp) {
     const double loss = gputrain::evaluate(model_, batches, &precision_, objective_);
-    eval_metric_sums_.resize(static_cast<size_t>(metrics), 0.0);
+    if (metrics > 0) eval_metric_sums_.resize(static_cast<size_t>(metrics), 0.0);
     for (const Batch& b : batches)
       for (int64_t i = 0; i < metrics; ++i)
         eval_metric_sums_[static_cast<size_t>(i)] += b.metric_sums[i].item<double>();
     return loss;
   }
-  Communicator* cp = groups_.cp();
-  const std::vector<Batch> mine = cp ? context_parts(batches, *cp) : batches;
-  // (The pipeline's evaluation sums over the world, the cp ranks' chunks included.)
-  if (pipeline_) return pipeline_->evaluate(model_, objective_, mine, precision_);
-  if (!cp) return gputrain::evaluate(model_, batches, &precision_, objective_);
   const LossSum part = evaluate_sum(model_, mine, &precision_, objective_);
   torch::Tensor sum = torch::tensor({part.loss, static_cast<double>(part.targets)}, torch::kDouble);
   cp->all_reduce_sum_now(sum, "sum of the context-parallel chunks' evaluation loss");

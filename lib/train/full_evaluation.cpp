@@ -55,10 +55,7 @@ EvalTotals evaluate_windows(const WindowSource& source, int64_t seq_len, int64_t
     if (keys.empty()) return;
     Batch b = window_batch(source, keys, seq_len, documents);
     if (tokenizer) totals.bytes += target_bytes(b, *tokenizer);
-    b.input = b.input.to(device);
-    b.target = b.target.to(device);
-    b.token_layout = b.token_layout.to(device);
-    if (b.lengths.defined()) b.lengths = b.lengths.to(device);
+    b = batch_on(std::move(b), device);
     totals.loss_sum += b.target_count > 0 ? loss_sum(b) : 0.0;
     totals.targets += b.target_count;
     totals.units += b.target_count > 0 ? units(b) : 0;

@@ -41,8 +41,7 @@ Gpt frozen_copy(const Settings& s, torch::ScalarType dtype, torch::Device device
 
 std::unique_ptr<ReferenceModel> ReferenceModel::make(const ObjectiveSpec& objective, const Settings& s, Gpt policy,
                                                      const Precision& precision, torch::Device device) {
-  if (std::find(objective.fields.begin(), objective.fields.end(), BatchField::kReference) == objective.fields.end())
-    return nullptr;
+  if (!objective.reads(BatchField::kReference)) return nullptr;
   // (pp and cp: refused for every preference objective by its recipe rules.)
   const ParallelSettings& p = s.parallel;
   const bool adapters = s.model.lora.rank > 0 && s.train.preference.reference != PreferenceReference::kModel;

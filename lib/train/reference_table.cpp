@@ -73,10 +73,7 @@ torch::Tensor reference_table(const PreferencePairs& pairs, const ReferenceModel
   for (int64_t first = replica * o.batch; first < n; first += replicas * o.batch) {
     std::vector<uint64_t> keys;
     for (int64_t k = first; k < std::min(first + o.batch, n); ++k) keys.push_back(static_cast<uint64_t>(k));
-    Batch b = preference_batch(pairs, keys, o.seq_len);
-    b.input = b.input.to(o.device), b.target = b.target.to(o.device), b.lengths = b.lengths.to(o.device);
-    b.token_layout = b.token_layout.to(o.device);
-    std::vector<Batch> one = {b};
+    std::vector<Batch> one = {batch_on(preference_batch(pairs, keys, o.seq_len), o.device)};
     live.fill(one);
     const auto P = static_cast<int64_t>(keys.size());
     const torch::Tensor logps = one[0].reference_logps.to(o.device).view({2, P}).t();
