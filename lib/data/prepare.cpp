@@ -299,6 +299,10 @@ void check_options(const PrepareOptions& o) {
   if (!o.chat && !o.preference && (!o.chat_template.empty() || !o.chat_date.empty() || o.skip_bad_rows))
     throw usage_error(
         "--chat-template, --chat-date and --skip-bad-rows apply to chat rows\n    fix: add --format chat");
+  if (!o.preference && (o.max_length != 0 || o.max_prompt_length != 0))
+    throw usage_error(
+        "--max-length and --max-prompt-length truncate preference pairs\n    fix: add --format preference, "
+        "or drop them (text is cut into windows of model.seq_len when it trains)");
   if (o.max_length < 0 || o.max_prompt_length < 0)
     throw usage_error("--max-length and --max-prompt-length must be 0 (no limit) or more");
   if (o.max_length > 0 && o.max_prompt_length >= o.max_length)

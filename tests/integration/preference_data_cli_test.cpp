@@ -208,7 +208,12 @@ TEST_CASE("preference data: a bad row stops with exit 2 naming file:line and the
     CHECK_THAT(skipped.output, Contains("skipped 1 bad row(s)"));
     CHECK(read_pairs(dir.file("out")).prompt.size() == 2);
   }
-  // Text that is not JSONL, and pairs over another tokenizer's ids, stop too.
+  // --max-length truncates pairs only: with text it is refused, not ignored.
+  const CommandResult text_cut = run_gputrain({"data", "prepare", dir.file("bad.jsonl"), "-o", dir.file("text"),
+                                               "--tokenizer", "bytes", "--input-format", "text", "--max-length", "8"});
+  CHECK(text_cut.exit_code == 2);
+  CHECK_THAT(text_cut.output, Contains("--max-length and --max-prompt-length truncate preference pairs"));
+  // Text that is not JSONL stops too.
   write_file(dir.file("notes.txt"), "hello\n");
   const CommandResult text = prepare({dir.file("notes.txt")}, dir.file("out2"));
   CHECK(text.exit_code == 2);
