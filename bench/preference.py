@@ -12,7 +12,8 @@ reference larger for the chosen answer).
 
 Memory: the peak resident set (wait4's ru_maxrss, from outside) of a short LoRA run of a larger GPT
 with SimPO (no reference), DPO with the adapters-off reference (reference: auto), and DPO with a frozen
-copy (reference: model).
+copy (reference: model); and each rank's of a 2-rank full fine-tune, SimPO against DPO's frozen copy
+under ZeRO-2 (whole on each rank) and ZeRO-3 (its rows spread as the policy's).
 
 Speed: pairs per second with each prompt computed once (data.*.shared_prompt, one row a pair)
 against twice (TRL's two rows), for prompts 4x as long as each completion; each mode's seq_len the
@@ -136,6 +137,30 @@ def reference_memory(binary, tmp, train, held_out, d, layers, steps):
         print(f"| {name} | {mb:.1f} | {mb - rows[0][1]:+.1f} |")
 
 
+def zero3_reference_memory(binary, tmp, train, held_out, d, layers):
+    """Each rank's peak resident set (VmHWM read from /proc at the failpoint train.done, bench/rank_memory.py)
+    of a 2-rank full fine-tune: SimPO (no reference) against DPO's frozen copy, under ZeRO-2 (the copy
+    whole on each rank) and ZeRO-3 (the copy's rows spread as the policy's)."""
+    from rank_memory import measure
+    rows = []
+    for zero in (2, 3):
+        for name, objective in (("SimPO (no reference)", "simpo"), ("DPO, a frozen copy (reference: auto)", "dpo")):
+            out = os.path.join(tmp, f"zero{zero}_{objective}")
+            sets = [f"parallel.zero={zero}", "train.max_steps=3", "checkpoint.every=0", "checkpoint.at_end=false",
+                    "optim.schedule.warmup_steps=0", "data.eval.format=none", "train.per_device_batch_size=8"]
+            peak = measure(binary, recipe(tmp, objective, d, layers, train, held_out), 2, out, sets)[1]
+            rows.append((zero, name, peak))
+    weights_mb = json.load(open(os.path.join(tmp, "zero3_dpo", "summary.json")))["parameters"] * 4 / 2**20
+    print(f"\n**The frozen copy under ZeRO-3** (`bench/preference.py`; {provenance(binary)}): GPT d {d}, {layers} "
+          f"layers, full fine-tune on 2 ranks, 3 steps of 8 pairs per rank; each rank's peak resident set from "
+          f"/proc (VmHWM, the larger rank); the model's weights: {weights_mb:.1f} MiB, half of them {weights_mb / 2:.1f}\n")
+    print("| parallel.zero | run | peak RSS per rank (MiB) | over SimPO (MiB) |")
+    print("|---:|---|---:|---:|")
+    for zero, name, mb in rows:
+        base = next(m for z, n, m in rows if z == zero)
+        print(f"| {zero} | {name} | {mb:.1f} | {mb - base:+.1f} |")
+
+
 def longest_rows(pairs_bin):
     """The longest row of each layout: prompt + chosen + rejected, and prompt + the longer completion."""
     import struct
@@ -189,6 +214,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         train, held_out = convergence(binary, tmp, a.steps) if a.steps > 0 else memory_data(binary, tmp)
         reference_memory(binary, tmp, train, held_out, a.memory_d, a.memory_layers, 5)
+        zero3_reference_memory(binary, tmp, train, held_out, a.memory_d, a.memory_layers)
         if a.speed_steps > 0:
             shared_prompt_speed(binary, tmp, 512, 4, a.speed_steps)
 

@@ -119,7 +119,8 @@ std::optional<json> evaluate_dataset(const EvalCommandOptions& o) {
   reference_settings.model.quantize = {};
   reference_settings.parallel = {};
   const std::unique_ptr<ReferenceModel> reference =
-      ReferenceModel::make(objective, reference_settings, m.model, precision, device);
+      ReferenceModel::make(objective, reference_settings, m.model, precision, groups,
+                           ParallelizeOptions{reference_settings.parallel, CheckpointingPolicy::kNone, 2, device, {}});
   if (reference) passes.set_batch_preparation([&](std::vector<Batch>& b) { reference->fill(b); });
   const auto start = SteadyClock::now();
   EvalTotals t = evaluate_windows(

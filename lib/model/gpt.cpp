@@ -257,9 +257,28 @@ static torch::Tensor head_loss(GptImpl& m, const torch::Tensor& x, const torch::
   if (m.unit_hooks) m.unit_hooks->before_forward(unit);
   auto y = m.transformer->ln_f->add_forward(x, pending).second;
   torch::Tensor loss;
-  if (m.unit_hooks) loss = m.unit_hooks->head_loss_sum(y.reshape({-1, y.size(-1)}), targets.reshape({-1}));
-  if (!loss.defined()) loss = loss_of_logits(head_product(m, y), targets);
+  if (m.unit_hooks) loss = m.unit_hooks->head_token_losses(y.reshape({-1, y.size(-1)}), targets.reshape({-1}));
+  loss = loss.defined() ? loss.sum() : loss_of_logits(head_product(m, y), targets);
   return m.unit_hooks ? m.unit_hooks->after_forward(unit, {loss})[0] : loss;
+}
+
+// ln_f of the stream x + pending at flat positions [N] alone, the output head there, and each
+// target's log-probability [N] (fp32).
+static torch::Tensor head_logps_at(GptImpl& m, const torch::Tensor& x, const torch::Tensor& pending,
+                                   const torch::Tensor& positions, const torch::Tensor& targets) {
+  const int64_t unit = m.cfg.n_layer + 1;
+  if (m.unit_hooks) m.unit_hooks->before_forward(unit);
+  const auto pick = [&](const torch::Tensor& t) {
+    return t.defined() ? t.reshape({-1, t.size(-1)}).index_select(0, positions) : t;
+  };
+  const torch::Tensor y = m.transformer->ln_f->add_forward(pick(x), pick(pending)).second;
+  torch::Tensor losses;
+  if (m.unit_hooks) losses = m.unit_hooks->head_token_losses(y, targets);
+  if (!losses.defined())
+    losses =
+        at::cross_entropy_loss(head_product(m, y).to(torch::kFloat), targets, {}, at::Reduction::None, kIgnoreIndex);
+  const torch::Tensor logps = -losses;
+  return m.unit_hooks ? m.unit_hooks->after_forward(unit, {logps})[0] : logps;
 }
 
 torch::Tensor GptImpl::forward(const torch::Tensor& tokens, const DocumentLayout& documents) {
@@ -291,6 +310,17 @@ int64_t GptImpl::context_length() const {
 
 torch::Tensor GptImpl::head_loss_sum(const torch::Tensor& x, const torch::Tensor& targets) {
   return head_loss(*this, x, {}, targets);
+}
+
+torch::Tensor GptImpl::head_token_logps(const torch::Tensor& x, const torch::Tensor& positions,
+                                        const torch::Tensor& targets) {
+  return head_logps_at(*this, x, {}, positions, targets);
+}
+
+torch::Tensor GptImpl::token_logps(const torch::Tensor& tokens, const torch::Tensor& positions,
+                                   const torch::Tensor& targets, const DocumentLayout& documents) {
+  auto [x, pending] = run_blocks_deferred(*this, embed(tokens, documents), 0, cfg.n_layer, documents);
+  return head_logps_at(*this, x, pending, positions, targets);
 }
 
 torch::Tensor GptImpl::loss_sum(const torch::Tensor& tokens, const torch::Tensor& targets,

@@ -46,11 +46,11 @@ struct UnitHooks {
   virtual std::vector<torch::Tensor> after_forward(int64_t unit, std::vector<torch::Tensor> outputs) = 0;
   // Whoever keeps a vocabulary table in parts (its rows spread over ranks) may use it from them, never
   // installing it whole (between before_forward and after_forward of its unit): the embedding of
-  // tokens [B, T] -> [B, T, d_model]; the head's loss sum of y = ln_f(stream) [N, d_model] against
-  // targets [N]; the head's logits [N, padded vocab] (without gradients: throws under them).
-  // Undefined: the model uses the installed weights.
+  // tokens [B, T] -> [B, T, d_model]; the head's loss per target of y = ln_f(stream) [N, d_model]
+  // against targets [N] (-log-probability, 0 where ignored); the head's logits [N, padded vocab]
+  // (without gradients: throws under them). Undefined: the model uses the installed weights.
   virtual torch::Tensor embedding_lookup(const torch::Tensor& /*tokens*/) { return {}; }
-  virtual torch::Tensor head_loss_sum(const torch::Tensor& /*y*/, const torch::Tensor& /*targets*/) { return {}; }
+  virtual torch::Tensor head_token_losses(const torch::Tensor& /*y*/, const torch::Tensor& /*targets*/) { return {}; }
   virtual torch::Tensor head_logits(const torch::Tensor& /*y*/) { return {}; }
 };
 
@@ -150,6 +150,11 @@ struct GptImpl : torch::nn::Module {
   // callers can normalize by the token count of a whole accumulated step.
   torch::Tensor loss_sum(const torch::Tensor& tokens, const torch::Tensor& targets,
                          const DocumentLayout& documents = {});
+  // The log-probabilities of targets [N] at `positions` [N] (flat indices into tokens' B x T; one
+  // may repeat), [N] fp32 with gradients: ln_f and the output head run at those positions alone (a
+  // preference loss reads the completions' few tokens after long prompts).
+  torch::Tensor token_logps(const torch::Tensor& tokens, const torch::Tensor& positions, const torch::Tensor& targets,
+                            const DocumentLayout& documents = {});
   // Inference (no dropout, no gradients needed): logits [B, T, padded_vocab()] of tokens [B, T] at
   // positions cache.length.., seeing the earlier tokens through `cache`, which then holds these too.
   torch::Tensor forward_cached(const torch::Tensor& tokens, KvCache& cache);
@@ -165,6 +170,8 @@ struct GptImpl : torch::nn::Module {
   torch::Tensor embed(const torch::Tensor& tokens, const DocumentLayout& documents = {});
   torch::Tensor run_blocks(torch::Tensor x, int64_t first, int64_t last, const DocumentLayout& documents = {});
   torch::Tensor head_loss_sum(const torch::Tensor& x, const torch::Tensor& targets);
+  // token_logps from the last block's stream [B, T, d_model] (a pipeline's last stage).
+  torch::Tensor head_token_logps(const torch::Tensor& x, const torch::Tensor& positions, const torch::Tensor& targets);
 
   // Every parameter (LoRA's adapters included) to its initial value under init_seed
   // (model/initial_values.h): the same numbers any part of it gets where a process keeps only that part.

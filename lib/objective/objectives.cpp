@@ -73,11 +73,6 @@ class SpecObjectiveRules : public ObjectiveRules {
                           "splits each sequence over ranks, and " + name +
                               "'s loss is a nonlinearity of each whole sequence's sums, which are not gathered yet",
                           "use parallel.cp: 1 (pairs are short beside pretraining windows)", true});
-    if (s.parallel.zero >= 3 && pairs)
-      problems.push_back({"parallel.zero",
-                          "is 3, which keeps the output head in vocabulary parts, and " + name +
-                              " needs each sequence's log-probability, which those parts do not give yet",
-                          "use parallel.zero: 1 or 2 (with LoRA or QLoRA the frozen base is small beside them)", true});
     if (s.kernels.cuda_graphs && !chosen.metric_names.empty())
       problems.push_back({"kernels.cuda_graphs", "cannot capture " + name + "'s step with its reward metrics",
                           "set kernels.cuda_graphs: false", true});

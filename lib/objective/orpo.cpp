@@ -23,14 +23,13 @@ ObjectiveSpec orpo_objective(const PreferenceSettings& p) {
       2,
       [](const Batch& b) { return b.pairs; },
       [p](Gpt& model, const Batch& b) {
-        const RowLogps policy = row_logps(model, b);
+        const RowLogps policy = row_logps(model, b, chosen_sequence_targets(b));
         const int64_t P = b.pairs;
         const torch::Tensor mean_logps = policy.per_token();
         const torch::Tensor chosen = chosen_half(mean_logps, P), rejected = rejected_half(mean_logps, P);
         const torch::Tensor log_odds = (chosen - rejected) - (log1mexp(chosen) - log1mexp(rejected));
         add_reward_metrics(b, p.beta * chosen, p.beta * rejected, chosen, rejected);
-        return weighted_chosen_nll(b, policy.logits, chosen_sequence_targets(b)) -
-               p.beta * torch::log_sigmoid(log_odds).sum();
+        return policy.chosen_nll * b.second_unit_weight - p.beta * torch::log_sigmoid(log_odds).sum();
       },
       nullptr,
       {"train.preference.beta"},

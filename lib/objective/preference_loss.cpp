@@ -1,31 +1,42 @@
 #include "objective/preference_loss.h"
 
-#include "model/cross_entropy.h"
 #include "util/ignore_index.h"
 
 namespace gputrain {
 
-torch::Tensor summed_logps(const torch::Tensor& logits, const torch::Tensor& targets) {
-  // Row by row through the training loss's own cross-entropy (fp32 whatever the logits' dtype); a
-  // shared prompt's targets are twice the logits' rows (row r reads logits row r mod their count).
-  // Only the positions that hold a target: a prompt's positions (and a shared prompt's other
-  // completion) cost no log-softmax over the vocabulary.
-  std::vector<torch::Tensor> rows;
-  rows.reserve(static_cast<size_t>(targets.size(0)));
-  for (int64_t r = 0; r < targets.size(0); ++r) {
-    const torch::Tensor at = (targets[r] != kIgnoreIndex).nonzero().squeeze(1);
-    rows.push_back(-cross_entropy_sum(logits[r % logits.size(0)].index_select(0, at), targets[r].index_select(0, at),
-                                      kIgnoreIndex));
-  }
-  return torch::stack(rows);
+namespace {
+
+// Every target of `targets` [R, T] (not kIgnoreIndex): its row, its flat position in the logits'
+// `rows` x T (target row r reads logits row r mod rows) and its token.
+struct Picks {
+  torch::Tensor row, position, token;
+};
+Picks pick_targets(const torch::Tensor& targets, int64_t rows) {
+  const torch::Tensor at = (targets != kIgnoreIndex).nonzero();
+  const torch::Tensor r = at.select(1, 0), t = at.select(1, 1);
+  return {r, r.remainder(rows) * targets.size(1) + t, targets.index({r, t})};
 }
 
-RowLogps row_logps(Gpt& model, const Batch& b) {
+}  // namespace
+
+RowLogps row_logps(Gpt& model, const Batch& b, const torch::Tensor& chosen_targets) {
+  const torch::Device device = b.input.device();  // the compute device (data/loader.h batch_on)
+  const torch::Tensor targets = b.target.to(device);
+  const int64_t rows = b.input.size(0);
+  const Picks completions = pick_targets(targets, rows);
+  Picks chosen;
+  if (chosen_targets.defined()) chosen = pick_targets(chosen_targets.to(device), rows);
+  const auto both = [&](const torch::Tensor& a, const torch::Tensor& c) {
+    return c.defined() ? torch::cat({a, c}) : a;
+  };
+  // One head over both sets of positions (a chosen completion's appear in each: computed twice).
+  const torch::Tensor logps = model->token_logps(b.input, both(completions.position, chosen.position),
+                                                 both(completions.token, chosen.token), b.token_layout);
+  const int64_t n = completions.position.size(0);
   RowLogps out;
-  out.logits = model->forward(b.input, b.token_layout);
-  const torch::Tensor targets = b.target.to(out.logits.device());
-  out.sums = summed_logps(out.logits, targets);
+  out.sums = torch::zeros({targets.size(0)}, logps.options()).index_add(0, completions.row, logps.narrow(0, 0, n));
   out.completion_tokens = (targets != kIgnoreIndex).sum(1).to(torch::kFloat);
+  if (chosen_targets.defined()) out.chosen_nll = -logps.narrow(0, n, logps.size(0) - n).sum();
   return out;
 }
 
@@ -56,12 +67,5 @@ torch::Tensor chosen_sequence_targets(const Batch& b) {
 }
 
 int64_t target_tokens(const torch::Tensor& targets) { return (targets != kIgnoreIndex).sum().item<int64_t>(); }
-
-torch::Tensor weighted_chosen_nll(const Batch& b, const torch::Tensor& logits, const torch::Tensor& targets) {
-  const torch::Tensor chosen = chosen_half(logits, b.pairs);
-  const torch::Tensor nll =
-      cross_entropy_sum(chosen.reshape({-1, chosen.size(-1)}), targets.reshape({-1}), kIgnoreIndex);
-  return nll * b.second_unit_weight;
-}
 
 }  // namespace gputrain

@@ -12,20 +12,18 @@
 
 namespace gputrain {
 
-// One forward of b's rows: their logits and each target row's summed log-probability of its
-// targets (the completion), [2P] float32 with gradients; `completion_tokens` [2P] float32. (A shared
-// prompt's P rows give 2P target rows: data/preference_pairs.h.)
+// Each target row's summed log-probability of its targets (the completion), [2P] float32 with
+// gradients, from one forward of b's rows with the output head at target positions alone (a shared
+// prompt's P rows give 2P target rows: data/preference_pairs.h); `completion_tokens` [2P] float32.
+// `chosen_targets` (optional, [P, T] over the chosen rows): their summed next-token loss as well.
 struct RowLogps {
-  torch::Tensor logits;  // [2P, T, V]
   torch::Tensor sums;
   torch::Tensor completion_tokens;
+  torch::Tensor chosen_nll;  // undefined without chosen_targets
   // The mean log-probability per completion token (ORPO's and SimPO's "average_log_prob").
   torch::Tensor per_token() const { return sums / completion_tokens.clamp_min(1); }
 };
-RowLogps row_logps(Gpt& model, const Batch& b);
-// The same sums from logits already computed (the reference pass): target row r reads logits row r
-// mod the logits' rows.
-torch::Tensor summed_logps(const torch::Tensor& logits, const torch::Tensor& targets);
+RowLogps row_logps(Gpt& model, const Batch& b, const torch::Tensor& chosen_targets = {});
 
 // The chosen (first P) and rejected (last P) halves of a [2P] tensor.
 inline torch::Tensor chosen_half(const torch::Tensor& t, int64_t pairs) { return t.narrow(0, 0, pairs); }
@@ -39,10 +37,6 @@ const std::vector<std::string>& reward_metric_names();
 void add_reward_metrics(const Batch& b, const torch::Tensor& chosen_rewards, const torch::Tensor& rejected_rewards,
                         const torch::Tensor& chosen_logps, const torch::Tensor& rejected_logps);
 
-// The chosen rows' next-token loss summed over `targets` (ORPO: the whole sequence; SimPO's
-// sft_weight: the completion), weighted by b.second_unit_weight: a mean over the step's tokens as a
-// share of a loss summed over pairs.
-torch::Tensor weighted_chosen_nll(const Batch& b, const torch::Tensor& logits, const torch::Tensor& targets);
 // Whole-sequence targets of the chosen rows (every real token after the first), [P, T].
 torch::Tensor chosen_sequence_targets(const Batch& b);
 // How many targets a [rows, T] targets tensor holds (the second units of ORPO and SimPO).

@@ -22,9 +22,8 @@ ObjectiveSpec simpo_objective(const PreferenceSettings& p) {
         const double e = p.label_smoothing;
         torch::Tensor loss = (-(1 - e) * torch::log_sigmoid(margin) - e * torch::log_sigmoid(-margin)).sum();
         add_reward_metrics(b, p.beta * chosen, p.beta * rejected, chosen, rejected);
-        if (p.sft_weight > 0)
-          loss = loss + p.sft_weight *
-                            weighted_chosen_nll(b, policy.logits, chosen_half(b.target, P).to(policy.logits.device()));
+        // The chosen completions' next-token loss: their log-probabilities' sum, as a mean over the step's tokens.
+        if (p.sft_weight > 0) loss = loss - p.sft_weight * b.second_unit_weight * chosen_half(policy.sums, P).sum();
         return loss;
       },
       nullptr,

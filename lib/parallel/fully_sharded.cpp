@@ -368,9 +368,9 @@ void FullyShardedModel::before_backward(int64_t unit) {
   if (unit - 1 > 0 && units_[static_cast<size_t>(unit - 1)].awaits_backward) start_gather(unit - 1);
 }
 
-torch::Tensor FullyShardedModel::head_loss_sum(const torch::Tensor& y, const torch::Tensor& targets) {
+torch::Tensor FullyShardedModel::head_token_losses(const torch::Tensor& y, const torch::Tensor& targets) {
   if (!head_parts_) return {};
-  return sharded_head_loss_sum(y, params_[head_parts_->param].shard, targets, head_parts_->rows, kIgnoreIndex);
+  return sharded_head_token_losses(y, params_[head_parts_->param].shard, targets, head_parts_->rows, kIgnoreIndex);
 }
 
 torch::Tensor FullyShardedModel::head_logits(const torch::Tensor& y) {

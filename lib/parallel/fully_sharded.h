@@ -125,7 +125,7 @@ class FullyShardedModel : public UnitHooks {
   // UnitHooks
   void before_forward(int64_t unit) override;
   std::vector<torch::Tensor> after_forward(int64_t unit, std::vector<torch::Tensor> outputs) override;
-  torch::Tensor head_loss_sum(const torch::Tensor& y, const torch::Tensor& targets) override;
+  torch::Tensor head_token_losses(const torch::Tensor& y, const torch::Tensor& targets) override;
   torch::Tensor head_logits(const torch::Tensor& y) override;
   torch::Tensor embedding_lookup(const torch::Tensor& tokens) override;
   // Called by autograd before unit `unit`'s backward (maybe more than once): the units after it are

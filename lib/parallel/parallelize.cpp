@@ -121,12 +121,11 @@ int64_t quantize_held_base(Gpt& model, const std::vector<NamedTensor>& held, con
   return base.bytes;
 }
 
-}  // namespace
-
-ParallelModel parallelize(Gpt& model, const ProcessGroups& groups, const ParallelizeOptions& options,
-                          const PartReader* files) {
-  ParallelModel out;
-  RankShare& share = out.share;
+// Every step up to the weights' values (tp, cp, the stage, ep, checkpointing, ZeRO-3's rows), the same
+// for a trained model and a frozen one: what this rank holds goes to `share`. Built on meta: returns
+// what each part was filled from.
+std::unique_ptr<InitialParts> lay_out(Gpt& model, const ProcessGroups& groups, const ParallelizeOptions& options,
+                                      const PartReader* files, RankShare& share) {
   // Built on meta: the whole shapes, before this rank keeps its slices, say which elements it fills.
   std::unique_ptr<InitialParts> initial;
   if (model->built_on_meta()) initial = std::make_unique<InitialParts>(model, files);
@@ -148,14 +147,31 @@ ParallelModel parallelize(Gpt& model, const ProcessGroups& groups, const Paralle
   }
   if (fully_shards(groups, options)) shard_fully(model, groups, options, held, initial.get(), base_storage, share);
   else share.weights = std::move(held);
-  if (initial) {
-    share.initialized_bytes = initial->materialize(model, share.weights, options.device);
-    out.parts = std::make_unique<InitialParts>(initial->with_files(nullptr));  // `files` go with the build
-  }
-  out.gradients = std::make_unique<GradientReducer>(groups, options.parallel, share);
+  if (initial) share.initialized_bytes = initial->materialize(model, share.weights, options.device);
+  return initial;
+}
+
+}  // namespace
+
+ParallelModel parallelize(Gpt& model, const ProcessGroups& groups, const ParallelizeOptions& options,
+                          const PartReader* files) {
+  ParallelModel out;
+  const std::unique_ptr<InitialParts> initial = lay_out(model, groups, options, files, out.share);
+  if (initial) out.parts = std::make_unique<InitialParts>(initial->with_files(nullptr));  // `files` go with the build
+  out.gradients = std::make_unique<GradientReducer>(groups, options.parallel, out.share);
   if (groups.pp())
-    out.pipeline = std::make_unique<PipelineStages>(groups, options.parallel, options.device, share.layout.stages);
+    out.pipeline = std::make_unique<PipelineStages>(groups, options.parallel, options.device, out.share.layout.stages);
   return out;
+}
+
+RankShare parallelize_frozen(Gpt& model, const ProcessGroups& groups, ParallelizeOptions options,
+                             const PartReader* files) {
+  for (auto& p : model->parameters()) p.requires_grad_(false);
+  options.checkpointing = CheckpointingPolicy::kNone;  // no backward to recompute for
+  RankShare share;
+  lay_out(model, groups, options, files, share);
+  model->eval();
+  return share;
 }
 
 bool rereads_parts(const ParallelModel& par, const PartReader& files) {

@@ -51,6 +51,13 @@ struct ParallelModel {
 ParallelModel parallelize(Gpt& model, const ProcessGroups& groups, const ParallelizeOptions& options,
                           const PartReader* files = nullptr);
 
+// A frozen model laid out as the trained one (DPO's reference copy, train/reference_model.h): its tp
+// slices, experts and ZeRO-3 rows (gathered unit by unit in its forward), never gradients, a
+// reducer or optimizer state. Built on meta: filled from `files` (model.init_from) or the seed. In
+// evaluation mode; what this rank holds is returned (ZeRO-3's shards stay alive with the model's hooks).
+RankShare parallelize_frozen(Gpt& model, const ProcessGroups& groups, ParallelizeOptions options,
+                             const PartReader* files = nullptr);
+
 // A model built on meta: whether `files` (a checkpoint of this run) hold every weight this rank holds,
 // so that reread_parts can read this rank's parts of them again in place (a spike rollback), each
 // rank reading only its part. False where the model was built whole.

@@ -163,7 +163,7 @@ struct ShardedHeadLoss : torch::autograd::Function<ShardedHeadLoss> {
     ctx->saved_data["ignore_index"] = ignore_index;
     ctx->saved_data["dtype"] = static_cast<int64_t>(dtype);
     ctx->saved_data["y_dtype"] = static_cast<int64_t>(y.scalar_type());
-    return at::where(valid, lse - target_logit, 0.0).sum();
+    return at::where(valid, lse - target_logit, 0.0);
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
@@ -175,7 +175,7 @@ struct ShardedHeadLoss : torch::autograd::Function<ShardedHeadLoss> {
     const auto y_dtype = static_cast<torch::ScalarType>(ctx->saved_data["y_dtype"].toInt());
     c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
     const torch::Tensor valid = targets.ne(ctx->saved_data["ignore_index"].toInt());
-    // d loss / d logit = softmax - one-hot(target) on rows with a target, times the loss's gradient.
+    // d loss / d logit = softmax - one-hot(target) on rows with a target, times that row's loss's gradient.
     const torch::Tensor scale = valid.to(torch::kFloat) * grads[0].to(torch::kFloat);
     const bool weight_grad = ctx->needs_input_grad(1);
     torch::Tensor grad_y = torch::zeros(yc.sizes(), yc.options().dtype(torch::kFloat));
@@ -242,9 +242,15 @@ struct ShardedEmbedding : torch::autograd::Function<ShardedEmbedding> {
 
 }  // namespace
 
+torch::Tensor sharded_head_token_losses(const torch::Tensor& y, const torch::Tensor& shard,
+                                        const torch::Tensor& targets, const VocabularyRows& rows,
+                                        int64_t ignore_index) {
+  return ShardedHeadLoss::apply(y, shard, targets, &rows, ignore_index);
+}
+
 torch::Tensor sharded_head_loss_sum(const torch::Tensor& y, const torch::Tensor& shard, const torch::Tensor& targets,
                                     const VocabularyRows& rows, int64_t ignore_index) {
-  return ShardedHeadLoss::apply(y, shard, targets, &rows, ignore_index);
+  return sharded_head_token_losses(y, shard, targets, rows, ignore_index).sum();
 }
 
 torch::Tensor sharded_head_logits(const torch::Tensor& y, const torch::Tensor& shard, const VocabularyRows& rows) {

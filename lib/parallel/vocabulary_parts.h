@@ -30,8 +30,11 @@ struct VocabularyRows {
 // `shard` is this rank's rows of the table (a leaf): backward adds its gradient (this rank's rows of
 // the whole gradient, summed over the group) straight into shard.grad(), not through autograd.
 
-// Sum over targets != ignore_index of -log softmax(y W^T)[target], in fp32; y [N, d_model] on
-// `rows.compute`, computed in autocast's dtype where autocast is on (as a linear layer would).
+// -log softmax(y W^T)[target] per target [N] in fp32 (0 where ignore_index); y [N, d_model] on
+// `rows.compute`, computed in autocast's dtype where autocast is on (as a linear layer would). A
+// preference loss sums each sequence's apart; training's next-token loss, their sum.
+torch::Tensor sharded_head_token_losses(const torch::Tensor& y, const torch::Tensor& shard,
+                                        const torch::Tensor& targets, const VocabularyRows& rows, int64_t ignore_index);
 torch::Tensor sharded_head_loss_sum(const torch::Tensor& y, const torch::Tensor& shard, const torch::Tensor& targets,
                                     const VocabularyRows& rows, int64_t ignore_index);
 

@@ -7,7 +7,7 @@
 #include "checkpoint/stored_weights.h"
 #include "model/lora.h"
 #include "objective/preference_loss.h"
-#include "parallel/initial_parts.h"
+#include "parallel/parallelize.h"
 #include "util/error.h"
 #include "util/named_tensor.h"
 
@@ -15,54 +15,52 @@ namespace gputrain {
 
 namespace {
 
-void refuse(const std::string& key, const std::string& what) {
-  throw usage_error(
-      key + ": " + what +
-      ", and DPO's reference model does not run that way yet\n    fix: use data parallelism "
-      "(parallel.dp, ZeRO 1 or 2) or LoRA with DPO, or train.objective: orpo or simpo, which need no reference "
-      "(docs/preference.md)");
-}
-
-// The starting weights, built and filled apart from the policy: model.init_from's, or the seed's.
-Gpt frozen_copy(const Settings& s, torch::ScalarType dtype, torch::Device device) {
+// The starting weights, built and filled apart from the policy (model.init_from's, or the seed's) and
+// laid out as it: under tp each rank its slices, under ZeRO-3 its rows.
+Gpt frozen_copy(const Settings& s, torch::ScalarType dtype, const ProcessGroups& groups,
+                const ParallelizeOptions& options) {
   Gpt copy = build_model_on_meta(s, dtype);
-  std::vector<NamedTensor> held = module_weights(*copy), base;
-  for (const auto& w : held)
+  std::vector<NamedTensor> base;
+  for (const auto& w : module_weights(*copy))
     if (!is_lora_parameter(w.name)) base.push_back({w.name, w.tensor});
   const std::unique_ptr<StoredWeights> files =
       s.model.init_from.empty() ? nullptr : StoredWeights::init_from(s.model.init_from, s.model, base);
-  InitialParts(copy, files.get()).materialize(copy, held, device);
-  for (auto& p : copy->parameters()) p.requires_grad_(false);
-  copy->eval();
+  parallelize_frozen(copy, groups, options, files.get());
   return copy;
 }
 
 }  // namespace
 
 std::unique_ptr<ReferenceModel> ReferenceModel::make(const ObjectiveSpec& objective, const Settings& s, Gpt policy,
-                                                     const Precision& precision, torch::Device device) {
+                                                     const Precision& precision, const ProcessGroups& groups,
+                                                     const ParallelizeOptions& options) {
   if (!objective.reads(BatchField::kReference)) return nullptr;
   // (pp and cp: refused for every preference objective by its recipe rules.)
-  const ParallelSettings& p = s.parallel;
   const bool adapters = s.model.lora.rank > 0 && s.train.preference.reference != PreferenceReference::kModel;
   if (adapters) return std::unique_ptr<ReferenceModel>(new ReferenceModel(policy, nullptr, precision));
-  if (p.tp > 1)
-    refuse("parallel.tp", "is " + std::to_string(p.tp) + " and the reference is a frozen copy of the model");
   if (s.model.quantize.enabled())
-    refuse("train.preference.reference", "is model on a 4-bit base (model.quantize), whose copy is not built");
-  return std::unique_ptr<ReferenceModel>(
-      new ReferenceModel(policy, frozen_copy(s, precision.weight_dtype(), device), precision));
+    throw usage_error(
+        "train.preference.reference: is model on a 4-bit base (model.quantize), and DPO's frozen copy of a 4-bit "
+        "base is not built\n    fix: remove train.preference.reference (with LoRA the reference is the 4-bit base, "
+        "adapters off: no copy), or train.objective: orpo or simpo, which need no reference (docs/preference.md)");
+  std::string what = "a frozen copy of the starting weights";
+  if (groups.tp()) what += ", each rank its tp slices";
+  if (groups.dp() && s.parallel.zero == 3) what += ", each rank its ZeRO-3 rows";
+  auto reference = std::unique_ptr<ReferenceModel>(
+      new ReferenceModel(policy, frozen_copy(s, precision.weight_dtype(), groups, options), precision));
+  reference->copy_what_ = what;
+  return reference;
 }
 
 std::string ReferenceModel::describe() const {
-  const std::string what = copy_ || !was_.empty() ? "a frozen copy of the starting weights" : "the base, adapters off";
+  const std::string what = copy_ || !was_.empty() ? copy_what_ : "the base, adapters off";
   if (tables_.empty()) return what;
   return "precomputed: " + (was_.empty() ? what : was_) + ", read from reference_logps/";
 }
 
 void ReferenceModel::use_tables(std::map<const PreferencePairs*, torch::Tensor> tables) {
   tables_ = std::move(tables);
-  if (copy_) was_ = "a frozen copy of the starting weights";
+  if (copy_) was_ = copy_what_;
   copy_ = nullptr;  // (its weights go with the last handle)
 }
 
@@ -88,8 +86,7 @@ void ReferenceModel::fill(std::vector<Batch>& batches) const {
     if (!copy_) off.emplace(*policy_.ptr());
     for (Batch& b : batches) {
       if (b.reference_logps.defined() || b.pairs == 0) continue;
-      const torch::Tensor logits = model->forward(b.input, b.token_layout);
-      b.reference_logps = summed_logps(logits, b.target.to(logits.device())).detach().to(torch::kFloat);
+      b.reference_logps = row_logps(model, b).sums.detach().to(torch::kFloat);
     }
   }
   model->train(was_training);

@@ -3,8 +3,8 @@
 //  - LoRA (reference auto): the policy itself with its adapters off (model/lora.h AdaptersOff): the
 //    frozen base, 0 extra bytes.
 //  - A full fine-tune (or reference: model): a frozen copy of the starting weights (model.init_from,
-//    or the seed's), built apart and never trained: no gradients, no optimizer state. On resume it
-//    is built from the start again, not from the checkpoint.
+//    or the seed's), built apart and never trained: no gradients, no optimizer state; laid out as the
+//    policy (tp slices, ZeRO-3 rows). On resume it is built from the start again, not from the checkpoint.
 //  - reference: precomputed: either of those once over every pair before training
 //    (train/reference_table.h); the steps then read the table, and a frozen copy is freed.
 #pragma once
@@ -17,16 +17,19 @@
 #include "data/loader.h"
 #include "model/gpt.h"
 #include "objective/objective_spec.h"
+#include "parallel/parallelize.h"
 #include "precision/precision.h"
 
 namespace gputrain {
 
 class ReferenceModel {
  public:
-  // Null when `objective` reads no reference. Throws a usage Error naming the key for a layout the
-  // reference does not run under yet (a frozen copy under tp or on a 4-bit base).
+  // Null when `objective` reads no reference. A frozen copy is laid out over `groups` as the policy
+  // (parallel/parallelize.h parallelize_frozen). Throws a usage Error naming the key for a copy not
+  // built yet (of a 4-bit base).
   static std::unique_ptr<ReferenceModel> make(const ObjectiveSpec& objective, const Settings& s, Gpt policy,
-                                              const Precision& precision, torch::Device device);
+                                              const Precision& precision, const ProcessGroups& groups,
+                                              const ParallelizeOptions& options);
   // Each batch's reference log-probabilities, computed where not yet there (read from its pairs'
   // table where there is one).
   void fill(std::vector<Batch>& batches) const;
@@ -40,7 +43,8 @@ class ReferenceModel {
   ReferenceModel(Gpt policy, Gpt copy, const Precision& precision)
       : policy_(std::move(policy)), copy_(std::move(copy)), precision_(precision) {}
   Gpt policy_;
-  Gpt copy_;  // null: the policy with its adapters off
+  Gpt copy_;               // null: the policy with its adapters off
+  std::string copy_what_;  // the copy and its layout, for describe()
   const Precision& precision_;
   std::map<const PreferencePairs*, torch::Tensor> tables_;
   std::string was_;  // what the tables were computed with

@@ -66,18 +66,22 @@ torch::Tensor reference_table(const PreferencePairs& pairs, const ReferenceModel
     return *stored;
   }
   // Each replica its share of the pairs in batches (its tp ranks the same ones, as their forwards
-  // need); every entry is written by one replica, so the sum over them is the table.
+  // need); every entry is written by one replica, so the sum over them is the table. Every replica
+  // runs as many forwards (ZeRO-3's gathers are collectives): one past the end reruns pair 0 unkept.
   const int64_t n = pairs.window_count();
   const int64_t replicas = groups.dp() ? groups.dp()->size() : 1, replica = groups.coord().dp;
+  const int64_t rounds = (n + replicas * o.batch - 1) / (replicas * o.batch);
   torch::Tensor table = torch::zeros({n, 2}, torch::TensorOptions().dtype(torch::kFloat).device(o.device));
-  for (int64_t first = replica * o.batch; first < n; first += replicas * o.batch) {
+  for (int64_t round = 0; round < rounds; ++round) {
+    const int64_t first = (round * replicas + replica) * o.batch;
     std::vector<uint64_t> keys;
     for (int64_t k = first; k < std::min(first + o.batch, n); ++k) keys.push_back(static_cast<uint64_t>(k));
+    const bool kept = !keys.empty();
+    if (!kept) keys.push_back(0);
     std::vector<Batch> one = {batch_on(preference_batch(pairs, keys, o.seq_len), o.device)};
     live.fill(one);
     const auto P = static_cast<int64_t>(keys.size());
-    const torch::Tensor logps = one[0].reference_logps.to(o.device).view({2, P}).t();
-    table.narrow(0, first, P).copy_(logps);
+    if (kept) table.narrow(0, first, P).copy_(one[0].reference_logps.to(o.device).view({2, P}).t());
   }
   table = global_sums(groups, table.to(torch::kDouble)).to(torch::kFloat).cpu();
   if (o.lead) write_table(o, table, facts);
