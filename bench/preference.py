@@ -19,6 +19,9 @@ Speed: pairs per second with each prompt computed once (data.*.shared_prompt, on
 against twice (TRL's two rows), for prompts 4x as long as each completion; each mode's seq_len the
 longest row it needs.
 
+Packing: pairs per second padded against packed (data.train.pack_pairs), in both layouts, for
+prompts of varied length.
+
 Prints Markdown tables. Run: python3 bench/preference.py --binary build/gputrain
 """
 import argparse
@@ -202,6 +205,43 @@ def shared_prompt_speed(binary, tmp, d, layers, steps):
         print(f"| {name} | {seq} | {rate:.1f} | {rate / rows[0][2]:.2f}x |")
 
 
+def packing_speed(binary, tmp, d, layers, steps):
+    """Pairs per second with pairs padded to model.seq_len against packed (data.train.pack_pairs), in
+    both layouts, for prompts of varied length (10 to 110 words, as real preference sets vary)."""
+    words = ("the of and to in is was for on that with as by at from his her their which would "
+             "about river mountain city winter garden letter morning station window music").split()
+    rng = random.Random(1)
+    path = os.path.join(tmp, "varied.jsonl")
+    with open(path, "w") as f:
+        for n in range(512):
+            prompt = " ".join(rng.choice(words) for _ in range(rng.randint(10, 110))) + f" Is {n} even? Answer:"
+            answer = " ".join(rng.choice(words) for _ in range(14))
+            right, wrong = (" yes, " + answer, " no, " + answer) if n % 2 == 0 else (" no, " + answer, " yes, " + answer)
+            f.write(json.dumps({"prompt": prompt, "chosen": right, "rejected": wrong}) + "\n")
+    pairs = prepare(binary, path, os.path.join(tmp, "varied"))
+    one_row, two_rows = longest_rows(pairs)
+    rows = []
+    for layout, shared, longest in (("two rows a pair", "false", two_rows - 1), ("the prompt once", "true", one_row - 1)):
+        # Packed rows twice the longest: room for two or three pairs where padding took it.
+        for pack, seq in (("false", longest), ("true", longest), ("true", 2 * longest)):
+            out = os.path.join(tmp, f"pack_{shared}_{pack}_{seq}")
+            gputrain(binary, "run", recipe(tmp, "dpo", d, layers, pairs, pairs), "--output-dir", out, "--set",
+                     f"train.max_steps={steps}", "--set", "checkpoint.every=0", "--set",
+                     "optim.schedule.warmup_steps=0", "--set", f"data.train.shared_prompt={shared}", "--set",
+                     f"data.train.pack_pairs={pack}", "--set", f"model.seq_len={seq}", "--set", "data.eval.format=none",
+                     "--set", "train.per_device_batch_size=8")
+            summary = json.load(open(os.path.join(out, "summary.json")))
+            rows.append((layout, pack == "true", seq, steps * 8 / summary["train_s"]))
+    print(f"\n**Packed pairs** (`bench/preference.py`; {provenance(binary)}): DPO, GPT d {d}, {layers} layers, GPT-2's "
+          f"tokenizer; prompts of 10 to 110 words (varied), completions of about 17 tokens; 8 pairs a micro-batch, "
+          f"{steps} steps; model.seq_len the longest row of the layout, or twice it\n")
+    print("| layout | data.train.pack_pairs | seq_len | pairs/s | speed-up |")
+    print("|---|---|---:|---:|---:|")
+    for layout, packed, seq, rate in rows:
+        padded = next(r for l, p, _, r in rows if l == layout and not p)
+        print(f"| {layout} | {str(packed).lower()} | {seq} | {rate:.1f} | {rate / padded:.2f}x |")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--binary", default="build/gputrain", help="the gputrain executable")
@@ -209,14 +249,17 @@ def main():
     ap.add_argument("--memory-d", type=int, default=768, help="d_model of the memory runs' GPT")
     ap.add_argument("--memory-layers", type=int, default=8)
     ap.add_argument("--speed-steps", type=int, default=30, help="steps of each shared-prompt speed run (0: none)")
+    ap.add_argument("--speed-only", action="store_true", help="only the speed runs (shared prompt, packing)")
     a = ap.parse_args()
     binary = os.path.abspath(a.binary)
     with tempfile.TemporaryDirectory() as tmp:
-        train, held_out = convergence(binary, tmp, a.steps) if a.steps > 0 else memory_data(binary, tmp)
-        reference_memory(binary, tmp, train, held_out, a.memory_d, a.memory_layers, 5)
-        zero3_reference_memory(binary, tmp, train, held_out, a.memory_d, a.memory_layers)
+        if not a.speed_only:
+            train, held_out = convergence(binary, tmp, a.steps) if a.steps > 0 else memory_data(binary, tmp)
+            reference_memory(binary, tmp, train, held_out, a.memory_d, a.memory_layers, 5)
+            zero3_reference_memory(binary, tmp, train, held_out, a.memory_d, a.memory_layers)
         if a.speed_steps > 0:
             shared_prompt_speed(binary, tmp, 512, 4, a.speed_steps)
+            packing_speed(binary, tmp, 512, 4, a.speed_steps)
 
 
 if __name__ == "__main__":

@@ -555,6 +555,12 @@ void add_data_source(std::vector<FieldSpec>& f, const std::string& which) {
                   "chosen one, seeing the prompt and itself, its positions counting on from the prompt's end "
                   "(docs/preference.md, \"Batches\"); false = two rows, prompt + chosen and prompt + rejected, as TRL")
                   .resume(on_resume));
+  f.push_back(bool_field(
+                  p + "pack_pairs", [=](auto& s) -> auto& { return src(s).pack_pairs; },
+                  "preference: a micro-batch's pairs one after another in rows of model.seq_len, without padding "
+                  "between them, each seeing only itself (document attention); false = each pair (or each of its "
+                  "two rows) padded to model.seq_len (docs/preference.md, \"Batches\")")
+                  .resume(on_resume));
   f.push_back(
       auto_id_field(
           p + "eot_token", [=](auto& s) -> auto& { return src(s).eot_token; }, (1 << 24) - 1,

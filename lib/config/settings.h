@@ -162,6 +162,7 @@ struct DataSourceSettings {
   bool mask_document_boundaries = false;  // no loss on a prediction made from an end-of-document input
   bool document_attention = false;        // attention and positions stay inside each document
   bool shared_prompt = true;              // preference: one row a pair, the prompt computed once
+  bool pack_pairs = false;                // preference: pairs one after another in rows, no padding between
   int64_t eot_token = -1;                 // end-of-document id; -1 = auto (from the shards' sidecar)
   SyntheticSettings synthetic;
   // tokens: several sources sampled in proportion to their weights (instead of `paths`); the other

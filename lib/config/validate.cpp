@@ -136,6 +136,9 @@ void check_source(Checker& c, const DataSourceSettings& d, const std::string& wh
   if (!d.shared_prompt && d.format != DataFormat::kPreference)
     c.error(p + "shared_prompt", "applies to preference pairs, and format is not preference",
             "remove it, or use format: preference");
+  if (d.pack_pairs && d.format != DataFormat::kPreference)
+    c.error(p + "pack_pairs", "applies to preference pairs, and format is not preference",
+            "remove it (text packs with data.*.packing), or use format: preference");
   switch (d.format) {
     case DataFormat::kNone:
       if (which == "train") c.error(p + "format", "is none, but training needs data", "use synthetic, tokens or text");

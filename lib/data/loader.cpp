@@ -107,7 +107,8 @@ Batch batch_on(Batch b, torch::Device device) {
   b.input = b.input.to(device, /*non_blocking=*/async);
   b.target = b.target.to(device, /*non_blocking=*/async);
   b.token_layout = b.token_layout.to(device);
-  if (b.lengths.defined()) b.lengths = b.lengths.to(device);
+  for (torch::Tensor* t : {&b.lengths, &b.target_rows, &b.target_offsets})
+    if (t->defined()) *t = t->to(device);
   return b;
 }
 

@@ -32,13 +32,16 @@ struct Batch {
   // documents' offsets; under context parallelism (parallel/context_parallel.h context_part) the
   // positions of this rank's chunks, in their documents or in the window; else undefined.
   DocumentLayout token_layout;
-  // Preference pairs (data format preference, data/preference_pairs.h): rows [0, pairs) hold the
-  // pairs' prompt + chosen completion, rows [pairs, 2 pairs) prompt + rejected; only completion
-  // tokens are targets. 0 for other data.
+  // Preference pairs (data format preference, data/preference_pairs.h): target rows [0, pairs) are
+  // the chosen completions' next tokens, [pairs, 2 pairs) the rejected's (only completion tokens are
+  // targets), each over the input row target_rows names. 0 for other data.
   int64_t pairs = 0;
   const PreferencePairs* pair_source = nullptr;  // preference: the pairs they are of
   torch::Tensor pair_keys;                       // preference: which pairs, [pairs] int64 on the host
-  torch::Tensor lengths;  // preference: each row's real tokens, prompt + completion, [2 pairs] int64
+  torch::Tensor lengths;  // preference: each target row's real tokens, prompt + completion, [2 pairs] int64
+  // preference: the input row each target row's sequence is in, and its first position there, [2 pairs]
+  // int64 (data.*.pack_pairs puts several in a row; a shared prompt's two target rows read one).
+  torch::Tensor target_rows, target_offsets;
   // Filled by the step before the forward: the reference model's summed log-probability of each
   // row's completion, [2 pairs] float32 (train/reference_model.h); the step's units per
   // unit of an objective's second term over every replica (ObjectiveSpec::second_units: ORPO's NLL

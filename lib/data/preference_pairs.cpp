@@ -84,8 +84,8 @@ void PreferencePairWriter::finish() {
 }
 
 PreferencePairs::PreferencePairs(const std::string& bin_path, const ModelSettings& m, const std::string& key,
-                                 bool shared_prompt)
-    : path_(bin_path), shared_prompt_(shared_prompt) {
+                                 bool shared_prompt, bool pack)
+    : path_(bin_path), shared_prompt_(shared_prompt), pack_(pack) {
   const std::string suffix = "_pairs.bin";
   if (!bin_path.ends_with(suffix))
     throw data_error(key + ".path '" + bin_path +
@@ -164,54 +164,86 @@ std::string PreferencePairs::describe() const {
 
 namespace {
 
-// TRL's layout: row i prompt + chosen, row P + i prompt + rejected.
-void two_rows(Batch& b, const PreferencePair& p, int64_t i, int64_t P, int64_t T) {
-  int64_t* x = b.input.data_ptr<int64_t>();
-  int64_t* y = b.target.data_ptr<int64_t>();
-  int64_t* lengths = b.lengths.data_ptr<int64_t>();
-  for (int side = 0; side < 2; ++side) {
-    const int64_t row = i + side * P;
-    std::span<const uint32_t> completion = side == 0 ? p.chosen : p.rejected;
-    const auto prompt = static_cast<int64_t>(p.prompt.size());
-    const int64_t len = prompt + static_cast<int64_t>(completion.size());
-    lengths[row] = len;
-    auto token = [&](int64_t t) -> int64_t { return t < prompt ? p.prompt[t] : completion[t - prompt]; };
-    for (int64_t t = 0; t < std::min(len, T); ++t) x[row * T + t] = token(t);
-    // Position t predicts token t + 1; only completion tokens are targets.
-    for (int64_t t = std::max<int64_t>(prompt - 1, 0); t + 1 < len && t < T; ++t) {
-      y[row * T + t] = token(t + 1);
-      b.target_count += 1;
-    }
+// Where target row j's sequence sits: input row `row`, from position `offset` (its prompt's first
+// token; a shared prompt's two target rows sit at the same place).
+struct Place {
+  int64_t row = 0, offset = 0;
+};
+
+// The tokens target row j's sequence takes in an input row (a shared prompt's pair: all three parts).
+int64_t unit_length(const PreferencePair& p, bool shared, bool rejected) {
+  const auto n = static_cast<int64_t>(p.prompt.size());
+  if (shared) return n + static_cast<int64_t>(p.chosen.size() + p.rejected.size());
+  return n + static_cast<int64_t>(rejected ? p.rejected.size() : p.chosen.size());
+}
+
+// Each of the 2P target rows' places: a row each (shared: a row a pair), or under `pack` one after
+// another in rows of T tokens, a sequence going to the next row when it does not fit the current
+// one's rest (one of T + 1 tokens, whose last is only a target, only ever alone). Returns the rows.
+int64_t place_sequences(const std::vector<PreferencePair>& pairs, bool shared, bool pack, int64_t T,
+                        std::vector<Place>& places) {
+  const auto P = static_cast<int64_t>(pairs.size());
+  places.assign(static_cast<size_t>(2 * P), Place{});
+  int64_t row = -1, used = T;
+  for (int64_t j = 0; j < (shared ? P : 2 * P); ++j) {
+    const int64_t length = unit_length(pairs[static_cast<size_t>(j % P)], shared, j >= P);
+    if (!pack || used + length > T) ++row, used = 0;
+    places[static_cast<size_t>(j)] = {row, used};
+    if (shared) places[static_cast<size_t>(P + j)] = {row, used};
+    used += length;
+  }
+  return row + 1;
+}
+
+// TRL's layout: target row j (the chosen of pair j, then the rejected of pair j - P) reads
+// prompt + completion. `positions` (packed rows) get each token's place in its sequence.
+void sequence_unit(Batch& b, const PreferencePair& p, int64_t j, int64_t P, int64_t T, const Place& at,
+                   int64_t* positions) {
+  int64_t* x = b.input.data_ptr<int64_t>() + at.row * T;
+  int64_t* y = b.target.data_ptr<int64_t>() + j * T;
+  std::span<const uint32_t> completion = j < P ? p.chosen : p.rejected;
+  const auto prompt = static_cast<int64_t>(p.prompt.size());
+  const int64_t len = prompt + static_cast<int64_t>(completion.size());
+  b.lengths.data_ptr<int64_t>()[j] = len;
+  auto token = [&](int64_t t) -> int64_t { return t < prompt ? p.prompt[t] : completion[t - prompt]; };
+  for (int64_t t = 0; t < len && at.offset + t < T; ++t) {
+    x[at.offset + t] = token(t);
+    if (positions) positions[at.row * T + at.offset + t] = t;
+  }
+  // Position t predicts token t + 1; only completion tokens are targets.
+  for (int64_t t = std::max<int64_t>(prompt - 1, 0); t + 1 < len && at.offset + t < T; ++t) {
+    y[at.offset + t] = token(t + 1);
+    b.target_count += 1;
   }
 }
 
-// The shared prompt's layout: row i prompt, chosen, rejected; target rows i and P + i.
-void one_row(Batch& b, const PreferencePair& p, int64_t i, int64_t P, int64_t T, int64_t* positions,
-             int64_t* branches) {
-  int64_t* x = b.input.data_ptr<int64_t>() + i * T;
+// The shared prompt's layout: prompt, chosen, rejected from at.offset; target rows i and P + i.
+void shared_unit(Batch& b, const PreferencePair& p, int64_t i, int64_t P, int64_t T, const Place& at,
+                 int64_t* positions, int64_t* branches) {
+  int64_t* x = b.input.data_ptr<int64_t>() + at.row * T;
   int64_t* chosen_y = b.target.data_ptr<int64_t>() + i * T;
   int64_t* rejected_y = b.target.data_ptr<int64_t>() + (P + i) * T;
   const auto n = static_cast<int64_t>(p.prompt.size()), c = static_cast<int64_t>(p.chosen.size()),
              r = static_cast<int64_t>(p.rejected.size());
   b.lengths.data_ptr<int64_t>()[i] = n + c;
   b.lengths.data_ptr<int64_t>()[P + i] = n + r;
-  int64_t t = 0;  // (a row of T + 1 tokens: the last is only a target)
+  int64_t t = at.offset;  // (a row of T + 1 tokens: the last is only a target)
   auto put = [&](std::span<const uint32_t> tokens, int64_t first_position, int64_t branch) {
     for (size_t k = 0; k < tokens.size(); ++k, ++t)
       if (t < T)
-        x[t] = tokens[k], positions[i * T + t] = first_position + static_cast<int64_t>(k), branches[i * T + t] = branch;
+        x[t] = tokens[k], positions[at.row * T + t] = first_position + static_cast<int64_t>(k),
+        branches[at.row * T + t] = branch;
   };
   put(p.prompt, 0, 0);
   put(p.chosen, n, 1);
   put(p.rejected, n, 2);
-  for (int64_t k = 0; t + k < T; ++k) positions[i * T + t + k] = k;  // the padding: a document of its own
   // Completion token k is predicted where the token before it in its own branch sits: the prompt's
   // last token for the first of each (none without a prompt).
   auto predict = [&](int64_t* y, int64_t first, int64_t count, std::span<const uint32_t> tokens) {
     for (int64_t k = n > 0 ? 0 : 1; k < count; ++k) {
-      const int64_t at = k == 0 ? n - 1 : first + k - 1;
-      if (at >= T) break;
-      y[at] = tokens[static_cast<size_t>(k)];
+      const int64_t where = at.offset + (k == 0 ? n - 1 : first + k - 1);
+      if (where >= T) break;
+      y[where] = tokens[static_cast<size_t>(k)];
       b.target_count += 1;
     }
   };
@@ -224,25 +256,46 @@ void one_row(Batch& b, const PreferencePair& p, int64_t i, int64_t P, int64_t T,
 Batch preference_batch(const PreferencePairs& pairs, std::span<const uint64_t> keys, int64_t T,
                        torch::TensorOptions options) {
   const auto P = static_cast<int64_t>(keys.size());
-  const bool shared = pairs.shared_prompt();
+  const bool shared = pairs.shared_prompt(), pack = pairs.packed();
+  std::vector<PreferencePair> held;
+  for (uint64_t k : keys) held.push_back(pairs.pair(static_cast<int64_t>(k)));
+  std::vector<Place> places;
+  const int64_t rows = place_sequences(held, shared, pack, T, places);
   Batch b;
-  b.input = torch::zeros({shared ? P : 2 * P, T}, options);
+  b.input = torch::zeros({rows, T}, options);
   b.target = torch::full({2 * P, T}, kIgnoreIndex, options);
   b.pairs = P;
   b.pair_source = &pairs;
   b.pair_keys = torch::empty({P}, torch::kLong);
   std::copy(keys.begin(), keys.end(), b.pair_keys.data_ptr<int64_t>());
   b.lengths = torch::zeros({2 * P}, torch::kLong);
-  torch::Tensor positions, branches;
-  if (shared) positions = torch::zeros({P, T}, options), branches = torch::zeros({P, T}, options);
-  for (int64_t i = 0; i < P; ++i) {
-    const PreferencePair p = pairs.pair(static_cast<int64_t>(keys[static_cast<size_t>(i)]));
-    if (shared) one_row(b, p, i, P, T, positions.data_ptr<int64_t>(), branches.data_ptr<int64_t>());
-    else two_rows(b, p, i, P, T);
+  b.target_rows = torch::empty({2 * P}, torch::kLong);
+  b.target_offsets = torch::empty({2 * P}, torch::kLong);
+  std::vector<int64_t> end(static_cast<size_t>(rows), 0);  // each row's tokens in use
+  for (int64_t j = 0; j < 2 * P; ++j) {
+    const Place& at = places[static_cast<size_t>(j)];
+    b.target_rows.data_ptr<int64_t>()[j] = at.row;
+    b.target_offsets.data_ptr<int64_t>()[j] = at.offset;
+    int64_t& used = end[static_cast<size_t>(at.row)];
+    used = std::max(used, std::min(T, at.offset + unit_length(held[static_cast<size_t>(j % P)], shared, j >= P)));
   }
-  if (shared) {
+  // Positions where a row holds more than one sequence (a shared prompt's branches, packed pairs):
+  // each sequence its own document, the padding after a row's last one more.
+  torch::Tensor positions, branches;
+  if (shared || pack) positions = torch::zeros({rows, T}, options);
+  if (shared) branches = torch::zeros({rows, T}, options);
+  for (int64_t j = 0; j < (shared ? P : 2 * P); ++j) {
+    const PreferencePair& p = held[static_cast<size_t>(j % P)];
+    const Place& at = places[static_cast<size_t>(j)];
+    if (shared) shared_unit(b, p, j, P, T, at, positions.data_ptr<int64_t>(), branches.data_ptr<int64_t>());
+    else sequence_unit(b, p, j, P, T, at, pack ? positions.data_ptr<int64_t>() : nullptr);
+  }
+  if (positions.defined()) {
+    int64_t* pos = positions.data_ptr<int64_t>();
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t t = end[static_cast<size_t>(r)]; t < T; ++t) pos[r * T + t] = t - end[static_cast<size_t>(r)];
     b.token_layout = document_layout(positions);
-    b.token_layout.branches = branches;
+    if (shared) b.token_layout.branches = branches;
   }
   return b;
 }

@@ -11,6 +11,9 @@
 //    the B rows' logits (row B + i reads row i): chosen first, then rejected, whose first token is
 //    predicted at the prompt's last position, as the chosen's is;
 //  - else 2B rows, prompt + chosen then prompt + rejected, as TRL's collator makes them.
+// data.*.pack_pairs: those rows' sequences one after another in rows of T, without padding between
+// them (each its own document: data/loader.h DocumentLayout); Batch::target_rows and
+// target_offsets say where each target row's sequence sits.
 #pragma once
 #include <nlohmann/json.hpp>
 #include <torch/types.h>
@@ -66,7 +69,7 @@ class PreferencePairs : public WindowSource {
   // Opens `<dir>/<split>_pairs.bin` and its index and sidecar; `key` (data.train) names the recipe
   // key in errors. Checks the ids fit model.vocab_size and the longest pair model.seq_len.
   PreferencePairs(const std::string& bin_path, const ModelSettings& m, const std::string& key,
-                  bool shared_prompt = true);
+                  bool shared_prompt = true, bool pack = false);
   int64_t window_count() const override { return info_.pairs; }
   // A pair's prompt + chosen completion (what a window of it is to generic readers).
   int64_t fill_window(uint64_t key, int64_t len, int64_t* out) const override;
@@ -76,6 +79,7 @@ class PreferencePairs : public WindowSource {
   PreferencePair pair(int64_t i) const;
   const PreferenceSidecar& info() const { return info_; }
   bool shared_prompt() const { return shared_prompt_; }
+  bool packed() const { return pack_; }  // data.*.pack_pairs
   const std::string& path() const { return path_; }
   // The CRC-32C of the token and index files: what a table of the pairs' reference
   // log-probabilities records, to be read back only for the same pairs.
@@ -86,7 +90,7 @@ class PreferencePairs : public WindowSource {
   PreferenceSidecar info_;
   std::unique_ptr<MappedFile> tokens_, index_;
   std::vector<int64_t> offsets_;  // each pair's first token
-  bool shared_prompt_;
+  bool shared_prompt_, pack_;
 };
 
 // The batch of pairs `keys` (see above), rows T long, on the host.

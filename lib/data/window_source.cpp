@@ -80,7 +80,7 @@ std::unique_ptr<WindowSource> make_window_source(const DataSourceSettings& d, co
       if (!d.mixture.empty()) return std::make_unique<MixtureWindows>(d, m, key);
       return std::make_unique<TokenWindows>(d, m, key);
     case DataFormat::kPreference:
-      return std::make_unique<PreferencePairs>(d.paths.at(0), m, key, d.shared_prompt);
+      return std::make_unique<PreferencePairs>(d.paths.at(0), m, key, d.shared_prompt, d.pack_pairs);
     case DataFormat::kNone:
       break;
   }

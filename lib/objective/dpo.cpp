@@ -39,17 +39,7 @@ ObjectiveSpec dpo_objective(const PreferenceSettings& p) {
       {BatchField::kPairs, BatchField::kTarget, BatchField::kReference},
       2,
       [](const Batch& b) { return b.pairs; },
-      [p](Gpt& model, const Batch& b) {
-        const RowLogps policy = row_logps(model, b);
-        const torch::Tensor ratios = policy.sums - b.reference_logps.to(policy.sums.device());
-        const int64_t P = b.pairs;
-        const torch::Tensor chosen = chosen_half(ratios, P), rejected = rejected_half(ratios, P);
-        add_reward_metrics(b, p.beta * chosen, p.beta * rejected, chosen_half(policy.sums, P),
-                           rejected_half(policy.sums, P));
-        return dpo_losses(p, chosen, rejected, chosen_half(policy.completion_tokens, P),
-                          rejected_half(policy.completion_tokens, P))
-            .sum();
-      },
+      nullptr,  // loss_sum and stream_loss_sum: set_preference_loss, below
       nullptr,
       {"train.preference.beta", "train.preference.loss", "train.preference.label_smoothing",
        "train.preference.reference"},
@@ -65,6 +55,16 @@ ObjectiveSpec dpo_objective(const PreferenceSettings& p) {
         return problems;
       },
   };
+  set_preference_loss(spec, [p](const Batch& b, const RowLogps& policy) {
+    const torch::Tensor ratios = policy.sums - b.reference_logps.to(policy.sums.device());
+    const int64_t P = b.pairs;
+    const torch::Tensor chosen = chosen_half(ratios, P), rejected = rejected_half(ratios, P);
+    add_reward_metrics(b, p.beta * chosen, p.beta * rejected, chosen_half(policy.sums, P),
+                       rejected_half(policy.sums, P));
+    return dpo_losses(p, chosen, rejected, chosen_half(policy.completion_tokens, P),
+                      rejected_half(policy.completion_tokens, P))
+        .sum();
+  });
   return spec;
 }
 

@@ -68,6 +68,12 @@ class SpecObjectiveRules : public ObjectiveRules {
     if (s.parallel.pp > 1 && !chosen.stream_loss_sum)
       problems.push_back({"parallel.pp", "train.objective " + name + " does not run under a pipeline yet",
                           "use data parallelism (parallel.dp, ZeRO) for " + name + ", or parallel.pp: 1", true});
+    if (s.parallel.pp > 1 && pairs && s.parallel.pp_microbatches > 0 &&
+        s.parallel.pp_microbatches != s.train.grad_accum_steps)
+      problems.push_back({"parallel.pp_microbatches",
+                          "re-cuts a step's micro-batches by rows, and " + name +
+                              "'s rows are not its pairs (a pair's targets read a row by index)",
+                          "set parallel.pp_microbatches: 0 (a micro-batch per train.grad_accum_steps)", true});
     if (s.parallel.cp > 1 && pairs)
       problems.push_back({"parallel.cp",
                           "splits each sequence over ranks, and " + name +

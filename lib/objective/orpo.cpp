@@ -22,8 +22,16 @@ ObjectiveSpec orpo_objective(const PreferenceSettings& p) {
       {BatchField::kPairs, BatchField::kTarget},
       2,
       [](const Batch& b) { return b.pairs; },
-      [p](Gpt& model, const Batch& b) {
-        const RowLogps policy = row_logps(model, b, chosen_sequence_targets(b));
+      nullptr,  // loss_sum and stream_loss_sum: set_preference_loss, below
+      nullptr,
+      {"train.preference.beta"},
+      [](const TrainSettings& t) { return orpo_objective(t.preference); },
+      [](const Batch& b) { return target_tokens(chosen_sequence_targets(b)); },
+      reward_metric_names(),
+  };
+  set_preference_loss(
+      spec,
+      [p](const Batch& b, const RowLogps& policy) {
         const int64_t P = b.pairs;
         const torch::Tensor mean_logps = policy.per_token();
         const torch::Tensor chosen = chosen_half(mean_logps, P), rejected = rejected_half(mean_logps, P);
@@ -31,12 +39,7 @@ ObjectiveSpec orpo_objective(const PreferenceSettings& p) {
         add_reward_metrics(b, p.beta * chosen, p.beta * rejected, chosen, rejected);
         return policy.chosen_nll * b.second_unit_weight - p.beta * torch::log_sigmoid(log_odds).sum();
       },
-      nullptr,
-      {"train.preference.beta"},
-      [](const TrainSettings& t) { return orpo_objective(t.preference); },
-      [](const Batch& b) { return target_tokens(chosen_sequence_targets(b)); },
-      reward_metric_names(),
-  };
+      chosen_sequence_targets);
   return spec;
 }
 

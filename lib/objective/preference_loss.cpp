@@ -6,38 +6,63 @@ namespace gputrain {
 
 namespace {
 
-// Every target of `targets` [R, T] (not kIgnoreIndex): its row, its flat position in the logits'
-// `rows` x T (target row r reads logits row r mod rows) and its token.
+// Every target of `targets` [R, T] (not kIgnoreIndex): its row, its flat position in the input's
+// rows x T (target row r reads input row `input_rows[r]`) and its token.
 struct Picks {
   torch::Tensor row, position, token;
 };
-Picks pick_targets(const torch::Tensor& targets, int64_t rows) {
+Picks pick_targets(const torch::Tensor& targets, const torch::Tensor& input_rows) {
   const torch::Tensor at = (targets != kIgnoreIndex).nonzero();
   const torch::Tensor r = at.select(1, 0), t = at.select(1, 1);
-  return {r, r.remainder(rows) * targets.size(1) + t, targets.index({r, t})};
+  return {r, input_rows.index_select(0, r) * targets.size(1) + t, targets.index({r, t})};
 }
 
-}  // namespace
+// The log-probabilities of targets at flat positions of the batch's input rows.
+using LogpsAt = std::function<torch::Tensor(const torch::Tensor& positions, const torch::Tensor& targets)>;
 
-RowLogps row_logps(Gpt& model, const Batch& b, const torch::Tensor& chosen_targets) {
+RowLogps row_logps_at(const LogpsAt& logps_at, const Batch& b, const torch::Tensor& chosen_targets) {
   const torch::Device device = b.input.device();  // the compute device (data/loader.h batch_on)
-  const torch::Tensor targets = b.target.to(device);
-  const int64_t rows = b.input.size(0);
+  const torch::Tensor targets = b.target.to(device), rows = b.target_rows.to(device);
   const Picks completions = pick_targets(targets, rows);
   Picks chosen;
-  if (chosen_targets.defined()) chosen = pick_targets(chosen_targets.to(device), rows);
+  if (chosen_targets.defined()) chosen = pick_targets(chosen_targets.to(device), chosen_half(rows, b.pairs));
   const auto both = [&](const torch::Tensor& a, const torch::Tensor& c) {
     return c.defined() ? torch::cat({a, c}) : a;
   };
   // One head over both sets of positions (a chosen completion's appear in each: computed twice).
-  const torch::Tensor logps = model->token_logps(b.input, both(completions.position, chosen.position),
-                                                 both(completions.token, chosen.token), b.token_layout);
+  const torch::Tensor logps =
+      logps_at(both(completions.position, chosen.position), both(completions.token, chosen.token));
   const int64_t n = completions.position.size(0);
   RowLogps out;
   out.sums = torch::zeros({targets.size(0)}, logps.options()).index_add(0, completions.row, logps.narrow(0, 0, n));
   out.completion_tokens = (targets != kIgnoreIndex).sum(1).to(torch::kFloat);
   if (chosen_targets.defined()) out.chosen_nll = -logps.narrow(0, n, logps.size(0) - n).sum();
   return out;
+}
+
+}  // namespace
+
+RowLogps row_logps(Gpt& model, const Batch& b, const torch::Tensor& chosen_targets) {
+  return row_logps_at(
+      [&](const torch::Tensor& positions, const torch::Tensor& targets) {
+        return model->token_logps(b.input, positions, targets, b.token_layout);
+      },
+      b, chosen_targets);
+}
+
+RowLogps stream_row_logps(Gpt& model, const torch::Tensor& stream, const Batch& b,
+                          const torch::Tensor& chosen_targets) {
+  return row_logps_at([&](const torch::Tensor& positions,
+                          const torch::Tensor& targets) { return model->head_token_logps(stream, positions, targets); },
+                      b, chosen_targets);
+}
+
+void set_preference_loss(ObjectiveSpec& spec, PreferenceLossOf loss, ChosenTargetsOf chosen_targets) {
+  const auto chosen = [chosen_targets](const Batch& b) { return chosen_targets ? chosen_targets(b) : torch::Tensor(); };
+  spec.loss_sum = [loss, chosen](Gpt& model, const Batch& b) { return loss(b, row_logps(model, b, chosen(b))); };
+  spec.stream_loss_sum = [loss, chosen](Gpt& model, const torch::Tensor& stream, const Batch& b) {
+    return loss(b, stream_row_logps(model, stream, b, chosen(b)));
+  };
 }
 
 const std::vector<std::string>& reward_metric_names() {
@@ -58,11 +83,16 @@ void add_reward_metrics(const Batch& b, const torch::Tensor& chosen_rewards, con
 }
 
 torch::Tensor chosen_sequence_targets(const Batch& b) {
-  const torch::Tensor x = chosen_half(b.input, b.pairs);
+  // Each chosen sequence's input row, from its first position to its last but one.
+  const int64_t P = b.pairs;
+  const torch::Device device = b.input.device();
+  const torch::Tensor x = b.input.index_select(0, chosen_half(b.target_rows, P).to(device));
   const int64_t T = x.size(1);
   const torch::Tensor next = torch::cat({x.narrow(1, 1, T - 1), torch::zeros({x.size(0), 1}, x.options())}, 1);
   const torch::Tensor position = torch::arange(T, x.options()).unsqueeze(0);
-  const torch::Tensor real = position + 1 < chosen_half(b.lengths, b.pairs).to(x.device()).unsqueeze(1);
+  const torch::Tensor first = chosen_half(b.target_offsets, P).to(device).unsqueeze(1);
+  const torch::Tensor last = first + chosen_half(b.lengths, P).to(device).unsqueeze(1);
+  const torch::Tensor real = (position >= first) & (position + 1 < last);
   return torch::where(real, next, torch::full_like(next, kIgnoreIndex));
 }
 

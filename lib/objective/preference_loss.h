@@ -4,11 +4,13 @@
 #pragma once
 #include <torch/types.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "data/loader.h"
 #include "model/gpt.h"
+#include "objective/objective_spec.h"
 
 namespace gputrain {
 
@@ -24,6 +26,16 @@ struct RowLogps {
   torch::Tensor per_token() const { return sums / completion_tokens.clamp_min(1); }
 };
 RowLogps row_logps(Gpt& model, const Batch& b, const torch::Tensor& chosen_targets = {});
+// The same from the last block's stream [rows, T, d_model] (a pipeline's last stage).
+RowLogps stream_row_logps(Gpt& model, const torch::Tensor& stream, const Batch& b,
+                          const torch::Tensor& chosen_targets = {});
+
+// A preference objective's loss sum of the policy's row log-probabilities, and the chosen targets it
+// also reads (ORPO's whole sequences; null: none).
+using PreferenceLossOf = std::function<torch::Tensor(const Batch& b, const RowLogps& policy)>;
+using ChosenTargetsOf = std::function<torch::Tensor(const Batch& b)>;
+// Sets spec.loss_sum (a whole forward) and spec.stream_loss_sum (a pipeline's last stage) to `loss`.
+void set_preference_loss(ObjectiveSpec& spec, PreferenceLossOf loss, ChosenTargetsOf chosen_targets = nullptr);
 
 // The chosen (first P) and rejected (last P) halves of a [2P] tensor.
 inline torch::Tensor chosen_half(const torch::Tensor& t, int64_t pairs) { return t.narrow(0, 0, pairs); }
@@ -37,7 +49,8 @@ const std::vector<std::string>& reward_metric_names();
 void add_reward_metrics(const Batch& b, const torch::Tensor& chosen_rewards, const torch::Tensor& rejected_rewards,
                         const torch::Tensor& chosen_logps, const torch::Tensor& rejected_logps);
 
-// Whole-sequence targets of the chosen rows (every real token after the first), [P, T].
+// Whole-sequence targets of the chosen sequences (every real token after the first), [P, T] over their
+// input rows (Batch::target_rows).
 torch::Tensor chosen_sequence_targets(const Batch& b);
 // How many targets a [rows, T] targets tensor holds (the second units of ORPO and SimPO).
 int64_t target_tokens(const torch::Tensor& targets);

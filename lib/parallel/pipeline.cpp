@@ -210,8 +210,9 @@ void sum_tied_embedding_grads(torch::Tensor weight, Communicator& ends) {
   if (!g.is_same(weight.grad())) weight.mutable_grad().copy_(g);
 }
 
-double pipeline_eval_loss_sum(Gpt& model, Communicator& pp, const std::vector<Batch>& batches, const StageLayers& stage,
-                              const Precision* precision, const ObjectiveSpec& objective) {
+void pipeline_forward_only(Gpt& model, Communicator& pp, std::vector<Batch>& batches, const StageLayers& stage,
+                           const Precision* precision,
+                           const std::function<void(const torch::Tensor& stream, Batch& b)>& at_head) {
   torch::NoGradGuard no_grad;
   AutocastGuard autocast = autocast_for(precision);
   const bool was_training = model->is_training();
@@ -219,17 +220,26 @@ double pipeline_eval_loss_sum(Gpt& model, Communicator& pp, const std::vector<Ba
   const bool last = pp.rank() == pp.size() - 1;
   const torch::TensorOptions stream = stream_like(model, stage).options();
   StageLink link(pp);
-  torch::Tensor loss_sum = torch::zeros({}, stream.dtype(torch::kDouble));
   for (size_t i = 0; i < batches.size(); ++i) {
-    const std::string what = "evaluation activations of batch " + std::to_string(i);
+    const std::string what = "forward-only activations of batch " + std::to_string(i);
     torch::Tensor received;
     const torch::Tensor x = stage_forward(model, link, batches[i], stage, pp.rank(), stream, false, received, what);
-    if (last) loss_sum += objective.stream_loss_sum(model, x, batches[i]).to(torch::kDouble);
+    if (last) at_head(x, batches[i]);
     else link.send(x.contiguous(), pp.rank() + 1, kActivationTag, what);
   }
   link.finish();
   model->train(was_training);
-  return loss_sum.item<double>();
+}
+
+double pipeline_eval_loss_sum(Gpt& model, Communicator& pp, const std::vector<Batch>& batches, const StageLayers& stage,
+                              const Precision* precision, const ObjectiveSpec& objective) {
+  std::vector<Batch> held = batches;  // (the same tensors: an objective's metric sums land in the caller's)
+  torch::Tensor loss_sum;             // on the device: one read at the end
+  pipeline_forward_only(model, pp, held, stage, precision, [&](const torch::Tensor& x, Batch& b) {
+    const torch::Tensor loss = objective.stream_loss_sum(model, x, b).to(torch::kDouble);
+    loss_sum = loss_sum.defined() ? loss_sum + loss : loss;
+  });
+  return loss_sum.defined() ? loss_sum.item<double>() : 0.0;
 }
 
 void check_micro_batch_split(int64_t sequences, int64_t parts) {

@@ -68,6 +68,12 @@ torch::Tensor pipeline_train_step(Gpt& model, Communicator& pp, const std::vecto
 // of the two, so both copies take the same update. `weight` is the stage's wte.
 void sum_tied_embedding_grads(torch::Tensor weight, Communicator& ends);
 
+// Forward only, in eval mode and without gradients: each of `batches` through the
+// stages, and on the last stage `at_head(stream, batch)` with its last block's stream.
+void pipeline_forward_only(Gpt& model, Communicator& pp, std::vector<Batch>& batches, const StageLayers& stage,
+                           const Precision* precision,
+                           const std::function<void(const torch::Tensor& stream, Batch& b)>& at_head);
+
 // Forward only, in eval mode and without gradients: the sum of the objective's
 // losses of `batches` on the last stage (0 on the others).
 double pipeline_eval_loss_sum(Gpt& model, Communicator& pp, const std::vector<Batch>& batches, const StageLayers& stage,

@@ -51,6 +51,11 @@ double PipelineStages::evaluate(Gpt& model, const ObjectiveSpec& objective, cons
   return t[0].item<double>() / std::max(t[1].item<double>(), 1.0);
 }
 
+void PipelineStages::forward_only(Gpt& model, std::vector<Batch>& batches, const Precision& precision,
+                                  const std::function<void(const torch::Tensor& stream, Batch& b)>& at_head) const {
+  pipeline_forward_only(model, *groups_.pp(), batches, stage_, &precision, at_head);
+}
+
 PipelineLayout PipelineStages::layout() const {
   PipelineLayout p;
   p.schedule = schedule_ == PipelineSchedule::kGpipe ? "gpipe" : "1f1b";

@@ -34,6 +34,10 @@ class PipelineStages {
   // The eval batches' mean loss (every replica evaluates the same batches).
   double evaluate(Gpt& model, const ObjectiveSpec& objective, const std::vector<Batch>& batches,
                   const Precision& precision);
+  // Forward only (eval mode, no gradients) of `batches` through the stages; on the last stage
+  // `at_head(stream, batch)` with its last block's stream (DPO's reference, train/reference_model.h).
+  void forward_only(Gpt& model, std::vector<Batch>& batches, const Precision& precision,
+                    const std::function<void(const torch::Tensor& stream, Batch& b)>& at_head) const;
   // The stages, schedule, micro-batches and bubble of the last step.
   PipelineLayout layout() const;
   // This rank's stage, micro-batches held and their memory at the last step's peak (`m` otherwise as given).

@@ -17,7 +17,9 @@ std::vector<int64_t> global_counts(const ProcessGroups& groups, std::vector<int6
 torch::Tensor global_sums(const ProcessGroups& groups, torch::Tensor local) {
   if (!groups.distributed()) return local;
   const GridCoord& at = groups.coord();
-  torch::Tensor t = at.tp != 0 || at.cp != 0 || at.pp != 0 ? torch::zeros_like(local) : local.clone();
+  // One rank of each replica counts: tp 0, cp 0 and the last pipeline stage (where the loss is).
+  const bool counts = at.tp == 0 && at.cp == 0 && at.pp == groups.grid().pp() - 1;
+  torch::Tensor t = counts ? local.clone() : torch::zeros_like(local);
   groups.world_comm()->all_reduce_sum_now(t, "sum of the step's objective metrics");
   return t;
 }

@@ -17,7 +17,8 @@ namespace gputrain {
 // Counts of a step summed over every replica in one all-reduce (the objective's units, which
 // normalize the loss, and the target tokens, which the throughput counts).
 std::vector<int64_t> global_counts(const ProcessGroups& groups, std::vector<int64_t> local);
-// Per-replica sums (an objective's metric sums, float64) summed over every replica, as global_counts.
+// Per-replica sums (an objective's metric sums, float64) summed over every replica, each counted once
+// (its tp 0, cp 0 and last pipeline stage, where a pipeline's loss is computed).
 torch::Tensor global_sums(const ProcessGroups& groups, torch::Tensor local);
 // The one count of global_counts: a step's target tokens over every replica, say.
 int64_t global_targets(const ProcessGroups& groups, int64_t local_targets);

@@ -75,16 +75,24 @@ double ForwardBackward::evaluate(const std::vector<Batch>& given) {
   Communicator* cp = groups_.cp();
   const std::vector<Batch> mine = cp ? context_parts(batches, *cp) : batches;
   // (The pipeline's evaluation sums over the world, the cp ranks' chunks included. Objectives with
-  // metrics refuse a pipeline and cp in their recipe rules.)
-  if (pipeline_) return pipeline_->evaluate(model_, objective_, mine, precision_);
+  // metrics refuse cp in their recipe rules.)
   if (!cp) {
-    const double loss = gputrain::evaluate(model_, batches, &precision_, objective_);
-    if (metrics > 0) eval_metric_sums_.resize(static_cast<size_t>(metrics), 0.0);
-    for (const Batch& b : batches)
-      for (int64_t i = 0; i < metrics; ++i)
-        eval_metric_sums_[static_cast<size_t>(i)] += b.metric_sums[i].item<double>();
+    const double loss = pipeline_ ? pipeline_->evaluate(model_, objective_, batches, precision_)
+                                  : gputrain::evaluate(model_, batches, &precision_, objective_);
+    if (metrics == 0) return loss;
+    torch::Tensor sums = torch::zeros({metrics}, torch::kDouble);
+    for (const Batch& b : batches) sums += b.metric_sums.cpu();
+    // A pipeline's last stage has them; every replica evaluates the same batches, so its stages share them.
+    if (pipeline_) {
+      torch::Tensor wire = sums.to(groups_.pp()->tensor_device());
+      groups_.pp()->all_reduce_sum_now(wire, "the pipeline's evaluation metric sums");
+      sums = wire.cpu();
+    }
+    eval_metric_sums_.resize(static_cast<size_t>(metrics), 0.0);
+    for (int64_t i = 0; i < metrics; ++i) eval_metric_sums_[static_cast<size_t>(i)] += sums[i].item<double>();
     return loss;
   }
+  if (pipeline_) return pipeline_->evaluate(model_, objective_, mine, precision_);
   const LossSum part = evaluate_sum(model_, mine, &precision_, objective_);
   torch::Tensor sum = torch::tensor({part.loss, static_cast<double>(part.targets)}, torch::kDouble);
   cp->all_reduce_sum_now(sum, "sum of the context-parallel chunks' evaluation loss");

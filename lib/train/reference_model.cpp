@@ -33,11 +33,11 @@ Gpt frozen_copy(const Settings& s, torch::ScalarType dtype, const ProcessGroups&
 
 std::unique_ptr<ReferenceModel> ReferenceModel::make(const ObjectiveSpec& objective, const Settings& s, Gpt policy,
                                                      const Precision& precision, const ProcessGroups& groups,
-                                                     const ParallelizeOptions& options) {
+                                                     const ParallelizeOptions& options, PipelineStages* pipeline) {
   if (!objective.reads(BatchField::kReference)) return nullptr;
-  // (pp and cp: refused for every preference objective by its recipe rules.)
+  // (cp: refused for every preference objective by its recipe rules.)
   const bool adapters = s.model.lora.rank > 0 && s.train.preference.reference != PreferenceReference::kModel;
-  if (adapters) return std::unique_ptr<ReferenceModel>(new ReferenceModel(policy, nullptr, precision));
+  if (adapters) return std::unique_ptr<ReferenceModel>(new ReferenceModel(policy, nullptr, precision, pipeline));
   if (s.model.quantize.enabled())
     throw usage_error(
         "train.preference.reference: is model on a 4-bit base (model.quantize), and DPO's frozen copy of a 4-bit "
@@ -46,8 +46,9 @@ std::unique_ptr<ReferenceModel> ReferenceModel::make(const ObjectiveSpec& object
   std::string what = "a frozen copy of the starting weights";
   if (groups.tp()) what += ", each rank its tp slices";
   if (groups.dp() && s.parallel.zero == 3) what += ", each rank its ZeRO-3 rows";
+  if (groups.pp()) what += ", each rank its pipeline stage";
   auto reference = std::unique_ptr<ReferenceModel>(
-      new ReferenceModel(policy, frozen_copy(s, precision.weight_dtype(), groups, options), precision));
+      new ReferenceModel(policy, frozen_copy(s, precision.weight_dtype(), groups, options), precision, pipeline));
   reference->copy_what_ = what;
   return reference;
 }
@@ -84,12 +85,33 @@ void ReferenceModel::fill(std::vector<Batch>& batches) const {
   {
     std::optional<AdaptersOff> off;
     if (!copy_) off.emplace(*policy_.ptr());
-    for (Batch& b : batches) {
-      if (b.reference_logps.defined() || b.pairs == 0) continue;
-      b.reference_logps = row_logps(model, b).sums.detach().to(torch::kFloat);
+    if (pipeline_) {
+      fill_through_stages(model, batches);
+    } else {
+      for (Batch& b : batches) {
+        if (b.reference_logps.defined() || b.pairs == 0) continue;
+        b.reference_logps = row_logps(model, b).sums.detach().to(torch::kFloat);
+      }
     }
   }
   model->train(was_training);
+}
+
+void ReferenceModel::fill_through_stages(Gpt& model, std::vector<Batch>& batches) const {
+  std::vector<size_t> which;
+  std::vector<Batch> need;
+  for (size_t i = 0; i < batches.size(); ++i)
+    if (!batches[i].reference_logps.defined() && batches[i].pairs > 0) which.push_back(i), need.push_back(batches[i]);
+  pipeline_->forward_only(model, need, precision_, [&](const torch::Tensor& stream, Batch& b) {
+    b.reference_logps = stream_row_logps(model, stream, b).sums.detach().to(torch::kFloat);
+  });
+  // Only the last stage reads them (its loss); the others hold zeros, so every stage's batches carry them.
+  for (size_t k = 0; k < which.size(); ++k) {
+    Batch& b = batches[which[k]];
+    b.reference_logps = need[k].reference_logps.defined()
+                            ? need[k].reference_logps
+                            : torch::zeros({2 * b.pairs}, torch::TensorOptions().device(b.input.device()));
+  }
 }
 
 }  // namespace gputrain

@@ -4,7 +4,8 @@
 //    frozen base, 0 extra bytes.
 //  - A full fine-tune (or reference: model): a frozen copy of the starting weights (model.init_from,
 //    or the seed's), built apart and never trained: no gradients, no optimizer state; laid out as the
-//    policy (tp slices, ZeRO-3 rows). On resume it is built from the start again, not from the checkpoint.
+//    policy (tp slices, ZeRO-3 rows, pipeline stages). On resume it is built from the start again, not
+//    from the checkpoint.
 //  - reference: precomputed: either of those once over every pair before training
 //    (train/reference_table.h); the steps then read the table, and a frozen copy is freed.
 #pragma once
@@ -27,9 +28,11 @@ class ReferenceModel {
   // Null when `objective` reads no reference. A frozen copy is laid out over `groups` as the policy
   // (parallel/parallelize.h parallelize_frozen). Throws a usage Error naming the key for a copy not
   // built yet (of a 4-bit base).
+  // Under a pipeline (`pipeline`), the reference runs through the stages too (each rank its stage of
+  // the copy, or of the policy with its adapters off), and the last stage holds the log-probabilities.
   static std::unique_ptr<ReferenceModel> make(const ObjectiveSpec& objective, const Settings& s, Gpt policy,
                                               const Precision& precision, const ProcessGroups& groups,
-                                              const ParallelizeOptions& options);
+                                              const ParallelizeOptions& options, PipelineStages* pipeline = nullptr);
   // Each batch's reference log-probabilities, computed where not yet there (read from its pairs'
   // table where there is one).
   void fill(std::vector<Batch>& batches) const;
@@ -40,12 +43,15 @@ class ReferenceModel {
   std::string describe() const;
 
  private:
-  ReferenceModel(Gpt policy, Gpt copy, const Precision& precision)
-      : policy_(std::move(policy)), copy_(std::move(copy)), precision_(precision) {}
+  ReferenceModel(Gpt policy, Gpt copy, const Precision& precision, PipelineStages* pipeline)
+      : policy_(std::move(policy)), copy_(std::move(copy)), precision_(precision), pipeline_(pipeline) {}
+  // The batches without log-probabilities through the pipeline's stages.
+  void fill_through_stages(Gpt& model, std::vector<Batch>& batches) const;
   Gpt policy_;
   Gpt copy_;               // null: the policy with its adapters off
   std::string copy_what_;  // the copy and its layout, for describe()
   const Precision& precision_;
+  PipelineStages* pipeline_;  // null: no pipeline
   std::map<const PreferencePairs*, torch::Tensor> tables_;
   std::string was_;  // what the tables were computed with
 };

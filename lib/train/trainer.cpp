@@ -184,7 +184,8 @@ void Trainer::build_optimizer() {
       step_graph_for(s_.kernels.cuda_graphs, s_.run.device == "cpu", plan_.device, params_, objective_);
   passes_.emplace(*groups_, par_.gradients.get(), par_.pipeline.get(), model_, *precision_, objective_,
                   std::move(graph));
-  reference_ = ReferenceModel::make(objective_, s_, model_, *precision_, *groups_, parallelize_options_);
+  reference_ =
+      ReferenceModel::make(objective_, s_, model_, *precision_, *groups_, parallelize_options_, par_.pipeline.get());
   if (reference_ && s_.train.preference.reference == PreferenceReference::kPrecomputed) precompute_reference();
   if (reference_) passes_->set_batch_preparation([this](std::vector<Batch>& b) { reference_->fill(b); });
   if (reference_)

@@ -96,6 +96,9 @@ TEST_CASE("preference: DPO (sigmoid, ipo, hinge, robust), ORPO and SimPO train s
       {"dpo", {{"loss", "sigmoid"}}, {}},
       // TRL's two rows a pair (the others compute each prompt once).
       {"dpo", {{"loss", "sigmoid"}}, {"data.train.shared_prompt=false"}},
+      // Packed: several pairs a row of 48 (each alone by document attention), in either layout.
+      {"dpo", {{"loss", "sigmoid"}}, {"data.train.pack_pairs=true"}},
+      {"dpo", {{"loss", "sigmoid"}}, {"data.train.shared_prompt=false", "data.train.pack_pairs=true"}},
       // IPO's squared loss (about 25 at the start) takes a small step, or fp32's rounding grows.
       {"dpo", {{"loss", "ipo"}, {"lr", 0.01}}, {"train.preference.loss=ipo", "optim.lr=0.01"}},
       {"dpo", {{"loss", "hinge"}, {"beta", 0.5}}, {"train.preference.loss=hinge", "train.preference.beta=0.5"}},
@@ -103,6 +106,8 @@ TEST_CASE("preference: DPO (sigmoid, ipo, hinge, robust), ORPO and SimPO train s
        {{"loss", "robust"}, {"label_smoothing", 0.1}},
        {"train.preference.loss=robust", "train.preference.label_smoothing=0.1"}},
       {"orpo", {{"beta", 0.2}}, {"train.preference.beta=0.2"}},
+      // ORPO's NLL over each whole chosen sequence, found in its packed row.
+      {"orpo", {{"beta", 0.2}}, {"train.preference.beta=0.2", "data.train.pack_pairs=true"}},
       {"simpo",
        {{"beta", 2.0}, {"simpo_gamma", 0.8}, {"sft_weight", 0.5}, {"label_smoothing", 0.1}},
        {"train.preference.beta=2", "train.preference.simpo_gamma=0.8", "train.preference.sft_weight=0.5",
@@ -134,7 +139,7 @@ TEST_CASE("preference: DPO (sigmoid, ipo, hinge, robust), ORPO and SimPO train s
   }
 }
 
-TEST_CASE("preference: 2 processes train as one: dp, ZeRO-2, ZeRO-3, tp (DPO's copy and LoRA, ORPO)", "[slow]") {
+TEST_CASE("preference: 2 processes train as one: dp, ZeRO-2, ZeRO-3, tp, pp (DPO's copy and LoRA, ORPO)", "[slow]") {
   const PreferenceData& d = data();
   struct Layout {
     const char* name;
@@ -143,6 +148,8 @@ TEST_CASE("preference: 2 processes train as one: dp, ZeRO-2, ZeRO-3, tp (DPO's c
     std::vector<std::string> parallel;  // the 2-process run's
   };
   const std::vector<std::string> lora = {"model.lora.rank=4", "optim.lr=0.5"};
+  const std::vector<std::string> eval = {"data.eval.format=preference",
+                                         "data.eval.path=" + d.dir.file("data/train_pairs.bin"), "train.eval_every=2"};
   for (const Layout& l : std::vector<Layout>{
            {"dp", "dpo", {}, {"train.per_device_batch_size=3"}},
            {"zero2", "dpo", {}, {"train.per_device_batch_size=3", "parallel.zero=2"}},
@@ -156,6 +163,12 @@ TEST_CASE("preference: 2 processes train as one: dp, ZeRO-2, ZeRO-3, tp (DPO's c
             "dpo",
             {"train.preference.reference=precomputed", "train.per_device_batch_size=4"},
             {"train.per_device_batch_size=2", "parallel.zero=3"}},
+           // Two stages: the reference (a copy's stages, the adapters off, or the precomputing pass)
+           // through them too; evaluation's rewards from the last stage.
+           {"pp", "dpo", eval, {"parallel.pp=2"}},
+           {"pp_lora", "dpo", with(lora, eval), {"parallel.pp=2"}},
+           {"pp_orpo", "orpo", eval, {"parallel.pp=2"}},
+           {"pp_precomputed", "dpo", {"train.preference.reference=precomputed"}, {"parallel.pp=2"}},
            {"tp", "dpo", {}, {"parallel.tp=2"}},
            {"tp_lora", "dpo", lora, {"parallel.tp=2"}},
            {"tp_orpo", "orpo", {}, {"parallel.tp=2"}},
@@ -167,7 +180,21 @@ TEST_CASE("preference: 2 processes train as one: dp, ZeRO-2, ZeRO-3, tp (DPO's c
     const CommandResult r = train(recipe, out.file("two"), 2, with(l.model, l.parallel));
     INFO(r.output);
     REQUIRE(r.exit_code == 0);
-    check_same_steps(read_jsonl(out.file("two/metrics.jsonl")), read_jsonl(out.file("one/metrics.jsonl")));
+    const std::vector<nlohmann::json> two = read_jsonl(out.file("two/metrics.jsonl")),
+                                      one = read_jsonl(out.file("one/metrics.jsonl"));
+    check_same_steps(two, one);
+    size_t evaluated = 0;
+    for (size_t i = 0; i < one.size(); ++i)
+      for (const std::string& key : kCompared) {
+        const std::string eval_key = key == "loss" ? "eval_loss" : "eval_" + key;
+        if (!one[i].contains(eval_key)) continue;
+        INFO("step " << i + 1 << " " << eval_key);
+        REQUIRE(two[i].contains(eval_key));
+        CHECK(two[i][eval_key].get<double>() == Approx(one[i][eval_key].get<double>()).epsilon(1e-5).margin(1e-6));
+        ++evaluated;
+      }
+    const bool evaluates = std::find(l.model.begin(), l.model.end(), "train.eval_every=2") != l.model.end();
+    CHECK((evaluates ? evaluated >= kCompared.size() : evaluated == 0));
   }
 }
 
@@ -227,7 +254,7 @@ TEST_CASE("preference: recipes that cannot train on pairs stop with exit 2 namin
            {{"train.preference.label_smoothing=0.1"}, "only robust reads it"},
            {{"train.objective=causal_lm"}, "holds preference pairs"},
            {{"data.train.format=tokens"}, "is not preference"},
-           {{"parallel.pp=2"}, "does not run under a pipeline yet"},
+           {{"parallel.pp=2", "parallel.pp_microbatches=2"}, "rows are not its pairs"},
            {{"parallel.cp=2"}, "parallel.cp"},
            {{"train.per_device_batch_size=auto", "train.global_batch_size=6"}, "the batch finder"},
        }) {

@@ -1,5 +1,5 @@
 // Preference pairs on disk and in a batch (data/preference_pairs.h): chosen rows first, then rejected,
-// right-padded; targets only where a completion token is predicted; the files checked on opening.
+// right-padded or packed; targets only where a completion token is predicted; the files checked on opening.
 #include <catch2/catch.hpp>
 
 #include "data/preference_pairs.h"
@@ -61,6 +61,39 @@ TEST_CASE("preference pairs: written, read back, and batched as TRL's completion
   CHECK(s.token_layout.positions[1].equal(row({0, 1, 2, 3, 4, 5, 3, 4})));
   CHECK(s.lengths.equal(row({4, 6, 6, 5})));
   CHECK(s.target_count == b.target_count);
+
+  // Packed (data.*.pack_pairs), two rows a pair: the four sequences one after another in rows of 12,
+  // the next row when one does not fit; each a document from position 0, the padding one more.
+  m.seq_len = 12;
+  const PreferencePairs packed(dir.file("train_pairs.bin"), m, "data.train", /*shared_prompt=*/false, /*pack=*/true);
+  const Batch k = preference_batch(packed, keys, 12);
+  REQUIRE(k.input.sizes() == torch::IntArrayRef({2, 12}));
+  REQUIRE(k.target.sizes() == torch::IntArrayRef({4, 12}));
+  CHECK(k.input[0].equal(row({1, 12, 22, 2, 1, 10, 11, 20, 21, 2, 0, 0})));
+  CHECK(k.token_layout.positions[0].equal(row({0, 1, 2, 3, 0, 1, 2, 3, 4, 5, 0, 1})));
+  CHECK(k.input[1].equal(row({1, 12, 31, 32, 33, 2, 1, 10, 11, 30, 2, 0})));
+  CHECK(k.token_layout.positions[1].equal(row({0, 1, 2, 3, 4, 5, 0, 1, 2, 3, 4, 0})));
+  CHECK_FALSE(k.token_layout.branches.defined());
+  CHECK(k.target_rows.equal(row({0, 0, 1, 1})));
+  CHECK(k.target_offsets.equal(row({0, 4, 0, 6})));
+  const int64_t I = kIgnoreIndex;
+  CHECK(k.target[1].equal(row({I, I, I, I, I, I, 20, 21, 2, I, I, I})));
+  CHECK(k.target[3].equal(row({I, I, I, I, I, I, I, I, 30, 2, I, I})));
+  CHECK(k.lengths.equal(b.lengths));
+  CHECK(k.target_count == b.target_count);
+  // Packed with the prompt computed once: both pairs in one row of 16, each with its branches.
+  m.seq_len = 16;
+  const PreferencePairs both(dir.file("train_pairs.bin"), m, "data.train", /*shared_prompt=*/true, /*pack=*/true);
+  const Batch q = preference_batch(both, keys, 16);
+  REQUIRE(q.input.sizes() == torch::IntArrayRef({1, 16}));
+  CHECK(q.input[0].equal(row({1, 12, 22, 2, 31, 32, 33, 2, 1, 10, 11, 20, 21, 2, 30, 2})));
+  CHECK(q.token_layout.positions[0].equal(row({0, 1, 2, 3, 2, 3, 4, 5, 0, 1, 2, 3, 4, 5, 3, 4})));
+  CHECK(q.token_layout.branches[0].equal(row({0, 0, 1, 1, 2, 2, 2, 2, 0, 0, 0, 1, 1, 1, 2, 2})));
+  CHECK(q.target_rows.equal(row({0, 0, 0, 0})));
+  CHECK(q.target_offsets.equal(row({0, 8, 0, 8})));
+  CHECK(q.target[3].equal(row({I, I, I, I, I, I, I, I, I, I, 30, I, I, I, 2, I})));
+  CHECK(q.target_count == b.target_count);
+  m.seq_len = 8;
 
   // A file that is not there, ids past model.vocab_size, a pair longer than model.seq_len + 1, a cut index: exit-2
   // errors.
