@@ -177,28 +177,28 @@ def shared_prompt_speed(binary, tmp, d, layers, steps):
     words = ("the of and to in is was for on that with as by at from his her their which would "
              "about river mountain city winter garden letter morning station window music").split()
     rng = random.Random(0)
-    path = os.path.join(tmp, "long.jsonl")
+    path = os.path.join(tmp, f"long_{layers}.jsonl")
     with open(path, "w") as f:
         for n in range(512):
             prompt = " ".join(rng.choice(words) for _ in range(60)) + f" Is {n} even? Answer:"
             answer = " ".join(rng.choice(words) for _ in range(14))
             right, wrong = (" yes, " + answer, " no, " + answer) if n % 2 == 0 else (" no, " + answer, " yes, " + answer)
             f.write(json.dumps({"prompt": prompt, "chosen": right, "rejected": wrong}) + "\n")
-    pairs = prepare(binary, path, os.path.join(tmp, "long"))
+    pairs = prepare(binary, path, os.path.join(tmp, f"long_{layers}"))
     one_row, two_rows = longest_rows(pairs)
     rows = []
     for name, shared, seq in (("twice (two rows a pair, as TRL)", "false", two_rows - 1),
                               ("once (data.train.shared_prompt: one row a pair)", "true", one_row - 1)):
-        out = os.path.join(tmp, f"speed_{shared}")
+        out = os.path.join(tmp, f"speed_{shared}_{layers}")
         gputrain(binary, "run", recipe(tmp, "dpo", d, layers, pairs, pairs), "--output-dir", out, "--set",
                  f"train.max_steps={steps}", "--set", "checkpoint.every=0", "--set", "optim.schedule.warmup_steps=0",
                  "--set", f"data.train.shared_prompt={shared}", "--set", f"model.seq_len={seq}", "--set",
-                 "data.eval.format=none", "--set", "train.per_device_batch_size=8")
+                 "data.eval.format=none", "--set", "train.per_device_batch_size=8", "--set", "train.grad_accum_steps=4")
         summary = json.load(open(os.path.join(out, "summary.json")))
-        rows.append((name, seq, steps * 8 / summary["train_s"]))
+        rows.append((name, seq, steps * 32 / summary["train_s"]))
     print(f"\n**The prompt computed once** (`bench/preference.py`; {provenance(binary)}): DPO, GPT d {d}, {layers} "
           f"layers, GPT-2 tokenizer; prompts of about 70 tokens, completions of about 17 (prompt 4x a completion); "
-          f"8 pairs a micro-batch, {steps} steps\n")
+          f"steps of 32 pairs (8 a micro-batch, 4 accumulated), {steps} steps\n")
     print("| prompt computed | seq_len | pairs/s | speed-up |")
     print("|---|---:|---:|---:|")
     for name, seq, rate in rows:
@@ -211,30 +211,30 @@ def packing_speed(binary, tmp, d, layers, steps):
     words = ("the of and to in is was for on that with as by at from his her their which would "
              "about river mountain city winter garden letter morning station window music").split()
     rng = random.Random(1)
-    path = os.path.join(tmp, "varied.jsonl")
+    path = os.path.join(tmp, f"varied_{layers}.jsonl")
     with open(path, "w") as f:
         for n in range(512):
             prompt = " ".join(rng.choice(words) for _ in range(rng.randint(10, 110))) + f" Is {n} even? Answer:"
             answer = " ".join(rng.choice(words) for _ in range(14))
             right, wrong = (" yes, " + answer, " no, " + answer) if n % 2 == 0 else (" no, " + answer, " yes, " + answer)
             f.write(json.dumps({"prompt": prompt, "chosen": right, "rejected": wrong}) + "\n")
-    pairs = prepare(binary, path, os.path.join(tmp, "varied"))
+    pairs = prepare(binary, path, os.path.join(tmp, f"varied_{layers}"))
     one_row, two_rows = longest_rows(pairs)
     rows = []
     for layout, shared, longest in (("two rows a pair", "false", two_rows - 1), ("the prompt once", "true", one_row - 1)):
         # Packed rows twice the longest: room for two or three pairs where padding took it.
         for pack, seq in (("false", longest), ("true", longest), ("true", 2 * longest)):
-            out = os.path.join(tmp, f"pack_{shared}_{pack}_{seq}")
+            out = os.path.join(tmp, f"pack_{shared}_{pack}_{seq}_{layers}")
             gputrain(binary, "run", recipe(tmp, "dpo", d, layers, pairs, pairs), "--output-dir", out, "--set",
                      f"train.max_steps={steps}", "--set", "checkpoint.every=0", "--set",
                      "optim.schedule.warmup_steps=0", "--set", f"data.train.shared_prompt={shared}", "--set",
                      f"data.train.pack_pairs={pack}", "--set", f"model.seq_len={seq}", "--set", "data.eval.format=none",
-                     "--set", "train.per_device_batch_size=8")
+                     "--set", "train.per_device_batch_size=8", "--set", "train.grad_accum_steps=4")
             summary = json.load(open(os.path.join(out, "summary.json")))
-            rows.append((layout, pack == "true", seq, steps * 8 / summary["train_s"]))
+            rows.append((layout, pack == "true", seq, steps * 32 / summary["train_s"]))
     print(f"\n**Packed pairs** (`bench/preference.py`; {provenance(binary)}): DPO, GPT d {d}, {layers} layers, GPT-2's "
-          f"tokenizer; prompts of 10 to 110 words (varied), completions of about 17 tokens; 8 pairs a micro-batch, "
-          f"{steps} steps; model.seq_len the longest row of the layout, or twice it\n")
+          f"tokenizer; prompts of 10 to 110 words (varied), completions of about 17 tokens; steps of 32 pairs (8 a "
+          f"micro-batch, 4 accumulated), {steps} steps; model.seq_len the longest row of the layout, or twice it\n")
     print("| layout | data.train.pack_pairs | seq_len | pairs/s | speed-up |")
     print("|---|---|---:|---:|---:|")
     for layout, packed, seq, rate in rows:
@@ -248,8 +248,10 @@ def main():
     ap.add_argument("--steps", type=int, default=400, help="DPO steps of the convergence run (0: the memory runs only)")
     ap.add_argument("--memory-d", type=int, default=768, help="d_model of the memory runs' GPT")
     ap.add_argument("--memory-layers", type=int, default=8)
-    ap.add_argument("--speed-steps", type=int, default=30, help="steps of each shared-prompt speed run (0: none)")
+    ap.add_argument("--speed-steps", type=int, default=8, help="steps of each speed run, 32 pairs each (0: none)")
     ap.add_argument("--speed-only", action="store_true", help="only the speed runs (shared prompt, packing)")
+    ap.add_argument("--speed-layers", type=int, nargs="+", default=[4, 16],
+                    help="layers of the speed runs' GPT (d 512): few make the 50k-word head most of the work")
     a = ap.parse_args()
     binary = os.path.abspath(a.binary)
     with tempfile.TemporaryDirectory() as tmp:
@@ -257,9 +259,9 @@ def main():
             train, held_out = convergence(binary, tmp, a.steps) if a.steps > 0 else memory_data(binary, tmp)
             reference_memory(binary, tmp, train, held_out, a.memory_d, a.memory_layers, 5)
             zero3_reference_memory(binary, tmp, train, held_out, a.memory_d, a.memory_layers)
-        if a.speed_steps > 0:
-            shared_prompt_speed(binary, tmp, 512, 4, a.speed_steps)
-            packing_speed(binary, tmp, 512, 4, a.speed_steps)
+        for layers in (a.speed_layers if a.speed_steps > 0 else []):
+            shared_prompt_speed(binary, tmp, 512, layers, a.speed_steps)
+            packing_speed(binary, tmp, 512, layers, a.speed_steps)
 
 
 if __name__ == "__main__":

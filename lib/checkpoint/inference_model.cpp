@@ -48,6 +48,7 @@ InferenceModel from_checkpoint(const fs::path& where, torch::Device device, torc
   ModelSettings plain = out.settings.model;
   plain.lora.rank = 0;
   plain.quantize = {};  // a QLoRA run's base is in the merged weights as it trained (4 bits, dequantized)
+  out.trained_quantize = out.settings.model.quantize;
   out.settings.model.quantize = {};
   torch::manual_seed(0);
   out.model = Gpt(plain);

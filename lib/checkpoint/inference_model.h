@@ -16,6 +16,9 @@ struct InferenceModel {
   std::filesystem::path source;                    // the checkpoint or the model folder read
   std::optional<std::filesystem::path> hf_folder;  // where the weights came from a Hugging Face folder
   int64_t step = 0;                                // the checkpoint's step (0 for a Hugging Face folder)
+  // What the run trained on as its base (QLoRA's 4-bit base; settings.model.quantize is cleared, the
+  // merged weights holding that base dequantized): what DPO's reference is rebuilt as.
+  QuantizeSettings trained_quantize;
 };
 
 // Weights in bfloat16 on a GPU, float32 on the CPU. `quantize` (--quantize): the block Linears then

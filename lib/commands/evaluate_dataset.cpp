@@ -113,10 +113,11 @@ std::optional<json> evaluate_dataset(const EvalCommandOptions& o) {
   check_objective_data(objective, d);
   ForwardBackward passes(groups, nullptr, nullptr, m.model, precision, objective, nullptr);
   // DPO's reference: the starting weights (the model is loaded with any LoRA merged, so the base is
-  // rebuilt from model.init_from), whole on each process.
+  // rebuilt from model.init_from as a frozen copy, its adapters at their zero start; QLoRA's block
+  // Linears in 4 bits, as training saw them), whole on each process.
   Settings reference_settings = m.settings;
-  reference_settings.model.lora.rank = 0;
-  reference_settings.model.quantize = {};
+  reference_settings.train.preference.reference = PreferenceReference::kModel;
+  reference_settings.model.quantize = m.trained_quantize;
   reference_settings.parallel = {};
   const std::unique_ptr<ReferenceModel> reference =
       ReferenceModel::make(objective, reference_settings, m.model, precision, groups,

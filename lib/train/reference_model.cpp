@@ -38,12 +38,8 @@ std::unique_ptr<ReferenceModel> ReferenceModel::make(const ObjectiveSpec& object
   // (cp: refused for every preference objective by its recipe rules.)
   const bool adapters = s.model.lora.rank > 0 && s.train.preference.reference != PreferenceReference::kModel;
   if (adapters) return std::unique_ptr<ReferenceModel>(new ReferenceModel(policy, nullptr, precision, pipeline));
-  if (s.model.quantize.enabled())
-    throw usage_error(
-        "train.preference.reference: is model on a 4-bit base (model.quantize), and DPO's frozen copy of a 4-bit "
-        "base is not built\n    fix: remove train.preference.reference (with LoRA the reference is the 4-bit base, "
-        "adapters off: no copy), or train.objective: orpo or simpo, which need no reference (docs/preference.md)");
   std::string what = "a frozen copy of the starting weights";
+  if (s.model.quantize.enabled()) what += ", its block Linears in 4 bits as the policy's";
   if (groups.tp()) what += ", each rank its tp slices";
   if (groups.dp() && s.parallel.zero == 3) what += ", each rank its ZeRO-3 rows";
   if (groups.pp()) what += ", each rank its pipeline stage";

@@ -26,8 +26,7 @@ namespace gputrain {
 class ReferenceModel {
  public:
   // Null when `objective` reads no reference. A frozen copy is laid out over `groups` as the policy
-  // (parallel/parallelize.h parallelize_frozen). Throws a usage Error naming the key for a copy not
-  // built yet (of a 4-bit base).
+  // (parallel/parallelize.h parallelize_frozen), a 4-bit base (model.quantize) quantized as its.
   // Under a pipeline (`pipeline`), the reference runs through the stages too (each rank its stage of
   // the copy, or of the policy with its adapters off), and the last stage holds the log-probabilities.
   static std::unique_ptr<ReferenceModel> make(const ObjectiveSpec& objective, const Settings& s, Gpt policy,

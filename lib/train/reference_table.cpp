@@ -7,6 +7,7 @@
 #include "parallel/replica_sums.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
+#include "util/failpoint.h"
 #include "util/text_file.h"
 
 namespace gputrain {
@@ -52,6 +53,44 @@ void write_table(const ReferenceTableOptions& o, const torch::Tensor& table, con
   write_file_atomic((o.dir / (o.name + ".json")).string(), facts.dump(2) + "\n");  // last: the table is whole
 }
 
+// The pass so far: <name>.partial.bin holds the first pairs' rows in order, <name>.partial.json
+// their facts and count. The lead rank reads it; the others take it from the lead.
+int64_t read_partial(const ReferenceTableOptions& o, const nlohmann::json& facts, torch::Tensor& table) {
+  const fs::path json = o.dir / (o.name + ".partial.json"), bin = o.dir / (o.name + ".partial.bin");
+  std::error_code ec;
+  if (!fs::exists(json, ec) || !fs::exists(bin, ec)) return 0;
+  nlohmann::json stored = parse_json_file(json, "reference table progress", "remove " + o.dir.string());
+  const int64_t done = stored.value("pairs_done", int64_t{0});
+  stored.erase("pairs_done");
+  if (stored != facts || done <= 0 || done > table.size(0) ||
+      static_cast<int64_t>(fs::file_size(bin, ec)) < done * 2 * 4) {
+    spdlog::warn("reference: {} is the progress of a pass over other pairs: started again", json.string());
+    return 0;
+  }
+  std::ifstream in(bin, std::ios::binary);
+  in.read(reinterpret_cast<char*>(table.data_ptr<float>()), static_cast<std::streamsize>(done * 2 * 4));
+  if (!in) throw data_error("cannot read '" + bin.string() + "'\n    fix: remove it to start the pass again");
+  return done;
+}
+
+// Appends rows [from, to) of `table` to the progress file, then records them as done.
+void append_partial(const ReferenceTableOptions& o, const torch::Tensor& table, int64_t from, int64_t to,
+                    const nlohmann::json& facts) {
+  fs::create_directories(o.dir);
+  const fs::path bin = o.dir / (o.name + ".partial.bin");
+  {
+    // From the rows recorded: a killed pass may have written more than it recorded.
+    std::fstream out(bin, std::ios::binary | std::ios::out | (from == 0 ? std::ios::trunc : std::ios::in));
+    out.seekp(from * 2 * 4);
+    out.write(reinterpret_cast<const char*>(table.narrow(0, from, to - from).contiguous().data_ptr<float>()),
+              static_cast<std::streamsize>((to - from) * 2 * 4));
+    if (!out) throw runtime_error("cannot write '" + bin.string() + "'\n    fix: check the disk has room");
+  }
+  nlohmann::json progress = facts;
+  progress["pairs_done"] = to;
+  write_file_atomic((o.dir / (o.name + ".partial.json")).string(), progress.dump(2) + "\n");
+}
+
 }  // namespace
 
 torch::Tensor reference_table(const PreferencePairs& pairs, const ReferenceModel& live, const ProcessGroups& groups,
@@ -65,15 +104,27 @@ torch::Tensor reference_table(const PreferencePairs& pairs, const ReferenceModel
                  (o.dir / (o.name + ".bin")).string());
     return *stored;
   }
-  // Each replica its share of the pairs in batches (its tp ranks the same ones, as their forwards
-  // need); every entry is written by one replica, so the sum over them is the table. Every replica
-  // runs as many forwards (ZeRO-3's gathers are collectives): one past the end reruns pair 0 unkept.
   const int64_t n = pairs.window_count();
+  torch::Tensor table = torch::zeros({n, 2}, torch::kFloat);
+  // An interrupted pass goes on from the pairs it recorded (the lead's files, sent to every rank).
+  torch::Tensor done_t = torch::tensor({o.lead ? read_partial(o, facts, table) : int64_t{0}}, torch::kLong);
+  if (groups.distributed()) {
+    const torch::Device wire = groups.world_comm()->tensor_device();
+    torch::Tensor d = done_t.to(wire), t = table.to(wire);
+    groups.world_comm()->broadcast_now(d, 0, "the reference pass's progress");
+    groups.world_comm()->broadcast_now(t, 0, "the reference table so far");
+    done_t = d.cpu(), table = t.cpu();
+  }
+  const int64_t done = done_t.item<int64_t>();
+  if (done > 0) spdlog::info("reference: the pass over {} pairs goes on from pair {}", n, done);
+  // Each replica its share of each round's pairs in a batch (its tp ranks the same ones, as their
+  // forwards need); every entry is written by one replica, so the sum over them is the round's rows.
+  // Every replica runs as many forwards (ZeRO-3's gathers are collectives): one past the end reruns
+  // pair 0 unkept.
   const int64_t replicas = groups.dp() ? groups.dp()->size() : 1, replica = groups.coord().dp;
-  const int64_t rounds = (n + replicas * o.batch - 1) / (replicas * o.batch);
-  torch::Tensor table = torch::zeros({n, 2}, torch::TensorOptions().dtype(torch::kFloat).device(o.device));
-  for (int64_t round = 0; round < rounds; ++round) {
-    const int64_t first = (round * replicas + replica) * o.batch;
+  const int64_t per_round = replicas * o.batch;
+  for (int64_t start = done; start < n; start += per_round) {
+    const int64_t first = start + replica * o.batch, end = std::min(start + per_round, n);
     std::vector<uint64_t> keys;
     for (int64_t k = first; k < std::min(first + o.batch, n); ++k) keys.push_back(static_cast<uint64_t>(k));
     const bool kept = !keys.empty();
@@ -81,10 +132,18 @@ torch::Tensor reference_table(const PreferencePairs& pairs, const ReferenceModel
     std::vector<Batch> one = {batch_on(preference_batch(pairs, keys, o.seq_len), o.device)};
     live.fill(one);
     const auto P = static_cast<int64_t>(keys.size());
-    if (kept) table.narrow(0, first, P).copy_(one[0].reference_logps.to(o.device).view({2, P}).t());
+    torch::Tensor round = torch::zeros({end - start, 2}, torch::TensorOptions().dtype(torch::kFloat).device(o.device));
+    if (kept) round.narrow(0, first - start, P).copy_(one[0].reference_logps.to(o.device).view({2, P}).t());
+    table.narrow(0, start, end - start).copy_(global_sums(groups, round.to(torch::kDouble)).to(torch::kFloat).cpu());
+    if (o.lead) append_partial(o, table, start, end, facts);
+    failpoint("reference.round_done");  // tests stop the pass here and continue it
   }
-  table = global_sums(groups, table.to(torch::kDouble)).to(torch::kFloat).cpu();
-  if (o.lead) write_table(o, table, facts);
+  if (o.lead) {
+    write_table(o, table, facts);
+    std::error_code ec;
+    fs::remove(o.dir / (o.name + ".partial.json"), ec);
+    fs::remove(o.dir / (o.name + ".partial.bin"), ec);
+  }
   spdlog::info("reference: the log-probabilities of {} pairs computed once and stored in {}", n,
                (o.dir / (o.name + ".bin")).string());
   return table;

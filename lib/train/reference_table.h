@@ -2,7 +2,9 @@
 // a source, computed once before training and stored beside the run, in
 // <output_dir>/reference_logps/<name>.bin (float32 [pairs, 2]: chosen, rejected) and .json (the
 // pairs' file and CRC-32C, their count). A resumed run reads the table back when it is of the same
-// pairs, and computes it again (saying so) when the data changed.
+// pairs, and computes it again (saying so) when the data changed. The pass records its progress round
+// by round (<name>.partial.bin/.json): one stopped or killed goes on from there when the run starts
+// again in its folder.
 #pragma once
 #include <torch/types.h>
 

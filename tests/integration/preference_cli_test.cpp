@@ -233,6 +233,18 @@ TEST_CASE("preference: under LoRA the reference is the base with the adapters of
                                     b = read_jsonl(out.file("copy/metrics.jsonl"));
   check_same_steps(a, nlohmann::json(b));
   CHECK(a.back()["rewards/margins"].get<double>() > 0.01);  // the adapters trained away from the base
+  // QLoRA: the copy's block Linears quantized as the policy's base, the same reference.
+  const std::vector<std::string> qlora = with(lora, {"model.quantize.base=nf4"});
+  REQUIRE(run_recipe(recipe, out.file("q_auto"), qlora).exit_code == 0);
+  const CommandResult q_copy =
+      run_recipe(recipe, out.file("q_copy"), with(qlora, {"train.preference.reference=model"}));
+  INFO(q_copy.output);
+  REQUIRE(q_copy.exit_code == 0);
+  CHECK_THAT(q_copy.output, Contains("its block Linears in 4 bits as the policy's"));
+  const std::vector<nlohmann::json> qa = read_jsonl(out.file("q_auto/metrics.jsonl"));
+  check_same_steps(qa, nlohmann::json(read_jsonl(out.file("q_copy/metrics.jsonl"))));
+  // The 4-bit base is not the full-precision one: its rewards differ.
+  CHECK(std::abs(qa.front()["logps/chosen"].get<double>() - a.front()["logps/chosen"].get<double>()) > 1e-3);
 }
 
 TEST_CASE("preference: recipes that cannot train on pairs stop with exit 2 naming the key") {
@@ -310,6 +322,20 @@ TEST_CASE("preference: evaluation in training and gputrain eval report the loss 
   for (const std::string& key : kCompared) {
     INFO(key);
     CHECK(e[key].get<double>() == Approx(next[key].get<double>()).epsilon(1e-5).margin(1e-6));
+  }
+  // A QLoRA run: `gputrain eval` rebuilds the reference as the 4-bit base training saw.
+  const std::vector<std::string> qlora = {"train.max_steps=4", "model.lora.rank=4", "model.quantize.base=nf4",
+                                          "optim.lr=0.5"};
+  REQUIRE(run_recipe(recipe, out.file("qlora"), qlora).exit_code == 0);
+  const CommandResult q_eval = run_gputrain({"eval", out.file("qlora/checkpoints/step_00000003"), "--data",
+                                             d.dir.file("data/train_pairs.bin"), "--out", out.file("q_eval.json")});
+  INFO(q_eval.output);
+  REQUIRE(q_eval.exit_code == 0);
+  const nlohmann::json qe = read_json(out.file("q_eval.json"));
+  const nlohmann::json q_next = read_jsonl(out.file("qlora/metrics.jsonl"))[3];
+  for (const std::string& key : kCompared) {
+    INFO("QLoRA " << key);
+    CHECK(qe[key].get<double>() == Approx(q_next[key].get<double>()).epsilon(1e-4).margin(1e-5));
   }
   // The report draws the rewards, train and eval, read back at their values (headless Chromium).
   REQUIRE(run_gputrain({"report", out.file("run"), "-o", out.file("report.html")}).exit_code == 0);
@@ -394,7 +420,9 @@ TEST_CASE("preference: the loss-spike and NaN guards judge DPO's loss") {
   CHECK_THAT(nan.output, Contains("train.nan_policy: skip drops such steps"));
 }
 
-TEST_CASE("preference: reference: precomputed stores every pair's reference once, read back on resume") {
+TEST_CASE(
+    "preference: reference: precomputed stores every pair's reference once, read back on resume, a killed pass "
+    "continued") {
   const PreferenceData& d = data();
   const std::string recipe = d.recipe("dpo", "checkpoint: {every: 2}\n");
   const std::vector<std::string> sets = {"train.max_steps=4", "train.per_device_batch_size=2"};
@@ -424,6 +452,22 @@ TEST_CASE("preference: reference: precomputed stores every pair's reference once
   REQUIRE(third.exit_code == 0);
   CHECK_THAT(third.output, Contains("holds the reference log-probabilities of other pairs"));
   CHECK_THAT(third.output, Contains("computed once and stored"));
+  // A pass killed after its second round (two pairs a round) goes on from pair 4 when the run starts
+  // again in its folder, and trains as the uninterrupted one.
+  {
+    ArmedFailpoints failpoints("reference.round_done@2=kill");
+    const CommandResult killed = run_recipe(recipe, out.file("killed"), precomputed);
+    CHECK(killed.exit_code != 0);
+    CHECK(read_json(out.file("killed/reference_logps/train.partial.json"))["pairs_done"] == 4);
+    CHECK_FALSE(fs::exists(out.file("killed/reference_logps/train.bin")));
+  }
+  const CommandResult continued = run_recipe(recipe, out.file("killed"), precomputed);
+  INFO(continued.output);
+  REQUIRE(continued.exit_code == 0);
+  CHECK_THAT(continued.output, Contains("the pass over 6 pairs goes on from pair 4"));
+  CHECK_FALSE(fs::exists(out.file("killed/reference_logps/train.partial.json")));
+  check_same_steps(read_jsonl(out.file("killed/metrics.jsonl")),
+                   nlohmann::json(read_jsonl(out.file("live/metrics.jsonl"))));
   // Under LoRA: the base's, as the adapters-off reference gives them.
   const std::vector<std::string> lora = {"model.lora.rank=4", "optim.lr=0.5", "train.max_steps=3"};
   REQUIRE(run_recipe(recipe, out.file("lora_live"), lora).exit_code == 0);
