@@ -262,23 +262,32 @@ static torch::Tensor head_loss(GptImpl& m, const torch::Tensor& x, const torch::
   return m.unit_hooks ? m.unit_hooks->after_forward(unit, {loss})[0] : loss;
 }
 
-// ln_f of the stream x + pending at flat positions [N] alone, the output head there, and each
-// target's log-probability [N] (fp32).
-static torch::Tensor head_logps_at(GptImpl& m, const torch::Tensor& x, const torch::Tensor& pending,
-                                   const torch::Tensor& positions, const torch::Tensor& targets) {
+// ln_f of the stream x + pending at flat positions [N] alone, the output head there, and the
+// log-probabilities of targets [N] summed over consecutive `segments` (their counts): each segment's
+// sum through the training loss's cross-entropy (fused on CUDA: no float32 copy of the logits), or
+// the vocabulary parts' losses per target where the unit hooks keep the head in parts.
+static torch::Tensor head_logp_sums_at(GptImpl& m, const torch::Tensor& x, const torch::Tensor& pending,
+                                       const torch::Tensor& positions, const torch::Tensor& targets,
+                                       const std::vector<int64_t>& segments) {
   const int64_t unit = m.cfg.n_layer + 1;
   if (m.unit_hooks) m.unit_hooks->before_forward(unit);
   const auto pick = [&](const torch::Tensor& t) {
     return t.defined() ? t.reshape({-1, t.size(-1)}).index_select(0, positions) : t;
   };
   const torch::Tensor y = m.transformer->ln_f->add_forward(pick(x), pick(pending)).second;
-  torch::Tensor losses;
-  if (m.unit_hooks) losses = m.unit_hooks->head_token_losses(y, targets);
-  if (!losses.defined())
-    losses =
-        at::cross_entropy_loss(head_product(m, y).to(torch::kFloat), targets, {}, at::Reduction::None, kIgnoreIndex);
-  const torch::Tensor logps = -losses;
-  return m.unit_hooks ? m.unit_hooks->after_forward(unit, {logps})[0] : logps;
+  const torch::Tensor losses = m.unit_hooks ? m.unit_hooks->head_token_losses(y, targets) : torch::Tensor();
+  const torch::Tensor logits = losses.defined() ? torch::Tensor() : head_product(m, y);
+  std::vector<torch::Tensor> sums;
+  int64_t first = 0;
+  for (const int64_t count : segments) {
+    if (count == 0) sums.push_back(torch::zeros({}, y.options().dtype(torch::kFloat)));
+    else if (losses.defined()) sums.push_back(-losses.narrow(0, first, count).sum());
+    else
+      sums.push_back(-cross_entropy_sum(logits.narrow(0, first, count), targets.narrow(0, first, count), kIgnoreIndex));
+    first += count;
+  }
+  const torch::Tensor out = torch::stack(sums);
+  return m.unit_hooks ? m.unit_hooks->after_forward(unit, {out})[0] : out;
 }
 
 torch::Tensor GptImpl::forward(const torch::Tensor& tokens, const DocumentLayout& documents) {
@@ -312,15 +321,16 @@ torch::Tensor GptImpl::head_loss_sum(const torch::Tensor& x, const torch::Tensor
   return head_loss(*this, x, {}, targets);
 }
 
-torch::Tensor GptImpl::head_token_logps(const torch::Tensor& x, const torch::Tensor& positions,
-                                        const torch::Tensor& targets) {
-  return head_logps_at(*this, x, {}, positions, targets);
+torch::Tensor GptImpl::head_logp_sums(const torch::Tensor& x, const torch::Tensor& positions,
+                                      const torch::Tensor& targets, const std::vector<int64_t>& segments) {
+  return head_logp_sums_at(*this, x, {}, positions, targets, segments);
 }
 
-torch::Tensor GptImpl::token_logps(const torch::Tensor& tokens, const torch::Tensor& positions,
-                                   const torch::Tensor& targets, const DocumentLayout& documents) {
+torch::Tensor GptImpl::logp_sums(const torch::Tensor& tokens, const torch::Tensor& positions,
+                                 const torch::Tensor& targets, const std::vector<int64_t>& segments,
+                                 const DocumentLayout& documents) {
   auto [x, pending] = run_blocks_deferred(*this, embed(tokens, documents), 0, cfg.n_layer, documents);
-  return head_logps_at(*this, x, pending, positions, targets);
+  return head_logp_sums_at(*this, x, pending, positions, targets, segments);
 }
 
 torch::Tensor GptImpl::loss_sum(const torch::Tensor& tokens, const torch::Tensor& targets,

@@ -14,6 +14,7 @@
 
 #include <functional>
 #include <memory>
+#include <vector>
 
 #include "config/settings.h"
 #include "model/attention.h"
@@ -151,10 +152,11 @@ struct GptImpl : torch::nn::Module {
   torch::Tensor loss_sum(const torch::Tensor& tokens, const torch::Tensor& targets,
                          const DocumentLayout& documents = {});
   // The log-probabilities of targets [N] at `positions` [N] (flat indices into tokens' B x T; one
-  // may repeat), [N] fp32 with gradients: ln_f and the output head run at those positions alone (a
-  // preference loss reads the completions' few tokens after long prompts).
-  torch::Tensor token_logps(const torch::Tensor& tokens, const torch::Tensor& positions, const torch::Tensor& targets,
-                            const DocumentLayout& documents = {});
+  // may repeat) summed over consecutive `segments` (their counts, summing to N): [segments] fp32 with
+  // gradients. ln_f and the output head run at those positions alone (a preference loss reads each
+  // sequence's completion, a few tokens after a long prompt).
+  torch::Tensor logp_sums(const torch::Tensor& tokens, const torch::Tensor& positions, const torch::Tensor& targets,
+                          const std::vector<int64_t>& segments, const DocumentLayout& documents = {});
   // Inference (no dropout, no gradients needed): logits [B, T, padded_vocab()] of tokens [B, T] at
   // positions cache.length.., seeing the earlier tokens through `cache`, which then holds these too.
   torch::Tensor forward_cached(const torch::Tensor& tokens, KvCache& cache);
@@ -170,8 +172,9 @@ struct GptImpl : torch::nn::Module {
   torch::Tensor embed(const torch::Tensor& tokens, const DocumentLayout& documents = {});
   torch::Tensor run_blocks(torch::Tensor x, int64_t first, int64_t last, const DocumentLayout& documents = {});
   torch::Tensor head_loss_sum(const torch::Tensor& x, const torch::Tensor& targets);
-  // token_logps from the last block's stream [B, T, d_model] (a pipeline's last stage).
-  torch::Tensor head_token_logps(const torch::Tensor& x, const torch::Tensor& positions, const torch::Tensor& targets);
+  // logp_sums from the last block's stream [B, T, d_model] (a pipeline's last stage).
+  torch::Tensor head_logp_sums(const torch::Tensor& x, const torch::Tensor& positions, const torch::Tensor& targets,
+                               const std::vector<int64_t>& segments);
 
   // Every parameter (LoRA's adapters included) to its initial value under init_seed
   // (model/initial_values.h): the same numbers any part of it gets where a process keeps only that part.

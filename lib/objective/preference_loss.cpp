@@ -6,37 +6,41 @@ namespace gputrain {
 
 namespace {
 
-// Every target of `targets` [R, T] (not kIgnoreIndex): its row, its flat position in the input's
+// Every target of `targets` [R, T] (not kIgnoreIndex), row by row: its flat position in the input's
 // rows x T (target row r reads input row `input_rows[r]`) and its token.
 struct Picks {
-  torch::Tensor row, position, token;
+  torch::Tensor position, token;
 };
 Picks pick_targets(const torch::Tensor& targets, const torch::Tensor& input_rows) {
   const torch::Tensor at = (targets != kIgnoreIndex).nonzero();
   const torch::Tensor r = at.select(1, 0), t = at.select(1, 1);
-  return {r, input_rows.index_select(0, r) * targets.size(1) + t, targets.index({r, t})};
+  return {input_rows.index_select(0, r) * targets.size(1) + t, targets.index({r, t})};
 }
 
-// The log-probabilities of targets at flat positions of the batch's input rows.
-using LogpsAt = std::function<torch::Tensor(const torch::Tensor& positions, const torch::Tensor& targets)>;
+// The log-probabilities of targets at flat positions of the batch's input rows, summed over
+// consecutive segments (Gpt::logp_sums).
+using LogpSumsAt = std::function<torch::Tensor(const torch::Tensor& positions, const torch::Tensor& targets,
+                                               const std::vector<int64_t>& segments)>;
 
-RowLogps row_logps_at(const LogpsAt& logps_at, const Batch& b, const torch::Tensor& chosen_targets) {
+RowLogps row_logps_at(const LogpSumsAt& sums_at, const Batch& b, const torch::Tensor& chosen_targets) {
   const torch::Device device = b.input.device();  // the compute device (data/loader.h batch_on)
   const torch::Tensor targets = b.target.to(device), rows = b.target_rows.to(device);
-  const Picks completions = pick_targets(targets, rows);
-  Picks chosen;
-  if (chosen_targets.defined()) chosen = pick_targets(chosen_targets.to(device), chosen_half(rows, b.pairs));
-  const auto both = [&](const torch::Tensor& a, const torch::Tensor& c) {
-    return c.defined() ? torch::cat({a, c}) : a;
-  };
-  // One head over both sets of positions (a chosen completion's appear in each: computed twice).
-  const torch::Tensor logps =
-      logps_at(both(completions.position, chosen.position), both(completions.token, chosen.token));
-  const int64_t n = completions.position.size(0);
+  const Picks completions = pick_targets(targets, rows);  // row by row: each row's targets one segment
+  const torch::Tensor per_row = (targets != kIgnoreIndex).sum(1);
+  const torch::Tensor counts = per_row.cpu();
+  std::vector<int64_t> segments(counts.data_ptr<int64_t>(), counts.data_ptr<int64_t>() + counts.numel());
+  torch::Tensor positions = completions.position, tokens = completions.token;
+  if (chosen_targets.defined()) {  // one segment more: every chosen target (a chosen completion's twice)
+    const Picks chosen = pick_targets(chosen_targets.to(device), chosen_half(rows, b.pairs));
+    positions = torch::cat({positions, chosen.position});
+    tokens = torch::cat({tokens, chosen.token});
+    segments.push_back(chosen.position.size(0));
+  }
+  const torch::Tensor sums = sums_at(positions, tokens, segments);
   RowLogps out;
-  out.sums = torch::zeros({targets.size(0)}, logps.options()).index_add(0, completions.row, logps.narrow(0, 0, n));
-  out.completion_tokens = (targets != kIgnoreIndex).sum(1).to(torch::kFloat);
-  if (chosen_targets.defined()) out.chosen_nll = -logps.narrow(0, n, logps.size(0) - n).sum();
+  out.sums = sums.narrow(0, 0, targets.size(0));
+  out.completion_tokens = per_row.to(torch::kFloat);
+  if (chosen_targets.defined()) out.chosen_nll = -sums[targets.size(0)];
   return out;
 }
 
@@ -44,17 +48,19 @@ RowLogps row_logps_at(const LogpsAt& logps_at, const Batch& b, const torch::Tens
 
 RowLogps row_logps(Gpt& model, const Batch& b, const torch::Tensor& chosen_targets) {
   return row_logps_at(
-      [&](const torch::Tensor& positions, const torch::Tensor& targets) {
-        return model->token_logps(b.input, positions, targets, b.token_layout);
+      [&](const torch::Tensor& positions, const torch::Tensor& targets, const std::vector<int64_t>& segments) {
+        return model->logp_sums(b.input, positions, targets, segments, b.token_layout);
       },
       b, chosen_targets);
 }
 
 RowLogps stream_row_logps(Gpt& model, const torch::Tensor& stream, const Batch& b,
                           const torch::Tensor& chosen_targets) {
-  return row_logps_at([&](const torch::Tensor& positions,
-                          const torch::Tensor& targets) { return model->head_token_logps(stream, positions, targets); },
-                      b, chosen_targets);
+  return row_logps_at(
+      [&](const torch::Tensor& positions, const torch::Tensor& targets, const std::vector<int64_t>& segments) {
+        return model->head_logp_sums(stream, positions, targets, segments);
+      },
+      b, chosen_targets);
 }
 
 void set_preference_loss(ObjectiveSpec& spec, PreferenceLossOf loss, ChosenTargetsOf chosen_targets) {
