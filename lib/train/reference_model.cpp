@@ -8,7 +8,6 @@
 #include "model/lora.h"
 #include "objective/preference_loss.h"
 #include "parallel/parallelize.h"
-#include "util/error.h"
 #include "util/named_tensor.h"
 
 namespace gputrain {
