@@ -173,29 +173,44 @@ def longest_rows(pairs_bin):
     return max(sum(t) for t in triples), max(t[0] + max(t[1], t[2]) for t in triples)
 
 
-def shared_prompt_speed(binary, tmp, d, layers, steps):
-    words = ("the of and to in is was for on that with as by at from his her their which would "
-             "about river mountain city winter garden letter morning station window music").split()
-    rng = random.Random(0)
-    path = os.path.join(tmp, f"long_{layers}.jsonl")
+WORDS = ("the of and to in is was for on that with as by at from his her their which would "
+         "about river mountain city winter garden letter morning station window music").split()
+STEP_PAIRS = 32  # 8 a micro-batch, 4 accumulated
+
+
+def write_long_pairs(path, seed, prompt_words):
+    """512 "Is N even?" pairs after a prompt of prompt_words(rng) random words; completions of 14 words."""
+    rng = random.Random(seed)
     with open(path, "w") as f:
         for n in range(512):
-            prompt = " ".join(rng.choice(words) for _ in range(60)) + f" Is {n} even? Answer:"
-            answer = " ".join(rng.choice(words) for _ in range(14))
+            prompt = " ".join(rng.choice(WORDS) for _ in range(prompt_words(rng))) + f" Is {n} even? Answer:"
+            answer = " ".join(rng.choice(WORDS) for _ in range(14))
             right, wrong = (" yes, " + answer, " no, " + answer) if n % 2 == 0 else (" no, " + answer, " yes, " + answer)
             f.write(json.dumps({"prompt": prompt, "chosen": right, "rejected": wrong}) + "\n")
+
+
+def pairs_per_second(binary, tmp, d, layers, pairs, steps, out, sets):
+    """A DPO run of `steps` steps of STEP_PAIRS pairs with `sets` ({key: value}): its pairs per second."""
+    args = [binary, "run", recipe(tmp, "dpo", d, layers, pairs, pairs), "--output-dir", out]
+    for key, value in {"train.max_steps": steps, "checkpoint.every": 0, "optim.schedule.warmup_steps": 0,
+                       "data.eval.format": "none", "train.per_device_batch_size": 8, "train.grad_accum_steps": 4,
+                       **sets}.items():
+        args += ["--set", f"{key}={value}"]
+    gputrain(*args)
+    return steps * STEP_PAIRS / json.load(open(os.path.join(out, "summary.json")))["train_s"]
+
+
+def shared_prompt_speed(binary, tmp, d, layers, steps):
+    path = os.path.join(tmp, f"long_{layers}.jsonl")
+    write_long_pairs(path, 0, lambda rng: 60)
     pairs = prepare(binary, path, os.path.join(tmp, f"long_{layers}"))
     one_row, two_rows = longest_rows(pairs)
     rows = []
     for name, shared, seq in (("twice (two rows a pair, as TRL)", "false", two_rows - 1),
                               ("once (data.train.shared_prompt: one row a pair)", "true", one_row - 1)):
-        out = os.path.join(tmp, f"speed_{shared}_{layers}")
-        gputrain(binary, "run", recipe(tmp, "dpo", d, layers, pairs, pairs), "--output-dir", out, "--set",
-                 f"train.max_steps={steps}", "--set", "checkpoint.every=0", "--set", "optim.schedule.warmup_steps=0",
-                 "--set", f"data.train.shared_prompt={shared}", "--set", f"model.seq_len={seq}", "--set",
-                 "data.eval.format=none", "--set", "train.per_device_batch_size=8", "--set", "train.grad_accum_steps=4")
-        summary = json.load(open(os.path.join(out, "summary.json")))
-        rows.append((name, seq, steps * 32 / summary["train_s"]))
+        rate = pairs_per_second(binary, tmp, d, layers, pairs, steps, os.path.join(tmp, f"speed_{shared}_{layers}"),
+                                {"data.train.shared_prompt": shared, "model.seq_len": seq})
+        rows.append((name, seq, rate))
     print(f"\n**The prompt computed once** (`bench/preference.py`; {provenance(binary)}): DPO, GPT d {d}, {layers} "
           f"layers, GPT-2 tokenizer; prompts of about 70 tokens, completions of about 17 (prompt 4x a completion); "
           f"steps of 32 pairs (8 a micro-batch, 4 accumulated), {steps} steps\n")
@@ -208,30 +223,19 @@ def shared_prompt_speed(binary, tmp, d, layers, steps):
 def packing_speed(binary, tmp, d, layers, steps):
     """Pairs per second with pairs padded to model.seq_len against packed (data.train.pack_pairs), in
     both layouts, for prompts of varied length (10 to 110 words, as real preference sets vary)."""
-    words = ("the of and to in is was for on that with as by at from his her their which would "
-             "about river mountain city winter garden letter morning station window music").split()
-    rng = random.Random(1)
     path = os.path.join(tmp, f"varied_{layers}.jsonl")
-    with open(path, "w") as f:
-        for n in range(512):
-            prompt = " ".join(rng.choice(words) for _ in range(rng.randint(10, 110))) + f" Is {n} even? Answer:"
-            answer = " ".join(rng.choice(words) for _ in range(14))
-            right, wrong = (" yes, " + answer, " no, " + answer) if n % 2 == 0 else (" no, " + answer, " yes, " + answer)
-            f.write(json.dumps({"prompt": prompt, "chosen": right, "rejected": wrong}) + "\n")
+    write_long_pairs(path, 1, lambda rng: rng.randint(10, 110))
     pairs = prepare(binary, path, os.path.join(tmp, f"varied_{layers}"))
     one_row, two_rows = longest_rows(pairs)
     rows = []
     for layout, shared, longest in (("two rows a pair", "false", two_rows - 1), ("the prompt once", "true", one_row - 1)):
         # Packed rows twice the longest: room for two or three pairs where padding took it.
         for pack, seq in (("false", longest), ("true", longest), ("true", 2 * longest)):
-            out = os.path.join(tmp, f"pack_{shared}_{pack}_{seq}_{layers}")
-            gputrain(binary, "run", recipe(tmp, "dpo", d, layers, pairs, pairs), "--output-dir", out, "--set",
-                     f"train.max_steps={steps}", "--set", "checkpoint.every=0", "--set",
-                     "optim.schedule.warmup_steps=0", "--set", f"data.train.shared_prompt={shared}", "--set",
-                     f"data.train.pack_pairs={pack}", "--set", f"model.seq_len={seq}", "--set", "data.eval.format=none",
-                     "--set", "train.per_device_batch_size=8", "--set", "train.grad_accum_steps=4")
-            summary = json.load(open(os.path.join(out, "summary.json")))
-            rows.append((layout, pack == "true", seq, steps * 32 / summary["train_s"]))
+            rate = pairs_per_second(binary, tmp, d, layers, pairs, steps,
+                                    os.path.join(tmp, f"pack_{shared}_{pack}_{seq}_{layers}"),
+                                    {"data.train.shared_prompt": shared, "data.train.pack_pairs": pack,
+                                     "model.seq_len": seq})
+            rows.append((layout, pack == "true", seq, rate))
     print(f"\n**Packed pairs** (`bench/preference.py`; {provenance(binary)}): DPO, GPT d {d}, {layers} layers, GPT-2's "
           f"tokenizer; prompts of 10 to 110 words (varied), completions of about 17 tokens; steps of 32 pairs (8 a "
           f"micro-batch, 4 accumulated), {steps} steps; model.seq_len the longest row of the layout, or twice it\n")

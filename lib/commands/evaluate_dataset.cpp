@@ -119,9 +119,10 @@ std::optional<json> evaluate_dataset(const EvalCommandOptions& o) {
   reference_settings.train.preference.reference = PreferenceReference::kModel;
   reference_settings.model.quantize = m.trained_quantize;
   reference_settings.parallel = {};
+  ParallelizeOptions whole;  // every process its whole copy
+  whole.device = device;
   const std::unique_ptr<ReferenceModel> reference =
-      ReferenceModel::make(objective, reference_settings, m.model, precision, groups,
-                           ParallelizeOptions{reference_settings.parallel, CheckpointingPolicy::kNone, 2, device, {}});
+      ReferenceModel::make(objective, reference_settings, m.model, precision, groups, whole);
   if (reference) passes.set_batch_preparation([&](std::vector<Batch>& b) { reference->fill(b); });
   const auto start = SteadyClock::now();
   EvalTotals t = evaluate_windows(

@@ -110,12 +110,16 @@ torch::Tensor reference_table(const PreferencePairs& pairs, const ReferenceModel
   torch::Tensor done_t = torch::tensor({o.lead ? read_partial(o, facts, table) : int64_t{0}}, torch::kLong);
   if (groups.distributed()) {
     const torch::Device wire = groups.world_comm()->tensor_device();
-    torch::Tensor d = done_t.to(wire), t = table.to(wire);
+    torch::Tensor d = done_t.to(wire);
     groups.world_comm()->broadcast_now(d, 0, "the reference pass's progress");
-    groups.world_comm()->broadcast_now(t, 0, "the reference table so far");
-    done_t = d.cpu(), table = t.cpu();
+    done_t = d.cpu();
   }
   const int64_t done = done_t.item<int64_t>();
+  if (groups.distributed() && done > 0) {  // the rows so far, where there are some
+    torch::Tensor t = table.to(groups.world_comm()->tensor_device());
+    groups.world_comm()->broadcast_now(t, 0, "the reference table so far");
+    table = t.cpu();
+  }
   if (done > 0) spdlog::info("reference: the pass over {} pairs goes on from pair {}", n, done);
   // Each replica its share of each round's pairs in a batch (its tp ranks the same ones, as their
   // forwards need); every entry is written by one replica, so the sum over them is the round's rows.
