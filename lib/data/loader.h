@@ -42,6 +42,9 @@ struct Batch {
   // preference: the input row each target row's sequence is in, and its first position there, [2 pairs]
   // int64 (data.*.pack_pairs puts several in a row; a shared prompt's two target rows read one).
   torch::Tensor target_rows, target_offsets;
+  // preference, set by the objective before the step (ObjectiveSpec::prepare): the chosen sequences'
+  // whole-sequence targets (ORPO's NLL), [pairs, T] over their input rows; undefined otherwise.
+  torch::Tensor chosen_targets;
   // Filled by the step before the forward: the reference model's summed log-probability of each
   // row's completion, [2 pairs] float32 (train/reference_model.h); the step's units per
   // unit of an objective's second term over every replica (ObjectiveSpec::second_units: ORPO's NLL

@@ -280,14 +280,16 @@ static torch::Tensor head_logp_sums_at(GptImpl& m, const torch::Tensor& x, const
   std::vector<torch::Tensor> sums;
   int64_t first = 0;
   for (const int64_t count : segments) {
-    if (count == 0) sums.push_back(torch::zeros({}, y.options().dtype(torch::kFloat)));
+    // (An empty segment's zero stays in the graph: a context-parallel part without targets still
+    // runs the backward its attention's collectives need.)
+    if (count == 0) sums.push_back(y.narrow(0, 0, 0).sum().to(torch::kFloat));
     else if (losses.defined()) sums.push_back(-losses.narrow(0, first, count).sum());
     else
       sums.push_back(-cross_entropy_sum(logits.narrow(0, first, count), targets.narrow(0, first, count), kIgnoreIndex));
     first += count;
   }
   const torch::Tensor out = torch::stack(sums);
-  return m.unit_hooks ? m.unit_hooks->after_forward(unit, {out})[0] : out;
+  return m.whole_sequence_sums(m.unit_hooks ? m.unit_hooks->after_forward(unit, {out})[0] : out);
 }
 
 torch::Tensor GptImpl::forward(const torch::Tensor& tokens, const DocumentLayout& documents) {

@@ -196,6 +196,13 @@ struct GptImpl : torch::nn::Module {
   torch::Tensor head_weight_copy;
   std::shared_ptr<MoeContext> moe;        // shared by the mixture layers; null without model.moe
   std::shared_ptr<UnitHooks> unit_hooks;  // null: the weights stay where they are
+  // Where set, completes logp_sums' per-sequence sums of this process's tokens into the whole
+  // sequences' (context parallelism splits each sequence over processes: parallel/context_parallel.h);
+  // the gradient reaches each part unchanged. Null: the sequences are whole here.
+  std::function<torch::Tensor(const torch::Tensor& part_sums)> sequence_sums_tap;
+  torch::Tensor whole_sequence_sums(const torch::Tensor& part_sums) const {
+    return sequence_sums_tap ? sequence_sums_tap(part_sums) : part_sums;
+  }
 };
 TORCH_MODULE(Gpt);
 

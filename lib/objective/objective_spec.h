@@ -53,6 +53,13 @@ struct ObjectiveSpec {
   std::vector<std::string> metric_names;
   // The objective's own recipe checks beyond the keys it reads (null: none).
   std::function<std::vector<OptimizerProblem>(const TrainSettings&)> check;
+  // What the objective computes from each whole micro-batch before a step or evaluation reads it
+  // (context parallelism then splits it: ORPO's chosen-sequence targets); null: nothing.
+  std::function<void(Batch&)> prepare;
+  // Whether the loss is a nonlinearity of each sequence's whole sums (the preference objectives,
+  // through Gpt::whole_sequence_sums): under context parallelism every rank of a cp group then holds
+  // the whole micro-batch's loss, not its chunks' share.
+  bool whole_sequence_loss = false;
 
   // Whether every micro-batch must carry `f` (one of `fields`).
   bool reads(BatchField f) const { return std::find(fields.begin(), fields.end(), f) != fields.end(); }

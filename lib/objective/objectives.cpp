@@ -74,11 +74,6 @@ class SpecObjectiveRules : public ObjectiveRules {
                           "re-cuts a step's micro-batches by rows, and " + name +
                               "'s rows are not its pairs (a pair's targets read a row by index)",
                           "set parallel.pp_microbatches: 0 (a micro-batch per train.grad_accum_steps)", true});
-    if (s.parallel.cp > 1 && pairs)
-      problems.push_back({"parallel.cp",
-                          "splits each sequence over ranks, and " + name +
-                              "'s loss is a nonlinearity of each whole sequence's sums, which are not gathered yet",
-                          "use parallel.cp: 1 (pairs are short beside pretraining windows)", true});
     if (s.kernels.cuda_graphs && !chosen.metric_names.empty())
       problems.push_back({"kernels.cuda_graphs", "cannot capture " + name + "'s step with its reward metrics",
                           "set kernels.cuda_graphs: false", true});

@@ -26,7 +26,7 @@ ObjectiveSpec orpo_objective(const PreferenceSettings& p) {
       nullptr,
       {"train.preference.beta"},
       [](const TrainSettings& t) { return orpo_objective(t.preference); },
-      [](const Batch& b) { return target_tokens(chosen_sequence_targets(b)); },
+      [](const Batch& b) { return target_tokens(chosen_targets_of(b)); },
       reward_metric_names(),
   };
   set_preference_loss(
@@ -39,7 +39,7 @@ ObjectiveSpec orpo_objective(const PreferenceSettings& p) {
         add_reward_metrics(b, p.beta * chosen, p.beta * rejected, chosen, rejected);
         return policy.chosen_nll * b.second_unit_weight - p.beta * torch::log_sigmoid(log_odds).sum();
       },
-      chosen_sequence_targets);
+      /*chosen_sequences=*/true);
   return spec;
 }
 

@@ -22,7 +22,8 @@ Picks pick_targets(const torch::Tensor& targets, const torch::Tensor& input_rows
 using LogpSumsAt = std::function<torch::Tensor(const torch::Tensor& positions, const torch::Tensor& targets,
                                                const std::vector<int64_t>& segments)>;
 
-RowLogps row_logps_at(const LogpSumsAt& sums_at, const Batch& b, const torch::Tensor& chosen_targets) {
+RowLogps row_logps_at(const Gpt& model, const LogpSumsAt& sums_at, const Batch& b,
+                      const torch::Tensor& chosen_targets) {
   const torch::Device device = b.input.device();  // the compute device (data/loader.h batch_on)
   const torch::Tensor targets = b.target.to(device), rows = b.target_rows.to(device);
   const Picks completions = pick_targets(targets, rows);  // row by row: each row's targets one segment
@@ -39,7 +40,8 @@ RowLogps row_logps_at(const LogpSumsAt& sums_at, const Batch& b, const torch::Te
   const torch::Tensor sums = sums_at(positions, tokens, segments);
   RowLogps out;
   out.sums = sums.narrow(0, 0, targets.size(0));
-  out.completion_tokens = per_row.to(torch::kFloat);
+  // (Where the sequences are split over processes, their parts' counts too.)
+  out.completion_tokens = model->whole_sequence_sums(per_row.to(torch::kFloat));
   if (chosen_targets.defined()) out.chosen_nll = -sums[targets.size(0)];
   return out;
 }
@@ -48,6 +50,7 @@ RowLogps row_logps_at(const LogpSumsAt& sums_at, const Batch& b, const torch::Te
 
 RowLogps row_logps(Gpt& model, const Batch& b, const torch::Tensor& chosen_targets) {
   return row_logps_at(
+      model,
       [&](const torch::Tensor& positions, const torch::Tensor& targets, const std::vector<int64_t>& segments) {
         return model->logp_sums(b.input, positions, targets, segments, b.token_layout);
       },
@@ -57,14 +60,22 @@ RowLogps row_logps(Gpt& model, const Batch& b, const torch::Tensor& chosen_targe
 RowLogps stream_row_logps(Gpt& model, const torch::Tensor& stream, const Batch& b,
                           const torch::Tensor& chosen_targets) {
   return row_logps_at(
+      model,
       [&](const torch::Tensor& positions, const torch::Tensor& targets, const std::vector<int64_t>& segments) {
         return model->head_logp_sums(stream, positions, targets, segments);
       },
       b, chosen_targets);
 }
 
-void set_preference_loss(ObjectiveSpec& spec, PreferenceLossOf loss, ChosenTargetsOf chosen_targets) {
-  const auto chosen = [chosen_targets](const Batch& b) { return chosen_targets ? chosen_targets(b) : torch::Tensor(); };
+void set_preference_loss(ObjectiveSpec& spec, PreferenceLossOf loss, bool chosen_sequences) {
+  spec.whole_sequence_loss = true;
+  if (chosen_sequences)
+    spec.prepare = [](Batch& b) {
+      if (!b.chosen_targets.defined()) b.chosen_targets = chosen_sequence_targets(b);
+    };
+  const auto chosen = [chosen_sequences](const Batch& b) {
+    return chosen_sequences ? chosen_targets_of(b) : torch::Tensor();
+  };
   spec.loss_sum = [loss, chosen](Gpt& model, const Batch& b) { return loss(b, row_logps(model, b, chosen(b))); };
   spec.stream_loss_sum = [loss, chosen](Gpt& model, const torch::Tensor& stream, const Batch& b) {
     return loss(b, stream_row_logps(model, stream, b, chosen(b)));
@@ -100,6 +111,10 @@ torch::Tensor chosen_sequence_targets(const Batch& b) {
   const torch::Tensor last = first + chosen_half(b.lengths, P).to(device).unsqueeze(1);
   const torch::Tensor real = (position >= first) & (position + 1 < last);
   return torch::where(real, next, torch::full_like(next, kIgnoreIndex));
+}
+
+torch::Tensor chosen_targets_of(const Batch& b) {
+  return b.chosen_targets.defined() ? b.chosen_targets : chosen_sequence_targets(b);
 }
 
 int64_t target_tokens(const torch::Tensor& targets) { return (targets != kIgnoreIndex).sum().item<int64_t>(); }

@@ -30,12 +30,12 @@ RowLogps row_logps(Gpt& model, const Batch& b, const torch::Tensor& chosen_targe
 RowLogps stream_row_logps(Gpt& model, const torch::Tensor& stream, const Batch& b,
                           const torch::Tensor& chosen_targets = {});
 
-// A preference objective's loss sum of the policy's row log-probabilities, and the chosen targets it
-// also reads (ORPO's whole sequences; null: none).
+// A preference objective's loss sum of the policy's row log-probabilities.
 using PreferenceLossOf = std::function<torch::Tensor(const Batch& b, const RowLogps& policy)>;
-using ChosenTargetsOf = std::function<torch::Tensor(const Batch& b)>;
-// Sets spec.loss_sum (a whole forward) and spec.stream_loss_sum (a pipeline's last stage) to `loss`.
-void set_preference_loss(ObjectiveSpec& spec, PreferenceLossOf loss, ChosenTargetsOf chosen_targets = nullptr);
+// Sets spec.loss_sum (a whole forward) and spec.stream_loss_sum (a pipeline's last stage) to `loss`,
+// and spec.whole_sequence_loss. `chosen_sequences`: the loss also reads the chosen sequences' summed
+// next-token loss (ORPO's RowLogps::chosen_nll), their targets set by spec.prepare (Batch::chosen_targets).
+void set_preference_loss(ObjectiveSpec& spec, PreferenceLossOf loss, bool chosen_sequences = false);
 
 // The chosen (first P) and rejected (last P) halves of a [2P] tensor.
 inline torch::Tensor chosen_half(const torch::Tensor& t, int64_t pairs) { return t.narrow(0, 0, pairs); }
@@ -52,6 +52,9 @@ void add_reward_metrics(const Batch& b, const torch::Tensor& chosen_rewards, con
 // Whole-sequence targets of the chosen sequences (every real token after the first), [P, T] over their
 // input rows (Batch::target_rows).
 torch::Tensor chosen_sequence_targets(const Batch& b);
+// Batch::chosen_targets where the step prepared `b` (ObjectiveSpec::prepare), else computed here (a
+// unit test's batch).
+torch::Tensor chosen_targets_of(const Batch& b);
 // How many targets a [rows, T] targets tensor holds (the second units of ORPO and SimPO).
 int64_t target_tokens(const torch::Tensor& targets);
 

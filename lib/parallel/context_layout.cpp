@@ -24,8 +24,13 @@ torch::Tensor ContextLayout::visible(int64_t queries, int64_t keys, int64_t firs
   const torch::Tensor distance = query_places.unsqueeze(1) - places[keys].unsqueeze(0);  // [rows, Tl]
   torch::Tensor seen = distance >= 0;
   if (window > 0) seen = seen.logical_and(distance < window);
-  const torch::Tensor same_document =
+  torch::Tensor same_document =
       documents[queries].narrow(1, first_row, rows).unsqueeze(2) == documents[keys].unsqueeze(1);
+  if (branches.defined()) {  // a key in the trunk, or in the query's branch
+    const torch::Tensor key_branch = branches[keys].unsqueeze(1);
+    same_document = same_document.logical_and(
+        key_branch.eq(0).logical_or(branches[queries].narrow(1, first_row, rows).unsqueeze(2) == key_branch));
+  }
   return same_document.logical_and(seen.unsqueeze(0)).unsqueeze(1);
 }
 
@@ -35,14 +40,19 @@ torch::Tensor ContextLayout::visible_all(int64_t queries) const {
   return torch::cat(each, -1);
 }
 
-ContextLayout context_layout(const torch::Tensor& positions, int64_t window, Communicator& cp) {
+ContextLayout context_layout(const torch::Tensor& positions, const torch::Tensor& branches, int64_t window,
+                             Communicator& cp) {
   torch::NoGradGuard no_grad;
   const int n = cp.size();
   const int64_t B = positions.size(0), Tl = positions.size(1), T = Tl * n;
   const torch::Device home = positions.device();
-  const torch::Tensor all = through_wire(
-      cp, positions.to(torch::kLong), {n, B, Tl},
+  // Positions and branches travel together: [n, 1 or 2, B, Tl].
+  const torch::Tensor mine =
+      branches.defined() ? torch::stack({positions, branches.to(positions.device())}) : positions.unsqueeze(0);
+  const torch::Tensor gathered = through_wire(
+      cp, mine.to(torch::kLong), {n, mine.size(0), B, Tl},
       [&](torch::Tensor& out, torch::Tensor& in) { return cp.all_gather(out, in, "context-parallel positions"); });
+  const torch::Tensor all = gathered.select(1, 0);
   ContextLayout out;
   std::vector<torch::Tensor> each;
   for (int r = 0; r < n; ++r) each.push_back(context_places(T, r, n, home));
@@ -53,6 +63,7 @@ ContextLayout context_layout(const torch::Tensor& positions, int64_t window, Com
   const torch::Tensor document = document_ids(in_window);
   out.documents = document.index_select(1, out.places.view({-1})).view({B, n, Tl}).movedim(1, 0).contiguous();
   out.window = window;
+  if (branches.defined()) out.branches = gathered.select(1, 1).to(home).contiguous();
   return out;
 }
 

@@ -7,6 +7,7 @@
 
 #include "parallel/group_handle.h"
 #include "parallel/ring_attention.h"
+#include "parallel/tensor_parallel.h"
 #include "parallel/through_wire.h"
 #include "util/error.h"
 #include "util/ignore_index.h"
@@ -75,7 +76,7 @@ class ContextAttention {
                            const DocumentLayout& layout, int64_t window, double dropout_p, AttentionImpl impl) {
     // Holding the positions keeps their storage from being reused by another batch's.
     if (!positions_.is_same(layout.positions) || window != layout_.window) {
-      layout_ = context_layout(layout.positions, window, cp_);
+      layout_ = context_layout(layout.positions, layout.branches, window, cp_);
       visible_ = method_ == ContextMethod::kAllGather ? layout_.visible_all(cp_.rank()) : torch::Tensor();
       positions_ = layout.positions;
     }
@@ -86,7 +87,7 @@ class ContextAttention {
  private:
   Communicator& cp_;
   ContextMethod method_;
-  ContextLayout layout_{torch::Tensor(), torch::Tensor(), -1};
+  ContextLayout layout_{torch::Tensor(), torch::Tensor(), -1, torch::Tensor()};
   torch::Tensor positions_, visible_;
 };
 
@@ -95,13 +96,19 @@ class ContextAttention {
 Batch context_part(const Batch& b, int place, int size) {
   const int64_t B = b.input.size(0), T = b.input.size(1);
   const torch::Tensor places = context_places(T, place, size, b.input.device());
-  Batch out;
-  out.input = b.input.index_select(1, places);
-  out.target = b.target.index_select(1, places);
+  const auto columns = [&](const torch::Tensor& t) {
+    return t.defined() ? t.index_select(1, places.to(t.device())) : t;
+  };
+  Batch out = b;  // the pairs' fields (and the shared metric sums) as they are: they describe whole rows
+  out.input = columns(b.input);
+  out.target = columns(b.target);
+  out.chosen_targets = columns(b.chosen_targets);
   out.target_count = out.target.ne(kIgnoreIndex).sum().item<int64_t>();
-  // (No document offsets: the gathering attention masks by the positions.)
-  out.token_layout.positions = b.token_layout.defined() ? b.token_layout.positions.index_select(1, places)
+  // (No document offsets: the gathering attention masks by the positions and branches.)
+  out.token_layout = DocumentLayout{};
+  out.token_layout.positions = b.token_layout.defined() ? columns(b.token_layout.positions)
                                                         : places.unsqueeze(0).expand({B, places.size(0)}).contiguous();
+  out.token_layout.branches = columns(b.token_layout.branches);
   return out;
 }
 
@@ -112,6 +119,11 @@ std::vector<Batch> context_parts(const std::vector<Batch>& batches, const Commun
 }
 
 void parallelize_context(Gpt& model, Communicator& cp, ContextMethod method) {
+  // A preference loss reads each sequence's log-probability whole: every rank gets the sum of its
+  // parts, and each part's gradient is the whole loss's (the cp ranks' gradients are then summed).
+  model->sequence_sums_tap = [&cp](const torch::Tensor& part_sums) {
+    return reduce_from_group(part_sums, cp, "context-parallel sequence sums");
+  };
   auto shared = std::make_shared<ContextAttention>(cp, method);
   for (size_t i = 0; i < model->transformer->h->size(); ++i) {
     auto& attn = *(*model->transformer->h)[i]->as<Block>()->attn;
@@ -124,9 +136,9 @@ void parallelize_context(Gpt& model, Communicator& cp, ContextMethod method) {
 }
 
 torch::Tensor context_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                                const torch::Tensor& positions, int64_t window, double dropout_p, AttentionImpl impl,
+                                const DocumentLayout& tokens, int64_t window, double dropout_p, AttentionImpl impl,
                                 ContextMethod method, Communicator& cp) {
-  const ContextLayout layout = context_layout(positions, window, cp);
+  const ContextLayout layout = context_layout(tokens.positions, tokens.branches, window, cp);
   if (method == ContextMethod::kRing) return attend_ring(q, k, v, layout, dropout_p, cp);
   return attend_gathered(q, k, v, layout.visible_all(cp.rank()), dropout_p, impl, cp);
 }

@@ -19,9 +19,10 @@
 
 namespace gputrain {
 
-// This rank's part of a batch: its tokens and targets, its target count, and the tokens' positions
-// (the window's places, or their documents' positions under data.*.document_attention), which the
-// gathering attention reads.
+// This rank's part of a batch: its tokens and targets (a preference batch's chosen-sequence targets
+// too), its target count, and the tokens' positions (the window's places, or their documents'
+// positions under data.*.document_attention) and branches, which the attention masks by. What
+// describes whole rows (a preference batch's pairs, lengths, reference log-probabilities) stays.
 Batch context_part(const Batch& b, int place, int size);
 std::vector<Batch> context_parts(const std::vector<Batch>& batches, const Communicator& cp);
 
@@ -30,9 +31,10 @@ std::vector<Batch> context_parts(const std::vector<Batch>& batches, const Commun
 void parallelize_context(Gpt& model, Communicator& cp, ContextMethod method);
 
 // The context-parallel attention alone, as each block runs it: q [B, H, Tl, D], k and v
-// [B, Hkv, Tl, D] of the tokens at `positions` [B, Tl] (context_part's) -> [B, H, Tl, D].
+// [B, Hkv, Tl, D] of the tokens at `tokens`' positions [B, Tl] (context_part's; and branches, where
+// defined) -> [B, H, Tl, D].
 torch::Tensor context_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                                const torch::Tensor& positions, int64_t window, double dropout_p, AttentionImpl impl,
+                                const DocumentLayout& tokens, int64_t window, double dropout_p, AttentionImpl impl,
                                 ContextMethod method, Communicator& cp);
 
 }  // namespace gputrain

@@ -151,10 +151,11 @@ std::vector<std::pair<int64_t, int64_t>> tiles(int64_t Tl, int64_t rows) {
 struct RingAttention : torch::autograd::Function<RingAttention> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
                                const torch::Tensor& v, int64_t group, const torch::Tensor& places,
-                               const torch::Tensor& documents, int64_t window, int64_t kernel, int64_t tile_rows) {
+                               const torch::Tensor& documents, const torch::Tensor& branches, int64_t window,
+                               int64_t kernel, int64_t tile_rows) {
     c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);  // the merges stay float32
     Communicator& cp = group_from_handle(group);
-    const ContextLayout layout{places, documents, window};
+    const ContextLayout layout{places, documents, window, branches.numel() > 0 ? branches : torch::Tensor()};
     const TileAttention attend{static_cast<RingKernel>(kernel)};
     const int n = cp.size(), me = cp.rank();
     torch::Tensor out = torch::zeros(q.sizes(), q.options().dtype(torch::kFloat));
@@ -174,7 +175,7 @@ struct RingAttention : torch::autograd::Function<RingAttention> {
     }
     // The output is kept as returned (in q's dtype, as flash attention keeps it).
     const torch::Tensor y = out.to(q.scalar_type());
-    ctx->save_for_backward({q, k, v, y, lse, places, documents});
+    ctx->save_for_backward({q, k, v, y, lse, places, documents, branches});
     ctx->saved_data["group"] = group;
     ctx->saved_data["window"] = window;
     ctx->saved_data["kernel"] = kernel;
@@ -186,7 +187,8 @@ struct RingAttention : torch::autograd::Function<RingAttention> {
     c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
     const variable_list saved = ctx->get_saved_variables();
     const torch::Tensor &q = saved[0], &k = saved[1], &v = saved[2], &y = saved[3], &lse = saved[4];
-    const ContextLayout layout{saved[5], saved[6], ctx->saved_data["window"].toInt()};
+    const ContextLayout layout{saved[5], saved[6], ctx->saved_data["window"].toInt(),
+                               saved[7].numel() > 0 ? saved[7] : torch::Tensor()};
     const TileAttention attend{static_cast<RingKernel>(ctx->saved_data["kernel"].toInt())};
     const int64_t tile_rows = ctx->saved_data["tile_rows"].toInt(), H = q.size(1), Hkv = k.size(1);
     Communicator& cp = group_from_handle(ctx->saved_data["group"].toInt());
@@ -215,6 +217,7 @@ struct RingAttention : torch::autograd::Function<RingAttention> {
     return {dq.to(q.scalar_type()),
             dkv[0].to(k.scalar_type()),
             dkv[1].to(v.scalar_type()),
+            torch::Tensor(),
             torch::Tensor(),
             torch::Tensor(),
             torch::Tensor(),
@@ -249,7 +252,10 @@ torch::Tensor ring_attention(const torch::Tensor& q, const torch::Tensor& k, con
   if (kernel == RingKernel::kFused && !q.is_cpu())
     throw runtime_error("context-parallel ring: the fused block kernel runs on the CPU only; use RingKernel::kTiled");
   if (tile_rows <= 0) tile_rows = ring_tile_rows(q.size(0), q.size(1), q.size(2));
-  return RingAttention::apply(q, k, v, group_handle(cp), layout.places, layout.documents, layout.window,
+  // (No branches: an empty tensor, as an autograd function's inputs must have a device.)
+  const torch::Tensor branches =
+      layout.branches.defined() ? layout.branches : torch::empty({0}, layout.places.options());
+  return RingAttention::apply(q, k, v, group_handle(cp), layout.places, layout.documents, branches, layout.window,
                               static_cast<int64_t>(kernel), tile_rows);
 }
 

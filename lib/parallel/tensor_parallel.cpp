@@ -32,11 +32,11 @@ struct CopyToGroup : torch::autograd::Function<CopyToGroup> {
 };
 
 struct ReduceFromGroup : torch::autograd::Function<ReduceFromGroup> {
-  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, int64_t group) {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, int64_t group, const char* what) {
     ctx->saved_data["group"] = group;
-    return all_reduced(x, group_from_handle(group), "tensor-parallel partial products");
+    return all_reduced(x, group_from_handle(group), what);
   }
-  static variable_list backward(AutogradContext*, variable_list g) { return {g[0], torch::Tensor()}; }
+  static variable_list backward(AutogradContext*, variable_list g) { return {g[0], torch::Tensor(), torch::Tensor()}; }
 };
 
 // Replaces a parameter's data by this rank's slice (the Variable, and so its name, stays).
@@ -50,8 +50,8 @@ void keep_shard(torch::Tensor& p, const TensorShard& s, int rank, int size) {
 torch::Tensor copy_to_group(const torch::Tensor& x, Communicator& group) {
   return CopyToGroup::apply(x, group_handle(group));
 }
-torch::Tensor reduce_from_group(const torch::Tensor& x, Communicator& group) {
-  return ReduceFromGroup::apply(x, group_handle(group));
+torch::Tensor reduce_from_group(const torch::Tensor& x, Communicator& group, const char* what) {
+  return ReduceFromGroup::apply(x, group_handle(group), what);
 }
 
 std::vector<TensorShard> parallelize_tensor(Gpt& model, Communicator& tp) {

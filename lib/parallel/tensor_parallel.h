@@ -28,6 +28,8 @@ std::vector<TensorShard> parallelize_tensor(Gpt& model, Communicator& tp);
 
 // The two autograd functions (exposed for tests).
 torch::Tensor copy_to_group(const torch::Tensor& x, Communicator& group);
-torch::Tensor reduce_from_group(const torch::Tensor& x, Communicator& group);
+// (`what`: the sum, for the communicator's error messages; a string literal.)
+torch::Tensor reduce_from_group(const torch::Tensor& x, Communicator& group,
+                                const char* what = "tensor-parallel partial products");
 
 }  // namespace gputrain

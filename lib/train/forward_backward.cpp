@@ -73,30 +73,33 @@ double ForwardBackward::evaluate(const std::vector<Batch>& given) {
     if (metrics > 0) b.metric_sums = torch::zeros({metrics}, torch::kDouble);
   }
   Communicator* cp = groups_.cp();
-  const std::vector<Batch> mine = cp ? context_parts(batches, *cp) : batches;
-  // (The pipeline's evaluation sums over the world, the cp ranks' chunks included. Objectives with
-  // metrics refuse cp in their recipe rules.)
-  if (!cp) {
-    const double loss = pipeline_ ? pipeline_->evaluate(model_, objective_, batches, precision_)
-                                  : gputrain::evaluate(model_, batches, &precision_, objective_);
-    if (metrics == 0) return loss;
-    torch::Tensor sums = torch::zeros({metrics}, torch::kDouble);
-    for (const Batch& b : batches) sums += b.metric_sums.cpu();
-    // A pipeline's last stage has them; every replica evaluates the same batches, so its stages share them.
-    if (pipeline_) {
-      torch::Tensor wire = sums.to(groups_.pp()->tensor_device());
-      groups_.pp()->all_reduce_sum_now(wire, "the pipeline's evaluation metric sums");
-      sums = wire.cpu();
-    }
-    eval_metric_sums_.resize(static_cast<size_t>(metrics), 0.0);
-    for (int64_t i = 0; i < metrics; ++i) eval_metric_sums_[static_cast<size_t>(i)] += sums[i].item<double>();
-    return loss;
+  const std::vector<Batch> mine = cp ? context_parts(batches, *cp) : batches;  // (the same metric sums)
+  // Under cp the chunks' loss sums and units add up over the cp ranks (a whole-sequence loss's are
+  // whole on each, so their ratio holds too); the pipeline's evaluation sums over the world.
+  double loss = 0;
+  if (pipeline_) {
+    loss = pipeline_->evaluate(model_, objective_, mine, precision_);
+  } else if (!cp) {
+    loss = gputrain::evaluate(model_, batches, &precision_, objective_);
+  } else {
+    const LossSum part = evaluate_sum(model_, mine, &precision_, objective_);
+    torch::Tensor sum = torch::tensor({part.loss, static_cast<double>(part.targets)}, torch::kDouble);
+    cp->all_reduce_sum_now(sum, "sum of the context-parallel chunks' evaluation loss");
+    loss = sum[0].item<double>() / std::max(sum[1].item<double>(), 1.0);
   }
-  if (pipeline_) return pipeline_->evaluate(model_, objective_, mine, precision_);
-  const LossSum part = evaluate_sum(model_, mine, &precision_, objective_);
-  torch::Tensor sum = torch::tensor({part.loss, static_cast<double>(part.targets)}, torch::kDouble);
-  cp->all_reduce_sum_now(sum, "sum of the context-parallel chunks' evaluation loss");
-  return sum[0].item<double>() / std::max(sum[1].item<double>(), 1.0);
+  if (metrics == 0) return loss;
+  // Every cp rank holds the whole sums (its objective's are of whole sequences).
+  torch::Tensor sums = torch::zeros({metrics}, torch::kDouble);
+  for (const Batch& b : batches) sums += b.metric_sums.cpu();
+  // A pipeline's last stage has them; every replica evaluates the same batches, so its stages share them.
+  if (pipeline_) {
+    torch::Tensor wire = sums.to(groups_.pp()->tensor_device());
+    groups_.pp()->all_reduce_sum_now(wire, "the pipeline's evaluation metric sums");
+    sums = wire.cpu();
+  }
+  eval_metric_sums_.resize(static_cast<size_t>(metrics), 0.0);
+  for (int64_t i = 0; i < metrics; ++i) eval_metric_sums_[static_cast<size_t>(i)] += sums[i].item<double>();
+  return loss;
 }
 
 std::vector<double> ForwardBackward::take_eval_metric_sums() { return std::exchange(eval_metric_sums_, {}); }

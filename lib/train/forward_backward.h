@@ -46,7 +46,8 @@ class ForwardBackward {
   // The step's gradients accumulated into the parameters (the gradient buckets' hook before each
   // backward; the mixture layers' balancing loss weighted for the step's forwards on every replica).
   // Returns this rank's share of the step's mean loss over `global_units` units: under context
-  // parallelism its chunks' share (sum_loss_and_any(..., per_chunk) adds the chunks up).
+  // parallelism its chunks' share (sum_loss_and_any(..., per_chunk) adds the chunks up), or the
+  // whole loss where the objective's is of whole sequences (ObjectiveSpec::whole_sequence_loss).
   torch::Tensor step(const std::vector<Batch>& micro, int64_t global_units);
   // One forward and backward of `b` on this rank alone, normalized by its own units, no gradient
   // hooks: the batch finder's trial of whether a micro-batch fits (train/batch_finder.h).
@@ -57,9 +58,12 @@ class ForwardBackward {
   bool keeps_gradients() const { return graph_ && graph_->keeps_gradients(); }
 
   // Called on every batch set before its forwards (evaluation's too): what the objective needs filled
-  // in beside the data (DPO's reference log-probabilities: train/reference_model.h).
+  // in beside the data (its own ObjectiveSpec::prepare, then this: DPO's reference log-probabilities,
+  // train/reference_model.h).
   void set_batch_preparation(std::function<void(std::vector<Batch>&)> prepare) { prepare_ = std::move(prepare); }
   void prepare(std::vector<Batch>& batches) const {
+    if (objective_.prepare)
+      for (Batch& b : batches) objective_.prepare(b);
     if (prepare_) prepare_(batches);
   }
 

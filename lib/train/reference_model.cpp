@@ -7,6 +7,7 @@
 #include "checkpoint/stored_weights.h"
 #include "model/lora.h"
 #include "objective/preference_loss.h"
+#include "parallel/context_parallel.h"
 #include "parallel/parallelize.h"
 #include "util/named_tensor.h"
 
@@ -34,16 +35,16 @@ std::unique_ptr<ReferenceModel> ReferenceModel::make(const ObjectiveSpec& object
                                                      const Precision& precision, const ProcessGroups& groups,
                                                      const ParallelizeOptions& options, PipelineStages* pipeline) {
   if (!objective.reads(BatchField::kReference)) return nullptr;
-  // (cp: refused for every preference objective by its recipe rules.)
   const bool adapters = s.model.lora.rank > 0 && s.train.preference.reference != PreferenceReference::kModel;
-  if (adapters) return std::unique_ptr<ReferenceModel>(new ReferenceModel(policy, nullptr, precision, pipeline));
+  if (adapters)
+    return std::unique_ptr<ReferenceModel>(new ReferenceModel(policy, nullptr, precision, pipeline, groups.cp()));
   std::string what = "a frozen copy of the starting weights";
   if (s.model.quantize.enabled()) what += ", its block Linears in 4 bits as the policy's";
   if (groups.tp()) what += ", each rank its tp slices";
   if (groups.dp() && s.parallel.zero == 3) what += ", each rank its ZeRO-3 rows";
   if (groups.pp()) what += ", each rank its pipeline stage";
-  auto reference = std::unique_ptr<ReferenceModel>(
-      new ReferenceModel(policy, frozen_copy(s, precision.weight_dtype(), groups, options), precision, pipeline));
+  auto reference = std::unique_ptr<ReferenceModel>(new ReferenceModel(
+      policy, frozen_copy(s, precision.weight_dtype(), groups, options), precision, pipeline, groups.cp()));
   reference->copy_what_ = what;
   return reference;
 }
@@ -85,18 +86,21 @@ void ReferenceModel::fill(std::vector<Batch>& batches) const {
     } else {
       for (Batch& b : batches) {
         if (b.reference_logps.defined() || b.pairs == 0) continue;
-        b.reference_logps = row_logps(model, b).sums.detach().to(torch::kFloat);
+        b.reference_logps = row_logps(model, mine(b)).sums.detach().to(torch::kFloat);
       }
     }
   }
   model->train(was_training);
 }
 
+Batch ReferenceModel::mine(const Batch& b) const { return cp_ ? context_part(b, cp_->rank(), cp_->size()) : b; }
+
 void ReferenceModel::fill_through_stages(Gpt& model, std::vector<Batch>& batches) const {
   std::vector<size_t> which;
   std::vector<Batch> need;
   for (size_t i = 0; i < batches.size(); ++i)
-    if (!batches[i].reference_logps.defined() && batches[i].pairs > 0) which.push_back(i), need.push_back(batches[i]);
+    if (!batches[i].reference_logps.defined() && batches[i].pairs > 0)
+      which.push_back(i), need.push_back(mine(batches[i]));
   pipeline_->forward_only(model, need, precision_, [&](const torch::Tensor& stream, Batch& b) {
     b.reference_logps = stream_row_logps(model, stream, b).sums.detach().to(torch::kFloat);
   });

@@ -29,6 +29,7 @@ class ReferenceModel {
   // (parallel/parallelize.h parallelize_frozen), a 4-bit base (model.quantize) quantized as its.
   // Under a pipeline (`pipeline`), the reference runs through the stages too (each rank its stage of
   // the copy, or of the policy with its adapters off), and the last stage holds the log-probabilities.
+  // Under context parallelism each rank runs its chunks, and every rank gets the whole sums.
   static std::unique_ptr<ReferenceModel> make(const ObjectiveSpec& objective, const Settings& s, Gpt policy,
                                               const Precision& precision, const ProcessGroups& groups,
                                               const ParallelizeOptions& options, PipelineStages* pipeline = nullptr);
@@ -42,8 +43,10 @@ class ReferenceModel {
   std::string describe() const;
 
  private:
-  ReferenceModel(Gpt policy, Gpt copy, const Precision& precision, PipelineStages* pipeline)
-      : policy_(std::move(policy)), copy_(std::move(copy)), precision_(precision), pipeline_(pipeline) {}
+  ReferenceModel(Gpt policy, Gpt copy, const Precision& precision, PipelineStages* pipeline, Communicator* cp)
+      : policy_(std::move(policy)), copy_(std::move(copy)), precision_(precision), pipeline_(pipeline), cp_(cp) {}
+  // The part of `b` this rank runs (its chunks under context parallelism; the sums come out whole).
+  Batch mine(const Batch& b) const;
   // The batches without log-probabilities through the pipeline's stages.
   void fill_through_stages(Gpt& model, std::vector<Batch>& batches) const;
   Gpt policy_;
@@ -51,6 +54,7 @@ class ReferenceModel {
   std::string copy_what_;  // the copy and its layout, for describe()
   const Precision& precision_;
   PipelineStages* pipeline_;  // null: no pipeline
+  Communicator* cp_;          // null: no context parallelism (else each rank runs its chunks)
   std::map<const PreferencePairs*, torch::Tensor> tables_;
   std::string was_;  // what the tables were computed with
 };

@@ -400,8 +400,8 @@ StepResult Trainer::step() {
   par_.gradients->finish();  // every rank now holds the summed gradients (ZeRO-2: of its own parameters)
   // The global batch's mean loss; and a stop signal on any rank stops every rank after this step
   // (a signal may reach them a step apart; one arriving later in this step counts at the next).
-  std::tie(r.loss, r.agreed_stop) =
-      sum_loss_and_any(*groups_, r.loss, StopSignals::requested() != 0, /*per_chunk=*/true);
+  std::tie(r.loss, r.agreed_stop) = sum_loss_and_any(*groups_, r.loss, StopSignals::requested() != 0,
+                                                     /*per_chunk=*/!objective_.whole_sequence_loss);
   bool overflow = precision_->unscale_and_check(params_);  // fp16: inf/nan gradients
   if (precision_->has_scaler()) overflow = par_.gradients->overflow_on_any_rank(overflow);
   // Fused AdamW multiplies the gradients by the clipping coefficient as it reads them, which saves

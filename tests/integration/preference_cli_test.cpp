@@ -83,6 +83,24 @@ void check_same_steps(const std::vector<nlohmann::json>& ours, const nlohmann::j
     }
 }
 
+// Each evaluation's loss and metrics in `two` agree with `one`'s; there are some exactly where the
+// runs' `sets` evaluate.
+void check_same_evaluations(const std::vector<nlohmann::json>& two, const std::vector<nlohmann::json>& one,
+                            const std::vector<std::string>& sets) {
+  size_t evaluated = 0;
+  for (size_t i = 0; i < one.size(); ++i)
+    for (const std::string& key : kCompared) {
+      const std::string eval_key = key == "loss" ? "eval_loss" : "eval_" + key;
+      if (!one[i].contains(eval_key)) continue;
+      INFO("step " << i + 1 << " " << eval_key);
+      REQUIRE(two[i].contains(eval_key));
+      CHECK(two[i][eval_key].get<double>() == Approx(one[i][eval_key].get<double>()).epsilon(1e-5).margin(1e-6));
+      ++evaluated;
+    }
+  const bool evaluates = std::find(sets.begin(), sets.end(), "train.eval_every=2") != sets.end();
+  CHECK((evaluates ? evaluated >= kCompared.size() : evaluated == 0));
+}
+
 }  // namespace
 
 TEST_CASE("preference: DPO (sigmoid, ipo, hinge, robust), ORPO and SimPO train step for step as TRL", "[slow]") {
@@ -183,18 +201,49 @@ TEST_CASE("preference: 2 processes train as one: dp, ZeRO-2, ZeRO-3, tp, pp (DPO
     const std::vector<nlohmann::json> two = read_jsonl(out.file("two/metrics.jsonl")),
                                       one = read_jsonl(out.file("one/metrics.jsonl"));
     check_same_steps(two, one);
-    size_t evaluated = 0;
-    for (size_t i = 0; i < one.size(); ++i)
-      for (const std::string& key : kCompared) {
-        const std::string eval_key = key == "loss" ? "eval_loss" : "eval_" + key;
-        if (!one[i].contains(eval_key)) continue;
-        INFO("step " << i + 1 << " " << eval_key);
-        REQUIRE(two[i].contains(eval_key));
-        CHECK(two[i][eval_key].get<double>() == Approx(one[i][eval_key].get<double>()).epsilon(1e-5).margin(1e-6));
-        ++evaluated;
-      }
-    const bool evaluates = std::find(l.model.begin(), l.model.end(), "train.eval_every=2") != l.model.end();
-    CHECK((evaluates ? evaluated >= kCompared.size() : evaluated == 0));
+    check_same_evaluations(two, one, l.model);
+  }
+}
+
+TEST_CASE(
+    "preference: 2 processes splitting each sequence (cp) train as one: the shared prompt, two rows, packed; DPO's "
+    "copy, LoRA and precomputed reference, ORPO, SimPO; gathering and ring attention",
+    "[slow]") {
+  const PreferenceData& d = data();
+  const std::vector<std::string> lora = {"model.lora.rank=4", "optim.lr=0.5"};
+  const std::vector<std::string> eval = {"data.eval.format=preference",
+                                         "data.eval.path=" + d.dir.file("data/train_pairs.bin"), "train.eval_every=2"};
+  struct Split {
+    const char* name;
+    const char* objective;
+    std::vector<std::string> model;  // both runs'
+    const char* method;              // parallel.cp_method of the 2-process run
+  };
+  for (const Split& c : std::vector<Split>{
+           // The completions' branches of a shared prompt reach both methods' masks; evaluation's
+           // rewards are whole on every cp rank.
+           {"copy", "dpo", eval, "allgather"},
+           {"copy_ring", "dpo", {}, "ring"},
+           {"two_rows", "dpo", {"data.train.shared_prompt=false"}, "allgather"},
+           {"packed", "dpo", {"data.train.pack_pairs=true"}, "ring"},
+           {"lora", "dpo", with(lora, eval), "allgather"},
+           {"precomputed", "dpo", {"train.preference.reference=precomputed"}, "ring"},
+           // ORPO's whole-sequence NLL targets are found before the split, then split as the tokens.
+           {"orpo", "orpo", with({"train.preference.beta=0.2"}, eval), "allgather"},
+           {"simpo", "simpo", {"train.preference.beta=2"}, "ring"},
+       }) {
+    INFO(c.name);
+    const std::string recipe = d.recipe(c.objective);
+    TempDir out;
+    REQUIRE(run_recipe(recipe, out.file("one"), c.model).exit_code == 0);
+    const CommandResult r = train(recipe, out.file("two"), 2,
+                                  with(c.model, {"parallel.cp=2", std::string("parallel.cp_method=") + c.method}));
+    INFO(r.output);
+    REQUIRE(r.exit_code == 0);
+    const std::vector<nlohmann::json> two = read_jsonl(out.file("two/metrics.jsonl")),
+                                      one = read_jsonl(out.file("one/metrics.jsonl"));
+    check_same_steps(two, one);
+    check_same_evaluations(two, one, c.model);
   }
 }
 
@@ -267,7 +316,6 @@ TEST_CASE("preference: recipes that cannot train on pairs stop with exit 2 namin
            {{"train.objective=causal_lm"}, "holds preference pairs"},
            {{"data.train.format=tokens"}, "is not preference"},
            {{"parallel.pp=2", "parallel.pp_microbatches=2"}, "rows are not its pairs"},
-           {{"parallel.cp=2"}, "parallel.cp"},
            {{"train.per_device_batch_size=auto", "train.global_batch_size=6"}, "the batch finder"},
        }) {
     const CommandResult r = validate(bad.sets);

@@ -32,16 +32,38 @@ torch::Tensor document_positions(int64_t B, int64_t T, const std::vector<int64_t
   return torch::tensor(p, torch::kLong).unsqueeze(0).repeat({B, 1});
 }
 
+// Shared-prompt documents (data/preference_pairs.h): after each document start of `starts`, a trunk
+// of `trunk` tokens, then two branches (1, 2) that split the rest; positions continue from the
+// trunk's end in each. [B, T] positions and branches.
+std::pair<torch::Tensor, torch::Tensor> branched_documents(int64_t B, int64_t T, const std::vector<int64_t>& starts,
+                                                           int64_t trunk) {
+  std::vector<int64_t> p(static_cast<size_t>(T)), br(static_cast<size_t>(T));
+  for (size_t d = 0; d < starts.size(); ++d) {
+    const int64_t first = starts[d], end = d + 1 < starts.size() ? starts[d + 1] : T;
+    const int64_t split = first + trunk + (end - first - trunk) / 2;
+    for (int64_t i = first; i < end; ++i) {
+      const auto at = static_cast<size_t>(i);
+      br[at] = i < first + trunk ? 0 : (i < split ? 1 : 2);
+      p[at] = br[at] == 2 ? trunk + (i - split) : i - first;
+    }
+  }
+  return {torch::tensor(p, torch::kLong).unsqueeze(0).repeat({B, 1}),
+          torch::tensor(br, torch::kLong).unsqueeze(0).repeat({B, 1})};
+}
+
 // The one-process attention in float64: each query sees the keys at or before it in its document,
-// within `window`.
+// within `window`, in the trunk or its own branch (`branches` defined).
 torch::Tensor reference_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                                  const torch::Tensor& positions, int64_t window) {
+                                  const torch::Tensor& positions, int64_t window, const torch::Tensor& branches = {}) {
   const int64_t T = q.size(2);
   const torch::Tensor document = (positions == 0).cumsum(1);
   const torch::Tensor i = torch::arange(T).unsqueeze(1), j = torch::arange(T).unsqueeze(0);
   torch::Tensor seen = (j <= i);
   if (window > 0) seen = seen.logical_and(i - j < window);
-  const torch::Tensor allowed = seen.unsqueeze(0).logical_and(document.unsqueeze(2) == document.unsqueeze(1));
+  torch::Tensor allowed = seen.unsqueeze(0).logical_and(document.unsqueeze(2) == document.unsqueeze(1));
+  if (branches.defined())
+    allowed =
+        allowed.logical_and(branches.unsqueeze(1).eq(0).logical_or(branches.unsqueeze(2) == branches.unsqueeze(1)));
   return math_attention(q, k, v, 0.0, allowed.unsqueeze(1));
 }
 
@@ -66,6 +88,19 @@ TEST_CASE("context parallel: rank r of cp holds chunks r and 2 cp - 1 - r, every
   // With documents, the positions are the documents' own.
   b.token_layout = document_layout(document_positions(2, 8, {0, 5}));
   CHECK(context_part(b, 0, 2).token_layout.positions.equal(torch::tensor({{0, 1, 1, 2}, {0, 1, 1, 2}}, torch::kLong)));
+  // A preference batch: its branches and chosen-sequence targets split as the tokens; what describes
+  // whole rows (the pairs, their lengths, the metric sums it adds to) kept.
+  b.token_layout.branches = (torch::arange(8) >= 4).to(torch::kLong).unsqueeze(0).repeat({2, 1});
+  b.pairs = 1;
+  b.lengths = torch::tensor({8, 8}, torch::kLong);
+  b.chosen_targets = b.target.narrow(0, 0, 1) + 1;
+  b.metric_sums = torch::zeros({6}, torch::kDouble);
+  const Batch pair_part = context_part(b, 1, 2);
+  CHECK(pair_part.token_layout.branches.equal(torch::tensor({{0, 0, 1, 1}, {0, 0, 1, 1}}, torch::kLong)));
+  CHECK(pair_part.chosen_targets.equal(torch::tensor({{103, 104, 105, 106}}, torch::kLong)));
+  CHECK(pair_part.pairs == 1);
+  CHECK(pair_part.lengths.equal(b.lengths));
+  CHECK(pair_part.metric_sums.is_same(b.metric_sums));
 }
 
 TEST_CASE(
@@ -74,7 +109,8 @@ TEST_CASE(
     "[parallel]") {
   at::set_num_threads(1);
   const int cp = GENERATE(2, 4);
-  const int kind = GENERATE(0, 1, 2);  // plain causal, packed documents, documents under a sliding window
+  // Plain causal, packed documents, documents under a sliding window, shared-prompt documents.
+  const int kind = GENERATE(0, 1, 2, 3);
   // All-gather; ring (on the CPU: fused); ring in tiles of 50 query rows (a short last one), fused and float32.
   const int how = GENERATE(0, 1, 2, 3);
   CAPTURE(cp, kind, how);
@@ -84,11 +120,13 @@ TEST_CASE(
   const auto f64 = torch::TensorOptions().dtype(torch::kDouble);
   const torch::Tensor q = torch::randn({B, H, T, D}, f64), k = torch::randn({B, Hkv, T, D}, f64),
                       v = torch::randn({B, Hkv, T, D}, f64), upstream = torch::randn({B, H, T, D}, f64);
-  const torch::Tensor positions =
+  torch::Tensor positions =
       kind == 0 ? torch::arange(T).unsqueeze(0).repeat({B, 1}) : document_positions(B, T, {0, 37, 90, 200, 201, 333});
+  torch::Tensor branches;
+  if (kind == 3) std::tie(positions, branches) = branched_documents(B, T, {0, 150, 260}, 30);
   // The reference and its gradients, in float64.
   const torch::Tensor rq = q.clone().requires_grad_(), rk = k.clone().requires_grad_(), rv = v.clone().requires_grad_();
-  const torch::Tensor ref = reference_attention(rq, rk, rv, positions, window);
+  const torch::Tensor ref = reference_attention(rq, rk, rv, positions, window, branches);
   ref.backward(upstream);
 
   std::vector<torch::Tensor> out(cp), dq(cp), dk(cp), dv(cp);
@@ -97,11 +135,13 @@ TEST_CASE(
     const torch::Tensor places = context_places(T, rank, cp, torch::kCPU);
     auto mine = [&](const torch::Tensor& t) { return t.index_select(2, places).to(torch::kFloat).requires_grad_(); };
     const torch::Tensor lq = mine(q), lk = mine(k), lv = mine(v);
-    const torch::Tensor mine_positions = positions.index_select(1, places);
+    DocumentLayout tokens;
+    tokens.positions = positions.index_select(1, places);
+    if (branches.defined()) tokens.branches = branches.index_select(1, places);
     const torch::Tensor y =
-        how >= 2 ? ring_attention(lq, lk, lv, context_layout(mine_positions, window, *group), *group,
+        how >= 2 ? ring_attention(lq, lk, lv, context_layout(tokens.positions, tokens.branches, window, *group), *group,
                                   how == 2 ? RingKernel::kFused : RingKernel::kTiled, 50)
-                 : context_attention(lq, lk, lv, mine_positions, window, 0.0, AttentionImpl::kSdpa,
+                 : context_attention(lq, lk, lv, tokens, window, 0.0, AttentionImpl::kSdpa,
                                      how == 0 ? ContextMethod::kAllGather : ContextMethod::kRing, *group);
     y.backward(upstream.index_select(2, places).to(torch::kFloat));
     out[rank] = y.detach(), dq[rank] = lq.grad(), dk[rank] = lk.grad(), dv[rank] = lv.grad();
@@ -115,7 +155,12 @@ TEST_CASE(
     CHECK(test::relative_error(dk[r], theirs(rk.grad())) < 1e-5);
     CHECK(test::relative_error(dv[r], theirs(rv.grad())) < 1e-5);
   }
-  // Masking matters: without the documents, the first rank's output would differ.
+  // Masking matters: without the documents (or the branches), the first rank's output would differ.
+  if (kind == 3)
+    CHECK(test::relative_error(reference_attention(q, k, v, positions, 0)
+                                   .index_select(2, context_places(T, 0, cp, torch::kCPU))
+                                   .to(torch::kFloat),
+                               out[0]) > 1e-2);
   if (kind == 1)
     CHECK(test::relative_error(reference_attention(q, k, v, torch::arange(T).unsqueeze(0).repeat({B, 1}), 0)
                                    .index_select(2, context_places(T, 0, cp, torch::kCPU))
@@ -145,7 +190,8 @@ TEST_CASE("context parallel: the ring's working space, measured by the kernel, s
     const torch::Tensor q = torch::randn({B, H, Tl, D}).requires_grad_(), k = torch::randn({B, Hkv, Tl, D}),
                         v = torch::randn({B, Hkv, Tl, D}), upstream = torch::randn({B, H, Tl, D});
     k.requires_grad_(), v.requires_grad_();
-    const ContextLayout layout = context_layout(context_places(T, rank, cp, torch::kCPU).unsqueeze(0), 0, *group);
+    const ContextLayout layout =
+        context_layout(context_places(T, rank, cp, torch::kCPU).unsqueeze(0), torch::Tensor(), 0, *group);
     torch::Tensor flag = torch::zeros({1});
     world.all_reduce_sum_now(flag, "ready");  // both ranks' inputs exist
     if (rank == 0) {
