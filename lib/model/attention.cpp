@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -26,10 +27,56 @@ torch::Tensor math_attention(const torch::Tensor& q, torch::Tensor k, torch::Ten
   return at::matmul(att, v);
 }
 
+namespace {
+
+// The pieces of one document [first, end) of the flattened batch whose tokens' branches are `branch`:
+// its trunk (branch 0) with the first branch after it, then each further branch against the trunk.
+// False where the branches are not trunk-then-branches (the mask path then decides).
+bool branch_pieces(const int64_t* branch, int64_t first, int64_t end, std::vector<DocumentAttention::Piece>& out) {
+  std::vector<std::pair<int64_t, int64_t>> runs;  // (start, length) of each run of one branch
+  for (int64_t t = first; t < end; ++t)
+    if (t == first || branch[t] != branch[t - 1]) runs.emplace_back(t, 1);
+    else ++runs.back().second;
+  std::vector<int64_t> seen;  // each branch one run, the trunk only first
+  for (size_t r = 0; r < runs.size(); ++r) {
+    const int64_t b = branch[runs[r].first];
+    if ((r > 0 && b == 0) || std::find(seen.begin(), seen.end(), b) != seen.end()) return false;
+    seen.push_back(b);
+  }
+  const int64_t trunk = branch[first] == 0 ? runs[0].second : 0;
+  const auto lead = static_cast<int64_t>(out.size());
+  size_t r = 0;
+  DocumentAttention::Piece head;
+  head.length = runs[r++].second;
+  if (trunk > 0 && r < runs.size()) head.length += runs[r++].second;
+  out.push_back(head);
+  for (; r < runs.size(); ++r) {
+    DocumentAttention::Piece p;
+    p.length = runs[r].second;
+    if (trunk > 0) {
+      p.trunk_piece = lead, p.trunk = trunk;
+      const torch::Tensor i = torch::arange(p.length).unsqueeze(1), j = torch::arange(trunk + p.length).unsqueeze(0);
+      p.mask = (j < trunk).logical_or(j - trunk <= i);
+    }
+    out.push_back(p);
+  }
+  return true;
+}
+
+}  // namespace
+
 DocumentAttention::DocumentAttention(DocumentLayout layout) : layout_(std::move(layout)) {
-  if (layout_.offsets.defined() && layout_.offsets.is_cpu()) {
-    const torch::Tensor o = layout_.offsets.to(torch::kLong).contiguous();
-    starts_.assign(o.data_ptr<int64_t>(), o.data_ptr<int64_t>() + o.numel());
+  if (!layout_.offsets.defined() || !layout_.offsets.is_cpu()) return;
+  const torch::Tensor o = layout_.offsets.to(torch::kLong).contiguous();
+  const int64_t* starts = o.data_ptr<int64_t>();
+  const torch::Tensor b = layout_.branches.defined() ? layout_.branches.cpu().contiguous() : torch::Tensor();
+  for (int64_t d = 0; d + 1 < o.numel(); ++d) {
+    if (!b.defined()) {
+      pieces_.push_back({starts[d + 1] - starts[d]});
+    } else if (!branch_pieces(b.data_ptr<int64_t>(), starts[d], starts[d + 1], pieces_)) {
+      pieces_.clear();
+      return;
+    }
   }
 }
 
@@ -66,22 +113,30 @@ torch::Tensor batch_heads(const torch::Tensor& y, int64_t B) {
   return y.view({B, y.size(0) / B, y.size(1), y.size(2)}).transpose(1, 2);
 }
 
-// CPU: each document's causal attention on its own. The documents are cut from the flattened
-// tokens with one split each of q, k and v (whose backward is one concatenation), not with per-document
-// slices (whose backward would write a whole-size gradient per document).
-torch::Tensor attend_each_document(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                                   const std::vector<int64_t>& starts, int64_t window, double dropout_p) {
-  std::vector<int64_t> lengths(starts.size() - 1);
-  for (size_t i = 0; i + 1 < starts.size(); ++i) lengths[i] = starts[i + 1] - starts[i];
+// CPU: each piece's attention on its own (DocumentAttention::Piece: a document, or a shared prompt's
+// trunk and branches). The pieces are cut from the flattened tokens with one split each of q, k and
+// v (whose backward is one concatenation), not with per-piece slices (whose backward would write a
+// whole-size gradient per piece).
+torch::Tensor attend_pieces(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                            const std::vector<DocumentAttention::Piece>& pieces, int64_t window, double dropout_p) {
+  std::vector<int64_t> lengths;
+  for (const auto& p : pieces) lengths.push_back(p.length);
   const auto qs = flat_tokens(q).split_with_sizes(lengths), ks = flat_tokens(k).split_with_sizes(lengths),
              vs = flat_tokens(v).split_with_sizes(lengths);
   std::vector<torch::Tensor> out(lengths.size());
   const bool grouped = q.size(1) != k.size(1);
   for (size_t i = 0; i < lengths.size(); ++i) {
     auto heads = [](const torch::Tensor& x) { return x.transpose(0, 1).unsqueeze(0); };  // [1, H, len, D]
-    const int64_t len = lengths[i];
-    const torch::Tensor mask = window > 0 && len > window ? sliding_window_mask(len, window, q) : torch::Tensor();
-    out[i] = at::scaled_dot_product_attention(heads(qs[i]), heads(ks[i]), heads(vs[i]),
+    const DocumentAttention::Piece& p = pieces[i];
+    torch::Tensor keys = ks[i], values = vs[i], mask = p.mask;
+    if (p.trunk_piece >= 0) {  // a branch: the trunk's keys first
+      const auto t = static_cast<size_t>(p.trunk_piece);
+      keys = at::cat({ks[t].narrow(0, 0, p.trunk), keys});
+      values = at::cat({vs[t].narrow(0, 0, p.trunk), values});
+    } else if (window > 0 && p.length > window) {
+      mask = sliding_window_mask(p.length, window, q);
+    }
+    out[i] = at::scaled_dot_product_attention(heads(qs[i]), heads(keys), heads(values),
                                               mask.defined() ? std::optional<at::Tensor>(mask) : std::nullopt,
                                               dropout_p, /*is_causal=*/!mask.defined(), std::nullopt, grouped)
                  .squeeze(0)
@@ -142,11 +197,12 @@ torch::Tensor attend_documents(const torch::Tensor& q, const torch::Tensor& k, c
                                const DocumentAttention& documents, int64_t window, double dropout_p,
                                AttentionImpl impl) {
   const DocumentLayout& layout = documents.layout();
-  // (Branches share their trunk across what the offsets call one document: only the mask says so.)
-  if (impl == AttentionImpl::kSdpa && layout.offsets.defined() && !layout.branches.defined()) {
-    if (!q.is_cuda() && !documents.starts().empty())
-      return attend_each_document(q, k, v, documents.starts(), window, dropout_p);
-    if (q.is_cuda())
+  const bool branches = layout.branches.defined();
+  if (impl == AttentionImpl::kSdpa && layout.offsets.defined()) {
+    // (The pieces of branches know no window; varlen attention knows no branches.)
+    if (!q.is_cuda() && !documents.pieces().empty() && !(branches && window > 0))
+      return attend_pieces(q, k, v, documents.pieces(), window, dropout_p);
+    if (q.is_cuda() && !branches)
       if (torch::Tensor y = attend_documents_varlen(q, k, v, layout, window, dropout_p); y.defined()) return y;
   }
   const torch::Tensor& allowed = documents.allowed(window);

@@ -29,24 +29,35 @@ torch::Tensor math_attention(const torch::Tensor& q, torch::Tensor k, torch::Ten
 // - CUDA, with the documents' offsets: variable-length flash attention over the flattened batch
 //   (bf16/fp16; the memory-efficient kernel in fp32): no [T, T] mask, no work across documents.
 // - CPU, with the offsets: each document's own causal attention, one after another; faster than
-//   one masked attention over the window (docs/benchmarks.md, "Packed documents").
+//   one masked attention over the window (docs/benchmarks.md, "Packed documents"). With branches
+//   (no window): each document's trunk and first branch as one causal attention, each further
+//   branch's queries against the trunk's keys and its own.
 // - Otherwise (positions alone, as in a CUDA graph's static copy, or model.attention: math; an
-//   fp32 sliding window on CUDA; a layout with branches): one [B, 1, T, T] mask of same-document,
-//   causal (and in-window, and same-branch-or-trunk) pairs, built from the positions by device
-//   operations at first use.
+//   fp32 sliding window on CUDA; branches on CUDA or under a window): one [B, 1, T, T] mask of
+//   same-document, causal (and in-window, and same-branch-or-trunk) pairs, built from the positions
+//   by device operations at first use.
 class DocumentAttention {
  public:
   explicit DocumentAttention(DocumentLayout layout);
   const DocumentLayout& layout() const { return layout_; }
-  // Each document's first token in the flattened batch and then B x T, on the host (CPU path).
-  const std::vector<int64_t>& starts() const { return starts_; }
+  // The flattened batch (B x T tokens) cut into consecutive pieces, each attended on its own (CPU
+  // path; empty where the layout's offsets are not on the host). A piece's queries see its own
+  // tokens causally and, for a branch after the first, the first `trunk` tokens of piece
+  // `trunk_piece` before them (`mask`: [length, trunk + length]).
+  struct Piece {
+    int64_t length = 0;
+    int64_t trunk_piece = -1;  // -1: the piece alone
+    int64_t trunk = 0;
+    torch::Tensor mask;
+  };
+  const std::vector<Piece>& pieces() const { return pieces_; }
   // The [B, 1, T, T] mask, under a sliding window of `window` (0: none). Built once, then kept: a
   // forward's layers share one model.sliding_window.
   const torch::Tensor& allowed(int64_t window) const;
 
  private:
   DocumentLayout layout_;
-  std::vector<int64_t> starts_;
+  std::vector<Piece> pieces_;
   mutable torch::Tensor allowed_;
 };
 

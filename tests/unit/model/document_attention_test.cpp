@@ -11,6 +11,7 @@
 #include "checkpoint/safetensors.h"
 #include "config/recipe.h"
 #include "model/activation_checkpointing.h"
+#include "model/attention.h"
 #include "model/gpt.h"
 #include "objective/objectives.h"
 #include "optim/optimizer_specs.h"
@@ -235,4 +236,43 @@ TEST_CASE("packed documents: the logits are transformers' logits of each documen
     CHECK(max_diff(ours, theirs) < 1e-5);
     CHECK(ours.abs().max().item<double>() > 0.05);  // not near-zeros
   }
+}
+
+TEST_CASE("a shared prompt's branches: attention in pieces (trunk, then each branch) is the mask's",
+          "[model][documents]") {
+  // Rows of 16: a pair (prompt 4, chosen 3, rejected 5) and padding; two packed pairs (the second's
+  // chosen cut short by the row); a pair without a prompt (its completions each a document from 0).
+  auto row = [](std::vector<int64_t> v) { return torch::tensor(v, torch::kLong); };
+  DocumentLayout layout;
+  layout.positions = torch::stack({row({0, 1, 2, 3, 4, 5, 6, 4, 5, 6, 7, 8, 0, 1, 2, 3}),
+                                   row({0, 1, 2, 3, 4, 2, 0, 1, 2, 3, 4, 5, 4, 5, 6, 7}),
+                                   row({0, 1, 2, 0, 1, 2, 3, 0, 1, 2, 3, 4, 5, 6, 7, 8})});
+  layout.branches = torch::stack({row({0, 0, 0, 0, 1, 1, 1, 2, 2, 2, 2, 2, 0, 0, 0, 0}),
+                                  row({0, 0, 1, 1, 1, 2, 0, 0, 0, 0, 1, 1, 2, 2, 2, 2}),
+                                  row({1, 1, 1, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0})});
+  DocumentLayout with_offsets = document_layout(layout.positions);
+  with_offsets.branches = layout.branches;
+  const DocumentAttention pieces(with_offsets), mask(layout);
+  REQUIRE(pieces.pieces().size() == 10);  // 2 + 1 (the padding), 2 + 2, 1 + 1 + 1
+  torch::manual_seed(5);
+  const int64_t B = 3, H = 4, Hkv = 2, T = 16, D = 8;
+  const torch::Tensor q0 = torch::randn({B, H, T, D}), k0 = torch::randn({B, Hkv, T, D}),
+                      v0 = torch::randn({B, Hkv, T, D});
+  const torch::Tensor upstream = torch::randn({B, H, T, D});
+  auto run = [&](const DocumentAttention& how, AttentionImpl impl) {
+    const torch::Tensor q = q0.clone().requires_grad_(), k = k0.clone().requires_grad_(),
+                        v = v0.clone().requires_grad_();
+    const torch::Tensor y = attend_documents(q, k, v, how, 0, 0.0, impl);
+    y.backward(upstream);
+    return std::vector<torch::Tensor>{y.detach(), q.grad(), k.grad(), v.grad()};
+  };
+  const auto a = run(pieces, AttentionImpl::kSdpa), b = run(mask, AttentionImpl::kMath);
+  for (size_t i = 0; i < a.size(); ++i) {
+    CAPTURE(i);
+    CHECK(max_diff(a[i], b[i]) < 1e-5);
+  }
+  // The branches matter: without them, the rejected tokens would see the chosen ones.
+  DocumentLayout no_branches = layout;
+  no_branches.branches = torch::Tensor();
+  CHECK(max_diff(run(DocumentAttention(no_branches), AttentionImpl::kMath)[0], b[0]) > 1e-2);
 }
