@@ -64,15 +64,9 @@ int print_plan(const CommonArgs& a, int world_size) {
     batch_note = fmt::format(" (auto: the largest that fits {:.0f} MiB{} on CPU; a GPU run measures instead)",
                              budget / (1024.0 * 1024.0), g.dp() > 1 ? " per rank" : "");
   }
-  // A preference pair is two rows; DPO's frozen reference holds the weights once more (not under LoRA).
+  // A preference pair is two rows (DPO's frozen reference copy: plan_memory counts it).
   const ObjectiveSpec objective = configured_objective(s.train);
   MemoryPlan p = plan_memory(s, s.train.per_device_batch_size * objective.rows_per_sample);
-  const bool reads_reference = objective.reads(BatchField::kReference);
-  // (precomputed: the copy exists before the steps only, and is freed once its table is written.)
-  const PreferenceReference r = s.train.preference.reference;
-  if (reads_reference &&
-      (r == PreferenceReference::kModel || (r == PreferenceReference::kAuto && s.model.lora.rank == 0)))
-    p.reference = p.weights;
   const double tokens_per_step = static_cast<double>(s.tokens_per_step());
   std::printf("plan for %s\n", recipe.source.c_str());
   std::printf("parameters: %lld (%.2fM)\n", static_cast<long long>(p.parameters), p.parameters / 1e6);

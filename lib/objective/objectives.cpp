@@ -38,6 +38,12 @@ ObjectiveSpec configured_objective(const TrainSettings& t) {
   return spec.with_settings ? spec.with_settings(t) : spec;
 }
 
+bool holds_frozen_reference(const Settings& s) {
+  const PreferenceReference r = s.train.preference.reference;
+  return objective_spec(s.train.objective).reads(BatchField::kReference) &&
+         (r == PreferenceReference::kModel || (r == PreferenceReference::kAuto && s.model.lora.rank == 0));
+}
+
 bool objective_reads(const ObjectiveSpec& spec, const std::string& key) {
   for (const auto& claim : spec.keys)
     if (claim.back() == '.' ? key.compare(0, claim.size(), claim) == 0 : key == claim) return true;

@@ -18,6 +18,10 @@ const ObjectiveSpec& objective_spec(TrainObjective name);
 const ObjectiveSpec& default_objective();
 // The spec with the recipe's train.* settings (train.preference for dpo, orpo, simpo): what the step runs.
 ObjectiveSpec configured_objective(const TrainSettings& t);
+// Whether the run holds a frozen copy of the starting weights through its steps as DPO's reference
+// (train/reference_model.h): a reference-reading objective without LoRA's adapters-off base, not
+// precomputed (whose copy is freed before the steps).
+bool holds_frozen_reference(const Settings& s);
 // Whether `spec` reads train.* key `key` (ObjectiveSpec::keys).
 bool objective_reads(const ObjectiveSpec& spec, const std::string& key);
 // What load_recipe needs: model.arch's architecture rules, optim.name's and train.objective's key rules.

@@ -8,6 +8,7 @@
 #include "metrics/flops.h"
 #include "model/architecture.h"
 #include "model/gpt_shapes.h"
+#include "objective/objectives.h"
 #include "model/quantized_weight.h"
 #include "optim/make_optimizer.h"
 #include "parallel/ring_attention.h"
@@ -113,6 +114,8 @@ MemoryPlan plan_memory(const Settings& s, int64_t batch) {
   // (plus the low-precision logits under autocast).
   const double logit_bytes = mode == PrecisionMode::kFp32 || mode == PrecisionMode::kTf32 ? 4 : 2;
   p.logits = on_gpu ? tokens * V * logit_bytes : tokens * V * (4 * 4 + (mixed ? 2 : 0));
+  // DPO's frozen reference copy: the weights once more (no low-precision copy: cast per use).
+  if (holds_frozen_reference(s)) p.reference = p.weights - p.dequantized;
   // A low-precision copy of every weight: autocast's casts for the step, or the bf16 weight copies
   // the fused AdamW keeps (train/weight_copies.h) for Linear weights.
   if (mixed) p.weights += (N - quantized) * 2;

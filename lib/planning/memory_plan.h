@@ -20,7 +20,7 @@ struct MemoryPlan {
   double activations = 0;        // bytes kept for backward, one micro-batch, with the recipe's checkpointing
   double activations_plain = 0;  // the same without checkpointing
   double logits = 0;             // bytes of the loss's [B, T, vocab] tensors (at peak in backward)
-  double reference = 0;          // a preference objective's frozen reference model (its weights), set by the caller
+  double reference = 0;          // DPO's frozen reference copy (its weights; objectives.h holds_frozen_reference)
   double total() const { return weights + gradients + optimizer + activations + logits + reference; }
 };
 

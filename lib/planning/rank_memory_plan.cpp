@@ -7,6 +7,7 @@
 
 #include "model/gpt_shapes.h"
 #include "model/quantized_weight.h"
+#include "objective/objectives.h"
 #include "optim/make_optimizer.h"
 #include "parallel/rank_layout.h"
 
@@ -65,6 +66,8 @@ std::vector<RankHoldings> plan_rank_memory(const Settings& s, const Grid& g) {
       r.optimizer += l.zero == 3 ? state / replicas : l.owns(h) ? state : 0;
     }
     for (const auto& [unit, b] : units) r.largest_unit = std::max(r.largest_unit, b);
+    // The copy is built as the policy and sliced, sharded and staged as its weights are.
+    if (holds_frozen_reference(s)) r.reference = r.weights;
     r.largest_optimizer = r.optimizer;
     // ZeRO-1/2: owners differ between the replicas; the one with the most state.
     if (l.zero == 1 || l.zero == 2)
@@ -78,15 +81,20 @@ std::vector<RankHoldings> plan_rank_memory(const Settings& s, const Grid& g) {
 std::string rank_memory_table(const Settings& s, const Grid& g) {
   const double MiB = 1024.0 * 1024.0;
   const int64_t zero = g.replicas() > 1 ? s.parallel.zero : 0;  // as parallel/rank_layout.h's
+  const bool reference = holds_frozen_reference(s);
   std::string out = fmt::format(
       "memory per rank between steps (parallel.zero {} over dp {}{}, tp {}, pp {}, ep {}; what summary.json's "
-      "memory_per_rank reports)\n\n| stage | weights MiB | gradients MiB | optimizer MiB | sum MiB "
-      "|{}\n|---|---:|---:|---:|---:|{}\n",
+      "memory_per_rank reports{})\n\n| stage | weights MiB | gradients MiB | optimizer MiB |{} sum MiB "
+      "|{}\n|---|---:|---:|---:|{}---:|{}\n",
       zero, g.dp(), g.cp() > 1 ? fmt::format(" x cp {}", g.cp()) : "", g.tp(), g.pp(), g.ep(),
-      zero == 3 ? " largest unit, gathered, MiB |" : "", zero == 3 ? "---:|" : "");
+      reference ? ", and DPO's frozen reference copy, laid out as the policy" : "",
+      reference ? " reference copy MiB |" : "", zero == 3 ? " largest unit, gathered, MiB |" : "",
+      reference ? "---:|" : "", zero == 3 ? "---:|" : "");
   for (const RankHoldings& r : plan_rank_memory(s, g)) {
-    out += fmt::format("| {} | {:.1f} | {:.1f} | {:.1f} | {:.1f} |", r.stage, r.weights / MiB, r.gradients / MiB,
-                       r.optimizer / MiB, (r.weights + r.gradients + r.optimizer) / MiB);
+    out += fmt::format("| {} | {:.1f} | {:.1f} | {:.1f} |", r.stage, r.weights / MiB, r.gradients / MiB,
+                       r.optimizer / MiB);
+    if (reference) out += fmt::format(" {:.1f} |", r.reference / MiB);
+    out += fmt::format(" {:.1f} |", (r.weights + r.gradients + r.optimizer + r.reference) / MiB);
     if (zero == 3) out += fmt::format(" {:.1f} |", r.largest_unit / MiB);
     out += "\n";
   }

@@ -1,6 +1,6 @@
 // `gputrain plan --world-size N`: what one rank holds between steps under the recipe's
-// parallel.zero, tp, pp and ep: its weights, gradients and optimizer state, per pipeline stage.
-// These are the quantities a run reports in summary.json's memory_per_rank.
+// parallel.zero, tp, pp and ep: its weights, gradients and optimizer state, per pipeline stage (the
+// quantities a run reports in summary.json's memory_per_rank), and DPO's frozen reference copy.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -18,6 +18,9 @@ struct RankHoldings {
   double largest_unit = 0;
   // The most optimizer state any dp rank of the stage holds (ZeRO-1/2 owners differ; else `optimizer`).
   double largest_optimizer = 0;
+  // DPO's frozen reference copy (objective/objectives.h holds_frozen_reference), laid out as the
+  // policy: this rank's share of it (0 without one).
+  double reference = 0;
 };
 
 // One entry per pipeline stage, for its dp rank 0 and tp rank 0 (and the largest optimizer share).

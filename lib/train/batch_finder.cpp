@@ -62,7 +62,7 @@ double rank_step_bytes(const Settings& s, const Grid& g, int64_t batch) {
   }
   double held = 0;  // the fullest pipeline stage's
   for (const RankHoldings& r : plan_rank_memory(s, g))
-    held = std::max(held, r.weights + r.gradients + r.optimizer + 3 * r.largest_unit);
+    held = std::max(held, r.weights + r.gradients + r.optimizer + r.reference + 3 * r.largest_unit);
   return held + p.dequantized + p.activations + p.logits;  // a 4-bit base's Linear in use, dequantized
 }
 

@@ -1,6 +1,6 @@
 // The per-rank memory plan under ZeRO-3 (planning/rank_memory_plan.h): the largest gathered unit is a
 // block, not a vocabulary table used part by part (unless reshard_after_forward keeps tables whole),
-// and a 4-bit base is held and gathered at its 4-bit size.
+// a 4-bit base is held and gathered at its 4-bit size, and DPO's frozen reference copy is a share.
 #include <catch2/catch.hpp>
 
 #include "model/quantized_weight.h"
@@ -52,4 +52,26 @@ TEST_CASE("rank memory plan: a ZeRO-3 rank holds its share of a 4-bit base and g
   CHECK(one.largest_unit < block_4bit + 64 * 1024);
   // ZeRO-3 holds half of what ZeRO-2 holds whole, the base included.
   CHECK(one.weights == Approx(two.weights / 2).epsilon(1e-9));
+}
+
+TEST_CASE("rank memory plan: DPO's frozen reference copy is counted as laid out as the policy", "[plan]") {
+  Settings s = big_vocabulary();
+  s.train.objective = TrainObjective::kDpo;
+  const Grid dp2(2, 1, 1);
+  const RankHoldings zero3 = plan_rank_memory(s, dp2).front();
+  CHECK(zero3.reference == Approx(zero3.weights).epsilon(1e-12));
+  s.parallel.zero = 2;
+  const RankHoldings zero2 = plan_rank_memory(s, dp2).front();
+  CHECK(zero3.reference == Approx(zero2.reference / 2).epsilon(1e-9));  // a shard per rank under ZeRO-3
+  CHECK_THAT(rank_memory_table(s, dp2), Catch::Matchers::Contains("reference copy MiB"));
+  // No copy through the steps: LoRA's adapters-off base, or a table computed before them.
+  s.train.preference.reference = PreferenceReference::kPrecomputed;
+  CHECK(plan_rank_memory(s, dp2).front().reference == 0);
+  s.train.preference.reference = PreferenceReference::kAuto;
+  s.model.lora.rank = 4;
+  CHECK(plan_rank_memory(s, dp2).front().reference == 0);
+  CHECK_THAT(rank_memory_table(s, dp2), !Catch::Matchers::Contains("reference copy"));
+  s.train.objective = TrainObjective::kOrpo;
+  s.model.lora.rank = 0;
+  CHECK(plan_rank_memory(s, dp2).front().reference == 0);
 }
