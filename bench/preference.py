@@ -17,7 +17,7 @@ under ZeRO-2 (whole on each rank) and ZeRO-3 (its rows spread as the policy's).
 
 Speed: pairs per second with each prompt computed once (data.*.shared_prompt, one row a pair)
 against twice (TRL's two rows), for prompts 4x as long as each completion; each mode's seq_len the
-longest row it needs.
+longest row it needs; alternating pairs of runs (--speed-repeats), the median speed-up.
 
 Packing: pairs per second padded against packed (data.train.pack_pairs), in both layouts, for
 prompts of varied length.
@@ -28,6 +28,7 @@ import argparse
 import json
 import os
 import random
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -200,24 +201,29 @@ def pairs_per_second(binary, tmp, d, layers, pairs, steps, out, sets):
     return steps * STEP_PAIRS / json.load(open(os.path.join(out, "summary.json")))["train_s"]
 
 
-def shared_prompt_speed(binary, tmp, d, layers, steps):
+def shared_prompt_speed(binary, tmp, d, layers, steps, repeats):
+    """Pairs per second, two rows a pair against one, in `repeats` alternating pairs of runs (the VM's
+    drift then falls on both of a pair); each pair's speed-up and their median."""
     path = os.path.join(tmp, f"long_{layers}.jsonl")
     write_long_pairs(path, 0, lambda rng: 60)
     pairs = prepare(binary, path, os.path.join(tmp, f"long_{layers}"))
     one_row, two_rows = longest_rows(pairs)
-    rows = []
-    for name, shared, seq in (("twice (two rows a pair, as TRL)", "false", two_rows - 1),
-                              ("once (data.train.shared_prompt: one row a pair)", "true", one_row - 1)):
-        rate = pairs_per_second(binary, tmp, d, layers, pairs, steps, os.path.join(tmp, f"speed_{shared}_{layers}"),
-                                {"data.train.shared_prompt": shared, "model.seq_len": seq})
-        rows.append((name, seq, rate))
+    runs = []
+    for i in range(repeats):
+        rates = [pairs_per_second(binary, tmp, d, layers, pairs, steps, os.path.join(tmp, f"speed_{shared}_{layers}_{i}"),
+                                  {"data.train.shared_prompt": shared, "model.seq_len": seq})
+                 for shared, seq in (("false", two_rows - 1), ("true", one_row - 1))]
+        runs.append(rates)
     print(f"\n**The prompt computed once** (`bench/preference.py`; {provenance(binary)}): DPO, GPT d {d}, {layers} "
           f"layers, GPT-2 tokenizer; prompts of about 70 tokens, completions of about 17 (prompt 4x a completion); "
-          f"steps of 32 pairs (8 a micro-batch, 4 accumulated), {steps} steps\n")
-    print("| prompt computed | seq_len | pairs/s | speed-up |")
-    print("|---|---:|---:|---:|")
-    for name, seq, rate in rows:
-        print(f"| {name} | {seq} | {rate:.1f} | {rate / rows[0][2]:.2f}x |")
+          f"steps of 32 pairs (8 a micro-batch, 4 accumulated), {steps} steps; seq_len {two_rows - 1} (two rows a "
+          f"pair, as TRL) and {one_row - 1} (one row a pair, data.train.shared_prompt); {repeats} alternating pairs "
+          f"of runs\n")
+    print("| pair of runs | twice (two rows) pairs/s | once (one row) pairs/s | speed-up |")
+    print("|---:|---:|---:|---:|")
+    for i, (twice, once) in enumerate(runs):
+        print(f"| {i + 1} | {twice:.2f} | {once:.2f} | {once / twice:.3f}x |")
+    print(f"\nmedian speed-up: {statistics.median(once / twice for twice, once in runs):.2f}x")
 
 
 def packing_speed(binary, tmp, d, layers, steps):
@@ -253,6 +259,8 @@ def main():
     ap.add_argument("--memory-d", type=int, default=768, help="d_model of the memory runs' GPT")
     ap.add_argument("--memory-layers", type=int, default=8)
     ap.add_argument("--speed-steps", type=int, default=8, help="steps of each speed run, 32 pairs each (0: none)")
+    ap.add_argument("--speed-repeats", type=int, default=3,
+                    help="alternating pairs of shared-prompt runs (two rows, one row), their median speed-up")
     ap.add_argument("--speed-only", action="store_true", help="only the speed runs (shared prompt, packing)")
     ap.add_argument("--speed-layers", type=int, nargs="+", default=[4, 16],
                     help="layers of the speed runs' GPT (d 512): few make the 50k-word head most of the work")
@@ -264,7 +272,7 @@ def main():
             reference_memory(binary, tmp, train, held_out, a.memory_d, a.memory_layers, 5)
             zero3_reference_memory(binary, tmp, train, held_out, a.memory_d, a.memory_layers)
         for layers in (a.speed_layers if a.speed_steps > 0 else []):
-            shared_prompt_speed(binary, tmp, 512, layers, a.speed_steps)
+            shared_prompt_speed(binary, tmp, 512, layers, a.speed_steps, a.speed_repeats)
             packing_speed(binary, tmp, 512, layers, a.speed_steps)
 
 
