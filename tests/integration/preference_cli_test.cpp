@@ -206,8 +206,8 @@ TEST_CASE("preference: 2 processes train as one: dp, ZeRO-2, ZeRO-3, tp, pp (DPO
 }
 
 TEST_CASE(
-    "preference: 2 processes splitting each sequence (cp) train as one: the shared prompt, two rows, packed; DPO's "
-    "copy, LoRA and precomputed reference, ORPO, SimPO; gathering and ring attention",
+    "preference: 2 processes splitting each sequence (cp) train as one: the shared prompt, two rows, packed, DPO's "
+    "copy, LoRA and precomputed reference, ORPO, SimPO, gathering and ring attention",
     "[slow]") {
   const PreferenceData& d = data();
   const std::vector<std::string> lora = {"model.lora.rank=4", "optim.lr=0.5"};
