@@ -101,6 +101,29 @@ void check_same_evaluations(const std::vector<nlohmann::json>& two, const std::v
   CHECK((evaluates ? evaluated >= kCompared.size() : evaluated == 0));
 }
 
+// `objective`'s recipe with `sets` trained by one process and by two with `parallel` too: the same
+// steps, and the same evaluations where `sets` evaluate.
+void check_two_processes_as_one(const std::string& objective, const std::vector<std::string>& sets,
+                                const std::vector<std::string>& parallel) {
+  const std::string recipe = data().recipe(objective);
+  TempDir out;
+  REQUIRE(run_recipe(recipe, out.file("one"), sets).exit_code == 0);
+  const CommandResult r = train(recipe, out.file("two"), 2, with(sets, parallel));
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  const std::vector<nlohmann::json> two = read_jsonl(out.file("two/metrics.jsonl")),
+                                    one = read_jsonl(out.file("one/metrics.jsonl"));
+  check_same_steps(two, one);
+  check_same_evaluations(two, one, sets);
+}
+
+// LoRA adapters (a larger lr: they start at zero), and evaluation on the training pairs every 2 steps.
+const std::vector<std::string> kLora = {"model.lora.rank=4", "optim.lr=0.5"};
+std::vector<std::string> evaluation_sets() {
+  return {"data.eval.format=preference", "data.eval.path=" + data().dir.file("data/train_pairs.bin"),
+          "train.eval_every=2"};
+}
+
 }  // namespace
 
 TEST_CASE("preference: DPO (sigmoid, ipo, hinge, robust), ORPO and SimPO train step for step as TRL", "[slow]") {
@@ -158,16 +181,14 @@ TEST_CASE("preference: DPO (sigmoid, ipo, hinge, robust), ORPO and SimPO train s
 }
 
 TEST_CASE("preference: 2 processes train as one: dp, ZeRO-2, ZeRO-3, tp, pp (DPO's copy and LoRA, ORPO)", "[slow]") {
-  const PreferenceData& d = data();
   struct Layout {
     const char* name;
     const char* objective;
     std::vector<std::string> model;     // both runs'
     std::vector<std::string> parallel;  // the 2-process run's
   };
-  const std::vector<std::string> lora = {"model.lora.rank=4", "optim.lr=0.5"};
-  const std::vector<std::string> eval = {"data.eval.format=preference",
-                                         "data.eval.path=" + d.dir.file("data/train_pairs.bin"), "train.eval_every=2"};
+  const std::vector<std::string>& lora = kLora;
+  const std::vector<std::string> eval = evaluation_sets();
   for (const Layout& l : std::vector<Layout>{
            {"dp", "dpo", {}, {"train.per_device_batch_size=3"}},
            {"zero2", "dpo", {}, {"train.per_device_batch_size=3", "parallel.zero=2"}},
@@ -192,16 +213,7 @@ TEST_CASE("preference: 2 processes train as one: dp, ZeRO-2, ZeRO-3, tp, pp (DPO
            {"tp_orpo", "orpo", {}, {"parallel.tp=2"}},
        }) {
     INFO(l.name);
-    const std::string recipe = d.recipe(l.objective);
-    TempDir out;
-    REQUIRE(run_recipe(recipe, out.file("one"), l.model).exit_code == 0);
-    const CommandResult r = train(recipe, out.file("two"), 2, with(l.model, l.parallel));
-    INFO(r.output);
-    REQUIRE(r.exit_code == 0);
-    const std::vector<nlohmann::json> two = read_jsonl(out.file("two/metrics.jsonl")),
-                                      one = read_jsonl(out.file("one/metrics.jsonl"));
-    check_same_steps(two, one);
-    check_same_evaluations(two, one, l.model);
+    check_two_processes_as_one(l.objective, l.model, l.parallel);
   }
 }
 
@@ -209,10 +221,8 @@ TEST_CASE(
     "preference: 2 processes splitting each sequence (cp) train as one: the shared prompt, two rows, packed, DPO's "
     "copy, LoRA and precomputed reference, ORPO, SimPO, gathering and ring attention",
     "[slow]") {
-  const PreferenceData& d = data();
-  const std::vector<std::string> lora = {"model.lora.rank=4", "optim.lr=0.5"};
-  const std::vector<std::string> eval = {"data.eval.format=preference",
-                                         "data.eval.path=" + d.dir.file("data/train_pairs.bin"), "train.eval_every=2"};
+  const std::vector<std::string>& lora = kLora;
+  const std::vector<std::string> eval = evaluation_sets();
   struct Split {
     const char* name;
     const char* objective;
@@ -233,17 +243,7 @@ TEST_CASE(
            {"simpo", "simpo", {"train.preference.beta=2"}, "ring"},
        }) {
     INFO(c.name);
-    const std::string recipe = d.recipe(c.objective);
-    TempDir out;
-    REQUIRE(run_recipe(recipe, out.file("one"), c.model).exit_code == 0);
-    const CommandResult r = train(recipe, out.file("two"), 2,
-                                  with(c.model, {"parallel.cp=2", std::string("parallel.cp_method=") + c.method}));
-    INFO(r.output);
-    REQUIRE(r.exit_code == 0);
-    const std::vector<nlohmann::json> two = read_jsonl(out.file("two/metrics.jsonl")),
-                                      one = read_jsonl(out.file("one/metrics.jsonl"));
-    check_same_steps(two, one);
-    check_same_evaluations(two, one, c.model);
+    check_two_processes_as_one(c.objective, c.model, {"parallel.cp=2", std::string("parallel.cp_method=") + c.method});
   }
 }
 
@@ -268,7 +268,7 @@ TEST_CASE("preference: a resumed DPO run continues the uninterrupted one, its re
 TEST_CASE("preference: under LoRA the reference is the base with the adapters off") {
   const PreferenceData& d = data();
   const std::string recipe = d.recipe("dpo");
-  const std::vector<std::string> lora = {"model.lora.rank=4", "optim.lr=0.5"};
+  const std::vector<std::string>& lora = kLora;
   TempDir out;
   const CommandResult adapters = run_recipe(recipe, out.file("auto"), lora);
   INFO(adapters.output);
