@@ -38,10 +38,13 @@ ObjectiveSpec configured_objective(const TrainSettings& t) {
   return spec.with_settings ? spec.with_settings(t) : spec;
 }
 
+bool reference_is_frozen_copy(const Settings& s) {
+  return s.model.lora.rank == 0 || s.train.preference.reference == PreferenceReference::kModel;
+}
+
 bool holds_frozen_reference(const Settings& s) {
-  const PreferenceReference r = s.train.preference.reference;
-  return objective_spec(s.train.objective).reads(BatchField::kReference) &&
-         (r == PreferenceReference::kModel || (r == PreferenceReference::kAuto && s.model.lora.rank == 0));
+  return objective_spec(s.train.objective).reads(BatchField::kReference) && reference_is_frozen_copy(s) &&
+         s.train.preference.reference != PreferenceReference::kPrecomputed;
 }
 
 bool objective_reads(const ObjectiveSpec& spec, const std::string& key) {

@@ -18,6 +18,10 @@ const ObjectiveSpec& objective_spec(TrainObjective name);
 const ObjectiveSpec& default_objective();
 // The spec with the recipe's train.* settings (train.preference for dpo, orpo, simpo): what the step runs.
 ObjectiveSpec configured_objective(const TrainSettings& t);
+// Whether DPO's reference is a frozen copy of the starting weights (no LoRA, or reference: model)
+// rather than the base with the adapters off (train/reference_model.h); a precomputed table is
+// computed from whichever it is.
+bool reference_is_frozen_copy(const Settings& s);
 // Whether the run holds a frozen copy of the starting weights through its steps as DPO's reference
 // (train/reference_model.h): a reference-reading objective without LoRA's adapters-off base, not
 // precomputed (whose copy is freed before the steps).

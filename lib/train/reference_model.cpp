@@ -6,6 +6,7 @@
 #include "checkpoint/model_files.h"
 #include "checkpoint/stored_weights.h"
 #include "model/lora.h"
+#include "objective/objectives.h"
 #include "objective/preference_loss.h"
 #include "parallel/context_parallel.h"
 #include "parallel/parallelize.h"
@@ -35,8 +36,7 @@ std::unique_ptr<ReferenceModel> ReferenceModel::make(const ObjectiveSpec& object
                                                      const Precision& precision, const ProcessGroups& groups,
                                                      const ParallelizeOptions& options, PipelineStages* pipeline) {
   if (!objective.reads(BatchField::kReference)) return nullptr;
-  const bool adapters = s.model.lora.rank > 0 && s.train.preference.reference != PreferenceReference::kModel;
-  if (adapters)
+  if (!reference_is_frozen_copy(s))
     return std::unique_ptr<ReferenceModel>(new ReferenceModel(policy, nullptr, precision, pipeline, groups.cp()));
   std::string what = "a frozen copy of the starting weights";
   if (s.model.quantize.enabled()) what += ", its block Linears in 4 bits as the policy's";
