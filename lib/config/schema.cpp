@@ -201,18 +201,25 @@ FieldSpec auto_float_field(std::string path, Acc acc, std::string word, FloatRan
   return f;
 }
 
+// A fixed-length list of numbers (a std::array<double, N> in Settings): [a, b], [a, b, c].
 template <class Acc>
-FieldSpec float_pair_field(std::string path, Acc acc, FloatRange r, std::string doc) {
-  FieldSpec f{path, "[a, b], each " + r.str(), doc,
-              [=](Settings& s, const ConfigNode& n) {
-                if (n.kind != ConfigNode::Kind::kSequence || n.items.size() != 2)
-                  throw FieldProblem{"expected a list of two numbers, got " + n.kind_name(), "write it as [a, b]"};
-                for (int i = 0; i < 2; ++i) acc(s)[i] = read_float(n.items[i], r);
+FieldSpec float_list_field(std::string path, Acc acc, FloatRange r, std::string doc) {
+  constexpr size_t n = std::tuple_size_v<std::remove_reference_t<decltype(acc(std::declval<Settings&>()))>>;
+  const std::string shape = n == 2 ? "[a, b]" : "[a, b, c]";
+  FieldSpec f{path, shape + (r.str().empty() ? " of numbers" : ", each " + r.str()), doc,
+              [=](Settings& s, const ConfigNode& node) {
+                if (node.kind != ConfigNode::Kind::kSequence || node.items.size() != n)
+                  throw FieldProblem{"expected a list of " + std::string(n == 2 ? "two" : "three") + " numbers, got " +
+                                         node.kind_name(),
+                                     "write it as " + shape};
+                for (size_t i = 0; i < n; ++i) acc(s)[i] = read_float(node.items[i], r);
               },
               [=](const Settings& s) {
-                return json::array({acc(s)[0], acc(s)[1]});
+                json out = json::array();
+                for (double v : acc(s)) out.push_back(v);
+                return out;
               }};
-  f.value_schema = {{"type", "array"}, {"items", r.schema()}, {"minItems", 2}, {"maxItems", 2}};
+  f.value_schema = {{"type", "array"}, {"items", r.schema()}, {"minItems", n}, {"maxItems", n}};
   return f;
 }
 
@@ -524,7 +531,7 @@ void add_data_source(std::vector<FieldSpec>& f, const std::string& which) {
                       {"auto", TokenDtype::kAuto}, {"uint16", TokenDtype::kUint16}, {"uint32", TokenDtype::kUint32}},
                   "tokens: width of one little-endian token id; auto = from the llm.c header or the .json sidecar")
                   .resume(on_resume));
-  f.push_back(float_pair_field(
+  f.push_back(float_list_field(
                   p + "span", [=](auto& s) -> auto& { return src(s).span; }, FloatRange{0.0, 1.0},
                   "tokens/text: the [start, end) fraction of the windows used (in file order), e.g. [0.9, 1.0] for a "
                   "held-out tail")
@@ -939,9 +946,11 @@ void add_optim_fields(std::vector<FieldSpec>& f) {
                                               {"adamw8bit", OptimName::kAdamW8bit},
                                               {"adafactor", OptimName::kAdafactor},
                                               {"lion", OptimName::kLion},
-                                              {"sgd", OptimName::kSgd}},
+                                              {"sgd", OptimName::kSgd},
+                                              {"muon", OptimName::kMuon}},
                          "adamw (8 bytes of state per parameter); adamw8bit (block-wise 8-bit moments, ~2); adafactor "
-                         "(factored second moment, ~0 for matrices); lion (sign update, 4); sgd (momentum, 4 or 0)")
+                         "(factored second moment, ~0 for matrices); lion (sign update, 4); sgd (momentum, 4 or 0); "
+                         "muon (orthogonalized momentum for the hidden matrices, 4; AdamW for the rest, 8)")
                   .resume(ResumePolicy::kRefused));
   f.push_back(enum_field(
       KEY(optim.impl),
@@ -949,7 +958,7 @@ void add_optim_fields(std::vector<FieldSpec>& f) {
       "foreach = multi-tensor ATen ops over all parameters; fused = our one-pass kernels (CUDA, and a C++ loop on CPU) "
       "for adamw and adamw8bit; auto = fused where it exists"));
   f.push_back(float_field(KEY(optim.lr), FloatRange{0, 10, true}, "peak learning rate"));
-  f.push_back(float_pair_field(KEY(optim.betas), FloatRange{0, 1, false, true}, "adamw, adamw8bit: [beta1, beta2]"));
+  f.push_back(float_list_field(KEY(optim.betas), FloatRange{0, 1, false, true}, "adamw, adamw8bit: [beta1, beta2]"));
   f.push_back(float_field(KEY(optim.eps), FloatRange{0, 1, true}, "adamw, adamw8bit: epsilon added to sqrt(v)"));
   f.push_back(float_field(KEY(optim.weight_decay), FloatRange{0, 10},
                           "weight decay of the decayed group (matrices): decoupled (p -= lr*wd*p) except sgd, where it "
@@ -969,18 +978,44 @@ void add_optim_fields(std::vector<FieldSpec>& f) {
                           "second-moment decay beta2_t = 1 - step^decay_rate"));
   f.push_back(
       float_field(KEY(optim.adafactor.clip_threshold), FloatRange{0, INFINITY, true}, "clip the update's RMS to this"));
-  f.push_back(float_pair_field(KEY(optim.adafactor.eps), FloatRange{0, 1, true},
+  f.push_back(float_list_field(KEY(optim.adafactor.eps), FloatRange{0, 1, true},
                                "[added to grad^2, floor of the parameter scale]"));
   f.push_back(bool_field(KEY(optim.adafactor.scale_parameter), "multiply the lr by max(eps[1], RMS(parameter))"));
   f.push_back(bool_field(
       KEY(optim.adafactor.relative_step),
       "lr = min(1e-2, 1/sqrt(step)) (times the parameter scale); optim.lr and the schedule are then ignored"));
-  f.push_back(float_pair_field(KEY(optim.lion.betas), FloatRange{0, 1, false, true},
+  f.push_back(float_list_field(KEY(optim.lion.betas), FloatRange{0, 1, false, true},
                                "[beta1 of the update's interpolation, beta2 of the momentum]"));
   f.push_back(
       float_field(KEY(optim.sgd.momentum), FloatRange{0, 1, false, true}, "momentum; 0 = plain SGD (no state)"));
   f.push_back(float_field(KEY(optim.sgd.dampening), FloatRange{0, 1}, "dampening of the momentum update"));
   f.push_back(bool_field(KEY(optim.sgd.nesterov), "Nesterov momentum (needs momentum > 0 and dampening 0)"));
+  f.push_back(float_field(KEY(optim.muon.momentum), FloatRange{0, 1, false, true},
+                          "muon: momentum of the matrices' gradient average (buf.lerp_(grad, 1 - momentum))"));
+  f.push_back(bool_field(KEY(optim.muon.nesterov), "muon: orthogonalize grad.lerp(buf, momentum) instead of buf"));
+  f.push_back(int_field(KEY(optim.muon.ns_steps), 1, 99, "muon: Newton-Schulz iterations per step"));
+  f.push_back(float_list_field(KEY(optim.muon.ns_coefficients), FloatRange{},
+                               "muon: the quintic Newton-Schulz iteration's [a, b, c]"));
+  f.push_back(float_field(KEY(optim.muon.eps), FloatRange{0, 1, true},
+                          "muon: floor of the update's norm before the iteration divides by it"));
+  f.push_back(enum_field(
+      KEY(optim.muon.adjust_lr),
+      EnumTable<MuonAdjustLr>{{"original", MuonAdjustLr::kOriginal}, {"match_rms_adamw", MuonAdjustLr::kMatchRmsAdamW}},
+      "muon: each matrix [A, B]'s lr: original = lr sqrt(max(1, A/B)) (Keller Jordan's); "
+      "match_rms_adamw = lr 0.2 sqrt(max(A, B)) (Moonlight's: reuse an AdamW-tuned lr and decay)"));
+  f.push_back(enum_field(
+      KEY(optim.muon.ns_dtype),
+      EnumTable<MuonIterationDtype>{{"bf16", MuonIterationDtype::kBf16}, {"fp32", MuonIterationDtype::kFp32}},
+      "muon: the Newton-Schulz iteration in bfloat16 (torch.optim.Muon's) or float32"));
+  f.push_back(float_field(KEY(optim.muon.adamw.lr), FloatRange{0, 10, true},
+                          "muon: peak lr of the AdamW that updates embeddings, head, norms and biases (follows "
+                          "optim.schedule as optim.lr does)"));
+  f.push_back(float_list_field(KEY(optim.muon.adamw.betas), FloatRange{0, 1, false, true},
+                               "muon: that AdamW's [beta1, beta2]"));
+  f.push_back(float_field(KEY(optim.muon.adamw.eps), FloatRange{0, 1, true}, "muon: that AdamW's epsilon"));
+  f.push_back(float_field(KEY(optim.muon.adamw.weight_decay), FloatRange{0, 10},
+                          "muon: that AdamW's decoupled weight decay, of its matrices (an untied head; embeddings "
+                          "with optim.decay_embeddings)"));
   f.push_back(enum_field(
       KEY(optim.schedule.name),
       EnumTable<ScheduleName>{
@@ -1193,8 +1228,10 @@ void unknown_key(const std::string& prefix, const ConfigNode::Entry& e, Diagnost
   if (!guess.empty()) {
     fix = "did you mean '" + (prefix.empty() ? guess : prefix + "." + guess) + "'?";
   } else {
-    for (const auto& f : schema())  // the right key in the wrong section?
-      if (f.path.size() > e.key.size() && f.path.substr(f.path.size() - e.key.size() - 1) == "." + e.key)
+    for (const auto& f :
+         schema())  // the right key in the wrong section? (the shallowest: optim.lr, not optim.muon.adamw.lr)
+      if (f.path.size() > e.key.size() && f.path.substr(f.path.size() - e.key.size() - 1) == "." + e.key &&
+          (guess.empty() || f.path.size() < guess.size()))
         fix = "did you mean '" + f.path + "'?", guess = f.path;
     if (guess.empty()) {
       std::string known;

@@ -244,7 +244,7 @@ struct KernelsSettings {
   bool cuda_graphs = false;
 };
 
-enum class OptimName { kAdamW, kAdamW8bit, kAdafactor, kLion, kSgd };
+enum class OptimName { kAdamW, kAdamW8bit, kAdafactor, kLion, kSgd, kMuon };
 // auto = fused where we have kernels for the optimizer (adamw, adamw8bit), else foreach.
 enum class OptimImpl { kAuto, kForeach, kFused };
 enum class ScheduleName { kConstant, kCosine, kLinear };
@@ -284,6 +284,31 @@ struct SgdSettings {
   bool nesterov = false;
 };
 
+// Muon's lr adjustment per matrix [A, B] (torch.optim.Muon's adjust_lr_fn): original = Keller Jordan's
+// sqrt(max(1, A/B)); match_rms_adamw = Moonlight's 0.2 sqrt(max(A, B)), for an AdamW-tuned lr.
+enum class MuonAdjustLr { kOriginal, kMatchRmsAdamW };
+enum class MuonIterationDtype { kBf16, kFp32 };
+
+// torch.optim.AdamW's defaults: Muon's AdamW for what is not a hidden matrix.
+struct MuonAdamWSettings {
+  double lr = 1e-3;
+  std::array<double, 2> betas = {0.9, 0.999};
+  double eps = 1e-8;
+  double weight_decay = 0.01;
+};
+
+// torch.optim.Muon's defaults (optim/muon.h); optim.lr and optim.weight_decay are Muon's own.
+struct MuonSettings {
+  double momentum = 0.95;
+  bool nesterov = true;
+  int64_t ns_steps = 5;
+  std::array<double, 3> ns_coefficients = {3.4445, -4.7750, 2.0315};
+  double eps = 1e-7;
+  MuonAdjustLr adjust_lr = MuonAdjustLr::kOriginal;
+  MuonIterationDtype ns_dtype = MuonIterationDtype::kBf16;
+  MuonAdamWSettings adamw;
+};
+
 struct OptimSettings {
   OptimName name = OptimName::kAdamW;
   OptimImpl impl = OptimImpl::kAuto;
@@ -296,6 +321,7 @@ struct OptimSettings {
   AdafactorSettings adafactor;
   LionSettings lion;
   SgdSettings sgd;
+  MuonSettings muon;
   ScheduleSettings schedule;
 };
 

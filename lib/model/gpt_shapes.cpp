@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "model/architecture.h"
+#include "model/hf_tensor.h"
 #include "model/lora.h"
 
 namespace gputrain {
@@ -50,6 +51,29 @@ std::vector<ParamShape> gpt_parameter_shapes(const ModelSettings& m) {
   if (!m.tie_embeddings) out.push_back({"lm_head.weight", {V, d}});
   if (m.lora.rank > 0)
     for (auto& p : out) p.trainable = is_lora_parameter(p.name);
+  return out;
+}
+
+std::map<std::string, std::vector<int64_t>> fused_matrix_rows(const ModelSettings& m) {
+  std::map<std::string, std::vector<std::pair<int64_t, int64_t>>> bands;  // (row_offset, rows) per our weight
+  for (const HfTensor& t : architecture(m).hf.tensors(m))
+    if (t.rows > 0 && t.ours.ends_with(".weight")) bands[t.ours].push_back({t.row_offset, t.rows});
+  std::map<std::string, std::vector<int64_t>> out;
+  auto add = [&](const std::string& weight, const std::vector<int64_t>& rows) {
+    out[weight] = rows;
+    out[weight.substr(0, weight.size() - std::string("weight").size()) + "lora_B"] = rows;
+  };
+  for (auto& [weight, b] : bands) {
+    if (b.size() < 2) continue;  // one band: a vocabulary matrix's real rows, not a fusion
+    std::sort(b.begin(), b.end());
+    std::vector<int64_t> rows;
+    for (const auto& [offset, n] : b) rows.push_back(n);
+    add(weight, rows);
+    const std::string mlp = ".mlp.c_fc.weight";  // a mixture layer's experts are the dense MLP's shape
+    if (weight.ends_with(mlp))
+      for (int64_t e = 0; e < m.moe.experts; ++e)
+        add(weight.substr(0, weight.size() - mlp.size()) + ".mlp.experts." + std::to_string(e) + ".c_fc.weight", rows);
+  }
   return out;
 }
 

@@ -3,6 +3,7 @@
 // optimizer-state estimates use it without building a model. A test checks it against the real module.
 #pragma once
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,12 @@ struct ParamShape {
 };
 
 std::vector<ParamShape> gpt_parameter_shapes(const ModelSettings& m);
+
+// The Hugging Face layout's matrices that one parameter of ours holds as bands of rows, by our name:
+// each band's rows, in order (Llama's q, k and v in attn.c_attn; gate and up in a SwiGLU c_fc, each
+// expert's too, as Mixtral's w1 and w3; a LoRA lora_B as its weight). A parameter not listed is one
+// matrix (GPT-2's c_attn is one Conv1D). For optimizers that treat each matrix alone (Muon).
+std::map<std::string, std::vector<int64_t>> fused_matrix_rows(const ModelSettings& m);
 
 // The unit (model/gpt.h UnitHooks) parameter `name` belongs to: 0 the embeddings (wte, wpe),
 // 1 + i block i, n_layer + 1 the head (ln_f, lm_head).

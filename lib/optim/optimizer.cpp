@@ -114,9 +114,6 @@ std::string describe_kernel(UpdateKernel kernel, const std::vector<ParamGroup>& 
 
 namespace {
 
-using WorkingSetUpdate =
-    std::function<void(std::vector<torch::Tensor>&, std::vector<torch::Tensor>&, const std::vector<size_t>&)>;
-
 // A working set holds up to this many elements on the CPU, and at least this
 // many on a GPU (4 MiB of fp32 values: small tensors are batched everywhere).
 constexpr int64_t kMinWorkingSet = int64_t{1} << 20;
@@ -166,6 +163,10 @@ void update_bf16_working_set(const ParamGroup& group, const std::vector<size_t>&
 }  // namespace
 
 void for_each_fp32_working_set(const ParamGroup& group, const WorkingSetUpdate& update) {
+  for_each_fp32_working_set(group, update, 0);
+}
+
+void for_each_fp32_working_set(const ParamGroup& group, const WorkingSetUpdate& update, int64_t min_elements) {
   torch::NoGradGuard no_grad;
   std::vector<size_t> fp32, bf16;
   int64_t largest = 0;
@@ -181,7 +182,7 @@ void for_each_fp32_working_set(const ParamGroup& group, const WorkingSetUpdate& 
   // would take, not a copy of every gradient. On the CPU an op costs its arithmetic, not a launch,
   // so sets stay small enough for the cache to carry values from op to op.
   const bool on_gpu = group.params[fp32.empty() ? bf16.front() : fp32.front()].is_cuda();
-  const int64_t budget = on_gpu ? std::max(largest, kMinWorkingSet) : kMinWorkingSet;
+  const int64_t budget = std::max(on_gpu ? std::max(largest, kMinWorkingSet) : kMinWorkingSet, min_elements);
   auto in_sets = [&](const std::vector<size_t>& members, const std::function<void(const std::vector<size_t>&)>& run) {
     std::vector<size_t> set;
     int64_t set_elements = 0;

@@ -142,9 +142,11 @@ std::string describe_kernel(UpdateKernel kernel, const std::vector<ParamGroup>& 
 // launch, up to the largest tensor's size. Either way an update's temporaries
 // take what updating that tensor alone would, not a copy of every gradient.
 // `indices` are positions in group.params, for finding the matching state.
-void for_each_fp32_working_set(
-    const ParamGroup& group,
-    const std::function<void(std::vector<torch::Tensor>& params, std::vector<torch::Tensor>& grads,
-                             const std::vector<size_t>& indices)>& update);
+using WorkingSetUpdate = std::function<void(std::vector<torch::Tensor>& params, std::vector<torch::Tensor>& grads,
+                                            const std::vector<size_t>& indices)>;
+void for_each_fp32_working_set(const ParamGroup& group, const WorkingSetUpdate& update);
+// The same with sets of at least `min_elements` on every device (an update that batches across
+// tensors: Muon's iteration over same-shaped matrices).
+void for_each_fp32_working_set(const ParamGroup& group, const WorkingSetUpdate& update, int64_t min_elements);
 
 }  // namespace gputrain

@@ -8,6 +8,7 @@
 #include "optim/adamw8bit.h"
 #include "optim/lion.h"
 #include "optim/make_optimizer.h"
+#include "optim/muon.h"
 #include "optim/sgd.h"
 
 namespace gputrain {
@@ -20,7 +21,7 @@ bool OptimizerSpec::reads(const std::string& key) const {
 
 const std::vector<const OptimizerSpec*>& optimizer_specs() {
   static const std::vector<const OptimizerSpec*> all = {
-      &adamw_spec(), &adamw8bit_spec(), &adafactor_spec(), &lion_spec(), &sgd_spec(),
+      &adamw_spec(), &adamw8bit_spec(), &adafactor_spec(), &lion_spec(), &sgd_spec(), &muon_spec(),
   };
   return all;
 }

@@ -1,5 +1,7 @@
 #include "optim/param_groups.h"
 
+#include "model/gpt_shapes.h"
+
 namespace gputrain {
 
 bool is_embedding(const std::string& name) {
@@ -22,6 +24,16 @@ std::vector<ParamGroup> make_param_groups(const torch::nn::Module& model, const 
   std::vector<ParamGroup> groups;
   for (auto* g : {&decay, &no_decay})
     if (!g->params.empty()) groups.push_back(std::move(*g));
+  return groups;
+}
+
+std::vector<ParamGroup> make_param_groups(const torch::nn::Module& model, const OptimSettings& o,
+                                          const ModelSettings& m) {
+  std::vector<ParamGroup> groups = make_param_groups(model, o);
+  const auto fused = fused_matrix_rows(m);
+  for (auto& g : groups)
+    for (const auto& name : g.names)
+      if (const auto it = fused.find(name); it != fused.end()) g.matrix_rows.insert(*it);
   return groups;
 }
 

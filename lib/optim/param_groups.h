@@ -6,6 +6,7 @@
 #pragma once
 #include <torch/nn/module.h>
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -19,11 +20,17 @@ struct ParamGroup {
   std::vector<torch::Tensor> params;
   double weight_decay = 0.0;
   double lr_scale = 1.0;
+  // Parameters that fuse several of the Hugging Face layout's matrices as bands of rows: each band's
+  // rows, by name (model/gpt_shapes.h fused_matrix_rows), for updates that treat each matrix alone (Muon).
+  std::map<std::string, std::vector<int64_t>> matrix_rows;
 };
 
 // The token and position embeddings (wte, wpe).
 bool is_embedding(const std::string& parameter_name);
 
 std::vector<ParamGroup> make_param_groups(const torch::nn::Module& model, const OptimSettings& o);
+// The same, knowing the model's fused matrices (ParamGroup::matrix_rows) from its settings `m`.
+std::vector<ParamGroup> make_param_groups(const torch::nn::Module& model, const OptimSettings& o,
+                                          const ModelSettings& m);
 
 }  // namespace gputrain

@@ -164,7 +164,7 @@ void Trainer::build_model() {
 // The optimizer over the parameters this rank updates, the schedule, the step graph.
 void Trainer::build_optimizer() {
   for (const auto& p : par_.share.weights) params_.push_back(p.tensor);
-  std::vector<ParamGroup> groups = par_.gradients->owned_groups(make_param_groups(*model_, s_.optim));
+  std::vector<ParamGroup> groups = par_.gradients->owned_groups(make_param_groups(*model_, s_.optim, s_.model));
   // Its state in memory, on the host or in a file, as parallel.offload_* ask (optim/optimizer_placement.h).
   const OptimizerPlacement where =
       rank_optimizer_placement(par_, parallelize_options_, groups, out_dir_.string(), s_.run.device == "cpu");

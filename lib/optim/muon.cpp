@@ -1,0 +1,185 @@
+#include "optim/muon.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include "optim/adamw.h"
+#include "optim/fused_update.h"
+#include "optim/optimizer_spec.h"
+
+namespace gputrain {
+namespace {
+
+// Working sets of at least this many elements: the matrices of several blocks orthogonalized in one
+// batched iteration, while the updates held at once stay bounded (128 MiB of fp32).
+constexpr int64_t kMuonWorkingSet = int64_t{1} << 25;
+
+// torch.optim.Muon's iteration on x, [rows, cols] or [n, rows, cols] with rows <= cols, op for op
+// (a single matrix takes the same 2-D ops as torch's, so its results are torch's).
+at::Tensor newton_schulz(at::Tensor x, const MuonSettings& o) {
+  const double a = o.ns_coefficients[0], b = o.ns_coefficients[1], c = o.ns_coefficients[2];
+  const bool batched = x.dim() == 3;
+  const at::Tensor norm = batched ? at::linalg_vector_norm(x, 2, at::IntArrayRef{1, 2}, /*keepdim=*/true)
+                                  : at::linalg_vector_norm(x, 2, at::OptionalIntArrayRef{}, false);
+  x.div_(norm.clamp_min(o.eps));
+  for (int64_t i = 0; i < o.ns_steps; ++i) {
+    const at::Tensor gram = batched ? at::bmm(x, x.transpose(1, 2)) : at::mm(x, x.t());
+    const at::Tensor poly = batched ? at::baddbmm(gram, gram, gram, b, c) : at::addmm(gram, gram, gram, b, c);
+    x = batched ? at::baddbmm(x, poly, x, a, 1) : at::addmm(x, poly, x, a, 1);
+  }
+  return x;
+}
+
+}  // namespace
+
+bool is_muon_matrix(const std::string& name, int64_t dims) {
+  return dims == 2 && !is_embedding(name) && !name.ends_with("lm_head.weight");
+}
+
+torch::Tensor orthogonalize(const std::vector<torch::Tensor>& updates, const MuonSettings& o, at::ScalarType dtype) {
+  const bool tall = updates.front().size(0) > updates.front().size(1);  // iterate on the wide side's Gram matrix
+  if (updates.size() == 1) {
+    at::Tensor x = updates.front().to(dtype, /*non_blocking=*/false, /*copy=*/true);  // the iteration works in place
+    x = newton_schulz(tall ? x.t() : x, o);
+    return (tall ? x.t() : x).unsqueeze(0);
+  }
+  at::Tensor x = at::stack(updates).to(dtype);
+  x = newton_schulz(tall ? x.transpose(1, 2) : x, o);
+  return tall ? x.transpose(1, 2) : x;
+}
+
+double muon_adjusted_lr(double lr, MuonAdjustLr rule, int64_t rows, int64_t cols) {
+  const auto A = static_cast<double>(rows), B = static_cast<double>(cols);
+  switch (rule) {
+    case MuonAdjustLr::kOriginal:
+      return lr * std::sqrt(std::max(1.0, A / B));
+    case MuonAdjustLr::kMatchRmsAdamW:
+      return lr * 0.2 * std::sqrt(std::max(A, B));
+  }
+  return lr;
+}
+
+Muon::Muon(std::vector<ParamGroup> groups, const OptimSettings& o, UpdateKernel adamw_kernel)
+    : Optimizer(std::move(groups)), o_(o.muon) {
+  std::vector<ParamGroup> rest;
+  for (const ParamGroup& g : groups_) {
+    ParamGroup muon = g, adamw = g;
+    muon.names.clear(), muon.params.clear(), adamw.names.clear(), adamw.params.clear();
+    std::vector<Matrix> matrices;
+    for (size_t i = 0; i < g.params.size(); ++i) {
+      const at::Tensor& p = g.params[i];
+      const std::string& n = g.names[i];
+      if (!is_muon_matrix(n, p.dim())) {
+        adamw.names.push_back(n);
+        adamw.params.push_back(p);
+        continue;
+      }
+      muon.names.push_back(n);
+      muon.params.push_back(p);
+      const auto fused = g.matrix_rows.find(n);
+      std::vector<int64_t> rows = fused == g.matrix_rows.end() ? std::vector<int64_t>{p.size(0)} : fused->second;
+      int64_t total = 0;
+      for (int64_t r : rows) total += r;
+      if (total != p.size(0))  // a sharded parameter (tensor parallelism) would need its bands remapped
+        throw std::logic_error("muon: " + n + "'s Hugging Face matrices have " + std::to_string(total) +
+                               " rows, the parameter " + std::to_string(p.size(0)));
+      matrices.push_back(
+          {add_step_counter(n), add_state(n, "momentum_buffer", at::zeros_like(p, at::kFloat)), std::move(rows)});
+    }
+    if (!muon.params.empty()) {
+      muon_groups_.push_back(std::move(muon));
+      matrices_.push_back(std::move(matrices));
+    }
+    if (!adamw.params.empty()) {
+      adamw.weight_decay = g.weight_decay > 0 ? o.muon.adamw.weight_decay : 0.0;
+      adamw.lr_scale = g.lr_scale * o.muon.adamw.lr / o.lr;  // the schedule's shape at AdamW's own peak
+      rest.push_back(std::move(adamw));
+    }
+  }
+  if (!rest.empty()) {
+    const AdamWOptions a{o.muon.adamw.betas[0], o.muon.adamw.betas[1], o.muon.adamw.eps};
+    adamw_ = std::make_unique<AdamW>(std::move(rest), a, adamw_kernel);
+    adopt_state(*adamw_);
+  }
+}
+
+std::string Muon::describe() const {
+  std::string d = std::string("muon, Newton-Schulz in ") +
+                  (o_.ns_dtype == MuonIterationDtype::kBf16 ? "bf16" : "fp32") + ", same-shaped matrices batched";
+  if (adamw_) d += "; the rest by " + adamw_->describe();
+  return d;
+}
+
+void Muon::step(double lr) {
+  torch::NoGradGuard no_grad;
+  if (adamw_) adamw_->step(lr);
+  for (size_t g = 0; g < muon_groups_.size(); ++g) {
+    const double group_lr = lr * muon_groups_[g].lr_scale;
+    for_each_fp32_working_set(
+        muon_groups_[g],
+        [&](std::vector<at::Tensor>& params, std::vector<at::Tensor>& grads, const std::vector<size_t>& indices) {
+          update_working_set(g, group_lr, params, grads, indices);
+        },
+        kMuonWorkingSet);
+  }
+}
+
+void Muon::update_working_set(size_t g, double lr, std::vector<at::Tensor>& params, std::vector<at::Tensor>& grads,
+                              const std::vector<size_t>& indices) {
+  const double mu = o_.momentum, decay = muon_groups_[g].weight_decay;
+  // Each matrix's band of its parameter and of the update to orthogonalize, gathered by shape.
+  struct Band {
+    at::Tensor param, update;
+  };
+  std::map<std::pair<int64_t, int64_t>, std::vector<Band>> by_shape;
+  for (size_t k = 0; k < indices.size(); ++k) {
+    Matrix& m = matrices_[g][indices[k]];
+    ++count(m.step);
+    m.momentum.lerp_(grads[k], 1.0 - mu);  // an average (torch's code, not its docstring's mu B + g)
+    const at::Tensor update = o_.nesterov ? grads[k].lerp(m.momentum, mu) : m.momentum;
+    if (decay != 0) params[k].mul_(1.0 - lr * decay);
+    int64_t offset = 0;
+    for (int64_t rows : m.rows) {
+      by_shape[{rows, update.size(1)}].push_back({params[k].narrow(0, offset, rows), update.narrow(0, offset, rows)});
+      offset += rows;
+    }
+  }
+  const at::ScalarType dtype = o_.ns_dtype == MuonIterationDtype::kBf16 ? at::kBFloat16 : at::kFloat;
+  for (auto& [shape, bands] : by_shape) {
+    std::vector<at::Tensor> updates;
+    for (const Band& b : bands) updates.push_back(b.update);
+    const at::Tensor orthogonal = orthogonalize(updates, o_, dtype);
+    const double step = muon_adjusted_lr(lr, o_.adjust_lr, shape.first, shape.second);
+    for (size_t i = 0; i < bands.size(); ++i) bands[i].param.add_(orthogonal[static_cast<int64_t>(i)], -step);
+  }
+}
+
+// optim.name: muon (optim/optimizer_spec.h).
+const OptimizerSpec& muon_spec() {
+  static const OptimizerSpec spec{
+      .name = OptimName::kMuon,
+      .summary =
+          "Muon (torch.optim.Muon): momentum orthogonalized by Newton-Schulz for each hidden matrix (the "
+          "Hugging Face layout's: q, k, v apart), AdamW (optim.muon.adamw) for embeddings, head, norms and "
+          "biases; the update kernels are that AdamW's",
+      .keys = {"optim.muon."},
+      .fused = [](const torch::Device& device) { return fused_update_available(device); },
+      .state_rule =
+          [](const OptimSettings&) {
+            return std::string("1 fp32 momentum = 4 bytes x hidden-matrix parameters, AdamW's 8 bytes x the rest");
+          },
+      .state_bytes =
+          [](const OptimSettings&, const ParamShape& p) {
+            return (is_muon_matrix(p.name, static_cast<int64_t>(p.sizes.size())) ? 4 : 8) * p.numel();
+          },
+      .make = [](std::vector<ParamGroup> groups, const OptimSettings& o, UpdateKernel kernel, const RowSharding*)
+          -> std::unique_ptr<Optimizer> { return std::make_unique<Muon>(std::move(groups), o, kernel); },
+      .bench_variants = {{"", [](OptimSettings&) {}},
+                         {", fp32 iteration", [](OptimSettings& o) { o.muon.ns_dtype = MuonIterationDtype::kFp32; }}}};
+  return spec;
+}
+
+}  // namespace gputrain

@@ -1,0 +1,53 @@
+// Muon (Keller Jordan 2024; torch.optim.Muon): each hidden matrix's momentum orthogonalized by a
+// quintic Newton-Schulz iteration before it is applied; everything else (embeddings, the head, norms,
+// biases) by an AdamW of its own settings (optim.muon.adamw), as every Muon recipe pairs them.
+// Each matrix is the Hugging Face layout's (ParamGroup::matrix_rows: Llama's q, k and v apart though
+// our attention fuses them), so one step equals torch.optim.Muon + AdamW on the transformers model.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "config/settings.h"
+#include "optim/optimizer.h"
+
+namespace gputrain {
+
+struct OptimizerSpec;
+
+// Whether Muon updates this parameter: a 2-D one that is not an embedding or the output head.
+bool is_muon_matrix(const std::string& name, int64_t dims);
+
+// torch.optim.Muon's _zeropower_via_newtonschulz of each of `updates` (2-D, all one shape), batched
+// into one [n, rows, cols] iteration (in `dtype`); returns the results stacked, in `dtype`.
+torch::Tensor orthogonalize(const std::vector<torch::Tensor>& updates, const MuonSettings& o, at::ScalarType dtype);
+
+// The lr a matrix of `rows` x `cols` takes from `lr` (torch.optim.Muon's _adjust_lr).
+double muon_adjusted_lr(double lr, MuonAdjustLr rule, int64_t rows, int64_t cols);
+
+class Muon : public Optimizer {
+ public:
+  // `groups`' hidden matrices get Muon at lr x lr_scale and the group's weight decay; the rest an
+  // AdamW (`adamw_kernel`) at optim.muon.adamw.lr and, where its group decays, its weight decay.
+  Muon(std::vector<ParamGroup> groups, const OptimSettings& o, UpdateKernel adamw_kernel);
+  void step(double lr) override;
+  std::string describe() const override;
+
+ private:
+  struct Matrix {
+    torch::Tensor step, momentum;
+    std::vector<int64_t> rows;  // the Hugging Face matrices' bands (one: the whole parameter)
+  };
+  // One working set of muon_groups_[g] (fp32 values and gradients; `indices` in the group).
+  void update_working_set(size_t g, double lr, std::vector<torch::Tensor>& params, std::vector<torch::Tensor>& grads,
+                          const std::vector<size_t>& indices);
+
+  const MuonSettings o_;
+  std::vector<ParamGroup> muon_groups_;        // each group's hidden matrices
+  std::vector<std::vector<Matrix>> matrices_;  // their state, as muon_groups_
+  std::unique_ptr<Optimizer> adamw_;           // the rest; null when there is none
+};
+
+const OptimizerSpec& muon_spec();  // optim.name: muon
+
+}  // namespace gputrain
