@@ -422,12 +422,11 @@ void check_parallel(Checker& c) {
             "3 with parallel.tp and a 4-bit base (model.quantize): ZeRO-3 does not shard tensor-parallel 4-bit "
             "slices in this version",
             "use parallel.zero: 0, 1 or 2 with parallel.tp, or parallel.tp: 1 with parallel.zero: 3");
-  if (c.s.optim.name == OptimName::kMuon && (p.tp > 1 || p.zero == 3))
-    c.error(p.tp > 1 ? "parallel.tp" : "parallel.zero",
-            std::string(p.tp > 1 ? "> 1 splits" : "3 shards") +
-                " each matrix over ranks, and optim.name: muon orthogonalizes whole matrices; this version does not "
-                "gather them for it yet",
-            "use parallel.zero: 0, 1 or 2 without parallel.tp (each matrix whole on its owner), or another optim.name");
+  if (c.s.optim.name == OptimName::kMuon && p.tp > 1 && p.zero == 3)
+    c.error("parallel.zero",
+            "3 with parallel.tp > 1 splits each matrix twice, and optim.name: muon gathers a matrix's shards over "
+            "one of the two only in this version",
+            "use parallel.zero: 0, 1 or 2 with parallel.tp, or parallel.tp: 1 with parallel.zero: 3");
   if (p.tp > 1 && m.moe.enabled())
     c.error("parallel.tp",
             "mixture-of-experts layers (model.moe.experts > 0) are not split by tensor parallelism in this version",

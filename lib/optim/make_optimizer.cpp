@@ -31,19 +31,21 @@ KernelChoice choose_kernel(OptimName name, OptimImpl impl, const torch::Device& 
 }
 
 std::unique_ptr<Optimizer> make_optimizer(std::vector<ParamGroup> groups, const OptimSettings& o,
-                                          std::optional<RowSharding> sharding) {
+                                          std::optional<RowSharding> sharding, std::optional<MatrixSharding> matrices) {
   const KernelChoice choice = choose_kernel(o.name, o.impl, device_of(groups));
   if (!choice.notice.empty()) spdlog::warn("{}", choice.notice);
   std::unique_ptr<Optimizer> made =
       optimizer_spec(o.name).make(std::move(groups), o, choice.kernel, sharding ? &*sharding : nullptr);
   if (sharding && made->takes_row_sharding()) made->set_row_sharding(std::move(*sharding));
+  if (matrices && made->takes_matrix_sharding()) made->set_matrix_sharding(std::move(*matrices));
   return made;
 }
 
 std::unique_ptr<Optimizer> make_optimizer(std::vector<ParamGroup> groups, const OptimSettings& o,
                                           const std::optional<RowSharding>& sharding,
+                                          const std::optional<MatrixSharding>& matrices,
                                           const OptimizerPlacement& placement) {
-  auto make = [&](std::vector<ParamGroup> g) { return make_optimizer(std::move(g), o, sharding); };
+  auto make = [&](std::vector<ParamGroup> g) { return make_optimizer(std::move(g), o, sharding, matrices); };
   switch (placement.state) {
     case OptimizerPlacement::State::kMemory:
       return make(std::move(groups));

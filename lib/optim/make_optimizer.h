@@ -24,13 +24,16 @@ KernelChoice choose_kernel(OptimName name, OptimImpl impl, const torch::Device& 
 
 // The groups' parameters must share one device. Logs the notice, if any. `sharding`: the
 // parameters are ZeRO-3 shards (optim/optimizer.h RowSharding), for the optimizers that need to know.
+// `matrices`: the matrices tp or ZeRO-3 split over ranks (optim/optimizer.h MatrixSharding).
 std::unique_ptr<Optimizer> make_optimizer(std::vector<ParamGroup> groups, const OptimSettings& o,
-                                          std::optional<RowSharding> sharding = std::nullopt);
+                                          std::optional<RowSharding> sharding = std::nullopt,
+                                          std::optional<MatrixSharding> matrices = std::nullopt);
 // The same in `placement`: in memory as above; over host copies (optim/host_offloaded_optimizer.h);
 // or with its state in a file, a unit at a time (optim/streamed_optimizer.h). The step, the log and
 // checkpoints then use it as any optimizer.
 std::unique_ptr<Optimizer> make_optimizer(std::vector<ParamGroup> groups, const OptimSettings& o,
                                           const std::optional<RowSharding>& sharding,
+                                          const std::optional<MatrixSharding>& matrices,
                                           const OptimizerPlacement& placement);
 std::unique_ptr<Optimizer> make_optimizer(const torch::nn::Module& model, const OptimSettings& o);
 

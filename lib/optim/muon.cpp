@@ -8,6 +8,7 @@
 
 #include "optim/adamw.h"
 #include "optim/fused_update.h"
+#include "optim/matrix_owners.h"
 #include "optim/optimizer_spec.h"
 
 namespace gputrain {
@@ -80,14 +81,8 @@ Muon::Muon(std::vector<ParamGroup> groups, const OptimSettings& o, UpdateKernel 
       muon.names.push_back(n);
       muon.params.push_back(p);
       const auto fused = g.matrix_rows.find(n);
-      std::vector<int64_t> rows = fused == g.matrix_rows.end() ? std::vector<int64_t>{p.size(0)} : fused->second;
-      int64_t total = 0;
-      for (int64_t r : rows) total += r;
-      if (total != p.size(0))  // a sharded parameter (tensor parallelism) would need its bands remapped
-        throw std::logic_error("muon: " + n + "'s Hugging Face matrices have " + std::to_string(total) +
-                               " rows, the parameter " + std::to_string(p.size(0)));
-      matrices.push_back(
-          {add_step_counter(n), add_state(n, "momentum_buffer", at::zeros_like(p, at::kFloat)), std::move(rows)});
+      matrices.push_back({add_step_counter(n), add_state(n, "momentum_buffer", at::zeros_like(p, at::kFloat)),
+                          fused == g.matrix_rows.end() ? std::vector<int64_t>{} : fused->second, n});
     }
     if (!muon.params.empty()) {
       muon_groups_.push_back(std::move(muon));
@@ -127,27 +122,54 @@ void Muon::step(double lr) {
   }
 }
 
+std::vector<int64_t> Muon::bands_of(const Matrix& m, int64_t rows) {
+  if (m.rows.empty()) return {rows};
+  int64_t total = 0;
+  for (int64_t r : m.rows) total += r;
+  if (total != rows)
+    throw std::logic_error("muon: " + m.name + "'s Hugging Face matrices have " + std::to_string(total) +
+                           " rows, the matrix " + std::to_string(rows));
+  return m.rows;
+}
+
+const MatrixShards* Muon::shards_of(const std::string& name) const {
+  if (!matrix_sharding_) return nullptr;
+  const auto it = matrix_sharding_->params.find(name);
+  return it == matrix_sharding_->params.end() ? nullptr : &it->second;
+}
+
 void Muon::update_working_set(size_t g, double lr, std::vector<at::Tensor>& params, std::vector<at::Tensor>& grads,
                               const std::vector<size_t>& indices) {
   const double mu = o_.momentum, decay = muon_groups_[g].weight_decay;
-  // Each matrix's band of its parameter and of the update to orthogonalize, gathered by shape.
+  const at::ScalarType dtype = o_.ns_dtype == MuonIterationDtype::kBf16 ? at::kBFloat16 : at::kFloat;
+  // Each whole matrix's band of its parameter and of the update to orthogonalize, gathered by shape;
+  // a sharded matrix's update goes to its owner rank (optim/matrix_owners.h).
   struct Band {
     at::Tensor param, update;
   };
   std::map<std::pair<int64_t, int64_t>, std::vector<Band>> by_shape;
+  std::vector<ShardedInput> sharded;
+  std::vector<at::Tensor> sharded_params;
+  std::vector<const Matrix*> sharded_matrix;
   for (size_t k = 0; k < indices.size(); ++k) {
     Matrix& m = matrices_[g][indices[k]];
     ++count(m.step);
     m.momentum.lerp_(grads[k], 1.0 - mu);  // an average (torch's code, not its docstring's mu B + g)
     const at::Tensor update = o_.nesterov ? grads[k].lerp(m.momentum, mu) : m.momentum;
     if (decay != 0) params[k].mul_(1.0 - lr * decay);
+    const MatrixShards* shards = shards_of(muon_groups_[g].names[indices[k]]);
+    if (shards) {
+      sharded.push_back({shards, update.to(dtype)});  // the iteration's first step, taken before sending
+      sharded_params.push_back(params[k]);
+      sharded_matrix.push_back(&m);
+      continue;
+    }
     int64_t offset = 0;
-    for (int64_t rows : m.rows) {
+    for (int64_t rows : bands_of(m, update.size(0))) {
       by_shape[{rows, update.size(1)}].push_back({params[k].narrow(0, offset, rows), update.narrow(0, offset, rows)});
       offset += rows;
     }
   }
-  const at::ScalarType dtype = o_.ns_dtype == MuonIterationDtype::kBf16 ? at::kBFloat16 : at::kFloat;
   for (auto& [shape, bands] : by_shape) {
     std::vector<at::Tensor> updates;
     for (const Band& b : bands) updates.push_back(b.update);
@@ -155,6 +177,34 @@ void Muon::update_working_set(size_t g, double lr, std::vector<at::Tensor>& para
     const double step = muon_adjusted_lr(lr, o_.adjust_lr, shape.first, shape.second);
     for (size_t i = 0; i < bands.size(); ++i) bands[i].param.add_(orthogonal[static_cast<int64_t>(i)], -step);
   }
+  if (sharded.empty()) return;
+  // Each owner orthogonalizes its whole matrices (batched by band shape) and scales each band by its
+  // lr; every rank adds its shard of the result.
+  const auto steps = compute_on_owners(
+      *matrix_sharding_, sharded, at::kFloat,
+      [&](const std::vector<size_t>& which, const std::vector<at::Tensor>& wholes) {
+        std::vector<at::Tensor> results;
+        std::map<std::pair<int64_t, int64_t>, std::vector<std::pair<at::Tensor, at::Tensor>>>
+            bands;  // (update, result)
+        for (size_t i = 0; i < wholes.size(); ++i) {
+          results.push_back(at::empty(wholes[i].sizes(), wholes[i].options().dtype(at::kFloat)));
+          int64_t offset = 0;
+          for (int64_t r : bands_of(*sharded_matrix[which[i]], wholes[i].size(0))) {
+            bands[{r, wholes[i].size(1)}].push_back({wholes[i].narrow(0, offset, r), results[i].narrow(0, offset, r)});
+            offset += r;
+          }
+        }
+        for (auto& [shape, members] : bands) {
+          std::vector<at::Tensor> updates;
+          for (const auto& [update, result] : members) updates.push_back(update);
+          const at::Tensor orthogonal = orthogonalize(updates, o_, updates.front().scalar_type());
+          const double step = muon_adjusted_lr(lr, o_.adjust_lr, shape.first, shape.second);
+          for (size_t i = 0; i < members.size(); ++i)
+            at::mul_out(members[i].second, orthogonal[static_cast<int64_t>(i)].to(at::kFloat), -step);
+        }
+        return results;
+      });
+  for (size_t i = 0; i < sharded.size(); ++i) sharded_params[i].add_(steps[i]);
 }
 
 // optim.name: muon (optim/optimizer_spec.h).

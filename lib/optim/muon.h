@@ -32,12 +32,18 @@ class Muon : public Optimizer {
   Muon(std::vector<ParamGroup> groups, const OptimSettings& o, UpdateKernel adamw_kernel);
   void step(double lr) override;
   std::string describe() const override;
+  bool takes_matrix_sharding() const override { return true; }
 
  private:
   struct Matrix {
     torch::Tensor step, momentum;
-    std::vector<int64_t> rows;  // the Hugging Face matrices' bands (one: the whole parameter)
+    std::vector<int64_t> rows;  // the Hugging Face matrices' bands of its whole (empty: one matrix)
+    std::string name;
   };
+  // m's bands of a whole of `rows` rows; logic_error where its fused matrices do not add up to it.
+  static std::vector<int64_t> bands_of(const Matrix& m, int64_t rows);
+  // How the parameter `name` lies in shards over ranks, or null where it is whole here.
+  const MatrixShards* shards_of(const std::string& name) const;
   // One working set of muon_groups_[g] (fp32 values and gradients; `indices` in the group).
   void update_working_set(size_t g, double lr, std::vector<torch::Tensor>& params, std::vector<torch::Tensor>& grads,
                           const std::vector<size_t>& indices);

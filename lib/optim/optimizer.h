@@ -49,6 +49,29 @@ struct RowSharding {
   std::vector<std::function<void(std::vector<torch::Tensor>&)>> sums;
 };
 
+// Tensor parallelism and ZeRO-3 leave each rank a shard of a matrix; an update that needs the whole
+// (Muon's iteration) has every rank's shard sent to one owner rank of the group and each rank's part of
+// the result sent back (parallel/matrix_sharding.h builds this from the layout).
+struct MatrixShards {
+  int group = 0;                     // index in MatrixSharding::groups
+  std::vector<int64_t> whole_sizes;  // the whole matrix's [rows, cols]
+  // The whole from every rank's shard (in rank order), and rank `rank`'s shard of a whole.
+  std::function<torch::Tensor(const std::vector<torch::Tensor>& shards)> join;
+  std::function<torch::Tensor(const torch::Tensor& whole, int rank)> cut;
+};
+struct MatrixGroup {
+  int rank = 0, size = 1;
+  // An all-to-all of flat tensors of one dtype: sends[r] goes to rank r; returns what each rank sent
+  // here, receive[r] elements from rank r. Every rank of the group calls it with matching sizes.
+  std::function<std::vector<torch::Tensor>(const std::vector<torch::Tensor>& sends,
+                                           const std::vector<int64_t>& receive)>
+      exchange;
+};
+struct MatrixSharding {
+  std::map<std::string, MatrixShards> params;  // by parameter name; a parameter not here is whole
+  std::vector<MatrixGroup> groups;
+};
+
 class Optimizer {
  public:
   // Every group names each of its parameters (the state's names derive from them).
@@ -81,6 +104,9 @@ class Optimizer {
   // (elementwise updates are exact on any rows without it).
   virtual bool takes_row_sharding() const { return false; }
   void set_row_sharding(RowSharding r) { row_sharding_ = std::move(r); }
+  // Whether its update needs each matrix whole and so set_matrix_sharding where matrices are sharded.
+  virtual bool takes_matrix_sharding() const { return false; }
+  void set_matrix_sharding(MatrixSharding m) { matrix_sharding_ = std::move(m); }
   // Whether `param` is one this optimizer updates.
   bool updates(const torch::Tensor& param) const;
 
@@ -121,7 +147,8 @@ class Optimizer {
 
   std::vector<ParamGroup> groups_;
   torch::Tensor grad_scale_;                 // set_grad_scale's; applied by step() where folds_grad_scale()
-  std::optional<RowSharding> row_sharding_;  // ZeRO-3, for an optimizer that takes it
+  std::optional<RowSharding> row_sharding_;        // ZeRO-3, for an optimizer that takes it
+  std::optional<MatrixSharding> matrix_sharding_;  // tp or ZeRO-3, for an optimizer that takes it
 
  private:
   std::vector<StateEntry> state_;

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "optim/optimizer_specs.h"
+#include "parallel/matrix_sharding.h"
 #include "util/error.h"
 #include "util/replace_data.h"
 #include "util/stopwatch.h"
@@ -465,6 +466,33 @@ RowSharding FullyShardedModel::row_sharding() {
     r.params[q.name] = RowShard{q.rows, own_part(q, StateLayout::kRows).count, it->second};
   }
   return r;
+}
+
+MatrixSharding FullyShardedModel::matrix_sharding() const {
+  MatrixSharding m;
+  std::map<Communicator*, int> index;
+  for (const Param& q : params_) {
+    if (q.storage || !q.group || q.whole.dim() != 2) continue;
+    auto [it, added] = index.emplace(q.group, static_cast<int>(m.groups.size()));
+    if (added) m.groups.push_back(matrix_group(*q.group));
+    // Rank r's real rows of the whole: [min(r x shard_rows, rows), + at most shard_rows), as own_part.
+    const int64_t rows = q.rows, shard_rows = q.shard_rows;
+    auto first = [=](int r) { return std::min(r * shard_rows, rows); };
+    auto count = [=](int r) { return std::min(rows - first(r), shard_rows); };
+    m.params[q.name] = MatrixShards{it->second, q.whole.sizes().vec(),
+                                    [=](const std::vector<torch::Tensor>& shards) {
+                                      std::vector<torch::Tensor> real;
+                                      for (size_t r = 0; r < shards.size(); ++r)
+                                        real.push_back(shards[r].narrow(0, 0, count(static_cast<int>(r))));
+                                      return at::cat(real);
+                                    },
+                                    [=](const torch::Tensor& whole, int r) {
+                                      torch::Tensor shard = at::zeros({shard_rows, whole.size(1)}, whole.options());
+                                      shard.narrow(0, 0, count(r)).copy_(whole.narrow(0, first(r), count(r)));
+                                      return shard;
+                                    }};
+  }
+  return m;
 }
 
 void FullyShardedModel::load_whole(const std::vector<NamedTensor>& weights) {

@@ -120,6 +120,9 @@ class FullyShardedModel : public UnitHooks {
   // What an optimizer that reads other rows needs (optim/optimizer.h): each parameter's whole and
   // real rows, and sums over its group.
   RowSharding row_sharding();
+  // What an optimizer that needs each matrix whole does with them (optim/optimizer.h): each 2-D
+  // parameter's rows over its group, joined without the padding and cut with it.
+  MatrixSharding matrix_sharding() const;
   const ShardTraffic& traffic() const { return traffic_; }  // since the start
 
   // UnitHooks

@@ -21,6 +21,7 @@
 #include "optim/param_groups.h"
 #include "parallel/fully_sharded.h"
 #include "parallel/grid.h"
+#include "parallel/matrix_sharding.h"
 #include "parallel/pipeline.h"
 #include "parallel/replica_sums.h"
 #include "parallel/text_broadcast.h"
@@ -171,7 +172,7 @@ void Trainer::build_optimizer() {
   for (const auto& notice : where.notices) spdlog::warn("{}", notice);
   FullyShardedModel* sharded = par_.share.fully_sharded.get();
   const std::optional<RowSharding> rows = sharded ? std::optional(sharded->row_sharding()) : std::nullopt;
-  optimizer_ = make_optimizer(std::move(groups), s_.optim, rows, where);
+  optimizer_ = make_optimizer(std::move(groups), s_.optim, rows, matrix_sharding(par_.share, *groups_), where);
   // ZeRO-3's optimizer holds shards, not the weights the model multiplies by.
   if (!sharded) copies_ = attach_weight_copies(model_, *optimizer_, *precision_, par_.share.runs_head());
   if (copies_.tensors > 0)

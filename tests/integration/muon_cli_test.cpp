@@ -1,6 +1,7 @@
-// Muon end to end: the layouts that keep each matrix whole on the rank that updates it (ZeRO-1/2's
-// owners, pipeline stages, expert-parallel holders) train as one process does, and a resumed run
-// continues the uninterrupted one.
+// Muon end to end: every layout trains as one process does, those that keep each matrix whole on the
+// rank that updates it (ZeRO-1/2's owners, pipeline stages, expert-parallel holders) and those that
+// split matrices over ranks (tp, ZeRO-3: optim/matrix_owners.h), and a resumed run continues the
+// uninterrupted one.
 #include <catch2/catch.hpp>
 
 #include "parallel_runs.h"
@@ -18,7 +19,7 @@ const std::vector<std::string> kMuon = {"optim.name=muon", "optim.lr=0.02", "opt
 
 }  // namespace
 
-TEST_CASE("muon: 2 processes (ZeRO-1, ZeRO-2, pp 2, ep 2) match 1 process, and a resumed run continues exactly",
+TEST_CASE("muon: 2 processes (ZeRO-1/2/3, tp 2, pp 2, ep 2) match 1 process, and a resumed run continues exactly",
           "[optim][muon][parallel][cli][slow]") {
   TempDir dir;
   write_file(dir.file("r.yaml"), dp_recipe());
@@ -41,6 +42,26 @@ TEST_CASE("muon: 2 processes (ZeRO-1, ZeRO-2, pp 2, ep 2) match 1 process, and a
     const double whole = m[0]["optimizer_state_mb"].get<double>() + m[1]["optimizer_state_mb"].get<double>();
     for (int rank = 0; rank < 2; ++rank) CHECK(m[rank]["optimizer_state_mb"].get<double>() < 0.7 * whole);
   }
+  // Matrices split over ranks: each gathered whole on one owner rank, orthogonalized there once, and
+  // its shards sent back (tp: q, k, v heads and MLP columns; ZeRO-3: rows).
+  train_like_one_process(dir, dir.file("r.yaml"), Variant{"tp2", with(kMuon, {"parallel.tp=2"})}, loss1, norm1, 1e-5);
+  train_like_one_process(dir, dir.file("r.yaml"), Variant{"zero3", with(halves, {"parallel.zero=3"})}, loss1, norm1,
+                         1e-5);
+  train_like_one_process(dir, dir.file("r.yaml"),
+                         Variant{"dp2-tp2-zero2", with(halves, {"parallel.tp=2", "parallel.zero=2"}), 4}, loss1, norm1,
+                         1e-5);
+
+  // Llama's fused q, k, v and gate, up: orthogonalized apart, also from tp's head shards and ZeRO-3's rows.
+  const std::vector<std::string> llama = with(kMuon, {"model.arch=llama"});
+  REQUIRE(train(dir.file("r.yaml"), dir.file("one-llama"), 0, llama).exit_code == 0);
+  const auto llama_loss = column(dir.file("one-llama"), "loss"),
+             llama_norm = column(dir.file("one-llama"), "grad_norm");
+  train_like_one_process(dir, dir.file("r.yaml"), Variant{"llama-tp2", with(llama, {"parallel.tp=2"})}, llama_loss,
+                         llama_norm, 1e-5);
+  train_like_one_process(dir, dir.file("r.yaml"),
+                         Variant{"llama-zero3", with(llama, {"train.per_device_batch_size=2", "parallel.zero=3"})},
+                         llama_loss, llama_norm, 1e-5);
+
   // The default bf16 iteration: the same run, apart by bf16's flipped roundings only (measured 6e-5).
   const std::vector<std::string> bf16 = {"optim.name=muon", "optim.lr=0.02", "optim.muon.adamw.lr=3e-3"};
   REQUIRE(train(dir.file("r.yaml"), dir.file("one-bf16"), 0, bf16).exit_code == 0);

@@ -97,7 +97,7 @@ TEST_CASE("cpu offload: the optimizer its placement builds steps as in place, wi
   auto plain = make_optimizer(make_param_groups(*direct, o), o);
   OptimizerPlacement host;
   host.state = OptimizerPlacement::State::kHost;
-  auto wrapped = make_optimizer(make_param_groups(*offloaded, o), o, std::nullopt, host);
+  auto wrapped = make_optimizer(make_param_groups(*offloaded, o), o, std::nullopt, std::nullopt, host);
   CHECK_FALSE(wrapped->folds_grad_scale());
   CHECK_THAT(wrapped->placement(), Catch::Matchers::Contains("pinned host memory"));
   CHECK(wrapped->describe() == plain->describe());  // checkpoints record the same optimizer

@@ -10,6 +10,7 @@
 #include "model/gpt_shapes.h"
 #include "objective/objectives.h"
 #include "optim/make_optimizer.h"
+#include "optim/matrix_owners.h"
 #include "optim/muon.h"
 #include "optim/optimizer_specs.h"
 #include "test_util.h"
@@ -232,19 +233,35 @@ TEST_CASE("muon: the hidden matrices take Muon as the Hugging Face layout splits
   CHECK(optimizer->describe().find("muon, Newton-Schulz in bf16") == 0);
 }
 
-TEST_CASE("muon: a layout that splits matrices over ranks is refused by name", "[optim][muon][config]") {
+TEST_CASE("muon: tensor parallelism with ZeRO-3 (each matrix split twice) is refused by name",
+          "[optim][muon][config]") {
   TempDir dir;
   write_file(dir.file("recipe.yaml"),
              "model: {arch: llama, n_head: 4, d_model: 64}\ndata: {train: {format: synthetic, synthetic: {kind: "
              "uniform}}}\noptim: {name: muon}\n");
-  for (const std::string& set : {std::string("parallel.tp=2"), std::string("parallel.zero=3")}) {
-    CAPTURE(set);
-    try {
-      load_recipe(dir.file("recipe.yaml"), {set}, recipe_rules());
-      FAIL("accepted");
-    } catch (const Error& e) {
-      CHECK_THAT(e.what(), Catch::Contains(set.substr(0, set.find('='))) && Catch::Contains("optim.name: muon"));
-    }
+  try {
+    load_recipe(dir.file("recipe.yaml"), {"parallel.tp=2", "parallel.zero=3"}, recipe_rules());
+    FAIL("accepted");
+  } catch (const Error& e) {
+    CHECK_THAT(e.what(), Catch::Contains("parallel.zero") && Catch::Contains("optim.name: muon"));
   }
-  CHECK_NOTHROW(load_recipe(dir.file("recipe.yaml"), {"parallel.zero=2"}, recipe_rules()));
+  for (const std::string& set : {"parallel.tp=2", "parallel.zero=3", "parallel.zero=2"})
+    CHECK_NOTHROW(load_recipe(dir.file("recipe.yaml"), {set}, recipe_rules()));
+}
+
+TEST_CASE("muon: sharded matrices get owners that share the work evenly, the same on every rank", "[optim][muon]") {
+  // The costliest first, each to the least loaded rank (the lowest on ties).
+  CHECK(balance_owners({9, 7, 5, 3, 1}, 2) == std::vector<int>{0, 1, 1, 0, 0});
+  CHECK(balance_owners({4, 4, 4, 4}, 4) == std::vector<int>{0, 1, 2, 3});
+  CHECK(balance_owners({1, 2}, 3) == std::vector<int>{1, 0});
+  // A model's matrices (12 blocks of GPT-2 124M's four shapes) over 4 ranks: every rank within one
+  // matrix's cost of the mean.
+  std::vector<double> costs;
+  for (int b = 0; b < 12; ++b)
+    for (double c : {2304.0 * 768 * 768, 768.0 * 768 * 768, 3072.0 * 768 * 768, 768.0 * 3072 * 768}) costs.push_back(c);
+  const std::vector<int> owner = balance_owners(costs, 4);
+  std::vector<double> load(4, 0);
+  double total = 0;
+  for (size_t i = 0; i < costs.size(); ++i) load[static_cast<size_t>(owner[i])] += costs[i], total += costs[i];
+  for (double l : load) CHECK(std::abs(l - total / 4) <= 3072.0 * 768 * 768);
 }
