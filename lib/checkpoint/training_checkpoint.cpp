@@ -320,7 +320,8 @@ fs::path save_training_checkpoint(const fs::path& root, const TrainingSnapshot& 
   j["torch_version"] = TORCH_VERSION;
   j["settings"] = s.settings;
   if (!s.lora_base.empty()) j["lora_base"] = s.lora_base;  // model files hold LoRA's adapters only
-  if (s.part) j["ranks"] = ranks;                          // model.rank<r> and optimizer.rank<r> files
+  if (!s.expert_bias.is_null()) j["moe_expert_bias"] = s.expert_bias;
+  if (s.part) j["ranks"] = ranks;  // model.rank<r> and optimizer.rank<r> files
   if (s.part && s.part->tp_size > 1)
     j["tensor_parallel"] = {{"size", s.part->tp_size}, {"split", split_to_json(s.tp_split)}};
   w.add_json("trainer.json", j);
@@ -381,6 +382,7 @@ TrainingSnapshot load_training_checkpoint(const fs::path& dir, const std::option
     s.optimizer = j.at("optimizer").get<std::string>();
     s.settings = j.at("settings");
     s.lora_base = j.value("lora_base", std::string());
+    s.expert_bias = j.value("moe_expert_bias", json(nullptr));
     layout = layout_of(j);
     s.tp_split = layout.split;
   } catch (const json::exception& e) {

@@ -11,8 +11,9 @@
 //                          (before: model.tp<r>.safetensors and optimizer.tp<r>.safetensors, still read)
 //   rng.safetensors        the CPU (and CUDA) generator states, as bytes
 //   trainer.json           counters, the data sampler position, the loss scaler,
-//                          the batch split, the resolved settings and, for a
-//                          LoRA run that saves adapters only, its base's fingerprint
+//                          the batch split, the resolved settings, for a LoRA run
+//                          that saves adapters only its base's fingerprint, and under
+//                          model.moe.balance: bias every mixture layer's routing bias
 //   recipe.yaml            the resolved recipe, for people
 //   manifest.json          every file's size and CRC-32C
 // docs/checkpoints.md documents the files for users.
@@ -71,6 +72,8 @@ struct TrainingSnapshot {
   // LoRA with model.lora.save: adapters: `model` holds the adapters only, and
   // this is the frozen base's fingerprint (model/lora.h); empty = every weight.
   std::string lora_base;
+  // model.moe.balance: bias: every mixture layer's routing bias (train/expert_balance.h); null otherwise.
+  nlohmann::json expert_bias;
 };
 
 // Writes `s` as <root>/step_<counters.step> atomically; returns the directory. With `join`, each

@@ -672,6 +672,14 @@ void add_adapter_and_expert_fields(std::vector<FieldSpec>& f) {
   f.push_back(float_field(KEY(model.moe.aux_loss_coef), FloatRange{0, INFINITY},
                           "mixture of experts: weight of the load-balancing loss (Switch Transformer: experts x sum of "
                           "routed fraction x mean probability; 1 when balanced)"));
+  f.push_back(enum_field(KEY(model.moe.balance),
+                         EnumTable<MoeBalance>{{"aux_loss", MoeBalance::kAuxLoss}, {"bias", MoeBalance::kBias}},
+                         "mixture of experts: aux_loss = the load-balancing loss (model.moe.aux_loss_coef); bias = "
+                         "DeepSeek-V3's auxiliary-loss-free balancing: a per-expert bias added to the routing "
+                         "probabilities to choose the top_k only, moved after each step by bias_rate toward the "
+                         "experts below the mean load (summed over every rank)"));
+  f.push_back(float_field(KEY(model.moe.bias_rate), FloatRange{0, 1},
+                          "mixture of experts, balance: bias: each step's move of an expert's routing bias"));
 }
 
 void add_model_fields(std::vector<FieldSpec>& f) {

@@ -49,6 +49,10 @@ struct QuantizeSettings {
   bool enabled() const { return base != QuantBase::kNone; }
 };
 
+// How a mixture's experts are kept evenly loaded: Switch Transformer's balancing loss, or DeepSeek-V3's
+// per-expert routing bias moved after each step by the sign of each expert's load error (no loss).
+enum class MoeBalance { kAuxLoss, kBias };
+
 // Mixture of experts (model/moe.h): every `every`-th block's MLP becomes
 // `experts` MLPs behind a top-k softmax router.
 struct MoeSettings {
@@ -57,6 +61,8 @@ struct MoeSettings {
   int64_t every = 1;              // blocks every-1, 2 every-1, ... are mixtures (1 = all)
   double capacity_factor = 1.25;  // tokens per expert = ceil(factor x tokens x top_k / experts); 0 = no limit
   double aux_loss_coef = 0.01;    // weight of the load-balancing loss (Switch Transformer's)
+  MoeBalance balance = MoeBalance::kAuxLoss;
+  double bias_rate = 0.001;  // balance: bias: each step's move of an expert's bias (DeepSeek-V3's gamma)
 
   bool enabled() const { return experts > 0; }
   bool is_moe_block(int64_t i) const { return enabled() && (i + 1) % every == 0; }

@@ -102,6 +102,13 @@ void check_model(Checker& c) {
     c.error("model.moe.every",
             "(" + str(moe.every) + ") exceeds model.n_layer (" + str(m.n_layer) + "): no block would be a mixture",
             "use at most " + str(m.n_layer));
+  const MoeSettings defaults;
+  if (moe.balance == MoeBalance::kBias && moe.aux_loss_coef != defaults.aux_loss_coef &&
+      !c.at("model.moe.aux_loss_coef").is_default())
+    c.warning("model.moe.aux_loss_coef", "has no effect with model.moe.balance: bias (no balancing loss is trained)",
+              "remove it, or use model.moe.balance: aux_loss");
+  if (moe.balance != MoeBalance::kBias && !c.at("model.moe.bias_rate").is_default())
+    c.warning("model.moe.bias_rate", "has no effect without model.moe.balance: bias", "remove it");
   if (moe.enabled() && m.lora.rank > 0)
     for (LoraTarget t : m.lora.targets)
       if (t == LoraTarget::kMlpUp || t == LoraTarget::kMlpDown)

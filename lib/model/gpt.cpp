@@ -358,6 +358,14 @@ std::vector<std::vector<std::string>> GptImpl::unit_parameter_names() const {
 
 bool GptImpl::built_on_meta() const { return transformer->wte->weight.is_meta(); }
 
+std::map<int64_t, MoeMlp> GptImpl::mixture_layers() const {
+  std::map<int64_t, MoeMlp> out;
+  const auto& blocks = *transformer->h;
+  for (size_t i = 0; i < blocks.size(); ++i)
+    if (const MoeMlp& moe = blocks[i]->as<Block>()->moe) out.emplace(static_cast<int64_t>(i), moe);
+  return out;
+}
+
 int64_t GptImpl::parameter_count() const {
   int64_t n = 0;
   for (const auto& p : parameters()) n += p.numel();

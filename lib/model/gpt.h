@@ -13,6 +13,7 @@
 #include <torch/nn/modules/embedding.h>
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <vector>
 
@@ -183,6 +184,8 @@ struct GptImpl : torch::nn::Module {
   // Whether the parameters were made on the meta device (model/meta_build.h): shapes, no storage yet.
   bool built_on_meta() const;
   int64_t parameter_count() const;  // unique parameters (tied weights once), frozen ones included
+  // The mixture-of-experts layers, by block index (a pipeline stage's blocks keep theirs).
+  std::map<int64_t, MoeMlp> mixture_layers() const;
   // The parameter names of each unit of UnitHooks (a tied head's weight is unit 0's wte).
   std::vector<std::vector<std::string>> unit_parameter_names() const;
 

@@ -34,7 +34,7 @@ struct MoeAuxGrad : torch::autograd::Function<MoeAuxGrad> {
 
 double moe_aux_grad_scale(const ModelSettings& m, int64_t forwards_per_layer, double loss_scale) {
   const int64_t layers = moe_layer_count(m);
-  if (layers == 0 || forwards_per_layer <= 0) return 0;
+  if (layers == 0 || forwards_per_layer <= 0 || m.moe.balance == MoeBalance::kBias) return 0;
   return m.moe.aux_loss_coef * loss_scale / static_cast<double>(layers * forwards_per_layer);
 }
 
@@ -44,9 +44,13 @@ int64_t expert_capacity(double factor, int64_t tokens, int64_t top_k, int64_t ex
       std::ceil(factor * static_cast<double>(tokens * top_k) / static_cast<double>(experts) - 1e-9));
 }
 
-Routing route_tokens(const torch::Tensor& probs, int64_t top_k, int64_t capacity) {
+Routing route_tokens(const torch::Tensor& probs, int64_t top_k, int64_t capacity, const torch::Tensor& choice_bias) {
   const int64_t N = probs.size(0), E = probs.size(1);
   auto [gates, chosen] = probs.topk(top_k, -1);  // [N, k], best first
+  if (choice_bias.defined()) {
+    chosen = std::get<1>((probs + choice_bias).topk(top_k, -1));
+    gates = probs.gather(1, chosen);
+  }
   // Slot-major order (every token's first choice, then every second choice):
   // an expert's queue fills with first choices before second ones.
   const torch::Tensor expert = chosen.t().reshape(-1);                          // [k N]
@@ -82,6 +86,21 @@ MoeMlpImpl::MoeMlpImpl(const ModelSettings& cfg, std::shared_ptr<MoeContext> c)
   router = register_module("router", Linear(cfg.d_model, cfg.moe.experts, /*bias=*/false));
   experts = register_module("experts", torch::nn::ModuleList());
   for (int64_t e = 0; e < cfg.moe.experts; ++e) experts->push_back(Mlp(cfg));
+  // Not a parameter (no gradient, nothing for ZeRO-3 to shard): checkpoints keep it in trainer.json for
+  // every layer (train/expert_balance.h), whatever this rank holds.
+  if (cfg.moe.balance == MoeBalance::kBias) expert_bias = torch::zeros({cfg.moe.experts}, torch::kFloat);
+}
+
+torch::Tensor MoeMlpImpl::take(torch::Tensor& load) {
+  torch::Tensor out = load.defined() ? load : torch::zeros({static_cast<int64_t>(experts->size())}, torch::kLong);
+  load = torch::Tensor();
+  return out;
+}
+
+void move_expert_bias(torch::Tensor& bias, const torch::Tensor& load, double rate) {
+  torch::NoGradGuard no_grad;
+  const torch::Tensor error = load.mean() - load;  // > 0: below the mean, so more tokens should come
+  bias.add_(at::sign(error).to(bias.scalar_type()).to(bias.device()), rate);
 }
 
 torch::Tensor MoeMlpImpl::forward(const torch::Tensor& x) {
@@ -90,7 +109,8 @@ torch::Tensor MoeMlpImpl::forward(const torch::Tensor& x) {
   const int64_t N = flat.size(0), E = static_cast<int64_t>(experts->size());
   // The softmax in fp32 whatever autocast does (the product may be bf16): it decides where tokens go.
   const torch::Tensor probs = at::softmax(router(flat).to(at::kFloat), -1);  // [N, E]
-  const Routing r = route_tokens(probs, top_k, expert_capacity(capacity_factor, N, top_k, E));
+  const Routing r = route_tokens(probs, top_k, expert_capacity(capacity_factor, N, top_k, E),
+                                 expert_bias.defined() ? expert_bias.to(probs.device()) : expert_bias);
   // Assignments grouped by expert with one stable sort and one host read of
   // the group sizes (not a search and a sync per expert). An expert without
   // tokens still runs (on none): its parameters get zero gradients, so data
@@ -118,6 +138,9 @@ torch::Tensor MoeMlpImpl::forward(const torch::Tensor& x) {
   if (!is_training()) return out;
   const torch::Tensor aux = load_balancing_loss(probs, r.chosen);
   if (!recomputing_activations()) {  // a checkpointed block's replay in backward is not another forward
+    const torch::Tensor load = at::bincount(r.chosen.reshape(-1), /*weights=*/{}, E);
+    step_load_ = step_load_.defined() ? step_load_ + load : load;
+    line_load_ = line_load_.defined() ? line_load_ + load : load;
     context->aux_sum += aux.item<double>();
     context->aux_terms += 1;
     context->assigned += N * top_k;

@@ -62,8 +62,26 @@ struct MoeMlpImpl : torch::nn::Module {
   Linear router{nullptr};                    // d_model -> experts, no bias
   torch::nn::ModuleList experts{nullptr};    // Mlp each
   std::shared_ptr<ExpertExchange> exchange;  // null: every expert runs here
+  // model.moe.balance: bias (DeepSeek-V3): added to the probabilities to choose each token's top_k,
+  // never to the gates. float32 [experts], set from outside after each step (train/expert_balance.h);
+  // undefined otherwise.
+  torch::Tensor expert_bias;
+
+  // Each expert's assignments (int64 [experts], every choice, kept or dropped) in the training
+  // forwards since the last take (a checkpointed block's replay not counted twice): for the bias's
+  // step and for the metrics' line, each taken on its own.
+  torch::Tensor take_step_load() { return take(step_load_); }
+  torch::Tensor take_line_load() { return take(line_load_); }
+
+ private:
+  torch::Tensor take(torch::Tensor& load);
+  torch::Tensor step_load_, line_load_;
 };
 TORCH_MODULE(MoeMlp);
+
+// DeepSeek-V3's update of a layer's routing bias from the step's loads (every rank's summed, float64
+// [experts]): each expert's bias moves by `rate` toward the mean load (up when below it, down when above).
+void move_expert_bias(torch::Tensor& bias, const torch::Tensor& load, double rate);
 
 // The routing of `probs` [N, E] to top_k experts with `capacity` slots each
 // (0 = unlimited): for each kept assignment its token, expert and gate
@@ -73,7 +91,9 @@ struct Routing {
   torch::Tensor chosen;               // [N, top_k] every choice, kept or not
   int64_t dropped = 0;
 };
-Routing route_tokens(const torch::Tensor& probs, int64_t top_k, int64_t capacity);
+// `choice_bias` ([E], undefined: none) is added to the probabilities for choosing only; gates stay probabilities.
+Routing route_tokens(const torch::Tensor& probs, int64_t top_k, int64_t capacity,
+                     const torch::Tensor& choice_bias = {});
 
 // Switch Transformer's balancing loss of `probs` [N, E] given the choices [N, top_k].
 torch::Tensor load_balancing_loss(const torch::Tensor& probs, const torch::Tensor& chosen);

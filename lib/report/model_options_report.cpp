@@ -2,7 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
+#include <numeric>
 
 #include "config/schema.h"
 #include "model/gpt_shapes.h"
@@ -63,15 +65,40 @@ std::string lora_log_line(const Settings& s) {
 void MoeMetrics::add_to(nlohmann::ordered_json& rec, Gpt& model, const ProcessGroups& groups) {
   if (!model->moe) return;
   MoeContext& c = *model->moe;
-  const std::vector<double> sums = groups.sum_over_world(
-      {c.aux_sum, static_cast<double>(c.aux_terms), static_cast<double>(c.assigned), static_cast<double>(c.dropped)},
-      "mixture-of-experts statistics");
+  // The counts, then each mixture layer's expert loads (zeros for the layers another stage holds).
+  std::vector<double> values = {c.aux_sum, static_cast<double>(c.aux_terms), static_cast<double>(c.assigned),
+                                static_cast<double>(c.dropped)};
+  const int64_t E = model->cfg.moe.experts;
+  auto layers = model->mixture_layers();
+  for (int64_t b = 0; b < model->cfg.n_layer; ++b) {
+    if (!model->cfg.moe.is_moe_block(b)) continue;
+    auto it = layers.find(b);
+    const torch::Tensor load = it == layers.end() ? torch::zeros({E}, torch::kDouble)
+                                                  : it->second->take_line_load().to(torch::kCPU, torch::kDouble);
+    values.insert(values.end(), load.data_ptr<double>(), load.data_ptr<double>() + E);
+  }
+  const std::vector<double> sums = groups.sum_over_world(std::move(values), "mixture-of-experts statistics");
   c.reset_stats();
   if (sums[1] > 0) last_aux_ = sums[0] / sums[1];
   assigned_ += sums[2];
   dropped_ += sums[3];
   rec["moe_aux_loss"] = std::round(last_aux_ * 1e6) / 1e6;
   rec["moe_dropped_fraction"] = sums[2] > 0 ? std::round(sums[3] / sums[2] * 1e6) / 1e6 : 0.0;
+  // The busiest expert's assignments over the mean (1 = even), averaged over the mixture layers.
+  double ratio = 0;
+  int64_t counted = 0;
+  for (size_t first = 4; first < sums.size(); first += static_cast<size_t>(E)) {
+    const auto begin = sums.begin() + static_cast<long>(first), end = begin + E;
+    const double total = std::accumulate(begin, end, 0.0);
+    if (total <= 0) continue;
+    ratio += *std::max_element(begin, end) / (total / static_cast<double>(E));
+    ++counted;
+  }
+  if (counted == 0) return;
+  const double line = ratio / static_cast<double>(counted);
+  rec["moe_load_max_mean"] = std::round(line * 1e4) / 1e4;
+  load_ratio_sum_ += line;
+  ++load_lines_;
 }
 
 nlohmann::ordered_json MoeMetrics::summary(const ModelSettings& m) const {
@@ -85,6 +112,10 @@ nlohmann::ordered_json MoeMetrics::summary(const ModelSettings& m) const {
   j["dropped_fraction"] =
       assigned_ > 0 ? std::round(dropped_ / assigned_ * 1e6) / 1e6 : 0.0;  // the whole run (since this process started)
   j["assignments"] = assigned_;
+  // The busiest expert's load over the mean, averaged over the log lines (each since the one before).
+  j["load_max_mean"] =
+      load_lines_ > 0 ? std::round(load_ratio_sum_ / static_cast<double>(load_lines_) * 1e4) / 1e4 : 0.0;
+  j["balance"] = m.moe.balance == MoeBalance::kBias ? "bias" : "aux_loss";
   j["active_parameters"] = active_parameters(m);
   return j;
 }

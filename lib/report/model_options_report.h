@@ -22,7 +22,9 @@ std::string lora_log_line(const Settings& s);
 class MoeMetrics {
  public:
   // Adds moe_aux_loss (the mean balancing loss of the layer forwards since
-  // the last line) and moe_dropped_fraction to `rec`, summed over every rank
+  // the last line), moe_dropped_fraction and moe_load_max_mean (the busiest
+  // expert's assignments over the mean since the last line, averaged over the
+  // mixture layers) to `rec`, summed over every rank
   // (a collective: every rank calls it at the same steps), and resets the
   // model's counters. Nothing without model.moe.
   void add_to(nlohmann::ordered_json& rec, Gpt& model, const ProcessGroups& groups);
@@ -32,6 +34,8 @@ class MoeMetrics {
  private:
   double last_aux_ = 0;
   double assigned_ = 0, dropped_ = 0;  // over the run (this process)
+  double load_ratio_sum_ = 0;          // moe_load_max_mean summed over the log lines
+  int64_t load_lines_ = 0;
 };
 
 }  // namespace gputrain

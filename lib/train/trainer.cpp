@@ -185,6 +185,8 @@ void Trainer::build_optimizer() {
       step_graph_for(s_.kernels.cuda_graphs, s_.run.device == "cpu", plan_.device, params_, objective_);
   passes_.emplace(*groups_, par_.gradients.get(), par_.pipeline.get(), model_, *precision_, objective_,
                   std::move(graph));
+  if (s_.model.moe.enabled() && s_.model.moe.balance == MoeBalance::kBias)
+    expert_balance_.emplace(model_, plan_.device);
   reference_ =
       ReferenceModel::make(objective_, s_, model_, *precision_, *groups_, parallelize_options_, par_.pipeline.get());
   if (reference_ && s_.train.preference.reference == PreferenceReference::kPrecomputed) precompute_reference();
@@ -209,7 +211,11 @@ void Trainer::precompute_reference() {
 }
 
 // A resumed run's optimizer state and loss scale into this rank's parts (checkpoint/rank_snapshot.h).
-void Trainer::restore_state() { source_.apply(model_, *groups_, par_, *optimizer_, *precision_, shapes_); }
+void Trainer::restore_state() {
+  source_.apply(model_, *groups_, par_, *optimizer_, *precision_, shapes_);
+  if (expert_balance_ && source_.continues())
+    expert_balance_->restore(source_.snapshot().expert_bias, model_, source_.dir().string());
+}
 
 // train.per_device_batch_size: auto: the largest micro-batch of this rank's share of the global
 // batch that fits (train/batch_finder.h). The resolved recipe is written once the split is known.
@@ -221,6 +227,7 @@ void Trainer::choose_batch_split() {
     const bool cpu = plan_.device.is_cpu();
     const BatchChoice choice = cpu ? find_batch_size_cpu(s_, groups_->grid(), share, budget)
                                    : find_batch_size_on_device(*passes_, model_, s_.model, share, plan_.device);
+    forget_expert_loads(model_);  // the trials' forwards are no step's
     plan_.batch.per_device_batch_size = choice.batch;
     plan_.batch.grad_accum_steps = choice.grad_accum;
     replan();
@@ -432,6 +439,7 @@ StepResult Trainer::step() {
     optimizer_->step(r.lr);
     par_.gradients->after_optimizer_step();  // ZeRO: owners send their updated parameters
   }
+  if (expert_balance_) expert_balance_->after_step(model_, *groups_, !overflow && !nan_skip && !spike_skip);
   precision_->update(overflow);
   // Every parameter's, not just the optimizer's (under ZeRO it holds a share of them).
   // A captured step graph keeps them: they are its outputs, overwritten by the next replay.
@@ -567,6 +575,7 @@ void Trainer::save() {
   auto snap = std::make_shared<TrainingSnapshot>(
       snapshot_of_run(counters, s_, train_sampler_->state(train_loader_->next_sample()), *precision_, plan_.device,
                       *optimizer_, *groups_, par_, lora_base_));
+  if (expert_balance_) snap->expert_bias = expert_balance_->state();
   std::optional<CheckpointJoin> join;
   if (const World& world = groups_->world(); groups_->distributed())
     join = CheckpointJoin{save_writer_, world.rank, world.size, s_.parallel.timeout_s, saver_.cancelled()};

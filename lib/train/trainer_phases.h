@@ -31,6 +31,7 @@
 #include "report/model_options_report.h"
 #include "report/run_summary.h"
 #include "train/batch_trace.h"
+#include "train/expert_balance.h"
 #include "train/forward_backward.h"
 #include "train/nan_guard.h"
 #include "train/objective_metrics.h"
@@ -161,6 +162,7 @@ class Trainer {
   std::optional<StopSignals> signals_;
   std::optional<StepProfiler> profiler_;
   MoeMetrics moe_metrics_;
+  std::optional<ExpertBalance> expert_balance_;                            // model.moe.balance: bias
   std::optional<SpikeGuard> spike_guard_;                                  // train.spike_policy
   nlohmann::ordered_json spike_events_ = nlohmann::ordered_json::array();  // this process's spikes, for the summary
   std::set<int64_t> poisoned_steps_;         // fault injection for tests (train/spike_guard.h)

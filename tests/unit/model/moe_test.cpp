@@ -163,3 +163,42 @@ TEST_CASE("moe: shapes and active parameters match the module, experts run even 
     }
   }
 }
+
+TEST_CASE("moe: a routing bias chooses the experts, the probabilities stay the gates, and loads are counted once",
+          "[model][moe]") {
+  // Token 0 prefers experts 0 and 1; a bias of +0.5 on expert 3 makes it a choice, gated by its probability.
+  const torch::Tensor probs = torch::tensor({{0.4, 0.3, 0.2, 0.1}, {0.1, 0.2, 0.3, 0.4}}).to(torch::kFloat);
+  const torch::Tensor bias = torch::tensor({0.0, 0.0, 0.0, 0.5}).to(torch::kFloat);
+  const Routing r = route_tokens(probs, 2, 0, bias);
+  CHECK(r.chosen[0][0].item<int64_t>() == 3);
+  CHECK(r.chosen[0][1].item<int64_t>() == 0);
+  CHECK(at::allclose(r.gate.index_select(0, torch::tensor({0, 2})), torch::tensor({0.1f, 0.4f})));
+  CHECK(at::equal(route_tokens(probs, 2, 0).chosen, std::get<1>(probs.topk(2, -1))));  // none: as before
+
+  // DeepSeek-V3's move: up by the rate below the mean load, down above it, unchanged at it.
+  torch::Tensor b = torch::zeros({4});
+  move_expert_bias(b, torch::tensor({6.0, 2.0, 4.0, 4.0}, torch::kDouble), 0.01);  // mean 4
+  CHECK(at::allclose(b, torch::tensor({-0.01f, 0.01f, 0.0f, 0.0f})));
+
+  // A layer's step and line loads: every choice of every training forward, each taken on its own.
+  ModelSettings m;
+  m.d_model = 16, m.n_head = 2, m.n_layer = 1, m.seq_len = 8, m.vocab_size = 32;
+  m.moe.experts = 4, m.moe.top_k = 2, m.moe.capacity_factor = 1.0, m.moe.balance = MoeBalance::kBias;
+  auto context = std::make_shared<MoeContext>();
+  MoeMlp layer(m, context);
+  REQUIRE(layer->expert_bias.defined());
+  layer->train();
+  for (int i = 0; i < 2; ++i) layer->forward(torch::randn({3, 8, 16}));
+  const torch::Tensor step = layer->take_step_load();
+  CHECK(step.sum().item<int64_t>() == 2 * 24 * 2);  // dropped choices counted too
+  CHECK(layer->take_step_load().sum().item<int64_t>() == 0);
+  CHECK(at::equal(layer->take_line_load(), step));
+  layer->eval();
+  layer->forward(torch::randn({3, 8, 16}));
+  CHECK(layer->take_line_load().sum().item<int64_t>() == 0);  // evaluation is no step
+  m.moe.balance = MoeBalance::kAuxLoss;
+  CHECK(!MoeMlp(m, context)->expert_bias.defined());
+  CHECK(moe_aux_grad_scale(m, 4, 1.0) > 0);
+  m.moe.balance = MoeBalance::kBias;
+  CHECK(moe_aux_grad_scale(m, 4, 1.0) == 0);  // no balancing loss is trained
+}

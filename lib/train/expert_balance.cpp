@@ -1,0 +1,82 @@
+#include "train/expert_balance.h"
+
+#include <ATen/ATen.h>
+
+#include "model/moe.h"
+#include "parallel/process_groups.h"
+#include "util/error.h"
+
+namespace gputrain {
+namespace {
+
+std::string layer_name(int64_t block) { return "transformer.h." + std::to_string(block) + ".mlp"; }
+
+}  // namespace
+
+void forget_expert_loads(Gpt& model) {
+  if (model->moe) model->moe->reset_stats();
+  for (auto& [block, layer] : model->mixture_layers()) layer->take_step_load(), layer->take_line_load();
+}
+
+ExpertBalance::ExpertBalance(Gpt& model, torch::Device device)
+    : device_(device), rate_(model->cfg.moe.bias_rate), experts_(model->cfg.moe.experts) {
+  for (int64_t b = 0; b < model->cfg.n_layer; ++b)
+    if (model->cfg.moe.is_moe_block(b)) bias_[b] = torch::zeros({experts_}, torch::kFloat);
+  set_into(model);
+}
+
+void ExpertBalance::set_into(Gpt& model) const {
+  for (auto& [block, layer] : model->mixture_layers()) layer->expert_bias = bias_.at(block).to(device_);
+}
+
+void ExpertBalance::after_step(Gpt& model, const ProcessGroups& groups, bool moved) {
+  // Every layer's loads in one vector (zeros for the layers another stage holds), summed over the world.
+  std::vector<double> loads(bias_.size() * static_cast<size_t>(experts_), 0.0);
+  auto layers = model->mixture_layers();
+  size_t slot = 0;
+  for (const auto& [block, bias] : bias_) {
+    if (auto it = layers.find(block); it != layers.end()) {
+      const torch::Tensor load = it->second->take_step_load().to(torch::kCPU, torch::kDouble);
+      std::copy(load.data_ptr<double>(), load.data_ptr<double>() + experts_, loads.begin() + static_cast<long>(slot));
+    }
+    slot += static_cast<size_t>(experts_);
+  }
+  loads = groups.sum_over_world(std::move(loads), "the mixture layers' expert loads (model.moe.balance: bias)");
+  if (!moved) return;  // a skipped step's update (fp16 overflow, nan, spike) leaves the biases too
+  slot = 0;
+  for (auto& [block, bias] : bias_) {
+    const torch::Tensor load = torch::from_blob(loads.data() + slot, {experts_}, torch::kDouble).clone();
+    move_expert_bias(bias, load, rate_);
+    slot += static_cast<size_t>(experts_);
+  }
+  set_into(model);
+}
+
+nlohmann::json ExpertBalance::state() const {
+  nlohmann::json j = nlohmann::json::object();
+  for (const auto& [block, bias] : bias_) {
+    const torch::Tensor b = bias.contiguous();
+    j[layer_name(block)] = std::vector<float>(b.data_ptr<float>(), b.data_ptr<float>() + b.numel());
+  }
+  return j;
+}
+
+void ExpertBalance::restore(const nlohmann::json& saved, Gpt& model, const std::string& checkpoint) {
+  if (saved.is_null()) return;
+  for (auto& [block, bias] : bias_) {
+    const auto it = saved.find(layer_name(block));
+    if (it == saved.end() || !it->is_array() || it->size() != static_cast<size_t>(experts_))
+      throw data_error("checkpoint '" + checkpoint + "': trainer.json's moe_expert_bias has no " +
+                       std::to_string(experts_) + " biases for " + layer_name(block) +
+                       "\n    fix: resume with the checkpoint's model.moe settings, or from another checkpoint");
+    const std::vector<float> values = it->get<std::vector<float>>();
+    bias = torch::tensor(values, torch::kFloat);
+  }
+  if (saved.size() != bias_.size())
+    throw data_error("checkpoint '" + checkpoint + "': trainer.json's moe_expert_bias has " +
+                     std::to_string(saved.size()) + " mixture layers, this model " + std::to_string(bias_.size()) +
+                     "\n    fix: resume with the checkpoint's model.moe settings, or from another checkpoint");
+  set_into(model);
+}
+
+}  // namespace gputrain
