@@ -17,6 +17,9 @@ namespace {
 // Working sets of at least this many elements: the matrices of several blocks orthogonalized in one
 // batched iteration, while the updates held at once stay bounded (128 MiB of fp32).
 constexpr int64_t kMuonWorkingSet = int64_t{1} << 25;
+// Sharded matrices (tp, ZeRO-3) travel whole to their owners: smaller sets (16 MiB of fp32 shards, or
+// the largest matrix alone) keep what a rank holds at once near its shards plus one matrix's traffic.
+constexpr int64_t kShardedWorkingSet = int64_t{1} << 22;
 
 // torch.optim.Muon's iteration on x, [rows, cols] or [n, rows, cols] with rows <= cols, op for op
 // (a single matrix takes the same 2-D ops as torch's, so its results are torch's).
@@ -102,10 +105,12 @@ Muon::Muon(std::vector<ParamGroup> groups, const OptimSettings& o, UpdateKernel 
 }
 
 std::string Muon::describe() const {
-  std::string d = std::string("muon, Newton-Schulz in ") +
-                  (o_.ns_dtype == MuonIterationDtype::kBf16 ? "bf16" : "fp32") + ", same-shaped matrices batched";
-  if (adamw_) d += "; the rest by " + adamw_->describe();
-  return d;
+  // "muon, <its AdamW's kernel> for the rest; ..." (optim bench's table reads the kernel up to the ';').
+  const std::string adamw = adamw_ ? adamw_->describe() : "";
+  return "muon, " +
+         (adamw_ ? adamw.substr(adamw.find(", ") + 2) + " for the rest (AdamW)" : std::string("no AdamW part")) +
+         "; Newton-Schulz in " + (o_.ns_dtype == MuonIterationDtype::kBf16 ? "bf16" : "fp32") +
+         ", same-shaped matrices batched";
 }
 
 void Muon::step(double lr) {
@@ -118,7 +123,7 @@ void Muon::step(double lr) {
         [&](std::vector<at::Tensor>& params, std::vector<at::Tensor>& grads, const std::vector<size_t>& indices) {
           update_working_set(g, group_lr, params, grads, indices);
         },
-        kMuonWorkingSet);
+        matrix_sharding_ ? kShardedWorkingSet : kMuonWorkingSet);
   }
 }
 
@@ -227,7 +232,7 @@ const OptimizerSpec& muon_spec() {
           },
       .make = [](std::vector<ParamGroup> groups, const OptimSettings& o, UpdateKernel kernel, const RowSharding*)
           -> std::unique_ptr<Optimizer> { return std::make_unique<Muon>(std::move(groups), o, kernel); },
-      .bench_variants = {{"", [](OptimSettings&) {}},
+      .bench_variants = {{", bf16 iteration", [](OptimSettings&) {}},
                          {", fp32 iteration", [](OptimSettings& o) { o.muon.ns_dtype = MuonIterationDtype::kFp32; }}}};
   return spec;
 }

@@ -146,7 +146,7 @@ class Optimizer {
   torch::Tensor bf16_copy_of(const torch::Tensor& param) const;
 
   std::vector<ParamGroup> groups_;
-  torch::Tensor grad_scale_;                 // set_grad_scale's; applied by step() where folds_grad_scale()
+  torch::Tensor grad_scale_;                       // set_grad_scale's; applied by step() where folds_grad_scale()
   std::optional<RowSharding> row_sharding_;        // ZeRO-3, for an optimizer that takes it
   std::optional<MatrixSharding> matrix_sharding_;  // tp or ZeRO-3, for an optimizer that takes it
 
