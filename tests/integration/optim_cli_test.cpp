@@ -85,6 +85,10 @@ TEST_CASE("cli: the plan's optimizer state follows optim.name", "[cli][optim]") 
   CHECK(state_mib("lion") == Approx(adamw / 2).epsilon(0.02));
   CHECK(state_mib("adamw8bit") < adamw / 3);
   CHECK(state_mib("adafactor") < adamw / 20);
+  // Muon: half of AdamW's for the hidden matrices, AdamW's for the embedding and the rest.
+  const double muon = state_mib("muon");
+  CHECK(muon > adamw / 2);
+  CHECK(muon < adamw * 0.75);
 }
 
 TEST_CASE("cli: optim bench times every optimizer, and fused AdamW with bf16 weight copies", "[cli][optim]") {
