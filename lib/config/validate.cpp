@@ -107,7 +107,8 @@ void check_model(Checker& c) {
       !c.at("model.moe.aux_loss_coef").is_default())
     c.warning("model.moe.aux_loss_coef", "has no effect with model.moe.balance: bias (no balancing loss is trained)",
               "remove it, or use model.moe.balance: aux_loss");
-  if (moe.balance != MoeBalance::kBias && !c.at("model.moe.bias_rate").is_default())
+  if (moe.balance != MoeBalance::kBias && moe.bias_rate != defaults.bias_rate &&
+      !c.at("model.moe.bias_rate").is_default())
     c.warning("model.moe.bias_rate", "has no effect without model.moe.balance: bias", "remove it");
   if (moe.enabled() && m.lora.rank > 0)
     for (LoraTarget t : m.lora.targets)
