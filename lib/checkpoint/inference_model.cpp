@@ -5,6 +5,7 @@
 #include "checkpoint/module_weights.h"
 #include "config/recipe.h"
 #include "model/architecture.h"
+#include "model/moe.h"
 #include "model/quantized_weight.h"
 #include "util/error.h"
 #include "util/text_file.h"
@@ -42,8 +43,9 @@ InferenceModel from_checkpoint(const fs::path& where, torch::Device device, torc
                      "\n    fix: name another checkpoint");
   const fs::path recipe = out.source / "recipe.yaml";
   out.settings = settings_from_saved_recipe(read_text_file(recipe), recipe.string(), architecture_rules());
-  out.step = parse_json_file(out.source / "trainer.json", "checkpoint file", "name another checkpoint")
-                 .value("step", int64_t{0});
+  const nlohmann::json state =
+      parse_json_file(out.source / "trainer.json", "checkpoint file", "name another checkpoint");
+  out.step = state.value("step", int64_t{0});
   const std::vector<NamedTensor> weights = checkpoint_plain_weights(out.source, out.settings);  // LoRA merged
   ModelSettings plain = out.settings.model;
   plain.lora.rank = 0;
@@ -53,6 +55,11 @@ InferenceModel from_checkpoint(const fs::path& where, torch::Device device, torc
   torch::manual_seed(0);
   out.model = Gpt(plain);
   load_module_weights(*out.model, weights, "checkpoint '" + out.source.string() + "'", "name another checkpoint");
+  // model.moe.balance: bias: the routing biases the run had reached choose the experts here too.
+  if (const auto saved = state.find("moe_expert_bias"); saved != state.end() && saved->is_object())
+    for (auto& [block, layer] : out.model->mixture_layers())
+      if (const auto b = saved->find(mixture_layer_name(block)); b != saved->end())
+        layer->expert_bias = torch::tensor(b->get<std::vector<float>>(), torch::kFloat);
   out.model->to(device, dtype);
   return out;
 }

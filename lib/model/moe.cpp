@@ -97,6 +97,8 @@ torch::Tensor MoeMlpImpl::take(torch::Tensor& load) {
   return out;
 }
 
+std::string mixture_layer_name(int64_t block) { return "transformer.h." + std::to_string(block) + ".mlp"; }
+
 void move_expert_bias(torch::Tensor& bias, const torch::Tensor& load, double rate) {
   torch::NoGradGuard no_grad;
   const torch::Tensor error = load.mean() - load;  // > 0: below the mean, so more tokens should come

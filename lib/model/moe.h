@@ -79,6 +79,9 @@ struct MoeMlpImpl : torch::nn::Module {
 };
 TORCH_MODULE(MoeMlp);
 
+// How trainer.json's moe_expert_bias names block `block`'s mixture layer ("transformer.h.1.mlp").
+std::string mixture_layer_name(int64_t block);
+
 // DeepSeek-V3's update of a layer's routing bias from the step's loads (every rank's summed, float64
 // [experts]): each expert's bias moves by `rate` toward the mean load (up when below it, down when above).
 void move_expert_bias(torch::Tensor& bias, const torch::Tensor& load, double rate);

@@ -7,11 +7,7 @@
 #include "util/error.h"
 
 namespace gputrain {
-namespace {
-
-std::string layer_name(int64_t block) { return "transformer.h." + std::to_string(block) + ".mlp"; }
-
-}  // namespace
+namespace {}  // namespace
 
 void forget_expert_loads(Gpt& model) {
   if (model->moe) model->moe->reset_stats();
@@ -56,7 +52,7 @@ nlohmann::json ExpertBalance::state() const {
   nlohmann::json j = nlohmann::json::object();
   for (const auto& [block, bias] : bias_) {
     const torch::Tensor b = bias.contiguous();
-    j[layer_name(block)] = std::vector<float>(b.data_ptr<float>(), b.data_ptr<float>() + b.numel());
+    j[mixture_layer_name(block)] = std::vector<float>(b.data_ptr<float>(), b.data_ptr<float>() + b.numel());
   }
   return j;
 }
@@ -64,10 +60,10 @@ nlohmann::json ExpertBalance::state() const {
 void ExpertBalance::restore(const nlohmann::json& saved, Gpt& model, const std::string& checkpoint) {
   if (saved.is_null()) return;
   for (auto& [block, bias] : bias_) {
-    const auto it = saved.find(layer_name(block));
+    const auto it = saved.find(mixture_layer_name(block));
     if (it == saved.end() || !it->is_array() || it->size() != static_cast<size_t>(experts_))
       throw data_error("checkpoint '" + checkpoint + "': trainer.json's moe_expert_bias has no " +
-                       std::to_string(experts_) + " biases for " + layer_name(block) +
+                       std::to_string(experts_) + " biases for " + mixture_layer_name(block) +
                        "\n    fix: resume with the checkpoint's model.moe settings, or from another checkpoint");
     const std::vector<float> values = it->get<std::vector<float>>();
     bias = torch::tensor(values, torch::kFloat);

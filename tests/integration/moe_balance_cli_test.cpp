@@ -77,3 +77,31 @@ TEST_CASE("moe: the experts' loads are summed over every rank, and the biases re
   train_resumed(dir.file("r.yaml"), dir.file("from-pp2"), 0,
                 with_resume(sets, dir.file("pp2") + "/checkpoints/step_00000010"), loss1, 10, 1e-5);
 }
+
+TEST_CASE("moe: gputrain eval of a checkpoint routes with the biases the run reached", "[cli][moe][eval]") {
+  TempDir dir;
+  const std::string text = shared_data("tinyshakespeare.txt");
+  write_file(dir.file("r.yaml"),
+             "run: {name: moe, threads: 2}\n"
+             "model: {vocab_size: 256, seq_len: 64, n_layer: 2, n_head: 4, d_model: 64,\n"
+             "        moe: {experts: 8, top_k: 2, capacity_factor: 0, balance: bias, bias_rate: 0.02}}\n"
+             "data:\n  train: {format: text, path: " +
+                 text + ", span: [0.0, 0.9]}\n  eval: {format: text, path: " + text +
+                 ", span: [0.9, 0.91]}\n"
+                 "train: {per_device_batch_size: 8, max_steps: 30, log_every: 10, eval_full: true}\n"
+                 "optim: {lr: 3e-3}\nmetrics: {progress: off}\n");
+  const CommandResult r = train(dir.file("r.yaml"), dir.file("run"), 0, {});
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  // The biases are far from zero, so routing without them would differ; evaluated again from the
+  // checkpoint, the loss is the run's own last evaluation.
+  const nlohmann::json biases =
+      read_json(dir.file("run") + "/checkpoints/step_00000030/trainer.json")["moe_expert_bias"];
+  double spread = 0;
+  for (const auto& [layer, values] : biases.items())
+    for (const auto& v : values) spread = std::max(spread, std::abs(v.get<double>() - values[0].get<double>()));
+  CHECK(spread > 0.05);
+  const double trained = read_json(dir.file("run") + "/summary.json")["eval_loss"].get<double>();
+  const nlohmann::json again = eval_json(dir, shell_quoted(dir.file("run")));
+  CHECK(trained == Approx(again["loss"].get<double>()).epsilon(1e-5));
+}
