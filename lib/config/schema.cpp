@@ -684,8 +684,8 @@ void add_adapter_and_expert_fields(std::vector<FieldSpec>& f) {
 
 void add_model_fields(std::vector<FieldSpec>& f) {
   // Resume: the model's shape is refused (the saved tensors depend on it). Dropout, attention, LoRA's
-  // dropout and what it saves, and the mixture layers' capacity and balancing weight change the numbers
-  // from here on, not what the tensors mean, so they diverge (an adapters-only checkpoint checks its
+  // dropout and what it saves, and the mixture layers' capacity and balancing (weight, method, bias rate)
+  // change the numbers from here on, not what the tensors mean, so they diverge (an adapters-only checkpoint checks its
   // base by fingerprint, whatever model.init_from now says: reported).
   f.push_back(
       enum_field(KEY(model.arch),

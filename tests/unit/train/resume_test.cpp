@@ -101,7 +101,8 @@ TEST_CASE("resume: a new model, checkpoint, metrics, kernels or data.eval key ca
     const bool shape =
         (f.path.rfind("model.", 0) == 0 && f.path != "model.dropout" && f.path != "model.attention" &&
          f.path != "model.init_from" && f.path.rfind("model.lora.dropout", 0) != 0 && f.path != "model.lora.save" &&
-         f.path.rfind("model.moe.capacity", 0) != 0 && f.path != "model.moe.aux_loss_coef");
+         f.path.rfind("model.moe.capacity", 0) != 0 && f.path != "model.moe.aux_loss_coef" &&
+         f.path != "model.moe.balance" && f.path != "model.moe.bias_rate");
     if (shape) CHECK(f.on_resume == ResumePolicy::kRefused);
     for (const char* reported : {"checkpoint.", "metrics.", "kernels.", "data.eval."})
       if (f.path.rfind(reported, 0) == 0) CHECK(f.on_resume == ResumePolicy::kReported);
