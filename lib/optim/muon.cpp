@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <tuple>
 
 #include "optim/adamw.h"
 #include "optim/fused_update.h"
@@ -143,18 +144,37 @@ const MatrixShards* Muon::shards_of(const std::string& name) const {
   return it == matrix_sharding_->params.end() ? nullptr : &it->second;
 }
 
+void Muon::orthogonalize_bands(const std::vector<std::pair<const Matrix*, at::Tensor>>& updates, double lr,
+                               at::ScalarType dtype, const BandStep& apply) const {
+  // Each matrix's bands, gathered by shape: (its index in `updates`, the band's first row, its update).
+  std::map<std::pair<int64_t, int64_t>, std::vector<std::tuple<size_t, int64_t, at::Tensor>>> by_shape;
+  for (size_t i = 0; i < updates.size(); ++i) {
+    const at::Tensor& u = updates[i].second;
+    int64_t offset = 0;
+    for (int64_t rows : bands_of(*updates[i].first, u.size(0))) {
+      by_shape[{rows, u.size(1)}].emplace_back(i, offset, u.narrow(0, offset, rows));
+      offset += rows;
+    }
+  }
+  for (const auto& [shape, bands] : by_shape) {
+    std::vector<at::Tensor> batch;
+    for (const auto& band : bands) batch.push_back(std::get<2>(band));
+    const at::Tensor orthogonal = orthogonalize(batch, o_, dtype);
+    const double step = muon_adjusted_lr(lr, o_.adjust_lr, shape.first, shape.second);
+    for (size_t b = 0; b < bands.size(); ++b)
+      apply(std::get<0>(bands[b]), std::get<1>(bands[b]), orthogonal[static_cast<int64_t>(b)], step);
+  }
+}
+
 void Muon::update_working_set(size_t g, double lr, std::vector<at::Tensor>& params, std::vector<at::Tensor>& grads,
                               const std::vector<size_t>& indices) {
   const double mu = o_.momentum, decay = muon_groups_[g].weight_decay;
   const at::ScalarType dtype = o_.ns_dtype == MuonIterationDtype::kBf16 ? at::kBFloat16 : at::kFloat;
-  // Each whole matrix's band of its parameter and of the update to orthogonalize, gathered by shape;
-  // a sharded matrix's update goes to its owner rank (optim/matrix_owners.h).
-  struct Band {
-    at::Tensor param, update;
-  };
-  std::map<std::pair<int64_t, int64_t>, std::vector<Band>> by_shape;
+  // Whole matrices are orthogonalized here; a sharded matrix's update goes to its owner rank
+  // (optim/matrix_owners.h).
+  std::vector<std::pair<const Matrix*, at::Tensor>> whole;
+  std::vector<at::Tensor> whole_params, sharded_params;
   std::vector<ShardedInput> sharded;
-  std::vector<at::Tensor> sharded_params;
   std::vector<const Matrix*> sharded_matrix;
   for (size_t k = 0; k < indices.size(); ++k) {
     Matrix& m = matrices_[g][indices[k]];
@@ -162,51 +182,34 @@ void Muon::update_working_set(size_t g, double lr, std::vector<at::Tensor>& para
     m.momentum.lerp_(grads[k], 1.0 - mu);  // an average (torch's code, not its docstring's mu B + g)
     const at::Tensor update = o_.nesterov ? grads[k].lerp(m.momentum, mu) : m.momentum;
     if (decay != 0) params[k].mul_(1.0 - lr * decay);
-    const MatrixShards* shards = shards_of(muon_groups_[g].names[indices[k]]);
-    if (shards) {
+    if (const MatrixShards* shards = shards_of(muon_groups_[g].names[indices[k]])) {
       sharded.push_back({shards, update.to(dtype)});  // the iteration's first step, taken before sending
       sharded_params.push_back(params[k]);
       sharded_matrix.push_back(&m);
-      continue;
-    }
-    int64_t offset = 0;
-    for (int64_t rows : bands_of(m, update.size(0))) {
-      by_shape[{rows, update.size(1)}].push_back({params[k].narrow(0, offset, rows), update.narrow(0, offset, rows)});
-      offset += rows;
+    } else {
+      whole.emplace_back(&m, update);
+      whole_params.push_back(params[k]);
     }
   }
-  for (auto& [shape, bands] : by_shape) {
-    std::vector<at::Tensor> updates;
-    for (const Band& b : bands) updates.push_back(b.update);
-    const at::Tensor orthogonal = orthogonalize(updates, o_, dtype);
-    const double step = muon_adjusted_lr(lr, o_.adjust_lr, shape.first, shape.second);
-    for (size_t i = 0; i < bands.size(); ++i) bands[i].param.add_(orthogonal[static_cast<int64_t>(i)], -step);
-  }
+  orthogonalize_bands(whole, lr, dtype, [&](size_t i, int64_t first, const at::Tensor& o, double step) {
+    whole_params[i].narrow(0, first, o.size(0)).add_(o, -step);
+  });
   if (sharded.empty()) return;
-  // Each owner orthogonalizes its whole matrices (batched by band shape) and scales each band by its
-  // lr; every rank adds its shard of the result.
+  // Each owner orthogonalizes its whole matrices and scales each band by its lr; every rank adds its
+  // shard of the result.
   const auto steps = compute_on_owners(
       *matrix_sharding_, sharded, at::kFloat,
       [&](const std::vector<size_t>& which, const std::vector<at::Tensor>& wholes) {
+        std::vector<std::pair<const Matrix*, at::Tensor>> owned;
         std::vector<at::Tensor> results;
-        std::map<std::pair<int64_t, int64_t>, std::vector<std::pair<at::Tensor, at::Tensor>>>
-            bands;  // (update, result)
         for (size_t i = 0; i < wholes.size(); ++i) {
+          owned.emplace_back(sharded_matrix[which[i]], wholes[i]);
           results.push_back(at::empty(wholes[i].sizes(), wholes[i].options().dtype(at::kFloat)));
-          int64_t offset = 0;
-          for (int64_t r : bands_of(*sharded_matrix[which[i]], wholes[i].size(0))) {
-            bands[{r, wholes[i].size(1)}].push_back({wholes[i].narrow(0, offset, r), results[i].narrow(0, offset, r)});
-            offset += r;
-          }
         }
-        for (auto& [shape, members] : bands) {
-          std::vector<at::Tensor> updates;
-          for (const auto& [update, result] : members) updates.push_back(update);
-          const at::Tensor orthogonal = orthogonalize(updates, o_, updates.front().scalar_type());
-          const double step = muon_adjusted_lr(lr, o_.adjust_lr, shape.first, shape.second);
-          for (size_t i = 0; i < members.size(); ++i)
-            at::mul_out(members[i].second, orthogonal[static_cast<int64_t>(i)].to(at::kFloat), -step);
-        }
+        orthogonalize_bands(owned, lr, dtype, [&](size_t i, int64_t first, const at::Tensor& o, double step) {
+          at::Tensor band = results[i].narrow(0, first, o.size(0));
+          at::mul_out(band, o.to(at::kFloat), -step);
+        });
         return results;
       });
   for (size_t i = 0; i < sharded.size(); ++i) sharded_params[i].add_(steps[i]);

@@ -4,6 +4,7 @@
 // Each matrix is the Hugging Face layout's (ParamGroup::matrix_rows: Llama's q, k and v apart though
 // our attention fuses them), so one step equals torch.optim.Muon + AdamW on the transformers model.
 #pragma once
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -44,6 +45,11 @@ class Muon : public Optimizer {
   static std::vector<int64_t> bands_of(const Matrix& m, int64_t rows);
   // How the parameter `name` lies in shards over ranks, or null where it is whole here.
   const MatrixShards* shards_of(const std::string& name) const;
+  // Orthogonalizes the Hugging Face matrices (bands) of `updates`, same-shaped ones in one batch (in
+  // `dtype`), and hands each to `apply` with its update's index, first row and adjusted lr.
+  using BandStep = std::function<void(size_t update, int64_t first_row, const torch::Tensor& orthogonal, double lr)>;
+  void orthogonalize_bands(const std::vector<std::pair<const Matrix*, torch::Tensor>>& updates, double lr,
+                           at::ScalarType dtype, const BandStep& apply) const;
   // One working set of muon_groups_[g] (fp32 values and gradients; `indices` in the group).
   void update_working_set(size_t g, double lr, std::vector<torch::Tensor>& params, std::vector<torch::Tensor>& grads,
                           const std::vector<size_t>& indices);

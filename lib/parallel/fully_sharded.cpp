@@ -393,6 +393,10 @@ bool FullyShardedModel::gathers_in_place(const Pack& pack) const {
 }
 
 FullyShardedModel::Part FullyShardedModel::own_part(const Param& q, StateLayout layout) const {
+  return part_of(q, layout, rank_in(q.group));
+}
+
+FullyShardedModel::Part FullyShardedModel::part_of(const Param& q, StateLayout layout, int64_t rank) const {
   Part p;
   if (layout == StateLayout::kBlocks) {
     // The shard starts on a block (ShardBlocks), so its blocks are the whole's.
@@ -404,7 +408,7 @@ FullyShardedModel::Part FullyShardedModel::own_part(const Param& q, StateLayout 
     p.whole = q.rows;
     p.shard = q.shard_rows;
   }
-  p.first = std::min(rank_in(q.group) * p.shard, p.whole);
+  p.first = std::min(rank * p.shard, p.whole);
   p.count = std::min(p.whole - p.first, p.shard);
   return p;
 }
@@ -475,22 +479,18 @@ MatrixSharding FullyShardedModel::matrix_sharding() const {
     if (q.storage || !q.group || q.whole.dim() != 2) continue;
     auto [it, added] = index.emplace(q.group, static_cast<int>(m.groups.size()));
     if (added) m.groups.push_back(matrix_group(*q.group));
-    // Rank r's real rows of the whole: [min(r x shard_rows, rows), + at most shard_rows), as own_part.
-    const int64_t rows = q.rows, shard_rows = q.shard_rows;
-    auto first = [=](int r) { return std::min(r * shard_rows, rows); };
-    auto count = [=](int r) { return std::min(rows - first(r), shard_rows); };
-    m.params[q.name] = MatrixShards{it->second, q.whole.sizes().vec(),
-                                    [=](const std::vector<torch::Tensor>& shards) {
-                                      std::vector<torch::Tensor> real;
-                                      for (size_t r = 0; r < shards.size(); ++r)
-                                        real.push_back(shards[r].narrow(0, 0, count(static_cast<int>(r))));
-                                      return at::cat(real);
-                                    },
-                                    [=](const torch::Tensor& whole, int r) {
-                                      torch::Tensor shard = at::zeros({shard_rows, whole.size(1)}, whole.options());
-                                      shard.narrow(0, 0, count(r)).copy_(whole.narrow(0, first(r), count(r)));
-                                      return shard;
-                                    }};
+    std::vector<Part> parts;  // every rank's rows of the whole
+    for (int64_t r = 0; r < static_cast<int64_t>(size_of(q.group)); ++r)
+      parts.push_back(part_of(q, StateLayout::kRows, r));
+    m.params[q.name] =
+        MatrixShards{it->second, q.whole.sizes().vec(),
+                     [parts](const std::vector<torch::Tensor>& shards) {
+                       std::vector<torch::Tensor> real;
+                       for (size_t r = 0; r < shards.size(); ++r)
+                         real.push_back(shards[r].narrow(0, 0, parts[r].count));
+                       return at::cat(real);
+                     },
+                     [parts](const torch::Tensor& whole, int r) { return cut(whole, parts[static_cast<size_t>(r)]); }};
   }
   return m;
 }

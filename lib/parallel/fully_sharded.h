@@ -170,6 +170,7 @@ class FullyShardedModel : public UnitHooks {
     int64_t whole = 0, first = 0, count = 0, shard = 0;
   };
   Part own_part(const Param& q, StateLayout layout) const;
+  Part part_of(const Param& q, StateLayout layout, int64_t rank) const;  // rank `rank` of q's group's
   // q into unit `unit`'s pack of its dtype and group (`pack_of`: the unit's, by that key; `alone`: a pack of its own).
   using PackKey = std::tuple<torch::ScalarType, Communicator*, size_t>;
   void add_to_unit(size_t unit, Param q, std::map<PackKey, size_t>& pack_of, bool alone, bool by_parts);
