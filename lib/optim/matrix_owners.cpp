@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <deque>
 #include <map>
 #include <numeric>
 #include <stdexcept>
@@ -23,87 +24,134 @@ std::vector<int> balance_owners(const std::vector<double>& costs, int ranks) {
   return owner;
 }
 
-namespace {
+// One group's share of the set: its inputs (indices in the set), their owners, what this rank owns.
+struct OwnerExchange::Group {
+  const MatrixGroup* group = nullptr;
+  std::vector<size_t> members;  // indices in inputs_
+  std::vector<int> owner;       // per member
+  std::vector<size_t> mine;     // positions in members this rank owns
+  MatrixGroup::Arrival arrival, returned;
+};
 
-// One group's inputs: all-to-all to the owners, compute, all-to-all back; `out[i]` for input `index[i]`.
-void compute_in_group(const MatrixGroup& group, const std::vector<const ShardedInput*>& inputs,
-                      const std::vector<size_t>& index, at::ScalarType result_dtype, const OwnerCompute& compute,
-                      std::vector<torch::Tensor>& out) {
-  const int size = group.size, me = group.rank;
-  std::vector<double> costs;
-  for (const ShardedInput* in : inputs) {  // the iteration's products: rows x cols x min(rows, cols)
-    const auto& w = in->shards->whole_sizes;
-    costs.push_back(static_cast<double>(w[0]) * static_cast<double>(w[1]) * static_cast<double>(std::min(w[0], w[1])));
+OwnerExchange::OwnerExchange(const MatrixSharding& sharding, std::vector<ShardedInput> inputs,
+                             at::ScalarType result_dtype)
+    : inputs_(std::move(inputs)), result_dtype_(result_dtype) {
+  std::map<int, size_t> by_group;
+  for (size_t i = 0; i < inputs_.size(); ++i) {
+    const int g = inputs_[i].shards->group;
+    const auto [it, added] = by_group.emplace(g, groups_.size());
+    if (added) groups_.push_back(Group{&sharding.groups.at(static_cast<size_t>(g))});
+    groups_[it->second].members.push_back(i);
   }
-  const std::vector<int> owner = balance_owners(costs, size);
-  const at::TensorOptions sent = inputs.front()->value.options();
-  std::vector<torch::Tensor> sends(static_cast<size_t>(size));
-  std::vector<int64_t> receive(static_cast<size_t>(size), 0);
-  for (int r = 0; r < size; ++r) {
-    std::vector<torch::Tensor> parts;
-    for (size_t i = 0; i < inputs.size(); ++i)
-      if (owner[i] == r) parts.push_back(inputs[i]->value.reshape(-1));
-    sends[static_cast<size_t>(r)] = parts.empty() ? at::empty({0}, sent) : at::cat(parts);
-  }
-  std::vector<size_t> mine;  // the inputs this rank owns
-  for (size_t i = 0; i < inputs.size(); ++i)
-    if (owner[i] == me) mine.push_back(i);
-  for (size_t i : mine)
-    for (int r = 0; r < size; ++r) receive[static_cast<size_t>(r)] += inputs[i]->value.numel();
-  const std::vector<torch::Tensor> arrived = group.exchange(sends, receive);
-
-  std::vector<torch::Tensor> wholes;
-  std::vector<size_t> which;
-  std::vector<int64_t> offset(static_cast<size_t>(size), 0);
-  for (size_t i : mine) {
-    which.push_back(index[i]);
-    std::vector<torch::Tensor> shards;
-    const torch::Tensor& like = inputs[i]->value;
-    for (int r = 0; r < size; ++r) {
-      shards.push_back(
-          arrived[static_cast<size_t>(r)].narrow(0, offset[static_cast<size_t>(r)], like.numel()).view(like.sizes()));
-      offset[static_cast<size_t>(r)] += like.numel();
+  for (Group& g : groups_) {
+    const int size = g.group->size, me = g.group->rank;
+    std::vector<double> costs;
+    for (size_t i : g.members) {  // the iteration's products: rows x cols x min(rows, cols)
+      const auto& w = inputs_[i].shards->whole_sizes;
+      costs.push_back(static_cast<double>(w[0]) * static_cast<double>(w[1]) *
+                      static_cast<double>(std::min(w[0], w[1])));
     }
-    wholes.push_back(inputs[i]->shards->join(shards));
-    if (wholes.back().sizes() != at::IntArrayRef(inputs[i]->shards->whole_sizes))
-      throw std::logic_error("compute_on_owners: a matrix's shards joined to another shape than its whole");
-  }
-  const std::vector<torch::Tensor> results = wholes.empty() ? std::vector<torch::Tensor>{} : compute(which, wholes);
-
-  std::vector<torch::Tensor> back(static_cast<size_t>(size));
-  std::fill(receive.begin(), receive.end(), 0);
-  for (int r = 0; r < size; ++r) {
-    std::vector<torch::Tensor> parts;
-    for (size_t j = 0; j < mine.size(); ++j)
-      parts.push_back(inputs[mine[j]]->shards->cut(results[j].to(result_dtype), r).reshape(-1));
-    back[static_cast<size_t>(r)] = parts.empty() ? at::empty({0}, sent.dtype(result_dtype)) : at::cat(parts);
-  }
-  for (size_t i = 0; i < inputs.size(); ++i) receive[static_cast<size_t>(owner[i])] += inputs[i]->value.numel();
-  const std::vector<torch::Tensor> returned = group.exchange(back, receive);
-  std::fill(offset.begin(), offset.end(), 0);
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    const auto o = static_cast<size_t>(owner[i]);
-    const torch::Tensor& like = inputs[i]->value;
-    out[index[i]] = returned[o].narrow(0, offset[o], like.numel()).view(like.sizes());
-    offset[o] += like.numel();
+    g.owner = balance_owners(costs, size);
+    const at::TensorOptions sent = inputs_[g.members.front()].value.options();
+    std::vector<torch::Tensor> sends(static_cast<size_t>(size));
+    std::vector<int64_t> receive(static_cast<size_t>(size), 0);
+    for (int r = 0; r < size; ++r) {
+      std::vector<torch::Tensor> parts;
+      for (size_t j = 0; j < g.members.size(); ++j)
+        if (g.owner[j] == r) parts.push_back(inputs_[g.members[j]].value.reshape(-1));
+      sends[static_cast<size_t>(r)] = parts.empty() ? at::empty({0}, sent) : at::cat(parts);
+    }
+    for (size_t j = 0; j < g.members.size(); ++j)
+      if (g.owner[j] == me) {
+        g.mine.push_back(j);
+        for (int r = 0; r < size; ++r) receive[static_cast<size_t>(r)] += inputs_[g.members[j]].value.numel();
+      }
+    g.arrival = g.group->start_exchange(sends, receive);
   }
 }
 
-}  // namespace
+OwnerExchange::~OwnerExchange() = default;
+OwnerExchange::OwnerExchange(OwnerExchange&&) noexcept = default;
 
-std::vector<torch::Tensor> compute_on_owners(const MatrixSharding& sharding, const std::vector<ShardedInput>& inputs,
-                                             at::ScalarType result_dtype, const OwnerCompute& compute) {
-  std::map<int, std::pair<std::vector<const ShardedInput*>, std::vector<size_t>>> by_group;
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    auto& [members, index] = by_group[inputs[i].shards->group];
-    members.push_back(&inputs[i]);
-    index.push_back(i);
+void OwnerExchange::compute(const OwnerCompute& compute) {
+  for (Group& g : groups_) {
+    const int size = g.group->size;
+    const std::vector<torch::Tensor> arrived = g.arrival();
+    g.arrival = nullptr;
+    std::vector<torch::Tensor> wholes;
+    std::vector<size_t> which;
+    std::vector<int64_t> offset(static_cast<size_t>(size), 0);
+    for (size_t j : g.mine) {
+      const ShardedInput& in = inputs_[g.members[j]];
+      which.push_back(g.members[j]);
+      std::vector<torch::Tensor> shards;
+      for (int r = 0; r < size; ++r) {
+        int64_t& from = offset[static_cast<size_t>(r)];
+        shards.push_back(arrived[static_cast<size_t>(r)].narrow(0, from, in.value.numel()).view(in.value.sizes()));
+        from += in.value.numel();
+      }
+      wholes.push_back(in.shards->join(shards));
+      if (wholes.back().sizes() != at::IntArrayRef(in.shards->whole_sizes))
+        throw std::logic_error("OwnerExchange: a matrix's shards joined to another shape than its whole");
+    }
+    const std::vector<torch::Tensor> results = wholes.empty() ? std::vector<torch::Tensor>{} : compute(which, wholes);
+
+    const at::TensorOptions back_options = inputs_[g.members.front()].value.options().dtype(result_dtype_);
+    std::vector<torch::Tensor> back(static_cast<size_t>(size));
+    std::vector<int64_t> receive(static_cast<size_t>(size), 0);
+    for (int r = 0; r < size; ++r) {
+      std::vector<torch::Tensor> parts;
+      for (size_t k = 0; k < g.mine.size(); ++k)
+        parts.push_back(inputs_[g.members[g.mine[k]]].shards->cut(results[k].to(result_dtype_), r).reshape(-1));
+      back[static_cast<size_t>(r)] = parts.empty() ? at::empty({0}, back_options) : at::cat(parts);
+    }
+    for (size_t j = 0; j < g.members.size(); ++j)
+      receive[static_cast<size_t>(g.owner[j])] += inputs_[g.members[j]].value.numel();
+    g.returned = g.group->start_exchange(back, receive);
   }
-  std::vector<torch::Tensor> out(inputs.size());
-  for (const auto& [group, members] : by_group)
-    compute_in_group(sharding.groups.at(static_cast<size_t>(group)), members.first, members.second, result_dtype,
-                     compute, out);
+}
+
+std::vector<torch::Tensor> OwnerExchange::finish() {
+  std::vector<torch::Tensor> out(inputs_.size());
+  for (Group& g : groups_) {
+    const std::vector<torch::Tensor> returned = g.returned();
+    g.returned = nullptr;
+    std::vector<int64_t> offset(static_cast<size_t>(g.group->size), 0);
+    for (size_t j = 0; j < g.members.size(); ++j) {
+      const auto o = static_cast<size_t>(g.owner[j]);
+      const torch::Tensor& like = inputs_[g.members[j]].value;
+      out[g.members[j]] = returned[o].narrow(0, offset[o], like.numel()).view(like.sizes());
+      offset[o] += like.numel();
+    }
+  }
   return out;
+}
+
+void compute_on_owners_pipelined(const MatrixSharding& sharding, size_t count, at::ScalarType result_dtype,
+                                 const SetInputs& start, const SetCompute& compute, const SetFinish& finish) {
+  // Set k's exchange starts, then set k-1 is computed (while set k's shards travel), then set k-2
+  // finished (its results travelled while set k-1 was computed).
+  std::deque<std::pair<size_t, OwnerExchange>> started, computed;
+  auto compute_oldest = [&] {
+    auto [k, x] = std::move(started.front());
+    started.pop_front();
+    x.compute([&, k = k](const std::vector<size_t>& which, const std::vector<torch::Tensor>& wholes) {
+      return compute(k, which, wholes);
+    });
+    computed.emplace_back(k, std::move(x));
+  };
+  auto finish_oldest = [&] {
+    auto [k, x] = std::move(computed.front());
+    computed.pop_front();
+    finish(k, x.finish());
+  };
+  for (size_t k = 0; k < count; ++k) {
+    started.emplace_back(k, OwnerExchange(sharding, start(k), result_dtype));
+    if (started.size() > 1) compute_oldest();
+    if (computed.size() > 1) finish_oldest();
+  }
+  while (!started.empty()) compute_oldest();
+  while (!computed.empty()) finish_oldest();
 }
 
 }  // namespace gputrain

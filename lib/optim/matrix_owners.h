@@ -21,13 +21,41 @@ struct ShardedInput {
   const MatrixShards* shards = nullptr;
   torch::Tensor value;  // this rank's shard (every rank of the group holds one of the same shape)
 };
-// For `inputs` (in the same order on every rank of their groups), `compute` runs on each owner over
-// the wholes it owns (joined from the shards, in their dtype; `which`: their indices in `inputs`) and
-// returns a result per whole, shaped as it. Returns this rank's shard of every input's result (in
-// `result_dtype`), in order.
+// `compute` runs on each owner over the wholes it owns (joined from the shards, in their dtype;
+// `which`: their indices in the set's inputs) and returns a result per whole, shaped as it.
 using OwnerCompute = std::function<std::vector<torch::Tensor>(const std::vector<size_t>& which,
                                                               const std::vector<torch::Tensor>& wholes)>;
-std::vector<torch::Tensor> compute_on_owners(const MatrixSharding& sharding, const std::vector<ShardedInput>& inputs,
-                                             at::ScalarType result_dtype, const OwnerCompute& compute);
+
+// One set of inputs (in the same order on every rank of their groups) through their owners, in three
+// stages so that a caller can work while the shards travel.
+class OwnerExchange {
+ public:
+  // Starts sending every input's shard to its owner.
+  OwnerExchange(const MatrixSharding& sharding, std::vector<ShardedInput> inputs, at::ScalarType result_dtype);
+  ~OwnerExchange();
+  OwnerExchange(OwnerExchange&&) noexcept;
+  // Waits for the shards, runs `compute` on the wholes this rank owns and starts sending each rank
+  // its shard of the results (in result_dtype).
+  void compute(const OwnerCompute& compute);
+  // Waits for them: this rank's shard of every input's result, in order.
+  std::vector<torch::Tensor> finish();
+
+ private:
+  struct Group;
+  std::vector<ShardedInput> inputs_;
+  at::ScalarType result_dtype_;
+  std::vector<Group> groups_;
+};
+
+// Sets 0 .. count-1 through their owners, pipelined: set k+1's shards travel to their owners while
+// set k is computed, and set k's results travel back while set k+1 is. `start(k)` returns set k's
+// inputs (called in order); `finish(k, results)` takes this rank's shards of its results (in order,
+// each after the next set's compute). Every rank of the groups runs the same sets.
+using SetInputs = std::function<std::vector<ShardedInput>(size_t set)>;
+using SetCompute = std::function<std::vector<torch::Tensor>(size_t set, const std::vector<size_t>& which,
+                                                            const std::vector<torch::Tensor>& wholes)>;
+using SetFinish = std::function<void(size_t set, std::vector<torch::Tensor> results)>;
+void compute_on_owners_pipelined(const MatrixSharding& sharding, size_t count, at::ScalarType result_dtype,
+                                 const SetInputs& start, const SetCompute& compute, const SetFinish& finish);
 
 }  // namespace gputrain

@@ -18,9 +18,6 @@ namespace {
 // Working sets of at least this many elements: the matrices of several blocks orthogonalized in one
 // batched iteration, while the updates held at once stay bounded (128 MiB of fp32).
 constexpr int64_t kMuonWorkingSet = int64_t{1} << 25;
-// Sharded matrices (tp, ZeRO-3) travel whole to their owners: smaller sets (16 MiB of fp32 shards, or
-// the largest matrix alone) keep what a rank holds at once near its shards plus one matrix's traffic.
-constexpr int64_t kShardedWorkingSet = int64_t{1} << 22;
 
 // torch.optim.Muon's iteration on x, [rows, cols] or [n, rows, cols] with rows <= cols, op for op
 // (a single matrix takes the same 2-D ops as torch's, so its results are torch's).
@@ -67,8 +64,9 @@ double muon_adjusted_lr(double lr, MuonAdjustLr rule, int64_t rows, int64_t cols
   return lr;
 }
 
-Muon::Muon(std::vector<ParamGroup> groups, const OptimSettings& o, UpdateKernel adamw_kernel)
-    : Optimizer(std::move(groups)), o_(o.muon) {
+Muon::Muon(std::vector<ParamGroup> groups, const OptimSettings& o, UpdateKernel adamw_kernel,
+           int64_t sharded_set_elements)
+    : Optimizer(std::move(groups)), o_(o.muon), sharded_set_elements_(sharded_set_elements) {
   std::vector<ParamGroup> rest;
   for (const ParamGroup& g : groups_) {
     ParamGroup muon = g, adamw = g;
@@ -119,13 +117,95 @@ void Muon::step(double lr) {
   if (adamw_) adamw_->step(lr);
   for (size_t g = 0; g < muon_groups_.size(); ++g) {
     const double group_lr = lr * muon_groups_[g].lr_scale;
+    if (matrix_sharding_) {
+      step_sharded(g, group_lr);
+      continue;
+    }
     for_each_fp32_working_set(
         muon_groups_[g],
         [&](std::vector<at::Tensor>& params, std::vector<at::Tensor>& grads, const std::vector<size_t>& indices) {
-          update_working_set(g, group_lr, params, grads, indices);
+          std::vector<std::pair<const Matrix*, at::Tensor>> whole;
+          for (size_t k = 0; k < indices.size(); ++k)
+            whole.emplace_back(&matrices_[g][indices[k]],
+                               momentum_update(g, group_lr, params[k], grads[k], indices[k]));
+          orthogonalize_bands(whole, group_lr, iteration_dtype(),
+                              [&](size_t i, int64_t first, const at::Tensor& o, double step) {
+                                params[i].narrow(0, first, o.size(0)).add_(o, -step);
+                              });
         },
-        matrix_sharding_ ? kShardedWorkingSet : kMuonWorkingSet);
+        kMuonWorkingSet);
   }
+}
+
+at::ScalarType Muon::iteration_dtype() const {
+  return o_.ns_dtype == MuonIterationDtype::kBf16 ? at::kBFloat16 : at::kFloat;
+}
+
+at::Tensor Muon::momentum_update(size_t g, double lr, const at::Tensor& param, const at::Tensor& grad, size_t index) {
+  Matrix& m = matrices_[g][index];
+  const double mu = o_.momentum, decay = muon_groups_[g].weight_decay;
+  ++count(m.step);
+  m.momentum.lerp_(grad, 1.0 - mu);  // an average (torch's code, not its docstring's mu B + g)
+  if (decay != 0) param.mul_(1.0 - lr * decay);
+  return o_.nesterov ? grad.lerp(m.momentum, mu) : m.momentum;
+}
+
+void Muon::step_sharded(size_t g, double lr) {
+  // Each working set's sharded matrices travel to their owners (optim/matrix_owners.h) while the
+  // previous set is orthogonalized, and come back while the next one is; its whole ones are
+  // orthogonalized here meanwhile.
+  const at::ScalarType dtype = iteration_dtype();
+  std::vector<std::vector<size_t>> sets = fp32_working_sets(muon_groups_[g], sharded_set_elements_);
+  struct InFlight {
+    Fp32WorkingSet set;
+    std::vector<std::pair<const Matrix*, at::Tensor>> whole;
+    std::vector<size_t> whole_at, sharded_at;  // positions in the set
+    std::vector<const Matrix*> sharded;
+  };
+  std::map<size_t, InFlight> flying;
+  compute_on_owners_pipelined(
+      *matrix_sharding_, sets.size(), at::kFloat,
+      [&](size_t k) {
+        InFlight& f = flying.emplace(k, InFlight{Fp32WorkingSet(muon_groups_[g], std::move(sets[k]))}).first->second;
+        std::vector<ShardedInput> inputs;
+        for (size_t j = 0; j < f.set.indices.size(); ++j) {
+          const size_t index = f.set.indices[j];
+          const at::Tensor update = momentum_update(g, lr, f.set.params[j], f.set.grads[j], index);
+          if (const MatrixShards* shards = shards_of(muon_groups_[g].names[index])) {
+            inputs.push_back({shards, update.to(dtype)});  // the iteration's first step, taken before sending
+            f.sharded_at.push_back(j);
+            f.sharded.push_back(&matrices_[g][index]);
+          } else {
+            f.whole.emplace_back(&matrices_[g][index], update);
+            f.whole_at.push_back(j);
+          }
+        }
+        return inputs;
+      },
+      [&](size_t k, const std::vector<size_t>& which, const std::vector<at::Tensor>& wholes) {
+        // The owner orthogonalizes its whole matrices and scales each band by its lr.
+        const InFlight& f = flying.at(k);
+        std::vector<std::pair<const Matrix*, at::Tensor>> owned;
+        std::vector<at::Tensor> results;
+        for (size_t i = 0; i < wholes.size(); ++i) {
+          owned.emplace_back(f.sharded[which[i]], wholes[i]);
+          results.push_back(at::empty(wholes[i].sizes(), wholes[i].options().dtype(at::kFloat)));
+        }
+        orthogonalize_bands(owned, lr, dtype, [&](size_t i, int64_t first, const at::Tensor& o, double step) {
+          at::Tensor band = results[i].narrow(0, first, o.size(0));
+          at::mul_out(band, o.to(at::kFloat), -step);
+        });
+        return results;
+      },
+      [&](size_t k, std::vector<at::Tensor> steps) {
+        InFlight& f = flying.at(k);
+        orthogonalize_bands(f.whole, lr, dtype, [&](size_t i, int64_t first, const at::Tensor& o, double step) {
+          f.set.params[f.whole_at[i]].narrow(0, first, o.size(0)).add_(o, -step);
+        });
+        for (size_t i = 0; i < steps.size(); ++i) f.set.params[f.sharded_at[i]].add_(steps[i]);
+        f.set.finish();
+        flying.erase(k);
+      });
 }
 
 std::vector<int64_t> Muon::bands_of(const Matrix& m, int64_t rows) {
@@ -164,55 +244,6 @@ void Muon::orthogonalize_bands(const std::vector<std::pair<const Matrix*, at::Te
     for (size_t b = 0; b < bands.size(); ++b)
       apply(std::get<0>(bands[b]), std::get<1>(bands[b]), orthogonal[static_cast<int64_t>(b)], step);
   }
-}
-
-void Muon::update_working_set(size_t g, double lr, std::vector<at::Tensor>& params, std::vector<at::Tensor>& grads,
-                              const std::vector<size_t>& indices) {
-  const double mu = o_.momentum, decay = muon_groups_[g].weight_decay;
-  const at::ScalarType dtype = o_.ns_dtype == MuonIterationDtype::kBf16 ? at::kBFloat16 : at::kFloat;
-  // Whole matrices are orthogonalized here; a sharded matrix's update goes to its owner rank
-  // (optim/matrix_owners.h).
-  std::vector<std::pair<const Matrix*, at::Tensor>> whole;
-  std::vector<at::Tensor> whole_params, sharded_params;
-  std::vector<ShardedInput> sharded;
-  std::vector<const Matrix*> sharded_matrix;
-  for (size_t k = 0; k < indices.size(); ++k) {
-    Matrix& m = matrices_[g][indices[k]];
-    ++count(m.step);
-    m.momentum.lerp_(grads[k], 1.0 - mu);  // an average (torch's code, not its docstring's mu B + g)
-    const at::Tensor update = o_.nesterov ? grads[k].lerp(m.momentum, mu) : m.momentum;
-    if (decay != 0) params[k].mul_(1.0 - lr * decay);
-    if (const MatrixShards* shards = shards_of(muon_groups_[g].names[indices[k]])) {
-      sharded.push_back({shards, update.to(dtype)});  // the iteration's first step, taken before sending
-      sharded_params.push_back(params[k]);
-      sharded_matrix.push_back(&m);
-    } else {
-      whole.emplace_back(&m, update);
-      whole_params.push_back(params[k]);
-    }
-  }
-  orthogonalize_bands(whole, lr, dtype, [&](size_t i, int64_t first, const at::Tensor& o, double step) {
-    whole_params[i].narrow(0, first, o.size(0)).add_(o, -step);
-  });
-  if (sharded.empty()) return;
-  // Each owner orthogonalizes its whole matrices and scales each band by its lr; every rank adds its
-  // shard of the result.
-  const auto steps = compute_on_owners(
-      *matrix_sharding_, sharded, at::kFloat,
-      [&](const std::vector<size_t>& which, const std::vector<at::Tensor>& wholes) {
-        std::vector<std::pair<const Matrix*, at::Tensor>> owned;
-        std::vector<at::Tensor> results;
-        for (size_t i = 0; i < wholes.size(); ++i) {
-          owned.emplace_back(sharded_matrix[which[i]], wholes[i]);
-          results.push_back(at::empty(wholes[i].sizes(), wholes[i].options().dtype(at::kFloat)));
-        }
-        orthogonalize_bands(owned, lr, dtype, [&](size_t i, int64_t first, const at::Tensor& o, double step) {
-          at::Tensor band = results[i].narrow(0, first, o.size(0));
-          at::mul_out(band, o.to(at::kFloat), -step);
-        });
-        return results;
-      });
-  for (size_t i = 0; i < sharded.size(); ++i) sharded_params[i].add_(steps[i]);
 }
 
 // optim.name: muon (optim/optimizer_spec.h).

@@ -26,11 +26,17 @@ torch::Tensor orthogonalize(const std::vector<torch::Tensor>& updates, const Muo
 // The lr a matrix of `rows` x `cols` takes from `lr` (torch.optim.Muon's _adjust_lr).
 double muon_adjusted_lr(double lr, MuonAdjustLr rule, int64_t rows, int64_t cols);
 
+// Sharded matrices (tp, ZeRO-3) travel whole to their owners in working sets of this many elements
+// of shards (16 MiB of fp32, or the largest matrix alone): what a rank holds at once stays near its
+// shards plus a few sets' traffic (three are in flight: one computed, one arriving, one returning).
+constexpr int64_t kMuonShardedWorkingSet = int64_t{1} << 22;
+
 class Muon : public Optimizer {
  public:
   // `groups`' hidden matrices get Muon at lr x lr_scale and the group's weight decay; the rest an
   // AdamW (`adamw_kernel`) at optim.muon.adamw.lr and, where its group decays, its weight decay.
-  Muon(std::vector<ParamGroup> groups, const OptimSettings& o, UpdateKernel adamw_kernel);
+  Muon(std::vector<ParamGroup> groups, const OptimSettings& o, UpdateKernel adamw_kernel,
+       int64_t sharded_set_elements = kMuonShardedWorkingSet);
   void step(double lr) override;
   std::string describe() const override;
   bool takes_matrix_sharding() const override { return true; }
@@ -50,11 +56,16 @@ class Muon : public Optimizer {
   using BandStep = std::function<void(size_t update, int64_t first_row, const torch::Tensor& orthogonal, double lr)>;
   void orthogonalize_bands(const std::vector<std::pair<const Matrix*, torch::Tensor>>& updates, double lr,
                            at::ScalarType dtype, const BandStep& apply) const;
-  // One working set of muon_groups_[g] (fp32 values and gradients; `indices` in the group).
-  void update_working_set(size_t g, double lr, std::vector<torch::Tensor>& params, std::vector<torch::Tensor>& grads,
-                          const std::vector<size_t>& indices);
+  at::ScalarType iteration_dtype() const;
+  // Matrix `index` of muon_groups_[g]: advances its momentum by `grad`, decays `param` (fp32) and
+  // returns the update to orthogonalize.
+  torch::Tensor momentum_update(size_t g, double lr, const torch::Tensor& param, const torch::Tensor& grad,
+                                size_t index);
+  // muon_groups_[g]'s step where matrices lie in shards over ranks (tp, ZeRO-3).
+  void step_sharded(size_t g, double lr);
 
   const MuonSettings o_;
+  const int64_t sharded_set_elements_;
   std::vector<ParamGroup> muon_groups_;        // each group's hidden matrices
   std::vector<std::vector<Matrix>> matrices_;  // their state, as muon_groups_
   std::unique_ptr<Optimizer> adamw_;           // the rest; null when there is none

@@ -124,43 +124,76 @@ constexpr int64_t kMinWorkingSet = int64_t{1} << 20;
 // alone (the same partial sums, so the same results).
 int64_t aligned_size(int64_t numel) { return (numel + 127) / 128 * 128; }
 
-// The bf16 parameters `members` of `group`, updated together in fp32: their values and gradients
-// are copied into one flat fp32 buffer each (a view per tensor), `update` runs once over the
-// views, and the results go back through one stochastic rounding of the whole buffer. The cost
-// is a few multi-tensor launches per set instead of a few per tensor.
-void update_bf16_working_set(const ParamGroup& group, const std::vector<size_t>& members,
-                             const WorkingSetUpdate& update) {
-  int64_t total = 0;
-  for (size_t i : members) total += aligned_size(group.params[i].numel());
-  const auto fp32 = group.params[members.front()].options().dtype(at::kFloat);
-  at::Tensor flat_params = at::empty({total}, fp32), flat_grads = at::empty({total}, fp32);
-  std::vector<at::Tensor> params, grads, params32, grads32;
-  auto views_of = [&](const at::Tensor& flat) {
-    std::vector<at::Tensor> views;
-    int64_t offset = 0;
-    for (const at::Tensor& p : params) {
-      views.push_back(flat.narrow(0, offset, p.numel()).view(p.sizes()));
-      offset += aligned_size(p.numel());
-    }
-    return views;
-  };
-  for (size_t i : members) {
-    params.push_back(group.params[i]);
+}  // namespace
+
+// The bf16 parameters are updated together in fp32: their values and gradients are copied into one
+// flat fp32 buffer each (a view per tensor), the update runs once over the views, and the results go
+// back through one stochastic rounding of the whole buffer: a few multi-tensor launches per set
+// instead of a few per tensor.
+Fp32WorkingSet::Fp32WorkingSet(const ParamGroup& group, std::vector<size_t> members) : indices(std::move(members)) {
+  for (size_t i : indices) {
+    originals_.push_back(group.params[i]);
     grads.push_back(group.params[i].grad());
   }
-  params32 = views_of(flat_params);
-  grads32 = views_of(flat_grads);
-  at::_foreach_copy_(params32, params);
+  if (indices.empty() || originals_.front().scalar_type() != at::kBFloat16) {
+    params = originals_;
+    return;
+  }
+  int64_t total = 0;
+  for (const at::Tensor& p : originals_) total += aligned_size(p.numel());
+  const auto fp32 = originals_.front().options().dtype(at::kFloat);
+  flat_params_ = at::empty({total}, fp32);
+  flat_grads_ = at::empty({total}, fp32);
+  params = views_of(flat_params_);
+  std::vector<at::Tensor> grads32 = views_of(flat_grads_);
+  at::_foreach_copy_(params, originals_);
   at::_foreach_copy_(grads32, grads);
-  update(params32, grads32, members);
-  grads32.clear();
-  flat_grads.reset();  // before the rounding's temporaries: a lower peak
-  at::Tensor rounded = at::empty({total}, fp32.dtype(at::kBFloat16));
-  stochastic_round_to_bf16(flat_params, rounded);
-  at::_foreach_copy_(params, views_of(rounded));
+  grads = std::move(grads32);
 }
 
-}  // namespace
+std::vector<at::Tensor> Fp32WorkingSet::views_of(const at::Tensor& flat) const {
+  std::vector<at::Tensor> views;
+  int64_t offset = 0;
+  for (const at::Tensor& p : originals_) {
+    views.push_back(flat.narrow(0, offset, p.numel()).view(p.sizes()));
+    offset += aligned_size(p.numel());
+  }
+  return views;
+}
+
+void Fp32WorkingSet::finish() {
+  grads.clear();
+  if (!flat_params_.defined()) return;
+  flat_grads_.reset();  // before the rounding's temporaries: a lower peak
+  at::Tensor rounded = at::empty({flat_params_.numel()}, flat_params_.options().dtype(at::kBFloat16));
+  stochastic_round_to_bf16(flat_params_, rounded);
+  at::_foreach_copy_(originals_, views_of(rounded));
+  params.clear();
+  flat_params_.reset();
+}
+
+std::vector<std::vector<size_t>> fp32_working_sets(const ParamGroup& group, int64_t budget) {
+  std::vector<size_t> fp32, bf16;
+  for (size_t i = 0; i < group.params.size(); ++i)
+    if (group.params[i].grad().defined()) (group.params[i].scalar_type() == at::kBFloat16 ? bf16 : fp32).push_back(i);
+  std::vector<std::vector<size_t>> sets;
+  for (const std::vector<size_t>* members : {&fp32, &bf16}) {
+    std::vector<size_t> set;
+    int64_t set_elements = 0;
+    for (size_t i : *members) {
+      const int64_t n = group.params[i].numel();
+      if (!set.empty() && set_elements + n > budget) {
+        sets.push_back(std::move(set));
+        set.clear();
+        set_elements = 0;
+      }
+      set.push_back(i);
+      set_elements += n;
+    }
+    if (!set.empty()) sets.push_back(std::move(set));
+  }
+  return sets;
+}
 
 void for_each_fp32_working_set(const ParamGroup& group, const WorkingSetUpdate& update) {
   for_each_fp32_working_set(group, update, 0);
@@ -168,45 +201,23 @@ void for_each_fp32_working_set(const ParamGroup& group, const WorkingSetUpdate& 
 
 void for_each_fp32_working_set(const ParamGroup& group, const WorkingSetUpdate& update, int64_t min_elements) {
   torch::NoGradGuard no_grad;
-  std::vector<size_t> fp32, bf16;
   int64_t largest = 0;
-  for (size_t i = 0; i < group.params.size(); ++i) {
-    const at::Tensor& p = group.params[i];
+  bool on_gpu = false;
+  for (const at::Tensor& p : group.params) {
     if (!p.grad().defined()) continue;
-    (p.scalar_type() == at::kBFloat16 ? bf16 : fp32).push_back(i);
     largest = std::max(largest, p.numel());
+    on_gpu = p.is_cuda();
   }
-  if (fp32.empty() && bf16.empty()) return;
   // On a GPU, working sets as large as the largest tensor: fewest launches, and the transient
   // memory (an update's temporaries, as SGD's decayed gradients) is what updating that tensor alone
   // would take, not a copy of every gradient. On the CPU an op costs its arithmetic, not a launch,
   // so sets stay small enough for the cache to carry values from op to op.
-  const bool on_gpu = group.params[fp32.empty() ? bf16.front() : fp32.front()].is_cuda();
   const int64_t budget = std::max(on_gpu ? std::max(largest, kMinWorkingSet) : kMinWorkingSet, min_elements);
-  auto in_sets = [&](const std::vector<size_t>& members, const std::function<void(const std::vector<size_t>&)>& run) {
-    std::vector<size_t> set;
-    int64_t set_elements = 0;
-    for (size_t i : members) {
-      const int64_t n = group.params[i].numel();
-      if (!set.empty() && set_elements + n > budget) {
-        run(set);
-        set.clear();
-        set_elements = 0;
-      }
-      set.push_back(i);
-      set_elements += n;
-    }
-    if (!set.empty()) run(set);
-  };
-  in_sets(fp32, [&](const std::vector<size_t>& set) {
-    std::vector<at::Tensor> params, grads;
-    for (size_t i : set) {
-      params.push_back(group.params[i]);
-      grads.push_back(group.params[i].grad());
-    }
-    update(params, grads, set);
-  });
-  in_sets(bf16, [&](const std::vector<size_t>& set) { update_bf16_working_set(group, set, update); });
+  for (std::vector<size_t>& members : fp32_working_sets(group, budget)) {
+    Fp32WorkingSet set(group, std::move(members));
+    update(set.params, set.grads, set.indices);
+    set.finish();
+  }
 }
 
 }  // namespace gputrain

@@ -61,11 +61,11 @@ struct MatrixShards {
 };
 struct MatrixGroup {
   int rank = 0, size = 1;
-  // An all-to-all of flat tensors of one dtype: sends[r] goes to rank r; returns what each rank sent
-  // here, receive[r] elements from rank r. Every rank of the group calls it with matching sizes.
-  std::function<std::vector<torch::Tensor>(const std::vector<torch::Tensor>& sends,
-                                           const std::vector<int64_t>& receive)>
-      exchange;
+  // Starts an all-to-all of flat tensors of one dtype (sends[r] goes to rank r) and returns the call
+  // that waits for it: what each rank sent here, receive[r] elements from rank r. Every rank of the
+  // group starts the same exchanges in the same order with matching sizes.
+  using Arrival = std::function<std::vector<torch::Tensor>()>;
+  std::function<Arrival(const std::vector<torch::Tensor>& sends, const std::vector<int64_t>& receive)> start_exchange;
 };
 struct MatrixSharding {
   std::map<std::string, MatrixShards> params;  // by parameter name; a parameter not here is whole
@@ -172,6 +172,24 @@ std::string describe_kernel(UpdateKernel kernel, const std::vector<ParamGroup>& 
 using WorkingSetUpdate = std::function<void(std::vector<torch::Tensor>& params, std::vector<torch::Tensor>& grads,
                                             const std::vector<size_t>& indices)>;
 void for_each_fp32_working_set(const ParamGroup& group, const WorkingSetUpdate& update);
+
+// Working sets of up to `budget` elements (a larger tensor alone; indices in group.params; the fp32
+// parameters' sets, then the bf16 ones'), and one set in fp32, for an update that overlaps its sets
+// (Muon's sharded step).
+std::vector<std::vector<size_t>> fp32_working_sets(const ParamGroup& group, int64_t budget);
+class Fp32WorkingSet {
+ public:
+  Fp32WorkingSet(const ParamGroup& group, std::vector<size_t> members);
+  std::vector<torch::Tensor> params, grads;  // fp32: the parameters themselves, or copies of bf16 ones
+  std::vector<size_t> indices;
+  // Writes bf16 parameters' updated copies back (one stochastic rounding); frees the copies.
+  void finish();
+
+ private:
+  std::vector<torch::Tensor> views_of(const torch::Tensor& flat) const;
+  std::vector<torch::Tensor> originals_;
+  torch::Tensor flat_params_, flat_grads_;  // defined for bf16 parameters
+};
 // The same with sets of at least `min_elements` on every device (an update that batches across
 // tensors: Muon's iteration over same-shaped matrices).
 void for_each_fp32_working_set(const ParamGroup& group, const WorkingSetUpdate& update, int64_t min_elements);

@@ -13,7 +13,8 @@ MatrixGroup matrix_group(Communicator& c) {
   MatrixGroup g;
   g.rank = c.rank();
   g.size = c.size();
-  g.exchange = [&c](const std::vector<torch::Tensor>& sends, const std::vector<int64_t>& receive) {
+  g.start_exchange = [&c](const std::vector<torch::Tensor>& sends,
+                          const std::vector<int64_t>& receive) -> MatrixGroup::Arrival {
     const torch::Device here = sends.front().device();
     std::vector<int64_t> sent;
     std::vector<torch::Tensor> flat;
@@ -25,15 +26,20 @@ MatrixGroup matrix_group(Communicator& c) {
     int64_t total = 0;
     for (int64_t n : receive) total += n;
     torch::Tensor out = at::empty({total}, in.options());
-    c.all_to_all(out, in, receive, sent, "the optimizer's exchange of matrix shards (optim/matrix_owners.h)").wait();
-    out = out.to(here);
-    std::vector<torch::Tensor> pieces;
-    int64_t offset = 0;
-    for (int64_t n : receive) {
-      pieces.push_back(out.narrow(0, offset, n));
-      offset += n;
-    }
-    return pieces;
+    auto pending = std::make_shared<PendingCollective>(
+        c.all_to_all(out, in, receive, sent, "the optimizer's exchange of matrix shards (optim/matrix_owners.h)"));
+    // The buffers stay held until the wait: the backend reads and writes them meanwhile.
+    return [pending, in, out, receive, here]() {
+      pending->wait();
+      const torch::Tensor arrived = out.to(here);
+      std::vector<torch::Tensor> pieces;
+      int64_t offset = 0;
+      for (int64_t n : receive) {
+        pieces.push_back(arrived.narrow(0, offset, n));
+        offset += n;
+      }
+      return pieces;
+    };
   };
   return g;
 }

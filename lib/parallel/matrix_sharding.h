@@ -14,7 +14,7 @@ namespace gputrain {
 // nullopt where every matrix is whole on the rank that updates it.
 std::optional<MatrixSharding> matrix_sharding(const RankShare& share, const ProcessGroups& groups);
 
-// MatrixGroup's exchange over `c`: one all-to-all of the flat tensors (on c's device and back).
+// MatrixGroup's exchange over `c`: one asynchronous all-to-all of the flat tensors (on c's device and back).
 MatrixGroup matrix_group(Communicator& c);
 
 }  // namespace gputrain
