@@ -8,6 +8,8 @@
 
 #include "config/schema.h"
 #include "model/gpt_shapes.h"
+#include "model/mixture_loads.h"
+#include "model/moe.h"
 #include "optim/make_optimizer.h"
 #include "parallel/process_groups.h"
 
@@ -69,14 +71,8 @@ void MoeMetrics::add_to(nlohmann::ordered_json& rec, Gpt& model, const ProcessGr
   std::vector<double> values = {c.aux_sum, static_cast<double>(c.aux_terms), static_cast<double>(c.assigned),
                                 static_cast<double>(c.dropped)};
   const int64_t E = model->cfg.moe.experts;
-  auto layers = model->mixture_layers();
-  for (int64_t b = 0; b < model->cfg.n_layer; ++b) {
-    if (!model->cfg.moe.is_moe_block(b)) continue;
-    auto it = layers.find(b);
-    const torch::Tensor load = it == layers.end() ? torch::zeros({E}, torch::kDouble)
-                                                  : it->second->take_line_load().to(torch::kCPU, torch::kDouble);
-    values.insert(values.end(), load.data_ptr<double>(), load.data_ptr<double>() + E);
-  }
+  const std::vector<double> loads = mixture_loads(model, [](MoeMlpImpl& layer) { return layer.take_line_load(); });
+  values.insert(values.end(), loads.begin(), loads.end());
   const std::vector<double> sums = groups.sum_over_world(std::move(values), "mixture-of-experts statistics");
   c.reset_stats();
   if (sums[1] > 0) last_aux_ = sums[0] / sums[1];

@@ -2,13 +2,12 @@
 
 #include <ATen/ATen.h>
 
+#include "model/mixture_loads.h"
 #include "model/moe.h"
 #include "parallel/process_groups.h"
 #include "util/error.h"
 
 namespace gputrain {
-namespace {}  // namespace
-
 void forget_expert_loads(Gpt& model) {
   if (model->moe) model->moe->reset_stats();
   for (auto& [block, layer] : model->mixture_layers()) layer->take_step_load(), layer->take_line_load();
@@ -26,20 +25,12 @@ void ExpertBalance::set_into(Gpt& model) const {
 }
 
 void ExpertBalance::after_step(Gpt& model, const ProcessGroups& groups, bool moved) {
-  // Every layer's loads in one vector (zeros for the layers another stage holds), summed over the world.
-  std::vector<double> loads(bias_.size() * static_cast<size_t>(experts_), 0.0);
-  auto layers = model->mixture_layers();
-  size_t slot = 0;
-  for (const auto& [block, bias] : bias_) {
-    if (auto it = layers.find(block); it != layers.end()) {
-      const torch::Tensor load = it->second->take_step_load().to(torch::kCPU, torch::kDouble);
-      std::copy(load.data_ptr<double>(), load.data_ptr<double>() + experts_, loads.begin() + static_cast<long>(slot));
-    }
-    slot += static_cast<size_t>(experts_);
-  }
-  loads = groups.sum_over_world(std::move(loads), "the mixture layers' expert loads (model.moe.balance: bias)");
+  // Every layer's loads (in block order, as bias_), summed over the world.
+  std::vector<double> loads =
+      groups.sum_over_world(mixture_loads(model, [](MoeMlpImpl& layer) { return layer.take_step_load(); }),
+                            "the mixture layers' expert loads (model.moe.balance: bias)");
   if (!moved) return;  // a skipped step's update (fp16 overflow, nan, spike) leaves the biases too
-  slot = 0;
+  size_t slot = 0;
   for (auto& [block, bias] : bias_) {
     const torch::Tensor load = torch::from_blob(loads.data() + slot, {experts_}, torch::kDouble).clone();
     move_expert_bias(bias, load, rate_);
