@@ -458,7 +458,7 @@ StepResult Trainer::step() {
 }
 
 // A loss spike (train/spike_guard.h): warned about, counted, its update dropped; under rollback the
-// last checkpoint's weights and optimizer state come back too (the step count, schedule and data
+// last checkpoint's weights, optimizer state and routing biases come back too (the step count, schedule and data
 // position go on: the data read since that checkpoint is skipped). Returns whether it was a spike.
 bool Trainer::on_spike(int64_t step, double loss, double grad_norm, const SpikeVerdict& v) {
   if (!v.spike) return false;
@@ -482,7 +482,7 @@ bool Trainer::on_spike(int64_t step, double loss, double grad_norm, const SpikeV
   return true;
 }
 
-// The weights and optimizer state of the last checkpoint this run saved, in place. Every rank
+// The weights, optimizer state and routing biases of the last checkpoint this run saved, in place. Every rank
 // reads it once rank 0 has written it (the agreement below waits for rank 0, whose save came first).
 void Trainer::roll_back() {
   saver_.wait();
@@ -491,6 +491,7 @@ void Trainer::roll_back() {
                                              gputrain::optimizer_row_share(par_.share.layout, s_.optim), par_, shapes_,
                                              !lora_base_.empty());
   back.apply(model_, *groups_, par_, *optimizer_, *precision_, shapes_);
+  if (expert_balance_) expert_balance_->restore(back.snapshot().expert_bias, model_, back.dir().string());
   if (const StoredWeights* files = back.reread())
     spdlog::info(
         weights_read_line(*groups_, files->bytes_read(), files->bytes_stored(), "checkpoint " + back.dir().string()));

@@ -1,7 +1,7 @@
 // Muon end to end: every layout trains as one process does, those that keep each matrix whole on the
 // rank that updates it (ZeRO-1/2's owners, pipeline stages, expert-parallel holders) and those that
-// split matrices over ranks (tp, ZeRO-3: optim/matrix_owners.h), and a resumed run continues the
-// uninterrupted one.
+// split matrices over ranks (tp, ZeRO-3 also with its state streamed from files: optim/matrix_owners.h),
+// and a resumed run continues the uninterrupted one, also at another layout.
 #include <catch2/catch.hpp>
 
 #include "parallel_runs.h"
@@ -47,6 +47,12 @@ TEST_CASE("muon: 2 processes (ZeRO-1/2/3, tp 2, pp 2, ep 2) match 1 process, and
   train_like_one_process(dir, dir.file("r.yaml"), Variant{"tp2", with(kMuon, {"parallel.tp=2"})}, loss1, norm1, 1e-5);
   train_like_one_process(dir, dir.file("r.yaml"), Variant{"zero3", with(halves, {"parallel.zero=3"})}, loss1, norm1,
                          1e-5);
+  // ZeRO-3 with the optimizer state streamed from files a unit at a time: each unit's update
+  // exchanges its own matrices.
+  train_like_one_process(dir, dir.file("r.yaml"),
+                         Variant{"zero3-nvme", with(halves, {"parallel.zero=3", "parallel.offload_optimizer=nvme",
+                                                             "parallel.offload_dir=" + dir.file("nvme-state")})},
+                         loss1, norm1, 1e-5);
   train_like_one_process(dir, dir.file("r.yaml"),
                          Variant{"dp2-tp2-zero2", with(halves, {"parallel.tp=2", "parallel.zero=2"}), 4}, loss1, norm1,
                          1e-5);
@@ -87,4 +93,10 @@ TEST_CASE("muon: 2 processes (ZeRO-1/2/3, tp 2, pp 2, ep 2) match 1 process, and
   train_resumed(dir.file("r.yaml"), dir.file("resumed"), 0, with_resume(kMuon, step10), loss1, 10, 0);
   train_resumed(dir.file("r.yaml"), dir.file("resumed-zero2"), 2,
                 with_resume(with(halves, {"parallel.zero=2"}), step10), loss1, 10, 1e-5);
+  // At another layout: the whole momentum of the one-process checkpoint cut into tp's shards and
+  // ZeRO-3's rows.
+  train_resumed(dir.file("r.yaml"), dir.file("resumed-tp2"), 2, with_resume(with(kMuon, {"parallel.tp=2"}), step10),
+                loss1, 10, 1e-5);
+  train_resumed(dir.file("r.yaml"), dir.file("resumed-zero3"), 2,
+                with_resume(with(halves, {"parallel.zero=3"}), step10), loss1, 10, 1e-5);
 }

@@ -219,6 +219,26 @@ TEST_CASE("spike: rollback restores the last checkpoint's weights and optimizer 
   CHECK(read_json(dir.file("early/summary.json"))["spikes"]["skipped_steps"] == 1);
 }
 
+TEST_CASE("spike: rollback puts back a mixture's routing biases with the weights", "[spike][cli]") {
+  TempDir dir;
+  const std::string recipe =
+      write_recipe(dir, ", spike_policy: rollback, spike_max_rollbacks: 5", "{every: 10, keep_last: 0}");
+  const std::string run = dir.file("run");
+  auto r = run_poisoned(recipe, run, "22",
+                        "--set train.max_steps=22 --set model.moe.experts=4 --set model.moe.top_k=2 "
+                        "--set model.moe.balance=bias --set model.moe.bias_rate=0.01");
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.output, Contains("rolled back to the checkpoint of step 20"));
+  const json back = json::parse(checkpoint_file(run, 22, "trainer.json"))["moe_expert_bias"];
+  const json saved = json::parse(checkpoint_file(run, 20, "trainer.json"))["moe_expert_bias"];
+  CHECK(back.size() == 1);
+  // Not where step 21 moved them (the spike at 22, one step after the checkpoint: near balance the
+  // biases move by +-rate each step, so two steps may well cancel out).
+  CHECK(back == saved);
+  CHECK(checkpoint_file(run, 22, "model.safetensors") == checkpoint_file(run, 20, "model.safetensors"));
+}
+
 TEST_CASE("spike: rollback under tensor, pipeline and expert parallelism and LoRA puts back each rank's part",
           "[spike][cli]") {
   TempDir dir;
