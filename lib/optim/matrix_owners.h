@@ -2,7 +2,8 @@
 // ZeRO-3 split over ranks, as Moonlight's and torchtitan's distributed Muon do it: each matrix gets
 // one owner rank of its group, chosen so that every rank computes about the same; one all-to-all
 // brings every rank's shard of a matrix to its owner, which computes on the whole, and a second one
-// brings each rank its shard of the result. Every matrix is computed once, not on every rank.
+// brings each rank its shard of the result. Every matrix is computed once, not on every rank. Both
+// exchanges are asynchronous: over a sequence of sets they travel while the neighbouring sets compute.
 #pragma once
 #include <torch/types.h>
 
