@@ -17,6 +17,8 @@
 #include <sstream>
 #include <stdexcept>
 
+#include <torch/cuda.h>
+
 #include "checkpoint/hf_folder.h"
 #include "config/recipe.h"
 #include "model/hf_mapping.h"
@@ -25,6 +27,7 @@
 #include "optim/optimizer_specs.h"
 #include "model/gpt_shapes.h"
 #include "optim/make_optimizer.h"
+#include "optim/muon.h"
 #include "util/error.h"
 
 namespace gputrain::test {
@@ -389,6 +392,73 @@ std::string bf16_working_set_mismatch(const torch::Device& device) {
     o.sgd.momentum = 0.9;
     const std::string mismatch = bf16_working_set_mismatch_of(o, device);
     if (!mismatch.empty()) return mismatch;
+  }
+  return "";
+}
+
+MatrixGroup logged_group(std::vector<std::string>& events) {
+  auto started = std::make_shared<int>(0);
+  MatrixGroup g;
+  g.start_exchange = [&events, started](const std::vector<torch::Tensor>& sends,
+                                        const std::vector<int64_t>&) -> MatrixGroup::Arrival {
+    const std::string n = std::to_string((*started)++);
+    events.push_back("start " + n);
+    return [&events, n, sends] {
+      events.push_back("arrive " + n);
+      return sends;
+    };
+  };
+  return g;
+}
+
+MatrixShards whole_on_one_rank(std::vector<int64_t> sizes) {
+  return MatrixShards{0, std::move(sizes), [](const std::vector<torch::Tensor>& shards) { return shards.front(); },
+                      [](const torch::Tensor& whole, int) { return whole; }};
+}
+
+std::string muon_pipelined_mismatch(const torch::Device& device) {
+  for (const at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+    const std::string what = std::string(dtype == at::kFloat ? "fp32" : "bf16") + " parameters: ";
+    const std::vector<std::vector<int64_t>> shapes = {{16, 32}, {32, 16}, {16, 32}, {48, 16}, {16, 16}, {32, 16}};
+    auto make_group = [&] {
+      torch::manual_seed(5);
+      ParamGroup g;
+      g.weight_decay = 0.1;
+      for (size_t i = 0; i < shapes.size(); ++i) {
+        g.names.push_back("transformer.h." + std::to_string(i) + ".mlp.c_fc.weight");
+        g.params.push_back(torch::randn(shapes[i]).to(dtype).to(device).set_requires_grad(true));
+      }
+      return g;
+    };
+    OptimSettings o;
+    o.name = OptimName::kMuon;
+    o.muon.ns_dtype = MuonIterationDtype::kFp32;
+    Muon whole({make_group()}, o, UpdateKernel::kForeach);
+    Muon sharded({make_group()}, o, UpdateKernel::kForeach, /*sharded_set_elements=*/600);
+    std::vector<std::string> events;
+    MatrixSharding sharding;
+    sharding.groups.push_back(logged_group(events));
+    for (size_t i : {0, 1, 3, 5}) sharding.params[sharded.groups()[0].names[i]] = whole_on_one_rank(shapes[i]);
+    sharded.set_matrix_sharding(sharding);
+    for (int step = 0; step < 3; ++step)
+      for (Muon* m : {&whole, &sharded}) {
+        torch::manual_seed(100 + step);
+        for (size_t i = 0; i < shapes.size(); ++i)
+          m->groups()[0].params[i].mutable_grad() = torch::randn(shapes[i]).to(dtype).to(device);
+        torch::manual_seed(7 + step);  // the same stochastic rounding of bf16 parameters
+        if (device.is_cuda()) torch::cuda::manual_seed_all(7 + step);
+        m->step(0.02);
+      }
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      const double diff =
+          (whole.groups()[0].params[i] - sharded.groups()[0].params[i]).abs().max().to(at::kDouble).item<double>();
+      if (!(diff < (dtype == at::kFloat ? 1e-6 : 1e-2)))
+        return what + "matrix " + std::to_string(i) + " is " + std::to_string(diff) + " apart";
+    }
+    // Sets of one matrix each (600 elements at most): the four sharded ones' sets exchange twice a step.
+    const auto starts =
+        std::count_if(events.begin(), events.end(), [](const std::string& e) { return e.starts_with("start"); });
+    if (starts != 3 * 4 * 2) return what + std::to_string(starts) + " exchanges, not 24";
   }
   return "";
 }

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "config/settings.h"
+#include "optim/optimizer.h"
 #include "test_paths.h"
 #include "util/named_tensor.h"
 #include "util/error.h"
@@ -213,5 +214,16 @@ std::vector<uint32_t> read_shard_ids(const std::string& path, int width);
 // occurring in every large tensor, and the other two parameters are right;
 // else the first difference, naming the optimizer.
 std::string bf16_working_set_mismatch(const torch::Device& device);
+
+// A group of one rank for optim/matrix_owners.h whose exchanges log in `events` when each starts and
+// arrives ("start N", "arrive N", numbered in start order), and a matrix lying whole in it.
+MatrixGroup logged_group(std::vector<std::string>& events);
+MatrixShards whole_on_one_rank(std::vector<int64_t> sizes);
+
+// Three Muon steps (fp32 iteration) on `device` of six matrices, four of them "sharded" over a group
+// of one rank (the owners' path, its exchanges and the pipeline) in working sets of one matrix,
+// against the same steps on whole matrices, for fp32 and bf16 parameters: "" when they agree (1e-6;
+// bf16: 1e-2) and the sharded sets were exchanged, else the first difference.
+std::string muon_pipelined_mismatch(const torch::Device& device);
 
 }  // namespace gputrain::test
