@@ -2,6 +2,7 @@
 
 #include "checkpoint/checkpoint_dir.h"
 #include "checkpoint/model_files.h"
+#include "checkpoint/expert_biases.h"
 #include "checkpoint/module_weights.h"
 #include "config/recipe.h"
 #include "model/architecture.h"
@@ -56,10 +57,11 @@ InferenceModel from_checkpoint(const fs::path& where, torch::Device device, torc
   out.model = Gpt(plain);
   load_module_weights(*out.model, weights, "checkpoint '" + out.source.string() + "'", "name another checkpoint");
   // model.moe.balance: bias: the routing biases the run had reached choose the experts here too.
-  if (const auto saved = state.find("moe_expert_bias"); saved != state.end() && saved->is_object())
-    for (auto& [block, layer] : out.model->mixture_layers())
-      if (const auto b = saved->find(mixture_layer_name(block)); b != saved->end())
-        layer->expert_bias = torch::tensor(b->get<std::vector<float>>(), torch::kFloat);
+  if (const auto saved = state.find("moe_expert_bias"); saved != state.end()) {
+    auto layers = out.model->mixture_layers();
+    for (auto& [block, bias] : read_expert_biases(*saved, plain, out.source.string(), "name another checkpoint"))
+      layers.at(block)->expert_bias = bias;
+  }
   out.model->to(device, dtype);
   return out;
 }

@@ -2,10 +2,10 @@
 
 #include <ATen/ATen.h>
 
+#include "checkpoint/expert_biases.h"
 #include "model/mixture_loads.h"
 #include "model/moe.h"
 #include "parallel/process_groups.h"
-#include "util/error.h"
 
 namespace gputrain {
 void forget_expert_loads(Gpt& model) {
@@ -39,30 +39,12 @@ void ExpertBalance::after_step(Gpt& model, const ProcessGroups& groups, bool mov
   set_into(model);
 }
 
-nlohmann::json ExpertBalance::state() const {
-  nlohmann::json j = nlohmann::json::object();
-  for (const auto& [block, bias] : bias_) {
-    const torch::Tensor b = bias.contiguous();
-    j[mixture_layer_name(block)] = std::vector<float>(b.data_ptr<float>(), b.data_ptr<float>() + b.numel());
-  }
-  return j;
-}
+nlohmann::json ExpertBalance::state() const { return expert_biases_json(bias_); }
 
 void ExpertBalance::restore(const nlohmann::json& saved, Gpt& model, const std::string& checkpoint) {
   if (saved.is_null()) return;
-  for (auto& [block, bias] : bias_) {
-    const auto it = saved.find(mixture_layer_name(block));
-    if (it == saved.end() || !it->is_array() || it->size() != static_cast<size_t>(experts_))
-      throw data_error("checkpoint '" + checkpoint + "': trainer.json's moe_expert_bias has no " +
-                       std::to_string(experts_) + " biases for " + mixture_layer_name(block) +
-                       "\n    fix: resume with the checkpoint's model.moe settings, or from another checkpoint");
-    const std::vector<float> values = it->get<std::vector<float>>();
-    bias = torch::tensor(values, torch::kFloat);
-  }
-  if (saved.size() != bias_.size())
-    throw data_error("checkpoint '" + checkpoint + "': trainer.json's moe_expert_bias has " +
-                     std::to_string(saved.size()) + " mixture layers, this model " + std::to_string(bias_.size()) +
-                     "\n    fix: resume with the checkpoint's model.moe settings, or from another checkpoint");
+  bias_ = read_expert_biases(saved, model->cfg, checkpoint,
+                             "resume with the checkpoint's model.moe settings, or from another checkpoint");
   set_into(model);
 }
 

@@ -26,7 +26,7 @@ class ExpertBalance {
   void after_step(Gpt& model, const ProcessGroups& groups, bool moved);
   // trainer.json's "moe_expert_bias": each mixture layer's bias by block ("transformer.h.1.mlp").
   nlohmann::json state() const;
-  // A checkpoint's biases (null: saved without this balancing, so they start at zero); DataError naming
+  // A checkpoint's biases (null: saved without this balancing, so they start at zero); a data error naming
   // `checkpoint` when its layers or experts are not this model's.
   void restore(const nlohmann::json& saved, Gpt& model, const std::string& checkpoint);
 
