@@ -172,6 +172,9 @@ std::string describe_kernel(UpdateKernel kernel, const std::vector<ParamGroup>& 
 using WorkingSetUpdate = std::function<void(std::vector<torch::Tensor>& params, std::vector<torch::Tensor>& grads,
                                             const std::vector<size_t>& indices)>;
 void for_each_fp32_working_set(const ParamGroup& group, const WorkingSetUpdate& update);
+// The same with sets of at least `min_elements` on every device (an update that batches across
+// tensors: Muon's iteration over same-shaped matrices).
+void for_each_fp32_working_set(const ParamGroup& group, const WorkingSetUpdate& update, int64_t min_elements);
 
 // Working sets of up to `budget` elements (a larger tensor alone; indices in group.params; the fp32
 // parameters' sets, then the bf16 ones'), and one set in fp32, for an update that overlaps its sets
@@ -190,8 +193,5 @@ class Fp32WorkingSet {
   std::vector<torch::Tensor> originals_;
   torch::Tensor flat_params_, flat_grads_;  // defined for bf16 parameters
 };
-// The same with sets of at least `min_elements` on every device (an update that batches across
-// tensors: Muon's iteration over same-shaped matrices).
-void for_each_fp32_working_set(const ParamGroup& group, const WorkingSetUpdate& update, int64_t min_elements);
 
 }  // namespace gputrain
