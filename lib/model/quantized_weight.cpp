@@ -5,10 +5,11 @@
 #include <torch/autograd.h>
 
 #include <algorithm>
+#include <map>
 #include <optional>
 
-#include "model/architecture.h"
 #include "model/gpt.h"
+#include "model/gpt_shapes.h"
 #include "model/linear.h"
 
 namespace gputrain {
@@ -90,14 +91,10 @@ int64_t quantized_base_bytes(const ModelSettings& m, const std::string& name, at
 }
 
 std::vector<int64_t> hf_row_bands(const ModelSettings& m, const std::string& name, at::IntArrayRef shape) {
-  std::vector<std::pair<int64_t, int64_t>> bands;  // (row offset, rows)
-  for (const HfTensor& t : architecture(m).hf.tensors(m))
-    if (t.ours == name && !t.transposed && t.rows > 0) bands.emplace_back(t.row_offset, t.rows);
-  std::sort(bands.begin(), bands.end());
-  std::vector<int64_t> rows;
-  for (const auto& [offset, count] : bands) rows.push_back(count);
-  if (rows.empty()) rows.push_back(shape[0]);
-  return rows;
+  // The bands Muon sees too: q, k, v and gate, up apart, each expert's gate and up as Mixtral's w1, w3.
+  const std::map<std::string, std::vector<int64_t>> fused = fused_matrix_rows(m);
+  const auto it = fused.find(name);
+  return it != fused.end() ? it->second : std::vector<int64_t>{shape[0]};
 }
 
 void for_each_base_linear(GptImpl& model, const std::function<void(const std::string&, LinearImpl&)>& f) {

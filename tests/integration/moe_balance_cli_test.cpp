@@ -3,11 +3,17 @@
 // biases travel in checkpoints (a resumed run is the uninterrupted one, also from a pipeline's).
 #include <catch2/catch.hpp>
 
+#include <ATen/ATen.h>
+
+#include <cmath>
+#include <cstdio>
 #include <numeric>
 
+#include "checkpoint/safetensors.h"
 #include "parallel_runs.h"
 #include "test_util.h"
 
+using namespace gputrain;
 using namespace gputrain::test;
 using Catch::Contains;
 
@@ -104,4 +110,129 @@ TEST_CASE("moe: gputrain eval of a checkpoint routes with the biases the run rea
   const double trained = read_json(dir.file("run") + "/summary.json")["eval_loss"].get<double>();
   const nlohmann::json again = eval_json(dir, shell_quoted(dir.file("run")));
   CHECK(trained == Approx(again["loss"].get<double>()).epsilon(1e-5));
+}
+
+namespace {
+
+// Each mixture layer's routing biases after every step of `out`'s run (trainer.json of a checkpoint
+// saved at each step), by step.
+std::vector<nlohmann::json> biases_by_step(const std::string& out, int steps) {
+  std::vector<nlohmann::json> by_step;
+  for (int s = 1; s <= steps; ++s) {
+    char name[32];
+    std::snprintf(name, sizeof name, "step_%08d", s);
+    by_step.push_back(read_json(out + "/checkpoints/" + name + "/trainer.json")["moe_expert_bias"]);
+  }
+  return by_step;
+}
+
+// A tiny mixture model on text with the routing biases at `rate`, a checkpoint after every step.
+std::vector<std::string> bias_run_sets(double rate, int steps) {
+  return {"model.moe.experts=4",
+          "model.moe.top_k=2",
+          "model.moe.capacity_factor=0",
+          "model.moe.balance=bias",
+          "model.moe.bias_rate=" + std::to_string(rate),
+          "checkpoint.every=1",
+          "checkpoint.keep_last=0",
+          "train.max_steps=" + std::to_string(steps)};
+}
+
+// The same layers' biases, all zero.
+nlohmann::json zero_biases(nlohmann::json like) {
+  for (auto& [layer, values] : like.items())
+    for (auto& v : values) v = 0.0;
+  return like;
+}
+
+// One applied step from `before` to `after`: every bias moved by sign(mean load - load) x rate, that is
+// +rate, -rate or (a load exactly at the mean) not at all; since the loads sum to the step's choices,
+// some went up and some down in every layer.
+void check_moved_by_rate(const nlohmann::json& before, const nlohmann::json& after, double rate) {
+  REQUIRE(after.size() == before.size());
+  for (const auto& [layer, values] : after.items()) {
+    INFO(layer << " " << before[layer].dump() << " -> " << values.dump());
+    int up = 0, down = 0;
+    for (size_t e = 0; e < values.size(); ++e) {
+      const double moved = values[e].get<double>() - before[layer][e].get<double>();
+      const bool is_up = std::abs(moved - rate) < 1e-6, is_down = std::abs(moved + rate) < 1e-6;
+      CHECK((is_up || is_down || std::abs(moved) < 1e-9));
+      up += is_up, down += is_down;
+    }
+    CHECK(up >= 1);
+    CHECK(down >= 1);
+  }
+}
+
+// No evaluation: a run whose every loss is NaN (below) would stop at it.
+void write_bias_recipe(const TempDir& dir) {
+  write_file(dir.file("r.yaml"),
+             "run: {name: moe, threads: 2}\n"
+             "model: {vocab_size: 256, seq_len: 64, n_layer: 2, n_head: 4, d_model: 64}\n"
+             "data: {train: {format: text, path: " +
+                 shared_data("tinyshakespeare.txt") +
+                 "}}\n"
+                 "train: {per_device_batch_size: 4, log_every: 1}\n"
+                 "optim: {lr: 3e-3}\nmetrics: {progress: off}\n");
+}
+
+}  // namespace
+
+TEST_CASE("moe: each applied step moves every routing bias by exactly model.moe.bias_rate, up or down", "[cli][moe]") {
+  TempDir dir;
+  write_bias_recipe(dir);
+  // An uncommon rate, so a rate taken from elsewhere (the default 0.001, another key) shows.
+  const double rate = 0.0371;
+  const int steps = 4;
+  const CommandResult r = train(dir.file("r.yaml"), dir.file("run"), 0, bias_run_sets(rate, steps));
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  const std::vector<nlohmann::json> biases = biases_by_step(dir.file("run"), steps);
+  for (int s = 0; s < steps; ++s) {
+    INFO("step " << s + 1);
+    check_moved_by_rate(s == 0 ? zero_biases(biases[0]) : biases[static_cast<size_t>(s - 1)],
+                        biases[static_cast<size_t>(s)], rate);
+  }
+}
+
+TEST_CASE("moe: steps that the fp16 loss scaler or the NaN guard skip leave the routing biases where they were",
+          "[cli][moe]") {
+  TempDir dir;
+  write_bias_recipe(dir);
+  const double rate = 0.02;
+  SECTION("fp16 overflow") {
+    // A first loss scale past float32's range overflows step 1 (and only it: the back-off brings it to
+    // 1e4); the routing is finite, so the step's loads are real.
+    const int steps = 3;
+    const CommandResult r = train(dir.file("r.yaml"), dir.file("fp16"), 0,
+                                  with(bias_run_sets(rate, steps), {"precision.mode=fp16", "precision.init_scale=1e38",
+                                                                    "precision.backoff_factor=1e-34"}));
+    INFO(r.output);
+    REQUIRE(r.exit_code == 0);
+    const std::vector<nlohmann::json> lines = read_jsonl(dir.file("fp16") + "/metrics.jsonl");
+    REQUIRE(lines.size() == 3);
+    CHECK(lines[0]["skipped_steps"] == 1);
+    CHECK(lines[2]["skipped_steps"] == 1);
+    const std::vector<nlohmann::json> biases = biases_by_step(dir.file("fp16"), steps);
+    CHECK(biases[0] == zero_biases(biases[0]));
+    // The steps after it were applied and moved them.
+    check_moved_by_rate(biases[0], biases[1], rate);
+    check_moved_by_rate(biases[1], biases[2], rate);
+  }
+  SECTION("a non-finite loss under train.nan_policy: skip") {
+    // The final norm poisoned (after the mixture layers): routing and loads are real, every loss NaN.
+    REQUIRE(train(dir.file("r.yaml"), dir.file("w"), 0, bias_run_sets(rate, 1)).exit_code == 0);
+    SafetensorsFile w = read_safetensors(dir.file("w") + "/checkpoints/step_00000001/model.safetensors");
+    at::Tensor norm = *w.find("transformer.ln_f.weight");
+    norm.view(-1)[3] = NAN;
+    write_safetensors(dir.file("nan.safetensors"), w.tensors, w.metadata);
+    const int steps = 3;
+    const CommandResult r = train(
+        dir.file("r.yaml"), dir.file("skip"), 0,
+        with(bias_run_sets(rate, steps), {"model.init_from=" + dir.file("nan.safetensors"), "train.nan_policy=skip"}));
+    INFO(r.output);
+    REQUIRE(r.exit_code == 0);
+    CHECK(read_json(dir.file("skip") + "/summary.json")["skipped_steps"] == steps);
+    for (const nlohmann::json& step : biases_by_step(dir.file("skip"), steps)) CHECK(step == zero_biases(step));
+  }
 }

@@ -5,7 +5,7 @@ usage: muon_reference.py updates PROBLEM OPTIONS_JSON OUT
   value "param.<i>" and its gradient at each step "grad.<step>.<i>" (steps 1..N). OPTIONS_JSON: {"steps":
   N, "muon": Muon's arguments (and "ns_dtype"), "bands": per parameter, the rows of each matrix it
   stacks}: each band is its own torch parameter. Writes the parameters after N steps ("param.<i>", the
-  bands stacked again) to OUT.
+  bands stacked again) and Muon's momentum buffers ("momentum.<i>", stacked the same way) to OUT.
 usage: muon_reference.py MODEL_DIR TOKENS OPTIONS_JSON OUT
   Saves a random LlamaForCausalLM (seed 0, float32; OPTIONS["config"] as LlamaConfig's arguments) to
   MODEL_DIR, then trains it on the int64 "tokens" [steps, batch, seq_len + 1] of the safetensors file
@@ -55,7 +55,10 @@ if sys.argv[1] == "updates":
             for band, grad in zip(bands, problem[f"grad.{step}.{i}"].split(options["bands"][i])):
                 band.grad = grad.clone()
         muon.step()
-    save_file({f"param.{i}": torch.cat([b.detach() for b in bands]) for i, bands in enumerate(stacked)}, sys.argv[4])
+    result = {f"param.{i}": torch.cat([b.detach() for b in bands]) for i, bands in enumerate(stacked)}
+    for i, bands in enumerate(stacked):
+        result[f"momentum.{i}"] = torch.cat([muon.state[b]["momentum_buffer"] for b in bands])
+    save_file(result, sys.argv[4])
     sys.exit(0)
 
 model_dir, tokens_file, options, out = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), sys.argv[4]

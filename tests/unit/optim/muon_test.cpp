@@ -94,12 +94,12 @@ std::pair<std::vector<double>, std::vector<double>> losses_against_torch(const M
 
 }  // namespace
 
-TEST_CASE("muon: the updates are torch.optim.Muon's on the same gradients, each fused matrix apart",
-          "[optim][muon][python]") {
+TEST_CASE(
+    "muon: the updates and momentum buffers are torch.optim.Muon's on the same gradients, each fused matrix apart",
+    "[optim][muon][python]") {
   // A fused [q; k; v]-like parameter (its bands of 96, 32 and 32 rows), a wide one and one shaped as k:
   // the k, v and [32, 48] matrices are orthogonalized in one batch, q alone.
   const std::vector<std::vector<int64_t>> shapes = {{160, 48}, {48, 96}, {32, 48}};
-  const std::vector<std::vector<int64_t>> bands = {{96, 32, 32}, {48}, {32}};
   const int64_t steps = 6;
   torch::manual_seed(21);
   std::vector<NamedTensor> problem;
@@ -110,16 +110,30 @@ TEST_CASE("muon: the updates are torch.optim.Muon's on the same gradients, each 
   }
   std::map<std::string, torch::Tensor> by_name;
   for (const auto& [n, t] : problem) by_name[n] = t;
-  for (const std::string adjust : {"original", "match_rms_adamw"}) {
-    CAPTURE(adjust);
+  struct Variant {
+    std::string adjust;
+    bool nesterov;
+    std::string ns_dtype;
+    std::vector<std::vector<int64_t>> bands;
+  };
+  const std::vector<std::vector<int64_t>> fused = {{96, 32, 32}, {48}, {32}}, alone = {{160}, {48}, {32}};
+  for (const Variant& v : std::vector<Variant>{{"original", true, "bf16", fused},
+                                               {"match_rms_adamw", false, "bf16", fused},
+                                               // The plain momentum (no Nesterov) is the update itself: its
+                                               // buffers, in fp32 and each matrix whole, are torch's.
+                                               {"original", false, "fp32", alone}}) {
+    INFO(v.adjust << (v.nesterov ? " nesterov " : " ") << v.ns_dtype << " " << nlohmann::json(v.bands).dump());
     TempDir dir;
     write_safetensors(dir.file("problem.safetensors"), problem);
-    const bool nesterov = adjust == "original";
-    const nlohmann::json options = {
-        {"steps", steps},
-        {"bands", bands},
-        {"muon",
-         {{"lr", 0.05}, {"weight_decay", 0.2}, {"momentum", 0.9}, {"nesterov", nesterov}, {"adjust_lr_fn", adjust}}}};
+    const nlohmann::json options = {{"steps", steps},
+                                    {"bands", v.bands},
+                                    {"muon",
+                                     {{"lr", 0.05},
+                                      {"weight_decay", 0.2},
+                                      {"momentum", 0.9},
+                                      {"nesterov", v.nesterov},
+                                      {"adjust_lr_fn", v.adjust},
+                                      {"ns_dtype", v.ns_dtype}}}};
     const CommandResult r =
         run_python({std::string(GPUTRAIN_SOURCE_DIR) + "/tests/reference/muon_reference.py", "updates",
                     dir.file("problem.safetensors"), options.dump(), dir.file("theirs.safetensors")});
@@ -131,13 +145,14 @@ TEST_CASE("muon: the updates are torch.optim.Muon's on the same gradients, each 
     o.name = OptimName::kMuon;
     o.lr = 0.05;
     o.muon.momentum = 0.9;
-    o.muon.nesterov = nesterov;
-    o.muon.adjust_lr = adjust == "original" ? MuonAdjustLr::kOriginal : MuonAdjustLr::kMatchRmsAdamW;
+    o.muon.nesterov = v.nesterov;
+    o.muon.adjust_lr = v.adjust == "original" ? MuonAdjustLr::kOriginal : MuonAdjustLr::kMatchRmsAdamW;
+    o.muon.ns_dtype = v.ns_dtype == "fp32" ? MuonIterationDtype::kFp32 : MuonIterationDtype::kBf16;
     ParamGroup g{"decay", {}, {}, 0.2, 1.0};
     for (size_t i = 0; i < shapes.size(); ++i) {
       g.names.push_back("transformer.h." + std::to_string(i) + ".attn.c_attn.weight");
       g.params.push_back(by_name.at("param." + std::to_string(i)).clone().requires_grad_());
-      g.matrix_rows[g.names.back()] = bands[i];
+      g.matrix_rows[g.names.back()] = v.bands[i];
     }
     auto optimizer = make_optimizer({g}, o);
     for (int64_t t = 1; t <= steps; ++t) {
@@ -145,10 +160,16 @@ TEST_CASE("muon: the updates are torch.optim.Muon's on the same gradients, each 
         g.params[i].mutable_grad() = by_name.at("grad." + std::to_string(t) + "." + std::to_string(i)).clone();
       optimizer->step(o.lr);
     }
+    std::map<std::string, torch::Tensor> state;
+    for (const StateEntry& e : optimizer->state()) state[e.name] = e.tensor;
     for (size_t i = 0; i < shapes.size(); ++i) {
       const torch::Tensor expected = *theirs.find("param." + std::to_string(i));
       CHECK(max_diff(g.params[i].detach(), expected) < 1e-6);
       CHECK(max_diff(expected, by_name.at("param." + std::to_string(i))) > 0.05);  // moved
+      // The buffer a checkpoint saves (measured 0 apart: the same lerp on the same float32 gradients).
+      const std::string buffer = g.names[i] + ".momentum_buffer";
+      REQUIRE(state.count(buffer));
+      CHECK(max_diff(state.at(buffer), *theirs.find("momentum." + std::to_string(i))) < 1e-7);
     }
   }
 }
