@@ -4,6 +4,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -14,6 +15,8 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 
@@ -185,7 +188,97 @@ void mark_skipped(const std::string& reason) {
 
 CommandResult run_gputrain(const std::vector<std::string>& args) { return run_program(GPUTRAIN_BINARY, args); }
 
-CommandResult run_python(const std::vector<std::string>& args) { return run_program(GPUTRAIN_PYTHON, args); }
+namespace {
+
+// tests/reference/fork_server.py, started on this process's first run_python (each ctest case is a
+// process of its own): every reference it runs is a fork that has torch and transformers imported.
+class PythonForks {
+ public:
+  ~PythonForks() {
+    if (socket_ >= 0) close(socket_);  // EOF: the server ends
+  }
+  // The call's result; nullopt where the server did not start or has gone (the caller runs it alone).
+  std::optional<CommandResult> run(const std::vector<std::string>& args) {
+    if (socket_ < 0 && (failed_ || !start())) return std::nullopt;
+    char output[] = "/tmp/gputrain_python_XXXXXX";
+    const int fd = mkstemp(output);
+    if (fd < 0) return std::nullopt;
+    close(fd);
+    std::map<std::string, std::string> env;
+    for (char** e = environ; *e; ++e) {
+      const std::string item(*e);
+      const size_t eq = item.find('=');
+      if (eq != std::string::npos) env[item.substr(0, eq)] = item.substr(eq + 1);
+    }
+    const std::string request =
+        nlohmann::json(
+            {{"argv", args}, {"cwd", std::filesystem::current_path().string()}, {"env", env}, {"output", output}})
+            .dump() +
+        "\n";
+    std::optional<CommandResult> result;
+    if (send_all(request)) {
+      if (const std::optional<std::string> reply = receive_line()) {
+        result = CommandResult{nlohmann::json::parse(*reply)["exit_code"].get<int>(), read_file(output)};
+      }
+    }
+    if (!result) stop();
+    std::remove(output);
+    return result;
+  }
+
+ private:
+  bool start() {
+    int pair[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0) return failed_ = true, false;
+    std::string python = GPUTRAIN_PYTHON, script = std::string(GPUTRAIN_SOURCE_DIR) + "/tests/reference/fork_server.py";
+    char* argv[] = {python.data(), script.data(), nullptr};
+    const pid_t pid = fork();
+    if (pid < 0) return close(pair[0]), close(pair[1]), failed_ = true, false;
+    if (pid == 0) {
+      dup2(pair[1], STDIN_FILENO);  // dup2 clears CLOEXEC on the copies
+      dup2(pair[1], STDOUT_FILENO);
+      const int null = open("/dev/null", O_WRONLY);
+      dup2(null, STDERR_FILENO);
+      execv(python.c_str(), argv);
+      _exit(127);
+    }
+    close(pair[1]);
+    socket_ = pair[0];
+    return true;
+  }
+  void stop() {
+    if (socket_ >= 0) close(socket_);
+    socket_ = -1;
+    failed_ = true;
+  }
+  bool send_all(const std::string& text) {
+    for (size_t sent = 0; sent < text.size();) {
+      const ssize_t n = ::send(socket_, text.data() + sent, text.size() - sent, MSG_NOSIGNAL);
+      if (n <= 0) return false;
+      sent += static_cast<size_t>(n);
+    }
+    return true;
+  }
+  std::optional<std::string> receive_line() {
+    std::string line;
+    char c;
+    while (::recv(socket_, &c, 1, 0) == 1) {
+      if (c == '\n') return line;
+      line.push_back(c);
+    }
+    return std::nullopt;  // the server is gone (it could not import, or was killed)
+  }
+  int socket_ = -1;
+  bool failed_ = false;
+};
+
+}  // namespace
+
+CommandResult run_python(const std::vector<std::string>& args) {
+  static PythonForks forks;
+  if (std::optional<CommandResult> r = forks.run(args)) return *r;
+  return run_program(GPUTRAIN_PYTHON, args);
+}
 
 CommandResult run_quickstart_briefly(const std::string& out) {
   return run_gputrain({"run", "--output-dir", out, "--set", "train.max_steps=2", "--set", "train.eval_every=0", "--set",

@@ -273,6 +273,11 @@ TEST_CASE(
       for (double r : reference_chosen_logps(lines, beta)) CHECK(std::abs(r - reference) < 1e-4);
       for (double r : reference_chosen_logps(theirs[i], beta)) CHECK(std::abs(r - reference) < 1e-4);
     }
+    // LoRA's reference is the policy itself, adapters off, in training mode: it too runs without dropout.
+    // (TRL's runs with it there: it switches the adapters off on the training policy; docs/preference.md.)
+    const std::vector<nlohmann::json> lora = our_run("dpo", with(kLora, {"model.dropout=0.2"}));
+    CHECK(std::abs(lora.front()["logps/chosen"].get<double>() - reference) > 1e-2);
+    for (double r : reference_chosen_logps(lora, beta)) CHECK(std::abs(r - reference) < 1e-4);
   }
   SECTION("accumulation with a line every 2 steps: each line the interval's averages, as TRL logs them") {
     const std::vector<std::string> interval = {"train.max_steps=4", "train.per_device_batch_size=3",
