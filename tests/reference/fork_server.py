@@ -4,8 +4,9 @@ A test case that calls several references (one per case of a table) paid ~10 s o
 transformers) for each; from here each call is a fork of a process that has them (tests/test_util.cpp's
 run_python starts one per test process, on its first call).
 
-Protocol, one JSON line each way on stdin/stdout: in, {"argv": [script, args...], "cwd", "env",
-"output": a file for the call's stdout and stderr}; out, {"exit_code"}. EOF on stdin ends it.
+Protocol, one JSON line each way on stdin/stdout: in, {"argv": [script, args...] or ["-c", code,
+args...], "cwd", "env", "output": a file for the call's stdout and stderr}; out, {"exit_code"}, once
+the call has exited and every process holding its output has closed it. EOF on stdin ends it.
 The parent only imports: computing here would start thread pools that a fork cannot take along.
 """
 import json
@@ -21,23 +22,27 @@ import transformers  # noqa: F401
 from transformers import GPT2LMHeadModel, LlamaForCausalLM  # noqa: F401  (transformers imports lazily)
 
 
-def run_child(request):
-    fd = os.open(request["output"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    os.dup2(fd, 1)
-    os.dup2(fd, 2)
-    os.close(fd)
+def run_child(request, out):
+    os.dup2(out, 1)
+    os.dup2(out, 2)
+    os.close(out)
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     os.close(null)
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
-    script = request["argv"][0]
-    sys.argv = list(request["argv"])
-    sys.path[0] = os.path.dirname(os.path.abspath(script))  # as `python script` puts it first
+    argv = list(request["argv"])
     code = 0
     try:
-        runpy.run_path(script, run_name="__main__")
+        if argv[0] == "-c":  # python -c CODE ARGS: argv[0] is "-c", the path starts with ""
+            sys.argv = argv[:1] + argv[2:]
+            sys.path[0] = ""
+            exec(compile(argv[1], "<string>", "exec"), {"__name__": "__main__", "__builtins__": __builtins__})
+        else:
+            sys.argv = argv
+            sys.path[0] = os.path.dirname(os.path.abspath(argv[0]))  # as `python script` puts it first
+            runpy.run_path(argv[0], run_name="__main__")
     except SystemExit as e:
         if e.code is None:
             code = 0
@@ -59,9 +64,18 @@ def main():
     for line in sys.stdin:
         request = json.loads(line)
         replies.flush()
+        read_end, write_end = os.pipe()
         pid = os.fork()
         if pid == 0:
-            run_child(request)
+            os.close(read_end)
+            run_child(request, write_end)
+        os.close(write_end)
+        # Until every holder of the output closes it (a process the script started too), as a plain run's
+        # caller reads its pipe to the end.
+        with open(request["output"], "wb") as output:
+            while chunk := os.read(read_end, 65536):
+                output.write(chunk)
+        os.close(read_end)
         _, status = os.waitpid(pid, 0)
         code = os.waitstatus_to_exitcode(status)
         replies.write(json.dumps({"exit_code": code if code >= 0 else 128 - code}) + "\n")
