@@ -54,27 +54,54 @@ std::vector<ParamShape> gpt_parameter_shapes(const ModelSettings& m) {
   return out;
 }
 
-std::map<std::string, std::vector<int64_t>> fused_matrix_rows(const ModelSettings& m) {
+namespace {
+
+// Each of our weights that holds several Hugging Face matrices, with each one's rows in order; a
+// mixture layer's experts are not listed (they are the dense MLP's shape).
+std::map<std::string, std::vector<int64_t>> dense_fused_rows(const ModelSettings& m) {
   std::map<std::string, std::vector<std::pair<int64_t, int64_t>>> bands;  // (row_offset, rows) per our weight
   for (const HfTensor& t : architecture(m).hf.tensors(m))
     if (t.rows > 0 && t.ours.ends_with(".weight")) bands[t.ours].push_back({t.row_offset, t.rows});
   std::map<std::string, std::vector<int64_t>> out;
-  auto add = [&](const std::string& weight, const std::vector<int64_t>& rows) {
-    out[weight] = rows;
-    out[weight.substr(0, weight.size() - std::string("weight").size()) + "lora_B"] = rows;
-  };
   for (auto& [weight, b] : bands) {
     if (b.size() < 2) continue;  // one band: a vocabulary matrix's real rows, not a fusion
     std::sort(b.begin(), b.end());
     std::vector<int64_t> rows;
     for (const auto& [offset, n] : b) rows.push_back(n);
-    add(weight, rows);
-    const std::string mlp = ".mlp.c_fc.weight";  // a mixture layer's experts are the dense MLP's shape
-    if (weight.ends_with(mlp))
-      for (int64_t e = 0; e < m.moe.experts; ++e)
-        add(weight.substr(0, weight.size() - mlp.size()) + ".mlp.experts." + std::to_string(e) + ".c_fc.weight", rows);
+    out[weight] = rows;
   }
   return out;
+}
+
+const std::string kMlpFc = ".mlp.c_fc.weight";
+
+}  // namespace
+
+std::map<std::string, std::vector<int64_t>> fused_matrix_rows(const ModelSettings& m) {
+  std::map<std::string, std::vector<int64_t>> out;
+  auto add = [&](const std::string& weight, const std::vector<int64_t>& rows) {
+    out[weight] = rows;
+    out[weight.substr(0, weight.size() - std::string("weight").size()) + "lora_B"] = rows;
+  };
+  for (const auto& [weight, rows] : dense_fused_rows(m)) {
+    add(weight, rows);
+    if (weight.ends_with(kMlpFc))  // a mixture layer's experts are the dense MLP's shape
+      for (int64_t e = 0; e < m.moe.experts; ++e)
+        add(weight.substr(0, weight.size() - kMlpFc.size()) + ".mlp.experts." + std::to_string(e) + ".c_fc.weight",
+            rows);
+  }
+  return out;
+}
+
+std::vector<int64_t> fused_rows_of(const ModelSettings& m, const std::string& weight) {
+  // An expert's c_fc ("transformer.h.1.mlp.experts.3.c_fc.weight") is banded as its block's dense one.
+  std::string dense = weight;
+  const std::string experts = ".mlp.experts.";
+  if (const size_t at = weight.find(experts); at != std::string::npos && weight.ends_with(".c_fc.weight"))
+    dense = weight.substr(0, at) + kMlpFc;
+  const std::map<std::string, std::vector<int64_t>> fused = dense_fused_rows(m);
+  const auto it = fused.find(dense);
+  return it == fused.end() ? std::vector<int64_t>{} : it->second;
 }
 
 int64_t unit_of_parameter(const std::string& name, int64_t n_layer) {

@@ -29,6 +29,9 @@ std::vector<ParamShape> gpt_parameter_shapes(const ModelSettings& m);
 // expert's too, as Mixtral's w1 and w3; a LoRA lora_B as its weight). A parameter not listed is one
 // matrix (GPT-2's c_attn is one Conv1D). For optimizers that treat each matrix alone (Muon).
 std::map<std::string, std::vector<int64_t>> fused_matrix_rows(const ModelSettings& m);
+// The same for one weight (empty: one matrix), without listing every parameter's: a mixture of many
+// experts asks it for each of its Linears (QLoRA's quantization, the memory plan).
+std::vector<int64_t> fused_rows_of(const ModelSettings& m, const std::string& weight);
 
 // The unit (model/gpt.h UnitHooks) parameter `name` belongs to: 0 the embeddings (wte, wpe),
 // 1 + i block i, n_layer + 1 the head (ln_f, lm_head).

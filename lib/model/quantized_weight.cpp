@@ -5,7 +5,6 @@
 #include <torch/autograd.h>
 
 #include <algorithm>
-#include <map>
 #include <optional>
 
 #include "model/gpt.h"
@@ -92,9 +91,8 @@ int64_t quantized_base_bytes(const ModelSettings& m, const std::string& name, at
 
 std::vector<int64_t> hf_row_bands(const ModelSettings& m, const std::string& name, at::IntArrayRef shape) {
   // The bands Muon sees too: q, k, v and gate, up apart, each expert's gate and up as Mixtral's w1, w3.
-  const std::map<std::string, std::vector<int64_t>> fused = fused_matrix_rows(m);
-  const auto it = fused.find(name);
-  return it != fused.end() ? it->second : std::vector<int64_t>{shape[0]};
+  std::vector<int64_t> rows = fused_rows_of(m, name);
+  return rows.empty() ? std::vector<int64_t>{shape[0]} : rows;
 }
 
 void for_each_base_linear(GptImpl& model, const std::function<void(const std::string&, LinearImpl&)>& f) {

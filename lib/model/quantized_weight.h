@@ -67,7 +67,7 @@ void round_base_through_4bit(GptImpl& model, const StoredBands& stored = {});
 std::string with_base_quantization(const std::string& fingerprint, const QuantizeSettings& q);
 
 // The rows of each Hugging Face tensor in our parameter `name` of `shape`, in order (one band: the whole):
-// model/gpt_shapes.h's fused_matrix_rows, so a mixture's experts are quantized per gate and up too.
+// model/gpt_shapes.h's fused_rows_of, so a mixture's experts are quantized per gate and up too.
 std::vector<int64_t> hf_row_bands(const ModelSettings& m, const std::string& name, at::IntArrayRef shape);
 
 Quant4Type quant4_type(QuantBase base);
