@@ -142,10 +142,36 @@ std::vector<std::string> evaluation_sets() {
           "train.eval_every=2"};
 }
 
+// A case of preference_reference.py's TRL runs: 3 steps of SGD at lr 0.3, beta 0.1, unless `settings`
+// say otherwise.
+nlohmann::json trl_case(const std::string& objective, const nlohmann::json& settings = nlohmann::json::object()) {
+  nlohmann::json t = {{"objective", objective}, {"steps", 3}, {"lr", 0.3}, {"beta", 0.1}};
+  t.update(settings);
+  return t;
+}
+
+// TRL's runs of `cases` (each its preference_reference.py settings) on the shared pairs.
+nlohmann::json trl_runs(const nlohmann::json& cases, const std::string& name) {
+  const PreferenceData& d = data();
+  write_file(d.dir.file(name + "_cases.json"), cases.dump());
+  const CommandResult trl = run_python({preference_script(), "train", d.dir.file("base"), d.dir.file("pairs.jsonl"),
+                                        d.dir.file(name + "_cases.json"), d.dir.file(name + "_trl.json")});
+  INFO(trl.output);
+  REQUIRE(trl.exit_code == 0);
+  return read_json(d.dir.file(name + "_trl.json"));
+}
+
+std::vector<nlohmann::json> our_run(const std::string& objective, const std::vector<std::string>& sets) {
+  TempDir out;
+  const CommandResult run = run_recipe(data().recipe(objective), out.file("run"), sets);
+  INFO(run.output);
+  REQUIRE(run.exit_code == 0);
+  return read_jsonl(out.file("run/metrics.jsonl"));
+}
+
 }  // namespace
 
 TEST_CASE("preference: DPO (sigmoid, ipo, hinge, robust), ORPO and SimPO train step for step as TRL", "[slow]") {
-  const PreferenceData& d = data();
   struct Case {
     const char* objective;
     nlohmann::json trl;             // TRL's config of it
@@ -173,24 +199,11 @@ TEST_CASE("preference: DPO (sigmoid, ipo, hinge, robust), ORPO and SimPO train s
         "train.preference.label_smoothing=0.1"}},
   };
   nlohmann::json trl_cases = nlohmann::json::array();
-  for (const Case& c : cases) {
-    nlohmann::json t = {{"objective", c.objective}, {"steps", 3}, {"lr", 0.3}, {"beta", 0.1}};
-    t.update(c.trl);
-    trl_cases.push_back(t);
-  }
-  write_file(d.dir.file("cases.json"), trl_cases.dump());
-  const CommandResult trl = run_python({preference_script(), "train", d.dir.file("base"), d.dir.file("pairs.jsonl"),
-                                        d.dir.file("cases.json"), d.dir.file("trl.json")});
-  INFO(trl.output);
-  REQUIRE(trl.exit_code == 0);
-  const nlohmann::json theirs = read_json(d.dir.file("trl.json"));
+  for (const Case& c : cases) trl_cases.push_back(trl_case(c.objective, c.trl));
+  const nlohmann::json theirs = trl_runs(trl_cases, "steps");
   for (size_t i = 0; i < cases.size(); ++i) {
     INFO(cases[i].objective << " " << cases[i].trl.dump());
-    TempDir out;
-    const CommandResult run = run_recipe(d.recipe(cases[i].objective), out.file("run"), cases[i].sets);
-    INFO(run.output);
-    REQUIRE(run.exit_code == 0);
-    const std::vector<nlohmann::json> ours = read_jsonl(out.file("run/metrics.jsonl"));
+    const std::vector<nlohmann::json> ours = our_run(cases[i].objective, cases[i].sets);
     check_same_steps(ours, theirs[i]);
     // The steps moved the rewards apart: a comparison of numbers that stay put would prove nothing.
     CHECK(std::abs(ours.back()["rewards/margins"].get<double>() - ours.front()["rewards/margins"].get<double>()) >
@@ -199,25 +212,6 @@ TEST_CASE("preference: DPO (sigmoid, ipo, hinge, robust), ORPO and SimPO train s
 }
 
 namespace {
-
-// TRL's runs of `cases` (each its preference_reference.py settings) on the shared pairs.
-nlohmann::json trl_runs(const nlohmann::json& cases, const std::string& name) {
-  const PreferenceData& d = data();
-  write_file(d.dir.file(name + "_cases.json"), cases.dump());
-  const CommandResult trl = run_python({preference_script(), "train", d.dir.file("base"), d.dir.file("pairs.jsonl"),
-                                        d.dir.file(name + "_cases.json"), d.dir.file(name + "_trl.json")});
-  INFO(trl.output);
-  REQUIRE(trl.exit_code == 0);
-  return read_json(d.dir.file(name + "_trl.json"));
-}
-
-std::vector<nlohmann::json> our_run(const std::string& objective, const std::vector<std::string>& sets) {
-  TempDir out;
-  const CommandResult run = run_recipe(data().recipe(objective), out.file("run"), sets);
-  INFO(run.output);
-  REQUIRE(run.exit_code == 0);
-  return read_jsonl(out.file("run/metrics.jsonl"));
-}
 
 // Each logged line's mean reference log-probability of the chosen completions, as the metrics imply it:
 // rewards/chosen = beta (logps/chosen - reference's).
@@ -235,10 +229,8 @@ TEST_CASE(
     "[slow]") {
   const PreferenceData& d = data();
   SECTION("bf16 autocast: the reference (a copy, or precomputed) runs under it as the policy does") {
-    const nlohmann::json theirs = trl_runs(
-        {{{"objective", "dpo"}, {"steps", 3}, {"lr", 0.3}, {"beta", 0.1}, {"bf16", true}},
-         {{"objective", "dpo"}, {"steps", 3}, {"lr", 0.3}, {"beta", 0.1}, {"bf16", true}, {"precompute", true}}},
-        "bf16");
+    const nlohmann::json theirs =
+        trl_runs({trl_case("dpo", {{"bf16", true}}), trl_case("dpo", {{"bf16", true}, {"precompute", true}})}, "bf16");
     const std::vector<std::vector<std::string>> ours = {
         {"precision.mode=bf16"}, {"precision.mode=bf16", "train.preference.reference=precomputed"}};
     for (size_t i = 0; i < ours.size(); ++i) {
@@ -255,10 +247,9 @@ TEST_CASE(
   }
   SECTION("dropout: the policy trains with it, the reference and the precomputing pass run without") {
     const double beta = 0.1;
-    const nlohmann::json theirs = trl_runs(
-        {{{"objective", "dpo"}, {"steps", 3}, {"lr", 0.3}, {"beta", beta}, {"dropout", 0.2}},
-         {{"objective", "dpo"}, {"steps", 3}, {"lr", 0.3}, {"beta", beta}, {"dropout", 0.2}, {"precompute", true}}},
-        "dropout");
+    const nlohmann::json theirs = trl_runs({trl_case("dpo", {{"beta", beta}, {"dropout", 0.2}}),
+                                            trl_case("dpo", {{"beta", beta}, {"dropout", 0.2}, {"precompute", true}})},
+                                           "dropout");
     const std::vector<nlohmann::json> plain = our_run("dpo", {});
     const double reference = plain.front()["logps/chosen"].get<double>();  // the starting weights', no dropout
     const std::vector<std::vector<std::string>> ours = {
@@ -283,11 +274,9 @@ TEST_CASE(
     const std::vector<std::string> interval = {"train.max_steps=4", "train.per_device_batch_size=3",
                                                "train.grad_accum_steps=2", "train.log_every=2"};
     const nlohmann::json trl_interval = {{"steps", 4}, {"batch", 3}, {"accumulation", 2}, {"log_every", 2}};
-    nlohmann::json dpo = {{"objective", "dpo"}, {"lr", 0.3}, {"beta", 0.1}};
-    nlohmann::json simpo = {{"objective", "simpo"}, {"lr", 0.3}, {"beta", 2.0}, {"simpo_gamma", 0.8}};
-    dpo.update(trl_interval);
+    nlohmann::json simpo = {{"beta", 2.0}, {"simpo_gamma", 0.8}};
     simpo.update(trl_interval);
-    const nlohmann::json theirs = trl_runs({dpo, simpo}, "interval");
+    const nlohmann::json theirs = trl_runs({trl_case("dpo", trl_interval), trl_case("simpo", simpo)}, "interval");
     const std::vector<nlohmann::json> ours_dpo = our_run("dpo", interval),
                                       ours_simpo =
                                           our_run("simpo", with(interval, {"train.preference.beta=2",
@@ -305,9 +294,9 @@ TEST_CASE(
         {preference_script(), "likely", d.dir.file("base"), d.dir.file("pairs.jsonl"), d.dir.file("likely")});
     INFO(likely.output);
     REQUIRE(likely.exit_code == 0);
-    const nlohmann::json theirs =
-        trl_runs({{{"objective", "orpo"}, {"steps", 3}, {"lr", 0.01}, {"beta", 0.2}, {"model", d.dir.file("likely")}}},
-                 "likely");
+    const nlohmann::json theirs = trl_runs(
+        nlohmann::json::array({trl_case("orpo", {{"lr", 0.01}, {"beta", 0.2}, {"model", d.dir.file("likely")}})}),
+        "likely");
     const std::vector<nlohmann::json> lines =
         our_run("orpo", {"model.init_from=" + d.dir.file("likely"), "train.preference.beta=0.2", "optim.lr=0.01"});
     // ORPO's logps are each completion's mean token log-probability: log(1 - p) in its other branch.
