@@ -54,6 +54,10 @@ class HostBlockCache final : public c10::Allocator {
           ++it;
         }
       }
+      // What the step had in use at most is all the next one needs mapped: what a rare step (a rollback's
+      // two copies of the state) held besides goes back, though later steps would take it now and then.
+      evict_oldest_until(step_peak_in_use_, old);
+      step_peak_in_use_ = stats_.in_use_bytes;
       ++step_;
     }
     unmap(old);
@@ -130,17 +134,22 @@ class HostBlockCache final : public c10::Allocator {
     {
       std::lock_guard<std::mutex> lock(mutex_);
       const int64_t needed = stats_.in_use_bytes + static_cast<int64_t>(bytes);
-      const int64_t limit = std::max(stats_.peak_in_use_bytes, needed);
-      while (stats_.cached_bytes > 0 && needed + stats_.cached_bytes > limit) {
-        auto oldest = free_by_size_.begin();
-        for (auto it = free_by_size_.begin(); it != free_by_size_.end(); ++it)
-          if (blocks_.at(it->second).freed_at < blocks_.at(oldest->second).freed_at) oldest = it;
-        evicted.emplace_back(oldest->second, oldest->first);
-        forget(oldest->second, blocks_.at(oldest->second));
-        free_by_size_.erase(oldest);
-      }
+      evict_oldest_until(std::max(stats_.peak_in_use_bytes, needed) - static_cast<int64_t>(bytes), evicted);
     }
     unmap(evicted);
+  }
+
+  // Under the lock: the cached blocks freed longest ago leave the books (into `evicted`, to unmap
+  // outside the lock) until what is mapped, in use and cached, is at most `limit` bytes.
+  void evict_oldest_until(int64_t limit, std::vector<std::pair<void*, std::size_t>>& evicted) {
+    while (stats_.cached_bytes > 0 && stats_.in_use_bytes + stats_.cached_bytes > limit) {
+      auto oldest = free_by_size_.begin();
+      for (auto it = free_by_size_.begin(); it != free_by_size_.end(); ++it)
+        if (blocks_.at(it->second).freed_at < blocks_.at(oldest->second).freed_at) oldest = it;
+      evicted.emplace_back(oldest->second, oldest->first);
+      forget(oldest->second, blocks_.at(oldest->second));
+      free_by_size_.erase(oldest);
+    }
   }
 
   static void release(void* p) { instance().give_back(p); }
@@ -184,6 +193,7 @@ class HostBlockCache final : public c10::Allocator {
   void note_in_use(int64_t bytes) {
     stats_.in_use_bytes += bytes;
     stats_.peak_in_use_bytes = std::max(stats_.peak_in_use_bytes, stats_.in_use_bytes);
+    step_peak_in_use_ = std::max(step_peak_in_use_, stats_.in_use_bytes);
   }
 
   std::mutex mutex_;
@@ -191,6 +201,7 @@ class HostBlockCache final : public c10::Allocator {
   std::multimap<std::size_t, void*> free_by_size_;  // the cached ones, by size
   bool keep_freed_ = true;
   int64_t step_ = 0;
+  int64_t step_peak_in_use_ = 0;  // the most in use since the last step ended
   uint64_t frees_ = 0;
   HostCacheStats stats_;
 };

@@ -80,6 +80,32 @@ TEST_CASE("util: the host block cache gives back blocks that a whole step did no
   CHECK(host_cache_stats().cached_bytes == kFloats * 4);
 }
 
+TEST_CASE("util: the host block cache keeps mapped no more than the last step had in use at most", "[util]") {
+  start_clean(true);
+  std::vector<at::Tensor> state, transient;
+  faults_to_fill(&state);  // stays in use, as a model's weights do
+  faults_to_fill(&transient);
+  faults_to_fill(&transient);  // a rare step: 128 MiB more at once (a rollback's second copy)
+  transient.clear();
+  end_host_cache_step();  // freed in that step: kept for the next
+  REQUIRE(host_cache_stats().cached_bytes == 2 * kFloats * 4);
+  const double rare = rss_mb();
+  const HostCacheStats before = host_cache_stats();
+  // The next step takes 64 MiB twice, one after the other: the two cached blocks serve it in turn (equal
+  // sizes rotate), so each was taken, yet 64 MiB at once was all it needed.
+  faults_to_fill();
+  faults_to_fill();
+  CHECK(host_cache_stats().reused == before.reused + 2);
+  CHECK(host_cache_stats().mapped == before.mapped);
+  end_host_cache_step();
+  const double after = rss_mb();
+  INFO("resident: " << rare << " MiB after the rare step, " << after << " MiB after the next");
+  CHECK(host_cache_stats().cached_bytes == kFloats * 4);
+  CHECK(after < rare - kMiB + 8);
+  faults_to_fill();  // and the block kept serves the steps after without a new mapping
+  CHECK(host_cache_stats().mapped == before.mapped);
+}
+
 TEST_CASE("util: the host block cache takes the smallest cached block that is at most a quarter larger", "[util]") {
   start_clean(true);
   at::Tensor big = at::empty({kFloats}), small = at::empty({kFloats / 2});
