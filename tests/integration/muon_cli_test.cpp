@@ -19,8 +19,10 @@ const std::vector<std::string> kMuon = {"optim.name=muon", "optim.lr=0.02", "opt
 
 }  // namespace
 
-TEST_CASE("muon: 2 processes (ZeRO-1/2/3, tp 2, pp 2, ep 2) match 1 process, and a resumed run continues exactly",
-          "[optim][muon][parallel][cli][slow]") {
+TEST_CASE(
+    "muon: 2 processes (ZeRO-1/2/3, tp 2, pp 2, ep 2 also with ZeRO-3) and ZeRO-3 over 3 match 1 process, "
+    "and a resumed run continues exactly",
+    "[optim][muon][parallel][cli][slow]") {
   TempDir dir;
   write_file(dir.file("r.yaml"), dp_recipe());
   const CommandResult one = train(dir.file("r.yaml"), dir.file("one"), 0, with(kMuon, {"checkpoint.every=10"}));
@@ -86,6 +88,20 @@ TEST_CASE("muon: 2 processes (ZeRO-1/2/3, tp 2, pp 2, ep 2) match 1 process, and
   train_like_one_process(dir, dir.file("r.yaml"),
                          Variant{"ep2", with(experts, {"train.per_device_batch_size=2", "parallel.ep=2"})},
                          column(dir.file("one-moe"), "loss"), column(dir.file("one-moe"), "grad_norm"), 1e-5);
+  // And with ZeRO-3: the shared weights' rows spread over both ranks, each expert whole on its holder.
+  train_like_one_process(
+      dir, dir.file("r.yaml"),
+      Variant{"ep2-zero3", with(experts, {"train.per_device_batch_size=2", "parallel.ep=2", "parallel.zero=3"})},
+      column(dir.file("one-moe"), "loss"), column(dir.file("one-moe"), "grad_norm"), 1e-5);
+
+  // ZeRO-3 over 3 ranks: rows that do not divide (the vocabulary's 256, the MLP's 128, the projections'
+  // 32) leave the last shard padded, and the owner orthogonalizes the matrix without its padding rows
+  // (with them its shape, and so Muon's scale max(1, rows/cols)^0.5, would be another).
+  const std::vector<std::string> six = with(kMuon, {"train.per_device_batch_size=6"});
+  REQUIRE(train(dir.file("r.yaml"), dir.file("one-six"), 0, six).exit_code == 0);
+  train_like_one_process(dir, dir.file("r.yaml"),
+                         Variant{"zero3-3ranks", with(kMuon, {"train.per_device_batch_size=2", "parallel.zero=3"}), 3},
+                         column(dir.file("one-six"), "loss"), column(dir.file("one-six"), "grad_norm"), 1e-5);
 
   // Resumed at step 10 (momentum and AdamW moments from the checkpoint): bitwise on one process, and
   // as two ZeRO-2 processes within float32 noise.
