@@ -7,6 +7,7 @@
 #include <cmath>
 #include <filesystem>
 #include <set>
+#include <sstream>
 
 #include "parallel_runs.h"
 #include "test_util.h"
@@ -596,7 +597,7 @@ TEST_CASE("preference: the loss-spike and NaN guards judge DPO's loss") {
 
 TEST_CASE(
     "preference: reference: precomputed stores every pair's reference once, read back on resume, a killed pass "
-    "continued") {
+    "continued, an evaluation set in its own table") {
   const PreferenceData& d = data();
   const std::string recipe = d.recipe("dpo", "checkpoint: {every: 2}\n");
   const std::vector<std::string> sets = {"train.max_steps=4", "train.per_device_batch_size=2"};
@@ -642,6 +643,31 @@ TEST_CASE(
   CHECK_FALSE(fs::exists(out.file("killed/reference_logps/train.partial.json")));
   check_same_steps(read_jsonl(out.file("killed/metrics.jsonl")),
                    nlohmann::json(read_jsonl(out.file("live/metrics.jsonl"))));
+  // With an evaluation set of other pairs (each pair's completions swapped): its own table, eval.bin,
+  // gives the evaluation the frozen copy's numbers (a train table read for it would give other rewards).
+  std::string swapped;
+  std::stringstream rows(kPairs);
+  for (std::string line; std::getline(rows, line);) {
+    nlohmann::json row = nlohmann::json::parse(line);
+    std::swap(row["chosen"], row["rejected"]);
+    swapped += row.dump() + "\n";
+  }
+  write_file(out.file("swapped.jsonl"), swapped);
+  REQUIRE(run_gputrain({"data", "prepare", out.file("swapped.jsonl"), "--format", "preference", "--tokenizer",
+                        d.dir.file("base"), "-o", out.file("swapped"), "--val-fraction", "0"})
+              .exit_code == 0);
+  const std::vector<std::string> eval = {"data.eval.format=preference",
+                                         "data.eval.path=" + out.file("swapped/train_pairs.bin"), "train.eval_every=2",
+                                         "train.eval_steps=3"};
+  REQUIRE(run_recipe(recipe, out.file("eval_live"), with(sets, eval)).exit_code == 0);
+  const CommandResult eval_pre = run_recipe(recipe, out.file("eval_pre"), with(precomputed, eval));
+  INFO(eval_pre.output);
+  REQUIRE(eval_pre.exit_code == 0);
+  CHECK(fs::file_size(out.file("eval_pre/reference_logps/eval.bin")) == kPairCount * 2 * 4);
+  const std::vector<nlohmann::json> live_lines = read_jsonl(out.file("eval_live/metrics.jsonl"));
+  check_same_evaluations(read_jsonl(out.file("eval_pre/metrics.jsonl")), live_lines, with(sets, eval));
+  CHECK(live_lines[1]["eval_rewards/margins"].get<double>() < -0.01);  // the swapped pairs: the other way round
+  CHECK(live_lines[1]["rewards/margins"].get<double>() > 0.01);
   // Under LoRA: the base's, as the adapters-off reference gives them.
   const std::vector<std::string> lora = {"model.lora.rank=4", "optim.lr=0.5", "train.max_steps=3"};
   REQUIRE(run_recipe(recipe, out.file("lora_live"), lora).exit_code == 0);
