@@ -33,7 +33,8 @@ double plan_total(const std::string& recipe, const std::vector<std::string>& set
 
 }  // namespace
 
-TEST_CASE("cli: bf16, fp16 and bf16-pure losses track fp32 on real text", "[cli][precision][slow]") {
+TEST_CASE("cli: bf16, fp16 and bf16-pure losses track fp32 on real text, bf16-pure on average over seeds",
+          "[cli][precision][slow]") {
   TempDir dir;
   write_file(dir.file("r.yaml"), precision_reference_recipe());
   std::map<std::string, std::vector<nlohmann::json>> lines;
@@ -59,6 +60,32 @@ TEST_CASE("cli: bf16, fp16 and bf16-pure losses track fp32 on real text", "[cli]
   CHECK_FALSE(lines["bf16"].back().contains("loss_scale"));
   check_precisions_track_fp32(lines);
   CHECK(lines["fp32"].back()["loss_avg"].get<double>() < lines["fp32"].front()["loss_avg"].get<double>() - 1.0);
+
+  // bf16-pure over 4 more seeds: one seed's lag swings with its draws (0.24 at step 40 on one, -0.09 on
+  // another), the mean over seeds does not. Measured (2026-12-08): the first 20 steps' mean loss lags
+  // fp32 by 0.0003 on average (each seed at most 0.0007), the final eval loss by 0.0105; rounding to
+  // nearest instead of stochastically (updates below half a bf16 step lost) lags 0.0036 (each seed at
+  // least 0.0033) and 0.050.
+  double first_lag = 0, eval_gap = 0;
+  const int seeds = 4;
+  for (int seed = 1; seed <= seeds; ++seed) {
+    std::map<std::string, std::vector<nlohmann::json>> runs;
+    for (const std::string mode : {"fp32", "bf16-pure"}) {
+      const std::string out = dir.file(mode + "-seed" + std::to_string(seed));
+      auto r = run_gputrain({"run", dir.file("r.yaml"), "--output-dir", out, "--set", "precision.mode=" + mode, "--set",
+                             "run.seed=" + std::to_string(seed)});
+      INFO(r.output);
+      REQUIRE(r.exit_code == 0);
+      runs[mode] = read_jsonl(out + "/metrics.jsonl");
+    }
+    const auto &fp32 = runs["fp32"], &pure = runs["bf16-pure"];
+    first_lag += (pure.front()["loss_avg"].get<double>() - fp32.front()["loss_avg"].get<double>()) / seeds;
+    eval_gap += (pure.back()["eval_loss"].get<double>() - fp32.back()["eval_loss"].get<double>()) / seeds;
+  }
+  std::cout << "bf16-pure against fp32 over " << seeds << " seeds: first 20 steps' loss lag " << first_lag
+            << ", final eval loss gap " << eval_gap << std::endl;
+  CHECK(std::fabs(first_lag) < 0.0015);
+  CHECK(std::fabs(eval_gap) < 0.03);
 }
 
 TEST_CASE("cli: the memory plan is within its stated margin of the measured CPU peak", "[cli][memory]") {
