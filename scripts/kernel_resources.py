@@ -3,11 +3,13 @@
 
 A kernel that spills registers to local memory runs slower than one that
 does not, and a CPU-only machine cannot time it: this is what it can see.
-Each kernels/*.cu is compiled again with the build's own nvcc command
-(build/compile_commands.json, so the same flags and -gencode targets) plus
-`-Xptxas -v`, and ptxas's report is printed as a table.
+The build keeps ptxas's report (`-Xptxas -v`) of each kernels/*.cu beside
+its object (<object>.ptxas, scripts/nvcc_report.sh); where one is missing or
+older than its object, or with --compile, the file is compiled again with the
+build's own nvcc command (build/compile_commands.json, so the same flags and
+-gencode targets) plus `-Xptxas -v`. The report is printed as a table.
 
-  python3 scripts/kernel_resources.py [--build build] [--spills-only]
+  python3 scripts/kernel_resources.py [--build build] [--spills-only] [--compile]
   python3 scripts/kernel_resources.py --check [--allow REGEX BYTES ...]
 
 --check exits 1 when a kernel spills, except a kernel whose "ARCH NAME"
@@ -45,6 +47,19 @@ def kernel_commands(build):
     if not cu:
         fail(f"{path} has no kernels/*.cu: the build has no CUDA kernels (GPUTRAIN_WITH_CUDA is off)")
     return sorted(cu, key=lambda e: e["file"])
+
+
+def kept_report(entry):
+    """The build's own ptxas lines for one translation unit, or None where it kept none for this object."""
+    args = shlex.split(entry["command"]) if "command" in entry else list(entry["arguments"])
+    if "-o" not in args:
+        return None
+    obj = os.path.join(entry["directory"], args[args.index("-o") + 1])
+    report = obj + ".ptxas"
+    if not os.path.isfile(obj) or not os.path.isfile(report) or os.path.getmtime(report) < os.path.getmtime(obj):
+        return None
+    with open(report) as f:
+        return f.read().splitlines()
 
 
 def ptxas_report(entry, scratch):
@@ -93,6 +108,8 @@ def main():
     parser.add_argument("--build", default="build", help="the CMake build directory (default: build)")
     parser.add_argument("--spills-only", action="store_true", help="list only the kernels that spill")
     parser.add_argument("--check", action="store_true", help="exit 1 if a kernel spills (see --allow)")
+    parser.add_argument("--compile", action="store_true",
+                        help="compile every kernel again instead of reading the build's kept reports")
     parser.add_argument("--allow", nargs=2, action="append", default=[], metavar=("REGEX", "BYTES"),
                         help='with --check: kernels whose "ARCH NAME" matches REGEX may spill up to BYTES')
     opts = parser.parse_args()
@@ -106,7 +123,8 @@ def main():
     rows = []
     with tempfile.TemporaryDirectory() as scratch:
         for entry in kernel_commands(opts.build):
-            rows += parse(ptxas_report(entry, scratch), entry["file"])
+            lines = None if opts.compile else kept_report(entry)
+            rows += parse(lines if lines is not None else ptxas_report(entry, scratch), entry["file"])
     if not rows:
         fail("ptxas reported no kernels: was -Xptxas -v ignored by this nvcc?")
     for row, name in zip(rows, demangle([r["mangled"] for r in rows])):
