@@ -5,12 +5,15 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <filesystem>
 #include <fstream>
@@ -190,8 +193,9 @@ CommandResult run_gputrain(const std::vector<std::string>& args) { return run_pr
 
 namespace {
 
-// tests/reference/fork_server.py, started on this process's first run_python (each ctest case is a
-// process of its own): every reference it runs is a fork that has torch and transformers imported.
+// tests/reference/fork_server.py, the one a ctest run shares or else one started on this process's first
+// run_python (each ctest case is a process of its own): every reference it runs is a fork that has torch
+// and transformers imported.
 class PythonForks {
  public:
   ~PythonForks() {
@@ -228,6 +232,7 @@ class PythonForks {
 
  private:
   bool start() {
+    if (connect_shared()) return true;
     int pair[2];
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0) return failed_ = true, false;
     std::string python = GPUTRAIN_PYTHON, script = std::string(GPUTRAIN_SOURCE_DIR) + "/tests/reference/fork_server.py";
@@ -244,6 +249,19 @@ class PythonForks {
     }
     close(pair[1]);
     socket_ = pair[0];
+    return true;
+  }
+  // The server a whole ctest run shares (its fixture python_forks sets GPUTRAIN_PYTHON_FORKS), if it listens.
+  bool connect_shared() {
+    const char* path = std::getenv("GPUTRAIN_PYTHON_FORKS");
+    sockaddr_un address{};
+    if (!path || std::strlen(path) >= sizeof address.sun_path) return false;
+    address.sun_family = AF_UNIX;
+    std::strcpy(address.sun_path, path);
+    const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return false;
+    if (connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof address) != 0) return close(fd), false;
+    socket_ = fd;
     return true;
   }
   void stop() {

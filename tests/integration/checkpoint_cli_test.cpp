@@ -252,42 +252,43 @@ TEST_CASE("checkpoint: SIGTERM and SIGUSR1 save, exit 143 and the resumed run en
           "[checkpoint][cli]") {
   TempDir dir;
   write_file(dir.file("r.yaml"), tiny_recipe());
-  // Long enough that the signal lands mid-run (about 1 ms a step).
-  const std::vector<std::string> sets = {"train.max_steps=2000", "optim.schedule.decay_steps=2000",
-                                         "train.log_every=100"};
+  const std::vector<std::string> sets = {"train.max_steps=20", "optim.schedule.decay_steps=20", "train.log_every=1"};
   auto straight = run_recipe(dir.file("r.yaml"), dir.file("straight"), sets);
   REQUIRE(straight.exit_code == 0);
+  // The signal reaches the run while it is paused after step 5 (a failpoint), so it lands mid-run
+  // however fast or slow the steps are.
+  auto signal_at_step_5 = [&](const std::string& out, const std::vector<std::string>& run_sets, int sig) {
+    ArmedFailpoints failpoints("train.step_done@5=pause");
+    const int pid = spawn_run(dir.file("r.yaml"), out, run_sets);
+    KillOnExit guard({pid});
+    REQUIRE(failpoints.wait_paused("train.step_done", pid) == std::vector<int>{pid});
+    kill(pid, sig);
+    failpoints.release("train.step_done");
+    return wait_exit_code(pid);
+  };
   for (int sig : {SIGTERM, SIGUSR1}) {
     INFO("signal " << sig);
     const std::string out = dir.file("sig" + std::to_string(sig));
-    std::vector<std::string> run_sets = sets;
-    run_sets.push_back("train.log_every=1");  // a metrics line at once: the signal comes mid-run
-    const int pid = spawn_run(dir.file("r.yaml"), out, run_sets);
-    REQUIRE(wait_until([&] { return has_metrics(out); }));
-    kill(pid, sig);
-    CHECK(wait_exit_code(pid) == 143);
+    CHECK(signal_at_step_5(out, sets, sig) == 143);
     auto s = read_json(out + "/summary.json");
     CHECK(s["status"] == "preempted");
     CHECK(s["stop_reason"] == (sig == SIGTERM ? "SIGTERM" : "SIGUSR1"));
     const int64_t stopped = s["steps"];
-    CHECK(stopped < 2000);
+    CHECK(stopped >= 5);
+    CHECK(stopped < 20);
     CHECK(newest_checkpoint(out).filename() == step_dir(stopped));
 
-    auto resumed = run_recipe(dir.file("r.yaml"), out, run_sets);
+    auto resumed = run_recipe(dir.file("r.yaml"), out, sets);
     INFO(resumed.output);
     REQUIRE(resumed.exit_code == 0);
     CHECK(read_json(out + "/summary.json")["resumed_from_step"] == stopped);
-    CHECK(read_jsonl(out + "/metrics.jsonl").size() == 2000);  // one line per step, none twice
+    CHECK(read_jsonl(out + "/metrics.jsonl").size() == 20);  // one line per step, none twice
     CHECK(read_file((newest_checkpoint(out) / "model.safetensors").string()) ==
           read_file((newest_checkpoint(dir.file("straight")) / "model.safetensors").string()));
   }
   // A configured signal list replaces the default one.
   const std::string out = dir.file("usr2");
-  const int pid = spawn_run(dir.file("r.yaml"), out,
-                            {"train.max_steps=1000000", "train.log_every=1", "checkpoint.preempt_signals=[USR2]"});
-  REQUIRE(wait_until([&] { return has_metrics(out); }));
-  kill(pid, SIGUSR2);
-  CHECK(wait_exit_code(pid) == 143);
+  CHECK(signal_at_step_5(out, with(sets, {"checkpoint.preempt_signals=[USR2]"}), SIGUSR2) == 143);
   CHECK(read_json(out + "/summary.json")["stop_reason"] == "SIGUSR2");
 }
 
@@ -295,21 +296,26 @@ TEST_CASE("checkpoint: SIGINT saves and exits 130, and a second signal exits at 
   TempDir dir;
   write_file(dir.file("r.yaml"), tiny_recipe());
   const std::string out = dir.file("int");
-  int pid = spawn_run(dir.file("r.yaml"), out, {"train.max_steps=1000000", "train.log_every=1"});
-  REQUIRE(wait_until([&] { return has_metrics(out); }));
-  kill(pid, SIGINT);
-  CHECK(wait_exit_code(pid) == 130);
+  {
+    ArmedFailpoints failpoints("train.step_done@3=pause");
+    const int pid = spawn_run(dir.file("r.yaml"), out, {"train.max_steps=1000000", "train.log_every=1"});
+    KillOnExit guard({pid});
+    REQUIRE(failpoints.wait_paused("train.step_done", pid) == std::vector<int>{pid});
+    kill(pid, SIGINT);
+    failpoints.release("train.step_done");
+    CHECK(wait_exit_code(pid) == 130);
+  }
   auto s = read_json(out + "/summary.json");
   CHECK(s["status"] == "interrupted");
   CHECK(newest_checkpoint(out).filename() == step_dir(s["steps"].get<int64_t>()));
 
-  // A model big enough that a step takes far longer than two signals' delivery:
-  // the first asks for a graceful stop, the second ends the process with its own code.
+  // Both signals reach the run while it is paused after its first step (a failpoint), before the
+  // graceful stop the first asks for can begin: the second ends the process with its own code.
   const std::string out2 = dir.file("twice");
-  pid = spawn_run(
-      dir.file("r.yaml"), out2,
-      {"train.max_steps=1000000", "train.log_every=1", "model.d_model=256", "model.n_layer=4", "model.seq_len=128"});
-  REQUIRE(wait_until([&] { return has_metrics(out2); }));
+  ArmedFailpoints failpoints("train.step_done@1=pause");
+  const int pid = spawn_run(dir.file("r.yaml"), out2, {"train.max_steps=1000000", "train.log_every=1"});
+  KillOnExit guard({pid});
+  REQUIRE(failpoints.wait_paused("train.step_done", pid) == std::vector<int>{pid});
   kill(pid, SIGINT);
   kill(pid, SIGTERM);
   // The two may be handled on two threads at once, so either one can be "the second".

@@ -70,12 +70,13 @@ TEST_CASE(
                          Variant{"llama-zero3", with(llama, {"train.per_device_batch_size=2", "parallel.zero=3"})},
                          llama_loss, llama_norm, 1e-5);
 
-  // The default bf16 iteration: the same run, apart by bf16's flipped roundings only (measured 6e-5).
+  // The default bf16 iteration: the same run, apart by bf16's flipped roundings only (measured 2026-12-08:
+  // loss 3.2e-5, gradient norm 1.06e-4).
   const std::vector<std::string> bf16 = {"optim.name=muon", "optim.lr=0.02", "optim.muon.adamw.lr=3e-3"};
   REQUIRE(train(dir.file("r.yaml"), dir.file("one-bf16"), 0, bf16).exit_code == 0);
   train_like_one_process(dir, dir.file("r.yaml"),
                          Variant{"zero2-bf16", with(bf16, {"train.per_device_batch_size=2", "parallel.zero=2"})},
-                         column(dir.file("one-bf16"), "loss"), column(dir.file("one-bf16"), "grad_norm"), 1e-3);
+                         column(dir.file("one-bf16"), "loss"), column(dir.file("one-bf16"), "grad_norm"), 4e-4);
   train_like_one_process(
       dir, dir.file("r.yaml"),
       Variant{"pp2", with(kMuon, {"parallel.pp=2", "train.per_device_batch_size=1", "train.grad_accum_steps=4"})},

@@ -107,7 +107,9 @@ TEST_CASE("cli: the memory plan is within its stated margin of the measured CPU 
                                  dir.file("out"),
                                  "--overwrite",
                                  "--set",
-                                 std::string("run.cpu_malloc_cache=") + (cache ? "true" : "false")};
+                                 std::string("run.cpu_malloc_cache=") + (cache ? "true" : "false"),
+                                 "--set",
+                                 "train.max_steps=2"};  // step 2 has everything: the AdamW state and a step's own
       for (const auto& s : sets) a.push_back("--set"), a.push_back(s);
       auto r = run_gputrain(a);
       REQUIRE(r.exit_code == 0);

@@ -333,7 +333,7 @@ TEST_CASE("qlora: a published bitsandbytes 4-bit folder is read as stored: trans
   std::cout << "eval loss in bf16 compute: gputrain " << ours16 << ", transformers + bitsandbytes " << theirs16
             << " (relative " << std::abs(ours16 - theirs16) / theirs16 << "); fp32 " << ours32 << std::endl;
   CHECK(read_json(dir.file("eval16.json"))["precision"] == "bf16");
-  CHECK(std::abs(ours16 - theirs16) / theirs16 < 1e-3);  // measured 4.4e-5
+  CHECK(std::abs(ours16 - theirs16) / theirs16 < 2e-4);  // measured 4.4e-5 (2026-12-04)
   CHECK(ours16 != ours32);                               // bf16 really computed
 
   // A QLoRA run on it: model.quantize from its config.json; the adapters, for PEFT on transformers'

@@ -8,18 +8,29 @@ Protocol, one JSON line each way on stdin/stdout: in, {"argv": [script, args...]
 args...], "cwd", "env", "output": a file for the call's stdout and stderr}; out, {"exit_code"}, once
 the call has exited and every process holding its output has closed it. EOF on stdin ends it.
 The parent only imports: computing here would start thread pools that a fork cannot take along.
+
+Shared by a whole ctest run (tests/CMakeLists.txt's fixture `python_forks`): `--listen SOCKET` binds a
+Unix socket, returns once it listens and serves each test process's connection from a fork of its own
+(tests/test_util.cpp connects where GPUTRAIN_PYTHON_FORKS names the socket); it also preloads
+bitsandbytes, whose import (torch's compiler stack) costs more than the others. `--stop SOCKET` ends it.
 """
 import json
 import os
 import runpy
+import signal
+import socket
 import sys
 import traceback
 
-import numpy  # noqa: F401  (preloaded for the forks)
-import safetensors.torch  # noqa: F401
-import torch  # noqa: F401
-import transformers  # noqa: F401
-from transformers import GPT2LMHeadModel, LlamaForCausalLM  # noqa: F401  (transformers imports lazily)
+
+
+def preload():
+    """The heavy modules, imported once here for every fork (not by --stop, which needs none)."""
+    import numpy  # noqa: F401
+    import safetensors.torch  # noqa: F401
+    import torch  # noqa: F401
+    import transformers  # noqa: F401
+    from transformers import GPT2LMHeadModel, LlamaForCausalLM  # noqa: F401  (transformers imports lazily)
 
 
 def run_child(request, out):
@@ -59,10 +70,13 @@ def run_child(request, out):
     os._exit(code)
 
 
-def main():
-    replies = sys.stdout
-    for line in sys.stdin:
+def serve(requests, replies, server_pid=None):
+    for line in requests:
         request = json.loads(line)
+        if request.get("stop"):
+            if server_pid is not None and os.getppid() == server_pid:  # never another process that took its place
+                os.kill(server_pid, signal.SIGTERM)
+            return
         replies.flush()
         read_end, write_end = os.pipe()
         pid = os.fork()
@@ -80,6 +94,65 @@ def main():
         code = os.waitstatus_to_exitcode(status)
         replies.write(json.dumps({"exit_code": code if code >= 0 else 128 - code}) + "\n")
         replies.flush()
+
+
+def listen(path):
+    """Binds `path`, then goes on in the background (this call returns once it listens)."""
+    preload()
+    try:
+        import bitsandbytes.functional  # noqa: F401
+    except Exception:  # noqa: B902  (a reference that needs it imports it itself and says why it cannot)
+        pass
+    if os.path.exists(path):
+        os.unlink(path)
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(path)
+    server.listen(16)
+    if os.fork() != 0:
+        os._exit(0)  # the caller (ctest's fixture) goes on; the server serves
+    os.setsid()
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # handlers are reaped by the kernel
+    server.settimeout(6 * 3600)  # a run whose cleanup never came: gone after six idle hours
+    server_pid = os.getpid()
+    while True:
+        try:
+            conn, _ = server.accept()
+        except OSError:
+            break
+        if os.fork() == 0:
+            server.close()
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # this handler waits for its calls
+            conn.settimeout(None)
+            serve(conn.makefile("r"), conn.makefile("w"), server_pid)
+            os._exit(0)
+        conn.close()
+    if os.path.exists(path):
+        os.unlink(path)
+
+
+def stop(path):
+    try:
+        client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        client.connect(path)
+        client.sendall(b'{"stop": true}\n')
+        client.close()
+    except OSError:
+        pass  # not running: nothing to stop
+    if os.path.exists(path):
+        os.unlink(path)
+
+
+def main():
+    if len(sys.argv) == 3 and sys.argv[1] == "--listen":
+        listen(sys.argv[2])
+    elif len(sys.argv) == 3 and sys.argv[1] == "--stop":
+        stop(sys.argv[2])
+    else:
+        preload()
+        serve(sys.stdin, sys.stdout)
 
 
 if __name__ == "__main__":
