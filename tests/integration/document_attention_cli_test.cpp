@@ -125,7 +125,7 @@ TEST_CASE(
   const std::vector<std::string> halves = {"train.per_device_batch_size=2"};
   train_like_one_process(dir, recipe, Variant{"dp2", halves, 2}, loss1, norm1, 1e-5);
   train_like_one_process(dir, recipe, Variant{"zero3", with(halves, {"parallel.zero=3"}), 2}, loss1, norm1, 1e-5);
-  train_like_one_process(dir, recipe, Variant{"tp2", {"parallel.tp=2"}, 2}, loss1, norm1, 1e-4);
+  train_like_one_process(dir, recipe, Variant{"tp2", {"parallel.tp=2"}, 2}, loss1, norm1, kReorderedSums);
   // Each sequence split over 2 and 4 ranks: the chunks' documents meet in the gathered attention.
   train_like_one_process(dir, recipe, Variant{"cp2", {"parallel.cp=2"}, 2}, loss1, norm1, 1e-5);
   train_like_one_process(dir, recipe, Variant{"cp4", {"parallel.cp=4"}, 4}, loss1, norm1, 1e-5);
@@ -133,14 +133,14 @@ TEST_CASE(
                          norm1, 1e-5);
   train_like_one_process(
       dir, recipe, Variant{"pp2", {"parallel.pp=2", "train.per_device_batch_size=1", "train.grad_accum_steps=4"}, 2},
-      loss1, norm1, 1e-4);
+      loss1, norm1, kReorderedSums);
   // Experts split over 2 processes (ep 2) against the same mixture in one (no capacity limit and no
   // balancing loss: both depend on how the batch is split).
   const std::vector<std::string> experts = {"model.moe.experts=4", "model.moe.top_k=2", "model.moe.capacity_factor=0",
                                             "model.moe.aux_loss_coef=0"};
   REQUIRE(train(recipe, dir.file("one-moe"), 0, experts).exit_code == 0);
   train_like_one_process(dir, recipe, Variant{"ep2", with(experts, with(halves, {"parallel.ep=2"})), 2},
-                         column(dir.file("one-moe"), "loss"), column(dir.file("one-moe"), "grad_norm"), 1e-4);
+                         column(dir.file("one-moe"), "loss"), column(dir.file("one-moe"), "grad_norm"), kReorderedSums);
   // Checkpointed blocks replay their documents' attention in backward.
   train_like_one_process(dir, recipe, Variant{"recompute", {"train.gradient_checkpointing=full"}, 0}, loss1, norm1,
                          1e-5);
