@@ -23,7 +23,6 @@ import sys
 import traceback
 
 
-
 def preload():
     """The heavy modules, imported once here for every fork (not by --stop, which needs none)."""
     import numpy  # noqa: F401
